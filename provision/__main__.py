@@ -1,0 +1,5 @@
+"""`python -m provision` runs the lockctl CLI."""
+
+from provision.cli import main
+
+main()

@@ -1,0 +1,22 @@
+"""The lockctl command line: parse flags, call the core, print results, map errors to exit codes.
+
+No HTTP and no Jinja here. Each command is a few lines; the work happens in the core modules.
+Exit codes (also in the README): 0 ok, 1 a check failed, 2 bad input, 3 Consul unavailable,
+4 permission denied, 5 other Consul error, 6 local environment problem, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+from provision.cli import cluster, consul_binary
+from provision.cli.app import app
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app(prog_name="lockctl")
+
+
+app.add_typer(cluster.app, name="cluster")
+app.command("install-consul")(consul_binary.install_consul)
+
+__all__ = ["app", "main"]

@@ -1,0 +1,308 @@
+"""Consul's HTTP API, one small method per endpoint, grouped by area (hvac's shape).
+
+Each method builds the path and parameters and calls the transport; the docstring's second line
+names the endpoint. Methods that change nothing, or whose repetition is harmless, are marked
+idempotent so the transport may retry them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provision.consul.errors import NotFound
+from provision.consul.models import KVEntry, Policy, ReadMeta, Session, Token
+from provision.consul.transport import (
+    DEFAULT_TOKEN,
+    ConsulResponse,
+    RetryPolicy,
+    TokenChoice,
+    Transport,
+    quote_path,
+)
+from provision.secret import Secret
+
+CONSISTENCY_MODES = ("default", "consistent", "stale")
+
+
+def _seconds(value: float) -> str:
+    """Consul duration syntax for a number of seconds."""
+    return f"{value:g}s"
+
+
+class _Area:
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+
+
+class StatusAPI(_Area):
+    def leader(self, *, retry: RetryPolicy | None = None) -> str:
+        """The raft leader's address, or "" while there is none.
+        GET /v1/status/leader"""
+        answer = self._transport.request("GET", "/v1/status/leader", idempotent=True, retry=retry)
+        return str(answer.body or "")
+
+    def peers(self) -> list[str]:
+        """The raft peers' addresses.
+        GET /v1/status/peers"""
+        return list(self._transport.request("GET", "/v1/status/peers", idempotent=True).body)
+
+
+class AgentAPI(_Area):
+    def self(self, *, token: TokenChoice = DEFAULT_TOKEN) -> dict[str, Any]:
+        """The agent's configuration and member record (needs agent read).
+        GET /v1/agent/self"""
+        answer = self._transport.request("GET", "/v1/agent/self", token=token, idempotent=True)
+        return dict(answer.body)
+
+    def members(self) -> list[dict[str, Any]]:
+        """The LAN members this agent sees.
+        GET /v1/agent/members"""
+        return list(self._transport.request("GET", "/v1/agent/members", idempotent=True).body)
+
+    def set_agent_token(self, secret: Secret) -> None:
+        """Give the agent the token it uses for its own operations (node registration).
+        PUT /v1/agent/token/agent"""
+        self._transport.request(
+            "PUT", "/v1/agent/token/agent", json_body={"Token": secret.reveal()}, idempotent=True
+        )
+
+
+class ACLAPI(_Area):
+    def bootstrap(self, *, retry: RetryPolicy | None = None) -> Token:
+        """Create the initial management token (only once per cluster).
+        PUT /v1/acl/bootstrap"""
+        return Token.from_api(self._transport.request("PUT", "/v1/acl/bootstrap", retry=retry).body)
+
+    def create_policy(self, name: str, rules: str, description: str = "") -> Policy:
+        """Create a policy.
+        PUT /v1/acl/policy"""
+        body = {"Name": name, "Rules": rules, "Description": description}
+        return Policy.from_api(self._transport.request("PUT", "/v1/acl/policy", json_body=body).body)
+
+    def read_policy(self, policy_id: str) -> Policy:
+        """Read a policy by ID.
+        GET /v1/acl/policy/:id"""
+        path = "/v1/acl/policy/" + quote_path(policy_id)
+        return Policy.from_api(self._transport.request("GET", path, idempotent=True).body)
+
+    def read_policy_by_name(self, name: str) -> Policy | None:
+        """Read a policy by name, or None if there is none (Consul 1.7.3+).
+        GET /v1/acl/policy/name/:name"""
+        path = "/v1/acl/policy/name/" + quote_path(name)
+        try:
+            return Policy.from_api(self._transport.request("GET", path, idempotent=True).body)
+        except NotFound:
+            return None
+
+    def update_policy(self, policy_id: str, name: str, rules: str, description: str = "") -> Policy:
+        """Replace a policy's name, rules and description.
+        PUT /v1/acl/policy/:id"""
+        body = {"ID": policy_id, "Name": name, "Rules": rules, "Description": description}
+        path = "/v1/acl/policy/" + quote_path(policy_id)
+        answer = self._transport.request("PUT", path, json_body=body, idempotent=True)
+        return Policy.from_api(answer.body)
+
+    def delete_policy(self, policy_id: str) -> None:
+        """Delete a policy.
+        DELETE /v1/acl/policy/:id"""
+        self._transport.request("DELETE", "/v1/acl/policy/" + quote_path(policy_id), idempotent=True)
+
+    def list_policies(self) -> list[Policy]:
+        """Every policy, without rules (one request whatever the count).
+        GET /v1/acl/policies"""
+        answer = self._transport.request("GET", "/v1/acl/policies", idempotent=True)
+        return [Policy.from_api(raw) for raw in answer.body or ()]
+
+    def create_token(
+        self, description: str, policy_names: list[str], *, local: bool = False
+    ) -> Token:
+        """Mint a token carrying the named policies; the answer holds its secret.
+        PUT /v1/acl/token"""
+        body = {
+            "Description": description,
+            "Policies": [{"Name": name} for name in policy_names],
+            "Local": local,
+        }
+        return Token.from_api(self._transport.request("PUT", "/v1/acl/token", json_body=body).body)
+
+    def read_token(self, accessor_id: str) -> Token:
+        """Read a token by accessor ID (the answer holds the secret for a management caller).
+        GET /v1/acl/token/:accessor_id"""
+        path = "/v1/acl/token/" + quote_path(accessor_id)
+        return Token.from_api(self._transport.request("GET", path, idempotent=True).body)
+
+    def read_self_token(self, *, token: TokenChoice = DEFAULT_TOKEN) -> Token:
+        """Read the token the call is made with.
+        GET /v1/acl/token/self"""
+        answer = self._transport.request("GET", "/v1/acl/token/self", token=token, idempotent=True)
+        return Token.from_api(answer.body)
+
+    def update_token(self, accessor_id: str, description: str, policy_names: list[str]) -> Token:
+        """Replace a token's description and policies (its secret stays).
+        PUT /v1/acl/token/:accessor_id"""
+        body = {
+            "AccessorID": accessor_id,
+            "Description": description,
+            "Policies": [{"Name": name} for name in policy_names],
+        }
+        path = "/v1/acl/token/" + quote_path(accessor_id)
+        return Token.from_api(
+            self._transport.request("PUT", path, json_body=body, idempotent=True).body
+        )
+
+    def delete_token(self, accessor_id: str) -> None:
+        """Revoke a token.
+        DELETE /v1/acl/token/:accessor_id"""
+        path = "/v1/acl/token/" + quote_path(accessor_id)
+        self._transport.request("DELETE", path, idempotent=True)
+
+    def list_tokens(self) -> list[Token]:
+        """Every token, without secrets (one request whatever the count).
+        GET /v1/acl/tokens"""
+        answer = self._transport.request("GET", "/v1/acl/tokens", idempotent=True)
+        return [Token.from_api(raw) for raw in answer.body or ()]
+
+
+class SessionAPI(_Area):
+    def create(
+        self,
+        *,
+        name: str,
+        ttl: float,
+        lock_delay: float,
+        node: str | None = None,
+        behavior: str = "release",
+        checks: tuple[str, ...] = ("serfHealth",),
+        token: TokenChoice = DEFAULT_TOKEN,
+    ) -> str:
+        """Create a session on the serving agent's node (or `node`); returns its ID.
+        PUT /v1/session/create"""
+        body: dict[str, Any] = {
+            "Name": name,
+            "TTL": _seconds(ttl),
+            "LockDelay": _seconds(lock_delay),
+            "Behavior": behavior,
+            "Checks": list(checks),
+        }
+        if node is not None:
+            body["Node"] = node
+        answer = self._transport.request("PUT", "/v1/session/create", json_body=body, token=token)
+        return str(answer.body["ID"])
+
+    def renew(
+        self, session_id: str, *, timeout: float | None = None, retry: RetryPolicy | None = None
+    ) -> Session:
+        """Reset the session's TTL; raises NotFound once the session is gone.
+        PUT /v1/session/renew/:id"""
+        path = "/v1/session/renew/" + quote_path(session_id)
+        answer = self._transport.request(
+            "PUT", path, idempotent=True, timeout=timeout, retry=retry
+        )
+        return Session.from_api(answer.body[0])
+
+    def destroy(self, session_id: str, *, token: TokenChoice = DEFAULT_TOKEN) -> bool:
+        """Invalidate the session; its locks are released after LockDelay.
+        PUT /v1/session/destroy/:id"""
+        path = "/v1/session/destroy/" + quote_path(session_id)
+        return bool(self._transport.request("PUT", path, token=token, idempotent=True).body)
+
+    def info(self, session_id: str, *, consistency: str = "default") -> Session | None:
+        """The session, or None if it does not exist (any more).
+        GET /v1/session/info/:id"""
+        path = "/v1/session/info/" + quote_path(session_id)
+        answer = self._transport.request(
+            "GET", path, params=_consistency(consistency), idempotent=True
+        )
+        return Session.from_api(answer.body[0]) if answer.body else None
+
+    def list(self, *, node: str | None = None) -> list[Session]:
+        """All sessions, or those of one node.
+        GET /v1/session/list, GET /v1/session/node/:node"""
+        path = "/v1/session/list" if node is None else "/v1/session/node/" + quote_path(node)
+        answer = self._transport.request("GET", path, idempotent=True)
+        return [Session.from_api(raw) for raw in answer.body or ()]
+
+
+class KVAPI(_Area):
+    def get(
+        self,
+        key: str,
+        *,
+        consistency: str = "default",
+        index: int | None = None,
+        wait: float | None = None,
+        token: TokenChoice = DEFAULT_TOKEN,
+    ) -> tuple[KVEntry | None, ReadMeta]:
+        """Read one key (None if absent) with its consistency headers; with `index`, block until
+        the key changes past that index or `wait` runs out.
+        GET /v1/kv/:key"""
+        params = _consistency(consistency)
+        timeout = None
+        if index is not None:
+            params["index"] = index
+            if wait is not None:
+                params["wait"] = _seconds(wait)
+                # Consul adds up to wait/16 of jitter; the client timeout must outlast both.
+                timeout = self._transport.settings.timeout + wait * 17 / 16
+        try:
+            answer = self._transport.request(
+                "GET", "/v1/kv/" + quote_path(key), params=params, token=token, idempotent=True,
+                timeout=timeout,
+            )
+        except NotFound as missing:
+            absent = ConsulResponse(404, None, missing.headers)
+            return None, _meta(absent)
+        return KVEntry.from_api(answer.body[0]), _meta(answer)
+
+    def put(
+        self,
+        key: str,
+        value: bytes = b"",
+        *,
+        acquire: str | None = None,
+        release: str | None = None,
+        cas: int | None = None,
+        token: TokenChoice = DEFAULT_TOKEN,
+        retry: RetryPolicy | None = None,
+    ) -> bool:
+        """Write a key; with `acquire`/`release`/`cas` the answer says whether it took effect.
+        PUT /v1/kv/:key"""
+        params: dict[str, str | int] = {}
+        if acquire is not None:
+            params["acquire"] = acquire
+        if release is not None:
+            params["release"] = release
+        if cas is not None:
+            params["cas"] = cas
+        answer = self._transport.request(
+            "PUT", "/v1/kv/" + quote_path(key), params=params, data=value, token=token,
+            retry=retry,
+        )
+        return answer.body is True
+
+    def delete(
+        self, key: str, *, cas: int | None = None, recurse: bool = False,
+        token: TokenChoice = DEFAULT_TOKEN,
+    ) -> bool:
+        """Delete a key (or a prefix with `recurse`); with `cas`, only at that ModifyIndex.
+        DELETE /v1/kv/:key"""
+        params: dict[str, str | int] = {}
+        if cas is not None:
+            params["cas"] = cas
+        if recurse:
+            params["recurse"] = "true"
+        answer = self._transport.request(
+            "DELETE", "/v1/kv/" + quote_path(key), params=params, token=token,
+            idempotent=cas is None,
+        )
+        return answer.body is True
+
+
+def _consistency(mode: str) -> dict[str, str | int]:
+    if mode not in CONSISTENCY_MODES:
+        raise ValueError(f"consistency must be one of {CONSISTENCY_MODES}, not {mode!r}")
+    return {} if mode == "default" else {mode: ""}
+
+
+def _meta(answer: ConsulResponse) -> ReadMeta:
+    return ReadMeta(answer.index, answer.known_leader, answer.last_contact_ms)

@@ -1,0 +1,70 @@
+"""The errors the Consul client raises, translated from requests at one seam (transport.py).
+
+    ConsulError                      5  base
+    +-- ConsulUnavailable            3  connection refused/reset, TLS failure, client timeout
+    +-- ConsulHTTPError(status)      5  Consul answered with an error status
+        +-- PermissionDenied         4  403: no token, unknown token, or the token lacks a right
+        +-- NotFound                 5  404
+        +-- ConsulServerError        5  5xx still failing after the retries allowed
+
+Messages name the method, path and agent address, plus a short excerpt of Consul's body; they
+never contain a token secret (the transport scrubs the secret from any body it quotes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from provision.errors import EXIT_CONSUL_API, EXIT_DENIED, EXIT_UNAVAILABLE, LockctlError
+
+
+class ConsulError(LockctlError):
+    """Base of every error from talking to Consul."""
+
+    exit_code = EXIT_CONSUL_API
+
+
+class ConsulUnavailable(ConsulError):
+    """Consul could not be reached, or did not answer within the client timeout."""
+
+    exit_code = EXIT_UNAVAILABLE
+
+
+class ConsulHTTPError(ConsulError):
+    """Consul answered with an error status; `status` and `body` say which."""
+
+    def __init__(
+        self, message: str, *, status: int, body: str, headers: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+        self.headers: Mapping[str, str] = headers or {}
+
+    @classmethod
+    def from_status(
+        cls, message: str, *, status: int, body: str, headers: Mapping[str, str] | None = None
+    ) -> ConsulHTTPError:
+        """Pick the subclass for `status` (the one place that maps codes to classes)."""
+        error_class: type[ConsulHTTPError] = cls
+        if status == 403:
+            error_class = PermissionDenied
+        elif status == 404:
+            error_class = NotFound
+        elif status >= 500:
+            error_class = ConsulServerError
+        return error_class(message, status=status, body=body, headers=headers)
+
+
+class PermissionDenied(ConsulHTTPError):
+    """403: ACLs refused the request."""
+
+    exit_code = EXIT_DENIED
+
+
+class NotFound(ConsulHTTPError):
+    """404: the object (session, token, policy, route) does not exist."""
+
+
+class ConsulServerError(ConsulHTTPError):
+    """5xx: Consul failed (no leader, invalid session, legacy ACL mode, ...)."""

@@ -1,0 +1,112 @@
+"""Typed views of the Consul objects lockctl reads and writes (frozen, so safe to share)."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass, field
+from typing import Any
+
+from provision.secret import Secret
+
+
+@dataclass(frozen=True)
+class Policy:
+    """An ACL policy. `rules` is None in list answers, which omit it."""
+
+    id: str
+    name: str
+    description: str
+    rules: str | None
+    modify_index: int
+
+    @classmethod
+    def from_api(cls, raw: dict[str, Any]) -> Policy:
+        return cls(
+            id=raw["ID"],
+            name=raw["Name"],
+            description=raw.get("Description", ""),
+            rules=raw.get("Rules"),
+            modify_index=raw.get("ModifyIndex", 0),
+        )
+
+
+@dataclass(frozen=True)
+class Token:
+    """An ACL token. `secret` is None where Consul did not return it (list answers)."""
+
+    accessor_id: str
+    description: str
+    policy_names: tuple[str, ...]
+    local: bool
+    secret: Secret | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_api(cls, raw: dict[str, Any]) -> Token:
+        secret_id = raw.get("SecretID")
+        return cls(
+            accessor_id=raw["AccessorID"],
+            description=raw.get("Description", ""),
+            policy_names=tuple(sorted(p["Name"] for p in raw.get("Policies") or ())),
+            local=bool(raw.get("Local", False)),
+            secret=Secret(secret_id) if secret_id else None,
+        )
+
+
+@dataclass(frozen=True)
+class Session:
+    """A Consul session: what a lock is held by."""
+
+    id: str
+    name: str
+    node: str
+    ttl: str
+    lock_delay_ns: int
+    behavior: str
+    checks: tuple[str, ...]
+
+    @classmethod
+    def from_api(cls, raw: dict[str, Any]) -> Session:
+        return cls(
+            id=raw["ID"],
+            name=raw.get("Name", ""),
+            node=raw.get("Node", ""),
+            ttl=raw.get("TTL", ""),
+            lock_delay_ns=int(raw.get("LockDelay", 0)),
+            behavior=raw.get("Behavior", ""),
+            checks=tuple(raw.get("Checks") or ()),
+        )
+
+
+@dataclass(frozen=True)
+class KVEntry:
+    """One key. `lock_index` is the fencing token; `session` the holder, if any."""
+
+    key: str
+    value: bytes | None
+    flags: int
+    session: str | None
+    lock_index: int
+    create_index: int
+    modify_index: int
+
+    @classmethod
+    def from_api(cls, raw: dict[str, Any]) -> KVEntry:
+        encoded = raw.get("Value")
+        return cls(
+            key=raw["Key"],
+            value=base64.b64decode(encoded) if encoded is not None else None,
+            flags=int(raw.get("Flags", 0)),
+            session=raw.get("Session") or None,
+            lock_index=int(raw.get("LockIndex", 0)),
+            create_index=int(raw.get("CreateIndex", 0)),
+            modify_index=int(raw.get("ModifyIndex", 0)),
+        )
+
+
+@dataclass(frozen=True)
+class ReadMeta:
+    """Consistency headers of a read: what index it saw and how fresh the answering server was."""
+
+    index: int | None
+    known_leader: bool | None
+    last_contact_ms: int | None

@@ -1,0 +1,238 @@
+"""The one place lockctl speaks HTTP: timeouts, TLS, the token header, retries, error mapping.
+
+Every call has a client-side timeout (a partitioned agent can hold a call open for longer than a
+session's TTL). Calls are retried with capped exponential backoff within a deadline when that is
+safe: always when the connection could not be opened (nothing was sent), and on read timeouts and
+5xx answers only for calls the caller marks idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+from urllib.parse import quote
+
+import requests
+from urllib3.exceptions import NewConnectionError
+
+from provision.consul.errors import ConsulHTTPError, ConsulUnavailable
+from provision.consul.settings import ConsulSettings
+from provision.secret import MASK, Secret
+
+log = logging.getLogger("provision.consul")
+
+BODY_EXCERPT_CHARS = 200
+
+
+class _DefaultToken:
+    """Sentinel: send the settings' token (a call may instead pass a token, or None for none)."""
+
+    def __repr__(self) -> str:
+        return "DEFAULT_TOKEN"
+
+
+DEFAULT_TOKEN: Final = _DefaultToken()
+TokenChoice = Secret | None | _DefaultToken
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long a call may keep retrying, and how it backs off."""
+
+    deadline: float = 15.0  # seconds; covers a leader election (3-4 s) with room to spare
+    first_backoff: float = 0.05
+    max_backoff: float = 1.0
+
+
+NO_RETRY = RetryPolicy(deadline=0.0)
+
+
+@dataclass(frozen=True)
+class ConsulResponse:
+    """A successful answer: decoded body plus Consul's consistency headers."""
+
+    status: int
+    body: Any
+    headers: Mapping[str, str] = field(repr=False)
+
+    @property
+    def index(self) -> int | None:
+        """X-Consul-Index: the raft index to pass to the next blocking query."""
+        return _int_header(self.headers, "X-Consul-Index")
+
+    @property
+    def known_leader(self) -> bool | None:
+        value = self.headers.get("X-Consul-Knownleader")
+        return None if value is None else value.lower() == "true"
+
+    @property
+    def last_contact_ms(self) -> int | None:
+        return _int_header(self.headers, "X-Consul-Lastcontact")
+
+
+def _int_header(headers: Mapping[str, str], name: str) -> int | None:
+    value = headers.get(name)
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def quote_path(*segments: str) -> str:
+    """URL-quote path segments; '/' inside a segment is kept (KV keys are paths)."""
+    return "/".join(quote(segment, safe="/") for segment in segments)
+
+
+class Transport:
+    """Sends requests to one Consul agent over an injected `requests.Session`."""
+
+    def __init__(
+        self,
+        settings: ConsulSettings,
+        *,
+        session: requests.Session | None = None,
+        retry: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen, so a shared default is safe
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.settings = settings
+        self.session = session if session is not None else requests.Session()
+        self.retry = retry
+        self._clock = clock
+        self._sleep = sleep
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        json_body: Any = None,
+        data: bytes | None = None,
+        token: TokenChoice = DEFAULT_TOKEN,
+        idempotent: bool = False,
+        timeout: float | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> ConsulResponse:
+        """Send one call (with retries where safe); return the answer or raise a ConsulError."""
+        policy = retry if retry is not None else self.retry
+        chosen = self.settings.token if isinstance(token, _DefaultToken) else token
+        give_up_at = self._clock() + policy.deadline
+        backoff = policy.first_backoff
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return self._send_once(method, path, params, json_body, data, chosen, timeout)
+            except (ConsulUnavailable, ConsulHTTPError) as exc:
+                if not _retryable(exc, idempotent):
+                    raise
+                pause = min(backoff, policy.max_backoff) * random.uniform(0.5, 1.0)  # noqa: S311
+                if self._clock() + pause > give_up_at:
+                    raise
+                log.debug("retrying %s %s after %s (attempt %d)", method, path, exc, attempt)
+                self._sleep(pause)
+                backoff *= 2
+
+    def _send_once(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str | int] | None,
+        json_body: Any,
+        data: bytes | None,
+        token: Secret | None,
+        timeout: float | None,
+    ) -> ConsulResponse:
+        url = f"{self.settings.address}{path}"
+        where = f"{method} {path} on {self.settings.address}"
+        headers = {"X-Consul-Token": token.reveal()} if token else {}
+        started = self._clock()
+        try:
+            answer = self.session.request(
+                method,
+                url,
+                params=params,
+                json=json_body,
+                data=data,
+                headers=headers,
+                timeout=timeout if timeout is not None else self.settings.timeout,
+                verify=self._verify(),
+                cert=self._client_cert(),
+                allow_redirects=False,
+            )
+        except requests.exceptions.RequestException as exc:
+            raise _unavailable(where, exc) from None
+        elapsed_ms = (self._clock() - started) * 1000
+        log.debug("%s -> %d in %.1f ms", where, answer.status_code, elapsed_ms)
+        if answer.status_code >= 300:
+            body = _excerpt(answer.text, (token, self.settings.token))
+            raise ConsulHTTPError.from_status(
+                f"consul: {where}: {answer.status_code} {body}".rstrip(),
+                status=answer.status_code,
+                body=body,
+                headers=dict(answer.headers),
+            )
+        return ConsulResponse(answer.status_code, _decode(answer), dict(answer.headers))
+
+    def _verify(self) -> bool | str:
+        if not self.settings.verify_tls:
+            return False
+        return str(self.settings.ca_cert) if self.settings.ca_cert else True
+
+    def _client_cert(self) -> tuple[str, str] | str | None:
+        if self.settings.client_cert and self.settings.client_key:
+            return (str(self.settings.client_cert), str(self.settings.client_key))
+        return str(self.settings.client_cert) if self.settings.client_cert else None
+
+
+class _NotSent(ConsulUnavailable):
+    """The connection was never opened, so the request cannot have been applied."""
+
+
+def _unavailable(where: str, exc: requests.exceptions.RequestException) -> ConsulUnavailable:
+    if isinstance(exc, requests.exceptions.ConnectTimeout) or _connection_refused(exc):
+        return _NotSent(f"consul: {where}: cannot connect ({type(exc).__name__})")
+    if isinstance(exc, requests.exceptions.Timeout):
+        return ConsulUnavailable(f"consul: {where}: no answer within the client timeout")
+    if isinstance(exc, requests.exceptions.SSLError):
+        return ConsulUnavailable(f"consul: {where}: TLS failure ({type(exc).__name__})")
+    return ConsulUnavailable(f"consul: {where}: connection failed ({type(exc).__name__})")
+
+
+def _connection_refused(exc: requests.exceptions.RequestException) -> bool:
+    reason = exc.args[0] if exc.args else None
+    inner = getattr(reason, "reason", None)
+    return isinstance(exc, requests.exceptions.ConnectionError) and isinstance(
+        inner, NewConnectionError
+    )
+
+
+def _retryable(exc: Exception, idempotent: bool) -> bool:
+    if isinstance(exc, _NotSent):
+        return True
+    if isinstance(exc, ConsulHTTPError):
+        return idempotent and exc.status >= 500
+    return idempotent
+
+
+def _excerpt(text: str, secrets: tuple[Secret | None, ...]) -> str:
+    """A short, single-line, secret-free excerpt of an error body."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret.reveal(), MASK)
+    flat = " ".join(text.split())
+    return flat[:BODY_EXCERPT_CHARS] + ("..." if len(flat) > BODY_EXCERPT_CHARS else "")
+
+
+def _decode(answer: requests.Response) -> Any:
+    if not answer.content:
+        return None
+    try:
+        return answer.json()
+    except ValueError:
+        return answer.text

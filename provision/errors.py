@@ -1,0 +1,42 @@
+"""Expected errors and the exit code each family maps to.
+
+Every error a user can cause or meet in normal operation is a `LockctlError`. The CLI's one
+error boundary prints its message on one line and exits with its `exit_code`; anything else is a
+bug and keeps its traceback.
+
+    LockctlError                 1  (base; not raised directly)
+    +-- InputError               2  bad flag, spec, config or template
+    +-- LocalEnvironmentError    6  missing binary, unusable state folder, failed install
+    +-- ConsulError              (provision.consul.errors: 3 unavailable, 4 denied, 5 API error)
+
+Messages never contain a token secret: the types that carry secrets mask themselves.
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # a check ran and found a difference or a failure (render --check, verify)
+EXIT_INPUT = 2  # bad input: usage, spec, config, template
+EXIT_UNAVAILABLE = 3  # Consul could not be reached or kept failing (5xx) within the deadline
+EXIT_DENIED = 4  # Consul refused: 403 permission denied
+EXIT_CONSUL_API = 5  # any other error answer from Consul
+EXIT_ENVIRONMENT = 6  # the local machine is not as needed (binary, state folder, processes)
+EXIT_INTERRUPTED = 130
+
+
+class LockctlError(Exception):
+    """Base of every expected error; `exit_code` says which family it is."""
+
+    exit_code = EXIT_FAILED
+
+
+class InputError(LockctlError):
+    """The user's input (flag, file, config) is invalid."""
+
+    exit_code = EXIT_INPUT
+
+
+class LocalEnvironmentError(LockctlError):
+    """Something on this machine is missing or in the way (binary, state folder, a process)."""
+
+    exit_code = EXIT_ENVIRONMENT

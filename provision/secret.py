@@ -1,0 +1,64 @@
+"""A token secret that cannot leak by accident: its repr and str are masked."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from provision.errors import InputError
+
+MASK = "********"
+
+
+@dataclass(frozen=True)
+class Secret:
+    """A secret string; `reveal()` is the only way to the value, so each use is greppable."""
+
+    _value: str = field(repr=False)
+
+    def reveal(self) -> str:
+        return self._value
+
+    def __str__(self) -> str:
+        return MASK
+
+    def __repr__(self) -> str:
+        return f"Secret({MASK})"
+
+    def __bool__(self) -> bool:
+        return bool(self._value)
+
+
+def read_secret_file(path: Path) -> Secret:
+    """Read a token file (surrounding whitespace stripped, as Consul's own CLI does)."""
+    try:
+        value = path.read_text(encoding="utf-8").strip()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read token file: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{path}: token file is not UTF-8 text") from None
+    if not value:
+        raise InputError(f"{path}: token file is empty")
+    return Secret(value)
+
+
+def write_secret_file(path: Path, secret: Secret) -> None:
+    """Write `secret` to `path` atomically with mode 0600: readers see the old file or the new one.
+
+    The temporary file is created 0600 in the same folder (so the rename is atomic) and fsynced
+    before the rename, so a crash never leaves a half-written or world-readable token behind.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as tmp:
+            tmp.write(secret.reveal() + "\n")
+            tmp.flush()
+            os.fsync(tmp.fileno())
+        os.chmod(tmp_name, 0o600)
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
