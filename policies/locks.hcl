@@ -1,0 +1,46 @@
+# lockctl spec: which singleton jobs exist, where each keeps its lock, and which workers may run it.
+# Render the ACL policies from it with `lockctl render`; commit both, so a change shows up in review.
+
+defaults {
+  ttl        = "15s" # session TTL (Consul allows 10s..24h)
+  lock_delay = "15s" # how long Consul keeps a lost lock unclaimable (0s..60s)
+  kill_grace = "5s"  # SIGTERM -> SIGKILL grace when the lock is lost
+}
+
+# Each worker is a Consul node name: its sessions are made on that node's agent.
+worker "worker-1" {
+  address = "http://127.0.0.21:8500"
+}
+
+worker "worker-2" {
+  address = "http://127.0.0.22:8500"
+}
+
+worker "worker-3" {
+  address = "http://127.0.0.23:8500"
+}
+
+# Loads yesterday's events into the warehouse; long, so a longer TTL means fewer renewals.
+job "nightly-ingest" {
+  prefix   = "locks/nightly-ingest/" # the lock key is locks/nightly-ingest/.lock
+  workers  = ["worker-1", "worker-2"]
+  ttl      = "30s"
+  schedule = "*-*-* 02:00:00"
+}
+
+# Sends the hourly digest mail: must never go out twice, even across skewed clocks.
+job "hourly-report" {
+  prefix   = "locks/hourly-report/"
+  workers  = ["worker-1", "worker-2", "worker-3"]
+  min_hold = "1m"
+  schedule = "hourly"
+}
+
+# Deletes expired sessions from the app database every five minutes.
+job "session-cleanup" {
+  prefix         = "locks/session-cleanup/"
+  workers        = ["worker-2", "worker-3"]
+  renew_interval = "4s"
+  lock_delay     = "10s"
+  schedule       = "*:0/5"
+}

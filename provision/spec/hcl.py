@@ -1,0 +1,231 @@
+"""A small, positioned view of an HCL2 file, built on python-hcl2's lark tree.
+
+`hcl2.loads` keeps the quotes on strings and drops line numbers; every error lockctl reports needs
+FILE:LINE, so this module walks `hcl2.parses_to_tree` itself. Only literal values become Python
+values; anything computed (interpolation, functions, operators, bare words) becomes `Unsupported`,
+which callers refuse: lockctl never evaluates or escapes what a user wrote.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import hcl2
+from lark import Token, Tree
+from lark.exceptions import LarkError, UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+
+
+@dataclass(frozen=True)
+class Unsupported:
+    """A value lockctl does not evaluate; `what` names it for the error message."""
+
+    what: str
+
+
+Value = str | int | float | bool | None | tuple["Value", ...] | Unsupported
+
+
+@dataclass(frozen=True)
+class Attribute:
+    """`name = value` on `line`."""
+
+    name: str
+    value: Value
+    line: int
+
+
+@dataclass(frozen=True)
+class Label:
+    """A block label; `quoted` is False for a bare word, `text` None when it is computed."""
+
+    text: str | None
+    quoted: bool
+
+
+@dataclass(frozen=True)
+class Block:
+    """`type "label" { ... }` starting on `line`."""
+
+    type: str
+    labels: tuple[Label, ...]
+    line: int
+    body: Body
+
+
+@dataclass(frozen=True)
+class Body:
+    """The attributes and blocks of a file or a block, in source order."""
+
+    attributes: tuple[Attribute, ...]
+    blocks: tuple[Block, ...]
+
+
+class HclSyntaxError(Exception):
+    """The text is not HCL; `line` and `column` come from the parser."""
+
+    def __init__(self, line: int, column: int, message: str) -> None:
+        super().__init__(f"{line}:{column}: {message}")
+        self.line = line
+        self.column = column
+        self.message = message
+
+
+def parse_hcl(text: str) -> Body:
+    """Parse `text` into a `Body`, or raise `HclSyntaxError` with the parser's position."""
+    try:
+        tree = hcl2.parses_to_tree(text)
+    except LarkError as exc:
+        raise _syntax_error(exc, text) from None
+    return _body(tree.children[0])
+
+
+# Readable names for the lark terminals a user is likely to be told were expected.
+_TERMINALS = {
+    "LBRACE": "'{'",
+    "RBRACE": "'}'",
+    "LSQB": "'['",
+    "RSQB": "']'",
+    "DBLQUOTE": "'\"'",
+    "EQ": "'='",
+    "COMMA": "','",
+    "NAME": "a name",
+    "NL_OR_COMMENT": "a new line",
+    "$END": "end of file",
+}
+
+
+def _syntax_error(exc: LarkError, text: str) -> HclSyntaxError:
+    """Turn a lark exception into one line: where, what was found, what was expected."""
+    last_line = max(1, len(text.splitlines()))
+    if not isinstance(exc, UnexpectedInput):
+        return HclSyntaxError(1, 1, f"cannot parse: {exc}".splitlines()[0])
+    line = min(max(exc.line, 1), last_line) if exc.line > 0 else last_line
+    column = max(exc.column, 1)
+    if isinstance(exc, UnexpectedToken):
+        found = _describe_token(exc.token)
+        return HclSyntaxError(line, column, f"unexpected {found}{_expected(exc.expected)}")
+    if isinstance(exc, UnexpectedCharacters):
+        return HclSyntaxError(line, column, f"unexpected character {exc.char!r}")
+    return HclSyntaxError(line, column, "unexpected end of file")
+
+
+def _describe_token(token: Token) -> str:
+    if token.type == "$END":
+        return "end of file"
+    shown = str(token).strip() or str(token)
+    return repr(shown[:20])
+
+
+def _expected(expected: set[str]) -> str:
+    names = sorted(_TERMINALS.get(name, "") for name in expected)
+    if not names or len(names) > 3 or "" in names:
+        return ""
+    return f" (expected {' or '.join(names)})"
+
+
+def _body(tree: Tree[Any]) -> Body:
+    attributes: list[Attribute] = []
+    blocks: list[Block] = []
+    for child in _trees(tree):
+        if child.data == "attribute":
+            attributes.append(_attribute(child))
+        elif child.data == "block":
+            blocks.append(_block(child))
+    return Body(tuple(attributes), tuple(blocks))
+
+
+def _trees(tree: Tree[Any]) -> list[Tree[Any]]:
+    return [child for child in tree.children if isinstance(child, Tree)]
+
+
+def _attribute(tree: Tree[Any]) -> Attribute:
+    name_tree, _eq, expression = tree.children
+    return Attribute(_word(name_tree), _value(expression), tree.meta.line)
+
+
+def _block(tree: Tree[Any]) -> Block:
+    parts = _trees(tree)
+    body = parts[-1]
+    words = [part for part in parts[:-1] if part.data != "new_line_or_comment"]
+    labels = tuple(_label(part) for part in words[1:])
+    return Block(_word(words[0]), labels, tree.meta.line, _body(body))
+
+
+def _word(tree: Tree[Any]) -> str:
+    """The text of an identifier, keyword or literal used as a name."""
+    return "".join(str(token) for token in tree.scan_values(lambda v: isinstance(v, Token)))
+
+
+def _label(tree: Tree[Any]) -> Label:
+    if tree.data == "string":
+        text = _string(tree)
+        return Label(text if isinstance(text, str) else None, quoted=True)
+    return Label(_word(tree), quoted=False)
+
+
+def _value(tree: Tree[Any] | Token) -> Value:
+    if not isinstance(tree, Tree) or tree.data != "expr_term":
+        return Unsupported("an expression")
+    inner = _trees(tree)
+    if len(inner) != 1 or len(tree.children) != 1:
+        return Unsupported("an expression")
+    return _term(inner[0])
+
+
+def _term(tree: Tree[Any]) -> Value:
+    kind = tree.data
+    if kind == "string":
+        return _string(tree)
+    if kind in ("int_lit", "float_lit"):
+        text = str(tree.children[0])
+        return int(text) if kind == "int_lit" else float(text)
+    if kind == "literal_value":
+        return {"true": True, "false": False, "null": None}[str(tree.children[0])]
+    if kind == "tuple":
+        items = [_value(child) for child in _trees(tree) if child.data != "new_line_or_comment"]
+        return tuple(items)
+    return Unsupported(_UNSUPPORTED.get(str(kind), "an expression"))
+
+
+_UNSUPPORTED = {
+    "identifier": "a bare word (quote it)",
+    "object": "an object",
+    "heredoc_template": "a heredoc",
+    "heredoc_template_trim": "a heredoc",
+    "function_call": "a function call",
+    "template_string": "a template string",
+}
+
+
+def _string(tree: Tree[Any]) -> str | Unsupported:
+    """The literal text of a quoted string, escapes decoded; templates are unsupported."""
+    pieces: list[str] = []
+    for part in _trees(tree):
+        (child,) = part.children
+        if not isinstance(child, Token):
+            return Unsupported("a string with ${...} or %{...} in it")
+        if child.type in ("ESCAPED_INTERPOLATION", "ESCAPED_DIRECTIVE"):
+            pieces.append(str(child)[1:])
+        else:
+            pieces.append(_unescape(str(child)))
+    return "".join(pieces)
+
+
+_ESCAPE = re.compile(r"\\(u[0-9A-Fa-f]{4}|U[0-9A-Fa-f]{8}|.)", re.DOTALL)
+_MAX_CODE_POINT = 0x10FFFF
+_SIMPLE_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", '"': '"', "\\": "\\"}
+
+
+def _unescape(text: str) -> str:
+    """Decode HCL string escapes, so a `\\n` is checked as the newline Consul would see."""
+
+    def replace(match: re.Match[str]) -> str:
+        code = match.group(1)
+        if code[0] in "uU" and len(code) > 1:
+            point = int(code[1:], 16)
+            return chr(point) if point <= _MAX_CODE_POINT else match.group(0)
+        return _SIMPLE_ESCAPES.get(code, match.group(0))
+
+    return _ESCAPE.sub(replace, text)

@@ -1,0 +1,72 @@
+"""The validated spec: what the rest of lockctl consumes, never the raw HCL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from provision.spec.durations import Duration
+from provision.spec.names import lock_key
+
+DEFAULT_ADDRESS = "http://127.0.0.1:8500"
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """Timings a job inherits unless it sets its own (renew_interval None means TTL/3)."""
+
+    ttl: Duration
+    lock_delay: Duration
+    renew_interval: Duration | None
+    kill_grace: Duration
+    min_hold: Duration | None
+
+
+@dataclass(frozen=True)
+class Worker:
+    """A Consul node a job may run on, and the HTTP address of its agent."""
+
+    name: str
+    address: str
+    line: int
+
+
+@dataclass(frozen=True)
+class Job:
+    """One singleton job: its lock prefix, the workers that may run it, its lock timings."""
+
+    name: str
+    prefix: str
+    workers: tuple[str, ...]
+    ttl: Duration
+    lock_delay: Duration
+    renew_interval: Duration
+    kill_grace: Duration
+    min_hold: Duration | None
+    schedule: str | None
+    line: int
+
+    @property
+    def lock_key(self) -> str:
+        """The key this job's lock lives at."""
+        return lock_key(self.prefix)
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A whole validated spec file; jobs and workers sorted by name."""
+
+    path: str
+    defaults: Defaults
+    workers: tuple[Worker, ...]
+    jobs: tuple[Job, ...]
+
+    def worker(self, name: str) -> Worker:
+        """The worker called `name` (KeyError if it is not declared)."""
+        for worker in self.workers:
+            if worker.name == name:
+                return worker
+        raise KeyError(name)
+
+    def jobs_for(self, worker: str) -> tuple[Job, ...]:
+        """The jobs `worker` may run."""
+        return tuple(job for job in self.jobs if worker in job.workers)

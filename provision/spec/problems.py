@@ -1,0 +1,36 @@
+"""Spec problems and the error carrying all of them at once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from provision.errors import InputError
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a spec, located: `FILE:LINE[:COL]: where: message`."""
+
+    path: str
+    line: int
+    where: str
+    message: str
+    column: int | None = None
+
+    def __str__(self) -> str:
+        column = f":{self.column}" if self.column is not None else ""
+        return f"{self.path}:{self.line}{column}: {self.where}: {self.message}"
+
+
+class SpecError(InputError):
+    """The spec is invalid; `problems` lists every problem found, in file order.
+
+    `str()` is a one-line summary so the CLI's error boundary stays one line; the CLI prints each
+    problem on its own line before it.
+    """
+
+    def __init__(self, path: str, problems: tuple[Problem, ...]) -> None:
+        count = len(problems)
+        super().__init__(f"{path}: {count} problem{'' if count == 1 else 's'}")
+        self.path = path
+        self.problems = problems
