@@ -1,0 +1,105 @@
+"""`lockctl render` and `lockctl lint`: ACL policies from the spec, and checks on policy files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from provision.errors import EXIT_FAILED
+from provision.lint import Finding, has_errors, lint_file
+from provision.render import check_rendered, render_policies, write_rendered
+from provision.spec import Spec, SpecError, load_spec
+from provision.templates import find_templates_dir
+
+DEFAULT_SPEC = Path("policies/locks.hcl")
+DEFAULT_OUT = Path("policies")
+
+SpecFile = Annotated[
+    Path, typer.Option("--spec", envvar="LOCKCTL_SPEC", help="The lock spec (HCL).")
+]
+OutDir = Annotated[Path, typer.Option("--out", help="Folder for the rendered policies.")]
+TemplatesDir = Annotated[
+    Optional[Path],  # noqa: UP045 - typer needs Optional on Python 3.10
+    typer.Option(
+        "--templates-dir",
+        envvar="LOCKCTL_TEMPLATES_DIR",
+        help="Your own templates (a copy of lockctl's templates/); default: the packaged ones.",
+    ),
+]
+Check = Annotated[
+    bool, typer.Option("--check", help="Write nothing; exit 1 and show the diff when stale.")
+]
+LintFiles = Annotated[list[Path], typer.Argument(help="ACL policy files (HCL rules).")]
+LintSpec = Annotated[
+    Optional[Path],  # noqa: UP045
+    typer.Option(
+        "--spec",
+        envvar="LOCKCTL_SPEC",
+        help=f"Check session rules and lockctl's policies against this spec "
+        f"(default: {DEFAULT_SPEC} when it exists).",
+    ),
+]
+Nodes = Annotated[
+    Optional[list[str]],  # noqa: UP045
+    typer.Option("--node", help="A worker node name session rules may name (repeatable)."),
+]
+
+
+def render(
+    spec: SpecFile = DEFAULT_SPEC,
+    out: OutDir = DEFAULT_OUT,
+    templates_dir: TemplatesDir = None,
+    check: Check = False,
+) -> None:
+    """Render one ACL policy per job and per worker, plus manifest.json, from the spec."""
+    result = render_policies(_load(spec), find_templates_dir(templates_dir))
+    if check:
+        diff = check_rendered(result, out)
+        if diff:
+            typer.echo(diff, nl=False)
+            typer.echo(f"lockctl: {out} is stale: run `lockctl render`", err=True)
+            raise typer.Exit(EXIT_FAILED)
+        typer.echo(f"{out}: up to date ({len(result.policies)} policies)")
+        return
+    report = write_rendered(result, out)
+    for name in report.written:
+        typer.echo(f"wrote {out / name}")
+    for name in report.removed:
+        typer.echo(f"removed {out / name}")
+    typer.echo(f"{out}: {len(result.policies)} policies, {len(report.unchanged)} files unchanged")
+
+
+def lint(files: LintFiles, spec: LintSpec = None, node: Nodes = None) -> None:
+    """Check Consul ACL policy files for rules that grant nothing, or too much. Exit 1 on errors."""
+    loaded = _load(spec) if spec else _load(DEFAULT_SPEC) if DEFAULT_SPEC.is_file() else None
+    findings: list[Finding] = []
+    for path in files:
+        if loaded and path.resolve() == Path(loaded.path).resolve():
+            typer.echo(f"{path}: skipped: it is the spec, not a policy", err=True)
+            continue
+        found = lint_file(path, declared_nodes=node, spec=loaded)
+        findings += found
+        for finding in found:
+            typer.echo(finding.describe(str(path)))
+    typer.echo(_lint_summary(findings, len(files)), err=bool(findings))
+    if has_errors(findings):
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _load(path: Path) -> Spec:
+    """Load the spec; print each problem on its own stderr line, then let the boundary exit 2."""
+    try:
+        return load_spec(path)
+    except SpecError as exc:
+        for problem in exc.problems:
+            typer.echo(str(problem), err=True)
+        raise
+
+
+def _lint_summary(findings: list[Finding], files: int) -> str:
+    errors = sum(1 for finding in findings if finding.severity == "error")
+    warnings = len(findings) - errors
+    plural = "" if files == 1 else "s"
+    return f"lockctl lint: {files} file{plural}, {errors} errors, {warnings} warnings"

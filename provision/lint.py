@@ -1,0 +1,433 @@
+"""A linter for Consul ACL rules: what Consul accepts silently but grants nothing, or too much.
+
+Consul 1.8 accepts unknown resources (Vault-style `path`), unknown attributes and `session` rules
+naming things that are not nodes, so a policy can look right and grant nothing; and one empty
+prefix grants everything. Consul will not say so: this module does.
+
+Parsing: ACL rules use the plain `resource "segment" { policy = "..." }` and `resource = "..."`
+forms, which HCL1 (what Consul parses with) and HCL2 read the same way. So this reuses the spec's
+positioned walk over python-hcl2's tree instead of a second tokenizer: one parser, real line
+numbers, and anything outside that common subset is reported rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from provision.errors import InputError
+from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError, parse_hcl
+from provision.spec.models import Spec
+from provision.spec.names import lock_policy_name, session_policy_name
+
+Severity = Literal["error", "warning"]
+MAX_RULES_BYTES = 1024 * 1024
+POLICY_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+BASIC = ("read", "write", "deny")
+KEY_VALUES = ("read", "write", "deny", "list")
+# Resources written `resource "segment" { ... }`, and the attributes each block may carry.
+SEGMENTED = {
+    **dict.fromkeys(
+        (
+            "agent",
+            "agent_prefix",
+            "event",
+            "event_prefix",
+            "identity",
+            "identity_prefix",
+            "node",
+            "node_prefix",
+            "query",
+            "query_prefix",
+            "session",
+            "session_prefix",
+        ),
+        ("policy",),
+    ),
+    "key": ("policy",),
+    "key_prefix": ("policy",),
+    "service": ("policy", "intentions"),
+    "service_prefix": ("policy", "intentions"),
+}
+# Enterprise scopes that hold nested rules; their own attributes are listed.
+SCOPES = {
+    "namespace": ("policy", "intentions"),
+    "namespace_prefix": ("policy", "intentions"),
+    "partition": ("mesh", "peering"),
+    "partition_prefix": ("mesh", "peering"),
+}
+# Resources written `resource = "policy"`.
+UNSEGMENTED = ("acl", "keyring", "mesh", "operator", "peering")
+EXACT_TO_PREFIX = {name: f"{name}_prefix" for name in SEGMENTED if not name.endswith("_prefix")}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem in a policy: where, how bad, which check, why, and how to fix it."""
+
+    severity: Severity
+    line: int
+    rule: str
+    message: str
+    fix: str
+
+    def describe(self, path: str) -> str:
+        """The one-line form: `FILE:LINE: severity: rule: message (fix: ...)`."""
+        return f"{path}:{self.line}: {self.severity}: {self.rule}: {self.message} (fix: {self.fix})"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a rule grants, without its position: `key_prefix "locks/a/"` write."""
+
+    resource: str
+    segment: str | None
+    policy: str
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What one policy may grant, from the spec: exactly `rules` and nothing more."""
+
+    rules: frozenset[Rule]
+    why: str
+
+
+def expectation_for(spec: Spec, policy_name: str) -> Expectation | None:
+    """What the spec says policy `policy_name` needs, or None when it is not a lockctl policy."""
+    for job in spec.jobs:
+        if policy_name == lock_policy_name(job.name):
+            rule = Rule("key_prefix", job.prefix, "write")
+            return Expectation(frozenset({rule}), f'job "{job.name}" needs only its prefix')
+    for worker in spec.workers:
+        if policy_name == session_policy_name(worker.name):
+            rule = Rule("session", worker.name, "write")
+            return Expectation(frozenset({rule}), f'worker "{worker.name}" needs only its node')
+    return None
+
+
+def lint_file(
+    path: Path,
+    *,
+    declared_nodes: Collection[str] | None = None,
+    spec: Spec | None = None,
+) -> list[Finding]:
+    """Lint the policy file at `path`; its name (without `.hcl`) is the policy's name."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > MAX_RULES_BYTES:
+        return [_finding("error", 1, "file", f"is {len(data)} bytes", "split the policy")]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return [_finding("error", 1, "file", "is not UTF-8", "save the policy as UTF-8")]
+    name = path.name.removesuffix(".hcl")
+    expected = expectation_for(spec, name) if spec is not None else None
+    nodes = declared_nodes if spec is None else [w.name for w in spec.workers]
+    return lint_rules(text, name=name, declared_nodes=nodes, expected=expected)
+
+
+def lint_rules(
+    text: str,
+    *,
+    name: str,
+    declared_nodes: Collection[str] | None = None,
+    expected: Expectation | None = None,
+) -> list[Finding]:
+    """Every finding for the rules `text` of policy `name`, sorted by line.
+
+    `declared_nodes` (the spec's workers) lets `session` rules be checked against real node
+    names; `expected` (from `expectation_for`) flags anything broader than the job needs.
+    """
+    try:
+        body = parse_hcl(text)
+    except HclSyntaxError as exc:
+        fix = 'write rules as: key_prefix "locks/job/" { policy = "write" }'
+        return [_finding("error", exc.line, "syntax", f"column {exc.column}: {exc.message}", fix)]
+    findings = _name_findings(name)
+    findings += _body_findings(body, declared_nodes)
+    if expected is not None:
+        findings += _expectation_findings(_grants(body), expected, name)
+    return sorted(findings, key=lambda f: (f.line, f.rule, f.message))
+
+
+def has_errors(findings: Iterable[Finding]) -> bool:
+    """Whether any finding is an error (warnings alone do not fail a lint)."""
+    return any(finding.severity == "error" for finding in findings)
+
+
+def _finding(severity: Severity, line: int, rule: str, message: str, fix: str) -> Finding:
+    return Finding(severity, line, rule, message, fix)
+
+
+def _name_findings(name: str) -> list[Finding]:
+    if POLICY_NAME.fullmatch(name):
+        return []
+    return [
+        _finding(
+            "error",
+            1,
+            "policy-name",
+            f'"{name}" is not a valid Consul policy name',
+            "use only letters, digits, '-' and '_' (at most 128)",
+        )
+    ]
+
+
+# --- structure ------------------------------------------------------------------------------
+
+
+def _body_findings(body: Body, nodes: Collection[str] | None) -> list[Finding]:
+    findings: list[Finding] = []
+    for attribute in body.attributes:
+        findings += _attribute_rule(attribute)
+    seen: dict[tuple[str, str], int] = {}
+    for block in body.blocks:
+        findings += _block_rule(block, nodes)
+        findings += _duplicate(block, seen)
+    return findings
+
+
+def _attribute_rule(attribute: Attribute) -> list[Finding]:
+    """`acl = "write"` and friends."""
+    name, line = attribute.name, attribute.line
+    if name in SEGMENTED or name in SCOPES:
+        fix = f'write {name} "<segment>" {{ policy = "read" }}'
+        return [_finding("error", line, "rule-syntax", f"{name} needs a segment", fix)]
+    if name not in UNSEGMENTED:
+        return [_unknown_resource(name, line, None)]
+    value = attribute.value
+    if not isinstance(value, str) or value not in BASIC:
+        return [_invalid_policy(name, value, line, BASIC)]
+    return _unsegmented_breadth(name, value, line)
+
+
+def _unsegmented_breadth(name: str, value: str, line: int) -> list[Finding]:
+    if value == "write" and name != "peering":
+        why = {
+            "acl": "can create tokens and policies, so it can grant itself anything",
+            "operator": "can change Raft peers and autopilot: it can break the cluster",
+            "keyring": "can replace the gossip encryption keys",
+            "mesh": "can change every service mesh setting",
+        }[name]
+        fix = f'remove {name} = "write"; a lock job needs none of it'
+        return [_finding("error", line, "over-broad", f'{name} = "write" {why}', fix)]
+    if name == "acl" and value == "read":
+        fix = 'remove acl = "read"; a lock job needs none of it'
+        return [
+            _finding(
+                "warning", line, "over-broad", 'acl = "read" lists every token and policy', fix
+            )
+        ]
+    return []
+
+
+def _block_rule(block: Block, nodes: Collection[str] | None) -> list[Finding]:
+    kind = block.type
+    if kind in UNSEGMENTED:
+        fix = f'write {kind} = "read" (no segment, no block)'
+        return [_finding("error", block.line, "rule-syntax", f"{kind} takes no segment", fix)]
+    if kind not in SEGMENTED and kind not in SCOPES:
+        segment = _segment(block)
+        return [_unknown_resource(kind, block.line, segment)]
+    segment = _segment(block)
+    if segment is None:
+        fix = f'write {kind} "<segment>" {{ policy = "read" }} with one quoted segment'
+        return [
+            _finding("error", block.line, "rule-syntax", f"{kind} needs one quoted segment", fix)
+        ]
+    if kind in SCOPES:
+        return _scope_rule(block, nodes)
+    findings = _rule_attributes(block, SEGMENTED[kind])
+    policy = _policy(block)
+    if policy is not None and policy != "deny":
+        findings += _breadth(kind, segment, block.line, nodes)
+    return findings
+
+
+def _segment(block: Block) -> str | None:
+    if len(block.labels) != 1 or not block.labels[0].quoted:
+        return None
+    return block.labels[0].text
+
+
+def _scope_rule(block: Block, nodes: Collection[str] | None) -> list[Finding]:
+    """Enterprise namespace/partition scopes: check their own attributes and nested rules."""
+    findings: list[Finding] = []
+    allowed = SCOPES[block.type]
+    for attribute in block.body.attributes:
+        if attribute.name not in allowed:
+            findings.append(_unknown_attribute(block.type, attribute, allowed))
+        elif not isinstance(attribute.value, str) or attribute.value not in BASIC:
+            findings.append(_invalid_policy(attribute.name, attribute.value, attribute.line, BASIC))
+    inner = Body((), block.body.blocks)
+    return findings + _body_findings(inner, nodes)
+
+
+def _rule_attributes(block: Block, allowed: tuple[str, ...]) -> list[Finding]:
+    findings: list[Finding] = []
+    values = KEY_VALUES if block.type in ("key", "key_prefix") else BASIC
+    for attribute in block.body.attributes:
+        if attribute.name not in allowed:
+            findings.append(_unknown_attribute(block.type, attribute, allowed))
+        elif not isinstance(attribute.value, str) or attribute.value not in values:
+            findings.append(
+                _invalid_policy(attribute.name, attribute.value, attribute.line, values)
+            )
+    for nested in block.body.blocks:
+        if nested.type != "sentinel" or block.type not in ("key", "key_prefix"):
+            fix = f'keep only policy = "..." inside {block.type}'
+            message = f"unexpected block {nested.type} inside {block.type}: Consul ignores it"
+            findings.append(_finding("error", nested.line, "unknown-attribute", message, fix))
+    if "policy" not in {a.name for a in block.body.attributes}:
+        fix = 'add policy = "read" (or "write", "deny")'
+        message = f"{block.type} has no policy: it grants nothing"
+        findings.append(_finding("error", block.line, "missing-policy", message, fix))
+    return findings
+
+
+def _policy(block: Block) -> str | None:
+    for attribute in block.body.attributes:
+        if attribute.name == "policy" and isinstance(attribute.value, str):
+            return attribute.value
+    return None
+
+
+def _duplicate(block: Block, seen: dict[tuple[str, str], int]) -> list[Finding]:
+    segment = _segment(block)
+    if segment is None or block.type not in SEGMENTED:
+        return []
+    key = (block.type, segment)
+    if key not in seen:
+        seen[key] = block.line
+        return []
+    message = f'{block.type} "{segment}" again; the first is on line {seen[key]}'
+    return [_finding("warning", block.line, "duplicate-rule", message, "keep one rule per segment")]
+
+
+def _unknown_resource(kind: str, line: int, segment: str | None) -> Finding:
+    message = (
+        f"{kind} is not a Consul ACL resource: Consul accepts it silently and it grants nothing"
+    )
+    if kind == "path":
+        target = segment.rstrip("/") + "/" if segment else "locks/<job>/"
+        fix = f'path is Vault syntax; for KV use key_prefix "{target}" {{ policy = "write" }}'
+    else:
+        close = difflib.get_close_matches(kind, [*SEGMENTED, *UNSEGMENTED, *SCOPES], n=1)
+        fix = f"did you mean {close[0]}?" if close else "use key, key_prefix, session, node, ..."
+    return _finding("error", line, "unknown-resource", message, fix)
+
+
+def _unknown_attribute(kind: str, attribute: Attribute, allowed: tuple[str, ...]) -> Finding:
+    message = f"{attribute.name} is not an attribute of {kind}: Consul ignores it"
+    fix = f"use only {', '.join(allowed)}"
+    if attribute.name == "capabilities":
+        fix = 'capabilities is Vault syntax; write policy = "write"'
+    return _finding("error", attribute.line, "unknown-attribute", message, fix)
+
+
+def _invalid_policy(name: str, value: object, line: int, allowed: tuple[str, ...]) -> Finding:
+    shown = f'"{value}"' if isinstance(value, str) else "a non-string value"
+    message = f"{name} = {shown} is not a policy value: Consul refuses the policy"
+    fix = "use " + ", ".join(f'"{v}"' for v in allowed)
+    return _finding("error", line, "invalid-policy", message, fix)
+
+
+# --- breadth --------------------------------------------------------------------------------
+
+
+def _breadth(kind: str, segment: str, line: int, nodes: Collection[str] | None) -> list[Finding]:
+    """What a granting (non-deny) rule reaches beyond what its author likely meant."""
+    if kind.endswith("_prefix") and segment == "":
+        base = kind.removesuffix("_prefix")
+        message = f'{kind} "" grants every {base}, not one'
+        fix = f'name exactly what is needed, e.g. {base} "<name>" or {kind} "<name>/"'
+        return [_finding("error", line, "over-broad", message, fix)]
+    if kind in EXACT_TO_PREFIX and segment == "":
+        return [_empty_exact(kind, line)]
+    if kind == "session":
+        return _session_node(segment, line, nodes)
+    if kind == "session_prefix":
+        message = f'session_prefix "{segment}" allows sessions on every node whose name starts so'
+        fix = 'use session "<worker node>" for each worker'
+        return [_finding("warning", line, "over-broad", message, fix)]
+    if kind == "key_prefix" and not segment.endswith("/"):
+        message = f'key_prefix "{segment}" also matches "{segment}x..." and any longer sibling'
+        return [
+            _finding("warning", line, "prefix-without-slash", message, "end the prefix with '/'")
+        ]
+    return []
+
+
+def _empty_exact(kind: str, line: int) -> Finding:
+    if kind == "session":
+        message = 'session "" is an exact match on a node named "", not a prefix: it grants nothing'
+        fix = 'name the worker node: session "worker-1" (session_prefix "" would be every node)'
+        return _finding("error", line, "session-empty-name", message, fix)
+    message = f'{kind} "" is an exact match on the empty name, not a prefix: it grants nothing'
+    return _finding("error", line, "empty-exact-name", message, f"name the {kind} exactly")
+
+
+def _session_node(segment: str, line: int, nodes: Collection[str] | None) -> list[Finding]:
+    if nodes is None:
+        message = f'session "{segment}": cannot tell whether it is a worker node name'
+        fix = "lint with --spec (or --node NAME) so session rules can be checked"
+        return [_finding("warning", line, "session-not-a-node", message, fix)]
+    if segment in nodes:
+        return []
+    known = ", ".join(sorted(nodes)) or "none"
+    message = (
+        f'session "{segment}" names no declared worker node ({known}): session rules match the '
+        "node of the agent serving the request, not a session's Name, so it grants nothing"
+    )
+    fix = 'use session "<worker node>", e.g. session "worker-1"'
+    return [_finding("error", line, "session-not-a-node", message, fix)]
+
+
+# --- against the spec -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Grant:
+    rule: Rule
+    line: int
+
+
+def _grants(body: Body) -> list[_Grant]:
+    """Every rule in the policy as (resource, segment, policy), unparseable ones as written."""
+    grants = [
+        _Grant(Rule(a.name, None, a.value if isinstance(a.value, str) else "?"), a.line)
+        for a in body.attributes
+    ]
+    for block in body.blocks:
+        policy = _policy(block) or "?"
+        grants.append(_Grant(Rule(block.type, _segment(block), policy), block.line))
+    return grants
+
+
+def _expectation_findings(grants: list[_Grant], expected: Expectation, name: str) -> list[Finding]:
+    findings: list[Finding] = []
+    for grant in grants:
+        if grant.rule not in expected.rules and grant.rule.policy != "deny":
+            shown = _show_rule(grant.rule)
+            message = f"{shown} is broader than needed: {expected.why}"
+            fix = "grant only " + "; ".join(_show_rule(r) for r in sorted(expected.rules, key=str))
+            findings.append(_finding("error", grant.line, "broader-than-needed", message, fix))
+    present = {grant.rule for grant in grants}
+    for rule in sorted(expected.rules - present, key=str):
+        message = f"{name} lacks {_show_rule(rule)}: {expected.why}"
+        fix = f"add {_show_rule(rule)}"
+        findings.append(_finding("error", 1, "missing-grant", message, fix))
+    return findings
+
+
+def _show_rule(rule: Rule) -> str:
+    if rule.segment is None:
+        return f'{rule.resource} = "{rule.policy}"'
+    return f'{rule.resource} "{rule.segment}" {{ policy = "{rule.policy}" }}'
