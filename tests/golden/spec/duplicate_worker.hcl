@@ -1,0 +1,11 @@
+worker "worker-1" {
+  address = "http://127.0.0.21:8500"
+}
+worker "worker-2" {}
+worker "worker-2" {
+  address = "http://127.0.0.22:8500"
+}
+job "a" {
+  prefix  = "locks/a/"
+  workers = ["worker-1"]
+}

@@ -1,0 +1,4 @@
+job "a" {
+  prefix  = "locks/a/"
+  workers = []
+}

@@ -1,0 +1,23 @@
+defaults {
+  ttl = "20s"
+  lock_delay = "0s"
+  renew_interval = "5s"
+  kill_grace = "2s"
+  min_hold = "30s"
+}
+worker "worker-1" {
+  address = "http://127.0.0.21:8500"
+}
+worker "worker-2" {}
+job "a" {
+  prefix  = "locks/a/"
+  workers = ["worker-1"]
+  ttl = "1m30s"
+  schedule = "*-*-* 02:00:00"
+}
+job "b" {
+  prefix  = "locks/b/"
+  workers = ["worker-2", "worker-1"]
+  lock_delay = "60s"
+  renew_interval = "1s"
+}

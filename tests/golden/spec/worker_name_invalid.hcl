@@ -1,0 +1,5 @@
+worker "worker 1" {}
+job "a" {
+  prefix  = "locks/a/"
+  workers = ["worker 1"]
+}

@@ -1,0 +1,196 @@
+"""The spec: golden cases (tests/golden/spec/CASE.hcl -> CASE.json), durations, the HCL walk."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provision.errors import EXIT_INPUT, InputError
+from provision.spec import (
+    MAX_SPEC_BYTES,
+    Spec,
+    SpecError,
+    format_duration,
+    load_spec,
+    parse_duration,
+    parse_spec,
+    prefix_problem,
+)
+from provision.spec.durations import DurationSyntaxError
+from provision.spec.hcl import Unsupported, parse_hcl
+from provision.spec.names import is_valid_name, lock_policy_name, session_policy_name
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "spec"
+CASES = sorted(path.stem for path in GOLDEN.glob("*.hcl"))
+EXAMPLE = Path(__file__).resolve().parents[2] / "policies" / "locks.hcl"
+
+
+def _describe(spec: Spec) -> dict[str, Any]:
+    """The golden JSON form of a valid spec."""
+
+    def text(duration: Any) -> str | None:
+        return None if duration is None else str(duration.text)
+
+    jobs = [
+        {
+            "name": job.name,
+            "prefix": job.prefix,
+            "workers": list(job.workers),
+            "ttl": text(job.ttl),
+            "lock_delay": text(job.lock_delay),
+            "renew_interval": text(job.renew_interval),
+            "kill_grace": text(job.kill_grace),
+            "min_hold": text(job.min_hold),
+            "schedule": job.schedule,
+            "line": job.line,
+        }
+        for job in spec.jobs
+    ]
+    workers = [{"name": w.name, "address": w.address, "line": w.line} for w in spec.workers]
+    return {"valid": True, "jobs": jobs, "workers": workers}
+
+
+def test_there_are_golden_cases_for_valid_and_invalid_specs() -> None:
+    expected = [json.loads((GOLDEN / f"{case}.json").read_text()) for case in CASES]
+    assert sum(1 for e in expected if e["valid"]) >= 3
+    assert sum(1 for e in expected if not e["valid"]) >= 60
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden_spec(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(GOLDEN)
+    expected = json.loads((GOLDEN / f"{case}.json").read_text(encoding="utf-8"))
+    if expected["valid"]:
+        assert _describe(load_spec(Path(f"{case}.hcl"))) == expected
+        return
+    with pytest.raises(SpecError) as caught:
+        load_spec(Path(f"{case}.hcl"))
+    assert [str(problem) for problem in caught.value.problems] == expected["problems"]
+    assert str(caught.value) == expected["summary"]
+
+
+def test_spec_error_is_one_line_input_error_with_every_problem() -> None:
+    text = 'worker "w" {}\njob "a" {\n  prefix = ""\n  workers = ["x"]\n  ttl = "1s"\n}\n'
+    with pytest.raises(SpecError) as caught:
+        parse_spec(text, "s.hcl")
+    error = caught.value
+    assert isinstance(error, InputError) and error.exit_code == EXIT_INPUT
+    assert str(error) == "s.hcl: 3 problems"
+    assert [p.line for p in error.problems] == [3, 4, 5]
+    assert all("\n" not in str(p) for p in error.problems)
+
+
+def test_file_larger_than_the_bound_is_refused(tmp_path: Path) -> None:
+    big = tmp_path / "big.hcl"
+    big.write_bytes(b"#" * (MAX_SPEC_BYTES + 1))
+    with pytest.raises(SpecError) as caught:
+        load_spec(big)
+    assert f"a spec may be at most {MAX_SPEC_BYTES}" in str(caught.value.problems[0])
+
+
+def test_missing_file_is_an_input_error(tmp_path: Path) -> None:
+    with pytest.raises(InputError, match="cannot read"):
+        load_spec(tmp_path / "nope.hcl")
+
+
+def test_example_spec_is_realistic() -> None:
+    spec = load_spec(EXAMPLE)
+    assert len(spec.jobs) == 3 and [w.name for w in spec.workers] == [
+        "worker-1",
+        "worker-2",
+        "worker-3",
+    ]
+    assert [w.address for w in spec.workers] == [f"http://127.0.0.2{n}:8500" for n in (1, 2, 3)]
+    assert any(job.workers == ("worker-1", "worker-2") for job in spec.jobs)
+    assert spec.jobs_for("worker-3") and spec.worker("worker-1").line > 0
+
+
+def test_defaults_fill_in_and_renew_interval_is_a_third_of_the_ttl() -> None:
+    spec = parse_spec('worker "w" {}\njob "a" {\n  prefix = "l/a/"\n  workers = ["w"]\n}\n', "s")
+    (job,) = spec.jobs
+    assert (job.ttl.seconds, job.lock_delay.seconds, job.kill_grace.seconds) == (15, 15, 5)
+    assert job.renew_interval.seconds == 5 and job.renew_interval.text == "5s"
+    assert job.min_hold is None and job.schedule is None and job.lock_key == "l/a/.lock"
+    assert spec.worker("w").address == "http://127.0.0.1:8500"
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("15s", 15),
+        ("1m30s", 90),
+        ("500ms", 0.5),
+        ("2h", 7200),
+        ("1.5h", 5400),
+        ("0", 0),
+        ("-1s", -1),
+        ("+2m", 120),
+        ("1h0m10.5s", 3610.5),
+        ("250us", 0.00025),
+        ("250µs", 0.00025),
+        ("10ns", 1e-8),
+    ],
+)
+def test_go_durations_parse(text: str, seconds: float) -> None:
+    assert parse_duration(text).seconds == pytest.approx(seconds)
+    assert parse_duration(text).text == text
+
+
+@pytest.mark.parametrize("text", ["", "15", "15 s", "s", "1d", "1.2.3s", "-", "1m 30s", "fifteen"])
+def test_bad_durations_are_refused(text: str) -> None:
+    with pytest.raises(DurationSyntaxError):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0s"), (0.5, "500ms"), (5, "5s"), (90, "1m30s"), (3600, "1h"), (10 / 3, "3.333s")],
+)
+def test_format_duration(seconds: float, text: str) -> None:
+    assert format_duration(seconds) == text
+    assert parse_duration(text).seconds == pytest.approx(seconds, abs=0.001)
+
+
+def test_hcl_walk_keeps_lines_decodes_escapes_and_marks_computed_values() -> None:
+    body = parse_hcl('a = "x\\ty\\u00e9\\U0010FFFF"\n\nb "l" {\n  c = [1, true, null, d]\n}\n')
+    (a,) = body.attributes
+    assert (a.name, a.value, a.line) == ("a", "x\ty\u00e9\U0010ffff", 1)
+    (block,) = body.blocks
+    assert (block.type, block.labels[0].text, block.line) == ("b", "l", 3)
+    (c,) = block.body.attributes
+    assert c.value == (1, True, None, Unsupported("a bare word (quote it)"))
+
+
+def test_hcl_out_of_range_unicode_escape_stays_literal() -> None:
+    (a,) = parse_hcl('a = "\\UFFFFFFFF"').attributes
+    assert a.value == "\\UFFFFFFFF"
+
+
+def test_policy_names_derive_from_job_and_worker_names() -> None:
+    assert lock_policy_name("nightly") == "lock-nightly"
+    assert session_policy_name("worker-1") == "session-worker-1"
+    assert is_valid_name("a") and is_valid_name("a_b-9") and not is_valid_name("a" * 65)
+
+
+NASTY = "ab/._-AZ09 \t\n\"'`\\{}$%é*:..//"
+
+
+def test_random_prefixes_are_accepted_only_when_plain() -> None:
+    """A property test without hypothesis: seeded random strings over a nasty alphabet."""
+    rng = random.Random(3)
+    accepted = 0
+    for _ in range(5000):
+        prefix = "".join(
+            rng.choice(NASTY) if rng.random() < 0.2 else rng.choice("ab/")
+            for _ in range(rng.randint(0, 12))
+        )
+        if prefix_problem(prefix) is None:
+            accepted += 1
+            assert prefix.endswith("/") and not prefix.startswith("/")
+            assert ".." not in prefix and "//" not in prefix
+            assert all(c.isascii() and (c.isalnum() or c in "._-/") for c in prefix)
+    assert accepted > 200
