@@ -87,9 +87,11 @@ def install_consul(
     found = find_consul(env, cache_dir)
     if found is not None:
         return found
-    source = AptSource(env["LOCKCTL_APT_MIRROR"], DEFAULT_KEYRING) if env.get(
-        "LOCKCTL_APT_MIRROR"
-    ) else find_debian_mirror()
+    source = (
+        AptSource(env["LOCKCTL_APT_MIRROR"], DEFAULT_KEYRING)
+        if env.get("LOCKCTL_APT_MIRROR")
+        else find_debian_mirror()
+    )
     path = _fetch_with_apt(source, cache_dir)
     return ConsulBinary(path, consul_version(path), "apt")
 
@@ -108,9 +110,7 @@ def consul_version(path: Path) -> str:
     return match.group(1)
 
 
-def find_debian_mirror(
-    sources: Path = APT_SOURCES, parts: Path = APT_SOURCE_PARTS
-) -> AptSource:
+def find_debian_mirror(sources: Path = APT_SOURCES, parts: Path = APT_SOURCE_PARTS) -> AptSource:
     """The Debian archive the machine's apt is configured with (not its security archive)."""
     for entry in _apt_entries(sources, parts):
         if entry is not None:
@@ -158,8 +158,11 @@ def _deb822(text: str) -> Iterator[Stanza]:
         signed_by = fields.get("signed-by", "")
         keyring = Path(signed_by) if signed_by.startswith("/") else None
         for uri in fields.get("uris", "").split():
-            yield uri, fields.get("suites", "").split(), fields.get("components", "").split(), (
-                keyring
+            yield (
+                uri,
+                fields.get("suites", "").split(),
+                fields.get("components", "").split(),
+                (keyring),
             )
 
 
@@ -202,7 +205,7 @@ def _fetch_with_apt(source: AptSource, cache_dir: Path) -> Path:
         extracted = Path(tmp) / "usr" / "bin" / "consul"
         if not extracted.is_file():
             raise LocalEnvironmentError(f"{deb.name} holds no usr/bin/consul")
-        os.chmod(extracted, 0o755)
+        os.chmod(extracted, 0o755)  # noqa: S103 - a program, as /usr/bin/consul is
         os.replace(extracted, target)  # atomic: a concurrent reader sees no half-copied binary
     return target
 

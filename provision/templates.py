@@ -55,7 +55,8 @@ def render_template(env: jinja2.Environment, name: str, context: Mapping[str, An
     except jinja2.TemplateNotFound:
         raise InputError(f"template {name!r} not found in {_search_path(env)}") from None
     except jinja2.TemplateSyntaxError as exc:
-        raise InputError(_describe(env, exc.name or name, exc.lineno, exc.message)) from None
+        message = exc.message or "syntax error"
+        raise InputError(_describe(env, exc.name or name, exc.lineno, message)) from None
     except jinja2.UndefinedError as exc:
         raise InputError(_describe(env, name, _error_line(exc, name), str(exc))) from None
 

@@ -20,7 +20,7 @@ class ErrorBoundaryGroup(TyperGroup):
     they are bugs.
     """
 
-    def invoke(self, ctx: typer.Context) -> Any:
+    def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except LockctlError as exc:

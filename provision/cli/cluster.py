@@ -2,6 +2,132 @@
 
 from __future__ import annotations
 
-import typer
+import json
+import shlex
+from pathlib import Path
+from typing import Annotated
 
-app = typer.Typer(help="A local cluster of real Consul agents on loopback, ACLs on.", no_args_is_help=True)
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from provision.cluster.layout import DEFAULT_STATE_DIR, DEFAULT_SUBNET
+from provision.cluster.local import (
+    ClusterStatus,
+    cluster_down,
+    cluster_env,
+    cluster_status,
+    cluster_up,
+)
+from provision.errors import EXIT_FAILED
+
+app = typer.Typer(
+    help="A local cluster of real Consul agents on loopback: 3 servers, worker-1 and worker-2, "
+    "ACLs on with default deny.",
+    no_args_is_help=True,
+)
+
+StateDir = Annotated[
+    Path,
+    typer.Option(
+        "--state-dir",
+        envvar="LOCKCTL_CLUSTER_DIR",
+        help="Folder for the agents' configs, data, logs, pidfiles and the management token.",
+    ),
+]
+Subnet = Annotated[
+    str,
+    typer.Option(
+        "--subnet", envvar="LOCKCTL_CLUSTER_SUBNET", help="Loopback /24 for the agents' addresses."
+    ),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+@app.command()
+def up(
+    state_dir: StateDir = DEFAULT_STATE_DIR,
+    subnet: Subnet = DEFAULT_SUBNET,
+    templates_dir: Annotated[
+        Path | None, typer.Option("--templates-dir", help="Use these templates instead.")
+    ] = None,
+) -> None:
+    """Start (or recover) the cluster, bootstrap ACLs, and wait until every agent is healthy."""
+    result = cluster_up(state_dir, subnet=subnet, templates_dir=templates_dir)
+    started = ", ".join(result.started) or "none (all were running)"
+    typer.echo(f"{result.consul.describe()}")
+    typer.echo(f"started: {started}")
+    typer.echo(f"ACLs: {'bootstrapped now' if result.bootstrapped else 'bootstrapped before'}")
+    typer.echo(f"ready in {result.seconds:.1f} s")
+    token_file = result.status.layout.management_token_file
+    typer.echo(f"management token: {token_file} (mode 0600, never printed)")
+    _print_status(result.status)
+    typer.echo('use it: eval "$(lockctl cluster env)"')
+
+
+@app.command()
+def down(state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
+    """Stop the agents this cluster started (by pidfile) and delete its data."""
+    stopped = cluster_down(state_dir)
+    typer.echo(f"stopped: {', '.join(stopped) or 'nothing was running'}; removed {state_dir}")
+
+
+@app.command()
+def status(state_dir: StateDir = DEFAULT_STATE_DIR, as_json: AsJson = False) -> None:
+    """Show each agent's process, reachability and health; exit 1 unless all is well."""
+    current = cluster_status(state_dir)
+    if as_json:
+        typer.echo(json.dumps(_status_record(current), indent=2))
+    else:
+        _print_status(current)
+    if not current.healthy:
+        raise typer.Exit(EXIT_FAILED)
+
+
+@app.command()
+def env(state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
+    """Print the shell exports that point consul and lockctl at this cluster.
+
+    Use: eval "$(lockctl cluster env)"
+    """
+    typer.echo("unset CONSUL_HTTP_TOKEN")
+    for name, value in cluster_env(state_dir):
+        typer.echo(f"export {name}={shlex.quote(value)}")
+
+
+def _status_record(current: ClusterStatus) -> dict[str, object]:
+    return {
+        "healthy": current.healthy,
+        "leader": current.leader,
+        "acl_ready": current.acl_ready,
+        "agents": [
+            {
+                "name": state.agent.name,
+                "role": "server" if state.agent.server else "client",
+                "address": state.agent.http_address,
+                "pid": state.pid,
+                "running": state.running,
+                "reachable": state.reachable,
+                "health": state.health,
+            }
+            for state in current.agents
+        ],
+    }
+
+
+def _print_status(current: ClusterStatus) -> None:
+    table = Table("agent", "role", "address", "pid", "process", "http", "serfHealth")
+    for state in current.agents:
+        table.add_row(
+            state.agent.name,
+            "server" if state.agent.server else "client",
+            state.agent.http_address.removeprefix("http://"),
+            str(state.pid or "-"),
+            "running" if state.running else "stopped",
+            "ok" if state.reachable else "unreachable",
+            state.health,
+        )
+    Console().print(table)
+    leader = current.leader or "none"
+    acl = "bootstrapped, management token accepted" if current.acl_ready else "not ready"
+    typer.echo(f"leader: {leader}   ACLs: {acl}   healthy: {'yes' if current.healthy else 'no'}")

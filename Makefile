@@ -1,0 +1,33 @@
+# The two set-up commands (README, quick start), each complete on a fresh machine:
+#   make demo   the main job: install everything, start the local Consul cluster, show it
+#   make test   the whole suite: install everything, then lint, format check, types, tests
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.installed
+
+.PHONY: demo test check consul down clean
+
+demo: $(STAMP) consul
+	$(BIN)/lockctl cluster up
+	$(BIN)/lockctl cluster status
+
+test: $(STAMP) consul
+	scripts/check
+
+check: $(STAMP)
+	scripts/check
+
+consul:
+	scripts/install-consul
+
+down: $(STAMP)
+	$(BIN)/lockctl cluster down
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP)
+
+clean: down
+	rm -rf $(VENV) .cache .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,1 @@
+"""The local cluster of real Consul agents (see local.py)."""

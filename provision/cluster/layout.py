@@ -1,0 +1,114 @@
+"""What a local cluster is made of: which agents, where, and where its state lives."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from provision.errors import InputError, LocalEnvironmentError
+
+DEFAULT_SUBNET = "127.0.0"  # servers at .11-.13, worker agents at .21-.22
+DEFAULT_STATE_DIR = Path(".lockctl/cluster")
+SERVER_HOSTS = (11, 12, 13)
+WORKER_HOSTS = (21, 22)
+HTTP_PORT = 8500
+LAYOUT_FILE = "cluster.json"
+MANAGEMENT_TOKEN_FILE = "management.token"  # noqa: S105 - a file name, not a secret
+
+
+@dataclass(frozen=True)
+class AgentSpec:
+    """One Consul agent: its node name, loopback address, and whether it is a server."""
+
+    name: str
+    address: str
+    server: bool
+
+    @property
+    def http_address(self) -> str:
+        return f"http://{self.address}:{HTTP_PORT}"
+
+
+@dataclass(frozen=True)
+class ClusterLayout:
+    """The agents of a local cluster and the folder holding their configs, data and pidfiles."""
+
+    state_dir: Path
+    agents: tuple[AgentSpec, ...]
+    datacenter: str = "dc1"
+
+    @property
+    def servers(self) -> tuple[AgentSpec, ...]:
+        return tuple(agent for agent in self.agents if agent.server)
+
+    @property
+    def workers(self) -> tuple[AgentSpec, ...]:
+        return tuple(agent for agent in self.agents if not agent.server)
+
+    @property
+    def management_token_file(self) -> Path:
+        return self.state_dir / MANAGEMENT_TOKEN_FILE
+
+    def agent_dir(self, agent: AgentSpec) -> Path:
+        return self.state_dir / agent.name
+
+    def pidfile(self, agent: AgentSpec) -> Path:
+        return self.agent_dir(agent) / "consul.pid"
+
+    def config_file(self, agent: AgentSpec) -> Path:
+        return self.agent_dir(agent) / "agent.hcl"
+
+    def log_file(self, agent: AgentSpec) -> Path:
+        return self.agent_dir(agent) / "consul.log"
+
+    def data_dir(self, agent: AgentSpec) -> Path:
+        return self.agent_dir(agent) / "data"
+
+
+def default_layout(state_dir: Path, subnet: str = DEFAULT_SUBNET) -> ClusterLayout:
+    """3 servers (server-1..3 at .11-.13) and worker-1, worker-2 (.21, .22) in a 127/8 /24."""
+    _check_subnet(subnet)
+    servers = [_agent("server", n, subnet, host, True) for n, host in enumerate(SERVER_HOSTS, 1)]
+    workers = [_agent("worker", n, subnet, host, False) for n, host in enumerate(WORKER_HOSTS, 1)]
+    return ClusterLayout(state_dir.absolute(), tuple(servers + workers))
+
+
+def _agent(role: str, number: int, subnet: str, host: int, server: bool) -> AgentSpec:
+    return AgentSpec(f"{role}-{number}", f"{subnet}.{host}", server)
+
+
+def _check_subnet(subnet: str) -> None:
+    try:
+        network = ipaddress.IPv4Network(f"{subnet}.0/24")
+    except ValueError:
+        raise InputError(f"--subnet {subnet!r}: expected three octets such as 127.0.0") from None
+    if not network.subnet_of(ipaddress.IPv4Network("127.0.0.0/8")):
+        raise InputError(f"--subnet {subnet}: must be inside 127.0.0.0/8 (loopback only)")
+
+
+def save_layout(layout: ClusterLayout) -> None:
+    """Record the layout, so later commands (status, down, env) act on the same agents."""
+    record = {
+        "datacenter": layout.datacenter,
+        "agents": [asdict(agent) for agent in layout.agents],
+    }
+    path = layout.state_dir / LAYOUT_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def load_layout(state_dir: Path) -> ClusterLayout | None:
+    """The layout recorded in `state_dir`, or None if no cluster was ever started there."""
+    path = state_dir.absolute() / LAYOUT_FILE
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        agents = tuple(AgentSpec(**agent) for agent in record["agents"])
+        return ClusterLayout(state_dir.absolute(), agents, record["datacenter"])
+    except (ValueError, KeyError, TypeError) as exc:
+        raise LocalEnvironmentError(f"{path}: unreadable cluster record ({exc})") from None

@@ -1,0 +1,324 @@
+"""`lockctl cluster up|down|status|env`: a local cluster of real Consul agents on loopback.
+
+Three servers and two client agents (worker-1, worker-2), each on its own loopback address with
+default ports, ACLs on with default deny. `up` is idempotent: it starts what is not running
+(recovering from a crash with the agents' own data), bootstraps ACLs once, gives every agent a
+minimal agent token, and waits until every node is healthy. The same code starts the test
+suite's cluster.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from provision.acl_bootstrap import bootstrap_acl, ensure_agent_token, wait_until_management_works
+from provision.cluster.layout import (
+    DEFAULT_SUBNET,
+    HTTP_PORT,
+    LAYOUT_FILE,
+    AgentSpec,
+    ClusterLayout,
+    default_layout,
+    load_layout,
+    save_layout,
+)
+from provision.cluster.processes import is_running, read_pid, spawn, stop
+from provision.consul import Consul, ConsulSettings
+from provision.consul.errors import ConsulError, PermissionDenied
+from provision.consul.transport import NO_RETRY
+from provision.consul_binary import ConsulBinary, install_consul
+from provision.errors import LocalEnvironmentError
+from provision.secret import Secret, read_secret_file, write_secret_file
+from provision.templates import find_templates_dir, make_environment, render_template
+
+START_DEADLINE = 60.0  # seconds for leader, bootstrap and healthy nodes, on a slow machine
+POLL_PAUSE = 0.1
+PROBE_TIMEOUT = 2.0
+
+
+@dataclass(frozen=True)
+class AgentState:
+    agent: AgentSpec
+    pid: int | None
+    running: bool
+    reachable: bool
+    health: str  # serfHealth as the servers see it: passing, critical, or unknown
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    layout: ClusterLayout
+    agents: tuple[AgentState, ...]
+    leader: str
+    acl_ready: bool  # the management token file exists and Consul accepts it
+
+    @property
+    def healthy(self) -> bool:
+        every_agent = all(a.running and a.reachable and a.health == "passing" for a in self.agents)
+        return every_agent and bool(self.leader) and self.acl_ready
+
+
+@dataclass(frozen=True)
+class UpResult:
+    status: ClusterStatus
+    consul: ConsulBinary
+    started: tuple[str, ...]  # agents started by this call (empty when all were running)
+    bootstrapped: bool  # ACLs were bootstrapped by this call
+    seconds: float
+
+
+def cluster_up(
+    state_dir: Path,
+    *,
+    subnet: str = DEFAULT_SUBNET,
+    templates_dir: Path | None = None,
+    log_level: str = "info",
+    deadline: float = START_DEADLINE,
+) -> UpResult:
+    """Bring the cluster to healthy and bootstrapped, starting only what is not running."""
+    began = time.monotonic()
+    layout = _layout_for_up(state_dir, subnet)
+    binary = install_consul()
+    templates = find_templates_dir(templates_dir)
+    started = _start_missing_agents(layout, binary, templates, log_level)
+    try:
+        management, bootstrapped = _bootstrap(layout, began + deadline)
+        _wait_until_every_agent_accepts(layout, management, began + deadline)
+        for agent in layout.agents:
+            node_client = management.with_settings(address=agent.http_address)
+            ensure_agent_token(management, node_client, agent.name, templates)
+        _wait_until_healthy(layout, management, began + deadline)
+    except (ConsulError, LocalEnvironmentError) as exc:
+        if started:
+            _stop_agents(layout, [a for a in layout.agents if a.name in started])
+        raise LocalEnvironmentError(
+            f"cluster up failed: {exc} (agent logs: {layout.state_dir}/*/consul.log)"
+        ) from None
+    status = cluster_status(state_dir)
+    return UpResult(status, binary, started, bootstrapped, time.monotonic() - began)
+
+
+def cluster_down(state_dir: Path) -> tuple[str, ...]:
+    """Stop the agents this state folder started (by pidfile) and delete its data."""
+    layout = load_layout(state_dir)
+    if layout is None:
+        if state_dir.exists() and any(state_dir.iterdir()):
+            raise LocalEnvironmentError(
+                f"{state_dir}: not a lockctl cluster folder (no {LAYOUT_FILE}); not touching it"
+            )
+        return ()
+    stopped = _stop_agents(layout, list(layout.agents))
+    shutil.rmtree(layout.state_dir)
+    return stopped
+
+
+def cluster_status(state_dir: Path) -> ClusterStatus:
+    """What is running, reachable and healthy; never changes anything."""
+    layout = load_layout(state_dir)
+    if layout is None:
+        raise _no_cluster(state_dir)
+    token = _read_management_token(layout)
+    probe = Consul(ConsulSettings(timeout=PROBE_TIMEOUT, token=token), retry=NO_RETRY)
+    leader = _leader(layout, probe)
+    acl_ready, health = False, {}
+    if token is not None and leader:
+        server = probe.with_settings(address=layout.servers[0].http_address)
+        try:
+            server.acl.read_self_token()
+            acl_ready = True
+            health = _serf_health(server)
+        except ConsulError:
+            pass
+    agents = tuple(_agent_state(layout, agent, probe, health) for agent in layout.agents)
+    return ClusterStatus(layout, agents, leader, acl_ready)
+
+
+def cluster_env(state_dir: Path) -> list[tuple[str, str]]:
+    """The environment that points Consul tools (and lockctl) at this cluster's first server."""
+    layout = load_layout(state_dir)
+    if layout is None:
+        raise _no_cluster(state_dir)
+    return [
+        ("CONSUL_HTTP_ADDR", layout.servers[0].http_address),
+        ("CONSUL_HTTP_TOKEN_FILE", str(layout.management_token_file)),
+    ]
+
+
+def _no_cluster(state_dir: Path) -> LocalEnvironmentError:
+    return LocalEnvironmentError(f"no cluster in {state_dir} (start one: lockctl cluster up)")
+
+
+def _layout_for_up(state_dir: Path, subnet: str) -> ClusterLayout:
+    existing = load_layout(state_dir)
+    wanted = default_layout(state_dir, subnet)
+    if existing is None:
+        if state_dir.exists() and any(state_dir.iterdir()):
+            raise LocalEnvironmentError(
+                f"{state_dir}: exists and is not a lockctl cluster folder; choose another "
+                "--state-dir"
+            )
+        # 0700: the agents' data holds every token secret (raft state, persisted agent tokens).
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        state_dir.chmod(0o700)
+        save_layout(wanted)
+        return wanted
+    if existing.agents != wanted.agents:
+        raise LocalEnvironmentError(
+            f"{state_dir} holds a cluster at {existing.servers[0].address}; run "
+            "`lockctl cluster down` first or use another --state-dir"
+        )
+    return existing
+
+
+def _start_missing_agents(
+    layout: ClusterLayout, binary: ConsulBinary, templates: Path, log_level: str
+) -> tuple[str, ...]:
+    env = make_environment(templates)
+    missing = [agent for agent in layout.agents if not _agent_running(layout, agent)]
+    for agent in missing:
+        _refuse_if_taken(agent)
+    for agent in missing:  # servers first: the layout lists them first
+        layout.data_dir(agent).mkdir(parents=True, exist_ok=True)
+        template = "consul/server.hcl.j2" if agent.server else "consul/client.hcl.j2"
+        config = render_template(
+            env,
+            template,
+            {
+                "agent": agent,
+                "servers": layout.servers,
+                "datacenter": layout.datacenter,
+                "data_dir": str(layout.data_dir(agent)),
+                "log_level": log_level,
+            },
+        )
+        layout.config_file(agent).write_text(config, encoding="utf-8")
+        argv = [str(binary.path), "agent", f"-config-file={layout.config_file(agent)}"]
+        spawn(argv, layout.log_file(agent), layout.pidfile(agent))
+    return tuple(agent.name for agent in missing)
+
+
+def _refuse_if_taken(agent: AgentSpec) -> None:
+    """An address already served by someone else would make us talk to the wrong agent."""
+    with socket.socket() as probe:
+        probe.settimeout(0.5)
+        if probe.connect_ex((agent.address, HTTP_PORT)) == 0:
+            raise LocalEnvironmentError(
+                f"{agent.address}:{HTTP_PORT} is already in use by a process this cluster did "
+                f"not start; stop it or use another --subnet"
+            )
+
+
+def _bootstrap(layout: ClusterLayout, give_up_at: float) -> tuple[Consul, bool]:
+    """The management client, bootstrapping ACLs first if this cluster never was."""
+    anonymous = Consul(ConsulSettings(address=layout.servers[0].http_address), retry=NO_RETRY)
+    leader = _wait_for_leader(layout, anonymous, give_up_at)
+    token = _read_management_token(layout)
+    bootstrapped = False
+    if token is None:
+        leader_client = anonymous.with_settings(address=leader.http_address)
+        minted = bootstrap_acl(leader_client, deadline=max(1.0, give_up_at - time.monotonic()))
+        if minted is None or minted.secret is None:
+            raise LocalEnvironmentError(
+                f"ACLs were bootstrapped before but {layout.management_token_file} is missing; "
+                "run `lockctl cluster down` and `up` again"
+            )
+        write_secret_file(layout.management_token_file, minted.secret)
+        token, bootstrapped = minted.secret, True
+    # Management calls go to the leader: followers take a moment to know a new token.
+    return anonymous.with_settings(address=leader.http_address, token=token), bootstrapped
+
+
+def _wait_until_every_agent_accepts(
+    layout: ClusterLayout, management: Consul, give_up_at: float
+) -> None:
+    """Return only once every agent resolves the management token: callers may use any agent."""
+    for agent in layout.agents:
+        client = management.with_settings(address=agent.http_address)
+        try:
+            wait_until_management_works(client, deadline=max(1.0, give_up_at - time.monotonic()))
+        except PermissionDenied:
+            raise LocalEnvironmentError(
+                f"{agent.name} does not accept the token in {layout.management_token_file}; "
+                "run `lockctl cluster down` and `up` again"
+            ) from None
+
+
+def _wait_for_leader(layout: ClusterLayout, client: Consul, give_up_at: float) -> AgentSpec:
+    by_raft_address = {f"{agent.address}:8300": agent for agent in layout.servers}
+    while True:
+        leader = _leader(layout, client)
+        if leader in by_raft_address:
+            return by_raft_address[leader]
+        if time.monotonic() >= give_up_at:
+            raise LocalEnvironmentError("no Consul leader was elected in time")
+        time.sleep(POLL_PAUSE)
+
+
+def _leader(layout: ClusterLayout, client: Consul) -> str:
+    for server in layout.servers:
+        try:
+            leader = client.with_settings(address=server.http_address).status.leader(retry=NO_RETRY)
+        except ConsulError:
+            continue
+        if leader:
+            return leader
+    return ""
+
+
+def _wait_until_healthy(layout: ClusterLayout, management: Consul, give_up_at: float) -> None:
+    """Every node registered with a passing serfHealth: sessions can be made on it."""
+    while True:
+        health = _serf_health(management)
+        if all(health.get(agent.name) == "passing" for agent in layout.agents):
+            return
+        if time.monotonic() >= give_up_at:
+            unhealthy = [a.name for a in layout.agents if health.get(a.name) != "passing"]
+            raise LocalEnvironmentError(f"agents not healthy in time: {', '.join(unhealthy)}")
+        time.sleep(POLL_PAUSE)
+
+
+def _serf_health(client: Consul) -> dict[str, str]:
+    try:
+        checks = client.health.checks_in_state("any")
+    except ConsulError:
+        return {}
+    return {c["Node"]: c["Status"] for c in checks if c.get("CheckID") == "serfHealth"}
+
+
+def _agent_state(
+    layout: ClusterLayout, agent: AgentSpec, probe: Consul, health: dict[str, str]
+) -> AgentState:
+    pid = read_pid(layout.pidfile(agent))
+    running = _agent_running(layout, agent)
+    try:
+        probe.with_settings(address=agent.http_address).status.leader(retry=NO_RETRY)
+        reachable = True
+    except ConsulError:
+        reachable = False
+    return AgentState(agent, pid, running, reachable, health.get(agent.name, "unknown"))
+
+
+def _agent_running(layout: ClusterLayout, agent: AgentSpec) -> bool:
+    pid = read_pid(layout.pidfile(agent))
+    return pid is not None and is_running(pid, str(layout.config_file(agent)))
+
+
+def _stop_agents(layout: ClusterLayout, agents: list[AgentSpec]) -> tuple[str, ...]:
+    by_pid = {}
+    for agent in agents:
+        pid = read_pid(layout.pidfile(agent))
+        if pid is not None:
+            by_pid[pid] = agent
+    stopped = stop([(pid, str(layout.config_file(agent))) for pid, agent in by_pid.items()])
+    for agent in agents:
+        layout.pidfile(agent).unlink(missing_ok=True)
+    return tuple(by_pid[pid].name for pid in stopped)
+
+
+def _read_management_token(layout: ClusterLayout) -> Secret | None:
+    path = layout.management_token_file
+    return read_secret_file(path) if path.is_file() else None
