@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provision.consul.errors import NotFound
+from provision.consul.errors import NotFound, PermissionDenied
 from provision.consul.models import KVEntry, Policy, ReadMeta, Session, Token
 from provision.consul.transport import (
     DEFAULT_TOKEN,
@@ -67,6 +67,14 @@ class AgentAPI(_Area):
         )
 
 
+class HealthAPI(_Area):
+    def checks_in_state(self, state: str = "any") -> list[dict[str, Any]]:
+        """Every health check in `state` (any, passing, warning, critical), on every node.
+        GET /v1/health/state/:state"""
+        path = "/v1/health/state/" + quote_path(state)
+        return list(self._transport.request("GET", path, idempotent=True).body or ())
+
+
 class ACLAPI(_Area):
     def bootstrap(self, *, retry: RetryPolicy | None = None) -> Token:
         """Create the initial management token (only once per cluster).
@@ -77,7 +85,9 @@ class ACLAPI(_Area):
         """Create a policy.
         PUT /v1/acl/policy"""
         body = {"Name": name, "Rules": rules, "Description": description}
-        return Policy.from_api(self._transport.request("PUT", "/v1/acl/policy", json_body=body).body)
+        return Policy.from_api(
+            self._transport.request("PUT", "/v1/acl/policy", json_body=body).body
+        )
 
     def read_policy(self, policy_id: str) -> Policy:
         """Read a policy by ID.
@@ -87,12 +97,20 @@ class ACLAPI(_Area):
 
     def read_policy_by_name(self, name: str) -> Policy | None:
         """Read a policy by name, or None if there is none (Consul 1.7.3+).
-        GET /v1/acl/policy/name/:name"""
+        GET /v1/acl/policy/name/:name
+
+        Consul 1.8 answers a missing name with 403 "ACL not found", the same status as a denied
+        call; newer versions answer 404. On 403 the policy list (which a denied caller cannot
+        read either) tells the two apart, without branching on error text.
+        """
         path = "/v1/acl/policy/name/" + quote_path(name)
         try:
             return Policy.from_api(self._transport.request("GET", path, idempotent=True).body)
         except NotFound:
             return None
+        except PermissionDenied:
+            listed = next((p for p in self.list_policies() if p.name == name), None)
+            return self.read_policy(listed.id) if listed else None
 
     def update_policy(self, policy_id: str, name: str, rules: str, description: str = "") -> Policy:
         """Replace a policy's name, rules and description.
@@ -105,7 +123,9 @@ class ACLAPI(_Area):
     def delete_policy(self, policy_id: str) -> None:
         """Delete a policy.
         DELETE /v1/acl/policy/:id"""
-        self._transport.request("DELETE", "/v1/acl/policy/" + quote_path(policy_id), idempotent=True)
+        self._transport.request(
+            "DELETE", "/v1/acl/policy/" + quote_path(policy_id), idempotent=True
+        )
 
     def list_policies(self) -> list[Policy]:
         """Every policy, without rules (one request whatever the count).
@@ -195,9 +215,7 @@ class SessionAPI(_Area):
         """Reset the session's TTL; raises NotFound once the session is gone.
         PUT /v1/session/renew/:id"""
         path = "/v1/session/renew/" + quote_path(session_id)
-        answer = self._transport.request(
-            "PUT", path, idempotent=True, timeout=timeout, retry=retry
-        )
+        answer = self._transport.request("PUT", path, idempotent=True, timeout=timeout, retry=retry)
         return Session.from_api(answer.body[0])
 
     def destroy(self, session_id: str, *, token: TokenChoice = DEFAULT_TOKEN) -> bool:
@@ -246,7 +264,11 @@ class KVAPI(_Area):
                 timeout = self._transport.settings.timeout + wait * 17 / 16
         try:
             answer = self._transport.request(
-                "GET", "/v1/kv/" + quote_path(key), params=params, token=token, idempotent=True,
+                "GET",
+                "/v1/kv/" + quote_path(key),
+                params=params,
+                token=token,
+                idempotent=True,
                 timeout=timeout,
             )
         except NotFound as missing:
@@ -275,13 +297,21 @@ class KVAPI(_Area):
         if cas is not None:
             params["cas"] = cas
         answer = self._transport.request(
-            "PUT", "/v1/kv/" + quote_path(key), params=params, data=value, token=token,
+            "PUT",
+            "/v1/kv/" + quote_path(key),
+            params=params,
+            data=value,
+            token=token,
             retry=retry,
         )
         return answer.body is True
 
     def delete(
-        self, key: str, *, cas: int | None = None, recurse: bool = False,
+        self,
+        key: str,
+        *,
+        cas: int | None = None,
+        recurse: bool = False,
         token: TokenChoice = DEFAULT_TOKEN,
     ) -> bool:
         """Delete a key (or a prefix with `recurse`); with `cas`, only at that ModifyIndex.
@@ -292,7 +322,10 @@ class KVAPI(_Area):
         if recurse:
             params["recurse"] = "true"
         answer = self._transport.request(
-            "DELETE", "/v1/kv/" + quote_path(key), params=params, token=token,
+            "DELETE",
+            "/v1/kv/" + quote_path(key),
+            params=params,
+            token=token,
             idempotent=cas is None,
         )
         return answer.body is True

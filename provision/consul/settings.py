@@ -7,6 +7,7 @@ never at import time.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -109,6 +110,14 @@ def resolve_settings(
     )
     if (settings.client_key is None) != (settings.client_cert is None) and settings.client_key:
         raise InputError("CONSUL_CLIENT_KEY is set without CONSUL_CLIENT_CERT")
-    if settings.timeout <= 0:
-        raise InputError(f"--timeout {settings.timeout}: must be above 0")
+    if not (math.isfinite(settings.timeout) and settings.timeout > 0):
+        raise InputError(f"--timeout {settings.timeout}: must be a finite number above 0")
+    for label, tls_file in (
+        ("CONSUL_CACERT", settings.ca_cert),
+        ("CONSUL_CLIENT_CERT", settings.client_cert),
+        ("CONSUL_CLIENT_KEY", settings.client_key),
+    ):
+        # requests would raise a bare OSError on the first call instead of an InputError.
+        if tls_file is not None and not tls_file.exists():
+            raise InputError(f"{label} {tls_file}: no such file or folder")
     return settings
