@@ -22,6 +22,7 @@ from provision.consul.transport import (
 from provision.secret import Secret
 
 CONSISTENCY_MODES = ("default", "consistent", "stale")
+DEFAULT_BLOCKING_WAIT = 300.0  # Consul's own default for a blocking query without `wait`
 
 
 def _seconds(value: float) -> str:
@@ -63,7 +64,11 @@ class AgentAPI(_Area):
         """Give the agent the token it uses for its own operations (node registration).
         PUT /v1/agent/token/agent"""
         self._transport.request(
-            "PUT", "/v1/agent/token/agent", json_body={"Token": secret.reveal()}, idempotent=True
+            "PUT",
+            "/v1/agent/token/agent",
+            json_body={"Token": secret.reveal()},
+            idempotent=True,
+            redact=(secret,),
         )
 
 
@@ -258,10 +263,11 @@ class KVAPI(_Area):
         timeout = None
         if index is not None:
             params["index"] = index
-            if wait is not None:
-                params["wait"] = _seconds(wait)
-                # Consul adds up to wait/16 of jitter; the client timeout must outlast both.
-                timeout = self._transport.settings.timeout + wait * 17 / 16
+            # Sent explicitly so the client timeout below always matches the server's hold.
+            wait = DEFAULT_BLOCKING_WAIT if wait is None else wait
+            params["wait"] = _seconds(wait)
+            # Consul adds up to wait/16 of jitter; the client timeout must outlast both.
+            timeout = self._transport.settings.timeout + wait * 17 / 16
         try:
             answer = self._transport.request(
                 "GET",

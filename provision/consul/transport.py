@@ -95,7 +95,7 @@ class Transport:
         settings: ConsulSettings,
         *,
         session: requests.Session | None = None,
-        retry: RetryPolicy = RetryPolicy(),  # noqa: B008 - frozen, so a shared default is safe
+        retry: RetryPolicy = RetryPolicy(),  # frozen, so a shared default is safe
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
@@ -117,8 +117,13 @@ class Transport:
         idempotent: bool = False,
         timeout: float | None = None,
         retry: RetryPolicy | None = None,
+        redact: tuple[Secret, ...] = (),
     ) -> ConsulResponse:
-        """Send one call (with retries where safe); return the answer or raise a ConsulError."""
+        """Send one call (with retries where safe); return the answer or raise a ConsulError.
+
+        `redact` names secrets sent in the body (not the header): they are scrubbed from any
+        error body quoted in an exception, like the token is.
+        """
         policy = retry if retry is not None else self.retry
         chosen = self.settings.token if isinstance(token, _DefaultToken) else token
         give_up_at = self._clock() + policy.deadline
@@ -127,7 +132,9 @@ class Transport:
         while True:
             attempt += 1
             try:
-                return self._send_once(method, path, params, json_body, data, chosen, timeout)
+                return self._send_once(
+                    method, path, params, json_body, data, chosen, timeout, redact
+                )
             except (ConsulUnavailable, ConsulHTTPError) as exc:
                 if not _retryable(exc, idempotent):
                     raise
@@ -147,6 +154,7 @@ class Transport:
         data: bytes | None,
         token: Secret | None,
         timeout: float | None,
+        redact: tuple[Secret, ...] = (),
     ) -> ConsulResponse:
         url = f"{self.settings.address}{path}"
         where = f"{method} {path} on {self.settings.address}"
@@ -170,14 +178,15 @@ class Transport:
         elapsed_ms = (self._clock() - started) * 1000
         log.debug("%s -> %d in %.1f ms", where, answer.status_code, elapsed_ms)
         if answer.status_code >= 300:
-            body = _excerpt(answer.text, (token, self.settings.token))
+            body = _excerpt(answer.text, (token, self.settings.token, *redact))
+            # answer.headers stays case-insensitive: a proxy or HTTP/2 may lower-case names.
             raise ConsulHTTPError.from_status(
                 f"consul: {where}: {answer.status_code} {body}".rstrip(),
                 status=answer.status_code,
                 body=body,
-                headers=dict(answer.headers),
+                headers=answer.headers,
             )
-        return ConsulResponse(answer.status_code, _decode(answer), dict(answer.headers))
+        return ConsulResponse(answer.status_code, _decode(answer), answer.headers)
 
     def _verify(self) -> bool | str:
         if not self.settings.verify_tls:
