@@ -111,13 +111,18 @@ def _refuse_unless_clean(spec: Spec, policy: RenderedPolicy, templates_dir: Path
 
 
 def _describe_refusal(policy: RenderedPolicy, templates_dir: Path, findings: list[Finding]) -> str:
-    first = findings[0]
-    more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+    """One line: which template, which policy, every rule it broke, and the first in full."""
+    ordered = sorted(findings, key=lambda f: f.rule in _SPEC_RULES)  # the specific ones first
+    rules = ", ".join(dict.fromkeys(f.rule for f in ordered))
+    first = ordered[0]
     return (
         f"template {templates_dir / policy.template} rendered policy {policy.name} for "
-        f"{policy.source}, which fails the lint, so nothing was written: line {first.line}: "
-        f"{first.rule}: {first.message}{more}"
+        f"{policy.source}, which fails the lint ({rules}), so nothing was written: "
+        f"line {first.line}: {first.message}"
     )
+
+
+_SPEC_RULES = ("broader-than-needed", "missing-grant")
 
 
 # --- writing and checking -------------------------------------------------------------------
@@ -143,6 +148,7 @@ def write_rendered(result: RenderResult, out_dir: Path) -> WriteReport:
     """Write every file atomically, manifest last, then remove managed files no longer rendered."""
     files = _files(result)
     _refuse_spec_overlap(result, out_dir, files)
+    stale = _stale_files(out_dir, files, result.spec_path)  # before the old manifest is replaced
     out_dir.mkdir(parents=True, exist_ok=True)
     written, unchanged = [], []
     for filename, text in sorted(files.items(), key=lambda item: item[0] == MANIFEST):
@@ -151,7 +157,6 @@ def write_rendered(result: RenderResult, out_dir: Path) -> WriteReport:
         else:
             _write_atomically(out_dir / filename, text)
             written.append(filename)
-    stale = _stale_files(out_dir, files, result.spec_path)
     for filename in stale:
         (out_dir / filename).unlink()
     return WriteReport(tuple(sorted(written)), tuple(sorted(unchanged)), stale)
@@ -235,8 +240,8 @@ def _write_atomically(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
-        os.chmod(tmp, 0o644)  # noqa: PTH101 - mkstemp's 0600 is for secrets; policies are not
-        os.replace(tmp, path)  # noqa: PTH105
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600, meant for secrets; policies are not
+        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
