@@ -81,10 +81,18 @@ def cluster_up(
 ) -> UpResult:
     """Bring the cluster to healthy and bootstrapped, starting only what is not running."""
     began = time.monotonic()
-    layout = _layout_for_up(state_dir, subnet)
+    layout, fresh = _layout_for_up(state_dir, subnet)
     binary = install_consul()
     templates = find_templates_dir(templates_dir)
-    started = _start_missing_agents(layout, binary, templates, log_level)
+    missing = [agent for agent in layout.agents if not _agent_running(layout, agent)]
+    for agent in missing:
+        _refuse_if_taken(agent)
+    if fresh:  # only now, so a refused `up` leaves nothing behind
+        # 0700: the agents' data holds every token secret (raft state, persisted agent tokens).
+        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        state_dir.chmod(0o700)
+        save_layout(layout)
+    started = _start_missing_agents(layout, missing, binary, templates, log_level)
     try:
         management, bootstrapped = _bootstrap(layout, began + deadline)
         _wait_until_every_agent_accepts(layout, management, began + deadline)
@@ -152,7 +160,8 @@ def _no_cluster(state_dir: Path) -> LocalEnvironmentError:
     return LocalEnvironmentError(f"no cluster in {state_dir} (start one: lockctl cluster up)")
 
 
-def _layout_for_up(state_dir: Path, subnet: str) -> ClusterLayout:
+def _layout_for_up(state_dir: Path, subnet: str) -> tuple[ClusterLayout, bool]:
+    """The layout to bring up, and whether it is new (nothing recorded yet)."""
     existing = load_layout(state_dir)
     wanted = default_layout(state_dir, subnet)
     if existing is None:
@@ -161,26 +170,23 @@ def _layout_for_up(state_dir: Path, subnet: str) -> ClusterLayout:
                 f"{state_dir}: exists and is not a lockctl cluster folder; choose another "
                 "--state-dir"
             )
-        # 0700: the agents' data holds every token secret (raft state, persisted agent tokens).
-        state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        state_dir.chmod(0o700)
-        save_layout(wanted)
-        return wanted
+        return wanted, True
     if existing.agents != wanted.agents:
         raise LocalEnvironmentError(
             f"{state_dir} holds a cluster at {existing.servers[0].address}; run "
             "`lockctl cluster down` first or use another --state-dir"
         )
-    return existing
+    return existing, False
 
 
 def _start_missing_agents(
-    layout: ClusterLayout, binary: ConsulBinary, templates: Path, log_level: str
+    layout: ClusterLayout,
+    missing: list[AgentSpec],
+    binary: ConsulBinary,
+    templates: Path,
+    log_level: str,
 ) -> tuple[str, ...]:
     env = make_environment(templates)
-    missing = [agent for agent in layout.agents if not _agent_running(layout, agent)]
-    for agent in missing:
-        _refuse_if_taken(agent)
     for agent in missing:  # servers first: the layout lists them first
         layout.data_dir(agent).mkdir(parents=True, exist_ok=True)
         template = "consul/server.hcl.j2" if agent.server else "consul/client.hcl.j2"

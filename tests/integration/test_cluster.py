@@ -112,7 +112,7 @@ def test_refuses_addresses_served_by_another_cluster(
     )
     assert result.exit_code == EXIT_ENVIRONMENT
     assert "already in use by a process this cluster did not start" in result.output
-    assert live_cluster.status.layout.state_dir != tmp_path / "other"
+    assert not (tmp_path / "other").exists(), "a refused up must leave nothing behind"
     assert cluster_status(live_cluster.layout.state_dir).healthy
 
 
