@@ -114,8 +114,8 @@ def _syntax_error(exc: LarkError, text: str) -> HclSyntaxError:
 def _describe_token(token: Token) -> str:
     if token.type == "$END":
         return "end of file"
-    shown = str(token).strip() or str(token)
-    return repr(shown[:20])
+    lines = str(token).strip().splitlines() or [str(token)]
+    return repr(lines[0][:20])
 
 
 def _expected(expected: set[str]) -> str:

@@ -121,7 +121,7 @@ def _build(body: Body, problems: _Problems) -> Spec:
     jobs = [_job(block, defaults, declared, problems) for block in blocks["job"]]
     named_jobs = [job for job in jobs if job is not None]
     _check_overlaps(_job_prefixes(blocks["job"]), problems)
-    _check_not_empty(workers, blocks["job"], problems)
+    _check_not_empty(blocks["worker"], blocks["job"], problems)
     return Spec(
         path=problems.path,
         defaults=_final_defaults(defaults),
@@ -166,7 +166,7 @@ def _did_you_mean(word: str, choices: Iterable[str]) -> str:
     return f" (did you mean {close[0]}?)" if close else ""
 
 
-def _check_not_empty(workers: list[Worker], jobs: list[Block], problems: _Problems) -> None:
+def _check_not_empty(workers: list[Block], jobs: list[Block], problems: _Problems) -> None:
     if not workers:
         problems.add(1, "file", "declares no worker block")
     if not jobs:
@@ -283,7 +283,8 @@ def _labels(block: Block, kind: str, count: int, problems: _Problems) -> str | N
     """The block's one label (its name), or None after reporting why it is unusable."""
     if len(block.labels) != count:
         expected = "no label" if count == 0 else f'one label: {kind} "NAME" {{ ... }}'
-        problems.add(block.line, kind, f"has {len(block.labels)} labels; expected {expected}")
+        found = f"{len(block.labels)} label{'' if len(block.labels) == 1 else 's'}"
+        problems.add(block.line, kind, f"has {found}; expected {expected}")
         return None
     if count == 0:
         return None
@@ -469,7 +470,8 @@ _PREFIX_RULES: tuple[tuple[Callable[[str], bool], str], ...] = (
     (lambda p: len(p) > MAX_PREFIX, f"must be at most {MAX_PREFIX} characters"),
     (
         lambda p: not p.endswith("/"),
-        'must end with \'/\': without it, key_prefix "locks/a" also grants "locks/ab/"',
+        "must end with '/': without it, the grant also covers every key that merely starts "
+        "with it (locks/a would cover locks/ab/)",
     ),
     (
         lambda p: PREFIX_PATTERN.fullmatch(p) is None,
