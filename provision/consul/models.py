@@ -73,8 +73,16 @@ class Session:
             ttl=raw.get("TTL", ""),
             lock_delay_ns=int(raw.get("LockDelay", 0)),
             behavior=raw.get("Behavior", ""),
-            checks=tuple(raw.get("Checks") or ()),
+            checks=_session_checks(raw),
         )
+
+
+def _session_checks(raw: dict[str, Any]) -> tuple[str, ...]:
+    """Consul 1.7+ answers with NodeChecks and ServiceChecks; older versions with Checks."""
+    if raw.get("Checks"):
+        return tuple(raw["Checks"])
+    service = [check["ID"] for check in raw.get("ServiceChecks") or ()]
+    return tuple([*(raw.get("NodeChecks") or ()), *service])
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from provision.consul.errors import (
     NotFound,
     PermissionDenied,
 )
+from provision.consul.models import Session
 from provision.consul.transport import NO_RETRY, Transport
 from provision.errors import EXIT_CONSUL_API, EXIT_DENIED, EXIT_UNAVAILABLE
 from provision.secret import MASK, Secret
@@ -979,3 +980,22 @@ def test_connection_reset_retried_only_for_idempotent_calls(misbehaving: Misbeha
         with pytest.raises(ConsulUnavailable):
             make_consul(transport).session.info(SESSION_ID)
     assert misbehaving.hits >= 3
+
+
+# --- models ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ({"Checks": ["serfHealth", "svc"]}, ("serfHealth", "svc")),  # before Consul 1.7
+        ({"NodeChecks": ["serfHealth"], "ServiceChecks": None}, ("serfHealth",)),  # 1.7+
+        ({"NodeChecks": [], "ServiceChecks": [{"ID": "web", "Namespace": ""}]}, ("web",)),
+        ({"NodeChecks": None, "ServiceChecks": None}, ()),
+        ({}, ()),
+    ],
+)
+def test_session_checks_from_old_and_new_answers(
+    raw: dict[str, Any], expected: tuple[str, ...]
+) -> None:
+    assert Session.from_api({"ID": SESSION_ID, **raw}).checks == expected
