@@ -160,6 +160,8 @@ def test_token_file_flag_beats_both_environment_variables(tmp_path: Path) -> Non
 
 
 def test_consul_http_token_beats_consul_http_token_file(tmp_path: Path) -> None:
+    """lockctl's current choice. NOTE: Consul's own api.NewClient does the opposite (a token
+    file, when set, wins over CONSUL_HTTP_TOKEN); flip this test if resolve_settings follows."""
     env_file = write_token(tmp_path / "env", "from-env-file")
     env = {"CONSUL_HTTP_TOKEN": "from-env", "CONSUL_HTTP_TOKEN_FILE": str(env_file)}
     settings = resolve_settings(env=env)
