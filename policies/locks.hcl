@@ -24,8 +24,10 @@ worker "worker-3" {
 job "nightly-ingest" {
   prefix   = "locks/nightly-ingest/" # the lock key is locks/nightly-ingest/.lock
   workers  = ["worker-1", "worker-2"]
-  ttl      = "30s"
-  schedule = "*-*-* 02:00:00"
+  ttl        = "30s"        # renewed every 10s (ttl/3)
+  lock_delay = "20s"        # must stay above renew interval + kill grace + 1s (the fencing bound)
+  schedule   = "*-*-* 02:00:00"
+  command    = ["/usr/local/bin/nightly-ingest", "--since", "yesterday"]
 }
 
 # Sends the hourly digest mail: must never go out twice, even across skewed clocks.
@@ -34,6 +36,7 @@ job "hourly-report" {
   workers  = ["worker-1", "worker-2", "worker-3"]
   min_hold = "1m"
   schedule = "hourly"
+  command  = ["/usr/local/bin/send-report", "--hourly"]
 }
 
 # Deletes expired sessions from the app database every five minutes.
@@ -42,5 +45,7 @@ job "session-cleanup" {
   workers        = ["worker-2", "worker-3"]
   renew_interval = "4s"
   lock_delay     = "10s"
+  kill_grace     = "3s"
   schedule       = "*:0/5"
+  command        = ["/usr/local/bin/app-admin", "cleanup-sessions"]
 }

@@ -7,7 +7,7 @@ Exit codes (also in the README): 0 ok, 1 a check failed, 2 bad input, 3 Consul u
 
 from __future__ import annotations
 
-from provision.cli import cluster, consul_binary
+from provision.cli import cluster, consul_binary, policies
 from provision.cli.app import app
 
 
@@ -18,5 +18,7 @@ def main() -> None:
 
 app.add_typer(cluster.app, name="cluster")
 app.command("install-consul")(consul_binary.install_consul)
+app.command("render")(policies.render)
+app.command("lint")(policies.lint)
 
 __all__ = ["app", "main"]

@@ -43,6 +43,7 @@ class Job:
     kill_grace: Duration
     min_hold: Duration | None
     schedule: str | None
+    command: tuple[str, ...] | None
     line: int
 
     @property

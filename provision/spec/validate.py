@@ -14,6 +14,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from provision.errors import InputError
+from provision.fencing import fencing_problem
 from provision.spec.durations import Duration, DurationSyntaxError, format_duration, parse_duration
 from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError, Unsupported, Value, parse_hcl
 from provision.spec.models import DEFAULT_ADDRESS, Defaults, Job, Spec, Worker
@@ -22,7 +23,7 @@ from provision.spec.problems import Problem, SpecError
 
 MAX_SPEC_BYTES = 1024 * 1024
 DURATION_KEYS = ("ttl", "lock_delay", "renew_interval", "kill_grace", "min_hold")
-JOB_KEYS = ("prefix", "workers", "schedule", *DURATION_KEYS)
+JOB_KEYS = ("prefix", "workers", "schedule", "command", *DURATION_KEYS)
 WORKER_KEYS = ("address",)
 BLOCK_TYPES = ("defaults", "worker", "job")
 BUILTIN = {"ttl": "15s", "lock_delay": "15s", "kill_grace": "5s"}
@@ -37,6 +38,8 @@ BOUNDS = {
 PREFIX_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*/$")
 MAX_PREFIX = 256
 MAX_SCHEDULE = 256
+MAX_COMMAND_ARGS = 256
+MAX_ARGUMENT = 4096
 
 
 @dataclass(frozen=True)
@@ -365,6 +368,7 @@ def _job(
     prefix = _prefix(attributes.get("prefix"), f"{where}.prefix", block.line, problems)
     workers = _job_workers(attributes.get("workers"), where, block.line, declared, problems)
     schedule = _schedule(attributes.get("schedule"), f"{where}.schedule", problems)
+    command = _command(attributes.get("command"), f"{where}.command", problems)
     timings = _timings(attributes, where, defaults, problems)
     if name is None or prefix is None or workers is None or timings is None:
         return None
@@ -378,6 +382,7 @@ def _job(
         kill_grace=timings.kill_grace,
         min_hold=timings.min_hold,
         schedule=schedule,
+        command=command,
         line=block.line,
     )
 
@@ -414,6 +419,10 @@ def _timings(
         return None  # the defaults block had an invalid value, already reported there
     renew = _renew_interval(ttl, chosen["renew_interval"], where, problems)
     if renew is None:
+        return None
+    fencing = fencing_problem(lock_delay.value.seconds, renew.seconds, kill_grace.value.seconds)
+    if fencing:
+        problems.add(lock_delay.line, f"{where}.lock_delay", fencing)
         return None
     min_hold = chosen["min_hold"]
     return _Timings(
@@ -537,6 +546,30 @@ def _schedule(attribute: Attribute | None, where: str, problems: _Problems) -> s
         problems.add(attribute.line, where, f"must be at most {MAX_SCHEDULE} characters")
     else:
         return text
+    return None
+
+
+def _command(
+    attribute: Attribute | None, where: str, problems: _Problems
+) -> tuple[str, ...] | None:
+    """The job's command as an argv list (never a shell string: nothing is re-parsed)."""
+    if attribute is None:
+        return None
+    value = attribute.value
+    if not isinstance(value, tuple) or not value or not all(isinstance(v, str) for v in value):
+        problems.add(
+            attribute.line, where, 'must be a non-empty list of strings, like ["/usr/bin/x"]'
+        )
+        return None
+    argv = tuple(str(v) for v in value)
+    if len(argv) > MAX_COMMAND_ARGS or any(len(arg) > MAX_ARGUMENT for arg in argv):
+        problems.add(attribute.line, where, "is too long")
+    elif not argv[0].startswith("/"):
+        problems.add(attribute.line, where, f"{argv[0]!r}: the program must be an absolute path")
+    elif any(not arg.isprintable() for arg in argv):
+        problems.add(attribute.line, where, "arguments must be printable (no newlines or controls)")
+    else:
+        return argv
     return None
 
 

@@ -46,6 +46,7 @@ def _describe(spec: Spec) -> dict[str, Any]:
             "kill_grace": text(job.kill_grace),
             "min_hold": text(job.min_hold),
             "schedule": job.schedule,
+            "command": list(job.command) if job.command else None,
             "line": job.line,
         }
         for job in spec.jobs

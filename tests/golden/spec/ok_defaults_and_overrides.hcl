@@ -1,6 +1,6 @@
 defaults {
   ttl = "20s"
-  lock_delay = "0s"
+  lock_delay = "10s"
   renew_interval = "5s"
   kill_grace = "2s"
   min_hold = "30s"
@@ -14,6 +14,7 @@ job "a" {
   workers = ["worker-1"]
   ttl = "1m30s"
   schedule = "*-*-* 02:00:00"
+  command = ["/opt/jobs/a", "--flag=1", "two words", "%p $HOME"]
 }
 job "b" {
   prefix  = "locks/b/"

@@ -6,7 +6,8 @@ job "a" {
   prefix  = "locks/a/"
   workers = ["worker-1"]
   ttl = "1h0m10.5s"
-  lock_delay = "1500ms"
+  lock_delay = "2500ms"
+  renew_interval = "1s"
   kill_grace = "0"
   min_hold = "24h"
 }

@@ -1,0 +1,188 @@
+"""A worker's configuration file (JSON, written by `lockctl worker-config`), loaded and validated.
+
+The file names the agent to talk to, the token FILE (the secret stays in its 0600 file), and per
+job the lock key and timings. Loading checks everything the spec validator checks about timings,
+plus the fencing bound, and reports every problem at once as `FILE: path.to.field: message`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from provision.errors import InputError
+from provision.fencing import fencing_problem
+from provision.spec.durations import DurationSyntaxError, parse_duration
+
+CONFIG_FORMAT = 1
+MAX_CONFIG_BYTES = 1024 * 1024
+TTL_BOUNDS = (10.0, 86400.0)
+LOCK_DELAY_BOUNDS = (0.0, 60.0)
+
+
+@dataclass(frozen=True)
+class JobTimings:
+    """How one job's lock behaves, in seconds."""
+
+    ttl: float
+    lock_delay: float
+    renew_interval: float
+    kill_grace: float
+    min_hold: float
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    name: str
+    lock_key: str
+    timings: JobTimings
+    schedule: str | None
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    path: Path
+    worker: str  # the Consul node name of the local agent
+    address: str  # that agent's HTTP address
+    token_file: Path
+    jobs: tuple[JobConfig, ...]
+
+    def job(self, name: str) -> JobConfig:
+        for job in self.jobs:
+            if job.name == name:
+                return job
+        known = ", ".join(j.name for j in self.jobs) or "none"
+        raise InputError(f"{self.path}: no job {name!r} in this worker's config (jobs: {known})")
+
+
+class ConfigError(InputError):
+    """A worker config with problems; `problems` lists each as one line."""
+
+    def __init__(self, path: Path, problems: list[str]) -> None:
+        self.problems = [f"{path}: {p}" for p in problems]
+        count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
+        super().__init__(self.problems[0] if len(problems) == 1 else f"{path}: {count}")
+
+
+def load_worker_config(path: Path, *, allow_unsafe: bool = False) -> WorkerConfig:
+    """Read and validate a worker config; `allow_unsafe` skips only the fencing-bound check."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read worker config: {exc.strerror}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise InputError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        raw = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        where = f":{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
+        raise InputError(f"{path}{where}: not a JSON worker config ({exc})") from None
+    return _build(path, raw, allow_unsafe)
+
+
+def _build(path: Path, raw: Any, allow_unsafe: bool) -> WorkerConfig:
+    problems: list[str] = []
+    if not isinstance(raw, dict):
+        raise ConfigError(path, ["top level must be an object"])
+    _unknown(raw, {"format", "worker", "consul", "jobs"}, "", problems)
+    if raw.get("format") != CONFIG_FORMAT:
+        problems.append(f"format: must be {CONFIG_FORMAT} (this lockctl reads format 1)")
+    worker = _text(raw, "worker", "", problems)
+    consul = raw.get("consul") if isinstance(raw.get("consul"), dict) else {}
+    if not isinstance(raw.get("consul"), dict):
+        problems.append("consul: must be an object with address and token_file")
+    _unknown(consul, {"address", "token_file"}, "consul.", problems)
+    address = _text(consul, "address", "consul.", problems)
+    token_file = _text(consul, "token_file", "consul.", problems)
+    jobs_raw = raw.get("jobs")
+    jobs: list[JobConfig] = []
+    if not isinstance(jobs_raw, dict) or not jobs_raw:
+        problems.append("jobs: must be a non-empty object of job name -> settings")
+    else:
+        for name in sorted(jobs_raw):
+            job = _job(name, jobs_raw[name], allow_unsafe, problems)
+            if job is not None:
+                jobs.append(job)
+    if problems:
+        raise ConfigError(path, problems)
+    return WorkerConfig(path, worker, address, Path(token_file), tuple(jobs))
+
+
+JOB_FIELDS = {
+    "lock_key",
+    "ttl",
+    "lock_delay",
+    "renew_interval",
+    "kill_grace",
+    "min_hold",
+    "schedule",
+}
+
+
+def _job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> JobConfig | None:
+    where = f"jobs.{name}."
+    if not isinstance(raw, dict):
+        problems.append(f"jobs.{name}: must be an object")
+        return None
+    before = len(problems)
+    _unknown(raw, JOB_FIELDS, where, problems)
+    key = _text(raw, "lock_key", where, problems)
+    ttl = _seconds(raw, "ttl", where, problems, TTL_BOUNDS)
+    delay = _seconds(raw, "lock_delay", where, problems, LOCK_DELAY_BOUNDS)
+    renew = _seconds(raw, "renew_interval", where, problems, (0.1, TTL_BOUNDS[1]))
+    grace = _seconds(raw, "kill_grace", where, problems, (0.0, 3600.0))
+    min_hold = _seconds(raw, "min_hold", where, problems, (0.0, 86400.0), optional=True)
+    schedule = raw.get("schedule")
+    if schedule is not None and not isinstance(schedule, str):
+        problems.append(f"{where}schedule: must be a string or null")
+    if len(problems) > before:
+        return None
+    if renew >= ttl / 2:
+        problems.append(f"{where}renew_interval: {renew:g}s must be below ttl/2 ({ttl / 2:g}s)")
+    fencing = fencing_problem(delay, renew, grace)
+    if fencing and not allow_unsafe:
+        problems.append(f"{where}lock_delay: {fencing}; --allow-unsafe runs anyway")
+    if len(problems) > before:
+        return None
+    return JobConfig(name, key, JobTimings(ttl, delay, renew, grace, min_hold), schedule)
+
+
+def _unknown(raw: dict[str, Any], known: set[str], where: str, problems: list[str]) -> None:
+    for field in sorted(set(raw) - known):
+        problems.append(f"{where}{field}: unknown field (known: {', '.join(sorted(known))})")
+
+
+def _text(raw: dict[str, Any], field: str, where: str, problems: list[str]) -> str:
+    value = raw.get(field)
+    if not isinstance(value, str) or not value:
+        problems.append(f"{where}{field}: must be a non-empty string")
+        return ""
+    return value
+
+
+def _seconds(
+    raw: dict[str, Any],
+    field: str,
+    where: str,
+    problems: list[str],
+    bounds: tuple[float, float],
+    *,
+    optional: bool = False,
+) -> float:
+    value = raw.get(field)
+    if value is None and optional:
+        return 0.0
+    if not isinstance(value, str):
+        problems.append(f'{where}{field}: must be a duration string such as "15s"')
+        return 0.0
+    try:
+        seconds = parse_duration(value).seconds
+    except DurationSyntaxError as exc:
+        problems.append(f"{where}{field}: {exc}")
+        return 0.0
+    low, high = bounds
+    if not low <= seconds <= high:
+        problems.append(f"{where}{field}: {value} is outside {low:g}s..{high:g}s")
+    return seconds
