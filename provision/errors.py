@@ -17,7 +17,7 @@ from __future__ import annotations
 EXIT_OK = 0
 EXIT_FAILED = 1  # a check ran and found a difference or a failure (render --check, verify)
 EXIT_INPUT = 2  # bad input: usage, spec, config, template
-EXIT_UNAVAILABLE = 3  # Consul could not be reached or kept failing (5xx) within the deadline
+EXIT_UNAVAILABLE = 3  # Consul could not be reached, or did not answer within the client timeout
 EXIT_DENIED = 4  # Consul refused: 403 permission denied
 EXIT_CONSUL_API = 5  # any other error answer from Consul
 EXIT_ENVIRONMENT = 6  # the local machine is not as needed (binary, state folder, processes)

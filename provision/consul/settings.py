@@ -84,7 +84,7 @@ def resolve_settings(
 ) -> ConsulSettings:
     """Build settings from explicit values (flags), then Consul's environment variables.
 
-    A token is taken from `token_file`, else CONSUL_HTTP_TOKEN, else CONSUL_HTTP_TOKEN_FILE, as
+    A token is taken from `token_file`, else CONSUL_HTTP_TOKEN_FILE, else CONSUL_HTTP_TOKEN, as
     the consul CLI does. There is deliberately no way to pass a token secret as a flag: argv is
     visible to every user of the machine.
     """
@@ -94,10 +94,10 @@ def resolve_settings(
     token: Secret | None = None
     if token_file is not None:
         token = read_secret_file(token_file)
-    elif env.get("CONSUL_HTTP_TOKEN"):
-        token = Secret(env["CONSUL_HTTP_TOKEN"].strip())
     elif env.get("CONSUL_HTTP_TOKEN_FILE"):
         token = read_secret_file(Path(env["CONSUL_HTTP_TOKEN_FILE"]))
+    elif env.get("CONSUL_HTTP_TOKEN"):
+        token = Secret(env["CONSUL_HTTP_TOKEN"].strip())
     env_verify = _flag(env.get("CONSUL_HTTP_SSL_VERIFY"), "CONSUL_HTTP_SSL_VERIFY")
     settings = ConsulSettings(
         address=normalize_address(raw_address, force_https=force_https),

@@ -159,14 +159,13 @@ def test_token_file_flag_beats_both_environment_variables(tmp_path: Path) -> Non
     assert settings.token.reveal() == "from-flag"
 
 
-def test_consul_http_token_beats_consul_http_token_file(tmp_path: Path) -> None:
-    """lockctl's current choice. NOTE: Consul's own api.NewClient does the opposite (a token
-    file, when set, wins over CONSUL_HTTP_TOKEN); flip this test if resolve_settings follows."""
+def test_consul_http_token_file_beats_consul_http_token(tmp_path: Path) -> None:
+    """As Consul's own api.NewClient: a token file, when set, wins over CONSUL_HTTP_TOKEN."""
     env_file = write_token(tmp_path / "env", "from-env-file")
     env = {"CONSUL_HTTP_TOKEN": "from-env", "CONSUL_HTTP_TOKEN_FILE": str(env_file)}
     settings = resolve_settings(env=env)
     assert settings.token is not None
-    assert settings.token.reveal() == "from-env"
+    assert settings.token.reveal() == "from-env-file"
 
 
 @pytest.mark.parametrize("content", [None, "", "  \n\n"])
