@@ -1,0 +1,476 @@
+"""Apply: read live ACLs, plan, and execute the plan with bounded concurrency; rotate tokens.
+
+The live state is read with the two list endpoints (plus a read of any policy whose hash
+differs), so a no-op run costs two requests whatever the size of the spec. Writes run in
+phases, each with at most `concurrency` calls in flight over one pooled session:
+
+    policies create/update -> tokens create/update/write-secret -> token deletes -> policy deletes
+
+Every step is safe to interrupt: a re-run adopts what exists by name (policies) or marker
+(tokens), re-reads a token whose file was not written, and removes a duplicate token left by an
+interrupted rotate, so it converges without duplicates. Secrets go only to files (0600).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import requests
+from requests.adapters import HTTPAdapter
+
+from provision.consul import Consul
+from provision.consul.errors import (
+    ConsulError,
+    ConsulServerError,
+    ConsulUnavailable,
+    PermissionDenied,
+)
+from provision.consul.models import Token
+from provision.errors import EXIT_DENIED, LocalEnvironmentError, LockctlError
+from provision.plan import (
+    Desired,
+    LivePolicy,
+    LiveState,
+    LiveToken,
+    Plan,
+    PolicyChange,
+    TokenChange,
+    duplicate_tokens,
+    plan_changes,
+    policies_to_read,
+)
+from provision.secret import Secret, read_secret_file, write_secret_file
+from provision.spec.names import token_description
+
+DEFAULT_CONCURRENCY = 16
+MAX_CONCURRENCY = 128
+WRITE_DEADLINE = 20.0  # seconds a create may keep retrying: a leader election takes 3-4 s
+READ_BACK_DEADLINE = 10.0  # a follower may not know a brand-new token for a moment
+RETRY_PAUSE = 0.2
+ACL_WRITE_HINT = (
+    'the token needs acl = "write" (a management token, or a policy with acl = "write"); '
+    "give one with --token-file or CONSUL_HTTP_TOKEN_FILE"
+)
+ACL_READ_HINT = (
+    'the token needs acl = "read" to plan and acl = "write" to apply; give one with '
+    "--token-file or CONSUL_HTTP_TOKEN_FILE"
+)
+
+Progress = Callable[[int, int], None]
+
+
+class ACLPermissionError(LockctlError):
+    """Consul refused an ACL call (403); the message names the permission that is missing."""
+
+    exit_code = EXIT_DENIED
+
+
+class ApplyFailed(LockctlError):
+    """A write failed after others succeeded; a re-run converges. Keeps the cause's exit code."""
+
+    def __init__(self, message: str, exit_code: int) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+# --- the HTTP pool --------------------------------------------------------------------------
+
+
+class CountingSession(requests.Session):
+    """A requests.Session whose pool holds `concurrency` connections, counting its requests."""
+
+    def __init__(self, concurrency: int = DEFAULT_CONCURRENCY) -> None:
+        super().__init__()
+        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=max(concurrency, 1))
+        self.mount("http://", adapter)
+        self.mount("https://", adapter)
+        self.requests_sent = 0
+        self._lock = threading.Lock()
+
+    def request(self, *args: Any, **kwargs: Any) -> requests.Response:
+        with self._lock:
+            self.requests_sent += 1
+        return super().request(*args, **kwargs)
+
+
+def pooled_consul(consul: Consul, concurrency: int) -> tuple[Consul, CountingSession]:
+    """The same client over a session pooled for `concurrency` calls in flight."""
+    session = CountingSession(concurrency)
+    return Consul(consul.transport.settings, session=session, retry=consul.transport.retry), session
+
+
+# --- reading --------------------------------------------------------------------------------
+
+
+def secret_path(secrets_dir: Path, worker: str) -> Path:
+    """Where a worker's token secret lives: `<secrets-dir>/<worker>.token`."""
+    return secrets_dir / f"{worker}.token"
+
+
+def check_secrets_dir(secrets_dir: Path) -> None:
+    """Create the folder (0700) if needed and prove a file can be written there, before any
+    change is made in Consul: a token whose secret cannot be saved is useless."""
+    try:
+        secrets_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=secrets_dir, prefix=".lockctl-probe.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise LocalEnvironmentError(
+            f"--secrets-dir {secrets_dir}: cannot write token files there ({exc.strerror})"
+        ) from None
+
+
+def read_live_state(consul: Consul, desired: Desired, concurrency: int) -> LiveState:
+    """Policies and tokens from the list endpoints; rules only where the hash differs."""
+    with _denied_as(ACL_READ_HINT, "list ACL policies and tokens"):
+        raw_policies = consul.transport.request("GET", "/v1/acl/policies", idempotent=True).body
+        raw_tokens = consul.transport.request("GET", "/v1/acl/tokens", idempotent=True).body
+    live = LiveState(
+        tuple(LivePolicy.from_api(raw) for raw in raw_policies or ()),
+        tuple(LiveToken.from_api(raw) for raw in raw_tokens or ()),
+    )
+    to_read = set(policies_to_read(desired, live))
+    if not to_read:
+        return live
+    with _denied_as(ACL_READ_HINT, "read ACL policies"):
+        read = _run_all(
+            [functools.partial(consul.acl.read_policy, pid) for pid in sorted(to_read)],
+            concurrency,
+            None,
+        )
+    rules = {policy.id: policy.rules for policy in read}
+    policies = tuple(replace(p, rules=rules[p.id]) if p.id in rules else p for p in live.policies)
+    return LiveState(policies, live.tokens)
+
+
+def plan_against(
+    consul: Consul,
+    desired: Desired,
+    secrets_dir: Path,
+    *,
+    prune: bool = False,
+    concurrency: int = DEFAULT_CONCURRENCY,
+) -> Plan:
+    """Read the live state and the token files, and plan. Changes nothing."""
+    live = read_live_state(consul, desired, concurrency)
+    files = [t.worker for t in desired.tokens if secret_path(secrets_dir, t.worker).is_file()]
+    matches = _secret_matches(consul, desired, live, secrets_dir)
+    return plan_changes(desired, live, secret_files=files, secret_matches=matches, prune=prune)
+
+
+def _secret_matches(
+    consul: Consul, desired: Desired, live: LiveState, secrets_dir: Path
+) -> list[str]:
+    """For workers with duplicate tokens only: which accessor the worker's file holds."""
+    matches = []
+    for worker, tokens in duplicate_tokens(desired, live).items():
+        path = secret_path(secrets_dir, worker)
+        if not path.is_file():
+            continue
+        held = read_secret_file(path)
+        for token in tokens:
+            with _denied_as(ACL_WRITE_HINT, "read a token"):
+                secret = consul.acl.read_token(token.accessor_id).secret
+            if secret is not None and secret.reveal() == held.reveal():
+                matches.append(token.accessor_id)
+    return matches
+
+
+# --- applying -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    plan: Plan
+    applied: int
+    secrets_written: tuple[Path, ...]
+    seconds: float
+
+
+def apply_plan(
+    consul: Consul,
+    plan: Plan,
+    secrets_dir: Path,
+    *,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    progress: Progress | None = None,
+) -> ApplyResult:
+    """Execute `plan` phase by phase; on the first failure stop starting calls and raise."""
+    began = time.monotonic()
+    written: list[Path] = []
+    written_lock = threading.Lock()
+    counter = _Counter(len(plan.policies) + len(plan.tokens), progress)
+
+    def secret_to_file(worker: str, secret: Secret | None) -> None:
+        if secret is None:
+            raise LocalEnvironmentError(f"Consul returned no secret for the token of {worker}")
+        path = secret_path(secrets_dir, worker)
+        write_secret_file(path, secret)
+        with written_lock:
+            written.append(path)
+
+    phases: list[list[Callable[[], None]]] = [
+        [_policy_call(consul, c) for c in plan.policies if c.action in ("create", "update")],
+        [
+            _token_call(consul, c, secret_to_file)
+            for c in plan.tokens
+            if c.action in ("create", "update", "write-secret")
+        ],
+        [_token_call(consul, c, secret_to_file) for c in plan.tokens if c.action == "delete"],
+        [_policy_call(consul, c) for c in plan.policies if c.action == "delete"],
+    ]
+    for calls in phases:
+        try:
+            _run_all(calls, concurrency, counter.tick)
+        except LockctlError as exc:
+            raise _failed(exc, counter.done, counter.total) from None
+    return ApplyResult(plan, counter.done, tuple(sorted(written)), time.monotonic() - began)
+
+
+def _policy_call(consul: Consul, change: PolicyChange) -> Callable[[], None]:
+    def call() -> None:
+        if change.action == "create":
+            _create_policy(consul, change)
+        elif change.action == "update":
+            assert change.policy_id is not None
+            consul.acl.update_policy(
+                change.policy_id, change.name, change.rules, change.description
+            )
+        else:
+            assert change.policy_id is not None
+            consul.acl.delete_policy(change.policy_id)
+
+    return call
+
+
+def _token_call(
+    consul: Consul, change: TokenChange, secret_to_file: Callable[[str, Secret | None], None]
+) -> Callable[[], None]:
+    def call() -> None:
+        if change.action == "delete":
+            assert change.accessor_id is not None
+            consul.acl.delete_token(change.accessor_id)
+            return
+        assert change.worker is not None
+        if change.action == "create":
+            token = _create_token(consul, change.description, list(change.policies))
+            secret_to_file(change.worker, token.secret)
+            return
+        assert change.accessor_id is not None
+        if change.action == "update":
+            consul.acl.update_token(change.accessor_id, change.description, list(change.policies))
+        else:
+            secret_to_file(change.worker, consul.acl.read_token(change.accessor_id).secret)
+
+    return call
+
+
+def _create_policy(consul: Consul, change: PolicyChange) -> object:
+    """Create, riding out an election: after a failed try, look the name up before retrying,
+    since the failed call may have been applied (a second create would be refused)."""
+    give_up_at = time.monotonic() + WRITE_DEADLINE
+    while True:
+        try:
+            return consul.acl.create_policy(change.name, change.rules, change.description)
+        except (ConsulServerError, ConsulUnavailable):
+            if time.monotonic() >= give_up_at:
+                raise
+        time.sleep(RETRY_PAUSE)
+        existing = _find_policy(consul, change.name)
+        if existing is not None:
+            return consul.acl.update_policy(existing, change.name, change.rules, change.description)
+
+
+def _find_policy(consul: Consul, name: str) -> str | None:
+    try:
+        return next((p.id for p in consul.acl.list_policies() if p.name == name), None)
+    except (ConsulServerError, ConsulUnavailable):
+        return None
+
+
+def _create_token(
+    consul: Consul, description: str, policies: list[str], before: frozenset[str] = frozenset()
+) -> Token:
+    """Mint a token; after a failed try adopt the token if it was made, so none is duplicated.
+
+    `before`: accessor IDs with this description known before (none, when the plan says create).
+    """
+    give_up_at = time.monotonic() + WRITE_DEADLINE
+    while True:
+        try:
+            return consul.acl.create_token(description, policies)
+        except (ConsulServerError, ConsulUnavailable):
+            if time.monotonic() >= give_up_at:
+                raise
+        time.sleep(RETRY_PAUSE)
+        now = _managed_tokens(consul, description, quiet=True)
+        made = [t for t in now or () if t.accessor_id not in before]
+        if made:
+            return consul.acl.read_token(made[0].accessor_id)
+
+
+def _managed_tokens(consul: Consul, description: str, *, quiet: bool = False) -> list[Token] | None:
+    try:
+        return [t for t in consul.acl.list_tokens() if t.description == description]
+    except (ConsulServerError, ConsulUnavailable):
+        if quiet:
+            return None
+        raise
+
+
+# --- rotating -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RotateResult:
+    worker: str
+    accessor_id: str
+    path: Path
+    revoked: tuple[str, ...]
+
+
+def rotate_worker_token(
+    consul: Consul,
+    worker: str,
+    secrets_dir: Path,
+    *,
+    read_back_deadline: float = READ_BACK_DEADLINE,
+) -> RotateResult:
+    """Mint a new token for `worker` with the same policies, write it, read it back from the
+    file and through Consul, and only then revoke the old one(s)."""
+    description = token_description(worker)
+    with _denied_as(ACL_WRITE_HINT, "list ACL tokens"):
+        current = [t for t in consul.acl.list_tokens() if t.description == description]
+    if not current:
+        raise LocalEnvironmentError(
+            f"no lockctl token for worker {worker} in Consul; run `lockctl apply` first"
+        )
+    check_secrets_dir(secrets_dir)
+    policies = sorted(set().union(*(t.policy_names for t in current)))
+    with _denied_as(ACL_WRITE_HINT, "create a token"):
+        before = frozenset(t.accessor_id for t in current)
+        minted = _create_token(consul, description, policies, before)
+    if minted.secret is None:
+        raise LocalEnvironmentError(f"Consul returned no secret for the new token of {worker}")
+    path = secret_path(secrets_dir, worker)
+    write_secret_file(path, minted.secret)
+    _read_back(consul, path, minted, read_back_deadline)
+    old = [t.accessor_id for t in current if t.accessor_id != minted.accessor_id]
+    with _denied_as(ACL_WRITE_HINT, "revoke the old token"):
+        for accessor_id in old:
+            consul.acl.delete_token(accessor_id)
+    return RotateResult(worker, minted.accessor_id, path, tuple(old))
+
+
+def _read_back(consul: Consul, path: Path, minted: Token, deadline: float) -> None:
+    """The file holds the new secret and Consul accepts it as the new token; else keep the old."""
+    held = read_secret_file(path)
+    if minted.secret is None or held.reveal() != minted.secret.reveal():
+        raise LocalEnvironmentError(f"{path}: reads back a different secret; old token kept")
+    give_up_at = time.monotonic() + deadline
+    while True:
+        try:
+            seen = consul.acl.read_self_token(token=held)
+            break
+        except (PermissionDenied, ConsulServerError, ConsulUnavailable):
+            # A follower may not know a brand-new token yet (403 "ACL not found").
+            if time.monotonic() >= give_up_at:
+                raise LocalEnvironmentError(
+                    f"the new token in {path} was not accepted by Consul within {deadline:g} s; "
+                    "the old token was kept"
+                ) from None
+        time.sleep(RETRY_PAUSE)
+    if seen.accessor_id != minted.accessor_id:
+        raise LocalEnvironmentError(f"{path}: Consul read back another token; old token kept")
+
+
+# --- running calls --------------------------------------------------------------------------
+
+
+class _Counter:
+    def __init__(self, total: int, progress: Progress | None) -> None:
+        self.total = total
+        self.done = 0
+        self._progress = progress
+        self._lock = threading.Lock()
+
+    def tick(self) -> None:
+        with self._lock:
+            self.done += 1
+            done = self.done
+        if self._progress is not None:
+            self._progress(done, self.total)
+
+
+def _run_all(
+    calls: Sequence[Callable[[], Any]], concurrency: int, tick: Callable[[], None] | None
+) -> list[Any]:
+    """Run `calls` with at most `concurrency` in flight; results in order.
+
+    On the first failure no further call is started; those in flight finish, then the first
+    error is raised.
+    """
+    if not calls:
+        return []
+    results: list[Any] = [None] * len(calls)
+    first_error: BaseException | None = None
+    pending = iter(enumerate(calls))
+    with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(calls)))) as pool:
+        running: dict[Future[Any], int] = {}
+
+        def start_next() -> None:
+            for index, call in pending:
+                running[pool.submit(call)] = index
+                return
+
+        for _ in range(min(concurrency, len(calls))):
+            start_next()
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in done:
+                index = running.pop(future)
+                error = future.exception()
+                if error is not None:
+                    first_error = first_error or error
+                    continue
+                results[index] = future.result()
+                if tick is not None:
+                    tick()
+                if first_error is None:
+                    start_next()
+    if first_error is not None:
+        raise first_error
+    return results
+
+
+@contextlib.contextmanager
+def _denied_as(hint: str, what: str) -> Iterator[None]:
+    """Turn a 403 into ACLPermissionError naming what was refused and what is needed."""
+    try:
+        yield
+    except PermissionDenied:
+        raise ACLPermissionError(
+            f"Consul refused to {what} (403 permission denied): {hint}"
+        ) from None
+
+
+def _failed(exc: LockctlError, done: int, total: int) -> LockctlError:
+    progress = f"{done} of {total} changes were applied; run apply again to converge"
+    if isinstance(exc, PermissionDenied):
+        return ACLPermissionError(
+            f"Consul refused an ACL write (403 permission denied): {ACL_WRITE_HINT}; {progress}"
+        )
+    if isinstance(exc, ConsulError | LocalEnvironmentError):
+        return ApplyFailed(f"{exc}; {progress}", exc.exit_code)
+    return exc

@@ -1,0 +1,140 @@
+"""`lockctl bootstrap`: bootstrap a cluster's ACL system once, keep the management token in a
+0600 file, and optionally give named agents their tokens. Safe to re-run: an already
+bootstrapped cluster is reported and left unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from provision.acl_bootstrap import (
+    AgentTokenResult,
+    bootstrap_acl,
+    ensure_agent_token,
+    wait_until_management_works,
+)
+from provision.consul import Consul, RetryPolicy
+from provision.consul.errors import ConsulServerError, NotFound, PermissionDenied
+from provision.consul.settings import normalize_address
+from provision.errors import InputError, LocalEnvironmentError
+from provision.secret import Secret, read_secret_file, write_secret_file
+
+PROBE_DEADLINE = 2.0  # seconds to retry 5xx while checking an existing token file
+
+
+@dataclass(frozen=True)
+class AgentTarget:
+    """A node to give an agent token to, and the HTTP address of its agent."""
+
+    node: str
+    address: str
+
+
+@dataclass(frozen=True)
+class BootstrapResult:
+    bootstrapped: bool  # False: it had been bootstrapped before, nothing changed
+    token_file: Path | None  # where the new management token was written
+    accessor_id: str | None
+    agents: tuple[AgentTokenResult, ...]
+    secret: Secret | None = None  # the new management token, only for --show-secret
+
+
+def parse_agent_target(text: str) -> AgentTarget:
+    """`NODE=ADDRESS` (as given to --agent)."""
+    node, sep, address = text.partition("=")
+    if not sep or not node or not address:
+        raise InputError(f"--agent {text!r}: expected NODE=ADDRESS, e.g. worker-1=127.0.0.21:8500")
+    return AgentTarget(node, address)
+
+
+def check_token_file(path: Path, *, overwrite: bool) -> None:
+    """Refuse before bootstrapping if the management token could not be saved: bootstrap
+    succeeds once per cluster, and its token cannot be fetched again."""
+    if path.exists() and not overwrite:
+        raise InputError(
+            f"--management-token-file {path}: exists; refusing to replace a management token "
+            "(give --overwrite, or another path)"
+        )
+    if path.is_dir():
+        raise InputError(f"--management-token-file {path}: is a folder")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=path.parent, prefix=".lockctl-probe.")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise LocalEnvironmentError(
+            f"--management-token-file {path}: cannot write there ({exc.strerror})"
+        ) from None
+
+
+def bootstrap_cluster(
+    consul: Consul,
+    token_file: Path,
+    *,
+    agents: Sequence[AgentTarget] = (),
+    templates_dir: Path | None = None,
+    overwrite: bool = False,
+) -> BootstrapResult:
+    """Bootstrap ACLs if nobody has; then give each named agent its token.
+
+    An existing token file that this cluster accepts means "bootstrapped before": nothing is
+    changed (agent tokens, if asked for, are made with that token). An existing file it does not
+    accept is never replaced without `overwrite`.
+    """
+    if agents and templates_dir is None:
+        raise InputError("agent tokens need the templates folder")
+    if token_file.exists() and not overwrite:
+        held = read_secret_file(token_file)
+        if not _accepted(consul, held):
+            raise InputError(
+                f"--management-token-file {token_file}: exists and this cluster does not accept "
+                "the token in it; refusing to replace it (give --overwrite, or another path)"
+            )
+        management = consul.with_settings(token=held)
+        return BootstrapResult(False, None, None, _agent_tokens(management, agents, templates_dir))
+    check_token_file(token_file, overwrite=True)
+    minted = bootstrap_acl(consul)
+    if minted is None:
+        if agents and not consul.transport.settings.token:
+            raise InputError(
+                "ACLs were bootstrapped before: give a management token (--token-file) to "
+                "create agent tokens"
+            )
+        return BootstrapResult(False, None, None, _agent_tokens(consul, agents, templates_dir))
+    if minted.secret is None:
+        raise LocalEnvironmentError("Consul's bootstrap answer held no token secret")
+    write_secret_file(token_file, minted.secret)
+    management = consul.with_settings(token=minted.secret)
+    wait_until_management_works(management)
+    results = _agent_tokens(management, agents, templates_dir)
+    return BootstrapResult(True, token_file, minted.accessor_id, results, minted.secret)
+
+
+def _accepted(consul: Consul, token: Secret) -> bool:
+    """Whether the cluster knows `token` (so it was bootstrapped, and the file is current)."""
+    probe = Consul(
+        consul.transport.settings,
+        session=consul.transport.session,
+        retry=RetryPolicy(deadline=PROBE_DEADLINE),
+    )
+    try:
+        probe.acl.read_self_token(token=token)
+    except (PermissionDenied, NotFound, ConsulServerError):
+        return False
+    return True
+
+
+def _agent_tokens(
+    management: Consul, agents: Sequence[AgentTarget], templates_dir: Path | None
+) -> tuple[AgentTokenResult, ...]:
+    results = []
+    for target in agents:
+        assert templates_dir is not None
+        agent = management.with_settings(address=normalize_address(target.address))
+        results.append(ensure_agent_token(management, agent, target.node, templates_dir))
+    return tuple(results)

@@ -1,0 +1,358 @@
+"""`lockctl bootstrap`, `plan`, `apply` and `rotate`: ACL policies and worker tokens in Consul.
+
+`plan` exits 0 when nothing would change and 2 when changes are pending (terraform's
+-detailed-exitcode). 2 is also the input-error code: an input error prints `lockctl: error:` on
+stderr and nothing on stdout, a pending plan prints the plan on stdout (with --json, a document
+with "changes_pending": true). Scripts that must not guess use --no-detailed-exitcode: then a
+computed plan always exits 0 and 2 means only bad input.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from provision.apply import (
+    DEFAULT_CONCURRENCY,
+    MAX_CONCURRENCY,
+    CountingSession,
+    apply_plan,
+    check_secrets_dir,
+    plan_against,
+    rotate_worker_token,
+)
+from provision.bootstrap import bootstrap_cluster, parse_agent_target
+from provision.cli import options
+from provision.consul import Consul
+from provision.errors import InputError
+from provision.plan import Desired, Plan, desired_from_render
+from provision.render import render_policies
+from provision.spec import SpecError, load_spec
+from provision.templates import find_templates_dir
+
+EXIT_CHANGES_PENDING = 2
+DEFAULT_SPEC = Path("policies/locks.hcl")
+DEFAULT_SECRETS_DIR = Path(".lockctl/secrets")
+
+SpecFile = Annotated[
+    Path, typer.Option("--spec", envvar="LOCKCTL_SPEC", help="The lock spec (HCL).")
+]
+TemplatesDir = Annotated[
+    Path | None,
+    typer.Option("--templates-dir", envvar="LOCKCTL_TEMPLATES_DIR", help="Your own templates."),
+]
+SecretsDir = Annotated[
+    Path,
+    typer.Option(
+        "--secrets-dir",
+        envvar="LOCKCTL_SECRETS_DIR",
+        help="Folder for the worker token files (<worker>.token, mode 0600).",
+    ),
+]
+Prune = Annotated[
+    bool,
+    typer.Option(
+        "--prune", help="Delete lockctl-managed policies and tokens no longer in the spec."
+    ),
+]
+Concurrency = Annotated[
+    int,
+    typer.Option("--concurrency", "-c", help=f"Calls in flight (1..{MAX_CONCURRENCY})."),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+ShowSecret = Annotated[
+    bool, typer.Option("--show-secret", help="Also print the secret on stdout (avoid this).")
+]
+
+
+def bootstrap(
+    management_token_file: Annotated[
+        Path,
+        typer.Option("--management-token-file", help="Write the management token here (0600)."),
+    ],
+    agent: Annotated[
+        list[str] | None,
+        typer.Option("--agent", help="NODE=ADDRESS: give this agent a token (repeatable)."),
+    ] = None,
+    overwrite: Annotated[
+        bool, typer.Option("--overwrite", help="Replace an existing token file.")
+    ] = False,
+    show_secret: ShowSecret = False,
+    templates_dir: TemplatesDir = None,
+    as_json: AsJson = False,
+    address: options.Address = None,
+    token_file: options.TokenFile = None,
+    timeout: options.Timeout = None,
+    ca_cert: options.CACert = None,
+    client_cert: options.ClientCert = None,
+    client_key: options.ClientKey = None,
+    tls_skip_verify: options.SkipVerify = None,
+) -> None:
+    """Bootstrap Consul's ACL system once; on a bootstrapped cluster, say so and change nothing."""
+    targets = [parse_agent_target(text) for text in agent or ()]
+    settings = options.consul_settings(
+        address, token_file, timeout, ca_cert, client_cert, client_key, tls_skip_verify
+    )
+    templates = find_templates_dir(templates_dir) if targets else None
+    result = bootstrap_cluster(
+        options.connect(settings),
+        management_token_file,
+        agents=targets,
+        templates_dir=templates,
+        overwrite=overwrite,
+    )
+    record: dict[str, Any] = {
+        "bootstrapped": result.bootstrapped,
+        "management_token_file": str(result.token_file) if result.token_file else None,
+        "accessor_id": result.accessor_id,
+        "agents": [
+            {"node": a.node, "accessor_id": a.accessor_id, "created": a.created}
+            for a in result.agents
+        ],
+    }
+    if show_secret and result.secret is not None:
+        record["secret_id"] = result.secret.reveal()
+    if as_json:
+        typer.echo(json.dumps(record, indent=2))
+        return
+    if result.bootstrapped:
+        typer.echo(f"ACLs bootstrapped: management token {result.accessor_id}")
+        typer.echo(f"secret written to {result.token_file} (mode 0600, not printed)")
+    else:
+        typer.echo("ACLs were already bootstrapped: nothing changed")
+    for one in result.agents:
+        state = "created" if one.created else "already there, set again"
+        typer.echo(f"agent token for {one.node}: {state} ({one.accessor_id})")
+    if "secret_id" in record:
+        typer.echo(f"secret: {record['secret_id']}")
+
+
+def plan(
+    spec: SpecFile = DEFAULT_SPEC,
+    templates_dir: TemplatesDir = None,
+    secrets_dir: SecretsDir = DEFAULT_SECRETS_DIR,
+    prune: Prune = False,
+    detailed_exitcode: Annotated[
+        bool,
+        typer.Option(
+            "--detailed-exitcode/--no-detailed-exitcode",
+            help="Exit 2 when changes are pending (default); with --no-..., 0 whenever a plan "
+            "was computed, so 2 means only bad input.",
+        ),
+    ] = True,
+    concurrency: Concurrency = DEFAULT_CONCURRENCY,
+    as_json: AsJson = False,
+    address: options.Address = None,
+    token_file: options.TokenFile = None,
+    timeout: options.Timeout = None,
+    ca_cert: options.CACert = None,
+    client_cert: options.ClientCert = None,
+    client_key: options.ClientKey = None,
+    tls_skip_verify: options.SkipVerify = None,
+) -> None:
+    """Show what apply would create, update or delete. Exit 0: nothing; 2: changes pending."""
+    desired = _desired(spec, templates_dir)
+    settings = options.consul_settings(
+        address, token_file, timeout, ca_cert, client_cert, client_key, tls_skip_verify
+    )
+    consul = _pooled(options.connect(settings), _concurrency(concurrency))
+    computed = plan_against(
+        consul, desired, secrets_dir, prune=prune, concurrency=_concurrency(concurrency)
+    )
+    if as_json:
+        typer.echo(json.dumps(computed.to_record(), indent=2))
+    else:
+        _print_plan(computed)
+    if computed.has_changes and detailed_exitcode:
+        raise typer.Exit(EXIT_CHANGES_PENDING)
+
+
+def apply(
+    spec: SpecFile = DEFAULT_SPEC,
+    templates_dir: TemplatesDir = None,
+    secrets_dir: SecretsDir = DEFAULT_SECRETS_DIR,
+    prune: Prune = False,
+    concurrency: Concurrency = DEFAULT_CONCURRENCY,
+    as_json: AsJson = False,
+    address: options.Address = None,
+    token_file: options.TokenFile = None,
+    timeout: options.Timeout = None,
+    ca_cert: options.CACert = None,
+    client_cert: options.ClientCert = None,
+    client_key: options.ClientKey = None,
+    tls_skip_verify: options.SkipVerify = None,
+) -> None:
+    """Create and update the spec's policies and worker tokens; token secrets go to files."""
+    workers = _concurrency(concurrency)
+    desired = _desired(spec, templates_dir)
+    check_secrets_dir(secrets_dir)
+    settings = options.consul_settings(
+        address, token_file, timeout, ca_cert, client_cert, client_key, tls_skip_verify
+    )
+    consul = _pooled(options.connect(settings), workers)
+    computed = plan_against(consul, desired, secrets_dir, prune=prune, concurrency=workers)
+    with _progress(enabled=not as_json and computed.has_changes) as tick:
+        result = apply_plan(consul, computed, secrets_dir, concurrency=workers, progress=tick)
+    requests_sent = _requests_sent(consul)
+    if as_json:
+        record = computed.to_record()
+        record.update(
+            applied=result.applied,
+            secrets_written=[str(p) for p in result.secrets_written],
+            seconds=round(result.seconds, 3),
+            requests=requests_sent,
+        )
+        typer.echo(json.dumps(record, indent=2))
+        return
+    if not computed.has_changes:
+        typer.echo(f"No changes: Consul matches {spec} ({requests_sent} requests).")
+        _print_not_pruned(computed)
+        return
+    _print_changes(computed, done=True)
+    for path in result.secrets_written:
+        typer.echo(f"wrote {path} (mode 0600)")
+    typer.echo(
+        f"Applied {result.applied} changes in {result.seconds:.2f} s "
+        f"({requests_sent} requests, concurrency {workers})."
+    )
+    _print_not_pruned(computed)
+
+
+def rotate(
+    worker: Annotated[
+        list[str], typer.Option("--worker", "-w", help="Worker whose token to rotate (repeatable).")
+    ],
+    secrets_dir: SecretsDir = DEFAULT_SECRETS_DIR,
+    as_json: AsJson = False,
+    address: options.Address = None,
+    token_file: options.TokenFile = None,
+    timeout: options.Timeout = None,
+    ca_cert: options.CACert = None,
+    client_cert: options.ClientCert = None,
+    client_key: options.ClientKey = None,
+    tls_skip_verify: options.SkipVerify = None,
+) -> None:
+    """Mint a new token for a worker, write it, read it back, then revoke the old one."""
+    check_secrets_dir(secrets_dir)
+    settings = options.consul_settings(
+        address, token_file, timeout, ca_cert, client_cert, client_key, tls_skip_verify
+    )
+    consul = options.connect(settings)
+    results = [rotate_worker_token(consul, name, secrets_dir) for name in worker]
+    if as_json:
+        records = [
+            {
+                "worker": r.worker,
+                "accessor_id": r.accessor_id,
+                "file": str(r.path),
+                "revoked": list(r.revoked),
+            }
+            for r in results
+        ]
+        typer.echo(json.dumps(records, indent=2))
+        return
+    for r in results:
+        revoked = ", ".join(r.revoked) or "none"
+        typer.echo(f"{r.worker}: new token {r.accessor_id} in {r.path} (0600); revoked {revoked}")
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _desired(spec: Path, templates_dir: Path | None) -> Desired:
+    """Load, validate, render and lint: every input problem is found before Consul is touched."""
+    try:
+        loaded = load_spec(spec)
+    except SpecError as exc:
+        for problem in exc.problems:
+            typer.echo(str(problem), err=True)
+        raise
+    return desired_from_render(render_policies(loaded, find_templates_dir(templates_dir)))
+
+
+def _concurrency(value: int) -> int:
+    if not 1 <= value <= MAX_CONCURRENCY:
+        raise InputError(f"--concurrency {value}: must be 1..{MAX_CONCURRENCY}")
+    return value
+
+
+def _pooled(consul: Consul, concurrency: int) -> Consul:
+    """The client over a session whose pool holds `concurrency` connections."""
+    transport = consul.transport
+    return Consul(transport.settings, session=CountingSession(concurrency), retry=transport.retry)
+
+
+def _requests_sent(consul: Consul) -> int:
+    session = consul.transport.session
+    return session.requests_sent if isinstance(session, CountingSession) else 0
+
+
+@contextmanager
+def _progress(*, enabled: bool) -> Iterator[Any]:
+    """A progress bar on stderr, only on a terminal (never in pipes or with --json)."""
+    if not (enabled and sys.stderr.isatty()):
+        yield None
+        return
+    bar = Progress(
+        TextColumn("applying"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=True,
+    )
+    task = bar.add_task("apply", total=None)
+    with bar:
+
+        def tick(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        yield tick
+
+
+def _print_plan(computed: Plan) -> None:
+    if not computed.has_changes:
+        typer.echo(
+            f"No changes: {computed.unchanged_policies} policies and "
+            f"{computed.unchanged_tokens} tokens match the spec."
+        )
+    else:
+        _print_changes(computed, done=False)
+        typer.echo(
+            f"Plan: {computed.count('create')} to create, {computed.count('update')} to update, "
+            f"{computed.count('delete')} to delete, {computed.count('write-secret')} token files "
+            f"to write; {computed.unchanged_policies + computed.unchanged_tokens} unchanged."
+        )
+    _print_not_pruned(computed)
+
+
+_PAST = {"create": "created", "update": "updated", "delete": "deleted", "write-secret": "wrote"}
+
+
+def _print_changes(computed: Plan, *, done: bool) -> None:
+    for p in computed.policies:
+        verb = _PAST[p.action] if done else p.action
+        typer.echo(f"policy {p.name}: {verb} ({p.reason})")
+    for t in computed.tokens:
+        verb = _PAST[t.action] if done else t.action
+        who = t.worker or t.description
+        extra = f" [{', '.join(t.policies)}]" if t.action in ("create", "update") else ""
+        ident = f" {t.accessor_id}" if t.accessor_id else ""
+        typer.echo(f"token {who}{ident}: {verb} ({t.reason}){extra}")
+
+
+def _print_not_pruned(computed: Plan) -> None:
+    if computed.not_pruned:
+        typer.echo(
+            f"{len(computed.not_pruned)} lockctl-managed objects are no longer in the spec "
+            f"(kept; --prune deletes them): {', '.join(computed.not_pruned)}",
+            err=True,
+        )

@@ -1,0 +1,423 @@
+"""Plan: the changes that bring live Consul ACLs to what the spec renders. Pure, no I/O.
+
+plan_changes(desired, live, ...) -> Plan of create/update/delete for policies and tokens.
+Policies are matched by name, worker tokens by their description (the marker), rules are
+compared semantically (parsed, comments and layout dropped, rules sorted). A policy whose list
+`Hash` equals the hash of the desired name, description and rules is identical without reading
+its rules, so a no-op plan needs only the two list calls whatever the size of the spec.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from provision.acl_bootstrap import MANAGED_MARKER
+from provision.render import RenderResult
+from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError, parse_hcl
+from provision.spec.names import (
+    LOCK_POLICY_PREFIX,
+    SESSION_POLICY_PREFIX,
+    TOKEN_DESCRIPTION_PREFIX,
+)
+
+Action = Literal["create", "update", "delete", "write-secret"]
+POLICY_DESCRIPTION_PREFIX = f"{MANAGED_MARKER}: "
+MANAGED_POLICY_PREFIXES = (LOCK_POLICY_PREFIX, SESSION_POLICY_PREFIX)
+
+
+# --- what we want ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DesiredPolicy:
+    name: str
+    description: str
+    rules: str
+
+    @property
+    def hash(self) -> str:
+        return policy_hash(self.name, self.description, self.rules)
+
+
+@dataclass(frozen=True)
+class DesiredToken:
+    worker: str
+    description: str
+    policies: tuple[str, ...]  # sorted
+
+
+@dataclass(frozen=True)
+class Desired:
+    policies: tuple[DesiredPolicy, ...]
+    tokens: tuple[DesiredToken, ...]
+
+
+def policy_description(source: str) -> str:
+    """The description that marks a policy as lockctl's: `lockctl-managed: job "x"`."""
+    return f"{POLICY_DESCRIPTION_PREFIX}{source}"
+
+
+def desired_from_render(result: RenderResult) -> Desired:
+    """What Consul should hold for a rendered spec."""
+    policies = tuple(
+        DesiredPolicy(p.name, policy_description(p.source), p.rules) for p in result.policies
+    )
+    tokens = tuple(
+        DesiredToken(t.worker, t.description, tuple(sorted(t.policies))) for t in result.tokens
+    )
+    return Desired(policies, tokens)
+
+
+def policy_hash(name: str, description: str, rules: str) -> str:
+    """Consul's own policy hash (blake2b-256 of name, description, rules), as the list shows it.
+
+    Consul OSS hashes exactly these fields (plus datacenters, which lockctl never sets).
+    """
+    digest = hashlib.blake2b(digest_size=32)
+    for part in (name, description, rules):
+        digest.update(part.encode("utf-8"))
+    return base64.b64encode(digest.digest()).decode("ascii")
+
+
+# --- what Consul has ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LivePolicy:
+    """A policy from the list (rules None until read)."""
+
+    id: str
+    name: str
+    description: str
+    hash: str
+    rules: str | None = None
+
+    @classmethod
+    def from_api(cls, raw: Mapping[str, Any]) -> LivePolicy:
+        return cls(
+            id=str(raw["ID"]),
+            name=str(raw["Name"]),
+            description=str(raw.get("Description") or ""),
+            hash=str(raw.get("Hash") or ""),
+            rules=raw.get("Rules"),
+        )
+
+
+@dataclass(frozen=True)
+class LiveToken:
+    """A token from the list (never with its secret)."""
+
+    accessor_id: str
+    description: str
+    policies: tuple[str, ...]  # sorted names
+    create_index: int = 0
+
+    @classmethod
+    def from_api(cls, raw: Mapping[str, Any]) -> LiveToken:
+        return cls(
+            accessor_id=str(raw["AccessorID"]),
+            description=str(raw.get("Description") or ""),
+            policies=tuple(sorted(str(p["Name"]) for p in raw.get("Policies") or ())),
+            create_index=int(raw.get("CreateIndex") or 0),
+        )
+
+
+@dataclass(frozen=True)
+class LiveState:
+    policies: tuple[LivePolicy, ...]
+    tokens: tuple[LiveToken, ...]
+
+
+# --- the plan -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PolicyChange:
+    action: Action
+    name: str
+    reason: str
+    policy_id: str | None = None  # update, delete
+    description: str = ""
+    rules: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
+class TokenChange:
+    action: Action
+    worker: str | None  # None for a managed token of a worker no longer in the spec
+    reason: str
+    accessor_id: str | None = None  # update, delete, write-secret
+    description: str = ""
+    policies: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    policies: tuple[PolicyChange, ...]
+    tokens: tuple[TokenChange, ...]
+    unchanged_policies: int
+    unchanged_tokens: int
+    not_pruned: tuple[str, ...] = ()  # managed objects no longer in the spec, kept (no --prune)
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(self.policies or self.tokens)
+
+    def count(self, action: Action) -> int:
+        actions = [c.action for c in self.policies] + [c.action for c in self.tokens]
+        return actions.count(action)
+
+    def to_record(self) -> dict[str, Any]:
+        """A JSON-able view (no rules text, no secrets), for --json and golden tests."""
+        return {
+            "changes_pending": self.has_changes,
+            "policies": [
+                {"action": c.action, "name": c.name, "reason": c.reason} for c in self.policies
+            ],
+            "tokens": [
+                {
+                    "action": c.action,
+                    "worker": c.worker,
+                    "accessor_id": c.accessor_id,
+                    "policies": list(c.policies),
+                    "reason": c.reason,
+                }
+                for c in self.tokens
+            ],
+            "unchanged": {"policies": self.unchanged_policies, "tokens": self.unchanged_tokens},
+            "not_pruned": list(self.not_pruned),
+        }
+
+
+def policies_to_read(desired: Desired, live: LiveState) -> list[str]:
+    """IDs of live policies whose rules must be read to compare: same name, different hash."""
+    by_name = {p.name: p for p in live.policies}
+    wanted = []
+    for policy in desired.policies:
+        current = by_name.get(policy.name)
+        if current is not None and current.rules is None and current.hash != policy.hash:
+            wanted.append(current.id)
+    return wanted
+
+
+def duplicate_tokens(desired: Desired, live: LiveState) -> dict[str, list[LiveToken]]:
+    """Workers with more than one managed token (an interrupted rotate), and those tokens."""
+    found: dict[str, list[LiveToken]] = {}
+    for token in desired.tokens:
+        mine = [t for t in live.tokens if t.description == token.description]
+        if len(mine) > 1:
+            found[token.worker] = mine
+    return found
+
+
+def plan_changes(
+    desired: Desired,
+    live: LiveState,
+    *,
+    secret_files: Collection[str] = (),
+    secret_matches: Collection[str] = (),
+    prune: bool = False,
+) -> Plan:
+    """The changes that make `live` match `desired`.
+
+    `secret_files`: workers whose token file exists. `secret_matches`: accessor IDs whose secret
+    equals the worker's token file (apply reads these only for duplicated tokens). With `prune`,
+    managed policies and tokens no longer in the spec are deleted; never anything unmarked.
+    """
+    policy_changes, same_policies = _plan_policies(desired, live)
+    token_changes, same_tokens = _plan_tokens(desired, live, set(secret_files), set(secret_matches))
+    stale_tokens = _stale_tokens(desired, live)
+    stale_policies = _stale_policies(desired, live)
+    not_pruned: list[str] = []
+    if prune:
+        token_changes += [
+            TokenChange(
+                "delete", None, "managed, no longer in the spec", t.accessor_id, t.description
+            )
+            for t in stale_tokens
+        ]
+        policy_changes += [
+            PolicyChange("delete", p.name, "managed, no longer in the spec", p.id, p.description)
+            for p in stale_policies
+        ]
+    else:
+        not_pruned = [f"token {t.description!r}" for t in stale_tokens]
+        not_pruned += [f"policy {p.name}" for p in stale_policies]
+    return Plan(
+        tuple(policy_changes),
+        tuple(token_changes),
+        same_policies,
+        same_tokens,
+        tuple(not_pruned),
+    )
+
+
+def _plan_policies(desired: Desired, live: LiveState) -> tuple[list[PolicyChange], int]:
+    by_name = {p.name: p for p in live.policies}
+    changes: list[PolicyChange] = []
+    unchanged = 0
+    for policy in sorted(desired.policies, key=lambda p: p.name):
+        current = by_name.get(policy.name)
+        if current is None:
+            changes.append(
+                PolicyChange("create", policy.name, "new", None, policy.description, policy.rules)
+            )
+            continue
+        reason = _policy_difference(policy, current)
+        if reason is None:
+            unchanged += 1
+        else:
+            changes.append(
+                PolicyChange(
+                    "update", policy.name, reason, current.id, policy.description, policy.rules
+                )
+            )
+    return changes, unchanged
+
+
+def _policy_difference(policy: DesiredPolicy, current: LivePolicy) -> str | None:
+    """Why `current` must be updated to `policy`, or None when they mean the same."""
+    if current.hash == policy.hash:
+        return None
+    reasons = []
+    if current.rules is None or not rules_equivalent(current.rules, policy.rules):
+        reasons.append("rules differ")
+    if current.description != policy.description:
+        if not current.description.startswith(POLICY_DESCRIPTION_PREFIX):
+            reasons.append("adopt: existing policy of that name gets lockctl's marker")
+        else:
+            reasons.append("description differs")
+    return "; ".join(reasons) or None
+
+
+def _plan_tokens(
+    desired: Desired, live: LiveState, secret_files: set[str], secret_matches: set[str]
+) -> tuple[list[TokenChange], int]:
+    changes: list[TokenChange] = []
+    unchanged = 0
+    for token in sorted(desired.tokens, key=lambda t: t.worker):
+        mine = [t for t in live.tokens if t.description == token.description]
+        if not mine:
+            changes.append(
+                TokenChange("create", token.worker, "new", None, token.description, token.policies)
+            )
+            continue
+        # Keep the token the worker's file holds; else the newest (a rotate writes it first).
+        keep = max(mine, key=lambda t: (t.accessor_id in secret_matches, t.create_index))
+        for extra in sorted(mine, key=lambda t: t.create_index):
+            if extra is not keep:
+                changes.append(
+                    TokenChange(
+                        "delete",
+                        token.worker,
+                        "duplicate token for this worker (interrupted run)",
+                        extra.accessor_id,
+                        extra.description,
+                        extra.policies,
+                    )
+                )
+        quiet = True
+        if keep.policies != token.policies:
+            quiet = False
+            changes.append(
+                TokenChange(
+                    "update",
+                    token.worker,
+                    _policy_set_change(keep.policies, token.policies),
+                    keep.accessor_id,
+                    token.description,
+                    token.policies,
+                )
+            )
+        file_ok = token.worker in secret_files and (
+            len(mine) == 1 or keep.accessor_id in secret_matches
+        )
+        if not file_ok:
+            quiet = False
+            why = "token file missing" if token.worker not in secret_files else "token file stale"
+            changes.append(
+                TokenChange(
+                    "write-secret",
+                    token.worker,
+                    why,
+                    keep.accessor_id,
+                    token.description,
+                    token.policies,
+                )
+            )
+        if quiet and len(mine) == 1:
+            unchanged += 1
+    return changes, unchanged
+
+
+def _policy_set_change(old: Iterable[str], new: Iterable[str]) -> str:
+    added = sorted(set(new) - set(old))
+    removed = sorted(set(old) - set(new))
+    parts = [f"+{name}" for name in added] + [f"-{name}" for name in removed]
+    return "policies " + " ".join(parts)
+
+
+def _stale_tokens(desired: Desired, live: LiveState) -> list[LiveToken]:
+    wanted = {t.description for t in desired.tokens}
+    return sorted(
+        (
+            t
+            for t in live.tokens
+            if t.description.startswith(TOKEN_DESCRIPTION_PREFIX) and t.description not in wanted
+        ),
+        key=lambda t: (t.description, t.create_index),
+    )
+
+
+def is_managed_policy(policy: LivePolicy) -> bool:
+    """lockctl's own worker policies: its name prefix and its marker description, both."""
+    return policy.name.startswith(MANAGED_POLICY_PREFIXES) and policy.description.startswith(
+        POLICY_DESCRIPTION_PREFIX
+    )
+
+
+def _stale_policies(desired: Desired, live: LiveState) -> list[LivePolicy]:
+    wanted = {p.name for p in desired.policies}
+    return sorted(
+        (p for p in live.policies if is_managed_policy(p) and p.name not in wanted),
+        key=lambda p: p.name,
+    )
+
+
+# --- semantic comparison of rules -----------------------------------------------------------
+
+
+def rules_equivalent(left: str, right: str) -> bool:
+    """Whether two rule texts grant the same: comments, layout and rule order do not count.
+
+    Text that does not parse is compared as written (stripped): it is never "the same" as a
+    different text by accident.
+    """
+    try:
+        return canonical_rules(left) == canonical_rules(right)
+    except HclSyntaxError:
+        return left.strip() == right.strip()
+
+
+def canonical_rules(text: str) -> tuple[Any, ...]:
+    """A sorted, position-free form of parsed rules (the lint's parser)."""
+    return _canonical_body(parse_hcl(text))
+
+
+def _canonical_body(body: Body) -> tuple[Any, ...]:
+    attributes = sorted((_canonical_attribute(a) for a in body.attributes), key=repr)
+    blocks = sorted((_canonical_block(b) for b in body.blocks), key=repr)
+    return (tuple(attributes), tuple(blocks))
+
+
+def _canonical_attribute(attribute: Attribute) -> tuple[Any, ...]:
+    return (attribute.name, attribute.value)
+
+
+def _canonical_block(block: Block) -> tuple[Any, ...]:
+    labels = tuple((label.text, label.quoted) for label in block.labels)
+    return (block.type, labels, _canonical_body(block.body))
