@@ -1,0 +1,158 @@
+"""plan: golden cases (tests/golden/plan/*.json, one per case) plus the rules comparison.
+
+Each case gives the desired objects, the live objects as Consul's list endpoints show them (the
+harness computes each policy's Hash the way Consul does and hides its rules unless the plan asks
+to read them, as apply does), the token files present, and the expected plan. Regenerate the
+expectations after a deliberate change with LOCKCTL_UPDATE_GOLDEN=1 and review the diff.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provision.plan import (
+    Desired,
+    DesiredPolicy,
+    DesiredToken,
+    LivePolicy,
+    LiveState,
+    LiveToken,
+    desired_from_render,
+    plan_changes,
+    policies_to_read,
+    policy_hash,
+    rules_equivalent,
+)
+from provision.render import render_policies
+from provision.spec import parse_spec
+from provision.templates import find_templates_dir
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "plan"
+CASES = sorted(GOLDEN.glob("*.json"))
+
+
+def _desired(raw: dict[str, Any]) -> Desired:
+    return Desired(
+        tuple(DesiredPolicy(p["name"], p["description"], p["rules"]) for p in raw["policies"]),
+        tuple(
+            DesiredToken(t["worker"], t["description"], tuple(t["policies"])) for t in raw["tokens"]
+        ),
+    )
+
+
+def _listed(raw: dict[str, Any]) -> LivePolicy:
+    """What GET /v1/acl/policies shows: Consul's hash, no rules."""
+    with_hash = {**raw, "Hash": policy_hash(raw["Name"], raw["Description"], raw["Rules"])}
+    return replace(LivePolicy.from_api(with_hash), rules=None)
+
+
+def _plan_case(case: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    desired = _desired(case["desired"])
+    live = LiveState(
+        tuple(_listed(p) for p in case["live"]["policies"]),
+        tuple(LiveToken.from_api(t) for t in case["live"]["tokens"]),
+    )
+    to_read = policies_to_read(desired, live)
+    rules = {p["ID"]: p["Rules"] for p in case["live"]["policies"]}
+    live = LiveState(
+        tuple(replace(p, rules=rules[p.id]) if p.id in to_read else p for p in live.policies),
+        live.tokens,
+    )
+    plan = plan_changes(
+        desired,
+        live,
+        secret_files=case["secret_files"],
+        secret_matches=case["secret_matches"],
+        prune=case["prune"],
+    )
+    return plan.to_record(), to_read
+
+
+@pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
+def test_golden_plan(path: Path) -> None:
+    case = json.loads(path.read_text(encoding="utf-8"))
+    record, to_read = _plan_case(case)
+    got = {"plan": record, "policies_read": to_read}
+    if os.environ.get("LOCKCTL_UPDATE_GOLDEN"):
+        case["expected"] = got
+        path.write_text(json.dumps(case, indent=2) + "\n", encoding="utf-8")
+    assert got == case["expected"], case["doc"]
+
+
+def test_there_are_golden_cases() -> None:
+    assert len(CASES) >= 10
+
+
+def test_a_matching_hash_needs_no_read() -> None:
+    """The no-op path: equal hashes mean no policy is read, whatever the count."""
+    desired = Desired(
+        tuple(
+            DesiredPolicy(f"lock-j{i}", "lockctl-managed: x", f'key_prefix "j{i}/" {{}}')
+            for i in range(500)
+        ),
+        (),
+    )
+    live = LiveState(
+        tuple(
+            LivePolicy(f"id{i}", p.name, p.description, p.hash)
+            for i, p in enumerate(desired.policies)
+        ),
+        (),
+    )
+    assert policies_to_read(desired, live) == []
+    assert not plan_changes(desired, live).has_changes
+
+
+def test_policy_hash_is_consuls() -> None:
+    """Value taken from a real Consul 1.8.7 list answer for this name, description and rules."""
+    rules = 'key_prefix "a/" {\n policy = "write"\n}\n'
+    assert policy_hash("hashprobe", "d x", rules) == "66qOXSWRgwSYS+4uPVhEUIGg0JDIRV8xTQTx2lopJVU="
+
+
+@pytest.mark.parametrize(
+    ("left", "right", "same"),
+    [
+        (
+            'key_prefix "a/" { policy = "write" }',
+            'key_prefix "a/" {\n  policy = "write"\n}\n',
+            True,
+        ),
+        ('# c\nkey "k" { policy = "read" }', 'key "k" {\n  policy = "read" # c\n}', True),
+        ('key_prefix "a/" { policy = "write" }', 'key_prefix "a/" { policy = "read" }', False),
+        ('key_prefix "a/" { policy = "write" }', 'key_prefix "a" { policy = "write" }', False),
+        ('key_prefix "a/" { policy = "write" }', 'key "a/" { policy = "write" }', False),
+        ('acl = "read"', 'acl = "write"', False),
+        ('acl = "read"\noperator = "read"', 'operator = "read"\nacl = "read"', True),
+        ('key_prefix "a/" {', 'key_prefix "a/" {', True),  # unparseable: compared as text
+        ('key_prefix "a/" {', 'key_prefix "a/"  {', False),
+    ],
+)
+def test_rules_equivalent(left: str, right: str, same: bool) -> None:
+    assert rules_equivalent(left, right) is same
+
+
+def test_desired_from_render_marks_policies_and_tokens() -> None:
+    spec = parse_spec(
+        'worker "w1" {}\nworker "w2" {}\n'
+        'job "a" {\n prefix = "locks/a/"\n workers = ["w1", "w2"]\n}\n'
+        'job "b" {\n prefix = "locks/b/"\n workers = ["w2"]\n}\n',
+        "locks.hcl",
+    )
+    desired = desired_from_render(render_policies(spec, find_templates_dir()))
+    assert {p.name: p.description for p in desired.policies} == {
+        "lock-a": 'lockctl-managed: job "a"',
+        "lock-b": 'lockctl-managed: job "b"',
+        "session-w1": 'lockctl-managed: worker "w1"',
+        "session-w2": 'lockctl-managed: worker "w2"',
+    }
+    assert {t.worker: t.policies for t in desired.tokens} == {
+        "w1": ("lock-a", "session-w1"),
+        "w2": ("lock-a", "lock-b", "session-w2"),
+    }
+    assert {t.description for t in desired.tokens} == {"lockctl worker w1", "lockctl worker w2"}
