@@ -40,3 +40,8 @@ class LocalEnvironmentError(LockctlError):
     """Something on this machine is missing or in the way (binary, state folder, a process)."""
 
     exit_code = EXIT_ENVIRONMENT
+
+
+# `lockctl run` only; a child's own exit status passes through unchanged.
+EXIT_WAIT_TIMEOUT = 75  # --wait --timeout ran out before the lock was free (EX_TEMPFAIL)
+EXIT_LOCK_LOST = 76  # the lock was lost while the job ran; the job was stopped (fenced)

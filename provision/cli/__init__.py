@@ -7,7 +7,7 @@ Exit codes (also in the README): 0 ok, 1 a check failed, 2 bad input, 3 Consul u
 
 from __future__ import annotations
 
-from provision.cli import cluster, consul_binary, policies
+from provision.cli import cluster, consul_binary, policies, run
 from provision.cli.app import app
 
 
@@ -20,5 +20,8 @@ app.add_typer(cluster.app, name="cluster")
 app.command("install-consul")(consul_binary.install_consul)
 app.command("render")(policies.render)
 app.command("lint")(policies.lint)
+app.command("worker-config")(run.worker_config)
+app.command("run", context_settings={"allow_interspersed_args": False})(run.run)
+app.command("status")(run.status)
 
 __all__ = ["app", "main"]

@@ -90,8 +90,10 @@ def _build(path: Path, raw: Any, allow_unsafe: bool) -> WorkerConfig:
     if raw.get("format") != CONFIG_FORMAT:
         problems.append(f"format: must be {CONFIG_FORMAT} (this lockctl reads format 1)")
     worker = _text(raw, "worker", "", problems)
-    consul = raw.get("consul") if isinstance(raw.get("consul"), dict) else {}
-    if not isinstance(raw.get("consul"), dict):
+    consul: dict[str, Any] = {}
+    if isinstance(raw.get("consul"), dict):
+        consul = raw["consul"]
+    else:
         problems.append("consul: must be an object with address and token_file")
     _unknown(consul, {"address", "token_file"}, "consul.", problems)
     address = _text(consul, "address", "consul.", problems)

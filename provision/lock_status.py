@@ -1,0 +1,61 @@
+"""`lockctl status`: who holds each job's lock, from consistent reads (never ?stale)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from provision.consul import Consul
+from provision.consul.errors import ConsulError
+from provision.spec import Spec
+
+
+@dataclass(frozen=True)
+class LockState:
+    job: str
+    key: str
+    held: bool
+    session: str | None = None
+    node: str | None = None  # the Consul node the holding session lives on
+    worker: str | None = None  # as the holder wrote it into the key
+    acquired_at: str | None = None  # UTC, as the holder wrote it
+    lock_index: int | None = None
+    modify_index: int | None = None
+
+
+def lock_states(consul: Consul, spec: Spec) -> list[LockState]:
+    """One consistent read per job's lock key, plus the holding session's node."""
+    return [_state(consul, job.name, job.lock_key) for job in spec.jobs]
+
+
+def _state(consul: Consul, job: str, key: str) -> LockState:
+    entry, _ = consul.kv.get(key, consistency="consistent")
+    if entry is None or entry.session is None:
+        lock_index = entry.lock_index if entry else None
+        return LockState(job, key, False, lock_index=lock_index)
+    holder = _holder(entry.value)
+    node = None
+    try:
+        session = consul.session.info(entry.session, consistency="consistent")
+        node = session.node if session else None
+    except ConsulError:
+        pass  # a token with key read but no session read still sees the key
+    return LockState(
+        job,
+        key,
+        True,
+        session=entry.session,
+        node=node,
+        worker=holder.get("worker"),
+        acquired_at=holder.get("acquired_at"),
+        lock_index=entry.lock_index,
+        modify_index=entry.modify_index,
+    )
+
+
+def _holder(value: bytes | None) -> dict[str, str]:
+    try:
+        record = json.loads(value or b"{}")
+    except ValueError:
+        return {}
+    return {k: str(v) for k, v in record.items()} if isinstance(record, dict) else {}

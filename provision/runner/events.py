@@ -1,0 +1,54 @@
+"""One JSON line per lock event on stderr: what happened, to which lock, and how long it took.
+
+Fields: time (UTC, ISO 8601), event, job, worker, and whatever the event adds (session,
+lock_index, durations in ms). A token never appears: nothing secret is ever passed in.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+from datetime import datetime, timezone
+from typing import Any, TextIO
+
+EVENTS = (
+    "acquired",
+    "renewed",
+    "renew-failed",
+    "lost",
+    "fenced",
+    "released",
+    "skipped",
+    "waiting",
+    "timed-out",
+)
+
+
+class EventLog:
+    """Writes events for one job on one worker; safe to call from several threads."""
+
+    def __init__(self, job: str, worker: str, stream: TextIO | None = None) -> None:
+        self.job = job
+        self.worker = worker
+        self._stream = stream
+        self._lock = threading.Lock()
+
+    def emit(self, event: str, **fields: Any) -> None:
+        record = {
+            "time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
+            "event": event,
+            "job": self.job,
+            "worker": self.worker,
+            **{key: value for key, value in fields.items() if value is not None},
+        }
+        line = json.dumps(record, separators=(",", ":"), default=str)
+        with self._lock:
+            stream = self._stream or sys.stderr
+            stream.write(line + "\n")
+            stream.flush()
+
+
+def ms(seconds: float) -> float:
+    """Seconds as milliseconds, rounded for humans."""
+    return round(seconds * 1000, 1)

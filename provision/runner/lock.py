@@ -1,0 +1,144 @@
+"""One job's lock: a Consul session that acquires, renews, watches and releases one key.
+
+Every request that proves the session still holds the lock (a successful renew, or a consistent
+read showing our session on the key) records the monotonic time it was SENT. The server handled
+it later, when the session was still valid, so the fencing deadline counted from that send time
+is conservative however late the answer arrived.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from provision.consul import Consul
+from provision.consul.errors import ConsulError
+from provision.consul.models import KVEntry
+from provision.consul.transport import RetryPolicy
+from provision.runner.config import JobConfig
+
+SESSION_BEHAVIOR = "release"  # a lost session frees the key, it does not delete it
+CLEANUP_RETRY = RetryPolicy(deadline=5.0)
+MAX_BLOCKING_WAIT = 300.0  # Consul's own cap on a blocking query's wait
+
+
+@dataclass(frozen=True)
+class HeldLock:
+    """What acquiring gave us: the fencing token (LockIndex) and the key's ModifyIndex."""
+
+    lock_index: int
+    modify_index: int
+
+
+class LockSession:
+    """A session on the local agent, and the lock key it competes for."""
+
+    def __init__(
+        self,
+        consul: Consul,
+        job: JobConfig,
+        worker: str,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.consul = consul
+        self.job = job
+        self.worker = worker
+        self.key = job.lock_key
+        self.session_id = ""
+        self._clock = clock
+        self._confirmed_at = float("-inf")
+        self._guard = threading.Lock()
+
+    # -- the session -------------------------------------------------------------------------
+    def open(self) -> str:
+        """Create the session on the agent we talk to (its node's serfHealth check)."""
+        timings = self.job.timings
+        self.session_id = self.consul.session.create(
+            name=f"lockctl {self.job.name} on {self.worker}",
+            ttl=timings.ttl,
+            lock_delay=timings.lock_delay,
+            behavior=SESSION_BEHAVIOR,
+        )
+        return self.session_id
+
+    def renew(self) -> None:
+        """Renew once, with a client timeout below the renew interval; NotFound if gone."""
+        interval = self.job.timings.renew_interval
+        timeout = min(interval / 2, self.consul.transport.settings.timeout)
+        sent = self._clock()
+        self.consul.session.renew(self.session_id, timeout=timeout, retry=RetryPolicy(0.0))
+        self.confirm(sent)
+
+    def destroy(self) -> None:
+        """Destroy the session (best effort: the TTL ends it anyway)."""
+        if not self.session_id:
+            return
+        with contextlib.suppress(ConsulError):
+            self.consul.session.destroy(self.session_id)
+
+    # -- the key -----------------------------------------------------------------------------
+    def try_acquire(self) -> bool:
+        """One acquire attempt; false while another session holds the key (or in lock-delay)."""
+        holder = json.dumps(
+            {
+                "acquired_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                "worker": self.worker,
+                "job": self.job.name,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+            },
+            separators=(",", ":"),
+        ).encode()
+        return self.consul.kv.put(self.key, holder, acquire=self.session_id)
+
+    def read_held(self) -> HeldLock | None:
+        """Consistent read right after acquiring: our LockIndex, or None if we do not hold it."""
+        sent = self._clock()
+        entry, _ = self.consul.kv.get(self.key, consistency="consistent")
+        if entry is None or entry.session != self.session_id:
+            return None
+        self.confirm(sent)
+        return HeldLock(entry.lock_index, entry.modify_index)
+
+    def wait_for_change(self, index: int, wait: float) -> tuple[KVEntry | None, int]:
+        """Block until the key changes past `index` or `wait` passes (never a busy loop)."""
+        entry, meta = self.consul.kv.get(self.key, index=index, wait=min(wait, MAX_BLOCKING_WAIT))
+        return entry, meta.index or 0
+
+    def watch(self, index: int, wait: float) -> tuple[bool, int]:
+        """Consistent blocking read: (do we still hold the key, the index to block on next)."""
+        sent = self._clock()
+        entry, meta = self.consul.kv.get(
+            self.key, consistency="consistent", index=index, wait=min(wait, MAX_BLOCKING_WAIT)
+        )
+        held = entry is not None and entry.session == self.session_id
+        if held:
+            self.confirm(sent)
+        next_index = meta.index or 0
+        # Consul's advice: an index that goes backwards (a snapshot restore) restarts at 0.
+        return held, next_index if next_index >= index else 0
+
+    def release(self) -> bool:
+        """Release the key (the next contender acquires at once: no lock-delay after release)."""
+        try:
+            return self.consul.kv.put(self.key, release=self.session_id, retry=CLEANUP_RETRY)
+        except ConsulError:
+            return False
+
+    # -- the confirmation clock ----------------------------------------------------------------
+    def confirm(self, sent_at: float) -> None:
+        with self._guard:
+            self._confirmed_at = max(self._confirmed_at, sent_at)
+
+    @property
+    def confirmed_at(self) -> float:
+        """Monotonic send time of the newest request that proved we still held the session."""
+        with self._guard:
+            return self._confirmed_at
