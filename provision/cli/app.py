@@ -24,6 +24,10 @@ class ErrorBoundaryGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except LockctlError as exc:
+            # Errors that collect several problems (a spec, a worker config) list each on its
+            # own line, each naming its file:line, before the one-line summary.
+            for problem in getattr(exc, "problems", ()):
+                typer.echo(str(problem), err=True)
             typer.echo(f"lockctl: error: {exc}", err=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:

@@ -5,21 +5,15 @@ from __future__ import annotations
 import json
 import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from provision.cluster.layout import DEFAULT_STATE_DIR, DEFAULT_SUBNET
-from provision.cluster.local import (
-    ClusterStatus,
-    cluster_down,
-    cluster_env,
-    cluster_status,
-    cluster_up,
-)
 from provision.errors import EXIT_FAILED
+
+if TYPE_CHECKING:  # the core is imported lazily: `lockctl run` must start fast
+    from provision.cluster.local import ClusterStatus
 
 app = typer.Typer(
     help="A local cluster of real Consul agents on loopback: 3 servers, worker-1 and worker-2, "
@@ -53,6 +47,8 @@ def up(
     ] = None,
 ) -> None:
     """Start (or recover) the cluster, bootstrap ACLs, and wait until every agent is healthy."""
+    from provision.cluster.local import cluster_up
+
     result = cluster_up(state_dir, subnet=subnet, templates_dir=templates_dir)
     started = ", ".join(result.started) or "none (all were running)"
     typer.echo(f"{result.consul.describe()}")
@@ -68,6 +64,8 @@ def up(
 @app.command()
 def down(state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
     """Stop the agents this cluster started (by pidfile) and delete its data."""
+    from provision.cluster.local import cluster_down
+
     stopped = cluster_down(state_dir)
     typer.echo(f"stopped: {', '.join(stopped) or 'nothing was running'}; removed {state_dir}")
 
@@ -75,6 +73,8 @@ def down(state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
 @app.command()
 def status(state_dir: StateDir = DEFAULT_STATE_DIR, as_json: AsJson = False) -> None:
     """Show each agent's process, reachability and health; exit 1 unless all is well."""
+    from provision.cluster.local import cluster_status
+
     current = cluster_status(state_dir)
     if as_json:
         typer.echo(json.dumps(_status_record(current), indent=2))
@@ -90,6 +90,8 @@ def env(state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
 
     Use: eval "$(lockctl cluster env)"
     """
+    from provision.cluster.local import cluster_env
+
     typer.echo("unset CONSUL_HTTP_TOKEN")
     for name, value in cluster_env(state_dir):
         typer.echo(f"export {name}={shlex.quote(value)}")
@@ -116,6 +118,9 @@ def _status_record(current: ClusterStatus) -> dict[str, object]:
 
 
 def _print_status(current: ClusterStatus) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table("agent", "role", "address", "pid", "process", "http", "serfHealth")
     for state in current.agents:
         table.add_row(

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
 from provision.errors import EXIT_FAILED
-from provision.lint import Finding, has_errors, lint_file
-from provision.render import check_rendered, render_policies, write_rendered
-from provision.spec import Spec, SpecError, load_spec
-from provision.templates import find_templates_dir
+
+if TYPE_CHECKING:  # the core is imported lazily: `lockctl run` must start fast
+    from provision.lint import Finding
 
 DEFAULT_SPEC = Path("policies/locks.hcl")
 DEFAULT_OUT = Path("policies")
@@ -54,7 +53,11 @@ def render(
     check: Check = False,
 ) -> None:
     """Render one ACL policy per job and per worker, plus manifest.json, from the spec."""
-    result = render_policies(_load(spec), find_templates_dir(templates_dir))
+    from provision.render import check_rendered, render_policies, write_rendered
+    from provision.spec import load_spec
+    from provision.templates import find_templates_dir
+
+    result = render_policies(load_spec(spec), find_templates_dir(templates_dir))
     if check:
         diff = check_rendered(result, out)
         if diff:
@@ -73,7 +76,12 @@ def render(
 
 def lint(files: LintFiles, spec: LintSpec = None, node: Nodes = None) -> None:
     """Check Consul ACL policy files for rules that grant nothing, or too much. Exit 1 on errors."""
-    loaded = _load(spec) if spec else _load(DEFAULT_SPEC) if DEFAULT_SPEC.is_file() else None
+    from provision.lint import has_errors, lint_file
+    from provision.spec import load_spec
+
+    loaded = (
+        load_spec(spec) if spec else load_spec(DEFAULT_SPEC) if DEFAULT_SPEC.is_file() else None
+    )
     findings: list[Finding] = []
     for path in files:
         if loaded and path.resolve() == Path(loaded.path).resolve():
@@ -86,16 +94,6 @@ def lint(files: LintFiles, spec: LintSpec = None, node: Nodes = None) -> None:
     typer.echo(_lint_summary(findings, len(files)), err=bool(findings))
     if has_errors(findings):
         raise typer.Exit(EXIT_FAILED)
-
-
-def _load(path: Path) -> Spec:
-    """Load the spec; print each problem on its own stderr line, then let the boundary exit 2."""
-    try:
-        return load_spec(path)
-    except SpecError as exc:
-        for problem in exc.problems:
-            typer.echo(str(problem), err=True)
-        raise
 
 
 def _lint_summary(findings: list[Finding], files: int) -> str:
