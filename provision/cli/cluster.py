@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from provision.cluster.layout import DEFAULT_STATE_DIR, DEFAULT_SUBNET
+from provision.cluster.layout import DEFAULT_STATE_DIR, DEFAULT_SUBNET, DEFAULT_WORKERS
 from provision.errors import EXIT_FAILED
 
 if TYPE_CHECKING:  # the core is imported lazily: `lockctl run` must start fast
@@ -42,6 +42,9 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a ta
 def up(
     state_dir: StateDir = DEFAULT_STATE_DIR,
     subnet: Subnet = DEFAULT_SUBNET,
+    workers: Annotated[
+        int, typer.Option("--workers", help="Client agents worker-1..N (at .21, .22, ...).")
+    ] = DEFAULT_WORKERS,
     templates_dir: Annotated[
         Path | None, typer.Option("--templates-dir", help="Use these templates instead.")
     ] = None,
@@ -49,7 +52,7 @@ def up(
     """Start (or recover) the cluster, bootstrap ACLs, and wait until every agent is healthy."""
     from provision.cluster.local import cluster_up
 
-    result = cluster_up(state_dir, subnet=subnet, templates_dir=templates_dir)
+    result = cluster_up(state_dir, subnet=subnet, workers=workers, templates_dir=templates_dir)
     started = ", ".join(result.started) or "none (all were running)"
     typer.echo(f"{result.consul.describe()}")
     typer.echo(f"started: {started}")

@@ -13,7 +13,9 @@ from provision.errors import InputError, LocalEnvironmentError
 DEFAULT_SUBNET = "127.0.0"  # servers at .11-.13, worker agents at .21-.22
 DEFAULT_STATE_DIR = Path(".lockctl/cluster")
 SERVER_HOSTS = (11, 12, 13)
-WORKER_HOSTS = (21, 22)
+DEFAULT_WORKERS = 2  # worker-1, worker-2 at .21, .22; up to MAX_WORKERS (.21-.29)
+MAX_WORKERS = 9
+FIRST_WORKER_HOST = 21
 HTTP_PORT = 8500
 LAYOUT_FILE = "cluster.json"
 MANAGEMENT_TOKEN_FILE = "management.token"  # noqa: S105 - a file name, not a secret
@@ -68,11 +70,16 @@ class ClusterLayout:
         return self.agent_dir(agent) / "data"
 
 
-def default_layout(state_dir: Path, subnet: str = DEFAULT_SUBNET) -> ClusterLayout:
-    """3 servers (server-1..3 at .11-.13) and worker-1, worker-2 (.21, .22) in a 127/8 /24."""
+def default_layout(
+    state_dir: Path, subnet: str = DEFAULT_SUBNET, workers: int = DEFAULT_WORKERS
+) -> ClusterLayout:
+    """3 servers (server-1..3 at .11-.13) and worker-1..N (.21, .22, ...) in a 127/8 /24."""
     _check_subnet(subnet)
+    if not 1 <= workers <= MAX_WORKERS:
+        raise InputError(f"--workers {workers}: must be 1..{MAX_WORKERS}")
+    worker_hosts = range(FIRST_WORKER_HOST, FIRST_WORKER_HOST + workers)
     servers = [_agent("server", n, subnet, host, True) for n, host in enumerate(SERVER_HOSTS, 1)]
-    workers = [_agent("worker", n, subnet, host, False) for n, host in enumerate(WORKER_HOSTS, 1)]
+    workers = [_agent("worker", n, subnet, host, False) for n, host in enumerate(worker_hosts, 1)]
     return ClusterLayout(state_dir.absolute(), tuple(servers + workers))
 
 

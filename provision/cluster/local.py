@@ -18,6 +18,7 @@ from pathlib import Path
 from provision.acl_bootstrap import bootstrap_acl, ensure_agent_token, wait_until_management_works
 from provision.cluster.layout import (
     DEFAULT_SUBNET,
+    DEFAULT_WORKERS,
     HTTP_PORT,
     LAYOUT_FILE,
     AgentSpec,
@@ -75,13 +76,14 @@ def cluster_up(
     state_dir: Path,
     *,
     subnet: str = DEFAULT_SUBNET,
+    workers: int = DEFAULT_WORKERS,
     templates_dir: Path | None = None,
     log_level: str = "info",
     deadline: float = START_DEADLINE,
 ) -> UpResult:
     """Bring the cluster to healthy and bootstrapped, starting only what is not running."""
     began = time.monotonic()
-    layout, fresh = _layout_for_up(state_dir, subnet)
+    layout, fresh = _layout_for_up(state_dir, subnet, workers)
     binary = install_consul()
     templates = find_templates_dir(templates_dir)
     missing = [agent for agent in layout.agents if not _agent_running(layout, agent)]
@@ -160,10 +162,10 @@ def _no_cluster(state_dir: Path) -> LocalEnvironmentError:
     return LocalEnvironmentError(f"no cluster in {state_dir} (start one: lockctl cluster up)")
 
 
-def _layout_for_up(state_dir: Path, subnet: str) -> tuple[ClusterLayout, bool]:
+def _layout_for_up(state_dir: Path, subnet: str, workers: int) -> tuple[ClusterLayout, bool]:
     """The layout to bring up, and whether it is new (nothing recorded yet)."""
     existing = load_layout(state_dir)
-    wanted = default_layout(state_dir, subnet)
+    wanted = default_layout(state_dir, subnet, workers)
     if existing is None:
         if state_dir.exists() and any(state_dir.iterdir()):
             raise LocalEnvironmentError(
@@ -173,7 +175,8 @@ def _layout_for_up(state_dir: Path, subnet: str) -> tuple[ClusterLayout, bool]:
         return wanted, True
     if existing.agents != wanted.agents:
         raise LocalEnvironmentError(
-            f"{state_dir} holds a cluster at {existing.servers[0].address}; run "
+            f"{state_dir} holds a different cluster ({existing.servers[0].address}, "
+            f"{len(existing.workers)} workers); run "
             "`lockctl cluster down` first or use another --state-dir"
         )
     return existing, False
