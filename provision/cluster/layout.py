@@ -79,8 +79,8 @@ def default_layout(
         raise InputError(f"--workers {workers}: must be 1..{MAX_WORKERS}")
     worker_hosts = range(FIRST_WORKER_HOST, FIRST_WORKER_HOST + workers)
     servers = [_agent("server", n, subnet, host, True) for n, host in enumerate(SERVER_HOSTS, 1)]
-    workers = [_agent("worker", n, subnet, host, False) for n, host in enumerate(worker_hosts, 1)]
-    return ClusterLayout(state_dir.absolute(), tuple(servers + workers))
+    clients = [_agent("worker", n, subnet, host, False) for n, host in enumerate(worker_hosts, 1)]
+    return ClusterLayout(state_dir.absolute(), tuple(servers + clients))
 
 
 def _agent(role: str, number: int, subnet: str, host: int, server: bool) -> AgentSpec:
