@@ -7,7 +7,7 @@ Exit codes (also in the README): 0 ok, 1 a check failed, 2 bad input, 3 Consul u
 
 from __future__ import annotations
 
-from provision.cli import cluster, consul_binary, policies, run
+from provision.cli import cluster, consul_binary, policies, run, verify
 from provision.cli.app import app
 
 
@@ -23,5 +23,6 @@ app.command("lint")(policies.lint)
 app.command("worker-config")(run.worker_config)
 app.command("run", context_settings={"allow_interspersed_args": False})(run.run)
 app.command("status")(run.status)
+app.command("verify")(verify.verify)
 
 __all__ = ["app", "main"]

@@ -1,0 +1,87 @@
+"""`lockctl verify`: named checks against a live cluster, as a table, JSON or JUnit XML."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from provision.cli.options import Address, Timeout, TokenFile, consul_settings
+from provision.errors import EXIT_FAILED
+
+if TYPE_CHECKING:
+    from provision.verify import VerifyReport
+
+DEFAULT_SPEC = Path("policies/locks.hcl")
+
+
+def verify(
+    spec_file: Annotated[Path, typer.Option("--spec", envvar="LOCKCTL_SPEC")] = DEFAULT_SPEC,
+    secrets_dir: Annotated[
+        Path,
+        typer.Option("--secrets-dir", help="Where apply wrote <worker>.token."),
+    ] = Path(".lockctl/secrets"),
+    inventory: Annotated[
+        Path | None,
+        typer.Option("--inventory", help='JSON {"worker": "http://addr:8500"} over the spec.'),
+    ] = None,
+    only: Annotated[
+        list[str] | None, typer.Option("--only", help="Run only this check (repeatable).")
+    ] = None,
+    slow: Annotated[bool, typer.Option("--slow", help="Also run ttl-expiry (~30 s).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    evidence: Annotated[
+        bool, typer.Option("--evidence", help="Show every check's evidence, not only failures'.")
+    ] = False,
+    junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML.")] = None,
+    address: Address = None,
+    token_file: TokenFile = None,
+    timeout: Timeout = None,
+) -> None:
+    """Prove the locks and ACLs on a live cluster; exit 1 if any check fails.
+
+    The management token (CONSUL_HTTP_TOKEN_FILE or --token-file) is used only for the checks
+    that read agents and policies; the lock checks use each worker's own token and agent.
+    """
+    from provision.spec import load_spec
+    from provision.verify import run_verification, select_checks
+    from provision.verify.context import VerifyContext, load_workers
+    from provision.verify.report import junit_xml, report_record
+
+    spec = load_spec(spec_file)
+    checks = select_checks(only or [], slow)
+    settings = consul_settings(address, token_file, timeout)
+    context = VerifyContext(spec, settings, load_workers(spec, secrets_dir, inventory))
+    report = run_verification(context, checks)
+    if junit is not None:
+        junit.write_text(junit_xml(report), encoding="utf-8")
+    if as_json:
+        typer.echo(json.dumps(report_record(report), indent=2))
+    else:
+        _print(report, evidence)
+    if not report.passed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _print(report: VerifyReport, evidence: bool) -> None:
+    """A table of verdicts; below it the evidence of failed checks (of all with --evidence)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    marks = {"pass": "[green]PASS[/]", "fail": "[red]FAIL[/]", "skip": "[yellow]SKIP[/]"}
+    table = Table("check", "result", "time", "what was seen")
+    for result in report.results:
+        summary = "\n".join((result.summary, *(f"warning: {w}" for w in result.warnings)))
+        table.add_row(result.name, marks[result.status], f"{result.seconds:.2f}s", summary)
+    console = Console()
+    console.print(table)
+    for result in report.results:
+        if result.evidence and (evidence or result.status == "fail"):
+            console.print(f"\n[bold]{result.name}[/] evidence:", highlight=False)
+            for line in result.evidence:
+                console.print(f"  {line}", highlight=False, markup=False)
+    failed = [r.name for r in report.results if r.status == "fail"]
+    verdict = "all checks passed" if not failed else f"FAILED: {', '.join(failed)}"
+    console.print(f"{verdict}  (wall time {report.seconds:.1f} s)", highlight=False)
