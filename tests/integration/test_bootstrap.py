@@ -1,0 +1,171 @@
+"""`lockctl bootstrap` on a fresh, never-bootstrapped server and on the (bootstrapped) live cluster.
+
+The fresh cluster is one server started from lockctl's own templates on a spare address of the
+test subnet (.41, .42: the live cluster uses .11-.13 and .21-.22), without bootstrapping.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from provision.cli import acl
+from provision.cli.app import ErrorBoundaryGroup
+from provision.cluster.layout import AgentSpec, ClusterLayout
+from provision.cluster.processes import spawn, stop
+from provision.consul import Consul, ConsulSettings
+from provision.consul.errors import ConsulError
+from provision.consul_binary import install_consul
+from provision.errors import EXIT_INPUT
+from provision.secret import read_secret_file
+from provision.templates import find_templates_dir, make_environment, render_template
+from tests.conftest import TEST_SUBNET, LiveCluster
+
+runner = CliRunner()
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer(cls=ErrorBoundaryGroup, pretty_exceptions_enable=False)
+    app.command("bootstrap")(acl.bootstrap)
+    app.command("plan")(acl.plan)  # two commands: a group, so the name is an argument
+    return app
+
+
+class FreshServer:
+    def __init__(self, state_dir: Path, host: int) -> None:
+        self.agent = AgentSpec(f"fresh-{host}", f"{TEST_SUBNET}.{host}", True)
+        self.layout = ClusterLayout(state_dir, (self.agent,))
+
+    @property
+    def address(self) -> str:
+        return self.agent.http_address
+
+    def start(self) -> None:
+        layout, agent = self.layout, self.agent
+        layout.data_dir(agent).mkdir(parents=True)
+        config = render_template(
+            make_environment(find_templates_dir()),
+            "consul/server.hcl.j2",
+            {
+                "agent": agent,
+                "servers": layout.servers,
+                "datacenter": "dc1",
+                "data_dir": str(layout.data_dir(agent)),
+                "log_level": "warn",
+            },
+        )
+        layout.config_file(agent).write_text(config, encoding="utf-8")
+        argv = [str(install_consul().path), "agent", f"-config-file={layout.config_file(agent)}"]
+        spawn(argv, layout.log_file(agent), layout.pidfile(agent))
+        client = Consul(ConsulSettings(address=self.address, timeout=1))
+        give_up_at = time.monotonic() + 30
+        while time.monotonic() < give_up_at:
+            try:
+                if client.status.leader():
+                    return
+            except ConsulError:
+                pass
+            time.sleep(0.1)
+        raise AssertionError("the fresh server elected no leader")
+
+    def stop(self) -> None:
+        pid = int(self.layout.pidfile(self.agent).read_text())
+        stop([(pid, str(self.layout.config_file(self.agent)))])
+
+
+@pytest.fixture
+def fresh_server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[FreshServer]:
+    server = FreshServer(tmp_path / "fresh", request.param)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("fresh_server", [41], indirect=True)
+def test_bootstrap_a_fresh_cluster_then_again(fresh_server: FreshServer, tmp_path: Path) -> None:
+    token_file = tmp_path / "out" / "management.token"
+    agent = f"{fresh_server.agent.name}={fresh_server.address}"
+    args = ["bootstrap", "--management-token-file", str(token_file), "--address"]
+    result = runner.invoke(_app(), [*args, fresh_server.address, "--agent", agent])
+    assert result.exit_code == 0, result.output
+    assert "ACLs bootstrapped" in result.stdout
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    secret = read_secret_file(token_file)
+    assert secret.reveal() not in result.output
+    management = Consul(ConsulSettings(address=fresh_server.address, token=secret))
+    before = (
+        sorted(p.name for p in management.acl.list_policies()),
+        sorted(t.accessor_id for t in management.acl.list_tokens()),
+    )
+    assert f"agent-{fresh_server.agent.name}" in before[0]
+    again = runner.invoke(_app(), [*args, fresh_server.address])
+    assert again.exit_code == 0, again.output
+    assert "already bootstrapped: nothing changed" in again.stdout
+    other_file = tmp_path / "other.token"
+    third = runner.invoke(
+        _app(), ["bootstrap", "--management-token-file", str(other_file), "--address",
+                 fresh_server.address],
+    )  # fmt: skip
+    assert third.exit_code == 0 and "nothing changed" in third.stdout
+    assert not other_file.exists()
+    after = (
+        sorted(p.name for p in management.acl.list_policies()),
+        sorted(t.accessor_id for t in management.acl.list_tokens()),
+    )
+    assert after == before
+    assert read_secret_file(token_file).reveal() == secret.reveal()
+
+
+@pytest.mark.parametrize("fresh_server", [42], indirect=True)
+def test_show_secret_is_the_only_way_to_print_it(fresh_server: FreshServer, tmp_path: Path) -> None:
+    token_file = tmp_path / "management.token"
+    result = runner.invoke(
+        _app(),
+        ["bootstrap", "--management-token-file", str(token_file), "--address",
+         fresh_server.address, "--json", "--show-secret"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert record["secret_id"] == read_secret_file(token_file).reveal()
+    assert record["bootstrapped"] is True
+
+
+def test_bootstrapped_cluster_is_left_alone(live_cluster: LiveCluster, tmp_path: Path) -> None:
+    token_file = tmp_path / "new.token"
+    args = ["bootstrap", "--management-token-file", str(token_file)]
+    result = runner.invoke(_app(), [*args, "--address", live_cluster.address("server-1")])
+    assert result.exit_code == 0, result.output
+    assert "already bootstrapped: nothing changed" in result.stdout
+    assert not token_file.exists()
+
+
+def test_existing_file_the_cluster_does_not_accept_is_not_replaced(
+    live_cluster: LiveCluster, tmp_path: Path
+) -> None:
+    token_file = tmp_path / "stale.token"
+    token_file.write_text("00000000-0000-0000-0000-000000000000\n")
+    args = ["bootstrap", "--management-token-file", str(token_file)]
+    result = runner.invoke(_app(), [*args, "--address", live_cluster.address("server-1")])
+    assert result.exit_code == EXIT_INPUT
+    assert "refusing to replace" in result.stderr
+    assert token_file.read_text() == "00000000-0000-0000-0000-000000000000\n"
+
+
+def test_existing_accepted_file_means_bootstrapped(live_cluster: LiveCluster) -> None:
+    token_file = live_cluster.layout.management_token_file
+    before = token_file.read_text()
+    args = ["bootstrap", "--management-token-file", str(token_file)]
+    result = runner.invoke(_app(), [*args, "--address", live_cluster.address("server-2")])
+    assert result.exit_code == 0, result.output
+    assert "nothing changed" in result.stdout
+    assert live_cluster.management_token.reveal() not in result.output
+    assert token_file.read_text() == before
