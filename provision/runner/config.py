@@ -58,12 +58,18 @@ class WorkerConfig:
 
 
 class ConfigError(InputError):
-    """A worker config with problems; `problems` lists each as one line."""
+    """A worker config with problems; `lines` lists each as `FILE: field: message`.
+
+    One problem is the message itself. With several, the message is a count and `problems` (which
+    the CLI's error boundary prints, one a line, before the message) lists them; with one it is
+    empty, so the runner's log gets one line, not the same line twice.
+    """
 
     def __init__(self, path: Path, problems: list[str]) -> None:
-        self.problems = [f"{path}: {p}" for p in problems]
-        count = f"{len(problems)} problem{'s' if len(problems) != 1 else ''}"
-        super().__init__(self.problems[0] if len(problems) == 1 else f"{path}: {count}")
+        self.lines = [f"{path}: {p}" for p in problems]
+        self.problems = self.lines if len(self.lines) > 1 else []
+        count = f"{len(problems)} problems"
+        super().__init__(self.lines[0] if len(problems) == 1 else f"{path}: {count}")
 
 
 def load_worker_config(path: Path, *, allow_unsafe: bool = False) -> WorkerConfig:

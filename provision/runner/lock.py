@@ -68,12 +68,17 @@ class LockSession:
         )
         return self.session_id
 
+    @property
+    def renew_timeout(self) -> float:
+        """The client timeout of one renew: below the renew interval, so renewals never pile up."""
+        return min(self.job.timings.renew_interval / 2, self.consul.transport.settings.timeout)
+
     def renew(self) -> None:
         """Renew once, with a client timeout below the renew interval; NotFound if gone."""
-        interval = self.job.timings.renew_interval
-        timeout = min(interval / 2, self.consul.transport.settings.timeout)
         sent = self._clock()
-        self.consul.session.renew(self.session_id, timeout=timeout, retry=RetryPolicy(0.0))
+        self.consul.session.renew(
+            self.session_id, timeout=self.renew_timeout, retry=RetryPolicy(0.0)
+        )
         self.confirm(sent)
 
     def destroy(self) -> None:

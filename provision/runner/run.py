@@ -31,6 +31,7 @@ FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 WATCH_WAIT = 60.0  # seconds per blocking watch; renewals confirm the lock in between anyway
 WATCH_ERROR_PAUSE = 0.5
 MIN_DELAY_RETRY = 0.1
+UNSAFE_FENCE_SLACK = 0.5  # --allow-unsafe only: how late a healthy renewal may confirm the lock
 
 
 @dataclass(frozen=True)
@@ -217,7 +218,7 @@ def _until_child_exits(
             child.stop(timings.kill_grace)
             return "interrupted"
         confirmed = lock.confirmed_at
-        fence_at = confirmed + timings.lock_delay - timings.kill_grace - SAFETY_MARGIN
+        fence_at = confirmed + _fence_after(lock)
         now = clock()
         if supervision.lost or now >= fence_at:
             reason = supervision.lost or "no confirmation of the lock in time"
@@ -230,6 +231,20 @@ def _until_child_exits(
             child.stop(timings.kill_grace, kill_by=confirmed + timings.lock_delay - SAFETY_MARGIN)
             return "lost"
         supervision.wake.wait(fence_at - now)
+
+
+def _fence_after(lock: LockSession) -> float:
+    """Seconds after the last confirmation at which the child gets SIGTERM.
+
+    Safe timings (the validator's bound) give D - G - margin, which is above one renew interval
+    plus the renew's timeout. Only --allow-unsafe timings make it shorter; then the child would be
+    fenced between two healthy renewals (at once if D <= G + margin), so the deadline is moved to
+    just after the next renewal could have confirmed the lock: the job runs, and stops at that
+    point when the lock cannot be confirmed, which is the risk the flag accepted.
+    """
+    timings = lock.job.timings
+    safe = timings.lock_delay - timings.kill_grace - SAFETY_MARGIN
+    return max(safe, timings.renew_interval + lock.renew_timeout + UNSAFE_FENCE_SLACK)
 
 
 def _hold_at_least(
