@@ -1,0 +1,130 @@
+"""apply/rotate on answers a healthy real server does not give on demand (responses-mocked):
+an ambiguous failed create that did take effect, a create answer without a secret, a read-back
+naming another token, and stopping at the first refused write."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import responses
+
+from provision import apply as apply_module
+from provision.apply import ACLPermissionError, ApplyFailed, apply_plan, rotate_worker_token
+from provision.consul import Consul, ConsulSettings, RetryPolicy
+from provision.errors import EXIT_DENIED, EXIT_ENVIRONMENT, LocalEnvironmentError
+from provision.plan import Plan, PolicyChange, TokenChange
+from provision.secret import Secret
+
+ADDRESS = "http://consul.test:8500"
+MGMT = "11111111-2222-3333-4444-555555555555"
+NEW_SECRET = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
+
+
+@pytest.fixture
+def consul(monkeypatch: pytest.MonkeyPatch) -> Consul:
+    monkeypatch.setattr(apply_module, "RETRY_PAUSE", 0.0)
+    settings = ConsulSettings(address=ADDRESS, token=Secret(MGMT), timeout=1)
+    return Consul(settings, retry=RetryPolicy(deadline=0.0))
+
+
+def _policy_plan(n: int) -> Plan:
+    changes = tuple(
+        PolicyChange("create", f"lock-j{i}", "new", None, "lockctl-managed: x", "key {}")
+        for i in range(n)
+    )
+    return Plan(changes, (), 0, 0)
+
+
+@responses.activate
+def test_a_failed_create_that_took_effect_is_adopted_not_duplicated(
+    consul: Consul, tmp_path: Path
+) -> None:
+    responses.put(f"{ADDRESS}/v1/acl/policy", status=500, body="rpc error: leadership lost")
+    listed = [{"ID": "p1", "Name": "lock-j0", "Description": "", "Hash": "x"}]
+    responses.get(f"{ADDRESS}/v1/acl/policies", json=listed)
+    updated = {
+        "ID": "p1",
+        "Name": "lock-j0",
+        "Description": "lockctl-managed: x",
+        "Rules": "key {}",
+    }
+    responses.put(f"{ADDRESS}/v1/acl/policy/p1", json=updated)
+    result = apply_plan(consul, _policy_plan(1), tmp_path, concurrency=1)
+    assert result.applied == 1
+    creates = [c for c in responses.calls if c.request.url == f"{ADDRESS}/v1/acl/policy"]
+    assert len(creates) == 1  # no second create once the policy was seen
+
+
+@responses.activate
+def test_a_failed_token_create_that_took_effect_is_adopted(consul: Consul, tmp_path: Path) -> None:
+    responses.put(f"{ADDRESS}/v1/acl/token", status=500, body="No cluster leader")
+    made = {"AccessorID": "t1", "Description": "lockctl worker w1", "Policies": []}
+    responses.get(f"{ADDRESS}/v1/acl/tokens", json=[made])
+    responses.get(f"{ADDRESS}/v1/acl/token/t1", json={**made, "SecretID": NEW_SECRET})
+    change = TokenChange("create", "w1", "new", None, "lockctl worker w1", ("session-w1",))
+    apply_plan(consul, Plan((), (change,), 0, 0), tmp_path, concurrency=1)
+    assert (tmp_path / "w1.token").read_text().strip() == NEW_SECRET
+    assert len([c for c in responses.calls if c.request.method == "PUT"]) == 1
+
+
+@responses.activate
+def test_a_create_answer_without_a_secret_is_an_error_without_secrets(
+    consul: Consul, tmp_path: Path
+) -> None:
+    responses.put(
+        f"{ADDRESS}/v1/acl/token",
+        json={"AccessorID": "t1", "Description": "lockctl worker w1", "Policies": []},
+    )
+    change = TokenChange("create", "w1", "new", None, "lockctl worker w1", ("session-w1",))
+    with pytest.raises(ApplyFailed, match="no secret") as caught:
+        apply_plan(consul, Plan((), (change,), 0, 0), tmp_path, concurrency=1)
+    assert caught.value.exit_code == EXIT_ENVIRONMENT
+    assert MGMT not in str(caught.value)
+    assert not (tmp_path / "w1.token").exists()
+
+
+@responses.activate
+def test_first_refused_write_stops_new_calls(consul: Consul, tmp_path: Path) -> None:
+    body = f"Permission denied for token {MGMT}"
+    responses.put(f"{ADDRESS}/v1/acl/policy", status=403, body=body)
+    with pytest.raises(ACLPermissionError) as caught:
+        apply_plan(consul, _policy_plan(20), tmp_path, concurrency=2)
+    message = str(caught.value)
+    assert caught.value.exit_code == EXIT_DENIED
+    assert 'acl = "write"' in message and "0 of 20 changes were applied" in message
+    assert MGMT not in message
+    assert len(responses.calls) <= 2  # the two in flight; none started after the refusal
+
+
+@responses.activate
+def test_rotate_keeps_the_old_token_when_read_back_names_another(
+    consul: Consul, tmp_path: Path
+) -> None:
+    old = {"AccessorID": "old", "Description": "lockctl worker w1", "Policies": [{"Name": "p"}]}
+    responses.get(f"{ADDRESS}/v1/acl/tokens", json=[old])
+    new = {"AccessorID": "new", "Description": "lockctl worker w1", "Policies": [{"Name": "p"}]}
+    responses.put(f"{ADDRESS}/v1/acl/token", json={**new, "SecretID": NEW_SECRET})
+    responses.get(f"{ADDRESS}/v1/acl/token/self", json={**new, "AccessorID": "someone-else"})
+    with pytest.raises(LocalEnvironmentError, match="old token kept") as caught:
+        rotate_worker_token(consul, "w1", tmp_path, read_back_deadline=0)
+    assert NEW_SECRET not in str(caught.value)
+    assert not [c for c in responses.calls if c.request.method == "DELETE"]
+    sent = json.loads(responses.calls[1].request.body or b"{}")
+    assert sent["Policies"] == [{"Name": "p"}]
+
+
+@responses.activate
+def test_rotate_keeps_the_old_token_when_consul_never_accepts_the_new_one(
+    consul: Consul, tmp_path: Path
+) -> None:
+    old = {"AccessorID": "old", "Description": "lockctl worker w1", "Policies": []}
+    responses.get(f"{ADDRESS}/v1/acl/tokens", json=[old])
+    responses.put(
+        f"{ADDRESS}/v1/acl/token", json={**old, "AccessorID": "new", "SecretID": NEW_SECRET}
+    )
+    responses.get(f"{ADDRESS}/v1/acl/token/self", status=403, body="ACL not found")
+    with pytest.raises(LocalEnvironmentError, match="old token was kept"):
+        rotate_worker_token(consul, "w1", tmp_path, read_back_deadline=0)
+    assert not [c for c in responses.calls if c.request.method == "DELETE"]
