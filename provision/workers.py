@@ -128,9 +128,14 @@ def _render_worker(
 
 
 def systemd_quote(argument: str) -> str:
-    """Quote one ExecStart= argument: systemd's own quoting, with % and $ made literal."""
+    """Quote one ExecStart= argument: systemd's own quoting, with % and $ made literal.
+
+    Control characters (the spec refuses them; this is the last line of defence against a
+    newline that would start a new directive) become C escapes, which systemd decodes.
+    """
     escaped = argument.replace("\\", "\\\\").replace('"', '\\"')
     escaped = escaped.replace("%", "%%").replace("$", "$$")
+    escaped = "".join(f"\\x{ord(c):02x}" if ord(c) < 0x20 or ord(c) == 0x7F else c for c in escaped)
     return f'"{escaped}"'
 
 

@@ -93,7 +93,7 @@ def _build(path: Path, raw: Any, allow_unsafe: bool) -> WorkerConfig:
     if not isinstance(raw, dict):
         raise ConfigError(path, ["top level must be an object"])
     _unknown(raw, {"format", "worker", "consul", "jobs"}, "", problems)
-    if raw.get("format") != CONFIG_FORMAT:
+    if type(raw.get("format")) is not int or raw["format"] != CONFIG_FORMAT:  # not True, not 1.0
         problems.append(f"format: must be {CONFIG_FORMAT} (this lockctl reads format 1)")
     worker = _text(raw, "worker", "", problems)
     consul: dict[str, Any] = {}

@@ -1,0 +1,236 @@
+"""The worker config loader: every problem as `FILE: field: message`, all at once, and the
+fencing bound refused unless --allow-unsafe."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from provision.errors import EXIT_INPUT, InputError
+from provision.runner.config import (
+    MAX_CONFIG_BYTES,
+    ConfigError,
+    JobTimings,
+    load_worker_config,
+)
+
+GOOD: dict[str, Any] = {
+    "format": 1,
+    "worker": "worker-1",
+    "consul": {"address": "http://127.0.0.21:8500", "token_file": "/etc/lockctl/w1.token"},
+    "jobs": {
+        "report": {
+            "lock_key": "locks/report/.lock",
+            "ttl": "15s",
+            "lock_delay": "15s",
+            "renew_interval": "5s",
+            "kill_grace": "5s",
+            "min_hold": "1m",
+            "schedule": "hourly",
+        },
+        "ingest": {
+            "lock_key": "locks/ingest/.lock",
+            "ttl": "30s",
+            "lock_delay": "20s",
+            "renew_interval": "10s",
+            "kill_grace": "5s",
+            "min_hold": None,
+            "schedule": None,
+        },
+    },
+}
+
+
+def _write(tmp_path: Path, data: Any) -> Path:
+    path = tmp_path / "lockctl.json"
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+def _with(**changes: Any) -> dict[str, Any]:
+    """GOOD with dotted-path changes; the value DELETE removes the field."""
+    data = copy.deepcopy(GOOD)
+    for dotted, value in changes.items():
+        *parents, last = dotted.split("__")
+        target = data
+        for part in parents:
+            target = target[part]
+        if value is DELETE:
+            del target[last]
+        else:
+            target[last] = value
+    return data
+
+
+DELETE = object()
+
+
+def _problems(tmp_path: Path, data: Any, *, allow_unsafe: bool = False) -> list[str]:
+    path = _write(tmp_path, data)
+    with pytest.raises(ConfigError) as caught:
+        load_worker_config(path, allow_unsafe=allow_unsafe)
+    prefix = f"{path}: "
+    assert all(line.startswith(prefix) for line in caught.value.lines)
+    return [line[len(prefix) :] for line in caught.value.lines]
+
+
+def test_a_good_config_loads(tmp_path: Path) -> None:
+    config = load_worker_config(_write(tmp_path, GOOD))
+    assert config.worker == "worker-1"
+    assert config.address == "http://127.0.0.21:8500"
+    assert config.token_file == Path("/etc/lockctl/w1.token")
+    assert [job.name for job in config.jobs] == ["ingest", "report"]  # sorted
+    report = config.job("report")
+    assert report.lock_key == "locks/report/.lock"
+    assert report.timings == JobTimings(15.0, 15.0, 5.0, 5.0, 60.0)
+    assert report.schedule == "hourly"
+    ingest = config.job("ingest")
+    assert ingest.timings.min_hold == 0.0 and ingest.schedule is None
+
+
+def test_min_hold_and_schedule_may_be_left_out(tmp_path: Path) -> None:
+    data = _with(jobs__report__min_hold=DELETE, jobs__report__schedule=DELETE)
+    job = load_worker_config(_write(tmp_path, data)).job("report")
+    assert job.timings.min_hold == 0.0 and job.schedule is None
+
+
+def test_an_unknown_job_names_the_known_ones(tmp_path: Path) -> None:
+    config = load_worker_config(_write(tmp_path, GOOD))
+    with pytest.raises(InputError, match=r"no job 'nope' .*\(jobs: ingest, report\)"):
+        config.job("nope")
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ([1, 2], "top level must be an object"),
+        (_with(format=2), "format: must be 1"),
+        (_with(format=True), "format: must be 1"),
+        (_with(format=DELETE), "format: must be 1"),
+        (_with(extra=1), "extra: unknown field (known: consul, format, jobs, worker)"),
+        (_with(worker=""), "worker: must be a non-empty string"),
+        (_with(worker=7), "worker: must be a non-empty string"),
+        (_with(consul="http://x"), "consul: must be an object with address and token_file"),
+        (_with(consul__token=1), "consul.token: unknown field (known: address, token_file)"),
+        (_with(consul__address=DELETE), "consul.address: must be a non-empty string"),
+        (_with(consul__token_file=None), "consul.token_file: must be a non-empty string"),
+        (_with(jobs={}), "jobs: must be a non-empty object of job name -> settings"),
+        (_with(jobs=[]), "jobs: must be a non-empty object of job name -> settings"),
+        (_with(jobs__report="x"), "jobs.report: must be an object"),
+        (_with(jobs__report__prefix="x"), "jobs.report.prefix: unknown field (known: "),
+        (_with(jobs__report__lock_key=""), "jobs.report.lock_key: must be a non-empty string"),
+        (_with(jobs__report__ttl=15), 'jobs.report.ttl: must be a duration string such as "15s"'),
+        (_with(jobs__report__ttl=DELETE), "jobs.report.ttl: must be a duration string"),
+        (_with(jobs__report__ttl="15 s"), "jobs.report.ttl: '15 s' is not a duration"),
+        (_with(jobs__report__ttl="5s"), "jobs.report.ttl: 5s is outside 10s..86400s"),
+        (_with(jobs__report__ttl="25h"), "jobs.report.ttl: 25h is outside 10s..86400s"),
+        (_with(jobs__report__lock_delay="61s"), "jobs.report.lock_delay: 61s is outside 0s..60s"),
+        (_with(jobs__report__kill_grace="-1s"), "jobs.report.kill_grace: -1s is outside"),
+        (_with(jobs__report__renew_interval="50ms"), "jobs.report.renew_interval: 50ms is outs"),
+        (_with(jobs__report__min_hold="1d"), "jobs.report.min_hold: '1d' is not a duration"),
+        (_with(jobs__report__schedule=5), "jobs.report.schedule: must be a string or null"),
+        (
+            _with(jobs__report__renew_interval="7500ms"),
+            "jobs.report.renew_interval: 7.5s must be below ttl/2 (7.5s)",
+        ),
+    ],
+)
+def test_each_problem_names_its_field(tmp_path: Path, data: Any, expected: str) -> None:
+    problems = _problems(tmp_path, data)
+    assert any(p.startswith(expected) for p in problems), problems
+
+
+def test_not_json_names_the_file_and_line(tmp_path: Path) -> None:
+    path = _write(tmp_path, '{\n  "format": 1,\n  oops\n}')
+    with pytest.raises(InputError) as caught:
+        load_worker_config(path)
+    assert str(caught.value).startswith(f"{path}:3: not a JSON worker config")
+    assert caught.value.exit_code == EXIT_INPUT
+
+
+def test_not_utf8_and_unreadable_and_too_large(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.json"
+    path.write_bytes(b'{"worker": "\xe9"}')
+    with pytest.raises(InputError, match=r"latin1.json: not a JSON worker config"):
+        load_worker_config(path)
+    with pytest.raises(InputError, match=r"missing.json: cannot read worker config"):
+        load_worker_config(tmp_path / "missing.json")
+    big = tmp_path / "big.json"
+    big.write_text(" " * (MAX_CONFIG_BYTES + 1))
+    with pytest.raises(InputError, match=r"big.json: larger than"):
+        load_worker_config(big)
+
+
+def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
+    data = _with(
+        worker="",
+        consul__address=DELETE,
+        jobs__report__ttl="nope",
+        jobs__ingest__kill_grace="2h",
+    )
+    problems = _problems(tmp_path, data)
+    assert [p.split(":")[0] for p in problems] == [
+        "worker",
+        "consul.address",
+        "jobs.ingest.kill_grace",
+        "jobs.report.ttl",
+    ]
+    with pytest.raises(ConfigError) as caught:
+        load_worker_config(tmp_path / "lockctl.json")
+    assert str(caught.value) == f"{tmp_path / 'lockctl.json'}: 4 problems"
+    assert caught.value.problems == caught.value.lines  # the CLI prints each
+
+
+def test_a_single_problem_is_the_message_itself(tmp_path: Path) -> None:
+    path = _write(tmp_path, _with(extra=1))
+    with pytest.raises(ConfigError) as caught:
+        load_worker_config(path)
+    assert str(caught.value) == caught.value.lines[0]
+    assert caught.value.problems == []  # not printed twice by the CLI
+
+
+# --- the fencing bound: D > R + G + 1s ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("lock_delay", "renew", "grace", "safe"),
+    [
+        ("15s", "5s", "5s", True),  # 15 > 11
+        ("11s", "5s", "5s", False),  # 11 = 11: not above
+        ("10s", "5s", "5s", False),
+        ("4s", "1s", "1s", True),
+        ("3s", "1s", "1s", False),
+        ("0s", "3s", "0s", False),
+        ("3s", "1s", "0s", True),
+        ("1500ms", "250ms", "0s", True),
+    ],
+)
+def test_the_fencing_bound(
+    tmp_path: Path, lock_delay: str, renew: str, grace: str, safe: bool
+) -> None:
+    data = _with(
+        jobs__report__lock_delay=lock_delay,
+        jobs__report__renew_interval=renew,
+        jobs__report__kill_grace=grace,
+    )
+    path = _write(tmp_path, data)
+    if safe:
+        load_worker_config(path)
+        return
+    problems = _problems(tmp_path, data)
+    assert len(problems) == 1
+    assert problems[0].startswith(f"jobs.report.lock_delay: lock_delay {lock_delay}")
+    assert "renew_interval" in problems[0] and "kill_grace" in problems[0]
+    assert problems[0].endswith("--allow-unsafe runs anyway")
+    unsafe = load_worker_config(path, allow_unsafe=True).job("report").timings
+    assert unsafe.lock_delay < unsafe.renew_interval + unsafe.kill_grace + 1.0 + 1e-9
+
+
+def test_allow_unsafe_skips_only_the_fencing_bound(tmp_path: Path) -> None:
+    data = _with(jobs__report__lock_delay="1s", jobs__report__ttl="5s")
+    problems = _problems(tmp_path, data, allow_unsafe=True)
+    assert [p.split(":")[0] for p in problems] == ["jobs.report.ttl"]

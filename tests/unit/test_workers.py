@@ -1,0 +1,261 @@
+"""Worker files: golden output for the example spec, systemd quoting, units only for jobs with
+a schedule and a command, and never a secret in any generated file."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from provision.errors import InputError
+from provision.runner.config import load_worker_config
+from provision.spec import load_spec, parse_spec
+from provision.workers import Placement, systemd_quote, worker_config, write_worker_files
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATES = ROOT / "templates"
+EXAMPLE = ROOT / "policies" / "locks.hcl"
+GOLDEN = ROOT / "tests" / "golden" / "workers" / "example"
+PLACEMENT = Placement(Path("/etc/lockctl"), Path("/etc/lockctl/secrets"), "/usr/local/bin/lockctl")
+SECRET = "0c8e1b5e-7a2d-4f61-9d3c-5b9a1e2f4c70"
+
+
+def _tree(folder: Path) -> dict[str, str]:
+    return {
+        str(path.relative_to(folder)): path.read_text()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+def test_golden_example(tmp_path: Path) -> None:
+    spec = load_spec(EXAMPLE)
+    results = write_worker_files(
+        spec, ["worker-1", "worker-2", "worker-3"], tmp_path, TEMPLATES, PLACEMENT
+    )
+    assert _tree(tmp_path) == _tree(GOLDEN)
+    assert [r.worker for r in results] == ["worker-1", "worker-2", "worker-3"]
+    assert all(r.jobs_without_unit == () for r in results)
+    for path in tmp_path.rglob("*"):
+        if path.is_file():
+            assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
+    assert not list(tmp_path.rglob(".*.tmp"))
+
+
+def test_the_config_is_what_the_runner_loads(tmp_path: Path) -> None:
+    spec = load_spec(EXAMPLE)
+    write_worker_files(spec, ["worker-2"], tmp_path, TEMPLATES, PLACEMENT)
+    config = load_worker_config(tmp_path / "worker-2" / "lockctl.json")
+    assert config.worker == "worker-2"
+    assert config.address == "http://127.0.0.22:8500"
+    assert config.token_file == Path("/etc/lockctl/secrets/worker-2.token")
+    cleanup = config.job("session-cleanup")
+    assert cleanup.lock_key == "locks/session-cleanup/.lock"
+    timings = cleanup.timings
+    assert (timings.ttl, timings.lock_delay, timings.renew_interval) == (15.0, 10.0, 4.0)
+    assert (timings.kill_grace, timings.min_hold) == (3.0, 0.0)
+    assert config.job("hourly-report").timings.min_hold == 60.0
+    assert config.job("nightly-ingest").timings.renew_interval == 10.0  # ttl/3
+    raw = json.loads((tmp_path / "worker-2" / "lockctl.json").read_text())
+    assert raw == worker_config(spec, "worker-2", Path("/etc/lockctl/secrets/worker-2.token"))
+
+
+def test_only_the_named_workers_and_their_jobs(tmp_path: Path) -> None:
+    spec = load_spec(EXAMPLE)
+    write_worker_files(spec, ["worker-3"], tmp_path, TEMPLATES, PLACEMENT)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["worker-3"]
+    units = sorted(p.name for p in (tmp_path / "worker-3" / "systemd").iterdir())
+    assert units == [
+        "lockctl-hourly-report.service",
+        "lockctl-hourly-report.timer",
+        "lockctl-session-cleanup.service",
+        "lockctl-session-cleanup.timer",
+    ]
+    with pytest.raises(InputError, match=r"--worker worker-9: not a worker in .*worker-1"):
+        write_worker_files(spec, ["worker-9"], tmp_path, TEMPLATES, PLACEMENT)
+
+
+def test_without_config_dir_the_output_folder_is_named(tmp_path: Path) -> None:
+    spec = load_spec(EXAMPLE)
+    placement = Placement(None, Path("/secrets"), "lockctl")
+    write_worker_files(spec, ["worker-1"], tmp_path / "out", TEMPLATES, placement)
+    config_path = (tmp_path / "out" / "worker-1" / "lockctl.json").absolute()
+    env = (tmp_path / "out" / "worker-1" / "lockctl.env").read_text()
+    assert f"LOCKCTL_CONFIG={config_path}\n" in env
+    service = tmp_path / "out" / "worker-1" / "systemd" / "lockctl-hourly-report.service"
+    assert f'"--config" "{config_path}"' in service.read_text()
+
+
+# --- jobs without a schedule or a command get no unit ---------------------------------------
+
+PARTIAL = """\
+worker "w1" {}
+job "both" {
+  prefix   = "locks/both/"
+  workers  = ["w1"]
+  schedule = "hourly"
+  command  = ["/bin/true"]
+}
+job "no-schedule" {
+  prefix  = "locks/no-schedule/"
+  workers = ["w1"]
+  command = ["/bin/true"]
+}
+job "no-command" {
+  prefix   = "locks/no-command/"
+  workers  = ["w1"]
+  schedule = "daily"
+}
+job "neither" {
+  prefix  = "locks/neither/"
+  workers = ["w1"]
+}
+"""
+
+
+def test_jobs_without_schedule_or_command_get_no_unit(tmp_path: Path) -> None:
+    spec = parse_spec(PARTIAL, str(tmp_path / "locks.hcl"))
+    (result,) = write_worker_files(spec, ["w1"], tmp_path, TEMPLATES, PLACEMENT)
+    assert result.jobs_without_unit == ("neither", "no-command", "no-schedule")
+    units = sorted(p.name for p in (tmp_path / "w1" / "systemd").iterdir())
+    assert units == ["lockctl-both.service", "lockctl-both.timer"]
+    config = load_worker_config(tmp_path / "w1" / "lockctl.json")
+    assert [job.name for job in config.jobs] == ["both", "neither", "no-command", "no-schedule"]
+
+
+# --- systemd quoting -------------------------------------------------------------------------
+
+NASTY = ["/bin/echo", "100%", "$HOME", "${X}", 'say "hi"', "back\\slash", "two words", "", "%%n"]
+
+
+def _unquote_exec_start(line: str) -> list[str]:
+    """A reference reading of one ExecStart= value, as systemd does it: words split on blanks,
+    double-quoted words with C escapes, then `%%` -> `%` and `$$` -> `$`."""
+    words: list[str] = []
+    position = 0
+    while position < len(line):
+        if line[position] == " ":
+            position += 1
+            continue
+        assert line[position] == '"', f"unquoted word at {position}: {line!r}"
+        position += 1
+        word = []
+        while line[position] != '"':
+            char = line[position]
+            if char == "\\":
+                following = line[position + 1]
+                if following == "x":
+                    word.append(chr(int(line[position + 2 : position + 4], 16)))
+                    position += 4
+                    continue
+                assert following in '\\"', following
+                word.append(following)
+                position += 2
+                continue
+            assert char not in "%$" or line[position + 1] == char, f"lone {char} in {line!r}"
+            word.append(char)
+            position += 2 if char in "%$" else 1
+        position += 1
+        words.append("".join(word))
+    return words
+
+
+@pytest.mark.parametrize("argument", [*NASTY, "a\nb", "tab\there", "\x7f"])
+def test_systemd_quote_round_trips(argument: str) -> None:
+    quoted = systemd_quote(argument)
+    assert "\n" not in quoted
+    assert _unquote_exec_start(quoted) == [argument]
+
+
+def test_systemd_quote_examples() -> None:
+    assert systemd_quote("plain") == '"plain"'
+    assert systemd_quote("100%") == '"100%%"'
+    assert systemd_quote("$HOME") == '"$$HOME"'
+    assert systemd_quote('a "b"') == '"a \\"b\\""'
+    assert systemd_quote("c:\\x") == '"c:\\\\x"'
+    assert systemd_quote("a\nb") == '"a\\x0ab"'
+
+
+def _nasty_spec(tmp_path: Path) -> Path:
+    # HCL strings escape like JSON, plus $${ and %%{ for a literal ${ and %{
+    argv = ", ".join(json.dumps(a).replace("${", "$${").replace("%{", "%%{") for a in NASTY)
+    path = tmp_path / "nasty dir" / "locks.hcl"
+    path.parent.mkdir()
+    path.write_text(
+        'worker "w1" {}\n'
+        'job "nasty" {\n'
+        '  prefix   = "locks/nasty/"\n'
+        '  workers  = ["w1"]\n'
+        '  schedule = "*-*-* 02:00:00"\n'
+        f"  command  = [{argv}]\n"
+        "}\n"
+    )
+    return path
+
+
+def test_a_unit_runs_exactly_the_spec_command(tmp_path: Path) -> None:
+    spec = load_spec(_nasty_spec(tmp_path))
+    assert spec.jobs[0].command == tuple(NASTY)
+    placement = Placement(Path("/etc/lock ctl/100%"), Path("/s"), "/opt/my lockctl/bin/lockctl")
+    write_worker_files(spec, ["w1"], tmp_path / "out", TEMPLATES, placement)
+    service = tmp_path / "out" / "w1" / "systemd" / "lockctl-nasty.service"
+    (exec_start,) = [
+        line.removeprefix("ExecStart=")
+        for line in service.read_text().splitlines()
+        if line.startswith("ExecStart=")
+    ]
+    assert _unquote_exec_start(exec_start) == [
+        "/opt/my lockctl/bin/lockctl",
+        "run",
+        "--config",
+        "/etc/lock ctl/100%/lockctl.json",
+        "--job",
+        "nasty",
+        "--",
+        *NASTY,
+    ]
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+def test_systemd_accepts_the_units(tmp_path: Path) -> None:
+    """systemd's own parser finds no error in the generated units (quoting, specifiers)."""
+    spec = load_spec(_nasty_spec(tmp_path))
+    placement = Placement(Path("/etc/lockctl"), Path("/s"), "/bin/echo")  # an existing program
+    write_worker_files(spec, ["w1"], tmp_path / "out", TEMPLATES, placement)
+    units = sorted(str(p) for p in (tmp_path / "out" / "w1" / "systemd").iterdir())
+    result = subprocess.run(
+        ["systemd-analyze", "verify", *units],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "lockctl-nasty.service" not in result.stderr, result.stderr
+
+
+# --- no secret anywhere ------------------------------------------------------------------------
+
+
+def test_no_secret_in_any_generated_file(tmp_path: Path) -> None:
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    for worker in ("worker-1", "worker-2", "worker-3"):
+        (secrets / f"{worker}.token").write_text(SECRET + "\n")
+    spec = load_spec(EXAMPLE)
+    placement = Placement(None, secrets, "/usr/local/bin/lockctl")
+    write_worker_files(
+        spec, ["worker-1", "worker-2", "worker-3"], tmp_path / "out", TEMPLATES, placement
+    )
+    files = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
+    assert len(files) == 20
+    for path in files:
+        text = path.read_text()
+        assert SECRET not in text, path
+        assert "CONSUL_HTTP_TOKEN=" not in text, path
+    env = (tmp_path / "out" / "worker-1" / "lockctl.env").read_text()
+    assert f"CONSUL_HTTP_TOKEN_FILE={secrets / 'worker-1.token'}\n" in env
