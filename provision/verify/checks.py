@@ -332,8 +332,11 @@ def check_ttl_expiry(ctx: VerifyContext, ev: Evidence) -> str:
     shared = ctx.shared_job()
     if shared is None:
         raise CheckSkipped("needs a job that two workers with tokens may run")
-    delay = shared[0].lock_delay.seconds
-    a, session_a, b, session_b, key = _pair(ctx, "ttl-expiry", lock_delay=delay)
+    job, first, second = shared
+    delay = job.lock_delay.seconds
+    a, b = ctx.client(first), ctx.client(second)
+    key = ctx.cleanup.key(a, ctx.verify_key(job, "ttl-expiry"))
+    session_a = _session(ctx, a, "ttl-expiry", delay)
     if not a.kv.put(key, acquire=session_a):
         raise CheckFailed("the first session could not acquire a free key")
     created = time.monotonic()
@@ -342,15 +345,15 @@ def check_ttl_expiry(ctx: VerifyContext, ev: Evidence) -> str:
             raise CheckFailed(f"session still valid {2 * VERIFY_TTL + 10:g} s after its last renew")
         time.sleep(0.2)
     expired = time.monotonic() - created
+    session_b = _session(ctx, b, "ttl-expiry", delay)  # made now, so it cannot expire meanwhile
     while not b.kv.put(key, acquire=session_b):
         if time.monotonic() - created > 2 * VERIFY_TTL + delay + 15:
             raise CheckFailed("key not acquirable after expiry plus LockDelay")
         time.sleep(POLL)
     acquirable = time.monotonic() - created
     b.kv.put(key, release=session_b)
-    ev.add(
-        f"TTL {VERIFY_TTL:g} s: invalidated after {expired:.1f} s; acquirable at {acquirable:.1f} s"
-    )
+    ev.add(f"TTL {VERIFY_TTL:g} s, LockDelay {delay:g} s: invalidated after {expired:.1f} s")
+    ev.add(f"acquirable by another session at {acquirable:.1f} s")
     if not VERIFY_TTL - 0.5 <= expired <= 2 * VERIFY_TTL + 2:
         raise CheckFailed(f"invalidated after {expired:.1f} s, not within TTL..2xTTL")
     return f"invalidated after {expired:.1f} s (TTL {VERIFY_TTL:g} s), free at {acquirable:.1f} s"

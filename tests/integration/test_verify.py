@@ -1,0 +1,243 @@
+"""`lockctl verify` on the live cluster: green when all is well, and each check goes red, naming
+the problem, on a cluster broken the way it guards against."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from provision.apply import apply_plan, plan_against
+from provision.cli import app
+from provision.cluster.local import cluster_down, cluster_up
+from provision.consul import Consul
+from provision.plan import desired_from_render
+from provision.render import render_policies
+from provision.secret import Secret, read_secret_file, write_secret_file
+from provision.spec import Spec, load_spec
+from provision.templates import CHECKOUT_TEMPLATES, find_templates_dir
+from provision.verify import run_verification, select_checks
+from provision.verify.checks import CHECKS
+from provision.verify.context import VerifyContext, load_workers
+from tests.conftest import LiveCluster
+
+ANONYMOUS_TOKEN = "00000000-0000-0000-0000-000000000002"
+ALLOW_SUBNET = os.environ.get("LOCKCTL_TEST_ALLOW_SUBNET", "127.0.10")
+runner = CliRunner()
+
+
+class Applied:
+    """A spec applied to the live cluster: its file, the worker token files, the management."""
+
+    def __init__(self, spec_file: Path, secrets_dir: Path, cluster: LiveCluster) -> None:
+        self.spec_file = spec_file
+        self.secrets_dir = secrets_dir
+        self.cluster = cluster
+        self.spec: Spec = load_spec(spec_file)
+        self.management: Consul = cluster.management()
+
+    def context(self, secrets_dir: Path | None = None) -> VerifyContext:
+        workers = load_workers(self.spec, secrets_dir or self.secrets_dir, None)
+        return VerifyContext(self.spec, self.management.transport.settings, workers)
+
+    def verify(self, *only: str, secrets_dir: Path | None = None) -> dict[str, tuple[str, str]]:
+        report = run_verification(self.context(secrets_dir), select_checks(list(only), False))
+        return {r.name: (r.status, r.summary) for r in report.results}
+
+    def apply(self) -> None:
+        desired = desired_from_render(render_policies(self.spec, find_templates_dir()))
+        plan = plan_against(self.management, desired, self.secrets_dir)
+        apply_plan(self.management, plan, self.secrets_dir)
+
+
+@pytest.fixture(scope="module")
+def applied(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> Applied:
+    run = uuid.uuid4().hex[:6]
+    folder = tmp_path_factory.mktemp("verify")
+    spec_file = folder / "locks.hcl"
+    spec_file.write_text(
+        f"""
+defaults {{
+  ttl            = "10s"
+  lock_delay     = "4s"
+  renew_interval = "1s"
+  kill_grace     = "1s"
+}}
+worker "worker-1" {{
+  address = "{live_cluster.address("worker-1")}"
+}}
+worker "worker-2" {{
+  address = "{live_cluster.address("worker-2")}"
+}}
+job "shared-{run}" {{
+  prefix  = "verify-{run}/shared/"
+  workers = ["worker-1", "worker-2"]
+}}
+job "only-two-{run}" {{
+  prefix  = "verify-{run}/only-two/"
+  workers = ["worker-2"]
+}}
+"""
+    )
+    result = Applied(spec_file, folder / "secrets", live_cluster)
+    result.apply()
+    return result
+
+
+def _env(applied: Applied) -> dict[str, str]:
+    layout = applied.cluster.layout
+    return {
+        "CONSUL_HTTP_ADDR": layout.servers[0].http_address,
+        "CONSUL_HTTP_TOKEN_FILE": str(layout.management_token_file),
+    }
+
+
+def test_a_correct_cluster_passes_every_check_and_leaves_nothing(applied: Applied) -> None:
+    junit = applied.secrets_dir.parent / "verify.xml"
+    args = ["verify", "--spec", str(applied.spec_file), "--secrets-dir", str(applied.secrets_dir)]
+    result = runner.invoke(
+        app, [*args, "--slow", "--json", "--junit", str(junit)], env=_env(applied)
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    statuses = {check["name"]: check["status"] for check in report["checks"]}
+    assert statuses == {check.name: "pass" for check in CHECKS}
+    # Concurrent: the wall time is near the longest check, not the sum.
+    longest = max(check["seconds"] for check in report["checks"])
+    assert report["seconds"] < longest + 5
+    for secret in _secrets(applied):
+        assert secret.reveal() not in result.output
+        assert secret.reveal() not in junit.read_text()
+
+    suite = ET.parse(junit).getroot()
+    assert suite.tag == "testsuite" and suite.get("failures") == "0"
+    assert [case.get("name") for case in suite.iter("testcase")] == [c.name for c in CHECKS]
+
+    sessions = applied.management.session.list()
+    assert not [s for s in sessions if s.name.startswith("lockctl verify")]
+    for job in applied.spec.jobs:
+        entry, _ = applied.management.kv.get(f"{job.prefix}.lockctl-verify")
+        assert entry is None
+
+
+def test_table_output_and_exit_code(applied: Applied) -> None:
+    args = ["verify", "--spec", str(applied.spec_file), "--secrets-dir", str(applied.secrets_dir)]
+    result = runner.invoke(app, [*args, "--only", "fencing-index"], env=_env(applied))
+    assert result.exit_code == 0, result.output
+    assert "fencing-index" in result.output and "PASS" in result.output
+    assert "all checks passed" in result.output
+
+
+def test_unknown_check_name_is_an_input_error(applied: Applied) -> None:
+    result = runner.invoke(app, ["verify", "--spec", str(applied.spec_file), "--only", "nope"])
+    assert result.exit_code == 2
+    assert "--only nope: no such check" in result.output
+
+
+@pytest.fixture
+def anonymous_can_write(applied: Applied) -> Iterator[None]:
+    management = applied.management
+    name = f"verify-test-anonymous-{uuid.uuid4().hex[:6]}"
+    rules = 'key_prefix "" { policy = "write" }\nsession_prefix "" { policy = "write" }\n'
+    management.acl.create_policy(name, rules)
+    management.acl.update_token(ANONYMOUS_TOKEN, "Anonymous Token", [name])
+    try:
+        yield
+    finally:
+        management.acl.update_token(ANONYMOUS_TOKEN, "Anonymous Token", [])
+        policy = management.acl.read_policy_by_name(name)
+        assert policy is not None
+        management.acl.delete_policy(policy.id)
+
+
+def test_anonymous_token_with_key_write_fails_anonymous_denied(
+    applied: Applied, anonymous_can_write: None
+) -> None:
+    results = applied.verify("anonymous-denied", "acl-enabled")
+    status, summary = results["anonymous-denied"]
+    assert status == "fail"
+    assert "session create with no token got 200, not 403" in summary
+    assert "anonymous token grants session write" in summary
+    assert results["acl-enabled"][0] == "fail"
+    assert "not 403, to an anonymous read" in results["acl-enabled"][1]
+
+
+def test_worker_token_with_key_prefix_everything_fails_confined(
+    applied: Applied, tmp_path: Path
+) -> None:
+    management = applied.management
+    name = f"verify-test-broad-{uuid.uuid4().hex[:6]}"
+    policy = management.acl.create_policy(name, 'key_prefix "" { policy = "write" }\n')
+    rendered = render_policies(applied.spec, find_templates_dir())
+    worker_1 = next(t for t in rendered.tokens if t.worker == "worker-1")
+    policies = [*worker_1.policies, name]  # what apply gives worker-1, plus everything
+    broad = management.acl.create_token(
+        "verify test: worker-1 with key_prefix everything", policies
+    )
+    try:
+        assert broad.secret is not None
+        write_secret_file(tmp_path / "worker-1.token", broad.secret)
+        write_secret_file(
+            tmp_path / "worker-2.token", read_secret_file(applied.secrets_dir / "worker-2.token")
+        )
+        results = applied.verify("worker-token-confined", secrets_dir=tmp_path)
+        status, summary = results["worker-token-confined"]
+        assert status == "fail"
+        assert "worker-1's token got 200 True, not 403" in summary
+    finally:
+        management.acl.delete_token(broad.accessor_id)
+        management.acl.delete_policy(policy.id)
+
+
+def test_policy_edited_by_hand_fails_live_policies_lint(applied: Applied) -> None:
+    management = applied.management
+    job = applied.spec.jobs[0]
+    name = f"lock-{job.name}"
+    policy = management.acl.read_policy_by_name(name)
+    assert policy is not None and policy.rules is not None
+    management.acl.update_policy(policy.id, name, 'key_prefix "" { policy = "write" }\n')
+    try:
+        status, summary = applied.verify("live-policies-lint")["live-policies-lint"]
+        assert status == "fail"
+        assert f"policy {name} in Consul differs from the rendered one" in summary
+        assert f"policy {name} in Consul has lint errors" in summary
+    finally:
+        management.acl.update_policy(policy.id, name, policy.rules, policy.description)
+    assert applied.verify("live-policies-lint")["live-policies-lint"][0] == "pass"
+
+
+def test_default_policy_allow_fails_acl_enabled(applied: Applied, tmp_path: Path) -> None:
+    """A cluster whose agents say default_policy = "allow" (from edited templates)."""
+    templates = tmp_path / "templates"
+    for source in CHECKOUT_TEMPLATES.rglob("*.j2"):
+        target = templates / source.relative_to(CHECKOUT_TEMPLATES)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(source.read_text().replace('"deny"', '"allow"'))
+    state = tmp_path / "cluster"
+    up = cluster_up(state, subnet=ALLOW_SUBNET, templates_dir=templates)
+    try:
+        layout = up.status.layout
+        inventory = tmp_path / "inventory.json"
+        inventory.write_text(json.dumps({a.name: a.http_address for a in layout.workers}))
+        env = {
+            "CONSUL_HTTP_ADDR": layout.servers[0].http_address,
+            "CONSUL_HTTP_TOKEN_FILE": str(layout.management_token_file),
+        }
+        args = ["verify", "--spec", str(applied.spec_file), "--inventory", str(inventory)]
+        result = runner.invoke(app, [*args, "--only", "acl-enabled"], env=env)
+        assert result.exit_code == 1, result.output
+        flat = " ".join(result.output.split())
+        assert "FAIL" in flat and "FAILED: acl-enabled" in flat
+        assert "ACLsEnabled=True, default policy allow" in flat
+    finally:
+        cluster_down(state)
+
+
+def _secrets(applied: Applied) -> list[Secret]:
+    return [read_secret_file(p) for p in sorted(applied.secrets_dir.glob("*.token"))]
