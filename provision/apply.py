@@ -28,6 +28,7 @@ from typing import Any
 import requests
 from requests.adapters import HTTPAdapter
 
+from provision.concurrency import DEFAULT_CONCURRENCY
 from provision.consul import Consul
 from provision.consul.errors import (
     ConsulError,
@@ -52,8 +53,6 @@ from provision.plan import (
 from provision.secret import Secret, read_secret_file, write_secret_file
 from provision.spec.names import token_description
 
-DEFAULT_CONCURRENCY = 48  # measured: 550 policies, 16 -> 1.1 s, 48 -> 0.8 s (bench/apply.py)
-MAX_CONCURRENCY = 128
 WRITE_DEADLINE = 20.0  # seconds a create may keep retrying: a leader election takes 3-4 s
 READ_BACK_DEADLINE = 10.0  # a follower may not know a brand-new token for a moment
 RETRY_PAUSE = 0.2
@@ -134,11 +133,13 @@ def check_secrets_dir(secrets_dir: Path) -> None:
 def read_live_state(consul: Consul, desired: Desired, concurrency: int) -> LiveState:
     """Policies and tokens from the list endpoints; rules only where the hash differs."""
     with _denied_as(ACL_READ_HINT, "list ACL policies and tokens"):
-        raw_policies = consul.transport.request("GET", "/v1/acl/policies", idempotent=True).body
-        raw_tokens = consul.transport.request("GET", "/v1/acl/tokens", idempotent=True).body
+        policies = consul.acl.list_policies()
+        tokens = consul.acl.list_tokens()
     live = LiveState(
-        tuple(LivePolicy.from_api(raw) for raw in raw_policies or ()),
-        tuple(LiveToken.from_api(raw) for raw in raw_tokens or ()),
+        tuple(LivePolicy(p.id, p.name, p.description, p.hash, p.rules) for p in policies),
+        tuple(
+            LiveToken(t.accessor_id, t.description, t.policy_names, t.create_index) for t in tokens
+        ),
     )
     to_read = set(policies_to_read(desired, live))
     if not to_read:
@@ -150,8 +151,8 @@ def read_live_state(consul: Consul, desired: Desired, concurrency: int) -> LiveS
             None,
         )
     rules = {policy.id: policy.rules for policy in read}
-    policies = tuple(replace(p, rules=rules[p.id]) if p.id in rules else p for p in live.policies)
-    return LiveState(policies, live.tokens)
+    with_rules = tuple(replace(p, rules=rules.get(p.id, p.rules)) for p in live.policies)
+    return LiveState(with_rules, live.tokens)
 
 
 def plan_against(

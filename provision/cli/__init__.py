@@ -7,7 +7,7 @@ Exit codes (also in the README): 0 ok, 1 a check failed, 2 bad input, 3 Consul u
 
 from __future__ import annotations
 
-from provision.cli import cluster, consul_binary, policies, run, verify
+from provision.cli import acl, cluster, consul_binary, policies, run, verify
 from provision.cli.app import app
 
 
@@ -20,6 +20,10 @@ app.add_typer(cluster.app, name="cluster")
 app.command("install-consul")(consul_binary.install_consul)
 app.command("render")(policies.render)
 app.command("lint")(policies.lint)
+app.command("bootstrap")(acl.bootstrap)
+app.command("plan")(acl.plan)
+app.command("apply")(acl.apply)
+app.command("rotate")(acl.rotate)
 app.command("worker-config")(run.worker_config)
 app.command("run", context_settings={"allow_interspersed_args": False})(run.run)
 app.command("status")(run.status)

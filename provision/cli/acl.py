@@ -14,29 +14,17 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from provision.apply import (
-    DEFAULT_CONCURRENCY,
-    MAX_CONCURRENCY,
-    CountingSession,
-    apply_plan,
-    check_secrets_dir,
-    plan_against,
-    rotate_worker_token,
-)
-from provision.bootstrap import bootstrap_cluster, parse_agent_target
 from provision.cli import options
-from provision.consul import Consul
+from provision.concurrency import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 from provision.errors import InputError
-from provision.plan import Desired, Plan, desired_from_render
-from provision.render import render_policies
-from provision.spec import SpecError, load_spec
-from provision.templates import find_templates_dir
+
+if TYPE_CHECKING:  # the core is imported lazily: `lockctl run` must start fast
+    from provision.consul import Consul
+    from provision.plan import Desired, Plan
 
 EXIT_CHANGES_PENDING = 2
 DEFAULT_SPEC = Path("policies/locks.hcl")
@@ -97,6 +85,9 @@ def bootstrap(
     tls_skip_verify: options.SkipVerify = None,
 ) -> None:
     """Bootstrap Consul's ACL system once; on a bootstrapped cluster, say so and change nothing."""
+    from provision.bootstrap import bootstrap_cluster, parse_agent_target
+    from provision.templates import find_templates_dir
+
     targets = [parse_agent_target(text) for text in agent or ()]
     settings = options.consul_settings(
         address, token_file, timeout, ca_cert, client_cert, client_key, tls_skip_verify
@@ -159,6 +150,8 @@ def plan(
     tls_skip_verify: options.SkipVerify = None,
 ) -> None:
     """Show what apply would create, update or delete. Exit 0: nothing; 2: changes pending."""
+    from provision.apply import plan_against
+
     desired = _desired(spec, templates_dir)
     settings = options.consul_settings(
         address, token_file, timeout, ca_cert, client_cert, client_key, tls_skip_verify
@@ -191,6 +184,8 @@ def apply(
     tls_skip_verify: options.SkipVerify = None,
 ) -> None:
     """Create and update the spec's policies and worker tokens; token secrets go to files."""
+    from provision.apply import apply_plan, check_secrets_dir, plan_against
+
     workers = _concurrency(concurrency)
     desired = _desired(spec, templates_dir)
     check_secrets_dir(secrets_dir)
@@ -241,6 +236,8 @@ def rotate(
     tls_skip_verify: options.SkipVerify = None,
 ) -> None:
     """Mint a new token for a worker, write it, read it back, then revoke the old one."""
+    from provision.apply import check_secrets_dir, rotate_worker_token
+
     check_secrets_dir(secrets_dir)
     settings = options.consul_settings(
         address, token_file, timeout, ca_cert, client_cert, client_key, tls_skip_verify
@@ -269,12 +266,12 @@ def rotate(
 
 def _desired(spec: Path, templates_dir: Path | None) -> Desired:
     """Load, validate, render and lint: every input problem is found before Consul is touched."""
-    try:
-        loaded = load_spec(spec)
-    except SpecError as exc:
-        for problem in exc.problems:
-            typer.echo(str(problem), err=True)
-        raise
+    from provision.plan import desired_from_render
+    from provision.render import render_policies
+    from provision.spec import load_spec
+    from provision.templates import find_templates_dir
+
+    loaded = load_spec(spec)  # a SpecError lists every problem (the CLI boundary prints them)
     return desired_from_render(render_policies(loaded, find_templates_dir(templates_dir)))
 
 
@@ -286,11 +283,16 @@ def _concurrency(value: int) -> int:
 
 def _pooled(consul: Consul, concurrency: int) -> Consul:
     """The client over a session whose pool holds `concurrency` connections."""
+    from provision.apply import CountingSession
+    from provision.consul import Consul
+
     transport = consul.transport
     return Consul(transport.settings, session=CountingSession(concurrency), retry=transport.retry)
 
 
 def _requests_sent(consul: Consul) -> int:
+    from provision.apply import CountingSession
+
     session = consul.transport.session
     return session.requests_sent if isinstance(session, CountingSession) else 0
 
@@ -301,6 +303,9 @@ def _progress(*, enabled: bool) -> Iterator[Any]:
     if not (enabled and sys.stderr.isatty()):
         yield None
         return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     bar = Progress(
         TextColumn("applying"),
         BarColumn(),

@@ -18,6 +18,7 @@ class Policy:
     description: str
     rules: str | None
     modify_index: int
+    hash: str = ""  # Consul's hash of name, description and rules (in list answers too)
 
     @classmethod
     def from_api(cls, raw: dict[str, Any]) -> Policy:
@@ -27,6 +28,7 @@ class Policy:
             description=raw.get("Description", ""),
             rules=raw.get("Rules"),
             modify_index=raw.get("ModifyIndex", 0),
+            hash=str(raw.get("Hash") or ""),
         )
 
 
@@ -39,6 +41,7 @@ class Token:
     policy_names: tuple[str, ...]
     local: bool
     secret: Secret | None = field(default=None, repr=False)
+    create_index: int = 0
 
     @classmethod
     def from_api(cls, raw: dict[str, Any]) -> Token:
@@ -49,6 +52,7 @@ class Token:
             policy_names=tuple(sorted(p["Name"] for p in raw.get("Policies") or ())),
             local=bool(raw.get("Local", False)),
             secret=Secret(secret_id) if secret_id else None,
+            create_index=int(raw.get("CreateIndex") or 0),
         )
 
 
