@@ -43,8 +43,14 @@ def up(
     state_dir: StateDir = DEFAULT_STATE_DIR,
     subnet: Subnet = DEFAULT_SUBNET,
     workers: Annotated[
-        int, typer.Option("--workers", help="Client agents worker-1..N (at .21, .22, ...).")
-    ] = DEFAULT_WORKERS,
+        int | None,
+        typer.Option(
+            "--workers",
+            help=f"Client agents worker-1..N at .21, .22, ... [default: {DEFAULT_WORKERS}, or "
+            "as already started]",
+            show_default=False,
+        ),
+    ] = None,
     templates_dir: Annotated[
         Path | None, typer.Option("--templates-dir", help="Use these templates instead.")
     ] = None,

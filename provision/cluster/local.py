@@ -76,7 +76,7 @@ def cluster_up(
     state_dir: Path,
     *,
     subnet: str = DEFAULT_SUBNET,
-    workers: int = DEFAULT_WORKERS,
+    workers: int | None = None,  # None: as recorded, else DEFAULT_WORKERS
     templates_dir: Path | None = None,
     log_level: str = "info",
     deadline: float = START_DEADLINE,
@@ -99,8 +99,7 @@ def cluster_up(
         management, bootstrapped = _bootstrap(layout, began + deadline)
         _wait_until_every_agent_accepts(layout, management, began + deadline)
         for agent in layout.agents:
-            node_client = management.with_settings(address=agent.http_address)
-            ensure_agent_token(management, node_client, agent.name, templates)
+            _give_agent_token(management, agent, templates, began + deadline)
         _wait_until_healthy(layout, management, began + deadline)
     except (ConsulError, LocalEnvironmentError) as exc:
         if started:
@@ -162,10 +161,12 @@ def _no_cluster(state_dir: Path) -> LocalEnvironmentError:
     return LocalEnvironmentError(f"no cluster in {state_dir} (start one: lockctl cluster up)")
 
 
-def _layout_for_up(state_dir: Path, subnet: str, workers: int) -> tuple[ClusterLayout, bool]:
+def _layout_for_up(state_dir: Path, subnet: str, workers: int | None) -> tuple[ClusterLayout, bool]:
     """The layout to bring up, and whether it is new (nothing recorded yet)."""
     existing = load_layout(state_dir)
-    wanted = default_layout(state_dir, subnet, workers)
+    if existing is not None and workers is None:
+        workers = len(existing.workers)  # recovering: keep what was started
+    wanted = default_layout(state_dir, subnet, workers or DEFAULT_WORKERS)
     if existing is None:
         if state_dir.exists() and any(state_dir.iterdir()):
             raise LocalEnvironmentError(
@@ -254,6 +255,22 @@ def _wait_until_every_agent_accepts(
                 f"{agent.name} does not accept the token in {layout.management_token_file}; "
                 "run `lockctl cluster down` and `up` again"
             ) from None
+
+
+def _give_agent_token(
+    management: Consul, agent: AgentSpec, templates: Path, give_up_at: float
+) -> None:
+    """A restarted server may not know the management token for a moment (its ACL state is
+    still replaying): retry a 403 from the agent itself until the deadline."""
+    node_client = management.with_settings(address=agent.http_address)
+    while True:
+        try:
+            ensure_agent_token(management, node_client, agent.name, templates)
+            return
+        except PermissionDenied:
+            if time.monotonic() >= give_up_at:
+                raise
+        time.sleep(POLL_PAUSE)
 
 
 def _wait_for_leader(layout: ClusterLayout, client: Consul, give_up_at: float) -> AgentSpec:
