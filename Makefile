@@ -1,5 +1,6 @@
 # The two set-up commands (README, quick start), each complete on a fresh machine:
-#   make demo   the main job: install everything, start the local Consul cluster, show it
+#   make demo   the main job: install everything, then the whole flow on a local Consul cluster
+#               (cluster up, render, apply, worker configs, two runners competing, verify)
 #   make test   the whole suite: install everything, then lint, format check, types, tests
 PYTHON ?= python3
 VENV   ?= .venv
@@ -9,8 +10,7 @@ STAMP   = $(VENV)/.installed
 .PHONY: demo test check consul down clean
 
 demo: $(STAMP) consul
-	$(BIN)/lockctl cluster up
-	$(BIN)/lockctl cluster status
+	scripts/demo
 
 test: $(STAMP) consul
 	scripts/check

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from provision.cli.output import console
 from provision.cluster.layout import DEFAULT_STATE_DIR, DEFAULT_SUBNET, DEFAULT_WORKERS
 from provision.errors import EXIT_FAILED
 
@@ -127,7 +128,6 @@ def _status_record(current: ClusterStatus) -> dict[str, object]:
 
 
 def _print_status(current: ClusterStatus) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     table = Table("agent", "role", "address", "pid", "process", "http", "serfHealth")
@@ -141,7 +141,7 @@ def _print_status(current: ClusterStatus) -> None:
             "ok" if state.reachable else "unreachable",
             state.health,
         )
-    Console().print(table)
+    console().print(table)
     leader = current.leader or "none"
     acl = "bootstrapped, management token accepted" if current.acl_ready else "not ready"
     typer.echo(f"leader: {leader}   ACLs: {acl}   healthy: {'yes' if current.healthy else 'no'}")

@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 
 from provision.cli.options import Address, TokenFile, consul_settings
+from provision.cli.output import console
 from provision.errors import InputError
 
 DEFAULT_SPEC = Path("policies/locks.hcl")
@@ -109,7 +110,6 @@ def status(
     token_file: TokenFile = None,
 ) -> None:
     """Who holds each job's lock (consistent reads): session, node, since when, LockIndex."""
-    from rich.console import Console
     from rich.table import Table
 
     from provision.consul import Consul
@@ -132,7 +132,7 @@ def status(
             s.acquired_at or "-",
             str(s.lock_index if s.lock_index is not None else "-"),
         )
-    Console().print(table)
+    console().print(table)
 
 
 def _seconds(text: str | None, flag: str) -> float | None:

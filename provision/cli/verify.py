@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from provision.cli.options import Address, Timeout, TokenFile, consul_settings
+from provision.cli.output import console
 from provision.errors import EXIT_FAILED
 
 if TYPE_CHECKING:
@@ -67,7 +68,6 @@ def verify(
 
 def _print(report: VerifyReport, evidence: bool) -> None:
     """A table of verdicts; below it the evidence of failed checks (of all with --evidence)."""
-    from rich.console import Console
     from rich.table import Table
 
     marks = {"pass": "[green]PASS[/]", "fail": "[red]FAIL[/]", "skip": "[yellow]SKIP[/]"}
@@ -75,13 +75,13 @@ def _print(report: VerifyReport, evidence: bool) -> None:
     for result in report.results:
         summary = "\n".join((result.summary, *(f"warning: {w}" for w in result.warnings)))
         table.add_row(result.name, marks[result.status], f"{result.seconds:.2f}s", summary)
-    console = Console()
-    console.print(table)
+    out = console()
+    out.print(table)
     for result in report.results:
         if result.evidence and (evidence or result.status == "fail"):
-            console.print(f"\n[bold]{result.name}[/] evidence:", highlight=False)
+            out.print(f"\n[bold]{result.name}[/] evidence:", highlight=False)
             for line in result.evidence:
-                console.print(f"  {line}", highlight=False, markup=False)
+                out.print(f"  {line}", highlight=False, markup=False)
     failed = [r.name for r in report.results if r.status == "fail"]
     verdict = "all checks passed" if not failed else f"FAILED: {', '.join(failed)}"
-    console.print(f"{verdict}  (wall time {report.seconds:.1f} s)", highlight=False)
+    out.print(f"{verdict}  (wall time {report.seconds:.1f} s)", highlight=False)

@@ -211,7 +211,12 @@ class SessionAPI(_Area):
         }
         if node is not None:
             body["Node"] = node
-        answer = self._transport.request("PUT", "/v1/session/create", json_body=body, token=token)
+        # Retried like an idempotent call: a repeat at worst leaves one unused session behind,
+        # which holds nothing and ends with its TTL. Clients see 500 "stream closed" for a while
+        # after a server restarts, and a runner must not skip its tick for that.
+        answer = self._transport.request(
+            "PUT", "/v1/session/create", json_body=body, token=token, idempotent=True
+        )
         return str(answer.body["ID"])
 
     def renew(
