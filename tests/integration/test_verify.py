@@ -165,7 +165,7 @@ def test_anonymous_token_with_key_write_fails_anonymous_denied(
     assert "session create with no token got 200, not 403" in summary
     assert "anonymous token grants session write" in summary
     assert results["acl-enabled"][0] == "fail"
-    assert "not 403, to an anonymous read" in results["acl-enabled"][1]
+    assert "an anonymous read was allowed, not 403, on worker-1 (404)" in results["acl-enabled"][1]
 
 
 def test_worker_token_with_key_prefix_everything_fails_confined(
@@ -230,11 +230,15 @@ def test_default_policy_allow_fails_acl_enabled(applied: Applied, tmp_path: Path
             "CONSUL_HTTP_TOKEN_FILE": str(layout.management_token_file),
         }
         args = ["verify", "--spec", str(applied.spec_file), "--inventory", str(inventory)]
-        result = runner.invoke(app, [*args, "--only", "acl-enabled"], env=env)
-        assert result.exit_code == 1, result.output
-        flat = " ".join(result.output.split())
-        assert "FAIL" in flat and "FAILED: acl-enabled" in flat
-        assert "ACLsEnabled=True, default policy allow" in flat
+        table = runner.invoke(app, [*args, "--only", "acl-enabled"], env=env)
+        assert table.exit_code == 1, table.output
+        assert "FAILED: acl-enabled" in table.output
+        assert "worker-1: ACLsEnabled=True ACLDefaultPolicy=allow" in table.output  # evidence
+        as_json = runner.invoke(app, [*args, "--only", "acl-enabled", "--json"], env=env)
+        (check,) = json.loads(as_json.output)["checks"]
+        assert check["status"] == "fail"
+        assert "worker-1: ACLsEnabled=True, default policy allow" in check["summary"]
+        assert "ACLs are off or default_policy is allow" in check["summary"]
     finally:
         cluster_down(state)
 
