@@ -121,7 +121,9 @@ def status(
     if as_json:
         typer.echo(json.dumps([asdict(state) for state in states], indent=2))
         return
-    table = Table("job", "lock key", "holder", "session", "since (UTC)", "LockIndex")
+    table = Table()
+    for header in ("job", "lock key", "holder", "session", "since (UTC)", "LockIndex"):
+        table.add_column(header, overflow="fold")  # a narrow table wraps; it never cuts an ID
     for s in states:
         holder = f"{s.worker or '?'} (node {s.node or '?'})" if s.held else "free"
         table.add_row(

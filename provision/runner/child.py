@@ -15,7 +15,6 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 
 from provision.errors import InputError
 
@@ -71,33 +70,39 @@ class Child:
             return None
         return 128 - status if status < 0 else status
 
-    def signal_group(self, signum: int) -> None:
-        """Send `signum` to the child's whole process group (and to stray descendants)."""
+    def signal_group(self, signum: int) -> bool:
+        """Send `signum` to the child's whole process group (and to stray descendants); whether
+        anything was there to receive it."""
+        reached = False
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signum)
+            reached = True
         for pid in stray_descendants():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signum)
+                reached = True
+        return reached
 
     def stop(self, grace: float, *, kill_by: float | None = None) -> None:
         """SIGTERM the group, SIGKILL whatever is left after `grace` (or at `kill_by`, if sooner).
 
-        Also used after a normal exit, so a script's background children do not run on.
+        Also used after a normal exit, so a script's background children do not run on; when
+        nothing is left (the usual case) it returns at once, which keeps the hand-over short.
         """
-        self.signal_group(signal.SIGTERM)
         deadline = time.monotonic() + grace
         if kill_by is not None:
             deadline = min(deadline, kill_by)
-        while time.monotonic() < deadline and self._group_alive():
-            time.sleep(0.01)
-        if self._group_alive():
-            self.signal_group(signal.SIGKILL)
+        if self.signal_group(signal.SIGTERM):
+            while time.monotonic() < deadline and self._group_alive():
+                time.sleep(0.01)
+            if self._group_alive():
+                self.signal_group(signal.SIGKILL)
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=5)
-        _reap_strays()
+        _reap_strays(self.pid)
 
     def _group_alive(self) -> bool:
-        _reap_strays()
+        _reap_strays(self.pid)
         if self.process.poll() is None:
             return True
         try:
@@ -108,29 +113,45 @@ class Child:
 
 
 def stray_descendants() -> list[int]:
-    """Living processes re-parented to us (we are their subreaper), other than our own children
-    that subprocess still tracks. Zombies are left to `_reap_strays`."""
+    """Living child processes of ours: the job itself while it runs, and descendants that were
+    re-parented to us (we are their subreaper). Zombies are left to `_reap_strays`."""
+    return [pid for pid, state in _our_children() if state != "Z"]
+
+
+def _reap_strays(job_pid: int) -> None:
+    """Collect exit statuses of re-parented descendants, so they do not linger as zombies.
+
+    Never the job itself: subprocess must reap that one, or its exit status would be lost (a
+    waitpid(-1) here could take it first, and subprocess would then report 0).
+    """
+    for pid, state in _our_children():
+        if state == "Z" and pid != job_pid:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+
+
+def _our_children() -> list[tuple[int, str]]:
+    """(pid, state) of each child process of ours.
+
+    /proc/self/task/*/children lists them directly (a few reads); without it (a kernel built
+    without CONFIG_PROC_CHILDREN), every process in /proc is checked for our pid as its parent.
+    """
     me = os.getpid()
+    candidates: set[int] = set()
+    try:
+        for task in os.listdir(f"/proc/{me}/task"):
+            with open(f"/proc/{me}/task/{task}/children", encoding="ascii") as handle:
+                candidates.update(int(pid) for pid in handle.read().split())
+    except OSError:  # no such file, or a thread ended meanwhile: the slow, complete way
+        candidates = {int(name) for name in os.listdir("/proc") if name.isdigit()}
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+    for pid in candidates:
         try:
-            stat = (entry / "stat").read_text()
+            with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+                stat = handle.read()
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == me and fields[0] != "Z":
-            found.append(int(entry.name))
+        if int(fields[1]) == me:
+            found.append((pid, fields[0]))
     return found
-
-
-def _reap_strays() -> None:
-    """Collect exit statuses of re-parented descendants, so they do not linger as zombies."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
