@@ -138,7 +138,7 @@ def status(
 
 
 def _seconds(text: str | None, flag: str) -> float | None:
-    from provision.spec.durations import DurationSyntaxError, parse_duration
+    from provision.durations import DurationSyntaxError, parse_duration
 
     if text is None:
         return None

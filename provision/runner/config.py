@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from provision.durations import DurationSyntaxError, parse_duration
 from provision.errors import InputError
 from provision.fencing import fencing_problem
-from provision.spec.durations import DurationSyntaxError, parse_duration
 
 CONFIG_FORMAT = 1
 MAX_CONFIG_BYTES = 1024 * 1024

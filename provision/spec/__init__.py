@@ -5,7 +5,7 @@ load_spec(path) / parse_spec(text, path) -> Spec, or SpecError listing every pro
 
 from __future__ import annotations
 
-from provision.spec.durations import Duration, format_duration, parse_duration
+from provision.durations import Duration, format_duration, parse_duration
 from provision.spec.models import DEFAULT_ADDRESS, Defaults, Job, Spec, Worker
 from provision.spec.problems import Problem, SpecError
 from provision.spec.validate import MAX_SPEC_BYTES, load_spec, parse_spec, prefix_problem

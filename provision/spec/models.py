@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from provision.spec.durations import Duration
+from provision.durations import Duration
 from provision.spec.names import lock_key
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8500"

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from provision.durations import Duration, DurationSyntaxError, format_duration, parse_duration
 from provision.errors import InputError
 from provision.fencing import fencing_problem
-from provision.spec.durations import Duration, DurationSyntaxError, format_duration, parse_duration
 from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError, Unsupported, Value, parse_hcl
 from provision.spec.models import DEFAULT_ADDRESS, Defaults, Job, Spec, Worker
 from provision.spec.names import NAME_RULE, is_valid_name

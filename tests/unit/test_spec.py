@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from provision.durations import DurationSyntaxError
 from provision.errors import EXIT_INPUT, InputError
 from provision.spec import (
     MAX_SPEC_BYTES,
@@ -20,7 +21,6 @@ from provision.spec import (
     parse_spec,
     prefix_problem,
 )
-from provision.spec.durations import DurationSyntaxError
 from provision.spec.hcl import Unsupported, parse_hcl
 from provision.spec.names import is_valid_name, lock_policy_name, session_policy_name
 
