@@ -7,9 +7,10 @@ idempotent so the transport may retry them.
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
-from provision.consul.errors import NotFound, PermissionDenied
+from provision.consul.errors import ConsulHTTPError, NotFound, PermissionDenied
 from provision.consul.models import KVEntry, Policy, ReadMeta, Session, Token
 from provision.consul.transport import (
     DEFAULT_TOKEN,
@@ -316,6 +317,27 @@ class KVAPI(_Area):
             retry=retry,
         )
         return answer.body is True
+
+    def acquire_and_read(
+        self, key: str, value: bytes, session_id: str, *, token: TokenChoice = DEFAULT_TOKEN
+    ) -> KVEntry | None:
+        """Acquire `key` for the session and read it back in ONE transaction (one round trip,
+        applied by the leader, so the read is consistent); None when the transaction was
+        refused: the key is held, in lock-delay, or the token may not write it (a plain
+        `put(acquire=...)` tells which, by status code).
+        PUT /v1/txn"""
+        encoded = base64.b64encode(value).decode()
+        operations = [
+            {"KV": {"Verb": "lock", "Key": key, "Value": encoded, "Session": session_id}},
+            {"KV": {"Verb": "get", "Key": key}},
+        ]
+        try:
+            answer = self._transport.request("PUT", "/v1/txn", json_body=operations, token=token)
+        except ConsulHTTPError as refused:
+            if refused.status == 409:  # rolled back; the reason is only in the error text
+                return None
+            raise
+        return KVEntry.from_api(answer.body["Results"][1]["KV"])
 
     def delete(
         self,

@@ -89,9 +89,26 @@ class LockSession:
             self.consul.session.destroy(self.session_id)
 
     # -- the key -----------------------------------------------------------------------------
-    def try_acquire(self) -> bool:
-        """One acquire attempt; false while another session holds the key (or in lock-delay)."""
-        holder = json.dumps(
+    def try_acquire(self) -> HeldLock | None:
+        """One acquire attempt: our LockIndex, or None while another session holds the key (or
+        during lock-delay). PermissionDenied when the token may not write the key.
+
+        The fast path is one transaction (acquire + read back): it is the hand-over's critical
+        path. When it is refused, a plain acquire says why, by status code (403 or false).
+        """
+        holder = self._holder_record()
+        sent = self._clock()
+        entry = self.consul.kv.acquire_and_read(self.key, holder, self.session_id)
+        if entry is not None and entry.session == self.session_id:
+            self.confirm(sent)
+            return HeldLock(entry.lock_index, entry.modify_index)
+        if self.consul.kv.put(self.key, holder, acquire=self.session_id):
+            return self.read_held()  # freed between the two calls: ours now
+        return None
+
+    def _holder_record(self) -> bytes:
+        """What the key says while we hold it (shown by `lockctl status`)."""
+        return json.dumps(
             {
                 "acquired_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "worker": self.worker,
@@ -101,7 +118,17 @@ class LockSession:
             },
             separators=(",", ":"),
         ).encode()
-        return self.consul.kv.put(self.key, holder, acquire=self.session_id)
+
+    def why_not_acquired(self) -> tuple[str | None, str]:
+        """For the skipped event: the holding session, and why we could not acquire."""
+        try:
+            entry, _ = self.consul.kv.get(self.key)
+        except ConsulError:
+            return None, "held by another session"
+        if entry is not None and entry.session:
+            holder = _holder_name(entry.value)
+            return entry.session, f"held by {holder}" if holder else "held by another session"
+        return None, "in lock-delay: the previous holder's session ended without a release"
 
     def read_held(self) -> HeldLock | None:
         """Consistent read right after acquiring: our LockIndex, or None if we do not hold it."""
@@ -147,3 +174,13 @@ class LockSession:
         """Monotonic send time of the newest request that proved we still held the session."""
         with self._guard:
             return self._confirmed_at
+
+
+def _holder_name(value: bytes | None) -> str | None:
+    """The worker a holder recorded in the key's value, if it is one of ours."""
+    try:
+        record = json.loads(value or b"")
+    except ValueError:
+        return None
+    worker = record.get("worker") if isinstance(record, dict) else None
+    return f"worker {worker}" if isinstance(worker, str) else None

@@ -116,12 +116,12 @@ def _acquire(
     renewed_at = clock()
     announced = False
     while True:
-        if lock.try_acquire():
-            held = lock.read_held()
-            if held is not None:
-                return held
+        held = lock.try_acquire()
+        if held is not None:
+            return held
         if not options.wait:
-            events.emit("skipped", session=lock.session_id, reason="held by another session")
+            holder, reason = lock.why_not_acquired()
+            events.emit("skipped", session=lock.session_id, reason=reason, holder=holder)
             return RunResult("skipped", 0)
         remaining = None if deadline is None else deadline - clock()
         if remaining is not None and remaining <= 0:
