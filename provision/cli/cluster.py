@@ -10,7 +10,12 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from provision.cli.output import console
-from provision.cluster.layout import DEFAULT_STATE_DIR, DEFAULT_SUBNET, DEFAULT_WORKERS
+from provision.cluster.layout import (
+    DEFAULT_NETNS_SUBNET,
+    DEFAULT_STATE_DIR,
+    DEFAULT_SUBNET,
+    DEFAULT_WORKERS,
+)
 from provision.errors import EXIT_FAILED
 
 if TYPE_CHECKING:  # the core is imported lazily: `lockctl run` must start fast
@@ -31,9 +36,13 @@ StateDir = Annotated[
     ),
 ]
 Subnet = Annotated[
-    str,
+    str | None,
     typer.Option(
-        "--subnet", envvar="LOCKCTL_CLUSTER_SUBNET", help="Loopback /24 for the agents' addresses."
+        "--subnet",
+        envvar="LOCKCTL_CLUSTER_SUBNET",
+        help=f"/24 for the agents' addresses: loopback [default: {DEFAULT_SUBNET}], or private "
+        f"with --netns [default: {DEFAULT_NETNS_SUBNET}].",
+        show_default=False,
     ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
@@ -42,7 +51,7 @@ AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a ta
 @app.command()
 def up(
     state_dir: StateDir = DEFAULT_STATE_DIR,
-    subnet: Subnet = DEFAULT_SUBNET,
+    subnet: Subnet = None,
     workers: Annotated[
         int | None,
         typer.Option(
@@ -55,11 +64,21 @@ def up(
     templates_dir: Annotated[
         Path | None, typer.Option("--templates-dir", help="Use these templates instead.")
     ] = None,
+    netns: Annotated[
+        bool,
+        typer.Option(
+            "--netns",
+            help="Root only: each agent in its own network namespace on a bridge, so one host "
+            "can be cut off (fault tests). Talk to it with `ip netns exec <prefix>-driver ...`.",
+        ),
+    ] = False,
 ) -> None:
     """Start (or recover) the cluster, bootstrap ACLs, and wait until every agent is healthy."""
     from provision.cluster.local import cluster_up
 
-    result = cluster_up(state_dir, subnet=subnet, workers=workers, templates_dir=templates_dir)
+    result = cluster_up(
+        state_dir, subnet=subnet, workers=workers, templates_dir=templates_dir, netns=netns
+    )
     started = ", ".join(result.started) or "none (all were running)"
     typer.echo(f"{result.consul.describe()}")
     typer.echo(f"started: {started}")
@@ -67,6 +86,12 @@ def up(
     typer.echo(f"ready in {result.seconds:.1f} s")
     token_file = result.status.layout.management_token_file
     typer.echo(f"management token: {token_file} (mode 0600, never printed)")
+    driver = result.status.layout.driver_netns
+    if driver is not None:
+        typer.echo(
+            "namespaces: the agents' addresses exist only inside them; "
+            f"use: ip netns exec {driver} ..."
+        )
     _print_status(result.status)
     typer.echo('use it: eval "$(lockctl cluster env)"')
 

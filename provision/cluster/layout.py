@@ -8,9 +8,12 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from provision.cluster import netns as ns
 from provision.errors import InputError, LocalEnvironmentError
 
 DEFAULT_SUBNET = "127.0.0"  # servers at .11-.13, worker agents at .21-.22
+DEFAULT_NETNS_SUBNET = "10.77.0"  # namespace mode: exists only inside the cluster's namespaces
+PRIVATE_NETWORKS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 DEFAULT_STATE_DIR = Path(".lockctl/cluster")
 SERVER_HOSTS = (11, 12, 13)
 DEFAULT_WORKERS = 2  # worker-1, worker-2 at .21, .22; up to MAX_WORKERS (.21-.29)
@@ -23,11 +26,13 @@ MANAGEMENT_TOKEN_FILE = "management.token"  # noqa: S105 - a file name, not a se
 
 @dataclass(frozen=True)
 class AgentSpec:
-    """One Consul agent: its node name, loopback address, and whether it is a server."""
+    """One Consul agent: its node name, address, whether it is a server, and (namespace mode)
+    the network namespace it runs in."""
 
     name: str
     address: str
     server: bool
+    netns: str | None = None
 
     @property
     def http_address(self) -> str:
@@ -41,6 +46,18 @@ class ClusterLayout:
     state_dir: Path
     agents: tuple[AgentSpec, ...]
     datacenter: str = "dc1"
+    netns_prefix: str | None = None  # namespace mode: the prefix of every namespace's name
+
+    @property
+    def driver_netns(self) -> str | None:
+        """Where lockctl talks to the agents from: None in loopback mode (right here)."""
+        return None if self.netns_prefix is None else ns.driver_netns(self.netns_prefix)
+
+    def host(self, agent: AgentSpec) -> ns.Host:
+        """Namespace mode: the agent's namespace, address and bridge-side veth."""
+        if agent.netns is None:
+            raise LocalEnvironmentError(f"{agent.name} does not run in a network namespace")
+        return ns.Host(agent.netns, agent.address, f"v-{agent.name}")
 
     @property
     def servers(self) -> tuple[AgentSpec, ...]:
@@ -71,29 +88,50 @@ class ClusterLayout:
 
 
 def default_layout(
-    state_dir: Path, subnet: str = DEFAULT_SUBNET, workers: int = DEFAULT_WORKERS
+    state_dir: Path,
+    subnet: str = DEFAULT_SUBNET,
+    workers: int = DEFAULT_WORKERS,
+    *,
+    netns: bool = False,
 ) -> ClusterLayout:
-    """3 servers (server-1..3 at .11-.13) and worker-1..N (.21, .22, ...) in a 127/8 /24."""
-    _check_subnet(subnet)
+    """3 servers (server-1..3 at .11-.13) and worker-1..N (.21, .22, ...) in a 127/8 /24, or with
+    `netns` each in its own network namespace, in a private /24 that exists only inside them."""
+    _check_subnet(subnet, netns)
     if not 1 <= workers <= MAX_WORKERS:
         raise InputError(f"--workers {workers}: must be 1..{MAX_WORKERS}")
+    prefix = ns.netns_prefix(state_dir) if netns else None
     worker_hosts = range(FIRST_WORKER_HOST, FIRST_WORKER_HOST + workers)
-    servers = [_agent("server", n, subnet, host, True) for n, host in enumerate(SERVER_HOSTS, 1)]
-    clients = [_agent("worker", n, subnet, host, False) for n, host in enumerate(worker_hosts, 1)]
-    return ClusterLayout(state_dir.absolute(), tuple(servers + clients))
+    servers = [
+        _agent("server", n, subnet, host, True, prefix) for n, host in enumerate(SERVER_HOSTS, 1)
+    ]
+    clients = [
+        _agent("worker", n, subnet, host, False, prefix) for n, host in enumerate(worker_hosts, 1)
+    ]
+    return ClusterLayout(state_dir.absolute(), tuple(servers + clients), netns_prefix=prefix)
 
 
-def _agent(role: str, number: int, subnet: str, host: int, server: bool) -> AgentSpec:
-    return AgentSpec(f"{role}-{number}", f"{subnet}.{host}", server)
+def _agent(
+    role: str, number: int, subnet: str, host: int, server: bool, prefix: str | None
+) -> AgentSpec:
+    name = f"{role}-{number}"
+    netns = None if prefix is None else ns.agent_netns(prefix, name)
+    return AgentSpec(name, f"{subnet}.{host}", server, netns)
 
 
-def _check_subnet(subnet: str) -> None:
+def _check_subnet(subnet: str, netns: bool) -> None:
     try:
         network = ipaddress.IPv4Network(f"{subnet}.0/24")
     except ValueError:
         raise InputError(f"--subnet {subnet!r}: expected three octets such as 127.0.0") from None
-    if not network.subnet_of(ipaddress.IPv4Network("127.0.0.0/8")):
-        raise InputError(f"--subnet {subnet}: must be inside 127.0.0.0/8 (loopback only)")
+    if not netns:
+        if not network.subnet_of(ipaddress.IPv4Network("127.0.0.0/8")):
+            raise InputError(f"--subnet {subnet}: must be inside 127.0.0.0/8 (loopback only)")
+        return
+    if not any(network.subnet_of(ipaddress.IPv4Network(p)) for p in PRIVATE_NETWORKS):
+        raise InputError(
+            f"--subnet {subnet}: with --netns it must be a private /24 "
+            f"({', '.join(PRIVATE_NETWORKS)}), such as {DEFAULT_NETNS_SUBNET}"
+        )
 
 
 def save_layout(layout: ClusterLayout) -> None:
@@ -101,6 +139,7 @@ def save_layout(layout: ClusterLayout) -> None:
     record = {
         "datacenter": layout.datacenter,
         "agents": [asdict(agent) for agent in layout.agents],
+        "netns_prefix": layout.netns_prefix,
     }
     path = layout.state_dir / LAYOUT_FILE
     tmp = path.with_suffix(".tmp")
@@ -116,6 +155,7 @@ def load_layout(state_dir: Path) -> ClusterLayout | None:
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
         agents = tuple(AgentSpec(**agent) for agent in record["agents"])
-        return ClusterLayout(state_dir.absolute(), agents, record["datacenter"])
+        prefix = record.get("netns_prefix")
+        return ClusterLayout(state_dir.absolute(), agents, record["datacenter"], prefix)
     except (ValueError, KeyError, TypeError) as exc:
         raise LocalEnvironmentError(f"{path}: unreadable cluster record ({exc})") from None

@@ -4,7 +4,8 @@ Three servers and two client agents (worker-1, worker-2), each on its own loopba
 default ports, ACLs on with default deny. `up` is idempotent: it starts what is not running
 (recovering from a crash with the agents' own data), bootstraps ACLs once, gives every agent a
 minimal agent token, and waits until every node is healthy. The same code starts the test
-suite's cluster.
+suite's cluster. With `netns` (root) each agent runs in its own network namespace
+(provision/cluster/netns.py) and lockctl talks to them from the cluster's driver namespace.
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provision.acl_bootstrap import bootstrap_acl, ensure_agent_token, wait_until_management_works
+from provision.cluster import netns as ns
 from provision.cluster.layout import (
+    DEFAULT_NETNS_SUBNET,
     DEFAULT_SUBNET,
     DEFAULT_WORKERS,
     HTTP_PORT,
@@ -75,32 +78,43 @@ class UpResult:
 def cluster_up(
     state_dir: Path,
     *,
-    subnet: str = DEFAULT_SUBNET,
+    subnet: str | None = None,  # None: DEFAULT_SUBNET, or DEFAULT_NETNS_SUBNET with netns
     workers: int | None = None,  # None: as recorded, else DEFAULT_WORKERS
     templates_dir: Path | None = None,
     log_level: str = "info",
     deadline: float = START_DEADLINE,
+    netns: bool = False,
 ) -> UpResult:
     """Bring the cluster to healthy and bootstrapped, starting only what is not running."""
     began = time.monotonic()
-    layout, fresh = _layout_for_up(state_dir, subnet, workers)
+    layout, fresh = _layout_for_up(state_dir, subnet, workers, netns)
+    if layout.netns_prefix is not None:
+        ns.require_root()
     binary = install_consul()
     templates = find_templates_dir(templates_dir)
     missing = [agent for agent in layout.agents if not _agent_running(layout, agent)]
-    for agent in missing:
-        _refuse_if_taken(agent)
+    if layout.netns_prefix is None:  # a fresh namespace has nothing in the way
+        for agent in missing:
+            _refuse_if_taken(agent)
+    else:
+        ns.ensure_iproute2()
     if fresh:  # only now, so a refused `up` leaves nothing behind
         # 0700: the agents' data holds every token secret (raft state, persisted agent tokens).
         state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         state_dir.chmod(0o700)
         save_layout(layout)
+    if layout.netns_prefix is not None:
+        subnet_of_layout = layout.servers[0].address.rsplit(".", 1)[0]
+        hosts = [layout.host(agent) for agent in layout.agents]
+        ns.create_network(layout.state_dir, layout.netns_prefix, subnet_of_layout, hosts)
     started = _start_missing_agents(layout, missing, binary, templates, log_level)
     try:
-        management, bootstrapped = _bootstrap(layout, began + deadline)
-        _wait_until_every_agent_accepts(layout, management, began + deadline)
-        for agent in layout.agents:
-            _give_agent_token(management, agent, templates, began + deadline)
-        _wait_until_healthy(layout, management, began + deadline)
+        with ns.entered(layout.driver_netns):
+            management, bootstrapped = _bootstrap(layout, began + deadline)
+            _wait_until_every_agent_accepts(layout, management, began + deadline)
+            for agent in layout.agents:
+                _give_agent_token(management, agent, templates, began + deadline)
+            _wait_until_healthy(layout, management, began + deadline)
     except (ConsulError, LocalEnvironmentError) as exc:
         if started:
             _stop_agents(layout, [a for a in layout.agents if a.name in started])
@@ -121,6 +135,7 @@ def cluster_down(state_dir: Path) -> tuple[str, ...]:
             )
         return ()
     stopped = _stop_agents(layout, list(layout.agents))
+    ns.destroy_network(layout.state_dir)  # only the namespaces it recorded creating
     shutil.rmtree(layout.state_dir)
     return stopped
 
@@ -132,17 +147,18 @@ def cluster_status(state_dir: Path) -> ClusterStatus:
         raise _no_cluster(state_dir)
     token = _read_management_token(layout)
     probe = Consul(ConsulSettings(timeout=PROBE_TIMEOUT, token=token), retry=NO_RETRY)
-    leader = _leader(layout, probe)
-    acl_ready, health = False, {}
-    if token is not None and leader:
-        server = probe.with_settings(address=layout.servers[0].http_address)
-        try:
-            server.acl.read_self_token()
-            acl_ready = True
-            health = _serf_health(server)
-        except ConsulError:
-            pass
-    agents = tuple(_agent_state(layout, agent, probe, health) for agent in layout.agents)
+    with ns.entered(layout.driver_netns):
+        leader = _leader(layout, probe)
+        acl_ready, health = False, {}
+        if token is not None and leader:
+            server = probe.with_settings(address=layout.servers[0].http_address)
+            try:
+                server.acl.read_self_token()
+                acl_ready = True
+                health = _serf_health(server)
+            except ConsulError:
+                pass
+        agents = tuple(_agent_state(layout, agent, probe, health) for agent in layout.agents)
     return ClusterStatus(layout, agents, leader, acl_ready)
 
 
@@ -161,12 +177,18 @@ def _no_cluster(state_dir: Path) -> LocalEnvironmentError:
     return LocalEnvironmentError(f"no cluster in {state_dir} (start one: lockctl cluster up)")
 
 
-def _layout_for_up(state_dir: Path, subnet: str, workers: int | None) -> tuple[ClusterLayout, bool]:
+def _layout_for_up(
+    state_dir: Path, subnet: str | None, workers: int | None, netns: bool
+) -> tuple[ClusterLayout, bool]:
     """The layout to bring up, and whether it is new (nothing recorded yet)."""
     existing = load_layout(state_dir)
     if existing is not None and workers is None:
         workers = len(existing.workers)  # recovering: keep what was started
-    wanted = default_layout(state_dir, subnet, workers or DEFAULT_WORKERS)
+    if existing is not None and existing.netns_prefix is not None:
+        netns = True  # recovering a namespace cluster: it stays one
+    if subnet is None:
+        subnet = DEFAULT_NETNS_SUBNET if netns else DEFAULT_SUBNET
+    wanted = default_layout(state_dir, subnet, workers or DEFAULT_WORKERS, netns=netns)
     if existing is None:
         if state_dir.exists() and any(state_dir.iterdir()):
             raise LocalEnvironmentError(
@@ -207,6 +229,8 @@ def _start_missing_agents(
         )
         layout.config_file(agent).write_text(config, encoding="utf-8")
         argv = [str(binary.path), "agent", f"-config-file={layout.config_file(agent)}"]
+        if agent.netns is not None:
+            argv = ns.exec_argv(agent.netns, argv)
         spawn(argv, layout.log_file(agent), layout.pidfile(agent))
     return tuple(agent.name for agent in missing)
 
