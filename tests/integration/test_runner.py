@@ -356,6 +356,11 @@ def test_two_runners_at_once_one_runs_the_other_skips(lab: Lab, runners: list[Ru
         assert len(lines) == round_ + 1  # exactly one child per round
         holder = next(r for r in pair if r.named("acquired"))
         assert holder.named("released")[0]["released"] is True
+        skipper = next(r for r in pair if r.named("skipped"))
+        (skipped,) = skipper.named("skipped")
+        holder_worker = holder.named("acquired")[0]["worker"]
+        assert skipped["reason"] == f"held by worker {holder_worker}"
+        assert skipped["holder"] == holder.named("acquired")[0]["session"]
 
 
 def test_release_hands_over_at_once_to_a_waiting_runner(lab: Lab, runners: list[Runner]) -> None:
