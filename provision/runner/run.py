@@ -82,20 +82,16 @@ def run_job(
     lock = LockSession(consul, job, worker, clock)
     supervision = _Supervision()
     previous = _install_signal_handlers(supervision, raising=True)
+    become_subreaper()  # here, not after acquiring: the hand-over path stays short
     try:
         lock.open()
         began = clock()
         held = _acquire(lock, options, events, clock)
         if isinstance(held, RunResult):
             return held
-        events.emit(
-            "acquired",
-            session=lock.session_id,
-            lock_index=held.lock_index,
-            waited_ms=ms(clock() - began),
-        )
         _install_signal_handlers(supervision, raising=False)
-        return _supervise(lock, held, command, options, supervision, events, clock)
+        waited = clock() - began
+        return _supervise(lock, held, command, options, supervision, events, clock, waited)
     except _Interrupted as interrupted:
         return RunResult("interrupted", 128 + interrupted.signum)
     finally:
@@ -169,10 +165,17 @@ def _supervise(
     supervision: _Supervision,
     events: EventLog,
     clock: Callable[[], float],
+    waited: float,
 ) -> RunResult:
     acquired_at = clock()
-    become_subreaper()
     child = Child(command, _child_env(lock, held))  # before any thread starts: see _acquire
+    events.emit(  # after the start, which is the hand-over's critical path
+        "acquired",
+        session=lock.session_id,
+        lock_index=held.lock_index,
+        waited_ms=ms(waited),
+        child_pid=child.pid,
+    )
     threading.Thread(target=_renew_loop, args=(lock, supervision, events), daemon=True).start()
     threading.Thread(target=_wait_child, args=(child, supervision), daemon=True).start()
     watcher = threading.Thread(
@@ -187,7 +190,7 @@ def _supervise(
     supervision.stop.set()
     released = lock.release() if outcome != "lost" else False
     events.emit(
-        "released" if released else "lost" if outcome == "lost" else "released",
+        "lost" if outcome == "lost" else "released",
         session=lock.session_id,
         lock_index=held.lock_index,
         held_ms=ms(clock() - acquired_at),
