@@ -74,8 +74,15 @@ def render(
     typer.echo(f"{out}: {len(result.policies)} policies, {len(report.unchanged)} files unchanged")
 
 
-def lint(files: LintFiles, spec: LintSpec = None, node: Nodes = None) -> None:
-    """Check Consul ACL policy files for rules that grant nothing, or too much. Exit 1 on errors."""
+def lint(
+    files: LintFiles,
+    spec: LintSpec = None,
+    node: Nodes = None,
+    errors_only: Annotated[
+        bool, typer.Option("--errors-only", help="Exit 1 only for errors, not for warnings.")
+    ] = False,
+) -> None:
+    """Check ACL policy files for rules that grant nothing or too much; exit 1 on findings."""
     from provision.lint import has_errors, lint_file
     from provision.spec import load_spec
 
@@ -92,7 +99,7 @@ def lint(files: LintFiles, spec: LintSpec = None, node: Nodes = None) -> None:
         for finding in found:
             typer.echo(finding.describe(str(path)))
     typer.echo(_lint_summary(findings, len(files)), err=bool(findings))
-    if has_errors(findings):
+    if has_errors(findings) or (findings and not errors_only):
         raise typer.Exit(EXIT_FAILED)
 
 

@@ -109,7 +109,9 @@ def test_lint_without_a_spec_uses_node_flags(
     monkeypatch.chdir(tmp_path)
     Path("s.hcl").write_text('session "web-1" {\n  policy = "write"\n}\n')
     unchecked = runner.invoke(_app(), ["lint", "s.hcl"])
-    assert unchecked.exit_code == 0 and "warning: session-not-a-node" in unchecked.stdout
+    assert unchecked.exit_code == 1 and "warning: session-not-a-node" in unchecked.stdout
+    tolerant = runner.invoke(_app(), ["lint", "--errors-only", "s.hcl"])
+    assert tolerant.exit_code == 0 and "warning: session-not-a-node" in tolerant.stdout
     ok = runner.invoke(_app(), ["lint", "--node", "web-1", "s.hcl"])
     assert ok.exit_code == 0 and ok.stdout == "lockctl lint: 1 file, 0 errors, 0 warnings\n"
     wrong = runner.invoke(_app(), ["lint", "--node", "worker-1", "s.hcl"])

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import random
 import shutil
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from provision.render import (
     render_policies,
     write_rendered,
 )
-from provision.spec import SpecError, load_spec, parse_spec
+from provision.spec import load_spec, parse_spec
 from provision.spec.hcl import parse_hcl
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -208,38 +207,3 @@ def test_render_refuses_to_overwrite_the_spec(tmp_path: Path) -> None:
 def test_no_temporary_files_are_left_behind(tmp_path: Path) -> None:
     write_rendered(render_policies(parse_spec(SMALL_SPEC, "s.hcl"), TEMPLATES), tmp_path)
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
-
-
-NAME_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789-_"
-PREFIX_CHARS = "abcXYZ019._-/"
-
-
-def _random_name(rng: random.Random) -> str:
-    middle = "".join(rng.choice(NAME_CHARS) for _ in range(rng.randint(0, 20)))
-    return rng.choice("az09") + middle + rng.choice("az09") if middle else rng.choice("az09")
-
-
-def test_property_accepted_specs_render_grants_inside_their_prefix_and_node_only() -> None:
-    """Seeded random specs: every accepted one renders exactly the job's prefix and the node."""
-    rng = random.Random(7)
-    rendered = 0
-    for _ in range(150):
-        job, worker = _random_name(rng), _random_name(rng)
-        prefix = "".join(rng.choice(PREFIX_CHARS) for _ in range(rng.randint(1, 16))) + "/"
-        text = (
-            f'worker "{worker}" {{}}\n'
-            f'job "{job}" {{\n  prefix = "{prefix}"\n  workers = ["{worker}"]\n}}\n'
-        )
-        try:
-            spec = parse_spec(text, "s.hcl")
-        except SpecError:
-            continue
-        result = render_policies(spec, TEMPLATES)
-        grants = {
-            (b.type, b.labels[0].text, b.body.attributes[0].value)
-            for p in result.policies
-            for b in parse_hcl(p.rules).blocks
-        }
-        assert grants == {("key_prefix", prefix, "write"), ("session", worker, "write")}
-        rendered += 1
-    assert rendered > 50
