@@ -1,0 +1,105 @@
+"""Each rendered policy, loaded into a real Consul, grants exactly what it claims: a token with it
+acquires inside the job's prefix and gets 403 one character outside it; a session policy works on
+its own node only."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from provision.consul import Consul
+from provision.consul.errors import PermissionDenied
+from provision.render import RenderResult, render_policies
+from provision.secret import Secret
+from provision.spec import parse_spec
+from provision.templates import find_templates_dir
+from tests.conftest import LiveCluster
+
+
+@pytest.fixture(scope="module")
+def rendered(live_cluster: LiveCluster) -> Iterator[RenderResult]:
+    """Render a spec with unique names and load every policy into Consul (deleted after)."""
+    run = uuid.uuid4().hex[:6]
+    spec = parse_spec(
+        f"""
+worker "worker-1" {{}}
+worker "worker-2" {{}}
+job "alpha-{run}" {{
+  prefix  = "render-live-{run}/alpha/"
+  workers = ["worker-1"]
+}}
+job "beta-{run}" {{
+  prefix  = "render-live-{run}/beta/sub/"
+  workers = ["worker-1", "worker-2"]
+}}
+""",
+        "live.hcl",
+    )
+    result = render_policies(spec, find_templates_dir())
+    management = live_cluster.management()
+    created = []
+    for policy in result.policies:
+        existing = management.acl.read_policy_by_name(policy.name)  # session-<w> is shared
+        if existing is None:
+            created.append(management.acl.create_policy(policy.name, policy.rules, "test"))
+        else:
+            assert existing.rules == policy.rules
+    yield result
+    for made in created:
+        management.acl.delete_policy(made.id)
+
+
+def _token_with(live_cluster: LiveCluster, *policies: str) -> Iterator[Secret]:
+    management = live_cluster.management()
+    token = management.acl.create_token(f"render-live {uuid.uuid4().hex[:6]}", list(policies))
+    assert token.secret is not None
+    try:
+        yield token.secret
+    finally:
+        management.acl.delete_token(token.accessor_id)
+
+
+def test_every_lock_policy_grants_its_prefix_and_nothing_next_to_it(
+    live_cluster: LiveCluster, rendered: RenderResult
+) -> None:
+    jobs = [p for p in rendered.policies if p.name.startswith("lock-")]
+    assert len(jobs) == 2
+    for policy in jobs:
+        prefix = policy.rules.split('key_prefix "', 1)[1].split('"', 1)[0]
+        for secret in _token_with(live_cluster, policy.name, "session-worker-1"):
+            client = live_cluster.client("worker-1", secret)
+            session_id = client.session.create(name="render-live", ttl=10, lock_delay=0)
+            try:
+                assert client.kv.put(prefix + ".lock", b"x", acquire=session_id) is True
+                assert client.kv.put(prefix + ".lock", release=session_id) is True
+                for outside in (prefix[:-1] + "_", prefix[:-1], "x" + prefix):
+                    with pytest.raises(PermissionDenied):
+                        client.kv.put(outside, b"x", acquire=session_id)
+                others = [p for p in jobs if p is not policy]
+                for other in others:
+                    other_prefix = other.rules.split('key_prefix "', 1)[1].split('"', 1)[0]
+                    with pytest.raises(PermissionDenied):
+                        client.kv.put(other_prefix + ".lock", b"x", acquire=session_id)
+            finally:
+                client.kv.delete(prefix + ".lock")
+                client.session.destroy(session_id)
+
+
+def test_every_session_policy_works_on_its_own_node_only(
+    live_cluster: LiveCluster, rendered: RenderResult
+) -> None:
+    sessions = sorted(p.name for p in rendered.policies if p.name.startswith("session-"))
+    assert sessions == ["session-worker-1", "session-worker-2"]
+    for name in sessions:
+        own = name.removeprefix("session-")
+        other = "worker-2" if own == "worker-1" else "worker-1"
+        for secret in _token_with(live_cluster, name):
+            mine: Consul = live_cluster.client(own, secret)
+            session_id = mine.session.create(name="render-live", ttl=10, lock_delay=0)
+            assert mine.session.destroy(session_id) is True
+            with pytest.raises(PermissionDenied):
+                live_cluster.client(other, secret).session.create(
+                    name="render-live", ttl=10, lock_delay=0
+                )
