@@ -1,0 +1,133 @@
+"""Mutual exclusion under faults: each scenario once, with lockctl's runner, on real Consul agents
+in network namespaces (root; part of the default run, as CI has root).
+
+Three workers compete for one job each scenario (`lockctl run --wait`, restarted on a 1 s
+schedule); the job writes its LockIndex to the oracle (tests/faults/oracle.py). Per fault: no two
+holders' accepted writes overlap, a stale writer is rejected by the LockIndex check (the SIGSTOP
+scenario must show it), the old holder's job is dead before the new one starts (unless the runner
+itself was paused), the takeover comes within 2 x TTL + LockDelay + 5 s (and within detection +
+LockDelay + 2 s for a cut-off host), and no session or held key is left. The soak with many faults,
+and `consul lock` for comparison, is bench/faults.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from provision.cluster import netns as ns
+from provision.consul import Consul, ConsulSettings
+from provision.consul.errors import ConsulError
+from provision.consul.transport import NO_RETRY
+from tests.faults.harness import SCENARIOS, FaultLab, RunResult, fault_lab, run_scenario
+from tests.faults.oracle import Oracle
+
+pytestmark = pytest.mark.faults
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultLab]:
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    with fault_lab(tmp_path_factory.mktemp("faults")) as started:
+        yield started
+
+
+def _explain(result: RunResult) -> str:
+    return f"{result.scenario} (holder {result.holder}, job {result.job}): {result.problems()}"
+
+
+@needs_root
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_mutual_exclusion_survives(lab: FaultLab, scenario: str) -> None:
+    result = run_scenario(lab, scenario, "lockctl")
+    assert result.problems() == [], _explain(result)
+    assert result.overlaps == 0
+    assert result.takeover is not None and result.takeover <= result.bound
+    if scenario == "sigstop":
+        assert result.rejections >= 1, "the fence must have stopped the resumed stale writer"
+    if scenario == "cut-host":
+        assert result.detection is not None and result.detection_bound is not None
+        assert result.takeover <= result.detection_bound
+
+
+@needs_root
+def test_namespaces_hold_the_addresses_and_cut_isolates_one_host(lab: FaultLab) -> None:
+    """The agents' addresses exist only inside the namespaces; a cut stops one host only."""
+    layout = lab.cluster
+    root_addresses = Path("/proc/net/fib_trie").read_text()
+    for agent in layout.agents:
+        assert agent.netns is not None and (ns.NETNS_RUN_DIR / agent.netns).exists()
+        assert f" {agent.address}\n" not in root_addresses
+    worker = layout.workers[0]
+    host = layout.host(worker)
+    assert layout.netns_prefix is not None
+    with lab.driver():
+        reachable = lab.management(worker.name).status.leader()
+        assert reachable
+        ns.cut(layout.netns_prefix, host)
+        try:
+            other = lab.management(layout.workers[1].name).status.leader()
+            assert other
+            cut_off = Consul(ConsulSettings(address=worker.http_address, timeout=1.0))
+            with pytest.raises(ConsulError):
+                cut_off.status.leader(retry=NO_RETRY)
+        finally:
+            ns.heal(layout.netns_prefix, host)
+    lab.wait_healthy()
+
+
+class _Job:
+    """A fake job talking the oracle's protocol."""
+
+    def __init__(self, oracle: Oracle, lock_index: int | None) -> None:
+        self.client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.client.connect(str(oracle.path))
+        self.stream = self.client.makefile("rwb")
+        self.entered = self.send(
+            "enter", job="j", worker="w", session="s", lock_index=lock_index, pid=os.getpid()
+        )
+
+    def send(self, op: str, **fields: object) -> bool:
+        self.stream.write(json.dumps({"op": op, **fields}).encode() + b"\n")
+        self.stream.flush()
+        return bool(json.loads(self.stream.readline())["ok"])
+
+    def close(self) -> None:
+        self.stream.close()
+        self.client.close()
+
+
+def test_oracle_fences_lower_lock_index_and_counts_overlaps_and_late_kills(tmp_path: Path) -> None:
+    """The oracle itself (no cluster): the checks above are only as good as these."""
+    oracle = Oracle(tmp_path / "o.sock").start()
+    try:
+        old = _Job(oracle, 5)
+        assert old.entered and old.send("write")
+        new = _Job(oracle, 6)
+        assert new.entered
+        assert not old.send("write"), "a LockIndex below the highest accepted must be refused"
+        assert new.send("write")
+        assert oracle.rejections("j") == 1
+        assert oracle.overlaps("j") == [], "a rejected stale write is not an overlap"
+        late = oracle.late_kills("j")
+        assert len(late) == 1 and late[0].older.lock_index == 5, "the old job was still alive"
+        old.close()
+        new.close()
+        time.sleep(0.1)
+        unfenced = _Job(oracle, None)  # consul lock's child: no fencing token
+        also = _Job(oracle, None)
+        assert unfenced.send("write") and also.send("write") and unfenced.send("write")
+        assert len(oracle.overlaps("j")) == 1, "without a token the resource cannot refuse"
+        unfenced.close()
+        also.close()
+    finally:
+        oracle.stop()
