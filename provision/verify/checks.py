@@ -17,7 +17,7 @@ from provision.consul.errors import ConsulHTTPError
 from provision.lint import expectation_for, has_errors, lint_rules
 from provision.plan import rules_equivalent
 from provision.secret import Secret
-from provision.verify.context import VerifyContext
+from provision.verify.context import VerifyContext, WorkerAccess
 
 LOCK_DELAY_TOLERANCE = 0.5  # seconds either side of the configured LockDelay
 POLL = 0.05  # seconds between acquire attempts where a check measures a delay
@@ -131,7 +131,7 @@ def check_anonymous_denied(ctx: VerifyContext, ev: Evidence) -> str:
     for label, token in (("no token", None), ("an unknown token", bogus)):
         for worker in ctx.workers.values():
             client = ctx.client(worker.name, token=token)
-            status, _ = _status(_anonymous_session, ctx, client)
+            status, _ = _status(_session, ctx, client, "anonymous")
             ev.add(f"{worker.name}: session create with {label} -> {status}")
             if status != 403:
                 problems.append(
@@ -153,17 +153,15 @@ def check_anonymous_denied(ctx: VerifyContext, ev: Evidence) -> str:
     return "403 for session create and acquire without a token and with an unknown one"
 
 
-def _anonymous_session(ctx: VerifyContext, client: Consul) -> str:
-    session_id = client.session.create(
-        name=f"lockctl verify anonymous {ctx.run_id}", ttl=10, lock_delay=0
-    )
-    return ctx.cleanup.session(client, session_id)
-
-
-def check_worker_token_allowed(ctx: VerifyContext, ev: Evidence) -> str:
+def _workers_with_tokens(ctx: VerifyContext) -> list[WorkerAccess]:
     workers = ctx.with_token()
     if not workers:
         raise CheckSkipped("no worker token found (give --secrets-dir)")
+    return workers
+
+
+def check_worker_token_allowed(ctx: VerifyContext, ev: Evidence) -> str:
+    workers = _workers_with_tokens(ctx)
     problems = []
     for worker in workers:
         client = ctx.client(worker.name)
@@ -187,9 +185,7 @@ def check_worker_token_allowed(ctx: VerifyContext, ev: Evidence) -> str:
 
 
 def check_worker_token_confined(ctx: VerifyContext, ev: Evidence) -> str:
-    workers = ctx.with_token()
-    if not workers:
-        raise CheckSkipped("no worker token found (give --secrets-dir)")
+    workers = _workers_with_tokens(ctx)
     problems = []
     for worker in workers:
         client = ctx.client(worker.name)
