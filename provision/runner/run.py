@@ -239,11 +239,11 @@ def _until_child_exits(
 def _fence_after(lock: LockSession) -> float:
     """Seconds after the last confirmation at which the child gets SIGTERM.
 
-    Safe timings (the validator's bound) give D - G - margin, which is above one renew interval
-    plus the renew's timeout. Only --allow-unsafe timings make it shorter; then the child would be
-    fenced between two healthy renewals (at once if D <= G + margin), so the deadline is moved to
-    just after the next renewal could have confirmed the lock: the job runs, and stops at that
-    point when the lock cannot be confirmed, which is the risk the flag accepted.
+    Normally D - G - margin. It is never earlier than the moment the next renewal (sent one
+    renew interval after the last, answered within its timeout) could have confirmed the lock,
+    or a healthy but slow renewal would fence its own job; with --allow-unsafe timings (D <= G +
+    margin) it would even fence at once. Moving SIGTERM later never weakens the promise: the
+    SIGKILL still comes at D - margin (`kill_by`), only the job's grace gets shorter.
     """
     timings = lock.job.timings
     safe = timings.lock_delay - timings.kill_grace - SAFETY_MARGIN
