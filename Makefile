@@ -7,7 +7,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo test check consul down clean
+.PHONY: demo test check consul down clean vagrant-verify
 
 demo: $(STAMP) consul
 	scripts/demo
@@ -20,6 +20,10 @@ check: $(STAMP)
 
 consul:
 	scripts/install-consul
+
+# Opt-in, root, ~10 min: real VMs (libvirt + QEMU in a network namespace), see docs/vagrant.md.
+vagrant-verify: $(STAMP) consul
+	scripts/vagrant-verify
 
 down: $(STAMP)
 	$(BIN)/lockctl cluster down

@@ -1,0 +1,70 @@
+#!/bin/sh
+# Guest provisioning, every VM: install Consul and start its agent with the config lockctl
+# rendered on the host (uploaded to /tmp/lockctl-stage/agent.hcl by the Vagrantfile).
+#   provision-consul.sh NODE_NAME binary|apt
+# binary: the Consul binary copied from the host (/tmp/lockctl-stage/consul); works offline.
+# apt:    HashiCorp's `consul` package; needs internet in the guest, CONSUL_APT_REPO="URL SUITE"
+#         and CONSUL_APT_KEY (the path of the repository's key file in the guest).
+set -eu
+NAME=$1
+SOURCE=$2
+STAGE=/tmp/lockctl-stage
+
+# The node's name: minbase has no D-Bus, so no hostnamectl.
+echo "$NAME" >/etc/hostname
+hostname "$NAME"
+sed -i "s/^127\.0\.1\.1 .*/127.0.1.1 $NAME/" /etc/hosts
+
+case "$SOURCE" in
+  binary)
+    install -m 0755 "$STAGE/consul" /usr/local/bin/consul
+    ;;
+  apt)
+    [ -n "${CONSUL_APT_REPO:-}" ] && [ -n "${CONSUL_APT_KEY:-}" ] || {
+      echo "provision-consul: apt needs CONSUL_APT_REPO and CONSUL_APT_KEY" >&2; exit 2; }
+    echo "deb [signed-by=$CONSUL_APT_KEY] $CONSUL_APT_REPO main" >/etc/apt/sources.list.d/consul.list
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq consul >/dev/null
+    ln -sf "$(command -v consul)" /usr/local/bin/consul
+    ;;
+  *) echo "provision-consul: unknown source $SOURCE" >&2; exit 2 ;;
+esac
+
+id consul >/dev/null 2>&1 || useradd --system --home-dir /var/lib/consul --shell /usr/sbin/nologin consul
+install -d -o consul -g consul -m 0700 /var/lib/consul
+install -d -m 0755 /etc/consul.d
+install -o root -g consul -m 0640 "$STAGE/agent.hcl" /etc/consul.d/agent.hcl
+cat >/etc/systemd/system/consul.service <<'UNIT'
+# Written by lockctl's vagrant/provision-consul.sh.
+[Unit]
+Description=Consul agent (config rendered by lockctl)
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+User=consul
+Group=consul
+ExecStart=/usr/local/bin/consul agent -config-file=/etc/consul.d/agent.hcl
+ExecReload=/bin/kill -HUP $MAINPID
+KillSignal=SIGINT
+Restart=on-failure
+LimitNOFILE=65536
+
+[Install]
+WantedBy=multi-user.target
+UNIT
+systemctl daemon-reload
+systemctl enable consul.service >/dev/null 2>&1
+systemctl restart consul.service
+rm -f "$STAGE/consul" "$STAGE/agent.hcl"
+
+# Wait until the agent serves HTTP on its cluster address (the leader comes later: the other
+# servers may still be booting).
+ADDRESS=$(sed -n 's/^client_addr *= *"\(.*\)"/\1/p' /etc/consul.d/agent.hcl)
+i=0
+until curl -fsS -o /dev/null "http://$ADDRESS:8500/v1/status/leader"; do
+  i=$((i + 1))
+  [ $i -lt 120 ] || { journalctl -u consul --no-pager | tail -n 20; exit 1; }
+  sleep 1
+done
+echo "provision-consul: $NAME: $(/usr/local/bin/consul version | head -n 1) serving on $ADDRESS:8500"

@@ -1,0 +1,16 @@
+#!/bin/sh
+# Guest provisioning, workers: install lockctl from the wheelhouse built on the host (the guests
+# have no network), into /opt/lockctl, and the tick job the flow schedules. Worker configs, token
+# files and timers are delivered later, after `lockctl apply` (scripts/vagrant-verify).
+set -eu
+STAGE=/tmp/lockctl-stage
+PIP=$(ls /usr/share/python-wheels/pip-*.whl | head -n 1)
+python3 -m venv --without-pip /opt/lockctl
+/opt/lockctl/bin/python "$PIP/pip" install --quiet --no-index --disable-pip-version-check \
+  --find-links "$STAGE/wheelhouse" lockctl
+ln -sf /opt/lockctl/bin/lockctl /usr/local/bin/lockctl
+install -m 0755 "$STAGE/tick-job" /usr/local/bin/lockctl-tick
+install -d -m 0700 /etc/lockctl
+install -d -m 0755 /var/lib/lockctl-tick
+rm -rf "$STAGE/wheelhouse" "$STAGE/tick-job"
+echo "provision-lockctl: $(hostname): $(/usr/local/bin/lockctl --version)"
