@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -50,7 +48,7 @@ from provision.plan import (
     plan_changes,
     policies_to_read,
 )
-from provision.secret import Secret, read_secret_file, write_secret_file
+from provision.secret import Secret, check_writable, read_secret_file, write_secret_file
 from provision.spec.names import token_description
 
 WRITE_DEADLINE = 20.0  # seconds a create may keep retrying: a leader election takes 3-4 s
@@ -117,17 +115,8 @@ def secret_path(secrets_dir: Path, worker: str) -> Path:
 
 
 def check_secrets_dir(secrets_dir: Path) -> None:
-    """Create the folder (0700) if needed and prove a file can be written there, before any
-    change is made in Consul: a token whose secret cannot be saved is useless."""
-    try:
-        secrets_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=secrets_dir, prefix=".lockctl-probe.")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise LocalEnvironmentError(
-            f"--secrets-dir {secrets_dir}: cannot write token files there ({exc.strerror})"
-        ) from None
+    """Prove token files can be written there before any change is made in Consul."""
+    check_writable(secrets_dir, f"--secrets-dir {secrets_dir}")
 
 
 def read_live_state(consul: Consul, desired: Desired, concurrency: int) -> LiveState:

@@ -5,8 +5,6 @@ bootstrapped cluster is reported and left unchanged.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +19,7 @@ from provision.consul import Consul, RetryPolicy
 from provision.consul.errors import ConsulServerError, NotFound, PermissionDenied
 from provision.consul.settings import normalize_address
 from provision.errors import InputError, LocalEnvironmentError
-from provision.secret import Secret, read_secret_file, write_secret_file
+from provision.secret import Secret, check_writable, read_secret_file, write_secret_file
 
 PROBE_DEADLINE = 2.0  # seconds to retry 5xx while checking an existing token file
 
@@ -61,15 +59,7 @@ def check_token_file(path: Path, *, overwrite: bool) -> None:
         )
     if path.is_dir():
         raise InputError(f"--management-token-file {path}: is a folder")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=path.parent, prefix=".lockctl-probe.")
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as exc:
-        raise LocalEnvironmentError(
-            f"--management-token-file {path}: cannot write there ({exc.strerror})"
-        ) from None
+    check_writable(path.parent, f"--management-token-file {path}")
 
 
 def bootstrap_cluster(

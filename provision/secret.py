@@ -7,7 +7,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from provision.errors import InputError
+from provision.errors import InputError, LocalEnvironmentError
 
 MASK = "********"
 
@@ -62,3 +62,17 @@ def write_secret_file(path: Path, secret: Secret) -> None:
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)
         raise
+
+
+def check_writable(folder: Path, flag: str) -> None:
+    """Create `folder` (0700) if needed and prove a file can be written there, before any change
+    is made in Consul: a token whose secret cannot be saved is lost (`flag` names the option)."""
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".lockctl-probe.")
+        os.close(fd)
+        Path(probe).unlink()
+    except OSError as exc:
+        raise LocalEnvironmentError(
+            f"{flag}: cannot write token files there ({exc.strerror})"
+        ) from None
