@@ -361,7 +361,13 @@ def test_sigkill_at_random_points_then_rerun_converges(env: Env) -> None:
         process = subprocess.Popen(
             argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
-        time.sleep(rng.uniform(0.6, 1.6))
+        # Kill once the apply has started writing (not after a fixed sleep: on a loaded
+        # machine start-up alone can take longer), at a random point after that.
+        give_up_at = time.monotonic() + 30
+        while not set(_policy_names(mgmt)) & {f"lock-{j}" for j in jobs} and process.poll() is None:
+            assert time.monotonic() < give_up_at, "the apply never started writing"
+            time.sleep(0.02)
+        time.sleep(rng.uniform(0.0, 0.4))
         process.send_signal(signal.SIGKILL)
         process.wait()
         made = sum(1 for name in _policy_names(mgmt) if name in {f"lock-{j}" for j in jobs})
