@@ -85,6 +85,7 @@ def main() -> int:
                     except Exception as exc:  # a harness failure: record it, keep soaking
                         with guard:
                             errors.append(f"#{number} {tool} {scenario}: {exc!r}")
+                        print(f"harness error: #{number} {tool} {scenario}: {exc!r}", flush=True)
                         lab.wait_healthy()
                         continue
                     with guard:
@@ -101,6 +102,7 @@ def main() -> int:
         except Exception as exc:
             with guard:
                 errors.append(f"lab{lab_number}: {exc!r}")
+            print(f"harness error: lab{lab_number}: {exc!r}", flush=True)
 
     with tempfile.TemporaryDirectory(prefix="lockctl-faults-") as tmp:
         threads = [
@@ -111,9 +113,9 @@ def main() -> int:
             thread.start()
         for thread in threads:
             thread.join()
-    print(report(results, tools, scenarios, time.monotonic() - began))
     for error in errors:
         print(f"harness error: {error}")
+    print(report(results, tools, scenarios, time.monotonic() - began))
     if args.json is not None:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=2, default=str))
     broken = [r for r in results if r.tool == "lockctl" and r.problems()]

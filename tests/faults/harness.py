@@ -107,6 +107,7 @@ class RunResult:
     sessions_left: int = 0
     key_held: bool = False
     runner_exits: dict[str, list[int]] = field(default_factory=dict)
+    holder_exit: int | None = None  # the holder's runner's exit status (negative: killed by)
     notes: list[str] = field(default_factory=list)
 
     def problems(self) -> list[str]:
@@ -116,8 +117,9 @@ class RunResult:
             found.append(f"{self.overlaps} overlap(s), longest {self.overlap_max:.3f} s")
         if self.late_kills_checked and self.late_kills:
             found.append(f"{self.late_kills} child(ren) killed late, by {self.late_kill_max:.3f} s")
-        if self.takeover is None and not self.holder_kept:
-            found.append("no takeover in time")
+        if self.takeover is None:
+            if not self.holder_kept:
+                found.append("no takeover in time")
         elif self.takeover > self.bound:
             found.append(f"takeover {self.takeover:.1f} s > bound {self.bound:.1f} s")
         if self.detection_bound is not None and self.takeover is not None:
@@ -397,6 +399,7 @@ def run_scenario(lab: FaultLab, scenario: str, tool: str, number: int = 1) -> Ru
     workers = [a.name for a in lab.cluster.workers]
     schedule = Schedule(workers, lambda w: lab.runner_argv(tool, job, w, folder), folder)
     schedule.start()
+    runner = -1
     try:
         holder = _wait_for_holder(lab, job, timeout=60.0)
         time.sleep(max(0.0, holder.entered + FAULT_AFTER - time.monotonic()))
@@ -404,11 +407,13 @@ def run_scenario(lab: FaultLab, scenario: str, tool: str, number: int = 1) -> Ru
         with lab.driver():
             entry, _ = lab.management().kv.get(lock_key(job), consistency="consistent")
         session = entry.session if entry is not None else None
+        runner = schedule.runner_of(holder.worker)
         _inject(lab, scenario, tool, holder, schedule, session, result, timings)
     finally:
         schedule.stop()
         result.runner_exits = schedule.exits
         kill_leftover_jobs(lab.oracle, lab.marker)
+    result.holder_exit = next((p.returncode for _, p in schedule.started if p.pid == runner), None)
     _check(lab, job, result)
     _clean(lab, job, result)
     return result

@@ -25,6 +25,7 @@ from provision.cluster import netns as ns
 from provision.consul import Consul, ConsulSettings
 from provision.consul.errors import ConsulError
 from provision.consul.transport import NO_RETRY
+from provision.errors import EXIT_LOCK_LOST
 from tests.faults.harness import SCENARIOS, FaultLab, RunResult, fault_lab, run_scenario
 from tests.faults.oracle import Oracle
 
@@ -57,6 +58,16 @@ def test_mutual_exclusion_survives(lab: FaultLab, scenario: str) -> None:
     if scenario == "cut-host":
         assert result.detection is not None and result.detection_bound is not None
         assert result.takeover <= result.detection_bound
+    if scenario in ("sigstop", "cut-host", "restart-agent"):
+        # The holder lost its lock while its job ran: its runner must say so (exit 76).
+        if scenario == "sigstop" and result.holder_exit != EXIT_LOCK_LOST:
+            pytest.xfail(
+                "runner bug (provision/runner/run.py _until_child_exits): a job that exits after "
+                "the fencing deadline has passed (here: resumed after SIGSTOP, refused by the "
+                "resource) is reported as a normal run: event 'released' with released=false and "
+                f"the job's own exit status ({result.holder_exit}), not 'lost' and 76"
+            )
+        assert result.holder_exit == EXIT_LOCK_LOST, result.runner_exits
 
 
 @needs_root
