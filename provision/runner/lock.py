@@ -157,12 +157,16 @@ class LockSession:
         # Consul's advice: an index that goes backwards (a snapshot restore) restarts at 0.
         return held, next_index if next_index >= index else 0
 
-    def release(self) -> bool:
-        """Release the key (the next contender acquires at once: no lock-delay after release)."""
+    def release(self) -> bool | None:
+        """Release the key (the next contender acquires at once: no lock-delay after release).
+
+        True: released. False: Consul says the key was not ours any more (the lock was lost).
+        None: no answer; the session's TTL will free the key.
+        """
         try:
             return self.consul.kv.put(self.key, release=self.session_id, retry=CLEANUP_RETRY)
         except ConsulError:
-            return False
+            return None
 
     # -- the confirmation clock ----------------------------------------------------------------
     def confirm(self, sent_at: float) -> None:

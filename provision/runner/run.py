@@ -189,13 +189,17 @@ def _supervise(
         _hold_at_least(lock, options, acquired_at, supervision, clock)
     supervision.stop.set()
     released = lock.release() if outcome != "lost" else False
+    if released is False and outcome != "lost":
+        # Consul says the key was no longer ours: the lock was lost at some point while the
+        # job ran, unnoticed in time (a paused runner). The job's result cannot be trusted.
+        outcome = "lost"
     events.emit(
         "lost" if outcome == "lost" else "released",
         session=lock.session_id,
         lock_index=held.lock_index,
         held_ms=ms(clock() - acquired_at),
         child_status=child.exit_status,
-        released=released,
+        released=bool(released),
     )
     if outcome == "lost":
         return RunResult("lost", EXIT_LOCK_LOST, held.lock_index)
@@ -214,8 +218,19 @@ def _until_child_exits(
     timings = lock.job.timings
     while True:
         supervision.wake.clear()
-        if child.exit_status is not None:
+        exited = child.exit_status is not None
+        if exited and not supervision.lost and clock() < lock.confirmed_at + _fence_after(lock):
             return "ran"
+        if exited:  # it ended, but only after the lock was lost or could not be confirmed
+            events.emit(
+                "fenced",
+                session=lock.session_id,
+                reason=supervision.lost or "no confirmation of the lock in time",
+                since_confirmed_ms=ms(clock() - lock.confirmed_at),
+                child_status=child.exit_status,
+            )
+            child.stop(timings.kill_grace)  # whatever it left behind
+            return "lost"
         if supervision.signum is not None:
             child.signal_group(supervision.signum)
             child.stop(timings.kill_grace)
