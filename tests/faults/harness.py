@@ -53,6 +53,7 @@ JOB_SCRIPT = Path(__file__).with_name("job.py")
 WORKERS = 3
 TICK = 1.0  # the schedule: a worker starts a runner each second unless one is running
 FAULT_AFTER = 1.5  # seconds into the holder's job
+HOLDER_EXIT_WAIT = 30.0  # seconds the old holder's runner gets to exit on its own after a fault
 PREFIX = "faults"
 
 SCENARIOS = ("kill9-runner", "kill9-both", "sigstop", "cut-host", "kill-leader", "restart-agent")
@@ -335,6 +336,17 @@ class Schedule:
                     self.started.append((worker, process))
             self._stop.wait(TICK)
 
+    def wait_for_exit(self, pid: int, timeout: float) -> int | None:
+        """Wait for the runner `pid` (one of ours) to exit; its status, or None if still running."""
+        with self._lock:
+            process = next((p for _, p in self.started if p.pid == pid), None)
+        if process is None:
+            return None
+        try:
+            return process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
     def runner_of(self, worker: str) -> int:
         with self._lock:
             return self.current[worker].pid
@@ -409,6 +421,10 @@ def run_scenario(lab: FaultLab, scenario: str, tool: str, number: int = 1) -> Ru
         session = entry.session if entry is not None else None
         runner = schedule.runner_of(holder.worker)
         _inject(lab, scenario, tool, holder, schedule, session, result, timings)
+        if not scenario.startswith("kill9") and not result.holder_kept:
+            # Its own exit status says whether it noticed; a SIGTERM from the teardown would
+            # hide that (it may still be cleaning up on a host that was just reconnected).
+            schedule.wait_for_exit(runner, HOLDER_EXIT_WAIT)
     finally:
         schedule.stop()
         result.runner_exits = schedule.exits
