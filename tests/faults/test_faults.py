@@ -59,14 +59,8 @@ def test_mutual_exclusion_survives(lab: FaultLab, scenario: str) -> None:
         assert result.detection is not None and result.detection_bound is not None
         assert result.takeover <= result.detection_bound
     if scenario in ("sigstop", "cut-host", "restart-agent"):
-        # The holder lost its lock while its job ran: its runner must say so (exit 76).
-        if scenario == "sigstop" and result.holder_exit != EXIT_LOCK_LOST:
-            pytest.xfail(
-                "runner bug (provision/runner/run.py _until_child_exits): a job that exits after "
-                "the fencing deadline has passed (here: resumed after SIGSTOP, refused by the "
-                "resource) is reported as a normal run: event 'released' with released=false and "
-                f"the job's own exit status ({result.holder_exit}), not 'lost' and 76"
-            )
+        # The holder lost its lock while its job ran: its runner must say so (exit 76), also
+        # when the paused job ended on its own after SIGCONT (fixed in 66eefa0).
         assert result.holder_exit == EXIT_LOCK_LOST, result.runner_exits
 
 
