@@ -96,8 +96,8 @@ def run_job(
         return RunResult("interrupted", 128 + interrupted.signum)
     finally:
         supervision.stop.set()
+        lock.destroy()  # still under our handlers: a SIGTERM now must not kill us mid-cleanup
         _restore_signal_handlers(previous)
-        lock.destroy()
 
 
 def _acquire(
