@@ -96,7 +96,10 @@ def run_job(
         return RunResult("interrupted", 128 + interrupted.signum)
     finally:
         supervision.stop.set()
-        lock.destroy()  # still under our handlers: a SIGTERM now must not kill us mid-cleanup
+        # Under recording (not raising) handlers until the session is gone: a SIGTERM during
+        # this cleanup must neither kill the runner nor unwind it half-way.
+        _install_signal_handlers(supervision, raising=False)
+        lock.destroy()
         _restore_signal_handlers(previous)
 
 
