@@ -22,7 +22,7 @@ from provision.consul import Consul
 from provision.consul.errors import ConsulError, NotFound
 from provision.errors import EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT, LocalEnvironmentError
 from provision.fencing import SAFETY_MARGIN
-from provision.runner.child import Child, become_subreaper
+from provision.runner.child import Child, become_subreaper, check_program
 from provision.runner.config import JobConfig
 from provision.runner.events import EventLog, ms
 from provision.runner.lock import HeldLock, LockSession
@@ -79,6 +79,7 @@ def run_job(
     clock: Callable[[], float] = time.monotonic,
 ) -> RunResult:
     """Run `command` under the job's lock; the result says what happened and the exit code."""
+    check_program(command, os.environ)  # fail before taking a lock for a job that cannot start
     lock = LockSession(consul, job, worker, clock)
     supervision = _Supervision()
     previous = _install_signal_handlers(supervision, raising=True)

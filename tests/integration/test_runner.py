@@ -572,6 +572,16 @@ def test_a_token_without_rights_is_denied_in_one_line(
     assert not ran.exists()
 
 
+def test_a_command_that_cannot_start_is_refused_before_locking(
+    lab: Lab, runners: list[Runner]
+) -> None:
+    runner = start(lab, runners, "worker-1", "two", ["/nonexistent/lockctl-test-job"])
+    assert runner.wait() == EXIT_INPUT
+    assert runner.lines == [
+        "lockctl: error: cannot start '/nonexistent/lockctl-test-job': not found or not executable"
+    ]
+
+
 def test_a_config_that_breaks_the_fencing_bound_is_refused(lab: Lab, runners: list[Runner]) -> None:
     config = _config_with(lab, "unsafe.json", lock_delay="2s")
     ran = lab.tmp / "unsafe.ran"
