@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from provision.consul import Consul
 from provision.consul.errors import ConsulError
+from provision.runner.lock import holder_record
 from provision.spec import Spec
 
 
@@ -33,7 +33,7 @@ def _state(consul: Consul, job: str, key: str) -> LockState:
     if entry is None or entry.session is None:
         lock_index = entry.lock_index if entry else None
         return LockState(job, key, False, lock_index=lock_index)
-    holder = _holder(entry.value)
+    holder = holder_record(entry.value)
     node = None
     try:
         session = consul.session.info(entry.session, consistency="consistent")
@@ -51,11 +51,3 @@ def _state(consul: Consul, job: str, key: str) -> LockState:
         lock_index=entry.lock_index,
         modify_index=entry.modify_index,
     )
-
-
-def _holder(value: bytes | None) -> dict[str, str]:
-    try:
-        record = json.loads(value or b"{}")
-    except ValueError:
-        return {}
-    return {k: str(v) for k, v in record.items()} if isinstance(record, dict) else {}

@@ -9,11 +9,12 @@ itself: argv is visible to every user of the machine.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from provision.consul import Consul, ConsulSettings, resolve_settings
+if TYPE_CHECKING:  # imported when a command runs: `render` and `lint` need no HTTP stack
+    from provision.consul import Consul, ConsulSettings
 
 PANEL = "Consul connection"
 
@@ -79,6 +80,8 @@ def consul_settings(
     tls_skip_verify: bool | None = None,
 ) -> ConsulSettings:
     """Settings from the flags above, then Consul's environment, then defaults."""
+    from provision.consul import resolve_settings
+
     return resolve_settings(
         address=address,
         token_file=token_file,
@@ -92,4 +95,6 @@ def consul_settings(
 
 def connect(settings: ConsulSettings) -> Consul:
     """A client for `settings` (a seam tests can patch)."""
+    from provision.consul import Consul
+
     return Consul(settings)

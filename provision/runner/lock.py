@@ -180,11 +180,16 @@ class LockSession:
             return self._confirmed_at
 
 
+def holder_record(value: bytes | None) -> dict[str, str]:
+    """The record a holder wrote into the key (worker, job, host, pid, acquired_at), or {}."""
+    try:
+        record = json.loads(value or b"{}")
+    except ValueError:
+        return {}
+    return {k: str(v) for k, v in record.items()} if isinstance(record, dict) else {}
+
+
 def _holder_name(value: bytes | None) -> str | None:
     """The worker a holder recorded in the key's value, if it is one of ours."""
-    try:
-        record = json.loads(value or b"")
-    except ValueError:
-        return None
-    worker = record.get("worker") if isinstance(record, dict) else None
-    return f"worker {worker}" if isinstance(worker, str) else None
+    worker = holder_record(value).get("worker")
+    return f"worker {worker}" if worker else None

@@ -8,6 +8,7 @@ import json
 import threading
 import uuid
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 
 from provision.consul import Consul, ConsulSettings
@@ -43,7 +44,7 @@ class VerifyContext:
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     cleanup: Cleanup = field(default_factory=lambda: Cleanup())
 
-    @property
+    @cached_property
     def management(self) -> Consul | None:
         return Consul(self.settings) if self.settings.token else None
 
