@@ -52,3 +52,24 @@ def live_cluster(cluster_state_dir: Path) -> Iterator[LiveCluster]:
         yield LiveCluster(result.status)
     finally:
         cluster_down(cluster_state_dir)
+
+
+# --- secret scan (scripts/scan-secrets) ---------------------------------------------------------
+# With LOCKCTL_TEST_SECRETS_OUT set, every Secret this process creates is recorded and written to
+# that file at the end, so the suite's whole output can be searched for the secrets it minted.
+_SECRETS_OUT = os.environ.get("LOCKCTL_TEST_SECRETS_OUT")
+_seen_secrets: set[str] = set()
+
+if _SECRETS_OUT:
+    _original_init = Secret.__init__
+
+    def _recording_init(self: Secret, _value: str) -> None:
+        _original_init(self, _value)
+        _seen_secrets.add(_value)
+
+    Secret.__init__ = _recording_init  # type: ignore[method-assign]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _SECRETS_OUT:
+        Path(_SECRETS_OUT).write_text("".join(f"{s}\n" for s in sorted(_seen_secrets)))
