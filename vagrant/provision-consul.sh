@@ -6,6 +6,7 @@
 # apt:    HashiCorp's `consul` package; needs internet in the guest, CONSUL_APT_REPO="URL SUITE"
 #         and CONSUL_APT_KEY (the path of the repository's key file in the guest).
 set -eu
+T0=$(date +%s)
 NAME=$1
 SOURCE=$2
 STAGE=/tmp/lockctl-stage
@@ -67,4 +68,4 @@ until curl -fsS -o /dev/null "http://$ADDRESS:8500/v1/status/leader"; do
   [ $i -lt 120 ] || { journalctl -u consul --no-pager | tail -n 20; exit 1; }
   sleep 1
 done
-echo "provision-consul: $NAME: $(/usr/local/bin/consul version | head -n 1) serving on $ADDRESS:8500"
+echo "provision-consul: $NAME: $(/usr/local/bin/consul version | head -n 1) serving on $ADDRESS:8500 ($(( $(date +%s) - T0 )) s)"

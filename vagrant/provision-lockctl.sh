@@ -3,6 +3,7 @@
 # have no network), into /opt/lockctl, and the tick job the flow schedules. Worker configs, token
 # files and timers are delivered later, after `lockctl apply` (scripts/vagrant-verify).
 set -eu
+T0=$(date +%s)
 STAGE=/tmp/lockctl-stage
 PIP=$(ls /usr/share/python-wheels/pip-*.whl | head -n 1)
 python3 -m venv --without-pip /opt/lockctl
@@ -13,4 +14,4 @@ install -m 0755 "$STAGE/tick-job" /usr/local/bin/lockctl-tick
 install -d -m 0700 /etc/lockctl
 install -d -m 0755 /var/lib/lockctl-tick
 rm -rf "$STAGE/wheelhouse" "$STAGE/tick-job"
-echo "provision-lockctl: $(hostname): $(/usr/local/bin/lockctl --version)"
+echo "provision-lockctl: $(hostname): $(/usr/local/bin/lockctl --version) ($(( $(date +%s) - T0 )) s)"
