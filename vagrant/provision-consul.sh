@@ -1,8 +1,9 @@
 #!/bin/sh
-# Guest provisioning, every VM: install Consul and start its agent with the config lockctl
-# rendered on the host (uploaded to /tmp/lockctl-stage/agent.hcl by the Vagrantfile).
+# Guest provisioning, every VM: unpack the stage bundle, install Consul and start its agent with
+# the config lockctl rendered on the host (the Vagrantfile uploads /tmp/lockctl-stage/bundle.tar.gz
+# and /tmp/lockctl-stage/agent.hcl).
 #   provision-consul.sh NODE_NAME binary|apt
-# binary: the Consul binary copied from the host (/tmp/lockctl-stage/consul); works offline.
+# binary: the Consul binary copied from the host (in the bundle); works offline.
 # apt:    HashiCorp's `consul` package; needs internet in the guest, CONSUL_APT_REPO="URL SUITE"
 #         and CONSUL_APT_KEY (the path of the repository's key file in the guest).
 set -eu
@@ -10,6 +11,9 @@ T0=$(date +%s)
 NAME=$1
 SOURCE=$2
 STAGE=/tmp/lockctl-stage
+
+tar -xzf "$STAGE/bundle.tar.gz" -C "$STAGE"
+rm -f "$STAGE/bundle.tar.gz"
 
 # The node's name: minbase has no D-Bus, so no hostnamectl.
 echo "$NAME" >/etc/hostname

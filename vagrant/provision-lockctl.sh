@@ -1,13 +1,16 @@
 #!/bin/sh
 # Guest provisioning, workers: install lockctl from the wheelhouse built on the host (the guests
-# have no network), into /opt/lockctl, and the tick job the flow schedules. Worker configs, token
-# files and timers are delivered later, after `lockctl apply` (scripts/vagrant-verify).
+# have no network), into /opt/lockctl, and the tick job the flow schedules; both came in the stage
+# bundle provision-consul.sh unpacked. Worker configs, token files and timers are delivered later,
+# after `lockctl apply` (scripts/vagrant-verify).
+# --no-compile: byte-compiling every module of the wheelhouse (pygments alone is thousands of
+# files) is most of an install under software emulation; Python compiles what it imports.
 set -eu
 T0=$(date +%s)
 STAGE=/tmp/lockctl-stage
 PIP=$(ls /usr/share/python-wheels/pip-*.whl | head -n 1)
 python3 -m venv --without-pip /opt/lockctl
-/opt/lockctl/bin/python "$PIP/pip" install --quiet --no-index --disable-pip-version-check \
+/opt/lockctl/bin/python "$PIP/pip" install --quiet --no-index --no-compile --disable-pip-version-check \
   --find-links "$STAGE/wheelhouse" lockctl
 ln -sf /opt/lockctl/bin/lockctl /usr/local/bin/lockctl
 install -m 0755 "$STAGE/tick-job" /usr/local/bin/lockctl-tick
