@@ -1,7 +1,9 @@
 # The two set-up commands (README, quick start), each complete on a fresh machine:
 #   make demo   the main job: install everything, then the whole flow on a local Consul cluster
 #               (cluster up, render, apply, worker configs, two runners competing, verify)
-#   make test   the whole suite: install everything, then lint, format check, types, tests
+#   make test   the whole suite: install everything, then lint, format check, types, tests, and
+#               the Vagrant flow on real VMs (root; about 10 more minutes)
+#   make check  the same without the VMs, for quick rounds while developing
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
@@ -15,13 +17,14 @@ demo: $(STAMP) consul
 test: $(STAMP) consul
 	scripts/check
 
-check: $(STAMP)
-	scripts/check
+check: $(STAMP) consul
+	LOCKCTL_SKIP_VMS=1 scripts/check
 
 consul:
 	scripts/install-consul
 
-# Opt-in, root, ~10 min: real VMs (libvirt + QEMU in a network namespace), see docs/vagrant.md.
+# Root, ~10 min: real VMs (libvirt + QEMU in a network namespace), see docs/vagrant.md; `make test`
+# runs it too, through tests/vagrant.
 vagrant-verify: $(STAMP) consul
 	scripts/vagrant-verify
 
