@@ -9,6 +9,7 @@ safe: always when the connection could not be opened (nothing was sent), and on 
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from collections.abc import Callable, Mapping
@@ -82,6 +83,25 @@ def _int_header(headers: Mapping[str, str], name: str) -> int | None:
         return None
 
 
+def _session_for(address: str) -> requests.Session:
+    """A session that reads the environment once, not on every request.
+
+    requests looks up proxies (a scan of os.environ) and ~/.netrc on each call when `trust_env`
+    is on: about 0.3 ms per request, on the lock hand-over's critical path. The proxies for this
+    agent (honouring NO_PROXY) are resolved here once instead; the CA bundle variables are read
+    by `_verify`; netrc credentials mean nothing to Consul, which takes a token header.
+    """
+    session = requests.Session()
+    session.proxies.update(requests.utils.get_environ_proxies(address))
+    session.trust_env = False
+    return session
+
+
+def _environ_ca_bundle() -> str | None:
+    """The CA bundle requests would take from the environment (its own variables)."""
+    return os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE") or None
+
+
 def quote_path(*segments: str) -> str:
     """URL-quote path segments; '/' inside a segment is kept (KV keys are paths)."""
     return "/".join(quote(segment, safe="/") for segment in segments)
@@ -100,7 +120,7 @@ class Transport:
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.settings = settings
-        self.session = session if session is not None else requests.Session()
+        self.session = session if session is not None else _session_for(settings.address)
         self.retry = retry
         self._clock = clock
         self._sleep = sleep
@@ -191,7 +211,9 @@ class Transport:
     def _verify(self) -> bool | str:
         if not self.settings.verify_tls:
             return False
-        return str(self.settings.ca_cert) if self.settings.ca_cert else True
+        if self.settings.ca_cert:
+            return str(self.settings.ca_cert)
+        return _environ_ca_bundle() or True
 
     def _client_cert(self) -> tuple[str, str] | str | None:
         if self.settings.client_cert and self.settings.client_key:
