@@ -123,12 +123,19 @@ def status(state_dir: StateDir = DEFAULT_STATE_DIR, as_json: AsJson = False) -> 
 def env(state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
     """Print the shell exports that point consul and lockctl at this cluster.
 
-    Use: eval "$(lockctl cluster env)"
+    Use: eval "$(lockctl cluster env)". A namespace cluster (up --netns) answers only inside its
+    driver namespace: the output says so in a comment, with the command prefix to use.
     """
     from provision.cluster.local import cluster_env
 
+    found = cluster_env(state_dir)
+    if found.namespace is not None:
+        typer.echo(
+            f"# namespace mode: these addresses answer only inside network namespace "
+            f"{found.namespace}; run tools there: ip netns exec {found.namespace} consul members"
+        )
     typer.echo("unset CONSUL_HTTP_TOKEN")
-    for name, value in cluster_env(state_dir):
+    for name, value in found.exports:
         typer.echo(f"export {name}={shlex.quote(value)}")
 
 

@@ -162,15 +162,25 @@ def cluster_status(state_dir: Path) -> ClusterStatus:
     return ClusterStatus(layout, agents, leader, acl_ready)
 
 
-def cluster_env(state_dir: Path) -> list[tuple[str, str]]:
+@dataclass(frozen=True)
+class ClusterEnv:
+    """The exports that point Consul tools (and lockctl) at a cluster's first server."""
+
+    exports: tuple[tuple[str, str], ...]
+    # Namespace mode: the addresses answer only inside this network namespace (the driver's).
+    namespace: str | None = None
+
+
+def cluster_env(state_dir: Path) -> ClusterEnv:
     """The environment that points Consul tools (and lockctl) at this cluster's first server."""
     layout = load_layout(state_dir)
     if layout is None:
         raise _no_cluster(state_dir)
-    return [
+    exports = (
         ("CONSUL_HTTP_ADDR", layout.servers[0].http_address),
         ("CONSUL_HTTP_TOKEN_FILE", str(layout.management_token_file)),
-    ]
+    )
+    return ClusterEnv(exports, layout.driver_netns)
 
 
 def _no_cluster(state_dir: Path) -> LocalEnvironmentError:

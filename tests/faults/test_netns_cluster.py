@@ -4,6 +4,7 @@ nothing behind (root for the last two)."""
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from provision.cluster import netns as ns
 from provision.cluster.layout import default_layout, load_layout, save_layout
 from provision.cluster.local import cluster_down, cluster_status, cluster_up
 from provision.cluster.processes import is_running, read_pid
+from provision.consul_binary import find_consul
 from provision.errors import EXIT_ENVIRONMENT, InputError
 
 pytestmark = pytest.mark.faults
@@ -91,6 +93,7 @@ def test_up_and_down_leave_nothing_behind(tmp_path: Path) -> None:
         # the pidfile holds consul's PID (ip netns exec execs), inside the agent's namespace
         assert os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
         assert "consul" in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[0]
+        _env_works_from_the_driver_namespace(state_dir, ns.driver_netns(layout.netns_prefix))
         again = cluster_up(state_dir)  # recovery keeps it a namespace cluster
         assert again.started == () and again.status.healthy
         assert cluster_status(state_dir).layout.netns_prefix == layout.netns_prefix
@@ -100,3 +103,25 @@ def test_up_and_down_leave_nothing_behind(tmp_path: Path) -> None:
     assert not [name for name in after if name.startswith(f"{layout.netns_prefix}-")]
     assert not state_dir.exists()
     assert not is_running(pid, str(layout.config_file(agent)))
+
+
+def _env_works_from_the_driver_namespace(state_dir: Path, driver: str) -> None:
+    """`cluster env` says where its addresses answer, and they do answer there."""
+    printed = runner.invoke(app, ["cluster", "env", "--state-dir", str(state_dir)])
+    assert printed.exit_code == 0, printed.output
+    first, *rest = printed.output.splitlines()
+    assert first.startswith("# namespace mode:") and f"ip netns exec {driver} " in first
+    assignments = [shlex.split(line)[1] for line in rest if line.startswith("export ")]
+    exports = dict(assignment.split("=", 1) for assignment in assignments)
+    consul = find_consul()
+    assert consul is not None
+    members = subprocess.run(
+        ["ip", "netns", "exec", driver, str(consul.path), "members"],
+        env={**os.environ, **exports, "CONSUL_HTTP_TOKEN": ""},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert members.returncode == 0, members.stderr
+    assert "server-1" in members.stdout and "alive" in members.stdout
