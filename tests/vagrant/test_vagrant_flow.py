@@ -50,10 +50,14 @@ def flow() -> dict[str, object]:
     return summary
 
 
-def test_flow_succeeded_and_left_nothing_behind(flow: dict[str, object]) -> None:
+def test_flow_succeeded_left_nothing_behind_and_leaked_no_secret(flow: dict[str, object]) -> None:
     report = (ARTIFACTS / "report.txt").read_text(encoding="utf-8")
     assert flow["exit_status"] == 0, report
     assert "LEFT BEHIND" not in report
+    # The teardown searched everything the flow keeps, its whole output included, for the token
+    # secrets it minted (management and workers'), and found none.
+    assert "SECRET FOUND" not in report
+    assert "token secrets is in the artifacts or the output" in report
 
 
 def test_verify_report_is_all_green(flow: dict[str, object]) -> None:
