@@ -144,15 +144,15 @@ def test_token_from_consul_http_token() -> None:
 
 
 def test_token_from_consul_http_token_file(tmp_path: Path) -> None:
-    path = write_token(tmp_path / "t", TOKEN)
+    path = write_token(tmp_path / "t.token", TOKEN)
     settings = resolve_settings(env={"CONSUL_HTTP_TOKEN_FILE": str(path)})
     assert settings.token is not None
     assert settings.token.reveal() == TOKEN
 
 
 def test_token_file_flag_beats_both_environment_variables(tmp_path: Path) -> None:
-    flag_file = write_token(tmp_path / "flag", "from-flag")
-    env_file = write_token(tmp_path / "env", "from-env-file")
+    flag_file = write_token(tmp_path / "flag.token", "from-flag")
+    env_file = write_token(tmp_path / "env.token", "from-env-file")
     env = {"CONSUL_HTTP_TOKEN": "from-env", "CONSUL_HTTP_TOKEN_FILE": str(env_file)}
     settings = resolve_settings(token_file=flag_file, env=env)
     assert settings.token is not None
@@ -161,7 +161,7 @@ def test_token_file_flag_beats_both_environment_variables(tmp_path: Path) -> Non
 
 def test_consul_http_token_file_beats_consul_http_token(tmp_path: Path) -> None:
     """As Consul's own api.NewClient: a token file, when set, wins over CONSUL_HTTP_TOKEN."""
-    env_file = write_token(tmp_path / "env", "from-env-file")
+    env_file = write_token(tmp_path / "env.token", "from-env-file")
     env = {"CONSUL_HTTP_TOKEN": "from-env", "CONSUL_HTTP_TOKEN_FILE": str(env_file)}
     settings = resolve_settings(env=env)
     assert settings.token is not None
