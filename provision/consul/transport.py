@@ -124,6 +124,9 @@ class Transport:
         self.retry = retry
         self._clock = clock
         self._sleep = sleep
+        # Fixed for the transport's life, like the session's proxies: not re-read per request.
+        self._tls_verify = self._verify()
+        self._tls_cert = self._client_cert()
 
     def request(
         self,
@@ -189,8 +192,8 @@ class Transport:
                 data=data,
                 headers=headers,
                 timeout=timeout if timeout is not None else self.settings.timeout,
-                verify=self._verify(),
-                cert=self._client_cert(),
+                verify=self._tls_verify,
+                cert=self._tls_cert,
                 allow_redirects=False,
             )
         except requests.exceptions.RequestException as exc:
