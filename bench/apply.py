@@ -24,15 +24,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from provision.apply import DEFAULT_CONCURRENCY, CountingSession, apply_plan, plan_against
+from provision.acl.apply import DEFAULT_CONCURRENCY, CountingSession, apply_plan, plan_against
+from provision.acl.plan import Desired, desired_from_render
+from provision.acl.render import render_policies
+from provision.cluster.consul_binary import install_consul
 from provision.cluster.local import cluster_down, cluster_up
 from provision.consul import Consul, ConsulSettings
-from provision.consul_binary import install_consul
-from provision.plan import Desired, desired_from_render
-from provision.render import render_policies
-from provision.secret import read_secret_file
 from provision.spec import parse_spec
-from provision.templates import find_templates_dir
+from provision.system.secrets import read_secret_file
+from provision.system.templates import find_templates_dir
 
 JOBS, WORKERS, PER_JOB = 500, 50, 3
 TARGET_VS_CLI, TARGET_VS_FLOOR, TARGET_NOOP_S, TARGET_NOOP_REQUESTS = 20.0, 1.3, 0.5, 10

@@ -30,11 +30,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from provision.cluster.consul_binary import find_consul
 from provision.cluster.local import cluster_down, cluster_up
 from provision.consul import Consul, ConsulSettings
 from provision.consul.errors import PermissionDenied
-from provision.consul_binary import find_consul
-from provision.secret import Secret, read_secret_file, write_secret_file
+from provision.system.secrets import Secret, read_secret_file, write_secret_file
 
 HOLDER, CONTENDER = "worker-1", "worker-2"
 TOOLS = ("lockctl", "consul lock")

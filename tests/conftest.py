@@ -16,7 +16,7 @@ import pytest
 
 from provision.cluster.local import ClusterStatus, cluster_down, cluster_up
 from provision.consul import Consul, ConsulSettings
-from provision.secret import Secret, read_secret_file
+from provision.system.secrets import Secret, read_secret_file
 
 TEST_SUBNET = os.environ.get("LOCKCTL_TEST_SUBNET", "127.0.2")
 

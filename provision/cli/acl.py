@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from provision.acl.concurrency import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 from provision.cli import options
-from provision.concurrency import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 from provision.errors import InputError
 
 if TYPE_CHECKING:  # the core is imported lazily: `lockctl run` must start fast
+    from provision.acl.plan import Desired, Plan
     from provision.consul import Consul
-    from provision.plan import Desired, Plan
 
 EXIT_CHANGES_PENDING = 2
 DEFAULT_SPEC = Path("policies/locks.hcl")
@@ -85,8 +85,8 @@ def bootstrap(
     tls_skip_verify: options.SkipVerify = None,
 ) -> None:
     """Bootstrap Consul's ACL system once; on a bootstrapped cluster, say so and change nothing."""
-    from provision.bootstrap import bootstrap_cluster, parse_agent_target
-    from provision.templates import find_templates_dir
+    from provision.acl.cluster_bootstrap import bootstrap_cluster, parse_agent_target
+    from provision.system.templates import find_templates_dir
 
     targets = [parse_agent_target(text) for text in agent or ()]
     settings = options.consul_settings(
@@ -150,7 +150,7 @@ def plan(
     tls_skip_verify: options.SkipVerify = None,
 ) -> None:
     """Show what apply would create, update or delete. Exit 0: nothing; 2: changes pending."""
-    from provision.apply import plan_against
+    from provision.acl.apply import plan_against
 
     desired = _desired(spec, templates_dir)
     settings = options.consul_settings(
@@ -184,7 +184,7 @@ def apply(
     tls_skip_verify: options.SkipVerify = None,
 ) -> None:
     """Create and update the spec's policies and worker tokens; token secrets go to files."""
-    from provision.apply import apply_plan, check_secrets_dir, plan_against
+    from provision.acl.apply import apply_plan, check_secrets_dir, plan_against
 
     workers = _concurrency(concurrency)
     desired = _desired(spec, templates_dir)
@@ -236,7 +236,7 @@ def rotate(
     tls_skip_verify: options.SkipVerify = None,
 ) -> None:
     """Mint a new token for a worker, write it, read it back, then revoke the old one."""
-    from provision.apply import check_secrets_dir, rotate_worker_token
+    from provision.acl.apply import check_secrets_dir, rotate_worker_token
 
     check_secrets_dir(secrets_dir)
     settings = options.consul_settings(
@@ -266,10 +266,10 @@ def rotate(
 
 def _desired(spec: Path, templates_dir: Path | None) -> Desired:
     """Load, validate, render and lint: every input problem is found before Consul is touched."""
-    from provision.plan import desired_from_render
-    from provision.render import render_policies
+    from provision.acl.plan import desired_from_render
+    from provision.acl.render import render_policies
     from provision.spec import load_spec
-    from provision.templates import find_templates_dir
+    from provision.system.templates import find_templates_dir
 
     loaded = load_spec(spec)  # a SpecError lists every problem (the CLI boundary prints them)
     return desired_from_render(render_policies(loaded, find_templates_dir(templates_dir)))
@@ -283,7 +283,7 @@ def _concurrency(value: int) -> int:
 
 def _pooled(consul: Consul, concurrency: int) -> Consul:
     """The client over a session whose pool holds `concurrency` connections."""
-    from provision.apply import CountingSession
+    from provision.acl.apply import CountingSession
     from provision.consul import Consul
 
     transport = consul.transport
@@ -291,7 +291,7 @@ def _pooled(consul: Consul, concurrency: int) -> Consul:
 
 
 def _requests_sent(consul: Consul) -> int:
-    from provision.apply import CountingSession
+    from provision.acl.apply import CountingSession
 
     session = consul.transport.session
     return session.requests_sent if isinstance(session, CountingSession) else 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from provision.consul_binary import install_consul as find_or_install
+from provision.cluster.consul_binary import install_consul as find_or_install
 
 
 def install_consul() -> None:

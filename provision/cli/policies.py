@@ -10,7 +10,7 @@ import typer
 from provision.errors import EXIT_FAILED
 
 if TYPE_CHECKING:  # the core is imported lazily: `lockctl run` must start fast
-    from provision.lint import Finding
+    from provision.acl.lint import Finding
 
 DEFAULT_SPEC = Path("policies/locks.hcl")
 DEFAULT_OUT = Path("policies")
@@ -53,9 +53,9 @@ def render(
     check: Check = False,
 ) -> None:
     """Render one ACL policy per job and per worker, plus manifest.json, from the spec."""
-    from provision.render import check_rendered, render_policies, write_rendered
+    from provision.acl.render import check_rendered, render_policies, write_rendered
     from provision.spec import load_spec
-    from provision.templates import find_templates_dir
+    from provision.system.templates import find_templates_dir
 
     result = render_policies(load_spec(spec), find_templates_dir(templates_dir))
     if check:
@@ -83,7 +83,7 @@ def lint(
     ] = False,
 ) -> None:
     """Check ACL policy files for rules that grant nothing or too much; exit 1 on findings."""
-    from provision.lint import has_errors, lint_file
+    from provision.acl.lint import has_errors, lint_file
     from provision.spec import load_spec
 
     loaded = (

@@ -47,8 +47,8 @@ def worker_config(
 ) -> None:
     """Write each worker's runner config, env file and systemd units (no secrets in them)."""
     from provision.spec import load_spec
-    from provision.templates import find_templates_dir
-    from provision.workers import Placement, write_worker_files
+    from provision.system.templates import find_templates_dir
+    from provision.workers.files import Placement, write_worker_files
 
     spec = load_spec(spec_file)
     if all_workers == bool(worker):
@@ -88,9 +88,9 @@ def run(
 ) -> None:
     """Run COMMAND only if this worker holds the job's lock; skip (exit 0) if another does."""
     from provision.consul import Consul, resolve_settings
-    from provision.runner.config import load_worker_config
     from provision.runner.events import EventLog
     from provision.runner.run import RunOptions, run_job
+    from provision.workers.config import load_worker_config
 
     if timeout is not None and not wait:
         raise InputError("--timeout only applies with --wait")
@@ -113,7 +113,7 @@ def status(
     from rich.table import Table
 
     from provision.consul import Consul
-    from provision.lock_status import lock_states
+    from provision.runner.status import lock_states
     from provision.spec import load_spec
 
     spec = load_spec(spec_file)

@@ -16,8 +16,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision.acl_bootstrap import bootstrap_acl, ensure_agent_token, wait_until_management_works
+from provision.acl.bootstrap import bootstrap_acl, ensure_agent_token, wait_until_management_works
 from provision.cluster import netns as ns
+from provision.cluster.consul_binary import ConsulBinary, install_consul
 from provision.cluster.layout import (
     DEFAULT_NETNS_SUBNET,
     DEFAULT_SUBNET,
@@ -34,10 +35,9 @@ from provision.cluster.processes import is_running, read_pid, spawn, stop
 from provision.consul import Consul, ConsulSettings
 from provision.consul.errors import ConsulError, PermissionDenied
 from provision.consul.transport import NO_RETRY
-from provision.consul_binary import ConsulBinary, install_consul
 from provision.errors import LocalEnvironmentError
-from provision.secret import Secret, read_secret_file, write_secret_file
-from provision.templates import find_templates_dir, make_environment, render_template
+from provision.system.secrets import Secret, read_secret_file, write_secret_file
+from provision.system.templates import find_templates_dir, make_environment, render_template
 
 START_DEADLINE = 60.0  # seconds for leader, bootstrap and healthy nodes, on a slow machine
 POLL_PAUSE = 0.1

@@ -20,7 +20,7 @@ from provision.consul.transport import (
     Transport,
     quote_path,
 )
-from provision.secret import Secret
+from provision.system.secrets import Secret
 
 CONSISTENCY_MODES = ("default", "consistent", "stale")
 DEFAULT_BLOCKING_WAIT = 300.0  # Consul's own default for a blocking query without `wait`

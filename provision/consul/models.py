@@ -6,7 +6,7 @@ import base64
 from dataclasses import dataclass, field
 from typing import Any
 
-from provision.secret import Secret
+from provision.system.secrets import Secret
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from provision.errors import InputError
-from provision.secret import Secret, read_secret_file
+from provision.system.secrets import Secret, read_secret_file
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8500"
 DEFAULT_TIMEOUT = 10.0  # seconds for one HTTP call; blocking queries add their wait to it

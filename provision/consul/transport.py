@@ -22,7 +22,7 @@ from urllib3.exceptions import NewConnectionError
 
 from provision.consul.errors import ConsulHTTPError, ConsulUnavailable
 from provision.consul.settings import ConsulSettings
-from provision.secret import MASK, Secret
+from provision.system.secrets import MASK, Secret
 
 log = logging.getLogger("provision.consul")
 

@@ -22,7 +22,7 @@ from provision.consul import Consul
 from provision.consul.errors import ConsulError
 from provision.consul.models import KVEntry
 from provision.consul.transport import RetryPolicy
-from provision.runner.config import JobConfig
+from provision.workers.config import JobConfig
 
 SESSION_BEHAVIOR = "release"  # a lost session frees the key, it does not delete it
 CLEANUP_RETRY = RetryPolicy(deadline=5.0)

@@ -21,11 +21,11 @@ from types import FrameType
 from provision.consul import Consul
 from provision.consul.errors import ConsulError, NotFound
 from provision.errors import EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT, LocalEnvironmentError
-from provision.fencing import SAFETY_MARGIN
 from provision.runner.child import Child, become_subreaper, check_program
-from provision.runner.config import JobConfig
 from provision.runner.events import EventLog, ms
 from provision.runner.lock import HeldLock, LockSession
+from provision.timings import SAFETY_MARGIN
+from provision.workers.config import JobConfig
 
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 WATCH_WAIT = 60.0  # seconds per blocking watch; renewals confirm the lock in between anyway

@@ -15,11 +15,11 @@ from urllib.parse import urlsplit
 
 from provision.durations import Duration, DurationSyntaxError, format_duration, parse_duration
 from provision.errors import InputError
-from provision.fencing import fencing_problem
 from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError, Unsupported, Value, parse_hcl
 from provision.spec.models import DEFAULT_ADDRESS, Defaults, Job, Spec, Worker
 from provision.spec.names import NAME_RULE, is_valid_name
 from provision.spec.problems import Problem, SpecError
+from provision.timings import fencing_problem
 
 MAX_SPEC_BYTES = 1024 * 1024
 DURATION_KEYS = ("ttl", "lock_delay", "renew_interval", "kill_grace", "min_hold")

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from provision.acl.lint import expectation_for, has_errors, lint_rules
+from provision.acl.plan import rules_equivalent
 from provision.consul import Consul
 from provision.consul.errors import ConsulHTTPError
-from provision.lint import expectation_for, has_errors, lint_rules
-from provision.plan import rules_equivalent
-from provision.secret import Secret
+from provision.system.secrets import Secret
 from provision.verify.context import VerifyContext, WorkerAccess
 
 LOCK_DELAY_TOLERANCE = 0.5  # seconds either side of the configured LockDelay
@@ -367,8 +367,8 @@ def check_ttl_expiry(ctx: VerifyContext, ev: Evidence) -> str:
 
 
 def check_live_policies_lint(ctx: VerifyContext, ev: Evidence) -> str:
-    from provision.render import render_policies
-    from provision.templates import find_templates_dir
+    from provision.acl.render import render_policies
+    from provision.system.templates import find_templates_dir
 
     management = ctx.management
     if management is None:

@@ -15,8 +15,8 @@ from provision.consul import Consul, ConsulSettings
 from provision.consul.errors import ConsulError
 from provision.consul.settings import normalize_address
 from provision.errors import InputError
-from provision.secret import Secret, read_secret_file
 from provision.spec import Job, Spec
+from provision.system.secrets import Secret, read_secret_file
 
 VERIFY_KEY = ".lockctl-verify"  # checks that take a lock use <prefix>.lockctl-verify/..., never
 # the job's real lock key: verifying a live cluster must not make a real runner skip its tick.

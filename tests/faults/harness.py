@@ -39,13 +39,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from provision.cluster import netns as ns
+from provision.cluster.consul_binary import find_consul
 from provision.cluster.layout import AgentSpec, ClusterLayout
 from provision.cluster.local import cluster_down, cluster_status, cluster_up
 from provision.cluster.processes import read_pid, stop
 from provision.consul import Consul, ConsulSettings
 from provision.consul.errors import ConsulError, PermissionDenied
-from provision.consul_binary import find_consul
-from provision.secret import Secret, read_secret_file, write_secret_file
+from provision.system.secrets import Secret, read_secret_file, write_secret_file
 from tests.faults.oracle import Oracle, Section, kill_leftover_jobs
 
 REPO = Path(__file__).resolve().parents[2]

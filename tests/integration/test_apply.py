@@ -20,14 +20,14 @@ from typer.testing import CliRunner
 
 from provision.cli import acl
 from provision.cli.app import ErrorBoundaryGroup
+from provision.cluster.consul_binary import install_consul
 from provision.cluster.layout import AgentSpec
 from provision.cluster.processes import read_pid, spawn
 from provision.consul import Consul, ConsulSettings
 from provision.consul.errors import ConsulError, PermissionDenied
-from provision.consul_binary import install_consul
 from provision.errors import EXIT_DENIED, EXIT_INPUT, EXIT_UNAVAILABLE
-from provision.secret import read_secret_file
 from provision.spec.names import token_description
+from provision.system.secrets import read_secret_file
 from tests.conftest import TEST_SUBNET, LiveCluster
 
 runner = CliRunner()

@@ -26,7 +26,7 @@ from provision.consul.errors import (
 )
 from provision.consul.models import Policy, Token
 from provision.consul.transport import NO_RETRY
-from provision.secret import Secret
+from provision.system.secrets import Secret
 
 if TYPE_CHECKING:
     from conftest import LiveCluster

@@ -9,12 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from provision.acl.render import RenderResult, render_policies
 from provision.consul import Consul
 from provision.consul.errors import PermissionDenied
-from provision.render import RenderResult, render_policies
-from provision.secret import Secret
 from provision.spec import parse_spec
-from provision.templates import find_templates_dir
+from provision.system.secrets import Secret
+from provision.system.templates import find_templates_dir
 from tests.conftest import LiveCluster
 
 

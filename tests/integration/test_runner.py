@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from provision.acl.render import render_policies
 from provision.consul import Consul
 from provision.consul.errors import ConsulError, PermissionDenied
 from provision.errors import EXIT_DENIED, EXIT_INPUT, EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT
-from provision.render import render_policies
-from provision.secret import Secret, write_secret_file
 from provision.spec import load_spec
-from provision.templates import find_templates_dir
-from provision.workers import Placement, write_worker_files
+from provision.system.secrets import Secret, write_secret_file
+from provision.system.templates import find_templates_dir
+from provision.workers.files import Placement, write_worker_files
 
 if TYPE_CHECKING:
     from conftest import LiveCluster

@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from provision.apply import apply_plan, plan_against
+from provision.acl.apply import apply_plan, plan_against
+from provision.acl.plan import desired_from_render
+from provision.acl.render import render_policies
 from provision.cli import app
 from provision.cluster.local import cluster_down, cluster_up
 from provision.consul import Consul
-from provision.plan import desired_from_render
-from provision.render import render_policies
-from provision.secret import Secret, read_secret_file, write_secret_file
 from provision.spec import Spec, load_spec
-from provision.templates import CHECKOUT_TEMPLATES, find_templates_dir
+from provision.system.secrets import Secret, read_secret_file, write_secret_file
+from provision.system.templates import CHECKOUT_TEMPLATES, find_templates_dir
 from provision.verify import run_verification, select_checks
 from provision.verify.checks import CHECKS
 from provision.verify.context import VerifyContext, load_workers

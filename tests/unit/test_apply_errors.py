@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import responses
 
-from provision import apply as apply_module
-from provision.apply import ACLPermissionError, ApplyFailed, apply_plan, rotate_worker_token
+from provision.acl import apply as apply_module
+from provision.acl.apply import ACLPermissionError, ApplyFailed, apply_plan, rotate_worker_token
+from provision.acl.plan import Plan, PolicyChange, TokenChange
 from provision.consul import Consul, ConsulSettings, RetryPolicy
 from provision.errors import EXIT_DENIED, EXIT_ENVIRONMENT, LocalEnvironmentError
-from provision.plan import Plan, PolicyChange, TokenChange
-from provision.secret import Secret
+from provision.system.secrets import Secret
 
 ADDRESS = "http://consul.test:8500"
 MGMT = "11111111-2222-3333-4444-555555555555"

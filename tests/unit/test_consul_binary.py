@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from provision.consul_binary import DEFAULT_KEYRING, find_consul, find_debian_mirror
+from provision.cluster.consul_binary import DEFAULT_KEYRING, find_consul, find_debian_mirror
 from provision.errors import LocalEnvironmentError
 
 DEB822 = """\

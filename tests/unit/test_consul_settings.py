@@ -16,7 +16,7 @@ from provision.consul.settings import (
     resolve_settings,
 )
 from provision.errors import EXIT_INPUT, InputError
-from provision.secret import MASK, Secret, read_secret_file, write_secret_file
+from provision.system.secrets import MASK, Secret, read_secret_file, write_secret_file
 
 TOKEN = "7c5a0f1e-0000-4000-8000-00000000beef"
 
@@ -331,7 +331,7 @@ def test_write_secret_file_failure_keeps_old_content_and_leaves_no_temp_file(
     def broken(*args: object, **kwargs: object) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(f"provision.secret.os.{failing}", broken)
+    monkeypatch.setattr(f"provision.system.secrets.os.{failing}", broken)
     with pytest.raises(OSError, match="No space left"):
         write_secret_file(path, Secret(TOKEN))
     monkeypatch.undo()

@@ -37,7 +37,7 @@ from provision.consul.errors import (
 from provision.consul.models import Session
 from provision.consul.transport import NO_RETRY, Transport
 from provision.errors import EXIT_CONSUL_API, EXIT_DENIED, EXIT_UNAVAILABLE
-from provision.secret import MASK, Secret
+from provision.system.secrets import MASK, Secret
 
 ADDRESS = "http://127.0.0.1:8500"
 TOKEN = "0f9e7a52-1111-4222-8333-44445555aaaa"

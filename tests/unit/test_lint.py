@@ -6,8 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from provision.errors import InputError
-from provision.lint import (
+from provision.acl.lint import (
     Expectation,
     Finding,
     Rule,
@@ -16,6 +15,7 @@ from provision.lint import (
     lint_file,
     lint_rules,
 )
+from provision.errors import InputError
 from provision.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]

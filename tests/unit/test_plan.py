@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from provision.plan import (
+from provision.acl.plan import (
     Desired,
     DesiredPolicy,
     DesiredToken,
@@ -29,9 +29,9 @@ from provision.plan import (
     policy_hash,
     rules_equivalent,
 )
-from provision.render import render_policies
+from provision.acl.render import render_policies
 from provision.spec import parse_spec
-from provision.templates import find_templates_dir
+from provision.system.templates import find_templates_dir
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "plan"
 CASES = sorted(GOLDEN.glob("*.json"))

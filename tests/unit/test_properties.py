@@ -7,10 +7,10 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from provision.render import render_policies
+from provision.acl.render import render_policies
 from provision.spec import SpecError, parse_spec, prefix_problem
 from provision.spec.hcl import parse_hcl
-from provision.templates import find_templates_dir
+from provision.system.templates import find_templates_dir
 
 TEMPLATES = find_templates_dir()
 # Plain characters, plus every character the spec must refuse or that HCL gives meaning to.

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from provision.errors import InputError
-from provision.render import (
+from provision.acl.render import (
     RenderError,
     check_rendered,
     render_policies,
     write_rendered,
 )
+from provision.errors import InputError
 from provision.spec import load_spec, parse_spec
 from provision.spec.hcl import parse_hcl
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from provision.errors import EXIT_INPUT, InputError
-from provision.runner.config import (
+from provision.workers.config import (
     MAX_CONFIG_BYTES,
     ConfigError,
     JobTimings,

@@ -16,9 +16,9 @@ PROBE = """
 import sys
 from pathlib import Path
 import provision
-from provision.render import check_rendered, render_policies
+from provision.acl.render import check_rendered, render_policies
 from provision.spec import load_spec
-from provision.templates import find_templates_dir
+from provision.system.templates import find_templates_dir
 found = find_templates_dir()
 result = render_policies(load_spec(Path(sys.argv[1]) / "locks.hcl"), found)
 print(Path(provision.__file__).parent)

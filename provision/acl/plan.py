@@ -15,8 +15,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from provision.acl_bootstrap import MANAGED_MARKER
-from provision.render import RenderResult
+from provision.acl.bootstrap import MANAGED_MARKER
+from provision.acl.render import RenderResult
 from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError, parse_hcl
 from provision.spec.names import (
     LOCK_POLICY_PREFIX,

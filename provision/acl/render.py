@@ -14,11 +14,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from provision.acl.lint import Finding, expectation_for, lint_rules
 from provision.errors import InputError
-from provision.lint import Finding, expectation_for, lint_rules
 from provision.spec.models import Spec
 from provision.spec.names import lock_policy_name, session_policy_name, token_description
-from provision.templates import make_environment, render_template
+from provision.system.templates import make_environment, render_template
 
 LOCK_TEMPLATE = "policies/lock.hcl.j2"
 SESSION_TEMPLATE = "policies/session.hcl.j2"

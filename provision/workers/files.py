@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from provision.errors import InputError
-from provision.runner.config import CONFIG_FORMAT, load_worker_config
 from provision.spec import Job, Spec, format_duration
-from provision.templates import make_environment, render_template
+from provision.system.templates import make_environment, render_template
+from provision.workers.config import CONFIG_FORMAT, load_worker_config
 
 CONFIG_NAME = "lockctl.json"
 ENV_NAME = "lockctl.env"

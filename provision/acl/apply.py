@@ -26,17 +26,8 @@ from typing import Any
 import requests
 from requests.adapters import HTTPAdapter
 
-from provision.concurrency import DEFAULT_CONCURRENCY
-from provision.consul import Consul
-from provision.consul.errors import (
-    ConsulError,
-    ConsulServerError,
-    ConsulUnavailable,
-    PermissionDenied,
-)
-from provision.consul.models import Token
-from provision.errors import EXIT_DENIED, LocalEnvironmentError, LockctlError
-from provision.plan import (
+from provision.acl.concurrency import DEFAULT_CONCURRENCY
+from provision.acl.plan import (
     Desired,
     LivePolicy,
     LiveState,
@@ -48,8 +39,17 @@ from provision.plan import (
     plan_changes,
     policies_to_read,
 )
-from provision.secret import Secret, check_writable, read_secret_file, write_secret_file
+from provision.consul import Consul
+from provision.consul.errors import (
+    ConsulError,
+    ConsulServerError,
+    ConsulUnavailable,
+    PermissionDenied,
+)
+from provision.consul.models import Token
+from provision.errors import EXIT_DENIED, LocalEnvironmentError, LockctlError
 from provision.spec.names import token_description
+from provision.system.secrets import Secret, check_writable, read_secret_file, write_secret_file
 
 WRITE_DEADLINE = 20.0  # seconds a create may keep retrying: a leader election takes 3-4 s
 READ_BACK_DEADLINE = 10.0  # a follower may not know a brand-new token for a moment

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision.acl_bootstrap import (
+from provision.acl.bootstrap import (
     AgentTokenResult,
     bootstrap_acl,
     ensure_agent_token,
@@ -19,7 +19,7 @@ from provision.consul import Consul, RetryPolicy
 from provision.consul.errors import ConsulServerError, NotFound, PermissionDenied
 from provision.consul.settings import normalize_address
 from provision.errors import InputError, LocalEnvironmentError
-from provision.secret import Secret, check_writable, read_secret_file, write_secret_file
+from provision.system.secrets import Secret, check_writable, read_secret_file, write_secret_file
 
 PROBE_DEADLINE = 2.0  # seconds to retry 5xx while checking an existing token file
 

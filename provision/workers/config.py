@@ -14,7 +14,7 @@ from typing import Any
 
 from provision.durations import DurationSyntaxError, parse_duration
 from provision.errors import InputError
-from provision.fencing import fencing_problem
+from provision.timings import fencing_problem
 
 CONFIG_FORMAT = 1
 MAX_CONFIG_BYTES = 1024 * 1024

@@ -22,7 +22,7 @@ from provision.consul.errors import (
 from provision.consul.models import Token
 from provision.consul.transport import NO_RETRY
 from provision.errors import LocalEnvironmentError
-from provision.templates import make_environment, render_template
+from provision.system.templates import make_environment, render_template
 
 BOOTSTRAP_DEADLINE = 30.0
 MANAGED_MARKER = "lockctl-managed"

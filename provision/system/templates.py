@@ -16,7 +16,7 @@ import jinja2
 
 from provision.errors import InputError, LocalEnvironmentError
 
-_PACKAGE_DIR = Path(__file__).resolve().parent
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]  # provision/
 PACKAGED_TEMPLATES = _PACKAGE_DIR / "_templates"
 CHECKOUT_TEMPLATES = _PACKAGE_DIR.parent / "templates"
 CONTEXT_LINES = 2

@@ -28,7 +28,7 @@ DEBIAN_PACKAGE = "consul"
 DEFAULT_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 APT_SOURCES = Path("/etc/apt/sources.list")
 APT_SOURCE_PARTS = Path("/etc/apt/sources.list.d")
-_CHECKOUT = Path(__file__).resolve().parent.parent
+_CHECKOUT = Path(__file__).resolve().parents[2]
 _DEBIAN_SUITES = {"bullseye", "bookworm", "trixie", "forky", "sid", "unstable", "testing", "stable"}
 _SUITE_DIR = "debian-bullseye"
 
@@ -218,7 +218,8 @@ def _run(command: list[str], cwd: Path, what: str) -> None:
 
 
 def main() -> int:
-    """`python -m provision.consul_binary`: install if needed, print where and which version."""
+    """`python -m provision.cluster.consul_binary`: install if needed, print where and which
+    version."""
     try:
         binary = install_consul()
     except LocalEnvironmentError as exc:
