@@ -1,4 +1,6 @@
-"""Bootstrapping Consul's ACL system and giving agents their tokens.
+"""`lockctl bootstrap`: bootstrap a cluster's ACL system once, keep the management token in a
+0600 file, and optionally give named agents their tokens. Safe to re-run: an already
+bootstrapped cluster is reported and left unchanged.
 
 Consul answers a fresh cluster's bootstrap with transient errors (CONSUL_FACTS.md): a non-leader
 says 500 "legacy mode" for up to ~6.4 s after the election, and right after bootstrap a follower
@@ -9,35 +11,128 @@ status codes, never on error text.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision.consul import Consul
-from provision.consul.errors import (
-    ConsulServerError,
-    ConsulUnavailable,
-    PermissionDenied,
-)
+from provision.acl.agent_tokens import AgentTokenResult, ensure_agent_token
+from provision.consul import Consul, RetryPolicy
+from provision.consul.errors import ConsulServerError, ConsulUnavailable, NotFound, PermissionDenied
 from provision.consul.models import Token
+from provision.consul.settings import normalize_address
 from provision.consul.transport import NO_RETRY
-from provision.errors import LocalEnvironmentError
-from provision.system.templates import make_environment, render_template
+from provision.errors import InputError, LocalEnvironmentError
+from provision.system.secrets import Secret, check_writable, read_secret_file, write_secret_file
 
 BOOTSTRAP_DEADLINE = 30.0
-MANAGED_MARKER = "lockctl-managed"
 RETRY_PAUSE = 0.1
+PROBE_DEADLINE = 2.0  # seconds to retry 5xx while checking an existing token file
 
 
 @dataclass(frozen=True)
-class AgentTokenResult:
+class AgentTarget:
+    """A node to give an agent token to, and the HTTP address of its agent."""
+
     node: str
-    accessor_id: str
-    created: bool
+    address: str
 
 
-def agent_policy_name(node: str) -> str:
-    return f"agent-{node}"
+@dataclass(frozen=True)
+class BootstrapResult:
+    bootstrapped: bool  # False: it had been bootstrapped before, nothing changed
+    token_file: Path | None  # where the new management token was written
+    accessor_id: str | None
+    agents: tuple[AgentTokenResult, ...]
+    secret: Secret | None = None  # the new management token, only for --show-secret
+
+
+def parse_agent_target(text: str) -> AgentTarget:
+    """`NODE=ADDRESS` (as given to --agent)."""
+    node, sep, address = text.partition("=")
+    if not sep or not node or not address:
+        raise InputError(f"--agent {text!r}: expected NODE=ADDRESS, e.g. worker-1=127.0.0.21:8500")
+    return AgentTarget(node, address)
+
+
+def check_token_file(path: Path, *, overwrite: bool) -> None:
+    """Refuse before bootstrapping if the management token could not be saved: bootstrap
+    succeeds once per cluster, and its token cannot be fetched again."""
+    if path.exists() and not overwrite:
+        raise InputError(
+            f"--management-token-file {path}: exists; refusing to replace a management token "
+            "(give --overwrite, or another path)"
+        )
+    if path.is_dir():
+        raise InputError(f"--management-token-file {path}: is a folder")
+    check_writable(path.parent, f"--management-token-file {path}")
+
+
+def bootstrap_cluster(
+    consul: Consul,
+    token_file: Path,
+    *,
+    agents: Sequence[AgentTarget] = (),
+    templates_dir: Path | None = None,
+    overwrite: bool = False,
+) -> BootstrapResult:
+    """Bootstrap ACLs if nobody has; then give each named agent its token.
+
+    An existing token file that this cluster accepts means "bootstrapped before": nothing is
+    changed (agent tokens, if asked for, are made with that token). An existing file it does not
+    accept is never replaced without `overwrite`.
+    """
+    if agents and templates_dir is None:
+        raise InputError("agent tokens need the templates folder")
+    if token_file.exists() and not overwrite:
+        held = read_secret_file(token_file)
+        if not _accepted(consul, held):
+            raise InputError(
+                f"--management-token-file {token_file}: exists and this cluster does not accept "
+                "the token in it; refusing to replace it (give --overwrite, or another path)"
+            )
+        management = consul.with_settings(token=held)
+        return BootstrapResult(False, None, None, _agent_tokens(management, agents, templates_dir))
+    check_token_file(token_file, overwrite=True)
+    minted = bootstrap_acl(consul)
+    if minted is None:
+        if agents and not consul.transport.settings.token:
+            raise InputError(
+                "ACLs were bootstrapped before: give a management token (--token-file) to "
+                "create agent tokens"
+            )
+        return BootstrapResult(False, None, None, _agent_tokens(consul, agents, templates_dir))
+    if minted.secret is None:
+        raise LocalEnvironmentError("Consul's bootstrap answer held no token secret")
+    write_secret_file(token_file, minted.secret)
+    management = consul.with_settings(token=minted.secret)
+    wait_until_management_works(management)
+    results = _agent_tokens(management, agents, templates_dir)
+    return BootstrapResult(True, token_file, minted.accessor_id, results, minted.secret)
+
+
+def _accepted(consul: Consul, token: Secret) -> bool:
+    """Whether the cluster knows `token` (so it was bootstrapped, and the file is current)."""
+    probe = Consul(
+        consul.transport.settings,
+        session=consul.transport.session,
+        retry=RetryPolicy(deadline=PROBE_DEADLINE),
+    )
+    try:
+        probe.acl.read_self_token(token=token)
+    except (PermissionDenied, NotFound, ConsulServerError):
+        return False
+    return True
+
+
+def _agent_tokens(
+    management: Consul, agents: Sequence[AgentTarget], templates_dir: Path | None
+) -> tuple[AgentTokenResult, ...]:
+    results = []
+    for target in agents:
+        assert templates_dir is not None
+        agent = management.with_settings(address=normalize_address(target.address))
+        results.append(ensure_agent_token(management, agent, target.node, templates_dir))
+    return tuple(results)
 
 
 def bootstrap_acl(
@@ -82,35 +177,3 @@ def wait_until_management_works(
             if clock() >= give_up_at:
                 raise
         sleep(RETRY_PAUSE)
-
-
-def ensure_agent_token(
-    management: Consul, agent: Consul, node: str, templates_dir: Path
-) -> AgentTokenResult:
-    """Give the agent serving `node` a token that can register that node and nothing else.
-
-    Re-running adopts the existing policy and token (found by name and description), so it
-    never mints a second token for the same node.
-    """
-    env = make_environment(templates_dir)
-    rules = render_template(env, "consul/agent-policy.hcl.j2", {"node": node})
-    name = agent_policy_name(node)
-    description = f"{MANAGED_MARKER}: agent token for node {node}"
-    # A list, not a read by name: 1.8.7 answers a missing name with 403 "ACL not found",
-    # which cannot be told apart from an unknown token.
-    policy = next((p for p in management.acl.list_policies() if p.name == name), None)
-    if policy is None:
-        management.acl.create_policy(name, rules, description)
-    elif management.acl.read_policy(policy.id).rules != rules:
-        management.acl.update_policy(policy.id, name, rules, description)
-    existing = [t for t in management.acl.list_tokens() if t.description == description]
-    created = not existing
-    token = (
-        management.acl.create_token(description, [name])
-        if created
-        else (management.acl.read_token(existing[0].accessor_id))
-    )
-    if token.secret is None:
-        raise LocalEnvironmentError(f"Consul returned no secret for the agent token of {node}")
-    agent.agent.set_agent_token(token.secret)
-    return AgentTokenResult(node, token.accessor_id, created)

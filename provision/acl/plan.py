@@ -15,11 +15,11 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from provision.acl.bootstrap import MANAGED_MARKER
 from provision.acl.render import RenderResult
 from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError, parse_hcl
 from provision.spec.names import (
     LOCK_POLICY_PREFIX,
+    MANAGED_MARKER,
     SESSION_POLICY_PREFIX,
     TOKEN_DESCRIPTION_PREFIX,
 )

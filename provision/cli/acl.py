@@ -85,7 +85,7 @@ def bootstrap(
     tls_skip_verify: options.SkipVerify = None,
 ) -> None:
     """Bootstrap Consul's ACL system once; on a bootstrapped cluster, say so and change nothing."""
-    from provision.acl.cluster_bootstrap import bootstrap_cluster, parse_agent_target
+    from provision.acl.bootstrap import bootstrap_cluster, parse_agent_target
     from provision.system.templates import find_templates_dir
 
     targets = [parse_agent_target(text) for text in agent or ()]

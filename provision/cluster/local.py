@@ -16,7 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision.acl.bootstrap import bootstrap_acl, ensure_agent_token, wait_until_management_works
+from provision.acl.agent_tokens import ensure_agent_token
+from provision.acl.bootstrap import bootstrap_acl, wait_until_management_works
 from provision.cluster import netns as ns
 from provision.cluster.consul_binary import ConsulBinary, install_consul
 from provision.cluster.layout import (

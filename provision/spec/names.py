@@ -15,6 +15,7 @@ NAME_RULE = (
 )
 LOCK_POLICY_PREFIX = "lock-"
 SESSION_POLICY_PREFIX = "session-"
+MANAGED_MARKER = "lockctl-managed"  # in the description of every object lockctl manages
 TOKEN_DESCRIPTION_PREFIX = "lockctl worker "  # noqa: S105 - a label, not a secret
 LOCK_KEY_SUFFIX = ".lock"
 
