@@ -1,16 +1,69 @@
-"""The self-fencing bound, shared by the spec validator and the runner's config loader.
+"""A job's lock timings: their bounds, their defaults and the self-fencing bound, in one place.
 
-Another session can acquire our lock only after our session is invalidated plus LockDelay (D).
-Our session was valid when the server handled our last confirming request, which it did after we
-SENT it. So counting from that send time, the runner stops the child at D - kill grace (G) -
-margin with SIGTERM and at D - margin with SIGKILL: dead before anyone else can hold the lock.
-Renewals go out every renew interval (R); if D - G - margin were not above R, a healthy runner
-would fence its own child between two normal renewals. So D must be above R + G + margin.
+The spec validator and the worker-config loader both check timings with these functions, so a
+hand-edited worker config can hold no timing the spec would refuse.
+
+The fencing bound. Another session can acquire our lock only after our session is invalidated
+plus LockDelay (D). Our session was valid when the server handled our last confirming request,
+which it did after we SENT it. So counting from that send time, the runner stops the job at
+D - kill grace (G) - margin with SIGTERM and at D - margin with SIGKILL: dead before anyone else
+can hold the lock. Renewals go out every renew interval (R); if D - G - margin were not above R,
+a healthy runner would fence its own job between two normal renewals. So D must be above
+R + G + margin.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from provision.durations import format_duration
+
 SAFETY_MARGIN = 1.0  # seconds: signal delivery, process exit and clock-rate differences
+
+# Inclusive bounds in seconds. TTL and LockDelay are Consul's own limits; the renew interval must
+# also stay below TTL/2 (see renew_problem).
+BOUNDS: dict[str, tuple[float, float]] = {
+    "ttl": (10.0, 86400.0),
+    "lock_delay": (0.0, 60.0),
+    "renew_interval": (1.0, 86400.0),
+    "kill_grace": (0.0, 60.0),
+    "min_hold": (0.0, 86400.0),
+}
+FIELDS = tuple(BOUNDS)
+# What a spec gets when neither the job nor its defaults block says (Go durations).
+DEFAULTS = {"ttl": "15s", "lock_delay": "15s", "kill_grace": "5s"}
+
+
+@dataclass(frozen=True)
+class JobTimings:
+    """How one job's lock behaves, in seconds."""
+
+    ttl: float
+    lock_delay: float
+    renew_interval: float
+    kill_grace: float
+    min_hold: float
+
+
+def default_renew_interval(ttl: float) -> float:
+    """TTL/3: two renewals can fail before the session expires."""
+    return ttl / 3
+
+
+def bound_problem(field: str, seconds: float) -> str | None:
+    """Why `seconds` is outside the field's bounds (the message names the range), or None."""
+    low, high = BOUNDS[field]
+    if low <= seconds <= high:
+        return None
+    return f"is outside {_text(low)}..{_text(high)}"
+
+
+def renew_problem(renew_interval: float, ttl: float) -> str | None:
+    """The renew interval must stay below TTL/2, so one failed renewal can be retried before
+    the session expires."""
+    if renew_interval < ttl / 2:
+        return None
+    return f"must be below ttl/2 = {_text(ttl / 2)} (ttl {_text(ttl)})"
 
 
 def fencing_problem(lock_delay: float, renew_interval: float, kill_grace: float) -> str | None:
@@ -24,3 +77,7 @@ def fencing_problem(lock_delay: float, renew_interval: float, kill_grace: float)
         "job may still run when another worker takes over (raise lock_delay, or lower "
         "renew_interval or kill_grace)"
     )
+
+
+def _text(seconds: float) -> str:
+    return format_duration(seconds)

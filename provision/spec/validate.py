@@ -19,22 +19,20 @@ from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError, Unsupport
 from provision.spec.models import DEFAULT_ADDRESS, Defaults, Job, Spec, Worker
 from provision.spec.names import NAME_RULE, is_valid_name
 from provision.spec.problems import Problem, SpecError
-from provision.timings import fencing_problem
+from provision.timings import (
+    DEFAULTS,
+    FIELDS,
+    bound_problem,
+    default_renew_interval,
+    fencing_problem,
+    renew_problem,
+)
 
 MAX_SPEC_BYTES = 1024 * 1024
-DURATION_KEYS = ("ttl", "lock_delay", "renew_interval", "kill_grace", "min_hold")
+DURATION_KEYS = FIELDS
 JOB_KEYS = ("prefix", "workers", "schedule", "command", *DURATION_KEYS)
 WORKER_KEYS = ("address",)
 BLOCK_TYPES = ("defaults", "worker", "job")
-BUILTIN = {"ttl": "15s", "lock_delay": "15s", "kill_grace": "5s"}
-# Inclusive bounds in seconds: TTL and LockDelay are Consul's own limits.
-BOUNDS = {
-    "ttl": (10.0, 86400.0),
-    "lock_delay": (0.0, 60.0),
-    "renew_interval": (1.0, 86400.0),
-    "kill_grace": (0.0, 60.0),
-    "min_hold": (0.0, 86400.0),
-}
 PREFIX_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*/$")
 MAX_PREFIX = 256
 MAX_SCHEDULE = 256
@@ -241,10 +239,9 @@ def _duration(
     except DurationSyntaxError as exc:
         problems.add(attribute.line, label, str(exc))
         return None
-    low, high = BOUNDS[key]
-    if not low <= duration.seconds <= high:
-        bounds = f"{format_duration(low)}..{format_duration(high)}"
-        problems.add(attribute.line, label, f"{text} is outside {bounds}")
+    outside = bound_problem(key, duration.seconds)
+    if outside:
+        problems.add(attribute.line, label, f"{text} {outside}")
         return None
     return _Setting(duration, attribute.line, label)
 
@@ -254,7 +251,7 @@ def _duration(
 
 def _defaults(blocks: list[Block], problems: _Problems) -> dict[str, _Setting | None]:
     settings: dict[str, _Setting | None] = {key: None for key in DURATION_KEYS}
-    for key, text in BUILTIN.items():
+    for key, text in DEFAULTS.items():
         settings[key] = _Setting(parse_duration(text), 1, f"built-in {key}")
     if not blocks:
         return settings
@@ -270,7 +267,7 @@ def _defaults(blocks: list[Block], problems: _Problems) -> dict[str, _Setting | 
 def _final_defaults(settings: dict[str, _Setting | None]) -> Defaults:
     def get(key: str) -> Duration:
         setting = settings[key]
-        return setting.value if setting else parse_duration(BUILTIN[key])
+        return setting.value if setting else parse_duration(DEFAULTS[key])
 
     renew, min_hold = settings["renew_interval"], settings["min_hold"]
     return Defaults(
@@ -436,18 +433,14 @@ def _renew_interval(
     """The renew interval (default TTL/3); it must stay below TTL/2 so one failed renewal can be
     retried before the session expires."""
     if renew is None:
-        third = ttl.value.seconds / 3
+        third = default_renew_interval(ttl.value.seconds)
         return Duration(third, format_duration(third))
-    if renew.value.seconds < ttl.value.seconds / 2:
+    problem = renew_problem(renew.value.seconds, ttl.value.seconds)
+    if problem is None:
         return renew.value
     own_renew, own_ttl = renew.where.startswith(where), ttl.where.startswith(where)
     culprit = renew if own_renew or not own_ttl else ttl
-    half = format_duration(ttl.value.seconds / 2)
-    problems.add(
-        culprit.line,
-        culprit.where,
-        f"renew_interval {renew.value.text} must be below ttl/2 = {half} (ttl {ttl.value.text})",
-    )
+    problems.add(culprit.line, culprit.where, f"renew_interval {renew.value.text} {problem}")
     return None
 
 

@@ -1,8 +1,9 @@
-"""A worker's configuration file (JSON, written by `lockctl worker-config`), loaded and validated.
+"""The worker config format (lockctl.json): built from the spec here, and loaded and validated here.
 
 The file names the agent to talk to, the token FILE (the secret stays in its 0600 file), and per
-job the lock key and timings. Loading checks everything the spec validator checks about timings,
-plus the fencing bound, and reports every problem at once as `FILE: path.to.field: message`.
+job the lock key and timings. Loading checks timings with the same functions as the spec
+validator (provision.timings), plus the fencing bound, and reports every problem at once as
+`FILE: path.to.field: message`. This module imports no spec parser: `lockctl run` loads it.
 """
 
 from __future__ import annotations
@@ -10,27 +11,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from provision.durations import DurationSyntaxError, parse_duration
+from provision.durations import DurationSyntaxError, format_duration, parse_duration
 from provision.errors import InputError
-from provision.timings import fencing_problem
+from provision.timings import JobTimings, bound_problem, fencing_problem, renew_problem
+
+if TYPE_CHECKING:
+    from provision.spec import Job, Spec
 
 CONFIG_FORMAT = 1
+CONFIG_NAME = "lockctl.json"
 MAX_CONFIG_BYTES = 1024 * 1024
-TTL_BOUNDS = (10.0, 86400.0)
-LOCK_DELAY_BOUNDS = (0.0, 60.0)
-
-
-@dataclass(frozen=True)
-class JobTimings:
-    """How one job's lock behaves, in seconds."""
-
-    ttl: float
-    lock_delay: float
-    renew_interval: float
-    kill_grace: float
-    min_hold: float
 
 
 @dataclass(frozen=True)
@@ -70,6 +62,29 @@ class ConfigError(InputError):
         self.problems = self.lines if len(self.lines) > 1 else []
         count = f"{len(problems)} problems"
         super().__init__(self.lines[0] if len(problems) == 1 else f"{path}: {count}")
+
+
+def config_record(spec: Spec, worker: str, token_file: Path) -> dict[str, Any]:
+    """The runner's config for one worker, as the JSON object written to lockctl.json."""
+    jobs = {job.name: _job_record(job) for job in spec.jobs_for(worker)}
+    return {
+        "format": CONFIG_FORMAT,
+        "worker": worker,
+        "consul": {"address": spec.worker(worker).address, "token_file": str(token_file)},
+        "jobs": jobs,
+    }
+
+
+def _job_record(job: Job) -> dict[str, Any]:
+    return {
+        "lock_key": job.lock_key,
+        "ttl": format_duration(job.ttl.seconds),
+        "lock_delay": format_duration(job.lock_delay.seconds),
+        "renew_interval": format_duration(job.renew_interval.seconds),
+        "kill_grace": format_duration(job.kill_grace.seconds),
+        "min_hold": format_duration(job.min_hold.seconds) if job.min_hold else None,
+        "schedule": job.schedule,
+    }
 
 
 def load_worker_config(path: Path, *, allow_unsafe: bool = False) -> WorkerConfig:
@@ -137,22 +152,23 @@ def _job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> JobCon
     before = len(problems)
     _unknown(raw, JOB_FIELDS, where, problems)
     key = _text(raw, "lock_key", where, problems)
-    ttl = _seconds(raw, "ttl", where, problems, TTL_BOUNDS)
-    delay = _seconds(raw, "lock_delay", where, problems, LOCK_DELAY_BOUNDS)
-    renew = _seconds(raw, "renew_interval", where, problems, (0.1, TTL_BOUNDS[1]))
-    grace = _seconds(raw, "kill_grace", where, problems, (0.0, 3600.0))
-    min_hold = _seconds(raw, "min_hold", where, problems, (0.0, 86400.0), optional=True)
+    ttl = _seconds(raw, "ttl", where, problems)
+    delay = _seconds(raw, "lock_delay", where, problems)
+    renew = _seconds(raw, "renew_interval", where, problems)
+    grace = _seconds(raw, "kill_grace", where, problems)
+    min_hold = _seconds(raw, "min_hold", where, problems, optional=True)
     schedule = raw.get("schedule")
     if schedule is not None and not isinstance(schedule, str):
         problems.append(f"{where}schedule: must be a string or null")
     if len(problems) > before:
         return None
-    if renew >= ttl / 2:
-        problems.append(f"{where}renew_interval: {renew:g}s must be below ttl/2 ({ttl / 2:g}s)")
+    renew_wrong = renew_problem(renew, ttl)
+    if renew_wrong:  # as the spec validator: the fencing bound is judged on a valid renewal
+        problems.append(f"{where}renew_interval: {raw['renew_interval']} {renew_wrong}")
+        return None
     fencing = fencing_problem(delay, renew, grace)
     if fencing and not allow_unsafe:
         problems.append(f"{where}lock_delay: {fencing}; --allow-unsafe runs anyway")
-    if len(problems) > before:
         return None
     return JobConfig(name, key, JobTimings(ttl, delay, renew, grace, min_hold), schedule)
 
@@ -175,7 +191,6 @@ def _seconds(
     field: str,
     where: str,
     problems: list[str],
-    bounds: tuple[float, float],
     *,
     optional: bool = False,
 ) -> float:
@@ -190,7 +205,7 @@ def _seconds(
     except DurationSyntaxError as exc:
         problems.append(f"{where}{field}: {exc}")
         return 0.0
-    low, high = bounds
-    if not low <= seconds <= high:
-        problems.append(f"{where}{field}: {value} is outside {low:g}s..{high:g}s")
+    outside = bound_problem(field, seconds)
+    if outside:
+        problems.append(f"{where}{field}: {value} {outside}")
     return seconds

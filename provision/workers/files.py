@@ -15,11 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from provision.errors import InputError
-from provision.spec import Job, Spec, format_duration
+from provision.spec import Spec
 from provision.system.templates import make_environment, render_template
-from provision.workers.config import CONFIG_FORMAT, load_worker_config
+from provision.workers.config import CONFIG_NAME, config_record, load_worker_config
 
-CONFIG_NAME = "lockctl.json"
 ENV_NAME = "lockctl.env"
 
 
@@ -57,29 +56,6 @@ def write_worker_files(
     return results
 
 
-def worker_config(spec: Spec, worker: str, token_file: Path) -> dict[str, Any]:
-    """The runner's config for one worker, as the JSON object written to lockctl.json."""
-    jobs = {job.name: _job_record(job) for job in spec.jobs_for(worker)}
-    return {
-        "format": CONFIG_FORMAT,
-        "worker": worker,
-        "consul": {"address": spec.worker(worker).address, "token_file": str(token_file)},
-        "jobs": jobs,
-    }
-
-
-def _job_record(job: Job) -> dict[str, Any]:
-    return {
-        "lock_key": job.lock_key,
-        "ttl": format_duration(job.ttl.seconds),
-        "lock_delay": format_duration(job.lock_delay.seconds),
-        "renew_interval": format_duration(job.renew_interval.seconds),
-        "kill_grace": format_duration(job.kill_grace.seconds),
-        "min_hold": format_duration(job.min_hold.seconds) if job.min_hold else None,
-        "schedule": job.schedule,
-    }
-
-
 def _render_worker(
     spec: Spec, worker: str, out_dir: Path, env: Any, placement: Placement
 ) -> tuple[dict[str, str], tuple[str, ...]]:
@@ -88,7 +64,7 @@ def _render_worker(
     config_path = config_dir / CONFIG_NAME
     context = {
         "worker": worker,
-        "config": worker_config(spec, worker, token_file),
+        "config": config_record(spec, worker, token_file),
         "config_path": str(config_path),
         "address": spec.worker(worker).address,
         "token_file": str(token_file),

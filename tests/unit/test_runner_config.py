@@ -126,16 +126,16 @@ def test_an_unknown_job_names_the_known_ones(tmp_path: Path) -> None:
         (_with(jobs__report__ttl=15), 'jobs.report.ttl: must be a duration string such as "15s"'),
         (_with(jobs__report__ttl=DELETE), "jobs.report.ttl: must be a duration string"),
         (_with(jobs__report__ttl="15 s"), "jobs.report.ttl: '15 s' is not a duration"),
-        (_with(jobs__report__ttl="5s"), "jobs.report.ttl: 5s is outside 10s..86400s"),
-        (_with(jobs__report__ttl="25h"), "jobs.report.ttl: 25h is outside 10s..86400s"),
-        (_with(jobs__report__lock_delay="61s"), "jobs.report.lock_delay: 61s is outside 0s..60s"),
+        (_with(jobs__report__ttl="5s"), "jobs.report.ttl: 5s is outside 10s..24h"),
+        (_with(jobs__report__ttl="25h"), "jobs.report.ttl: 25h is outside 10s..24h"),
+        (_with(jobs__report__lock_delay="61s"), "jobs.report.lock_delay: 61s is outside 0s..1m"),
         (_with(jobs__report__kill_grace="-1s"), "jobs.report.kill_grace: -1s is outside"),
         (_with(jobs__report__renew_interval="50ms"), "jobs.report.renew_interval: 50ms is outs"),
         (_with(jobs__report__min_hold="1d"), "jobs.report.min_hold: '1d' is not a duration"),
         (_with(jobs__report__schedule=5), "jobs.report.schedule: must be a string or null"),
         (
             _with(jobs__report__renew_interval="7500ms"),
-            "jobs.report.renew_interval: 7.5s must be below ttl/2 (7.5s)",
+            "jobs.report.renew_interval: 7500ms must be below ttl/2 = 7.5s",
         ),
     ],
 )
@@ -206,7 +206,7 @@ def test_a_single_problem_is_the_message_itself(tmp_path: Path) -> None:
         ("3s", "1s", "1s", False),
         ("0s", "3s", "0s", False),
         ("3s", "1s", "0s", True),
-        ("1500ms", "250ms", "0s", True),
+        ("2500ms", "1s", "0s", True),  # the shortest renewal the timings allow (1 s)
     ],
 )
 def test_the_fencing_bound(

@@ -13,8 +13,9 @@ import pytest
 
 from provision.errors import InputError
 from provision.spec import load_spec, parse_spec
+from provision.workers.config import config_record as worker_config
 from provision.workers.config import load_worker_config
-from provision.workers.files import Placement, systemd_quote, worker_config, write_worker_files
+from provision.workers.files import Placement, systemd_quote, write_worker_files
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "templates"
