@@ -87,9 +87,12 @@ def run(
     ] = False,
 ) -> None:
     """Run COMMAND only if this worker holds the job's lock; skip (exit 0) if another does."""
+    from provision.cli.signals import signals_request_stop
     from provision.consul import Consul, resolve_settings
+    from provision.runner.child import become_subreaper
+    from provision.runner.engine import RunOptions, run_job
     from provision.runner.events import EventLog
-    from provision.runner.run import RunOptions, run_job
+    from provision.runner.stop import StopRequest
     from provision.workers.config import load_worker_config
 
     if timeout is not None and not wait:
@@ -99,7 +102,10 @@ def run(
     settings = resolve_settings(address=worker_config.address, token_file=worker_config.token_file)
     options = RunOptions(wait, _seconds(timeout, "--timeout"), _seconds(min_hold, "--min-hold"))
     events = EventLog(job, worker_config.worker, sys.stderr)
-    result = run_job(Consul(settings), job_config, worker_config.worker, command, options, events)
+    consul = Consul(settings)
+    become_subreaper()  # the job's orphans come back to us, so none of them outlives the lock
+    with signals_request_stop(StopRequest()) as stop:
+        result = run_job(consul, job_config, worker_config.worker, command, options, events, stop)
     raise typer.Exit(result.exit_code)
 
 

@@ -14,7 +14,6 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from collections.abc import Mapping, Sequence
 
 from provision.errors import InputError
@@ -61,10 +60,13 @@ def _with_pdeathsig(command: Sequence[str], env: Mapping[str, str]) -> tuple[lis
 
 
 class Child:
-    """The job, started in its own process group."""
+    """The job, started in its own process group, and every process it leaves behind."""
 
     def __init__(self, command: Sequence[str], env: Mapping[str, str]) -> None:
         argv, needs_hook = _with_pdeathsig(command, env)
+        # Children we already had are not the job's: a long-lived process (a scheduler, a test)
+        # may have others. Whatever becomes our child later was started by the job.
+        self._not_ours = {pid for pid, _ in _our_children()}
         try:
             # argv from the worker's own config, no shell. The preexec fallback is safe because
             # the child is spawned before the runner starts any thread that could hold a lock.
@@ -77,7 +79,6 @@ class Child:
         except OSError as exc:
             raise InputError(f"cannot start {command[0]!r}: {exc.strerror}") from None
         self.pid = self.process.pid
-        self.started = time.monotonic()
 
     def wait(self) -> int:
         """Block until the child exits; its status as a shell reports it (128+N for signal N)."""
@@ -91,64 +92,51 @@ class Child:
             return None
         return 128 - status if status < 0 else status
 
-    def signal_group(self, signum: int) -> bool:
-        """Send `signum` to the child's whole process group (and to stray descendants); whether
+    def signal_tree(self, signum: int) -> bool:
+        """Send `signum` to the child's whole process group and to stray descendants; whether
         anything was there to receive it."""
         reached = False
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signum)
             reached = True
-        for pid in stray_descendants():
+        for pid in self._strays():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signum)
                 reached = True
         return reached
 
-    def stop(self, grace: float, *, kill_by: float | None = None) -> None:
-        """SIGTERM the group, SIGKILL whatever is left after `grace` (or at `kill_by`, if sooner).
-
-        Also used after a normal exit, so a script's background children do not run on; when
-        nothing is left (the usual case) it returns at once, which keeps the hand-over short.
-        """
-        deadline = time.monotonic() + grace
-        if kill_by is not None:
-            deadline = min(deadline, kill_by)
-        if self.signal_group(signal.SIGTERM):
-            while time.monotonic() < deadline and self._group_alive():
-                time.sleep(0.01)
-            if self._group_alive():
-                self.signal_group(signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout=5)
-        _reap_strays(self.pid)
-
-    def _group_alive(self) -> bool:
-        _reap_strays(self.pid)
+    def tree_alive(self) -> bool:
+        """Whether any process of the job is alive: its main process, its process group, or a
+        descendant re-parented to us. Reaps re-parented zombies on the way."""
+        self._reap_strays()
         if self.process.poll() is None:
             return True
         try:
             os.killpg(self.pid, 0)
         except (ProcessLookupError, PermissionError):
-            return bool(stray_descendants())
+            return bool(self._strays())
         return True
+
+    def _strays(self) -> list[int]:
+        return [pid for pid in stray_descendants() if pid not in self._not_ours]
+
+    def _reap_strays(self) -> None:
+        """Collect exit statuses of re-parented descendants, so they do not linger as zombies.
+
+        Never the job itself: subprocess must reap that one, or its exit status would be lost (a
+        waitpid(-1) here could take it first, and subprocess would then report 0). Never a child
+        that is not the job's either: its owner wants its status.
+        """
+        for pid, state in _our_children():
+            if state == "Z" and pid != self.pid and pid not in self._not_ours:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, os.WNOHANG)
 
 
 def stray_descendants() -> list[int]:
     """Living child processes of ours: the job itself while it runs, and descendants that were
-    re-parented to us (we are their subreaper). Zombies are left to `_reap_strays`."""
+    re-parented to us (we are their subreaper). Zombies are left to `Child._reap_strays`."""
     return [pid for pid, state in _our_children() if state != "Z"]
-
-
-def _reap_strays(job_pid: int) -> None:
-    """Collect exit statuses of re-parented descendants, so they do not linger as zombies.
-
-    Never the job itself: subprocess must reap that one, or its exit status would be lost (a
-    waitpid(-1) here could take it first, and subprocess would then report 0).
-    """
-    for pid, state in _our_children():
-        if state == "Z" and pid != job_pid:
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
 
 
 def _our_children() -> list[tuple[int, str]]:

@@ -1,0 +1,172 @@
+"""The fencing decision, the runner's safety promise, as pure functions of facts and the clock.
+
+While the job runs, the engine gathers facts (the time now, the send time of the last request that
+confirmed the lock, whether Consul said the lock is gone, whether the job and its leftovers are
+alive, whether a stop was requested, when the job got SIGTERM) and asks `decide` what to do next:
+keep going until a given time, SIGTERM or SIGKILL the job's whole tree, release the lock, or
+report it lost. The engine only carries the decision out, so every path can be table-tested
+with a fake clock and no Consul (tests/unit/test_fencing.py).
+
+The bounds, counted from the send time of the last confirmation (see provision.timings): SIGTERM
+at `fence_after` (normally D - G - margin), SIGKILL at `kill_after` (D - margin). Nothing of the
+job is alive after that moment, whatever the job does with SIGTERM.
+"""
+
+from __future__ import annotations
+
+import enum
+import signal
+from dataclasses import dataclass
+
+from provision.timings import SAFETY_MARGIN, JobTimings
+
+UNSAFE_FENCE_SLACK = 0.5  # --allow-unsafe only: how late a healthy renewal may confirm the lock
+
+
+class Outcome(str, enum.Enum):
+    """How a run ended."""
+
+    RAN = "ran"  # the job ran and ended while the lock was ours
+    SKIPPED = "skipped"  # another session held the lock: this tick is not ours
+    TIMED_OUT = "timed-out"  # --wait gave up
+    LOST = "lost"  # the lock was lost (or could not be confirmed) while the job ran: fenced
+    INTERRUPTED = "interrupted"  # a stop was requested (a signal to the runner)
+
+
+class Action(str, enum.Enum):
+    KEEP_GOING = "keep-going"  # nothing to do until `wake_at` (or until a fact changes)
+    TERMINATE = "terminate"  # signal the job's whole tree (SIGTERM, or the stop signal)
+    KILL = "kill"  # SIGKILL the job's whole tree
+    RELEASE = "release"  # the job is over and its verdict stands: release the lock
+    REPORT_LOST = "report-lost"  # the job is over, the lock was lost: do not release
+
+
+class Reason(str, enum.Enum):
+    LOST = "the lock key no longer names our session"
+    UNCONFIRMED = "no confirmation of the lock in time"
+    STOP = "stop requested"
+    LEFTOVERS = "the job's main process exited; stopping what it left running"
+    GRACE_OVER = "the kill grace is over"
+    DEADLINE = "nothing of the job may live past LockDelay after the last confirmation"
+    HOLDING = "holding the lock for min-hold"
+
+
+@dataclass(frozen=True)
+class FenceBounds:
+    """Seconds after the last confirmation: SIGTERM at `fence_after`, SIGKILL at `kill_after`."""
+
+    fence_after: float
+    kill_after: float
+    kill_grace: float
+
+
+def fence_bounds(timings: JobTimings, renew_timeout: float) -> FenceBounds:
+    """The bounds for these timings, with renewals answered within `renew_timeout`.
+
+    SIGTERM normally comes at D - G - margin. It is never earlier than the moment the next
+    renewal (sent one renew interval after the last, answered within its timeout) could have
+    confirmed the lock, or a healthy but slow renewal would fence its own job; with
+    --allow-unsafe timings (D <= G + margin) it would even fence at once. Moving SIGTERM later
+    never weakens the promise: SIGKILL still comes at D - margin, only the job's grace shrinks.
+    """
+    safe = timings.lock_delay - timings.kill_grace - SAFETY_MARGIN
+    fence_after = max(safe, timings.renew_interval + renew_timeout + UNSAFE_FENCE_SLACK)
+    return FenceBounds(fence_after, timings.lock_delay - SAFETY_MARGIN, timings.kill_grace)
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the engine knows at one moment (all times on the same monotonic clock)."""
+
+    now: float
+    confirmed_at: float  # send time of the newest request that proved the lock was ours
+    lost: bool  # Consul said the lock is not ours any more (key changed, session gone)
+    job_exited: bool  # the job's main process has ended
+    tree_alive: bool  # some process of the job (main or leftovers) is still alive
+    stop_signal: int | None  # the signal a stop was requested with, if one was
+    verdict: Outcome | None  # settled by an earlier decision (RAN, LOST or INTERRUPTED)
+    terminated_at: float | None  # when the tree was signalled to terminate, if it was
+    hold_until: float  # min-hold: keep the (renewed) lock until then
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: Action
+    verdict: Outcome | None  # the run's outcome as far as it is settled
+    wake_at: float | None = None  # KEEP_GOING: look again at this time at the latest
+    signum: int | None = None  # TERMINATE / KILL: the signal to send
+    reason: Reason | None = None
+
+
+def decide(facts: Facts, bounds: FenceBounds) -> Decision:
+    """What to do next, given the facts: the whole fencing policy."""
+    verdict = facts.verdict or _judge(facts, bounds)
+    if facts.tree_alive:
+        return _contain(facts, bounds, verdict)
+    if verdict is Outcome.LOST:
+        return Decision(Action.REPORT_LOST, verdict)
+    if verdict is Outcome.RAN and _still_holding(facts):
+        return Decision(Action.KEEP_GOING, verdict, wake_at=facts.hold_until, reason=Reason.HOLDING)
+    return Decision(Action.RELEASE, verdict)
+
+
+def _judge(facts: Facts, bounds: FenceBounds) -> Outcome | None:
+    """The verdict, once the facts settle it; None while the job runs unchallenged."""
+    confirmed_in_time = facts.now < facts.confirmed_at + bounds.fence_after
+    if facts.job_exited or not facts.tree_alive:
+        # It ended; its work counts only if the lock was still ours when we saw it end (a
+        # runner paused past the bound cannot vouch for the job's last moments).
+        return Outcome.RAN if confirmed_in_time and not facts.lost else Outcome.LOST
+    if facts.lost or not confirmed_in_time:
+        return Outcome.LOST
+    if facts.stop_signal is not None:
+        return Outcome.INTERRUPTED
+    return None
+
+
+def _contain(facts: Facts, bounds: FenceBounds, verdict: Outcome | None) -> Decision:
+    """Some process of the job is alive: let it run, or end it within the bounds."""
+    kill_at = facts.confirmed_at + bounds.kill_after
+    if facts.now >= kill_at:
+        return Decision(Action.KILL, verdict, signum=signal.SIGKILL, reason=Reason.DEADLINE)
+    if verdict is None:
+        fence_at = facts.confirmed_at + bounds.fence_after
+        return Decision(Action.KEEP_GOING, None, wake_at=fence_at)
+    if facts.terminated_at is None:
+        reason, signum = _why_terminate(facts, verdict)
+        return Decision(Action.TERMINATE, verdict, signum=signum, reason=reason)
+    grace_over_at = facts.terminated_at + bounds.kill_grace
+    if facts.now >= grace_over_at:
+        return Decision(Action.KILL, verdict, signum=signal.SIGKILL, reason=Reason.GRACE_OVER)
+    return Decision(Action.KEEP_GOING, verdict, wake_at=min(grace_over_at, kill_at))
+
+
+def _why_terminate(facts: Facts, verdict: Outcome) -> tuple[Reason, int]:
+    if verdict is Outcome.LOST:
+        return (Reason.LOST if facts.lost else Reason.UNCONFIRMED), signal.SIGTERM
+    if verdict is Outcome.INTERRUPTED and not facts.job_exited:
+        return Reason.STOP, facts.stop_signal or signal.SIGTERM  # forward what we were sent
+    return Reason.LEFTOVERS, signal.SIGTERM
+
+
+def _still_holding(facts: Facts) -> bool:
+    """min-hold keeps the lock after the job until hold_until, unless told to stop or lost."""
+    return facts.now < facts.hold_until and facts.stop_signal is None and not facts.lost
+
+
+def waiting_verdict(
+    now: float, give_up_at: float | None, stop_signal: int | None
+) -> Outcome | None:
+    """While waiting for the lock (--wait): stop on a stop request, give up at the deadline."""
+    if stop_signal is not None:
+        return Outcome.INTERRUPTED
+    if give_up_at is not None and now >= give_up_at:
+        return Outcome.TIMED_OUT
+    return None
+
+
+def outcome_after_release(verdict: Outcome, released: bool | None) -> Outcome:
+    """Consul answering a release with `false` says the key was no longer ours: the lock was lost
+    at some point while the job ran, unnoticed in time (a paused runner), so its result cannot
+    be trusted. No answer (None) changes nothing: the session's TTL frees the key."""
+    return Outcome.LOST if released is False else verdict

@@ -1,0 +1,69 @@
+"""Waking the engine: from its helper threads (`Wakeup`) and from whoever owns the process's
+signals (`StopRequest`).
+
+Both are self-pipes, not threading.Event: `StopRequest.request` is called from signal handlers,
+and a handler that took a lock the interrupted main thread already held would deadlock it. A
+write to a non-blocking pipe cannot block, and the engine waits on both pipes with one select.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+
+
+class Wakeup:
+    """A level a thread (or a signal handler) can raise and the engine can wait on."""
+
+    def __init__(self) -> None:
+        self._read, self._write = os.pipe()
+        os.set_blocking(self._read, False)
+        os.set_blocking(self._write, False)
+
+    def set(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):  # full (already set) or closed
+            os.write(self._write, b"\0")
+
+    def fileno(self) -> int:
+        return self._read
+
+    def clear(self) -> None:
+        with contextlib.suppress(BlockingIOError, OSError):
+            while os.read(self._read, 512):
+                pass
+
+    def close(self) -> None:
+        for fd in (self._read, self._write):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+class StopRequest(Wakeup):
+    """A request to stop, made once (by a signal handler, a test, a scheduler's shutdown); the
+    first signal number is kept. The engine forwards it to the job and ends the run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.signum: int | None = None
+
+    def request(self, signum: int = signal.SIGTERM) -> None:
+        if self.signum is None:
+            self.signum = signum
+        self.set()
+
+    @property
+    def requested(self) -> bool:
+        return self.signum is not None
+
+
+def wait_for(wakeup: Wakeup, stop: StopRequest, timeout: float | None) -> None:
+    """Block until `wakeup` is set, a stop is requested (the first time), or `timeout` passes.
+
+    A stop already requested is not waited on again: it stays readable, and the engine has
+    already acted on it.
+    """
+    fds = [wakeup.fileno()] + ([] if stop.requested else [stop.fileno()])
+    select.select(fds, [], [], None if timeout is None else max(timeout, 0.0))
+    wakeup.clear()
