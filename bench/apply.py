@@ -24,7 +24,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from provision.acl.apply import DEFAULT_CONCURRENCY, CountingSession, apply_plan, plan_against
+import requests
+from requests.adapters import HTTPAdapter
+
+from provision.acl.apply import DEFAULT_CONCURRENCY, apply_plan, plan_against
 from provision.acl.plan import Desired, desired_from_render
 from provision.acl.render import render_policies
 from provision.cluster.consul_binary import install_consul
@@ -50,14 +53,20 @@ def generated_spec(jobs: int = JOBS, workers: int = WORKERS) -> str:
     return "\n".join(lines) + "\n"
 
 
-def pooled(settings: ConsulSettings, concurrency: int) -> tuple[Consul, CountingSession]:
-    session = CountingSession(concurrency)
-    return Consul(settings, session=session), session
+def pooled(settings: ConsulSettings, concurrency: int) -> Consul:
+    return Consul(settings, pool_size=concurrency)
+
+
+def raw_session(concurrency: int) -> requests.Session:
+    """The floor's own session, pooled like lockctl's client."""
+    session = requests.Session()
+    session.mount("http://", HTTPAdapter(pool_connections=4, pool_maxsize=concurrency))
+    return session
 
 
 def wipe(settings: ConsulSettings, desired: Desired, concurrency: int) -> None:
     """Delete every benchmark policy and token (not timed)."""
-    consul, _ = pooled(settings, concurrency)
+    consul = pooled(settings, concurrency)
     names = {p.name for p in desired.policies}
     descriptions = {t.description for t in desired.tokens}
     tokens = [t.accessor_id for t in consul.acl.list_tokens() if t.description in descriptions]
@@ -71,15 +80,15 @@ def run_lockctl(
     settings: ConsulSettings, desired: Desired, secrets: Path, concurrency: int
 ) -> tuple[float, int]:
     began = time.perf_counter()
-    consul, session = pooled(settings, concurrency)
+    consul = pooled(settings, concurrency)
     plan = plan_against(consul, desired, secrets, concurrency=concurrency)
     apply_plan(consul, plan, secrets, concurrency=concurrency)
-    return time.perf_counter() - began, session.requests_sent
+    return time.perf_counter() - began, consul.requests_sent
 
 
 def run_floor(settings: ConsulSettings, desired: Desired, concurrency: int) -> float:
     """Raw PUTs: the same bodies, no reads, no plan, no files."""
-    _, session = pooled(settings, concurrency)
+    session = raw_session(concurrency)
     assert settings.token is not None
     headers = {"X-Consul-Token": settings.token.reveal()}
     url = settings.address

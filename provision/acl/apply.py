@@ -2,7 +2,8 @@
 
 The live state is read with the two list endpoints (plus a read of any policy whose hash
 differs), so a no-op run costs two requests whatever the size of the spec. Writes run in
-phases, each with at most `concurrency` calls in flight over one pooled session:
+phases, each with at most `concurrency` calls in flight (give a client pooled for as many,
+`consul.with_pool(concurrency)`):
 
     policies create/update -> tokens create/update/write-secret -> token deletes -> policy deletes
 
@@ -23,9 +24,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import requests
-from requests.adapters import HTTPAdapter
-
 from provision.acl.concurrency import DEFAULT_CONCURRENCY
 from provision.acl.plan import (
     Desired,
@@ -39,8 +37,8 @@ from provision.acl.plan import (
     plan_changes,
     policies_to_read,
 )
-from provision.consul import Consul
-from provision.consul.errors import (
+from provision.consul import (
+    Consul,
     ConsulError,
     ConsulServerError,
     ConsulUnavailable,
@@ -78,32 +76,6 @@ class ApplyFailed(LockctlError):
     def __init__(self, message: str, exit_code: int) -> None:
         super().__init__(message)
         self.exit_code = exit_code
-
-
-# --- the HTTP pool --------------------------------------------------------------------------
-
-
-class CountingSession(requests.Session):
-    """A requests.Session whose pool holds `concurrency` connections, counting its requests."""
-
-    def __init__(self, concurrency: int = DEFAULT_CONCURRENCY) -> None:
-        super().__init__()
-        adapter = HTTPAdapter(pool_connections=4, pool_maxsize=max(concurrency, 1))
-        self.mount("http://", adapter)
-        self.mount("https://", adapter)
-        self.requests_sent = 0
-        self._lock = threading.Lock()
-
-    def request(self, *args: Any, **kwargs: Any) -> requests.Response:
-        with self._lock:
-            self.requests_sent += 1
-        return super().request(*args, **kwargs)
-
-
-def pooled_consul(consul: Consul, concurrency: int) -> tuple[Consul, CountingSession]:
-    """The same client over a session pooled for `concurrency` calls in flight."""
-    session = CountingSession(concurrency)
-    return Consul(consul.transport.settings, session=session, retry=consul.transport.retry), session
 
 
 # --- reading --------------------------------------------------------------------------------

@@ -16,11 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provision.acl.agent_tokens import AgentTokenResult, ensure_agent_token
-from provision.consul import Consul, RetryPolicy
-from provision.consul.errors import ConsulServerError, ConsulUnavailable, NotFound, PermissionDenied
+from provision.consul import (
+    NO_RETRY,
+    Consul,
+    ConsulServerError,
+    ConsulUnavailable,
+    NotFound,
+    PermissionDenied,
+    RetryPolicy,
+    normalize_address,
+)
 from provision.consul.models import Token
-from provision.consul.settings import normalize_address
-from provision.consul.transport import NO_RETRY
 from provision.errors import InputError, LocalEnvironmentError
 from provision.system.secrets import Secret, check_writable, read_secret_file, write_secret_file
 
@@ -95,7 +101,7 @@ def bootstrap_cluster(
     check_token_file(token_file, overwrite=True)
     minted = bootstrap_acl(consul)
     if minted is None:
-        if agents and not consul.transport.settings.token:
+        if agents and not consul.settings.token:
             raise InputError(
                 "ACLs were bootstrapped before: give a management token (--token-file) to "
                 "create agent tokens"
@@ -112,11 +118,7 @@ def bootstrap_cluster(
 
 def _accepted(consul: Consul, token: Secret) -> bool:
     """Whether the cluster knows `token` (so it was bootstrapped, and the file is current)."""
-    probe = Consul(
-        consul.transport.settings,
-        session=consul.transport.session,
-        retry=RetryPolicy(deadline=PROBE_DEADLINE),
-    )
+    probe = consul.with_retry(RetryPolicy(deadline=PROBE_DEADLINE))
     try:
         probe.acl.read_self_token(token=token)
     except (PermissionDenied, NotFound, ConsulServerError):

@@ -13,9 +13,8 @@ import base64
 import hashlib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from provision.acl.render import RenderResult
 from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError, parse_hcl
 from provision.spec.names import (
     LOCK_POLICY_PREFIX,
@@ -23,6 +22,9 @@ from provision.spec.names import (
     SESSION_POLICY_PREFIX,
     TOKEN_DESCRIPTION_PREFIX,
 )
+
+if TYPE_CHECKING:  # only a type here: importing render would load jinja2 into the pure plan
+    from provision.acl.render import RenderResult
 
 Action = Literal["create", "update", "delete", "write-secret"]
 POLICY_DESCRIPTION_PREFIX = f"{MANAGED_MARKER}: "

@@ -24,7 +24,6 @@ from provision.errors import InputError
 
 if TYPE_CHECKING:  # the core is imported lazily: `lockctl run` must start fast
     from provision.acl.plan import Desired, Plan
-    from provision.consul import Consul
 
 EXIT_CHANGES_PENDING = 2
 DEFAULT_SPEC = Path("policies/locks.hcl")
@@ -156,7 +155,7 @@ def plan(
     settings = options.consul_settings(
         address, token_file, timeout, ca_cert, client_cert, client_key, tls_skip_verify
     )
-    consul = _pooled(options.connect(settings), _concurrency(concurrency))
+    consul = options.connect(settings).with_pool(_concurrency(concurrency))
     computed = plan_against(
         consul, desired, secrets_dir, prune=prune, concurrency=_concurrency(concurrency)
     )
@@ -192,11 +191,11 @@ def apply(
     settings = options.consul_settings(
         address, token_file, timeout, ca_cert, client_cert, client_key, tls_skip_verify
     )
-    consul = _pooled(options.connect(settings), workers)
+    consul = options.connect(settings).with_pool(workers)
     computed = plan_against(consul, desired, secrets_dir, prune=prune, concurrency=workers)
     with _progress(enabled=not as_json and computed.has_changes) as tick:
         result = apply_plan(consul, computed, secrets_dir, concurrency=workers, progress=tick)
-    requests_sent = _requests_sent(consul)
+    requests_sent = consul.requests_sent
     if as_json:
         record = computed.to_record()
         record.update(
@@ -279,22 +278,6 @@ def _concurrency(value: int) -> int:
     if not 1 <= value <= MAX_CONCURRENCY:
         raise InputError(f"--concurrency {value}: must be 1..{MAX_CONCURRENCY}")
     return value
-
-
-def _pooled(consul: Consul, concurrency: int) -> Consul:
-    """The client over a session whose pool holds `concurrency` connections."""
-    from provision.acl.apply import CountingSession
-    from provision.consul import Consul
-
-    transport = consul.transport
-    return Consul(transport.settings, session=CountingSession(concurrency), retry=transport.retry)
-
-
-def _requests_sent(consul: Consul) -> int:
-    from provision.acl.apply import CountingSession
-
-    session = consul.transport.session
-    return session.requests_sent if isinstance(session, CountingSession) else 0
 
 
 @contextmanager

@@ -33,9 +33,7 @@ from provision.cluster.layout import (
     save_layout,
 )
 from provision.cluster.processes import is_running, read_pid, spawn, stop
-from provision.consul import Consul, ConsulSettings
-from provision.consul.errors import ConsulError, PermissionDenied
-from provision.consul.transport import NO_RETRY
+from provision.consul import NO_RETRY, Consul, ConsulError, ConsulSettings, PermissionDenied
 from provision.errors import LocalEnvironmentError
 from provision.system.secrets import Secret, read_secret_file, write_secret_file
 from provision.system.templates import find_templates_dir, make_environment, render_template

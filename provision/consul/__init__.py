@@ -3,45 +3,111 @@
 consul = Consul(resolve_settings())          # flag > CONSUL_* environment > defaults
 session_id = consul.session.create(name="job", ttl=15, lock_delay=15)
 held = consul.kv.put("locks/job/.lock", acquire=session_id)
+
+Callers take everything from here (the client, its settings, retry policies, the errors) and
+never reach into the transport: `Consul(settings, pool_size=48)` keeps connections open for 48
+calls in flight, and `consul.requests_sent` counts the HTTP requests made over its pool.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
-from typing import Any
-
-import requests
+from typing import TYPE_CHECKING, Any
 
 from provision.consul.api import ACLAPI, KVAPI, AgentAPI, HealthAPI, SessionAPI, StatusAPI
-from provision.consul.settings import ConsulSettings, resolve_settings
-from provision.consul.transport import DEFAULT_TOKEN, RetryPolicy, Transport
+from provision.consul.errors import (
+    ConsulError,
+    ConsulHTTPError,
+    ConsulServerError,
+    ConsulUnavailable,
+    NotFound,
+    PermissionDenied,
+)
+from provision.consul.settings import ConsulSettings, normalize_address, resolve_settings
+from provision.consul.transport import DEFAULT_TOKEN, NO_RETRY, RetryPolicy, Transport
 
-__all__ = ["DEFAULT_TOKEN", "Consul", "ConsulSettings", "RetryPolicy", "resolve_settings"]
+if TYPE_CHECKING:
+    import requests
+
+__all__ = [
+    "DEFAULT_TOKEN",
+    "NO_RETRY",
+    "Consul",
+    "ConsulError",
+    "ConsulHTTPError",
+    "ConsulServerError",
+    "ConsulSettings",
+    "ConsulUnavailable",
+    "NotFound",
+    "PermissionDenied",
+    "RetryPolicy",
+    "normalize_address",
+    "resolve_settings",
+]
 
 
 class Consul:
-    """One agent's API, by area: `status`, `agent`, `health`, `acl`, `session`, `kv`."""
+    """One agent's API, by area: `status`, `agent`, `health`, `acl`, `session`, `kv`.
+
+    `pool_size`: connections kept open per agent, for callers with that many calls in flight
+    (default: requests' 10). `session`: an injected `requests.Session` (tests).
+    """
 
     def __init__(
         self,
         settings: ConsulSettings,
         *,
-        session: requests.Session | None = None,
         retry: RetryPolicy | None = None,
+        pool_size: int | None = None,
+        session: requests.Session | None = None,
     ) -> None:
-        self.transport = Transport(settings, session=session, retry=retry or RetryPolicy())
-        self.status = StatusAPI(self.transport)
-        self.agent = AgentAPI(self.transport)
-        self.health = HealthAPI(self.transport)
-        self.acl = ACLAPI(self.transport)
-        self.session = SessionAPI(self.transport)
-        self.kv = KVAPI(self.transport)
+        transport = Transport(
+            settings, session=session, pool_size=pool_size, retry=retry or RetryPolicy()
+        )
+        self._attach(transport)
+
+    def _attach(self, transport: Transport) -> None:
+        self.transport = transport
+        self.status = StatusAPI(transport)
+        self.agent = AgentAPI(transport)
+        self.health = HealthAPI(transport)
+        self.acl = ACLAPI(transport)
+        self.session = SessionAPI(transport)
+        self.kv = KVAPI(transport)
+
+    def _over(self, transport: Transport) -> Consul:
+        clone = copy.copy(self)
+        clone._attach(transport)
+        return clone
 
     def with_settings(self, **changes: Any) -> Consul:
         """The same client pointed elsewhere or with another token, sharing the HTTP pool."""
         settings = dataclasses.replace(self.transport.settings, **changes)
-        return Consul(settings, session=self.transport.session, retry=self.transport.retry)
+        return self._over(self.transport.derive(settings=settings))
+
+    def with_retry(self, retry: RetryPolicy) -> Consul:
+        """The same client with another retry policy for every call, sharing the HTTP pool."""
+        return self._over(self.transport.derive(retry=retry))
+
+    def with_pool(self, pool_size: int) -> Consul:
+        """The same client over a new pool of `pool_size` connections, its count at zero."""
+        return Consul(self.settings, retry=self.retry, pool_size=pool_size)
+
+    @property
+    def settings(self) -> ConsulSettings:
+        return self.transport.settings
+
+    @property
+    def retry(self) -> RetryPolicy:
+        return self.transport.retry
 
     @property
     def address(self) -> str:
         return self.transport.settings.address
+
+    @property
+    def requests_sent(self) -> int:
+        """HTTP requests sent over this client's pool so far, retries included, by every client
+        sharing the pool (`with_settings`, `with_retry`)."""
+        return self.transport.count.value

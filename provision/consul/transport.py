@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import Any, Final
 from urllib.parse import quote
 
 import requests
+from requests.adapters import HTTPAdapter
 from urllib3.exceptions import NewConnectionError
 
 from provision.consul.errors import ConsulHTTPError, ConsulUnavailable
@@ -27,6 +29,7 @@ from provision.system.secrets import MASK, Secret
 log = logging.getLogger("provision.consul")
 
 BODY_EXCERPT_CHARS = 200
+POOLED_HOSTS = 4  # agents whose connections a sized pool keeps (bootstrap visits a few)
 
 
 class _DefaultToken:
@@ -83,18 +86,41 @@ def _int_header(headers: Mapping[str, str], name: str) -> int | None:
         return None
 
 
-def _session_for(address: str) -> requests.Session:
+def _session_for(address: str, pool_size: int | None = None) -> requests.Session:
     """A session that reads the environment once, not on every request.
 
     requests looks up proxies (a scan of os.environ) and ~/.netrc on each call when `trust_env`
     is on: about 0.3 ms per request, on the lock hand-over's critical path. The proxies for this
     agent (honouring NO_PROXY) are resolved here once instead; the CA bundle variables are read
     by `_verify`; netrc credentials mean nothing to Consul, which takes a token header.
+
+    `pool_size`: connections kept open per agent, for callers with that many calls in flight
+    (requests keeps 10; a call beyond them opens and closes a connection of its own).
     """
     session = requests.Session()
     session.proxies.update(requests.utils.get_environ_proxies(address))
     session.trust_env = False
+    if pool_size is not None:
+        adapter = HTTPAdapter(pool_connections=POOLED_HOSTS, pool_maxsize=max(pool_size, 1))
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
     return session
+
+
+class RequestCount:
+    """How many HTTP requests (retries included) went over one pool, from any thread."""
+
+    def __init__(self) -> None:
+        self._value = 0
+        self._lock = threading.Lock()
+
+    def add_one(self) -> None:
+        with self._lock:
+            self._value += 1
+
+    @property
+    def value(self) -> int:
+        return self._value
 
 
 def _environ_ca_bundle() -> str | None:
@@ -108,25 +134,41 @@ def quote_path(*segments: str) -> str:
 
 
 class Transport:
-    """Sends requests to one Consul agent over an injected `requests.Session`."""
+    """Sends requests to one Consul agent over an injected `requests.Session`, counting them."""
 
     def __init__(
         self,
         settings: ConsulSettings,
         *,
         session: requests.Session | None = None,
+        pool_size: int | None = None,
         retry: RetryPolicy = RetryPolicy(),  # frozen, so a shared default is safe
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
+        count: RequestCount | None = None,
     ) -> None:
         self.settings = settings
-        self.session = session if session is not None else _session_for(settings.address)
+        self.session = session if session is not None else _session_for(settings.address, pool_size)
         self.retry = retry
+        self.count = count if count is not None else RequestCount()
         self._clock = clock
         self._sleep = sleep
         # Fixed for the transport's life, like the session's proxies: not re-read per request.
         self._tls_verify = self._verify()
         self._tls_cert = self._client_cert()
+
+    def derive(
+        self, *, settings: ConsulSettings | None = None, retry: RetryPolicy | None = None
+    ) -> Transport:
+        """A transport with other settings or retries over the same pool (and its count)."""
+        return Transport(
+            settings if settings is not None else self.settings,
+            session=self.session,
+            retry=retry if retry is not None else self.retry,
+            clock=self._clock,
+            sleep=self._sleep,
+            count=self.count,
+        )
 
     def request(
         self,
@@ -183,6 +225,7 @@ class Transport:
         where = f"{method} {path} on {self.settings.address}"
         headers = {"X-Consul-Token": token.reveal()} if token else {}
         started = self._clock()
+        self.count.add_one()
         try:
             answer = self.session.request(
                 method,

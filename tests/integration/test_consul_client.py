@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
-from provision.consul import Consul
-from provision.consul.errors import (
+from provision.consul import (
+    NO_RETRY,
+    Consul,
     ConsulError,
     ConsulHTTPError,
     ConsulServerError,
@@ -25,7 +26,6 @@ from provision.consul.errors import (
     PermissionDenied,
 )
 from provision.consul.models import Policy, Token
-from provision.consul.transport import NO_RETRY
 from provision.system.secrets import Secret
 
 if TYPE_CHECKING:
