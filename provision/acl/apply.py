@@ -301,6 +301,15 @@ class RotateResult:
     path: Path
     revoked: tuple[str, ...]
 
+    def to_record(self) -> dict[str, object]:
+        """One worker's entry in `lockctl rotate --json`."""
+        return {
+            "worker": self.worker,
+            "accessor_id": self.accessor_id,
+            "file": str(self.path),
+            "revoked": list(self.revoked),
+        }
+
 
 def rotate_worker_token(
     consul: Consul,

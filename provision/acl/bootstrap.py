@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from provision.acl.agent_tokens import AgentTokenResult, ensure_agent_token
 from provision.consul import (
@@ -50,6 +51,18 @@ class BootstrapResult:
     accessor_id: str | None
     agents: tuple[AgentTokenResult, ...]
     secret: Secret | None = None  # the new management token, only for --show-secret
+
+    def to_record(self) -> dict[str, Any]:
+        """The JSON record of `lockctl bootstrap --json`, without the secret."""
+        return {
+            "bootstrapped": self.bootstrapped,
+            "management_token_file": str(self.token_file) if self.token_file else None,
+            "accessor_id": self.accessor_id,
+            "agents": [
+                {"node": a.node, "accessor_id": a.accessor_id, "created": a.created}
+                for a in self.agents
+            ],
+        }
 
 
 def parse_agent_target(text: str) -> AgentTarget:

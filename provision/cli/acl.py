@@ -26,24 +26,6 @@ if TYPE_CHECKING:  # the core is imported lazily: `lockctl run` must start fast
     from provision.acl.plan import Desired, Plan
 
 EXIT_CHANGES_PENDING = 2
-DEFAULT_SPEC = Path("policies/locks.hcl")
-DEFAULT_SECRETS_DIR = Path(".lockctl/secrets")
-
-SpecFile = Annotated[
-    Path, typer.Option("--spec", envvar="LOCKCTL_SPEC", help="The lock spec (HCL).")
-]
-TemplatesDir = Annotated[
-    Path | None,
-    typer.Option("--templates-dir", envvar="LOCKCTL_TEMPLATES_DIR", help="Your own templates."),
-]
-SecretsDir = Annotated[
-    Path,
-    typer.Option(
-        "--secrets-dir",
-        envvar="LOCKCTL_SECRETS_DIR",
-        help="Folder for the worker token files (<worker>.token, mode 0600).",
-    ),
-]
 Prune = Annotated[
     bool,
     typer.Option(
@@ -60,7 +42,9 @@ ShowSecret = Annotated[
 ]
 
 
+@options.consul_command
 def bootstrap(
+    connection: options.Connection,
     management_token_file: Annotated[
         Path,
         typer.Option("--management-token-file", help="Write the management token here (0600)."),
@@ -73,44 +57,28 @@ def bootstrap(
         bool, typer.Option("--overwrite", help="Replace an existing token file.")
     ] = False,
     show_secret: ShowSecret = False,
-    templates_dir: TemplatesDir = None,
+    templates_dir: options.TemplatesDir = None,
     as_json: AsJson = False,
-    address: options.Address = None,
-    token_file: options.TokenFile = None,
-    timeout: options.Timeout = None,
-    ca_cert: options.CACert = None,
-    client_cert: options.ClientCert = None,
-    client_key: options.ClientKey = None,
-    tls_skip_verify: options.SkipVerify = None,
 ) -> None:
     """Bootstrap Consul's ACL system once; on a bootstrapped cluster, say so and change nothing."""
     from provision.acl.bootstrap import bootstrap_cluster, parse_agent_target
     from provision.system.templates import find_templates_dir
 
     targets = [parse_agent_target(text) for text in agent or ()]
-    settings = options.consul_settings(
-        address, token_file, timeout, ca_cert, client_cert, client_key, tls_skip_verify
-    )
+    consul = connection.connect()
     templates = find_templates_dir(templates_dir) if targets else None
     result = bootstrap_cluster(
-        options.connect(settings),
+        consul,
         management_token_file,
         agents=targets,
         templates_dir=templates,
         overwrite=overwrite,
     )
-    record: dict[str, Any] = {
-        "bootstrapped": result.bootstrapped,
-        "management_token_file": str(result.token_file) if result.token_file else None,
-        "accessor_id": result.accessor_id,
-        "agents": [
-            {"node": a.node, "accessor_id": a.accessor_id, "created": a.created}
-            for a in result.agents
-        ],
-    }
-    if show_secret and result.secret is not None:
-        record["secret_id"] = result.secret.reveal()
+    revealed = result.secret.reveal() if show_secret and result.secret is not None else None
     if as_json:
+        record = result.to_record()
+        if revealed is not None:
+            record["secret_id"] = revealed
         typer.echo(json.dumps(record, indent=2))
         return
     if result.bootstrapped:
@@ -121,14 +89,16 @@ def bootstrap(
     for one in result.agents:
         state = "created" if one.created else "already there, set again"
         typer.echo(f"agent token for {one.node}: {state} ({one.accessor_id})")
-    if "secret_id" in record:
-        typer.echo(f"secret: {record['secret_id']}")
+    if revealed is not None:
+        typer.echo(f"secret: {revealed}")
 
 
+@options.consul_command
 def plan(
-    spec: SpecFile = DEFAULT_SPEC,
-    templates_dir: TemplatesDir = None,
-    secrets_dir: SecretsDir = DEFAULT_SECRETS_DIR,
+    connection: options.Connection,
+    spec: options.SpecFile = options.DEFAULT_SPEC,
+    templates_dir: options.TemplatesDir = None,
+    secrets_dir: options.SecretsDir = options.DEFAULT_SECRETS_DIR,
     prune: Prune = False,
     detailed_exitcode: Annotated[
         bool,
@@ -140,22 +110,12 @@ def plan(
     ] = True,
     concurrency: Concurrency = DEFAULT_CONCURRENCY,
     as_json: AsJson = False,
-    address: options.Address = None,
-    token_file: options.TokenFile = None,
-    timeout: options.Timeout = None,
-    ca_cert: options.CACert = None,
-    client_cert: options.ClientCert = None,
-    client_key: options.ClientKey = None,
-    tls_skip_verify: options.SkipVerify = None,
 ) -> None:
     """Show what apply would create, update or delete. Exit 0: nothing; 2: changes pending."""
     from provision.acl.apply import plan_against
 
     desired = _desired(spec, templates_dir)
-    settings = options.consul_settings(
-        address, token_file, timeout, ca_cert, client_cert, client_key, tls_skip_verify
-    )
-    consul = options.connect(settings).with_pool(_concurrency(concurrency))
+    consul = connection.connect().with_pool(_concurrency(concurrency))
     computed = plan_against(
         consul, desired, secrets_dir, prune=prune, concurrency=_concurrency(concurrency)
     )
@@ -167,20 +127,15 @@ def plan(
         raise typer.Exit(EXIT_CHANGES_PENDING)
 
 
+@options.consul_command
 def apply(
-    spec: SpecFile = DEFAULT_SPEC,
-    templates_dir: TemplatesDir = None,
-    secrets_dir: SecretsDir = DEFAULT_SECRETS_DIR,
+    connection: options.Connection,
+    spec: options.SpecFile = options.DEFAULT_SPEC,
+    templates_dir: options.TemplatesDir = None,
+    secrets_dir: options.SecretsDir = options.DEFAULT_SECRETS_DIR,
     prune: Prune = False,
     concurrency: Concurrency = DEFAULT_CONCURRENCY,
     as_json: AsJson = False,
-    address: options.Address = None,
-    token_file: options.TokenFile = None,
-    timeout: options.Timeout = None,
-    ca_cert: options.CACert = None,
-    client_cert: options.ClientCert = None,
-    client_key: options.ClientKey = None,
-    tls_skip_verify: options.SkipVerify = None,
 ) -> None:
     """Create and update the spec's policies and worker tokens; token secrets go to files."""
     from provision.acl.apply import apply_plan, check_secrets_dir, plan_against
@@ -188,10 +143,7 @@ def apply(
     workers = _concurrency(concurrency)
     desired = _desired(spec, templates_dir)
     check_secrets_dir(secrets_dir)
-    settings = options.consul_settings(
-        address, token_file, timeout, ca_cert, client_cert, client_key, tls_skip_verify
-    )
-    consul = options.connect(settings).with_pool(workers)
+    consul = connection.connect().with_pool(workers)
     computed = plan_against(consul, desired, secrets_dir, prune=prune, concurrency=workers)
     with _progress(enabled=not as_json and computed.has_changes) as tick:
         result = apply_plan(consul, computed, secrets_dir, concurrency=workers, progress=tick)
@@ -220,40 +172,23 @@ def apply(
     _print_not_pruned(computed)
 
 
+@options.consul_command
 def rotate(
+    connection: options.Connection,
     worker: Annotated[
         list[str], typer.Option("--worker", "-w", help="Worker whose token to rotate (repeatable).")
     ],
-    secrets_dir: SecretsDir = DEFAULT_SECRETS_DIR,
+    secrets_dir: options.SecretsDir = options.DEFAULT_SECRETS_DIR,
     as_json: AsJson = False,
-    address: options.Address = None,
-    token_file: options.TokenFile = None,
-    timeout: options.Timeout = None,
-    ca_cert: options.CACert = None,
-    client_cert: options.ClientCert = None,
-    client_key: options.ClientKey = None,
-    tls_skip_verify: options.SkipVerify = None,
 ) -> None:
     """Mint a new token for a worker, write it, read it back, then revoke the old one."""
     from provision.acl.apply import check_secrets_dir, rotate_worker_token
 
     check_secrets_dir(secrets_dir)
-    settings = options.consul_settings(
-        address, token_file, timeout, ca_cert, client_cert, client_key, tls_skip_verify
-    )
-    consul = options.connect(settings)
+    consul = connection.connect()
     results = [rotate_worker_token(consul, name, secrets_dir) for name in worker]
     if as_json:
-        records = [
-            {
-                "worker": r.worker,
-                "accessor_id": r.accessor_id,
-                "file": str(r.path),
-                "revoked": list(r.revoked),
-            }
-            for r in results
-        ]
-        typer.echo(json.dumps(records, indent=2))
+        typer.echo(json.dumps([r.to_record() for r in results], indent=2))
         return
     for r in results:
         revoked = ", ".join(r.revoked) or "none"

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from provision.cli import options
 from provision.cli.output import console
 from provision.cluster.layout import (
     DEFAULT_NETNS_SUBNET,
@@ -40,8 +41,8 @@ Subnet = Annotated[
     typer.Option(
         "--subnet",
         envvar="LOCKCTL_CLUSTER_SUBNET",
-        help=f"/24 for the agents' addresses: loopback [default: {DEFAULT_SUBNET}], or private "
-        f"with --netns [default: {DEFAULT_NETNS_SUBNET}].",
+        help=f"/24 for the agents' addresses: loopback \\[default: {DEFAULT_SUBNET}], or private "
+        f"with --netns \\[default: {DEFAULT_NETNS_SUBNET}].",
         show_default=False,
     ),
 ]
@@ -56,14 +57,12 @@ def up(
         int | None,
         typer.Option(
             "--workers",
-            help=f"Client agents worker-1..N at .21, .22, ... [default: {DEFAULT_WORKERS}, or "
+            help=f"Client agents worker-1..N at .21, .22, ... \\[default: {DEFAULT_WORKERS}, or "
             "as already started]",
             show_default=False,
         ),
     ] = None,
-    templates_dir: Annotated[
-        Path | None, typer.Option("--templates-dir", help="Use these templates instead.")
-    ] = None,
+    templates_dir: options.TemplatesDir = None,
     netns: Annotated[
         bool,
         typer.Option(

@@ -1,28 +1,59 @@
-"""The Consul connection flags, declared once and shared by every command that talks to Consul.
+"""The flags several commands share, each declared once: the Consul connection, the spec, the
+folders of token files and of templates, and their defaults.
 
-Each flag defaults to None so `resolve_settings` applies Consul's own environment variables
-(CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN_FILE, CONSUL_CACERT, ...) and then the defaults: the
-order is flag > environment > default, in one place. There is no flag for a token secret
-itself: argv is visible to every user of the machine.
+The seven Consul connection flags are the fields of `Connection`; `@consul_command` gives a
+command all seven and hands it one `Connection`. Each defaults to None so `resolve_settings`
+applies Consul's own environment variables (CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN_FILE,
+CONSUL_CACERT, ...) and then the defaults: the order is flag > environment > default, in one
+place. There is no flag for a token secret itself: argv is visible to every user of the machine.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any, Concatenate, ParamSpec, TypeVar
 
 import typer
 
 if TYPE_CHECKING:  # imported when a command runs: `render` and `lint` need no HTTP stack
     from provision.consul import Consul, ConsulSettings
 
+DEFAULT_SPEC = Path("policies/locks.hcl")
+DEFAULT_SECRETS_DIR = Path(".lockctl/secrets")
+
+SpecFile = Annotated[
+    Path, typer.Option("--spec", envvar="LOCKCTL_SPEC", help="The lock spec (HCL).")
+]
+SecretsDir = Annotated[
+    Path,
+    typer.Option(
+        "--secrets-dir",
+        envvar="LOCKCTL_SECRETS_DIR",
+        help="Folder of the worker token files (<worker>.token, mode 0600).",
+    ),
+]
+TemplatesDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--templates-dir",
+        envvar="LOCKCTL_TEMPLATES_DIR",
+        help="Your own templates (a copy of lockctl's templates/); default: the packaged ones.",
+    ),
+]
+
 PANEL = "Consul connection"
+# Help text is rich markup: a bare "[default: ...]" would be taken for a style tag and vanish.
 
 Address = Annotated[
     str | None,
     typer.Option(
         "--address",
-        help="Consul agent HTTP address [default: CONSUL_HTTP_ADDR, else 127.0.0.1:8500].",
+        help="Consul agent HTTP address \\[default: CONSUL_HTTP_ADDR, else 127.0.0.1:8500].",
         rich_help_panel=PANEL,
         show_default=False,
     ),
@@ -31,66 +62,73 @@ TokenFile = Annotated[
     Path | None,
     typer.Option(
         "--token-file",
-        help="File holding the ACL token to use [default: CONSUL_HTTP_TOKEN, else "
-        "CONSUL_HTTP_TOKEN_FILE].",
+        help="File holding the ACL token to use \\[default: CONSUL_HTTP_TOKEN_FILE, else "
+        "CONSUL_HTTP_TOKEN].",
         rich_help_panel=PANEL,
         show_default=False,
     ),
 ]
 Timeout = Annotated[
     float | None,
-    typer.Option("--timeout", help="Seconds per HTTP call [default: 10].", rich_help_panel=PANEL),
+    typer.Option("--timeout", help="Seconds per HTTP call \\[default: 10].", rich_help_panel=PANEL),
 ]
 CACert = Annotated[
     Path | None,
-    typer.Option("--ca-cert", help="CA bundle [default: CONSUL_CACERT].", rich_help_panel=PANEL),
+    typer.Option("--ca-cert", help="CA bundle \\[default: CONSUL_CACERT].", rich_help_panel=PANEL),
 ]
 ClientCert = Annotated[
     Path | None,
     typer.Option(
         "--client-cert",
-        help="TLS client cert [default: CONSUL_CLIENT_CERT].",
+        help="TLS client cert \\[default: CONSUL_CLIENT_CERT].",
         rich_help_panel=PANEL,
     ),
 ]
 ClientKey = Annotated[
     Path | None,
     typer.Option(
-        "--client-key", help="TLS client key [default: CONSUL_CLIENT_KEY].", rich_help_panel=PANEL
+        "--client-key", help="TLS client key \\[default: CONSUL_CLIENT_KEY].", rich_help_panel=PANEL
     ),
 ]
 SkipVerify = Annotated[
     bool | None,
     typer.Option(
         "--tls-skip-verify/--tls-verify",
-        help="Skip TLS verification [default: CONSUL_HTTP_SSL_VERIFY, else verify].",
+        help="Skip TLS verification \\[default: CONSUL_HTTP_SSL_VERIFY, else verify].",
         rich_help_panel=PANEL,
         show_default=False,
     ),
 ]
 
 
-def consul_settings(
-    address: str | None = None,
-    token_file: Path | None = None,
-    timeout: float | None = None,
-    ca_cert: Path | None = None,
-    client_cert: Path | None = None,
-    client_key: Path | None = None,
-    tls_skip_verify: bool | None = None,
-) -> ConsulSettings:
-    """Settings from the flags above, then Consul's environment, then defaults."""
-    from provision.consul import resolve_settings
+@dataclass(frozen=True)
+class Connection:
+    """The Consul connection flags as given (None: not given). Each field is one flag."""
 
-    return resolve_settings(
-        address=address,
-        token_file=token_file,
-        timeout=timeout,
-        ca_cert=ca_cert,
-        client_cert=client_cert,
-        client_key=client_key,
-        verify_tls=None if tls_skip_verify is None else not tls_skip_verify,
-    )
+    address: Address = None
+    token_file: TokenFile = None
+    timeout: Timeout = None
+    ca_cert: CACert = None
+    client_cert: ClientCert = None
+    client_key: ClientKey = None
+    tls_skip_verify: SkipVerify = None
+
+    def settings(self) -> ConsulSettings:
+        """Settings from these flags, then Consul's environment, then defaults."""
+        from provision.consul import resolve_settings
+
+        return resolve_settings(
+            address=self.address,
+            token_file=self.token_file,
+            timeout=self.timeout,
+            ca_cert=self.ca_cert,
+            client_cert=self.client_cert,
+            client_key=self.client_key,
+            verify_tls=None if self.tls_skip_verify is None else not self.tls_skip_verify,
+        )
+
+    def connect(self) -> Consul:
+        return connect(self.settings())
 
 
 def connect(settings: ConsulSettings) -> Consul:
@@ -98,3 +136,37 @@ def connect(settings: ConsulSettings) -> Consul:
     from provision.consul import Consul
 
     return Consul(settings)
+
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def consul_command(command: Callable[Concatenate[Connection, P], R]) -> Callable[P, R]:
+    """Give `command` every Consul connection flag; it receives them as its first argument.
+
+    Typer reads a command's flags from its signature, so the wrapper's signature is the
+    command's own parameters followed by `Connection`'s fields (keyword-only, after the
+    command's flags, as they appear in --help).
+    """
+    hints = typing.get_type_hints(Connection, include_extras=True)
+    flags = [
+        inspect.Parameter(
+            f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name]
+        )
+        for f in fields(Connection)
+    ]
+    own = inspect.signature(command, eval_str=True)
+    # replace() refuses a command flag named like a connection flag: that fails at import.
+    signature = own.replace(parameters=[*list(own.parameters.values())[1:], *flags])
+
+    @functools.wraps(command)
+    def with_connection(*args: P.args, **kwargs: P.kwargs) -> R:
+        given: dict[str, Any] = kwargs
+        connection = Connection(**{flag.name: given.pop(flag.name, None) for flag in flags})
+        return command(connection, *args, **kwargs)
+
+    with_connection.__signature__ = signature  # type: ignore[attr-defined]
+    # Typer also resolves annotations by name; give it the objects, not the module's strings.
+    with_connection.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+    return with_connection

@@ -7,26 +7,15 @@ from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 
+from provision.cli import options
 from provision.errors import EXIT_FAILED
 
 if TYPE_CHECKING:  # the core is imported lazily: `lockctl run` must start fast
     from provision.acl.lint import Finding
 
-DEFAULT_SPEC = Path("policies/locks.hcl")
 DEFAULT_OUT = Path("policies")
 
-SpecFile = Annotated[
-    Path, typer.Option("--spec", envvar="LOCKCTL_SPEC", help="The lock spec (HCL).")
-]
 OutDir = Annotated[Path, typer.Option("--out", help="Folder for the rendered policies.")]
-TemplatesDir = Annotated[
-    Optional[Path],  # noqa: UP045 - typer needs Optional on Python 3.10
-    typer.Option(
-        "--templates-dir",
-        envvar="LOCKCTL_TEMPLATES_DIR",
-        help="Your own templates (a copy of lockctl's templates/); default: the packaged ones.",
-    ),
-]
 Check = Annotated[
     bool, typer.Option("--check", help="Write nothing; exit 1 and show the diff when stale.")
 ]
@@ -37,7 +26,7 @@ LintSpec = Annotated[
         "--spec",
         envvar="LOCKCTL_SPEC",
         help=f"Check session rules and lockctl's policies against this spec "
-        f"(default: {DEFAULT_SPEC} when it exists).",
+        f"(default: {options.DEFAULT_SPEC} when it exists).",
     ),
 ]
 Nodes = Annotated[
@@ -47,9 +36,9 @@ Nodes = Annotated[
 
 
 def render(
-    spec: SpecFile = DEFAULT_SPEC,
+    spec: options.SpecFile = options.DEFAULT_SPEC,
     out: OutDir = DEFAULT_OUT,
-    templates_dir: TemplatesDir = None,
+    templates_dir: options.TemplatesDir = None,
     check: Check = False,
 ) -> None:
     """Render one ACL policy per job and per worker, plus manifest.json, from the spec."""
@@ -86,9 +75,8 @@ def lint(
     from provision.acl.lint import has_errors, lint_file
     from provision.spec import load_spec
 
-    loaded = (
-        load_spec(spec) if spec else load_spec(DEFAULT_SPEC) if DEFAULT_SPEC.is_file() else None
-    )
+    default = options.DEFAULT_SPEC
+    loaded = load_spec(spec) if spec else load_spec(default) if default.is_file() else None
     findings: list[Finding] = []
     for path in files:
         if loaded and path.resolve() == Path(loaded.path).resolve():

@@ -1,67 +1,19 @@
-"""`lockctl worker-config`, `lockctl run` and `lockctl status`.
+"""`lockctl run`: run a job's command only on the worker that holds the job's lock.
 
 `run` is started by every worker on every tick, so its imports are lazy: it loads the runner and
-the Consul client, not the spec parser, Jinja or rich.
+the Consul client, not the spec parser, Jinja or rich. It reads where Consul is from the
+worker's config (lockctl.json), not from connection flags.
 """
 
 from __future__ import annotations
 
-import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from provision.cli.options import Address, TokenFile, consul_settings
-from provision.cli.output import console
 from provision.errors import InputError
-
-DEFAULT_SPEC = Path("policies/locks.hcl")
-SpecFile = Annotated[Path, typer.Option("--spec", envvar="LOCKCTL_SPEC", help="The lock spec.")]
-
-
-def worker_config(
-    out: Annotated[Path, typer.Option("--out", help="Folder: one sub-folder per worker.")],
-    worker: Annotated[
-        list[str] | None, typer.Option("--worker", "-w", help="A worker (repeatable).")
-    ] = None,
-    all_workers: Annotated[bool, typer.Option("--all", help="Every worker in the spec.")] = False,
-    spec_file: SpecFile = DEFAULT_SPEC,
-    token_dir: Annotated[
-        Path,
-        typer.Option("--token-dir", help="Where the worker finds <worker>.token (on the worker)."),
-    ] = Path(".lockctl/secrets"),
-    config_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--config-dir",
-            help="Where lockctl.json lives on the worker [default: the output folder itself].",
-        ),
-    ] = None,
-    lockctl_bin: Annotated[
-        str, typer.Option("--lockctl", help="The lockctl program the systemd units run.")
-    ] = "/usr/local/bin/lockctl",
-    templates_dir: Annotated[Path | None, typer.Option("--templates-dir")] = None,
-) -> None:
-    """Write each worker's runner config, env file and systemd units (no secrets in them)."""
-    from provision.spec import load_spec
-    from provision.system.templates import find_templates_dir
-    from provision.workers.files import Placement, write_worker_files
-
-    spec = load_spec(spec_file)
-    if all_workers == bool(worker):
-        raise InputError("give --worker NAME (repeatable) or --all, not both or neither")
-    names = [w.name for w in spec.workers] if all_workers else list(worker or [])
-    placement = Placement(config_dir, token_dir.absolute(), lockctl_bin)
-    for result in write_worker_files(
-        spec, names, out, find_templates_dir(templates_dir), placement
-    ):
-        typer.echo(f"{result.worker}: {len(result.files)} files in {out / result.worker}")
-        if result.jobs_without_unit:
-            jobs = ", ".join(result.jobs_without_unit)
-            typer.echo(f"  no systemd unit for {jobs} (needs both schedule and command)")
 
 
 def run(
@@ -107,40 +59,6 @@ def run(
     with signals_request_stop(StopRequest()) as stop:
         result = run_job(consul, job_config, worker_config.worker, command, options, events, stop)
     raise typer.Exit(result.exit_code)
-
-
-def status(
-    spec_file: SpecFile = DEFAULT_SPEC,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-    address: Address = None,
-    token_file: TokenFile = None,
-) -> None:
-    """Who holds each job's lock (consistent reads): session, node, since when, LockIndex."""
-    from rich.table import Table
-
-    from provision.consul import Consul
-    from provision.runner.status import lock_states
-    from provision.spec import load_spec
-
-    spec = load_spec(spec_file)
-    states = lock_states(Consul(consul_settings(address, token_file)), spec)
-    if as_json:
-        typer.echo(json.dumps([asdict(state) for state in states], indent=2))
-        return
-    table = Table()
-    for header in ("job", "lock key", "holder", "session", "since (UTC)", "LockIndex"):
-        table.add_column(header, overflow="fold")  # a narrow table wraps; it never cuts an ID
-    for s in states:
-        holder = f"{s.worker or '?'} (node {s.node or '?'})" if s.held else "free"
-        table.add_row(
-            s.job,
-            s.key,
-            holder,
-            s.session or "-",
-            s.acquired_at or "-",
-            str(s.lock_index if s.lock_index is not None else "-"),
-        )
-    console().print(table)
 
 
 def _seconds(text: str | None, flag: str) -> float | None:

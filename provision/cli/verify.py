@@ -8,22 +8,20 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from provision.cli.options import Address, Timeout, TokenFile, consul_settings
+from provision.cli import options
 from provision.cli.output import console
 from provision.errors import EXIT_FAILED
 
 if TYPE_CHECKING:
     from provision.verify import VerifyReport
 
-DEFAULT_SPEC = Path("policies/locks.hcl")
 
-
+@options.consul_command
 def verify(
-    spec_file: Annotated[Path, typer.Option("--spec", envvar="LOCKCTL_SPEC")] = DEFAULT_SPEC,
-    secrets_dir: Annotated[
-        Path,
-        typer.Option("--secrets-dir", help="Where apply wrote <worker>.token."),
-    ] = Path(".lockctl/secrets"),
+    connection: options.Connection,
+    spec_file: options.SpecFile = options.DEFAULT_SPEC,
+    secrets_dir: options.SecretsDir = options.DEFAULT_SECRETS_DIR,
+    templates_dir: options.TemplatesDir = None,
     inventory: Annotated[
         Path | None,
         typer.Option("--inventory", help='JSON {"worker": "http://addr:8500"} over the spec.'),
@@ -37,9 +35,6 @@ def verify(
         bool, typer.Option("--evidence", help="Show every check's evidence, not only failures'.")
     ] = False,
     junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML.")] = None,
-    address: Address = None,
-    token_file: TokenFile = None,
-    timeout: Timeout = None,
 ) -> None:
     """Prove the locks and ACLs on a live cluster; exit 1 if any check fails.
 
@@ -47,19 +42,22 @@ def verify(
     that read agents and policies; the lock checks use each worker's own token and agent.
     """
     from provision.spec import load_spec
+    from provision.system.templates import find_templates_dir
     from provision.verify import run_verification, select_checks
     from provision.verify.context import VerifyContext, load_workers
-    from provision.verify.report import junit_xml, report_record
+    from provision.verify.report import junit_xml
 
     spec = load_spec(spec_file)
     checks = select_checks(only or [], slow)
-    settings = consul_settings(address, token_file, timeout)
-    context = VerifyContext(spec, settings, load_workers(spec, secrets_dir, inventory))
+    settings = connection.settings()
+    templates = find_templates_dir(templates_dir)  # a wrong folder is bad input, not a FAIL
+    workers = load_workers(spec, secrets_dir, inventory)
+    context = VerifyContext(spec, settings, workers, templates_dir=templates)
     report = run_verification(context, checks)
     if junit is not None:
         junit.write_text(junit_xml(report), encoding="utf-8")
     if as_json:
-        typer.echo(json.dumps(report_record(report), indent=2))
+        typer.echo(json.dumps(report.to_record(), indent=2))
     else:
         _print(report, evidence)
     if not report.passed:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from provision.consul import Consul
 from provision.consul.errors import ConsulError
@@ -21,6 +22,10 @@ class LockState:
     acquired_at: str | None = None  # UTC, as the holder wrote it
     lock_index: int | None = None
     modify_index: int | None = None
+
+    def to_record(self) -> dict[str, Any]:
+        """One lock's entry in `lockctl status --json`: every field, under its own name."""
+        return asdict(self)
 
 
 def lock_states(consul: Consul, spec: Spec) -> list[LockState]:

@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 from provision.consul.errors import ConsulError
 from provision.errors import InputError
@@ -27,6 +28,16 @@ class CheckResult:
     warnings: tuple[str, ...]
     seconds: float
 
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "summary": self.summary,
+            "seconds": round(self.seconds, 3),
+            "evidence": list(self.evidence),
+            "warnings": list(self.warnings),
+        }
+
 
 @dataclass(frozen=True)
 class VerifyReport:
@@ -37,6 +48,15 @@ class VerifyReport:
     @property
     def passed(self) -> bool:
         return all(result.status != "fail" for result in self.results)
+
+    def to_record(self) -> dict[str, Any]:
+        """The JSON record of `lockctl verify --json`."""
+        return {
+            "passed": self.passed,
+            "seconds": round(self.seconds, 3),
+            "leftover_sessions": self.leftovers,
+            "checks": [result.to_record() for result in self.results],
+        }
 
 
 def select_checks(only: Sequence[str], slow: bool) -> list[Check]:

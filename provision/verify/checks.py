@@ -373,7 +373,7 @@ def check_live_policies_lint(ctx: VerifyContext, ev: Evidence) -> str:
     management = ctx.management
     if management is None:
         raise CheckSkipped("needs a management token (acl read) to read the live policies")
-    rendered = render_policies(ctx.spec, find_templates_dir(None))
+    rendered = render_policies(ctx.spec, find_templates_dir(ctx.templates_dir))
     live = {policy.name: policy for policy in management.acl.list_policies()}
     nodes = [w.name for w in ctx.spec.workers]
     problems = []

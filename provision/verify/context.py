@@ -41,6 +41,7 @@ class VerifyContext:
     spec: Spec
     settings: ConsulSettings  # TLS, timeout, and the management token if one was given
     workers: dict[str, WorkerAccess]
+    templates_dir: Path | None = None  # what live-policies-lint renders with; None: lockctl's
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     cleanup: Cleanup = field(default_factory=lambda: Cleanup())
 

@@ -1,30 +1,11 @@
-"""The verification report as JSON and as JUnit XML (one test case per check)."""
+"""The verification report as JUnit XML (one test case per check); its JSON record is
+`VerifyReport.to_record`."""
 
 from __future__ import annotations
 
 import xml.etree.ElementTree as ET
-from typing import Any
 
 from provision.verify import VerifyReport
-
-
-def report_record(report: VerifyReport) -> dict[str, Any]:
-    return {
-        "passed": report.passed,
-        "seconds": round(report.seconds, 3),
-        "leftover_sessions": report.leftovers,
-        "checks": [
-            {
-                "name": r.name,
-                "status": r.status,
-                "summary": r.summary,
-                "seconds": round(r.seconds, 3),
-                "evidence": list(r.evidence),
-                "warnings": list(r.warnings),
-            }
-            for r in report.results
-        ],
-    }
 
 
 def junit_xml(report: VerifyReport) -> str:

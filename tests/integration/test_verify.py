@@ -212,6 +212,28 @@ def test_policy_edited_by_hand_fails_live_policies_lint(applied: Applied) -> Non
     assert applied.verify("live-policies-lint")["live-policies-lint"][0] == "pass"
 
 
+def test_live_policies_lint_renders_with_the_given_templates(
+    applied: Applied, tmp_path: Path
+) -> None:
+    """Applied with lockctl's templates, so a folder whose lock policy differs must fail, and
+    lockctl's own templates given as a folder must pass: the check renders with --templates-dir."""
+    own = tmp_path / "templates"
+    for source in CHECKOUT_TEMPLATES.rglob("*.j2"):
+        target = own / source.relative_to(CHECKOUT_TEMPLATES)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(source.read_text())
+    args = ["verify", "--spec", str(applied.spec_file), "--secrets-dir", str(applied.secrets_dir)]
+    args += ["--only", "live-policies-lint", "--json", "--templates-dir", str(own)]
+    same = runner.invoke(app, args, env=_env(applied))
+    assert same.exit_code == 0, same.output
+    lock = own / "policies" / "lock.hcl.j2"
+    lock.write_text(lock.read_text() + 'key "{{ job.prefix }}readme" {\n  policy = "deny"\n}\n')
+    differs = runner.invoke(app, args, env=_env(applied))
+    assert differs.exit_code == 1, differs.output
+    (check,) = json.loads(differs.stdout)["checks"]
+    assert "in Consul differs from the rendered one" in check["summary"]
+
+
 def test_default_policy_allow_fails_acl_enabled(applied: Applied, tmp_path: Path) -> None:
     """A cluster whose agents say default_policy = "allow" (from edited templates)."""
     templates = tmp_path / "templates"

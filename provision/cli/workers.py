@@ -1,0 +1,80 @@
+"""`lockctl worker-config`: each worker's runner config, env file and systemd units."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from provision.cli import options
+from provision.errors import InputError
+
+OldTokenDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--token-dir",
+        hidden=True,  # the old name of --secrets-dir; kept so existing units and scripts work
+        help="Deprecated: use --secrets-dir.",
+        show_default=False,
+    ),
+]
+
+
+def worker_config(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Option("--out", help="Folder: one sub-folder per worker.")],
+    worker: Annotated[
+        list[str] | None, typer.Option("--worker", "-w", help="A worker (repeatable).")
+    ] = None,
+    all_workers: Annotated[bool, typer.Option("--all", help="Every worker in the spec.")] = False,
+    spec_file: options.SpecFile = options.DEFAULT_SPEC,
+    secrets_dir: options.SecretsDir = options.DEFAULT_SECRETS_DIR,
+    token_dir: OldTokenDir = None,
+    config_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--config-dir",
+            help="Where lockctl.json lives on the worker \\[default: the output folder itself].",
+        ),
+    ] = None,
+    lockctl_bin: Annotated[
+        str, typer.Option("--lockctl", help="The lockctl program the systemd units run.")
+    ] = "/usr/local/bin/lockctl",
+    templates_dir: options.TemplatesDir = None,
+) -> None:
+    """Write each worker's runner config, env file and systemd units (no secrets in them).
+
+    --secrets-dir and --config-dir say where the token file and lockctl.json will be ON THE
+    WORKER; the files are written under --out.
+    """
+    from provision.spec import load_spec
+    from provision.system.templates import find_templates_dir
+    from provision.workers.files import Placement, write_worker_files
+
+    on_worker = _secrets_dir_on_worker(ctx, secrets_dir, token_dir)
+    spec = load_spec(spec_file)
+    if all_workers == bool(worker):
+        raise InputError("give --worker NAME (repeatable) or --all, not both or neither")
+    names = [w.name for w in spec.workers] if all_workers else list(worker or [])
+    placement = Placement(config_dir, on_worker.absolute(), lockctl_bin)
+    for result in write_worker_files(
+        spec, names, out, find_templates_dir(templates_dir), placement
+    ):
+        typer.echo(f"{result.worker}: {len(result.files)} files in {out / result.worker}")
+        if result.jobs_without_unit:
+            jobs = ", ".join(result.jobs_without_unit)
+            typer.echo(f"  no systemd unit for {jobs} (needs both schedule and command)")
+
+
+def _secrets_dir_on_worker(ctx: typer.Context, secrets_dir: Path, token_dir: Path | None) -> Path:
+    """--secrets-dir, or its old name --token-dir, which wins over LOCKCTL_SECRETS_DIR as it did
+    before the rename; both on one command line is a mistake unless they agree."""
+    if token_dir is None:
+        return secrets_dir
+    source = ctx.get_parameter_source("secrets_dir")  # click's ParameterSource
+    typed = source is not None and source.name == "COMMANDLINE"
+    if typed and secrets_dir != token_dir:
+        raise InputError(f"--secrets-dir {secrets_dir} and --token-dir {token_dir}: give one")
+    typer.echo("lockctl: warning: --token-dir is deprecated: use --secrets-dir", err=True)
+    return token_dir
