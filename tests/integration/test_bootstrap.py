@@ -20,7 +20,7 @@ from provision.cli import acl
 from provision.cli.app import ErrorBoundaryGroup
 from provision.cluster.consul_binary import install_consul
 from provision.cluster.layout import AgentSpec, ClusterLayout
-from provision.cluster.processes import spawn, stop
+from provision.system.processes import spawn, stop
 from provision.consul import Consul, ConsulSettings
 from provision.consul.errors import ConsulError
 from provision.errors import EXIT_INPUT
