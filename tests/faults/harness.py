@@ -42,9 +42,9 @@ from provision.cluster import netns as ns
 from provision.cluster.consul_binary import find_consul
 from provision.cluster.layout import AgentSpec, ClusterLayout
 from provision.cluster.local import cluster_down, cluster_status, cluster_up
-from provision.system.processes import read_pid, stop
 from provision.consul import Consul, ConsulSettings
 from provision.consul.errors import ConsulError, PermissionDenied
+from provision.system.processes import read_pid, stop
 from provision.system.secrets import Secret, read_secret_file, write_secret_file
 from tests.faults.oracle import Oracle, Section, kill_leftover_jobs
 

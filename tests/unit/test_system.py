@@ -85,8 +85,9 @@ def test_retry_until_raises_the_last_error_once_the_deadline_has_passed() -> Non
         calls.append(clock.now)
         raise TimeoutError(f"try {len(calls)}")
 
+    deadline = Deadline(1.0, clock)
     with pytest.raises(TimeoutError, match="try 3"):
-        retry_until(Deadline(1.0, clock), attempt, retry_on=(OSError,), pause=0.5, sleep=clock.sleep)
+        retry_until(deadline, attempt, retry_on=(OSError,), pause=0.5, sleep=clock.sleep)
     assert calls == [100.0, 100.5, 101.0]
 
 
