@@ -1,7 +1,7 @@
 """Fault soak: the fault scenarios N times at random, with `lockctl run` and with `consul lock`.
 
 Each lab is its own namespace cluster (`lockctl cluster up --netns`: 3 servers, 3 workers; root
-only). Faults are drawn at random from the scenarios (tests/faults/harness.py) and run one at a
+only). Faults are drawn at random from the scenarios (bench/faultlab/harness.py) and run one at a
 time per lab, on a fresh job each; several labs run side by side with --labs. No new fault starts
 after --max-minutes. Both tools use the same Consul binary, the same job and the same oracle;
 lockctl with TTL 10s, LockDelay 5s, renew 2s, kill grace 1s; `consul lock` with its own fixed
@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.faults.harness import (
+from bench.faultlab.harness import (
     SCENARIOS,
     TOOLS,
     RunResult,

@@ -29,6 +29,7 @@ from provision.consul import (
 )
 from provision.consul.models import Token
 from provision.errors import InputError, LocalEnvironmentError
+from provision.system.deadline import Deadline, retry_until
 from provision.system.secrets import Secret, check_writable, read_secret_file, write_secret_file
 
 BOOTSTRAP_DEADLINE = 30.0
@@ -158,16 +159,17 @@ def bootstrap_acl(
     sleep: Callable[[float], None] = time.sleep,
 ) -> Token | None:
     """Bootstrap the ACL system; the management token, or None if it was bootstrapped before."""
-    give_up_at = clock() + deadline
-    while True:
+
+    def attempt() -> Token | None:
         try:
             return consul.acl.bootstrap(retry=NO_RETRY)
         except PermissionDenied:
             return None  # "ACL bootstrap no longer allowed": someone already did it
-        except (ConsulServerError, ConsulUnavailable):
-            if clock() >= give_up_at:
-                raise
-        sleep(RETRY_PAUSE)
+
+    transient = (ConsulServerError, ConsulUnavailable)
+    return retry_until(
+        Deadline(deadline, clock), attempt, retry_on=transient, pause=RETRY_PAUSE, sleep=sleep
+    )
 
 
 def wait_until_management_works(
@@ -183,12 +185,10 @@ def wait_until_management_works(
     may answer 403 "ACL not found" even after /v1/acl/token/self succeeded there. Listing
     policies needs the agent's own ACL resolver, so it is the probe that matches later use.
     """
-    give_up_at = clock() + deadline
-    while True:
-        try:
-            consul.acl.list_policies()
-            return
-        except (PermissionDenied, ConsulServerError, ConsulUnavailable):
-            if clock() >= give_up_at:
-                raise
-        sleep(RETRY_PAUSE)
+    retry_until(
+        Deadline(deadline, clock),
+        consul.acl.list_policies,
+        retry_on=(PermissionDenied, ConsulServerError, ConsulUnavailable),
+        pause=RETRY_PAUSE,
+        sleep=sleep,
+    )

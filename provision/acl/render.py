@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import difflib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +16,7 @@ from provision.acl.lint import Finding, expectation_for, lint_rules
 from provision.errors import InputError
 from provision.spec.models import Spec
 from provision.spec.names import lock_policy_name, session_policy_name, token_description
+from provision.system.files import PUBLIC_MODE, write_atomically
 from provision.system.templates import make_environment, render_template
 
 LOCK_TEMPLATE = "policies/lock.hcl.j2"
@@ -155,7 +154,7 @@ def write_rendered(result: RenderResult, out_dir: Path) -> WriteReport:
         if _read(out_dir / filename) == text:
             unchanged.append(filename)
         else:
-            _write_atomically(out_dir / filename, text)
+            write_atomically(out_dir / filename, text, mode=PUBLIC_MODE)
             written.append(filename)
     for filename in stale:
         (out_dir / filename).unlink()
@@ -232,16 +231,3 @@ def _refuse_spec_overlap(result: RenderResult, out_dir: Path, files: dict[str, s
     spec = Path(result.spec_path).resolve()
     if spec.parent == out_dir.resolve() and spec.name in files:
         raise InputError(f"{result.spec_path}: rendering into {out_dir} would overwrite the spec")
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    """Write to a temporary file beside `path`, then rename: readers never see half a file."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600, meant for secrets; policies are not
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import ipaddress
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from provision.cluster import netns as ns
 from provision.errors import InputError, LocalEnvironmentError
+from provision.system.files import PUBLIC_MODE, write_atomically
 
 DEFAULT_SUBNET = "127.0.0"  # servers at .11-.13, worker agents at .21-.22
 DEFAULT_NETNS_SUBNET = "10.77.0"  # namespace mode: exists only inside the cluster's namespaces
@@ -141,10 +141,8 @@ def save_layout(layout: ClusterLayout) -> None:
         "agents": [asdict(agent) for agent in layout.agents],
         "netns_prefix": layout.netns_prefix,
     }
-    path = layout.state_dir / LAYOUT_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    text = json.dumps(record, indent=2) + "\n"
+    write_atomically(layout.state_dir / LAYOUT_FILE, text, mode=PUBLIC_MODE)
 
 
 def load_layout(state_dir: Path) -> ClusterLayout | None:

@@ -32,9 +32,10 @@ from provision.cluster.layout import (
     load_layout,
     save_layout,
 )
-from provision.cluster.processes import is_running, read_pid, spawn, stop
 from provision.consul import NO_RETRY, Consul, ConsulError, ConsulSettings, PermissionDenied
 from provision.errors import LocalEnvironmentError
+from provision.system.deadline import Deadline, attempts, retry_until
+from provision.system.processes import is_running, read_pid, spawn, stop
 from provision.system.secrets import Secret, read_secret_file, write_secret_file
 from provision.system.templates import find_templates_dir, make_environment, render_template
 
@@ -86,6 +87,7 @@ def cluster_up(
 ) -> UpResult:
     """Bring the cluster to healthy and bootstrapped, starting only what is not running."""
     began = time.monotonic()
+    give_up = Deadline(deadline)
     layout, fresh = _layout_for_up(state_dir, subnet, workers, netns)
     if layout.netns_prefix is not None:
         ns.require_root()
@@ -109,11 +111,11 @@ def cluster_up(
     started = _start_missing_agents(layout, missing, binary, templates, log_level)
     try:
         with ns.entered(layout.driver_netns):
-            management, bootstrapped = _bootstrap(layout, began + deadline)
-            _wait_until_every_agent_accepts(layout, management, began + deadline)
+            management, bootstrapped = _bootstrap(layout, give_up)
+            _wait_until_every_agent_accepts(layout, management, give_up)
             for agent in layout.agents:
-                _give_agent_token(management, agent, templates, began + deadline)
-            _wait_until_healthy(layout, management, began + deadline)
+                _give_agent_token(management, agent, templates, give_up)
+            _wait_until_healthy(layout, management, give_up)
     except (ConsulError, LocalEnvironmentError) as exc:
         if started:
             _stop_agents(layout, [a for a in layout.agents if a.name in started])
@@ -255,15 +257,15 @@ def _refuse_if_taken(agent: AgentSpec) -> None:
             )
 
 
-def _bootstrap(layout: ClusterLayout, give_up_at: float) -> tuple[Consul, bool]:
+def _bootstrap(layout: ClusterLayout, give_up: Deadline) -> tuple[Consul, bool]:
     """The management client, bootstrapping ACLs first if this cluster never was."""
     anonymous = Consul(ConsulSettings(address=layout.servers[0].http_address), retry=NO_RETRY)
-    leader = _wait_for_leader(layout, anonymous, give_up_at)
+    leader = _wait_for_leader(layout, anonymous, give_up)
     token = _read_management_token(layout)
     bootstrapped = False
     if token is None:
         leader_client = anonymous.with_settings(address=leader.http_address)
-        minted = bootstrap_acl(leader_client, deadline=max(1.0, give_up_at - time.monotonic()))
+        minted = bootstrap_acl(leader_client, deadline=max(1.0, give_up.remaining()))
         if minted is None or minted.secret is None:
             raise LocalEnvironmentError(
                 f"ACLs were bootstrapped before but {layout.management_token_file} is missing; "
@@ -276,13 +278,13 @@ def _bootstrap(layout: ClusterLayout, give_up_at: float) -> tuple[Consul, bool]:
 
 
 def _wait_until_every_agent_accepts(
-    layout: ClusterLayout, management: Consul, give_up_at: float
+    layout: ClusterLayout, management: Consul, give_up: Deadline
 ) -> None:
     """Return only once every agent resolves the management token: callers may use any agent."""
     for agent in layout.agents:
         client = management.with_settings(address=agent.http_address)
         try:
-            wait_until_management_works(client, deadline=max(1.0, give_up_at - time.monotonic()))
+            wait_until_management_works(client, deadline=max(1.0, give_up.remaining()))
         except PermissionDenied:
             raise LocalEnvironmentError(
                 f"{agent.name} does not accept the token in {layout.management_token_file}; "
@@ -291,30 +293,26 @@ def _wait_until_every_agent_accepts(
 
 
 def _give_agent_token(
-    management: Consul, agent: AgentSpec, templates: Path, give_up_at: float
+    management: Consul, agent: AgentSpec, templates: Path, give_up: Deadline
 ) -> None:
     """A restarted server may not know the management token for a moment (its ACL state is
     still replaying): retry a 403 from the agent itself until the deadline."""
     node_client = management.with_settings(address=agent.http_address)
-    while True:
-        try:
-            ensure_agent_token(management, node_client, agent.name, templates)
-            return
-        except PermissionDenied:
-            if time.monotonic() >= give_up_at:
-                raise
-        time.sleep(POLL_PAUSE)
+    retry_until(
+        give_up,
+        lambda: ensure_agent_token(management, node_client, agent.name, templates),
+        retry_on=(PermissionDenied,),
+        pause=POLL_PAUSE,
+    )
 
 
-def _wait_for_leader(layout: ClusterLayout, client: Consul, give_up_at: float) -> AgentSpec:
+def _wait_for_leader(layout: ClusterLayout, client: Consul, give_up: Deadline) -> AgentSpec:
     by_raft_address = {f"{agent.address}:8300": agent for agent in layout.servers}
-    while True:
+    for _ in attempts(give_up, POLL_PAUSE):
         leader = _leader(layout, client)
         if leader in by_raft_address:
             return by_raft_address[leader]
-        if time.monotonic() >= give_up_at:
-            raise LocalEnvironmentError("no Consul leader was elected in time")
-        time.sleep(POLL_PAUSE)
+    raise LocalEnvironmentError("no Consul leader was elected in time")
 
 
 def _leader(layout: ClusterLayout, client: Consul) -> str:
@@ -328,16 +326,14 @@ def _leader(layout: ClusterLayout, client: Consul) -> str:
     return ""
 
 
-def _wait_until_healthy(layout: ClusterLayout, management: Consul, give_up_at: float) -> None:
+def _wait_until_healthy(layout: ClusterLayout, management: Consul, give_up: Deadline) -> None:
     """Every node registered with a passing serfHealth: sessions can be made on it."""
-    while True:
+    for _ in attempts(give_up, POLL_PAUSE):
         health = _serf_health(management)
-        if all(health.get(agent.name) == "passing" for agent in layout.agents):
+        unhealthy = [a.name for a in layout.agents if health.get(a.name) != "passing"]
+        if not unhealthy:
             return
-        if time.monotonic() >= give_up_at:
-            unhealthy = [a.name for a in layout.agents if health.get(a.name) != "passing"]
-            raise LocalEnvironmentError(f"agents not healthy in time: {', '.join(unhealthy)}")
-        time.sleep(POLL_PAUSE)
+    raise LocalEnvironmentError(f"agents not healthy in time: {', '.join(unhealthy)}")
 
 
 def _serf_health(client: Consul) -> dict[str, str]:

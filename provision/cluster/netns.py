@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provision.errors import LocalEnvironmentError
+from provision.system.files import PUBLIC_MODE, write_atomically
 
 NETNS_RUN_DIR = Path("/run/netns")  # where `ip netns add` mounts named namespaces
 RECORD_FILE = "netns.json"
@@ -202,10 +203,8 @@ def _record(state_dir: Path, name: str) -> None:
     names = recorded_namespaces(state_dir)
     if name in names:
         return
-    path = state_dir / RECORD_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"created": [*names, name]}, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    record = json.dumps({"created": [*names, name]}, indent=2) + "\n"
+    write_atomically(state_dir / RECORD_FILE, record, mode=PUBLIC_MODE)
 
 
 def _link_exists(netns: str, device: str) -> bool:

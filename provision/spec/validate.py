@@ -212,6 +212,19 @@ def _string(attribute: Attribute, where: str, problems: _Problems) -> str | None
     return None
 
 
+def _checked_string(
+    attribute: Attribute, where: str, problems: _Problems, problem_of: Callable[[str], str | None]
+) -> str | None:
+    """The attribute's string if `problem_of` finds nothing wrong with it; else None, and the
+    problem (not a string, or what `problem_of` says) is recorded."""
+    text = _string(attribute, where, problems)
+    message = None if text is None else problem_of(text)
+    if message:
+        problems.add(attribute.line, where, message)
+        return None
+    return text
+
+
 def _kind(value: Value) -> str:
     if isinstance(value, Unsupported):
         return value.what
@@ -324,13 +337,8 @@ def _workers(blocks: list[Block], problems: _Problems) -> list[Worker]:
 def _address(attribute: Attribute | None, where: str, problems: _Problems) -> str:
     if attribute is None:
         return DEFAULT_ADDRESS
-    text = _string(attribute, where, problems)
-    if text is None:
-        return DEFAULT_ADDRESS
-    message = _address_problem(text)
-    if message:
-        problems.add(attribute.line, where, message)
-    return text.rstrip("/")
+    text = _checked_string(attribute, where, problems, _address_problem)
+    return DEFAULT_ADDRESS if text is None else text.rstrip("/")
 
 
 def _address_problem(text: str) -> str | None:
@@ -448,14 +456,7 @@ def _prefix(attribute: Attribute | None, where: str, line: int, problems: _Probl
     if attribute is None:
         problems.add(line, where, 'missing: every job needs its lock prefix, like "locks/NAME/"')
         return None
-    text = _string(attribute, where, problems)
-    if text is None:
-        return None
-    message = prefix_problem(text)
-    if message:
-        problems.add(attribute.line, where, message)
-        return None
-    return text
+    return _checked_string(attribute, where, problems, prefix_problem)
 
 
 _PREFIX_RULES: tuple[tuple[Callable[[str], bool], str], ...] = (

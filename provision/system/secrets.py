@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from provision.errors import InputError, LocalEnvironmentError
+from provision.system.files import SECRET_MODE, write_atomically
 
 MASK = "********"
 
@@ -45,23 +46,10 @@ def read_secret_file(path: Path) -> Secret:
 
 
 def write_secret_file(path: Path, secret: Secret) -> None:
-    """Write `secret` to `path` atomically with mode 0600: readers see the old file or the new one.
-
-    The temporary file is created 0600 in the same folder (so the rename is atomic) and fsynced
-    before the rename, so a crash never leaves a half-written or world-readable token behind.
-    """
+    """Write `secret` to `path` atomically with mode 0600: readers see the old file or the new
+    one, and a crash never leaves a half-written or world-readable token behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as tmp:
-            tmp.write(secret.reveal() + "\n")
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        os.chmod(tmp_name, 0o600)
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
+    write_atomically(path, secret.reveal() + "\n", mode=SECRET_MODE)
 
 
 def check_writable(folder: Path, flag: str) -> None:

@@ -8,14 +8,13 @@ itself is never in these files; they name the 0600 token file that `lockctl appl
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from provision.errors import InputError
 from provision.spec import Spec
+from provision.system.files import PUBLIC_MODE, write_atomically
 from provision.system.templates import make_environment, render_template
 from provision.workers.config import CONFIG_NAME, config_record, load_worker_config
 
@@ -118,13 +117,4 @@ def systemd_quote(argument: str) -> str:
 def _write(path: Path, text: str) -> Path:
     """Atomic write (mode 0644: these files hold no secret)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_atomically(path, text, mode=PUBLIC_MODE)

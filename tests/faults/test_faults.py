@@ -2,7 +2,7 @@
 in network namespaces (root; part of the default run, as CI has root).
 
 Three workers compete for one job each scenario (`lockctl run --wait`, restarted on a 1 s
-schedule); the job writes its LockIndex to the oracle (tests/faults/oracle.py). Per fault: no two
+schedule); the job writes its LockIndex to the oracle (bench/faultlab/oracle.py). Per fault: no two
 holders' accepted writes overlap, a stale writer is rejected by the LockIndex check (the SIGSTOP
 scenario must show it), the old holder's job is dead before the new one starts (unless the runner
 itself was paused), the takeover comes within 2 x TTL + LockDelay + 5 s (and within detection +
@@ -21,13 +21,13 @@ from pathlib import Path
 
 import pytest
 
+from bench.faultlab.harness import SCENARIOS, FaultLab, RunResult, fault_lab, run_scenario
+from bench.faultlab.oracle import Oracle
 from provision.cluster import netns as ns
 from provision.consul import Consul, ConsulSettings
 from provision.consul.errors import ConsulError
 from provision.consul.transport import NO_RETRY
 from provision.errors import EXIT_LOCK_LOST
-from tests.faults.harness import SCENARIOS, FaultLab, RunResult, fault_lab, run_scenario
-from tests.faults.oracle import Oracle
 
 pytestmark = pytest.mark.faults
 

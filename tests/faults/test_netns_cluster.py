@@ -16,8 +16,8 @@ from provision.cluster import netns as ns
 from provision.cluster.consul_binary import find_consul
 from provision.cluster.layout import default_layout, load_layout, save_layout
 from provision.cluster.local import cluster_down, cluster_status, cluster_up
-from provision.cluster.processes import is_running, read_pid
 from provision.errors import EXIT_ENVIRONMENT, InputError
+from provision.system.processes import is_running, read_pid
 
 pytestmark = pytest.mark.faults
 runner = CliRunner()

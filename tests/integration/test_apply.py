@@ -22,11 +22,11 @@ from provision.cli import acl
 from provision.cli.app import ErrorBoundaryGroup
 from provision.cluster.consul_binary import install_consul
 from provision.cluster.layout import AgentSpec
-from provision.cluster.processes import read_pid, spawn
 from provision.consul import Consul, ConsulSettings
 from provision.consul.errors import ConsulError, PermissionDenied
 from provision.errors import EXIT_DENIED, EXIT_INPUT, EXIT_UNAVAILABLE
 from provision.spec.names import token_description
+from provision.system.processes import read_pid, spawn
 from provision.system.secrets import read_secret_file
 from tests.conftest import TEST_SUBNET, LiveCluster
 

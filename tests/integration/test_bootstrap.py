@@ -20,10 +20,10 @@ from provision.cli import acl
 from provision.cli.app import ErrorBoundaryGroup
 from provision.cluster.consul_binary import install_consul
 from provision.cluster.layout import AgentSpec, ClusterLayout
-from provision.cluster.processes import spawn, stop
 from provision.consul import Consul, ConsulSettings
 from provision.consul.errors import ConsulError
 from provision.errors import EXIT_INPUT
+from provision.system.processes import spawn, stop
 from provision.system.secrets import read_secret_file
 from provision.system.templates import find_templates_dir, make_environment, render_template
 from tests.conftest import TEST_SUBNET, LiveCluster

@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 from provision.cli import app
 from provision.cluster.layout import load_layout
 from provision.cluster.local import cluster_down, cluster_status, cluster_up
-from provision.cluster.processes import is_running, read_pid
 from provision.consul import Consul, ConsulSettings
 from provision.consul.errors import PermissionDenied
 from provision.errors import EXIT_ENVIRONMENT, EXIT_FAILED
+from provision.system.processes import is_running, read_pid
 from tests.conftest import TEST_SUBNET, LiveCluster
 
 LIFECYCLE_SUBNET = os.environ.get("LOCKCTL_TEST_LIFECYCLE_SUBNET", "127.0.4")

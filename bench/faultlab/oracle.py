@@ -17,12 +17,15 @@ import contextlib
 import itertools
 import json
 import os
+import signal
 import socket
 import socketserver
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from provision.system.processes import is_running
 
 
 @dataclass
@@ -204,11 +207,10 @@ def kill_leftover_jobs(oracle: Oracle, marker: str) -> list[int]:
     """SIGKILL job processes still alive (only those whose argv carries `marker`)."""
     killed = []
     for section in list(oracle.sections):
-        with contextlib.suppress(OSError):
-            cmdline = Path(f"/proc/{section.pid}/cmdline").read_bytes().decode(errors="replace")
-            if marker in cmdline:
-                os.kill(section.pid, 9)
-                killed.append(section.pid)
+        if is_running(section.pid, marker):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(section.pid, signal.SIGKILL)
+            killed.append(section.pid)
     return killed
 
 

@@ -1,5 +1,5 @@
 """Fault scenarios on a namespace cluster, shared by tests/faults/test_faults.py and
-bench/faults.py.
+bench/faults.py (the soak).
 
 A `FaultLab` is one `lockctl cluster up --netns` cluster with three client agents (worker-1..3),
 a token per worker (key write on `faults/`, session write and agent read on its own node: what
@@ -7,7 +7,7 @@ both `lockctl run` and `consul lock` need), and an oracle. `run_scenario` runs O
 
     every worker runs its runner on a 1 s schedule (a new one as soon as the last has exited),
     each `--wait`ing for the lock, so the job is always held by one and waited for by the others
-    -> the job (tests/faults/job.py) enters the oracle -> 1.5 s into it, the fault hits the
+    -> the job (bench/faultlab/job.py) enters the oracle -> 1.5 s into it, the fault hits the
     holder -> wait for the next holder -> heal -> stop every runner (SIGTERM, by PID) -> checks.
 
 The job runs for longer than the takeover bound, so a job that its runner fails to stop (an
@@ -38,15 +38,16 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.faultlab.oracle import Oracle, Section, kill_leftover_jobs
 from provision.cluster import netns as ns
 from provision.cluster.consul_binary import find_consul
 from provision.cluster.layout import AgentSpec, ClusterLayout
 from provision.cluster.local import cluster_down, cluster_status, cluster_up
-from provision.cluster.processes import read_pid, stop
 from provision.consul import Consul, ConsulSettings
 from provision.consul.errors import ConsulError, PermissionDenied
+from provision.system.deadline import Deadline, attempts, retry_until, wait_until
+from provision.system.processes import read_pid, stop, terminate
 from provision.system.secrets import Secret, read_secret_file, write_secret_file
-from tests.faults.oracle import Oracle, Section, kill_leftover_jobs
 
 REPO = Path(__file__).resolve().parents[2]
 JOB_SCRIPT = Path(__file__).with_name("job.py")
@@ -55,6 +56,7 @@ TICK = 1.0  # the schedule: a worker starts a runner each second unless one is r
 FAULT_AFTER = 1.5  # seconds into the holder's job
 HOLDER_EXIT_WAIT = 30.0  # seconds the old holder's runner gets to exit on its own after a fault
 PREFIX = "faults"
+POLL = 0.05  # seconds between looks at the oracle
 
 SCENARIOS = ("kill9-runner", "kill9-both", "sigstop", "cut-host", "kill-leader", "restart-agent")
 TOOLS = ("lockctl", "consul-lock")
@@ -184,14 +186,13 @@ class FaultLab:
         path = self.root / f"{agent.name}.token"
         write_secret_file(path, token.secret)
         worker = self.client(agent.name, token.secret)
-        give_up_at = time.monotonic() + 15
-        while True:  # a fresh token reaches the followers a moment after the leader
-            try:
-                worker.acl.read_self_token()
-                return path
-            except PermissionDenied:
-                assert time.monotonic() < give_up_at, f"{agent.name}'s token never worked"
-                time.sleep(0.1)
+        try:  # a fresh token reaches the followers a moment after the leader
+            retry_until(
+                Deadline(15.0), worker.acl.read_self_token, retry_on=(PermissionDenied,), pause=0.1
+            )
+        except PermissionDenied:
+            raise AssertionError(f"{agent.name}'s token never worked") from None
+        return path
 
     # -- handles ---------------------------------------------------------------------------------
     @property
@@ -213,10 +214,8 @@ class FaultLab:
         return self.client(name, read_secret_file(self.cluster.management_token_file))
 
     def wait_healthy(self, timeout: float = 90.0) -> None:
-        give_up_at = time.monotonic() + timeout
-        while not cluster_status(self.state_dir).healthy:
-            assert time.monotonic() < give_up_at, "the cluster did not become healthy again"
-            time.sleep(0.5)
+        healthy = wait_until(Deadline(timeout), lambda: cluster_status(self.state_dir).healthy, 0.5)
+        assert healthy, "the cluster did not become healthy again"
 
     def recover(self) -> None:
         """Start every agent that is not running and wait until all are healthy (`cluster up`)."""
@@ -356,18 +355,11 @@ class Schedule:
         with self._lock:
             self._stop.set()
         self._thread.join()
-        live = [p for _, p in self.started if p.poll() is None]
-        for process in live:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(process.pid, signal.SIGCONT)  # a paused runner cannot act on SIGTERM
-                os.kill(process.pid, signal.SIGTERM)
-        give_up_at = time.monotonic() + grace
-        for process in live:
-            try:
-                process.wait(max(0.1, give_up_at - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        live = {p.pid: p for _, p in self.started if p.poll() is None}
+        # poll(), not the PID's cmdline: it keeps each runner's exit status for the checks.
+        terminate(list(live), lambda pid: live[pid].poll() is None, grace, wake=True)
+        for process in live.values():
+            process.wait()
         self.exits = {w: [] for w in self.workers}
         for worker, process in self.started:
             self.exits[worker].append(process.returncode)
@@ -436,22 +428,18 @@ def run_scenario(lab: FaultLab, scenario: str, tool: str, number: int = 1) -> Ru
 
 
 def _wait_for_holder(lab: FaultLab, job: str, timeout: float) -> Section:
-    give_up_at = time.monotonic() + timeout
-    while True:
+    for _ in attempts(Deadline(timeout), POLL):
         section = lab.oracle.open_section(job)
         if section is not None and time.monotonic() - section.entered < FAULT_AFTER:
             return section
-        assert time.monotonic() < give_up_at, f"{job}: no holder entered the oracle in time"
-        time.sleep(0.05)
+    raise AssertionError(f"{job}: no holder entered the oracle in time")
 
 
 def _wait_for_takeover(lab: FaultLab, job: str, since: float, timeout: float) -> float | None:
-    give_up_at = time.monotonic() + timeout
-    while time.monotonic() < give_up_at:
+    for _ in attempts(Deadline(timeout), POLL):
         newer = [s for s in lab.oracle.of_job(job) if s.entered > since]
         if newer:
             return newer[0].entered - since
-        time.sleep(0.05)
     return None
 
 
@@ -552,14 +540,12 @@ def _watch_invalidation(
     """Poll (consistent reads at a server) until the holder's session is gone; when it went."""
     if session is None:
         return None
-    give_up_at = since + timeout
     with lab.driver():
         management = lab.management()
-        while time.monotonic() < give_up_at:
+        for _ in attempts(Deadline(since + timeout - time.monotonic()), 0.1):
             with contextlib.suppress(ConsulError):
                 if management.session.info(session, consistency="consistent") is None:
                     return time.monotonic()
-            time.sleep(0.1)
     return None
 
 
@@ -573,14 +559,12 @@ def _check(lab: FaultLab, job: str, result: RunResult) -> None:
     result.rejections = lab.oracle.rejections(job)
     with lab.driver():
         management = lab.management()
-        give_up_at = time.monotonic() + 3.0
-        while True:  # a runner's destroy may trail its exit by a moment
+        for _ in attempts(Deadline(3.0), 0.2):  # a runner's destroy may trail its exit a moment
             sessions = management.session.list()
             entry, _ = management.kv.get(lock_key(job), consistency="consistent")
             held = entry is not None and bool(entry.session)
-            if (not sessions and not held) or time.monotonic() > give_up_at:
+            if not sessions and not held:
                 break
-            time.sleep(0.2)
     result.sessions_left = len(sessions)
     result.key_held = held
 
