@@ -18,8 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from provision.consul import Consul
-from provision.consul.errors import NotFound
+from provision.consul import Consul, NotFound
 from provision.errors import EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT, LocalEnvironmentError
 from provision.runner.child import Child, check_program
 from provision.runner.events import EventLog, ms

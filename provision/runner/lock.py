@@ -18,10 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from provision.consul import Consul
-from provision.consul.errors import ConsulError
+from provision.consul import NO_RETRY, Consul, ConsulError, RetryPolicy
 from provision.consul.models import KVEntry
-from provision.consul.transport import RetryPolicy
 from provision.workers.config import JobConfig
 
 SESSION_BEHAVIOR = "release"  # a lost session frees the key, it does not delete it
@@ -71,14 +69,12 @@ class LockSession:
     @property
     def renew_timeout(self) -> float:
         """The client timeout of one renew: below the renew interval, so renewals never pile up."""
-        return min(self.job.timings.renew_interval / 2, self.consul.transport.settings.timeout)
+        return min(self.job.timings.renew_interval / 2, self.consul.settings.timeout)
 
     def renew(self) -> None:
         """Renew once, with a client timeout below the renew interval; NotFound if gone."""
         sent = self._clock()
-        self.consul.session.renew(
-            self.session_id, timeout=self.renew_timeout, retry=RetryPolicy(0.0)
-        )
+        self.consul.session.renew(self.session_id, timeout=self.renew_timeout, retry=NO_RETRY)
         self.confirm(sent)
 
     def destroy(self) -> None:

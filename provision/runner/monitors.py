@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from provision.consul.errors import ConsulError, NotFound
+from provision.consul import ConsulError, NotFound
 from provision.runner.child import Child
 from provision.runner.events import EventLog, ms
 from provision.runner.lock import LockSession

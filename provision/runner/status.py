@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from provision.consul import Consul
-from provision.consul.errors import ConsulError
+from provision.consul import Consul, ConsulError
 from provision.runner.lock import holder_record
 from provision.spec import Spec
 

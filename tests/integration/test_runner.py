@@ -62,6 +62,7 @@ JOBS = (
     "status",
     "unsafe",
     "denied",
+    "anytime",
 )
 WAIT = 20.0  # the longest any single subprocess wait may take
 
@@ -420,6 +421,29 @@ def test_sigterm_to_the_runner_stops_the_child_and_releases(
     released = runner.named("released")[0]
     assert released["released"] is True
     assert probe_acquire(lab, lab.keys["sigterm"])  # at once: no lock-delay after a release
+
+
+# Delays after the start at which the runner gets SIGTERM: before its handlers exist (Python is
+# still starting), while it opens its session, acquires, runs the job, and cleans up.
+SIGTERM_DELAYS = [0.05 * n for n in range(2, 22)]
+
+
+def test_sigterm_at_any_moment_leaves_no_traceback_and_no_session(
+    lab: Lab, runners: list[Runner]
+) -> None:
+    codes = set()
+    for delay in SIGTERM_DELAYS:
+        runner = start(lab, runners, "worker-1", "anytime", ["sh", "-c", "sleep 0.2 & wait"])
+        time.sleep(delay)
+        runner.process.send_signal(signal.SIGTERM)
+        code = runner.wait()
+        assert not any("Traceback" in line for line in runner.lines), runner.lines
+        # killed before the handlers exist (-15), stopped by the signal (143), or done (0)
+        assert code in {-signal.SIGTERM, 128 + signal.SIGTERM, 0}, (delay, code, runner.lines)
+        codes.add(code)
+    assert 128 + signal.SIGTERM in codes  # the sweep did reach a running runner
+    name = f"lockctl {lab.jobs['anytime']} on worker-1"
+    assert [s for s in lab.management().session.list(node="worker-1") if s.name == name] == []
 
 
 def test_a_child_that_ignores_sigterm_is_killed_after_the_grace(
