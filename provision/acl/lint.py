@@ -19,6 +19,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from provision.acl.rules import (
+    BASIC,
+    EXACT_TO_PREFIX,
+    KEY_VALUES,
+    SCOPES,
+    SEGMENTED,
+    UNSEGMENTED,
+    rule_policy,
+    rule_segment,
+)
 from provision.errors import InputError
 from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError, parse_hcl
 from provision.spec.models import Spec
@@ -27,42 +37,6 @@ from provision.spec.names import lock_policy_name, session_policy_name
 Severity = Literal["error", "warning"]
 MAX_RULES_BYTES = 1024 * 1024
 POLICY_NAME = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
-BASIC = ("read", "write", "deny")
-KEY_VALUES = ("read", "write", "deny", "list")
-# Resources written `resource "segment" { ... }`, and the attributes each block may carry.
-SEGMENTED = {
-    **dict.fromkeys(
-        (
-            "agent",
-            "agent_prefix",
-            "event",
-            "event_prefix",
-            "identity",
-            "identity_prefix",
-            "node",
-            "node_prefix",
-            "query",
-            "query_prefix",
-            "session",
-            "session_prefix",
-        ),
-        ("policy",),
-    ),
-    "key": ("policy",),
-    "key_prefix": ("policy",),
-    "service": ("policy", "intentions"),
-    "service_prefix": ("policy", "intentions"),
-}
-# Enterprise scopes that hold nested rules; their own attributes are listed.
-SCOPES = {
-    "namespace": ("policy", "intentions"),
-    "namespace_prefix": ("policy", "intentions"),
-    "partition": ("mesh", "peering"),
-    "partition_prefix": ("mesh", "peering"),
-}
-# Resources written `resource = "policy"`.
-UNSEGMENTED = ("acl", "keyring", "mesh", "operator", "peering")
-EXACT_TO_PREFIX = {name: f"{name}_prefix" for name in SEGMENTED if not name.endswith("_prefix")}
 
 
 @dataclass(frozen=True)
@@ -234,9 +208,9 @@ def _block_rule(block: Block, nodes: Collection[str] | None) -> list[Finding]:
         fix = f'write {kind} = "read" (no segment, no block)'
         return [_finding("error", block.line, "rule-syntax", f"{kind} takes no segment", fix)]
     if kind not in SEGMENTED and kind not in SCOPES:
-        segment = _segment(block)
+        segment = rule_segment(block)
         return [_unknown_resource(kind, block.line, segment)]
-    segment = _segment(block)
+    segment = rule_segment(block)
     if segment is None:
         fix = f'write {kind} "<segment>" {{ policy = "read" }} with one quoted segment'
         return [
@@ -245,16 +219,10 @@ def _block_rule(block: Block, nodes: Collection[str] | None) -> list[Finding]:
     if kind in SCOPES:
         return _scope_rule(block, nodes)
     findings = _rule_attributes(block, SEGMENTED[kind])
-    policy = _policy(block)
+    policy = rule_policy(block)
     if policy is not None and policy != "deny":
         findings += _breadth(kind, segment, block.line, nodes)
     return findings
-
-
-def _segment(block: Block) -> str | None:
-    if len(block.labels) != 1 or not block.labels[0].quoted:
-        return None
-    return block.labels[0].text
 
 
 def _scope_rule(block: Block, nodes: Collection[str] | None) -> list[Finding]:
@@ -292,15 +260,8 @@ def _rule_attributes(block: Block, allowed: tuple[str, ...]) -> list[Finding]:
     return findings
 
 
-def _policy(block: Block) -> str | None:
-    for attribute in block.body.attributes:
-        if attribute.name == "policy" and isinstance(attribute.value, str):
-            return attribute.value
-    return None
-
-
 def _duplicate(block: Block, seen: dict[tuple[str, str], int]) -> list[Finding]:
-    segment = _segment(block)
+    segment = rule_segment(block)
     if segment is None or block.type not in SEGMENTED:
         return []
     key = (block.type, segment)
@@ -406,8 +367,8 @@ def _grants(body: Body) -> list[_Grant]:
         for a in body.attributes
     ]
     for block in body.blocks:
-        policy = _policy(block) or "?"
-        grants.append(_Grant(Rule(block.type, _segment(block), policy), block.line))
+        policy = rule_policy(block) or "?"
+        grants.append(_Grant(Rule(block.type, rule_segment(block), policy), block.line))
     return grants
 
 

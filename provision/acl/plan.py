@@ -2,9 +2,9 @@
 
 plan_changes(desired, live, ...) -> Plan of create/update/delete for policies and tokens.
 Policies are matched by name, worker tokens by their description (the marker), rules are
-compared semantically (parsed, comments and layout dropped, rules sorted). A policy whose list
-`Hash` equals the hash of the desired name, description and rules is identical without reading
-its rules, so a no-op plan needs only the two list calls whatever the size of the spec.
+compared semantically (`acl.rules`: parsed, comments and layout dropped, rules sorted). A policy
+whose list `Hash` equals the hash of the desired name, description and rules is identical without
+reading its rules, so a no-op plan needs only the two list calls whatever the size of the spec.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError, parse_hcl
+# rules_equivalent is re-exported: verify compares live rules with it too.
+from provision.acl.rules import rules_equivalent as rules_equivalent
 from provision.spec.names import (
     LOCK_POLICY_PREFIX,
     MANAGED_MARKER,
@@ -388,38 +389,3 @@ def _stale_policies(desired: Desired, live: LiveState) -> list[LivePolicy]:
         (p for p in live.policies if is_managed_policy(p) and p.name not in wanted),
         key=lambda p: p.name,
     )
-
-
-# --- semantic comparison of rules -----------------------------------------------------------
-
-
-def rules_equivalent(left: str, right: str) -> bool:
-    """Whether two rule texts grant the same: comments, layout and rule order do not count.
-
-    Text that does not parse is compared as written (stripped): it is never "the same" as a
-    different text by accident.
-    """
-    try:
-        return canonical_rules(left) == canonical_rules(right)
-    except HclSyntaxError:
-        return left.strip() == right.strip()
-
-
-def canonical_rules(text: str) -> tuple[Any, ...]:
-    """A sorted, position-free form of parsed rules (the lint's parser)."""
-    return _canonical_body(parse_hcl(text))
-
-
-def _canonical_body(body: Body) -> tuple[Any, ...]:
-    attributes = sorted((_canonical_attribute(a) for a in body.attributes), key=repr)
-    blocks = sorted((_canonical_block(b) for b in body.blocks), key=repr)
-    return (tuple(attributes), tuple(blocks))
-
-
-def _canonical_attribute(attribute: Attribute) -> tuple[Any, ...]:
-    return (attribute.name, attribute.value)
-
-
-def _canonical_block(block: Block) -> tuple[Any, ...]:
-    labels = tuple((label.text, label.quoted) for label in block.labels)
-    return (block.type, labels, _canonical_body(block.body))

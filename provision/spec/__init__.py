@@ -1,6 +1,10 @@
 """The lock spec: parse and validate `locks.hcl` into typed, frozen models.
 
 load_spec(path) / parse_spec(text, path) -> Spec, or SpecError listing every problem.
+
+Modules: `hcl` (HCL read with line numbers), `validate` (the walk over blocks, rules across jobs),
+`values` (single values), `job_timings` (a job's durations), `problems` (collector and error),
+`models` (the typed result), `names` (name rules and derived names).
 """
 
 from __future__ import annotations
@@ -8,7 +12,8 @@ from __future__ import annotations
 from provision.durations import Duration, format_duration, parse_duration
 from provision.spec.models import DEFAULT_ADDRESS, Defaults, Job, Spec, Worker
 from provision.spec.problems import Problem, SpecError
-from provision.spec.validate import MAX_SPEC_BYTES, load_spec, parse_spec, prefix_problem
+from provision.spec.validate import MAX_SPEC_BYTES, load_spec, parse_spec
+from provision.spec.values import prefix_problem
 
 __all__ = [
     "DEFAULT_ADDRESS",

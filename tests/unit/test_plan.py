@@ -27,9 +27,9 @@ from provision.acl.plan import (
     plan_changes,
     policies_to_read,
     policy_hash,
-    rules_equivalent,
 )
 from provision.acl.render import render_policies
+from provision.acl.rules import rules_equivalent
 from provision.spec import parse_spec
 from provision.system.templates import find_templates_dir
 

@@ -1,0 +1,129 @@
+"""A job's timings from the spec: each duration as set (and where), the job's own over the
+defaults, checked against the bounds and the fencing rule in `provision.timings`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from provision.durations import Duration, DurationSyntaxError, format_duration, parse_duration
+from provision.spec.hcl import Attribute
+from provision.spec.models import Defaults
+from provision.spec.problems import Problems
+from provision.spec.values import read_string
+from provision.timings import (
+    DEFAULTS,
+    FIELDS,
+    bound_problem,
+    default_renew_interval,
+    fencing_problem,
+    renew_problem,
+)
+
+DURATION_KEYS = FIELDS
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A duration plus where it was set, so cross-checks point at the right line."""
+
+    value: Duration
+    line: int
+    where: str
+
+
+Settings = dict[str, Setting | None]  # by duration key; None where the value was invalid
+
+
+@dataclass(frozen=True)
+class JobTimings:
+    ttl: Duration
+    lock_delay: Duration
+    renew_interval: Duration
+    kill_grace: Duration
+    min_hold: Duration | None
+
+
+def builtin_settings() -> Settings:
+    """The settings before any defaults block: the built-in defaults, the rest unset."""
+    settings: Settings = {key: None for key in DURATION_KEYS}
+    for key, text in DEFAULTS.items():
+        settings[key] = Setting(parse_duration(text), 1, f"built-in {key}")
+    return settings
+
+
+def read_duration(
+    attributes: dict[str, Attribute], key: str, where: str, problems: Problems
+) -> Setting | None:
+    attribute = attributes.get(key)
+    if attribute is None:
+        return None
+    label = f"{where}.{key}"
+    text = read_string(attribute, label, problems)
+    if text is None:
+        return None
+    try:
+        duration = parse_duration(text)
+    except DurationSyntaxError as exc:
+        problems.add(attribute.line, label, str(exc))
+        return None
+    outside = bound_problem(key, duration.seconds)
+    if outside:
+        problems.add(attribute.line, label, f"{text} {outside}")
+        return None
+    return Setting(duration, attribute.line, label)
+
+
+def final_defaults(settings: Settings) -> Defaults:
+    def get(key: str) -> Duration:
+        setting = settings[key]
+        return setting.value if setting else parse_duration(DEFAULTS[key])
+
+    renew, min_hold = settings["renew_interval"], settings["min_hold"]
+    return Defaults(
+        ttl=get("ttl"),
+        lock_delay=get("lock_delay"),
+        renew_interval=renew.value if renew else None,
+        kill_grace=get("kill_grace"),
+        min_hold=min_hold.value if min_hold else None,
+    )
+
+
+def job_timings(
+    attributes: dict[str, Attribute], where: str, defaults: Settings, problems: Problems
+) -> JobTimings | None:
+    """The job's own durations over the defaults; None when one is invalid."""
+    own = {key: read_duration(attributes, key, where, problems) for key in DURATION_KEYS}
+    if any(key in attributes and own[key] is None for key in DURATION_KEYS):
+        return None
+    chosen = {key: own[key] or defaults[key] for key in DURATION_KEYS}
+    ttl, lock_delay, kill_grace = chosen["ttl"], chosen["lock_delay"], chosen["kill_grace"]
+    if ttl is None or lock_delay is None or kill_grace is None:
+        return None  # the defaults block had an invalid value, already reported there
+    renew = _renew_interval(ttl, chosen["renew_interval"], where, problems)
+    if renew is None:
+        return None
+    fencing = fencing_problem(lock_delay.value.seconds, renew.seconds, kill_grace.value.seconds)
+    if fencing:
+        problems.add(lock_delay.line, f"{where}.lock_delay", fencing)
+        return None
+    min_hold = chosen["min_hold"]
+    return JobTimings(
+        ttl.value, lock_delay.value, renew, kill_grace.value, min_hold.value if min_hold else None
+    )
+
+
+def _renew_interval(
+    ttl: Setting, renew: Setting | None, where: str, problems: Problems
+) -> Duration | None:
+    """The renew interval (default TTL/3); it must stay below TTL/2 so one failed renewal can be
+    retried before the session expires."""
+    if renew is None:
+        third = default_renew_interval(ttl.value.seconds)
+        return Duration(third, format_duration(third))
+    problem = renew_problem(renew.value.seconds, ttl.value.seconds)
+    if problem is None:
+        return renew.value
+    own_renew, own_ttl = renew.where.startswith(where), ttl.where.startswith(where)
+    culprit = renew if own_renew or not own_ttl else ttl
+    problems.add(culprit.line, culprit.where, f"renew_interval {renew.value.text} {problem}")
+    return None

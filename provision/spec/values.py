@@ -1,0 +1,204 @@
+"""Single spec values checked one at a time: strings, addresses, lock prefixes, worker lists,
+schedules and commands. Each `read_*` returns the value, or None after recording why not."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from provision.spec.hcl import Attribute, Unsupported, Value
+from provision.spec.models import DEFAULT_ADDRESS
+from provision.spec.problems import Problems, shown
+
+PREFIX_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*/$")
+MAX_PREFIX = 256
+MAX_SCHEDULE = 256
+MAX_COMMAND_ARGS = 256
+MAX_ARGUMENT = 4096
+
+
+# --- strings --------------------------------------------------------------------------------
+
+
+def read_string(attribute: Attribute, where: str, problems: Problems) -> str | None:
+    value = attribute.value
+    if isinstance(value, str):
+        return value
+    problems.add(attribute.line, where, f"must be a quoted string, not {_kind(value)}")
+    return None
+
+
+def read_checked_string(
+    attribute: Attribute, where: str, problems: Problems, problem_of: Callable[[str], str | None]
+) -> str | None:
+    """The attribute's string if `problem_of` finds nothing wrong with it; else None, and the
+    problem (not a string, or what `problem_of` says) is recorded."""
+    text = read_string(attribute, where, problems)
+    message = None if text is None else problem_of(text)
+    if message:
+        problems.add(attribute.line, where, message)
+        return None
+    return text
+
+
+def _kind(value: Value) -> str:
+    if isinstance(value, Unsupported):
+        return value.what
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, tuple):
+        return "a list"
+    return "null" if value is None else "a string"
+
+
+# --- worker address -------------------------------------------------------------------------
+
+
+def read_address(attribute: Attribute | None, where: str, problems: Problems) -> str:
+    if attribute is None:
+        return DEFAULT_ADDRESS
+    text = read_checked_string(attribute, where, problems, _address_problem)
+    return DEFAULT_ADDRESS if text is None else text.rstrip("/")
+
+
+def _address_problem(text: str) -> str | None:
+    if not text.isascii() or not text.isprintable() or any(c.isspace() for c in text):
+        return f'"{shown(text)}" must be printable ASCII without spaces'
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return f'"{text}" must be an http:// or https:// URL, like "{DEFAULT_ADDRESS}"'
+    if parts.username or parts.password or parts.query or parts.fragment:
+        return f'"{text}" must not carry credentials, a query or a fragment'
+    if parts.path not in ("", "/"):
+        return f'"{text}" must be the agent address only, without a path'
+    try:
+        parts.port  # noqa: B018 - urlsplit validates the port lazily
+    except ValueError:
+        return f'"{text}" has an invalid port'
+    return None
+
+
+# --- job prefix -----------------------------------------------------------------------------
+
+
+def read_prefix(
+    attribute: Attribute | None, where: str, line: int, problems: Problems
+) -> str | None:
+    if attribute is None:
+        problems.add(line, where, 'missing: every job needs its lock prefix, like "locks/NAME/"')
+        return None
+    return read_checked_string(attribute, where, problems, prefix_problem)
+
+
+_PREFIX_RULES: tuple[tuple[Callable[[str], bool], str], ...] = (
+    (lambda p: p == "", "must not be empty: an empty prefix is the whole KV store"),
+    (lambda p: not p.isascii(), "must be ASCII"),
+    (lambda p: not p.isprintable(), "must not contain control characters"),
+    (lambda p: any(c.isspace() for c in p), "must not contain whitespace"),
+    (lambda p: any(c in p for c in "\"'`"), "must not contain quotes"),
+    (lambda p: "\\" in p, "must not contain a backslash"),
+    (lambda p: "${" in p or "%{" in p, "must not contain '${' or '%{' (template syntax)"),
+    (lambda p: any(c in p for c in "{}"), "must not contain braces"),
+    (lambda p: p.startswith("/"), "must be relative: Consul keys have no leading '/'"),
+    (lambda p: ".." in p, "must not contain '..'"),
+    (lambda p: len(p) > MAX_PREFIX, f"must be at most {MAX_PREFIX} characters"),
+    (
+        lambda p: not p.endswith("/"),
+        "must end with '/': without it, the grant also covers every key that merely starts "
+        "with it (locks/a would cover locks/ab/)",
+    ),
+    (
+        lambda p: PREFIX_PATTERN.fullmatch(p) is None,
+        "may contain only letters, digits, '.', '_', '-' and '/' (no empty segment)",
+    ),
+)
+
+
+def prefix_problem(prefix: str) -> str | None:
+    """Why `prefix` cannot be a job's lock prefix, or None when it can."""
+    for broken, message in _PREFIX_RULES:
+        if broken(prefix):
+            return f'"{shown(prefix)}" {message}'
+    return None
+
+
+# --- job workers, schedule, command ---------------------------------------------------------
+
+
+def read_job_workers(
+    attribute: Attribute | None, where: str, line: int, declared: set[str], problems: Problems
+) -> tuple[str, ...] | None:
+    label = f"{where}.workers"
+    if attribute is None:
+        problems.add(
+            line, label, 'missing: list the workers that may run the job, like ["worker-1"]'
+        )
+        return None
+    value = attribute.value
+    if not isinstance(value, tuple) or not all(isinstance(item, str) for item in value):
+        problems.add(attribute.line, label, "must be a list of quoted worker names")
+        return None
+    names = tuple(item for item in value if isinstance(item, str))
+    message = _workers_problem(names, declared)
+    if message:
+        problems.add(attribute.line, label, message)
+        return None
+    return tuple(sorted(names))
+
+
+def _workers_problem(names: tuple[str, ...], declared: set[str]) -> str | None:
+    if not names:
+        return "must name at least one worker"
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        return f"names {', '.join(twice)} more than once"
+    unknown = [name for name in names if name not in declared]
+    if unknown:
+        listed = ", ".join(f'"{shown(name)}"' for name in unknown)
+        known = ", ".join(sorted(declared)) or "none"
+        return f"{listed}: not a declared worker (declared: {known})"
+    return None
+
+
+def read_schedule(attribute: Attribute | None, where: str, problems: Problems) -> str | None:
+    if attribute is None:
+        return None
+    text = read_string(attribute, where, problems)
+    if text is None:
+        return None
+    if not text.strip():
+        problems.add(attribute.line, where, "must not be empty (or leave it out)")
+    elif not text.isascii() or not text.isprintable() or any(c in text for c in "\"'`\\"):
+        problems.add(attribute.line, where, "must be printable ASCII without quotes or backslashes")
+    elif len(text) > MAX_SCHEDULE:
+        problems.add(attribute.line, where, f"must be at most {MAX_SCHEDULE} characters")
+    else:
+        return text
+    return None
+
+
+def read_command(
+    attribute: Attribute | None, where: str, problems: Problems
+) -> tuple[str, ...] | None:
+    """The job's command as an argv list (never a shell string: nothing is re-parsed)."""
+    if attribute is None:
+        return None
+    value = attribute.value
+    if not isinstance(value, tuple) or not value or not all(isinstance(v, str) for v in value):
+        problems.add(
+            attribute.line, where, 'must be a non-empty list of strings, like ["/usr/bin/x"]'
+        )
+        return None
+    argv = tuple(str(v) for v in value)
+    if len(argv) > MAX_COMMAND_ARGS or any(len(arg) > MAX_ARGUMENT for arg in argv):
+        problems.add(attribute.line, where, "is too long")
+    elif not argv[0].startswith("/"):
+        problems.add(attribute.line, where, f"{argv[0]!r}: the program must be an absolute path")
+    elif any(not arg.isprintable() for arg in argv):
+        problems.add(attribute.line, where, "arguments must be printable (no newlines or controls)")
+    else:
+        return argv
+    return None
