@@ -182,7 +182,8 @@ def rotate(
     as_json: AsJson = False,
 ) -> None:
     """Mint a new token for a worker, write it, read it back, then revoke the old one."""
-    from provision.acl.apply import check_secrets_dir, rotate_worker_token
+    from provision.acl.apply import check_secrets_dir
+    from provision.acl.rotate import rotate_worker_token
 
     check_secrets_dir(secrets_dir)
     consul = connection.connect()

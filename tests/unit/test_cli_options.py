@@ -15,7 +15,7 @@ import typer
 from typer.testing import CliRunner
 
 from provision.acl.agent_tokens import AgentTokenResult
-from provision.acl.apply import RotateResult
+from provision.acl.rotate import RotateResult
 from provision.acl.bootstrap import BootstrapResult
 from provision.acl.render import render_policies
 from provision.cli import app, options
