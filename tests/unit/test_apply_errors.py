@@ -13,8 +13,8 @@ import responses
 from provision.acl import apply as apply_module
 from provision.acl import rotate as rotate_module
 from provision.acl.apply import ACLPermissionError, ApplyFailed, apply_plan
-from provision.acl.rotate import rotate_worker_token
 from provision.acl.plan import Plan, PolicyChange, TokenChange
+from provision.acl.rotate import rotate_worker_token
 from provision.consul import Consul, ConsulSettings, RetryPolicy
 from provision.errors import EXIT_DENIED, EXIT_ENVIRONMENT, LocalEnvironmentError
 from provision.system.secrets import Secret
