@@ -1,4 +1,4 @@
-"""Apply: read live ACLs, plan, and execute the plan with bounded concurrency; rotate tokens.
+"""Apply: read live ACLs, plan, and execute the plan with bounded concurrency.
 
 The live state is read with the two list endpoints (plus a read of any policy whose hash
 differs), so a no-op run costs two requests whatever the size of the spec. Writes run in
@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from provision.acl.concurrency import DEFAULT_CONCURRENCY
 from provision.acl.plan import (
@@ -44,13 +44,12 @@ from provision.consul import (
     ConsulUnavailable,
     PermissionDenied,
 )
-from provision.consul.models import Token
+from provision.consul.models import Policy, Token
 from provision.errors import EXIT_DENIED, LocalEnvironmentError, LockctlError
-from provision.spec.names import token_description
+from provision.system.deadline import Deadline, attempts
 from provision.system.secrets import Secret, check_writable, read_secret_file, write_secret_file
 
 WRITE_DEADLINE = 20.0  # seconds a create may keep retrying: a leader election takes 3-4 s
-READ_BACK_DEADLINE = 10.0  # a follower may not know a brand-new token for a moment
 RETRY_PAUSE = 0.2
 ACL_WRITE_HINT = (
     'the token needs acl = "write" (a management token, or a policy with acl = "write"); '
@@ -62,6 +61,7 @@ ACL_READ_HINT = (
 )
 
 Progress = Callable[[int, int], None]
+T = TypeVar("T")
 
 
 class ACLPermissionError(LockctlError):
@@ -93,7 +93,7 @@ def check_secrets_dir(secrets_dir: Path) -> None:
 
 def read_live_state(consul: Consul, desired: Desired, concurrency: int) -> LiveState:
     """Policies and tokens from the list endpoints; rules only where the hash differs."""
-    with _denied_as(ACL_READ_HINT, "list ACL policies and tokens"):
+    with denied_as(ACL_READ_HINT, "list ACL policies and tokens"):
         policies = consul.acl.list_policies()
         tokens = consul.acl.list_tokens()
     live = LiveState(
@@ -105,7 +105,7 @@ def read_live_state(consul: Consul, desired: Desired, concurrency: int) -> LiveS
     to_read = set(policies_to_read(desired, live))
     if not to_read:
         return live
-    with _denied_as(ACL_READ_HINT, "read ACL policies"):
+    with denied_as(ACL_READ_HINT, "read ACL policies"):
         read = _run_all(
             [functools.partial(consul.acl.read_policy, pid) for pid in sorted(to_read)],
             concurrency,
@@ -142,7 +142,7 @@ def _secret_matches(
             continue
         held = read_secret_file(path)
         for token in tokens:
-            with _denied_as(ACL_WRITE_HINT, "read a token"):
+            with denied_as(ACL_WRITE_HINT, "read a token"):
                 secret = consul.acl.read_token(token.accessor_id).secret
             if secret is not None and secret.reveal() == held.reveal():
                 matches.append(token.accessor_id)
@@ -226,7 +226,7 @@ def _token_call(
             return
         assert change.worker is not None
         if change.action == "create":
-            token = _create_token(consul, change.description, list(change.policies))
+            token = mint_token(consul, change.description, list(change.policies))
             secret_to_file(change.worker, token.secret)
             return
         assert change.accessor_id is not None
@@ -238,20 +238,19 @@ def _token_call(
     return call
 
 
-def _create_policy(consul: Consul, change: PolicyChange) -> object:
+def _create_policy(consul: Consul, change: PolicyChange) -> Policy:
     """Create, riding out an election: after a failed try, look the name up before retrying,
     since the failed call may have been applied (a second create would be refused)."""
-    give_up_at = time.monotonic() + WRITE_DEADLINE
-    while True:
-        try:
-            return consul.acl.create_policy(change.name, change.rules, change.description)
-        except (ConsulServerError, ConsulUnavailable):
-            if time.monotonic() >= give_up_at:
-                raise
-        time.sleep(RETRY_PAUSE)
+
+    def adopt() -> Policy | None:
         existing = _find_policy(consul, change.name)
-        if existing is not None:
-            return consul.acl.update_policy(existing, change.name, change.rules, change.description)
+        if existing is None:
+            return None
+        return consul.acl.update_policy(existing, change.name, change.rules, change.description)
+
+    return _create_or_adopt(
+        lambda: consul.acl.create_policy(change.name, change.rules, change.description), adopt
+    )
 
 
 def _find_policy(consul: Consul, name: str) -> str | None:
@@ -261,109 +260,44 @@ def _find_policy(consul: Consul, name: str) -> str | None:
         return None
 
 
-def _create_token(
+def mint_token(
     consul: Consul, description: str, policies: list[str], before: frozenset[str] = frozenset()
 ) -> Token:
     """Mint a token; after a failed try adopt the token if it was made, so none is duplicated.
 
     `before`: accessor IDs with this description known before (none, when the plan says create).
     """
-    give_up_at = time.monotonic() + WRITE_DEADLINE
-    while True:
-        try:
-            return consul.acl.create_token(description, policies)
-        except (ConsulServerError, ConsulUnavailable):
-            if time.monotonic() >= give_up_at:
-                raise
-        time.sleep(RETRY_PAUSE)
-        now = _managed_tokens(consul, description, quiet=True)
+
+    def adopt() -> Token | None:
+        now = _managed_tokens(consul, description)
         made = [t for t in now or () if t.accessor_id not in before]
-        if made:
-            return consul.acl.read_token(made[0].accessor_id)
+        return consul.acl.read_token(made[0].accessor_id) if made else None
+
+    return _create_or_adopt(lambda: consul.acl.create_token(description, policies), adopt)
 
 
-def _managed_tokens(consul: Consul, description: str, *, quiet: bool = False) -> list[Token] | None:
+def _managed_tokens(consul: Consul, description: str) -> list[Token] | None:
+    """This description's tokens; None when Consul cannot say right now."""
     try:
         return [t for t in consul.acl.list_tokens() if t.description == description]
     except (ConsulServerError, ConsulUnavailable):
-        if quiet:
-            return None
-        raise
+        return None
 
 
-# --- rotating -------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RotateResult:
-    worker: str
-    accessor_id: str
-    path: Path
-    revoked: tuple[str, ...]
-
-    def to_record(self) -> dict[str, object]:
-        """One worker's entry in `lockctl rotate --json`."""
-        return {
-            "worker": self.worker,
-            "accessor_id": self.accessor_id,
-            "file": str(self.path),
-            "revoked": list(self.revoked),
-        }
-
-
-def rotate_worker_token(
-    consul: Consul,
-    worker: str,
-    secrets_dir: Path,
-    *,
-    read_back_deadline: float = READ_BACK_DEADLINE,
-) -> RotateResult:
-    """Mint a new token for `worker` with the same policies, write it, read it back from the
-    file and through Consul, and only then revoke the old one(s)."""
-    description = token_description(worker)
-    with _denied_as(ACL_WRITE_HINT, "list ACL tokens"):
-        current = [t for t in consul.acl.list_tokens() if t.description == description]
-    if not current:
-        raise LocalEnvironmentError(
-            f"no lockctl token for worker {worker} in Consul; run `lockctl apply` first"
-        )
-    check_secrets_dir(secrets_dir)
-    policies = sorted(set().union(*(t.policy_names for t in current)))
-    with _denied_as(ACL_WRITE_HINT, "create a token"):
-        before = frozenset(t.accessor_id for t in current)
-        minted = _create_token(consul, description, policies, before)
-    if minted.secret is None:
-        raise LocalEnvironmentError(f"Consul returned no secret for the new token of {worker}")
-    path = secret_path(secrets_dir, worker)
-    write_secret_file(path, minted.secret)
-    _read_back(consul, path, minted, read_back_deadline)
-    old = [t.accessor_id for t in current if t.accessor_id != minted.accessor_id]
-    with _denied_as(ACL_WRITE_HINT, "revoke the old token"):
-        for accessor_id in old:
-            consul.acl.delete_token(accessor_id)
-    return RotateResult(worker, minted.accessor_id, path, tuple(old))
-
-
-def _read_back(consul: Consul, path: Path, minted: Token, deadline: float) -> None:
-    """The file holds the new secret and Consul accepts it as the new token; else keep the old."""
-    held = read_secret_file(path)
-    if minted.secret is None or held.reveal() != minted.secret.reveal():
-        raise LocalEnvironmentError(f"{path}: reads back a different secret; old token kept")
-    give_up_at = time.monotonic() + deadline
-    while True:
+def _create_or_adopt(create: Callable[[], T], adopt: Callable[[], T | None]) -> T:
+    """`create()` until WRITE_DEADLINE; before each retry `adopt()` what a failed try may have
+    made (its answer, unless None). A 5xx or no answer is retried; the last one is raised."""
+    error: ConsulError | None = None
+    for number in attempts(Deadline(WRITE_DEADLINE), RETRY_PAUSE):
+        adopted = adopt() if number > 1 else None
+        if adopted is not None:
+            return adopted
         try:
-            seen = consul.acl.read_self_token(token=held)
-            break
-        except (PermissionDenied, ConsulServerError, ConsulUnavailable):
-            # A follower may not know a brand-new token yet (403 "ACL not found").
-            if time.monotonic() >= give_up_at:
-                raise LocalEnvironmentError(
-                    f"the new token in {path} was not accepted by Consul within {deadline:g} s; "
-                    "the old token was kept"
-                ) from None
-        time.sleep(RETRY_PAUSE)
-    if seen.accessor_id != minted.accessor_id:
-        raise LocalEnvironmentError(f"{path}: Consul read back another token; old token kept")
+            return create()
+        except (ConsulServerError, ConsulUnavailable) as exc:
+            error = exc
+    assert error is not None  # attempts() ended, so the last create failed
+    raise error
 
 
 # --- running calls --------------------------------------------------------------------------
@@ -426,7 +360,7 @@ def _run_all(
 
 
 @contextlib.contextmanager
-def _denied_as(hint: str, what: str) -> Iterator[None]:
+def denied_as(hint: str, what: str) -> Iterator[None]:
     """Turn a 403 into ACLPermissionError naming what was refused and what is needed."""
     try:
         yield

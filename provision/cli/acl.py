@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Concatenate, ParamSpec, TypeVar
 
 import typer
 
@@ -24,8 +25,11 @@ from provision.errors import InputError
 
 if TYPE_CHECKING:  # the core is imported lazily: `lockctl run` must start fast
     from provision.acl.plan import Desired, Plan
+    from provision.consul import Consul
 
 EXIT_CHANGES_PENDING = 2
+P = ParamSpec("P")
+R = TypeVar("R")
 Prune = Annotated[
     bool,
     typer.Option(
@@ -93,13 +97,42 @@ def bootstrap(
         typer.echo(f"secret: {revealed}")
 
 
-@options.consul_command
+@dataclass(frozen=True)
+class PlanFlags:
+    """The flags plan and apply share: what to plan from, where the token files are, --prune."""
+
+    spec: options.SpecFile = options.DEFAULT_SPEC
+    templates_dir: options.TemplatesDir = None
+    secrets_dir: options.SecretsDir = options.DEFAULT_SECRETS_DIR
+    prune: Prune = False
+
+    def plan(
+        self, connection: options.Connection, workers: int, *, for_apply: bool = False
+    ) -> tuple[Consul, Plan]:
+        """Every input checked first (for apply, the secrets folder too), then Consul read."""
+        from provision.acl.apply import check_secrets_dir, plan_against
+
+        desired = _desired(self.spec, self.templates_dir)
+        if for_apply:
+            check_secrets_dir(self.secrets_dir)
+        consul = connection.connect().with_pool(workers)
+        computed = plan_against(
+            consul, desired, self.secrets_dir, prune=self.prune, concurrency=workers
+        )
+        return consul, computed
+
+
+def plan_command(
+    command: Callable[Concatenate[options.Connection, PlanFlags, P], R],
+) -> Callable[P, R]:
+    """A Consul command that also takes the PlanFlags (first in --help, as they always were)."""
+    return options.with_flags(PlanFlags, options.consul_command(command), first=True)
+
+
+@plan_command
 def plan(
     connection: options.Connection,
-    spec: options.SpecFile = options.DEFAULT_SPEC,
-    templates_dir: options.TemplatesDir = None,
-    secrets_dir: options.SecretsDir = options.DEFAULT_SECRETS_DIR,
-    prune: Prune = False,
+    flags: PlanFlags,
     detailed_exitcode: Annotated[
         bool,
         typer.Option(
@@ -112,13 +145,7 @@ def plan(
     as_json: AsJson = False,
 ) -> None:
     """Show what apply would create, update or delete. Exit 0: nothing; 2: changes pending."""
-    from provision.acl.apply import plan_against
-
-    desired = _desired(spec, templates_dir)
-    consul = connection.connect().with_pool(_concurrency(concurrency))
-    computed = plan_against(
-        consul, desired, secrets_dir, prune=prune, concurrency=_concurrency(concurrency)
-    )
+    _, computed = flags.plan(connection, _concurrency(concurrency))
     if as_json:
         typer.echo(json.dumps(computed.to_record(), indent=2))
     else:
@@ -127,26 +154,20 @@ def plan(
         raise typer.Exit(EXIT_CHANGES_PENDING)
 
 
-@options.consul_command
+@plan_command
 def apply(
     connection: options.Connection,
-    spec: options.SpecFile = options.DEFAULT_SPEC,
-    templates_dir: options.TemplatesDir = None,
-    secrets_dir: options.SecretsDir = options.DEFAULT_SECRETS_DIR,
-    prune: Prune = False,
+    flags: PlanFlags,
     concurrency: Concurrency = DEFAULT_CONCURRENCY,
     as_json: AsJson = False,
 ) -> None:
     """Create and update the spec's policies and worker tokens; token secrets go to files."""
-    from provision.acl.apply import apply_plan, check_secrets_dir, plan_against
+    from provision.acl.apply import apply_plan
 
     workers = _concurrency(concurrency)
-    desired = _desired(spec, templates_dir)
-    check_secrets_dir(secrets_dir)
-    consul = connection.connect().with_pool(workers)
-    computed = plan_against(consul, desired, secrets_dir, prune=prune, concurrency=workers)
+    consul, computed = flags.plan(connection, workers, for_apply=True)
     with _progress(enabled=not as_json and computed.has_changes) as tick:
-        result = apply_plan(consul, computed, secrets_dir, concurrency=workers, progress=tick)
+        result = apply_plan(consul, computed, flags.secrets_dir, concurrency=workers, progress=tick)
     requests_sent = consul.requests_sent
     if as_json:
         record = computed.to_record()
@@ -159,7 +180,7 @@ def apply(
         typer.echo(json.dumps(record, indent=2))
         return
     if not computed.has_changes:
-        typer.echo(f"No changes: Consul matches {spec} ({requests_sent} requests).")
+        typer.echo(f"No changes: Consul matches {flags.spec} ({requests_sent} requests).")
         _print_not_pruned(computed)
         return
     _print_changes(computed, done=True)
@@ -182,7 +203,8 @@ def rotate(
     as_json: AsJson = False,
 ) -> None:
     """Mint a new token for a worker, write it, read it back, then revoke the old one."""
-    from provision.acl.apply import check_secrets_dir, rotate_worker_token
+    from provision.acl.apply import check_secrets_dir
+    from provision.acl.rotate import rotate_worker_token
 
     check_secrets_dir(secrets_dir)
     consul = connection.connect()

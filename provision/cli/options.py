@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Concatenate, ParamSpec, TypeVa
 import typer
 
 if TYPE_CHECKING:  # imported when a command runs: `render` and `lint` need no HTTP stack
+    from _typeshed import DataclassInstance
+
     from provision.consul import Consul, ConsulSettings
 
 DEFAULT_SPEC = Path("policies/locks.hcl")
@@ -140,33 +142,45 @@ def connect(settings: ConsulSettings) -> Consul:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+G = TypeVar("G", bound="DataclassInstance")
 
 
 def consul_command(command: Callable[Concatenate[Connection, P], R]) -> Callable[P, R]:
-    """Give `command` every Consul connection flag; it receives them as its first argument.
+    """Give `command` every Consul connection flag; it receives them as its first argument
+    (the flags come after the command's own in --help)."""
+    return with_flags(Connection, command)
+
+
+def with_flags(
+    group: type[G], command: Callable[Concatenate[G, P], R], *, first: bool = False
+) -> Callable[P, R]:
+    """Give `command` a flag per field of the dataclass `group`; it receives one `group` as its
+    first argument. The flags come after the command's own, or before them with `first`.
 
     Typer reads a command's flags from its signature, so the wrapper's signature is the
-    command's own parameters followed by `Connection`'s fields (keyword-only, after the
-    command's flags, as they appear in --help).
+    command's own parameters (the first one left out) and the group's fields, keyword-only.
     """
-    hints = typing.get_type_hints(Connection, include_extras=True)
+    hints = typing.get_type_hints(group, include_extras=True)
     flags = [
         inspect.Parameter(
             f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name]
         )
-        for f in fields(Connection)
+        for f in fields(group)
     ]
     own = inspect.signature(command, eval_str=True)
-    # replace() refuses a command flag named like a connection flag: that fails at import.
-    signature = own.replace(parameters=[*list(own.parameters.values())[1:], *flags])
+    rest = list(own.parameters.values())[1:]
+    if first:  # the command's own flags may not stay positional after keyword-only ones
+        rest = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in rest]
+    # replace() refuses a command flag named like a group's flag: that fails at import.
+    signature = own.replace(parameters=[*flags, *rest] if first else [*rest, *flags])
 
     @functools.wraps(command)
-    def with_connection(*args: P.args, **kwargs: P.kwargs) -> R:
+    def with_group(*args: P.args, **kwargs: P.kwargs) -> R:
         given: dict[str, Any] = kwargs
-        connection = Connection(**{flag.name: given.pop(flag.name, None) for flag in flags})
-        return command(connection, *args, **kwargs)
+        bundle = group(**{flag.name: given.pop(flag.name, flag.default) for flag in flags})
+        return command(bundle, *args, **kwargs)
 
-    with_connection.__signature__ = signature  # type: ignore[attr-defined]
+    with_group.__signature__ = signature  # type: ignore[attr-defined]
     # Typer also resolves annotations by name; give it the objects, not the module's strings.
-    with_connection.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
-    return with_connection
+    with_group.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
+    return with_group

@@ -275,14 +275,7 @@ class KVAPI(_Area):
             # Consul adds up to wait/16 of jitter; the client timeout must outlast both.
             timeout = self._transport.settings.timeout + wait * 17 / 16
         try:
-            answer = self._transport.request(
-                "GET",
-                "/v1/kv/" + quote_path(key),
-                params=params,
-                token=token,
-                idempotent=True,
-                timeout=timeout,
-            )
+            answer = self._key_request("GET", key, params, token, idempotent=True, timeout=timeout)
         except NotFound as missing:
             absent = ConsulResponse(404, None, missing.headers)
             return None, _meta(absent)
@@ -308,14 +301,7 @@ class KVAPI(_Area):
             params["release"] = release
         if cas is not None:
             params["cas"] = cas
-        answer = self._transport.request(
-            "PUT",
-            "/v1/kv/" + quote_path(key),
-            params=params,
-            data=value,
-            token=token,
-            retry=retry,
-        )
+        answer = self._key_request("PUT", key, params, token, data=value, retry=retry)
         return answer.body is True
 
     def acquire_and_read(
@@ -354,14 +340,21 @@ class KVAPI(_Area):
             params["cas"] = cas
         if recurse:
             params["recurse"] = "true"
-        answer = self._transport.request(
-            "DELETE",
-            "/v1/kv/" + quote_path(key),
-            params=params,
-            token=token,
-            idempotent=cas is None,
-        )
+        answer = self._key_request("DELETE", key, params, token, idempotent=cas is None)
         return answer.body is True
+
+    def _key_request(
+        self,
+        method: str,
+        key: str,
+        params: dict[str, str | int],
+        token: TokenChoice,
+        **options: Any,
+    ) -> ConsulResponse:
+        """One call on /v1/kv/:key; `options` go to the transport as they are."""
+        return self._transport.request(
+            method, "/v1/kv/" + quote_path(key), params=params, token=token, **options
+        )
 
 
 def _consistency(mode: str) -> dict[str, str | int]:

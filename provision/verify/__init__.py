@@ -15,8 +15,9 @@ from typing import Any
 
 from provision.consul.errors import ConsulError
 from provision.errors import InputError
-from provision.verify.checks import CHECKS, Check, CheckFailed, CheckSkipped, Evidence
+from provision.verify.checks import CHECKS, Check
 from provision.verify.context import VerifyContext
+from provision.verify.evidence import CheckFailed, CheckSkipped, Evidence
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ import typer
 from typer.testing import CliRunner
 
 from provision.acl.agent_tokens import AgentTokenResult
-from provision.acl.apply import RotateResult
 from provision.acl.bootstrap import BootstrapResult
 from provision.acl.render import render_policies
+from provision.acl.rotate import RotateResult
 from provision.cli import app, options
 from provision.consul import ConsulSettings, resolve_settings
 from provision.consul.errors import ConsulUnavailable

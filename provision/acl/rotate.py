@@ -1,0 +1,98 @@
+"""Rotate a worker's token: mint a new one with the same policies, write it, read it back from
+the file and through Consul, and only then revoke the old one(s). Any doubt keeps the old token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from provision.acl.apply import (
+    ACL_WRITE_HINT,
+    RETRY_PAUSE,
+    check_secrets_dir,
+    denied_as,
+    mint_token,
+    secret_path,
+)
+from provision.consul import Consul, ConsulServerError, ConsulUnavailable, PermissionDenied
+from provision.consul.models import Token
+from provision.errors import LocalEnvironmentError
+from provision.spec.names import token_description
+from provision.system.deadline import Deadline, retry_until
+from provision.system.secrets import read_secret_file, write_secret_file
+
+READ_BACK_DEADLINE = 10.0  # a follower may not know a brand-new token for a moment
+# A follower may not know a brand-new token yet (403 "ACL not found"), or be between leaders.
+NOT_KNOWN_YET = (PermissionDenied, ConsulServerError, ConsulUnavailable)
+
+
+@dataclass(frozen=True)
+class RotateResult:
+    worker: str
+    accessor_id: str
+    path: Path
+    revoked: tuple[str, ...]
+
+    def to_record(self) -> dict[str, object]:
+        """One worker's entry in `lockctl rotate --json`."""
+        return {
+            "worker": self.worker,
+            "accessor_id": self.accessor_id,
+            "file": str(self.path),
+            "revoked": list(self.revoked),
+        }
+
+
+def rotate_worker_token(
+    consul: Consul,
+    worker: str,
+    secrets_dir: Path,
+    *,
+    read_back_deadline: float = READ_BACK_DEADLINE,
+) -> RotateResult:
+    """Mint a new token for `worker` with the same policies, write it, read it back from the
+    file and through Consul, and only then revoke the old one(s)."""
+    description = token_description(worker)
+    with denied_as(ACL_WRITE_HINT, "list ACL tokens"):
+        current = [t for t in consul.acl.list_tokens() if t.description == description]
+    if not current:
+        raise LocalEnvironmentError(
+            f"no lockctl token for worker {worker} in Consul; run `lockctl apply` first"
+        )
+    check_secrets_dir(secrets_dir)
+    policies = sorted(set().union(*(t.policy_names for t in current)))
+    with denied_as(ACL_WRITE_HINT, "create a token"):
+        before = frozenset(t.accessor_id for t in current)
+        minted = mint_token(consul, description, policies, before)
+    if minted.secret is None:
+        raise LocalEnvironmentError(f"Consul returned no secret for the new token of {worker}")
+    path = secret_path(secrets_dir, worker)
+    write_secret_file(path, minted.secret)
+    _read_back(consul, path, minted, read_back_deadline)
+    old = [t.accessor_id for t in current if t.accessor_id != minted.accessor_id]
+    with denied_as(ACL_WRITE_HINT, "revoke the old token"):
+        for accessor_id in old:
+            consul.acl.delete_token(accessor_id)
+    return RotateResult(worker, minted.accessor_id, path, tuple(old))
+
+
+def _read_back(consul: Consul, path: Path, minted: Token, deadline: float) -> None:
+    """The file holds the new secret and Consul accepts it as the new token; else keep the old."""
+    held = read_secret_file(path)
+    if minted.secret is None or held.reveal() != minted.secret.reveal():
+        raise LocalEnvironmentError(f"{path}: reads back a different secret; old token kept")
+    try:
+        seen = retry_until(
+            Deadline(deadline),
+            lambda: consul.acl.read_self_token(token=held),
+            retry_on=NOT_KNOWN_YET,
+            pause=RETRY_PAUSE,
+        )
+    except NOT_KNOWN_YET:
+        raise LocalEnvironmentError(
+            f"the new token in {path} was not accepted by Consul within {deadline:g} s; "
+            "the old token was kept"
+        ) from None
+    if seen.accessor_id != minted.accessor_id:
+        raise LocalEnvironmentError(f"{path}: Consul read back another token; old token kept")
