@@ -77,14 +77,17 @@ def run_job(
             return held
         if stop.requested:  # asked to stop while acquiring: do not start the job
             lock.release()
-            return _interrupted(stop)
+            return _interrupted(stop, lock, events)
         return _Supervisor(lock, held, options, events, stop, clock).run(command, clock() - began)
     finally:
         lock.destroy()  # whatever happened above; a stop request now changes nothing
 
 
-def _interrupted(stop: StopRequest) -> RunResult:
-    return RunResult(Outcome.INTERRUPTED, 128 + (stop.signum or 0))
+def _interrupted(stop: StopRequest, lock: LockSession, events: EventLog) -> RunResult:
+    """Stopped before the job started: say so, and exit as a shell would (128 + the signal)."""
+    signum = stop.signum or signal.SIGTERM
+    events.emit("interrupted", session=lock.session_id, signal=signal.Signals(signum).name)
+    return RunResult(Outcome.INTERRUPTED, 128 + signum)
 
 
 def _acquire(
@@ -104,7 +107,7 @@ def _acquire(
     announced = False
     while True:
         if stop.requested:
-            return _interrupted(stop)
+            return _interrupted(stop, lock, events)
         held = lock.try_acquire()
         if held is not None:
             return held
@@ -117,7 +120,7 @@ def _acquire(
             events.emit("timed-out", session=lock.session_id, waited_ms=ms(options.timeout or 0))
             return RunResult(verdict, EXIT_WAIT_TIMEOUT)
         if verdict is Outcome.INTERRUPTED:
-            return _interrupted(stop)
+            return _interrupted(stop, lock, events)
         if not announced:
             events.emit("waiting", session=lock.session_id)
             announced = True

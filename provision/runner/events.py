@@ -22,6 +22,7 @@ EVENTS = (
     "skipped",
     "waiting",
     "timed-out",
+    "interrupted",
 )
 
 

@@ -122,12 +122,15 @@ def test_a_stop_while_waiting_ends_the_wait_and_destroys_the_session(
     try:
         assert consul.kv.put(job.lock_key, b"", acquire=holder)
         stop = StopRequest()
+        stream = StopOn(stop, "never")
         threading.Timer(0.5, stop.request).start()
         began = time.monotonic()
-        result = _run(consul, job, ["true"], stop, wait=True)
+        result = _run(consul, job, ["true"], stop, wait=True, stream=stream)
         assert result.outcome is Outcome.INTERRUPTED and result.exit_code == 128 + 15
         assert time.monotonic() - began < 0.5 + 1.5  # seen within the stop poll (1 s)
         assert _sessions(consul, job) == []
+        kinds = [(e["event"], e.get("signal")) for e in stream.events()]
+        assert kinds == [("waiting", None), ("interrupted", "SIGTERM")]
     finally:
         consul.session.destroy(holder)
 
