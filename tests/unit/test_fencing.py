@@ -46,6 +46,11 @@ def facts(**changes: object) -> Facts:
     return dataclasses.replace(RUNNING, **changes)  # type: ignore[arg-type]
 
 
+def ended(**changes: object) -> Facts:
+    """The job and everything it started are gone."""
+    return facts(job_exited=True, tree_alive=False, **changes)
+
+
 def test_default_bounds_are_d_minus_g_minus_1_and_d_minus_1() -> None:
     assert FenceBounds(fence_after=9.0, kill_after=14.0, kill_grace=5.0) == BOUNDS
 
@@ -111,18 +116,18 @@ SIGTERM, SIGKILL, SIGINT = signal.SIGTERM, signal.SIGKILL, signal.SIGINT
         ),
         (
             "wakes past the bound, job already ended: its result is not trusted",
-            facts(now=T0 + 40, job_exited=True, tree_alive=False),
+            ended(now=T0 + 40),
             Decision(Action.REPORT_LOST, Outcome.LOST),
         ),
         # --- the job ends -------------------------------------------------------------------
         (
             "ended in time: release",
-            facts(now=T0 + 3, job_exited=True, tree_alive=False),
+            ended(now=T0 + 3),
             Decision(Action.RELEASE, Outcome.RAN),
         ),
         (
             "ended after the lock was lost: lost",
-            facts(now=T0 + 3, job_exited=True, tree_alive=False, lost=True),
+            ended(now=T0 + 3, lost=True),
             Decision(Action.REPORT_LOST, Outcome.LOST),
         ),
         (
@@ -143,43 +148,22 @@ SIGTERM, SIGKILL, SIGINT = signal.SIGTERM, signal.SIGKILL, signal.SIGINT
         # --- min-hold --------------------------------------------------------------------------
         (
             "ended before min-hold: keep holding",
-            facts(now=T0 + 3, job_exited=True, tree_alive=False, hold_until=T0 + 30),
+            ended(now=T0 + 3, hold_until=T0 + 30),
             Decision(Action.KEEP_GOING, Outcome.RAN, wake_at=T0 + 30, reason=Reason.HOLDING),
         ),
         (
             "holding, renewals keep confirming: still holding",
-            facts(
-                now=T0 + 20,
-                confirmed_at=T0 + 18,
-                job_exited=True,
-                tree_alive=False,
-                verdict=Outcome.RAN,
-                hold_until=T0 + 30,
-            ),
+            ended(now=T0 + 20, confirmed_at=T0 + 18, verdict=Outcome.RAN, hold_until=T0 + 30),
             Decision(Action.KEEP_GOING, Outcome.RAN, wake_at=T0 + 30, reason=Reason.HOLDING),
         ),
         (
             "a stop ends min-hold early",
-            facts(
-                now=T0 + 5,
-                job_exited=True,
-                tree_alive=False,
-                verdict=Outcome.RAN,
-                hold_until=T0 + 30,
-                stop_signal=SIGTERM,
-            ),
+            ended(now=T0 + 5, verdict=Outcome.RAN, hold_until=T0 + 30, stop_signal=SIGTERM),
             Decision(Action.RELEASE, Outcome.RAN),
         ),
         (
             "a lost lock ends min-hold",
-            facts(
-                now=T0 + 5,
-                job_exited=True,
-                tree_alive=False,
-                verdict=Outcome.RAN,
-                hold_until=T0 + 30,
-                lost=True,
-            ),
+            ended(now=T0 + 5, verdict=Outcome.RAN, hold_until=T0 + 30, lost=True),
             Decision(Action.RELEASE, Outcome.RAN),
         ),
         # --- a stop request while the job runs -------------------------------------------------
@@ -206,19 +190,14 @@ SIGTERM, SIGKILL, SIGINT = signal.SIGTERM, signal.SIGKILL, signal.SIGINT
         ),
         (
             "stopped job ended: release, the verdict stays interrupted",
-            facts(
-                now=T0 + 2,
-                stop_signal=SIGTERM,
-                verdict=Outcome.INTERRUPTED,
-                terminated_at=T0 + 1,
-                job_exited=True,
-                tree_alive=False,
+            ended(
+                now=T0 + 2, stop_signal=SIGTERM, verdict=Outcome.INTERRUPTED, terminated_at=T0 + 1
             ),
             Decision(Action.RELEASE, Outcome.INTERRUPTED),
         ),
         (
             "a stop that arrives once the job has ended changes no verdict (cleanup)",
-            facts(now=T0 + 2, job_exited=True, tree_alive=False, stop_signal=SIGTERM),
+            ended(now=T0 + 2, stop_signal=SIGTERM),
             Decision(Action.RELEASE, Outcome.RAN),
         ),
         (
