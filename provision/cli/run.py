@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 
 from provision.errors import InputError
+from provision.runner.events import EventLog
 
 
 def run(
@@ -43,7 +44,6 @@ def run(
     from provision.consul import Consul, resolve_settings
     from provision.runner.child import become_subreaper
     from provision.runner.engine import RunOptions, run_job
-    from provision.runner.events import EventLog
     from provision.runner.stop import StopRequest
     from provision.workers.config import load_worker_config
 
@@ -58,7 +58,27 @@ def run(
     become_subreaper()  # the job's orphans come back to us, so none of them outlives the lock
     with signals_request_stop(StopRequest()) as stop:
         result = run_job(consul, job_config, worker_config.worker, command, options, events, stop)
+    if events.broken:
+        _report_broken_stream(events)
     raise typer.Exit(result.exit_code)
+
+
+def _report_broken_stream(events: EventLog) -> None:
+    """Say once, if stderr works again, how many events were lost; then make sure the exit
+    status stays the job's: Python's own final flush of a broken stderr would turn it into 120."""
+    import contextlib
+    import os
+
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(
+            f"lockctl: warning: {events.dropped} lock events could not be written to stderr "
+            f"({events.broken})\n"
+        )
+        sys.stderr.flush()
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        sys.stderr = open(devnull, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
 
 
 def _seconds(text: str | None, flag: str) -> float | None:

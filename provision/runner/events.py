@@ -2,6 +2,10 @@
 
 Fields: time (UTC, ISO 8601), event, job, worker, and whatever the event adds (session,
 lock_index, durations in ms). A token never appears: nothing secret is ever passed in.
+
+Writing an event never fails the caller: the renewer and the watcher emit events, and a closed
+pipe or a full disk behind stderr must not stop renewals, fence a healthy job or change the exit
+status. The first failed write is remembered (`broken`); later events are dropped.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ class EventLog:
         self.worker = worker
         self._stream = stream
         self._lock = threading.Lock()
+        self.broken: str | None = None  # why the stream failed, once it has
+        self.dropped = 0  # events not written since
 
     def emit(self, event: str, **fields: Any) -> None:
         record = {
@@ -45,9 +51,16 @@ class EventLog:
         }
         line = json.dumps(record, separators=(",", ":"), default=str)
         with self._lock:
+            if self.broken is not None:
+                self.dropped += 1
+                return
             stream = self._stream or sys.stderr
-            stream.write(line + "\n")
-            stream.flush()
+            try:
+                stream.write(line + "\n")
+                stream.flush()
+            except (OSError, ValueError) as exc:  # EPIPE, ENOSPC, EIO; ValueError: closed file
+                self.broken = f"{type(exc).__name__}: {exc}"
+                self.dropped += 1
 
 
 def ms(seconds: float) -> float:

@@ -63,6 +63,8 @@ JOBS = (
     "unsafe",
     "denied",
     "anytime",
+    "stderr-full",
+    "stderr-closed",
 )
 WAIT = 20.0  # the longest any single subprocess wait may take
 
@@ -644,6 +646,34 @@ def test_a_bad_config_file_is_refused_with_its_file_and_field(
     assert "Traceback" not in result.stderr
     assert f"{path}{expected.format(job=job)}" in result.stderr, result.stderr
     assert result.stderr.splitlines()[-1].startswith(f"lockctl: error: {path}")
+
+
+# --- a broken stderr ---------------------------------------------------------------------------
+
+
+def _run_with_stderr(lab: Lab, short: str, stderr: Any, seconds: float) -> int:
+    argv = [*LOCKCTL, "run", "--config", str(lab.configs["worker-1"]), "--job", lab.jobs[short]]
+    argv += ["--", "sh", "-c", f"sleep {seconds}; exit 7"]
+    return subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=stderr, timeout=WAIT).returncode
+
+
+@pytest.mark.parametrize("broken", ["full", "closed"])
+def test_a_broken_stderr_does_not_break_the_lock(lab: Lab, broken: str) -> None:
+    """Events fail to write (a full disk, a reader gone) while renewals go on every second: the
+    job runs to its end, its exit status stands, and the lock is released, not fenced."""
+    short = f"stderr-{broken}"
+    if broken == "full":
+        with open("/dev/full", "w") as full:
+            code = _run_with_stderr(lab, short, full, 3.5)
+    else:
+        read_end, write_end = os.pipe()
+        os.close(read_end)  # the reader is gone before the first event
+        try:
+            code = _run_with_stderr(lab, short, write_end, 3.5)
+        finally:
+            os.close(write_end)
+    assert code == 7  # the job's own status: no fencing (76), no crash (1), no 120
+    assert probe_acquire(lab, lab.keys[short])  # released, not left to expire
 
 
 # --- status -------------------------------------------------------------------------------------
