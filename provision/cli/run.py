@@ -56,7 +56,7 @@ def run(
     events = EventLog(job, worker_config.worker, sys.stderr)
     consul = Consul(settings)
     become_subreaper()  # the job's orphans come back to us, so none of them outlives the lock
-    with signals_request_stop(StopRequest()) as stop:
+    with signals_request_stop(StopRequest(), restore=False) as stop:  # we exit right after
         result = run_job(consul, job_config, worker_config.worker, command, options, events, stop)
     if events.broken:
         _report_broken_stream(events)

@@ -21,8 +21,13 @@ Handler = Callable[[int, FrameType | None], object] | int | signal.Handlers | No
 
 
 @contextmanager
-def signals_request_stop(stop: StopRequest) -> Iterator[StopRequest]:
-    """Within the block, the stop signals request `stop`; the previous handlers come back after."""
+def signals_request_stop(stop: StopRequest, *, restore: bool = True) -> Iterator[StopRequest]:
+    """Within the block, the stop signals request `stop`; the previous handlers come back after.
+
+    With `restore` False (a process that exits right after) they are ignored after the block: a
+    signal that comes once the run is over must not turn the job's exit status into a death by
+    signal. Ignored, not recorded: Python's own shutdown resets its handlers to the default.
+    """
 
     def handle(signum: int, _frame: FrameType | None) -> None:
         stop.request(signum)
@@ -34,4 +39,4 @@ def signals_request_stop(stop: StopRequest) -> Iterator[StopRequest]:
         yield stop
     finally:
         for number, handler in previous.items():
-            signal.signal(number, handler)
+            signal.signal(number, handler if restore else signal.SIG_IGN)

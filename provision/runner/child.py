@@ -1,25 +1,40 @@
 """The job's process and everything it starts, so none of it outlives the lock.
 
-The child leads its own process group, so signals reach a shell script's children too. The runner
-also becomes a child subreaper (Linux), so descendants that leave the group or are orphaned are
-re-parented to it and can be found and stopped. The child gets PDEATHSIG=SIGKILL, so if the
-runner itself is killed (kill -9), the child does not run on without a lock holder.
+The job is prepared before the lock is acquired and started once the lock is ours. Where the
+machine allows it (see containment.py), preparing starts the job's own init in a new PID
+namespace, which waits for the go: its start-up is off the hand-over path, and nothing of the
+job can leave the namespace. Elsewhere the job leads its own process group and the runner, a
+child subreaper (become_subreaper, set by whoever owns the process), finds its orphans.
+
+Either way the job's first process gets PDEATHSIG=SIGKILL, so if the runner itself is killed
+(kill -9), the job does not run on without a lock holder.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 
 from provision.errors import InputError
+from provision.runner.containment import (
+    PID_NAMESPACE,
+    PROCESS_GROUP,
+    namespace_argv,
+    namespace_refused,
+    pdeathsig_argv,
+    remember_refusal,
+)
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+INIT_START_TIMEOUT = 10.0  # seconds for nsinit to say ready (a Python start on a loaded host)
 _libc = None
 
 
@@ -47,58 +62,144 @@ def check_program(command: Sequence[str], env: Mapping[str, str]) -> None:
         raise InputError(f"cannot start {shown!r}: not found or not executable")
 
 
-def _with_pdeathsig(command: Sequence[str], env: Mapping[str, str]) -> tuple[list[str], bool]:
-    """The argv that starts `command` with PDEATHSIG=SIGKILL, and whether a preexec hook must
-    set it instead. util-linux's `setpriv --pdeathsig` does it in the child's own exec chain, so
-    Python can use its vfork path (0.2 ms instead of 2.9 ms measured: the hand-over waits on it).
-    """
-    check_program(command, env)
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        return list(command), True
-    return [setpriv, "--pdeathsig", "KILL", "--", *command], False
-
-
 class Child:
-    """The job, started in its own process group, and every process it leaves behind."""
+    """The job: prepared before the lock, started once it is ours, and every process it makes."""
 
     def __init__(self, command: Sequence[str], env: Mapping[str, str]) -> None:
-        argv, needs_hook = _with_pdeathsig(command, env)
+        check_program(command, env)
+        self.command, self.env = list(command), dict(env)
         # Children we already had are not the job's: a long-lived process (a scheduler, a test)
         # may have others. Whatever becomes our child later was started by the job.
         self._not_ours = {pid for pid, _ in _our_children()}
+        self.containment = PROCESS_GROUP
+        self.warning = namespace_refused()  # why the containment is weaker, if it is
+        self.process: subprocess.Popen[bytes] | None = None
+        self._control: socket.socket | None = None
+        self._init: int | None = None  # a pidfd (or the pid) of the namespace's init
+        if self.warning is None:
+            self._prepare_namespace()
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, "the job was not started"
+        return self.process.pid
+
+    def _prepare_namespace(self) -> None:
+        ours, theirs = socket.socketpair()
+        argv, needs_hook = pdeathsig_argv(namespace_argv(theirs.fileno(), self.command))
+        try:
+            self.process = self._popen(argv, self.env, needs_hook, pass_fds=(theirs.fileno(),))
+        except InputError as exc:
+            ours.close()
+            self._refuse(str(exc))
+            return
+        finally:
+            theirs.close()
+        self._control, self.containment = ours, PID_NAMESPACE
+
+    def start(self, lock_env: Mapping[str, str]) -> None:
+        """Start the job with the lock's variables added to its environment."""
+        if self._control is not None and self._go(self._control, lock_env):
+            return
+        argv, needs_hook = pdeathsig_argv(self.command)
+        self.process = self._popen(argv, {**self.env, **lock_env}, needs_hook)
+
+    def _go(self, control: socket.socket, lock_env: Mapping[str, str]) -> bool:
+        """Wait for the init's ready, send the go; False when no namespace could be made."""
+        self._control = None
+        try:
+            control.settimeout(INIT_START_TIMEOUT)
+            if control.recv(64) != b"ready\n":
+                raise OSError("the job's init did not start")
+            self._init = _open_pidfd(_only_child(self.pid))
+            control.sendall(json.dumps({"env": dict(lock_env)}).encode())
+            control.shutdown(socket.SHUT_WR)
+            return True
+        except (OSError, ValueError):
+            self._refuse(self._why_no_namespace())
+            return False
+        finally:
+            control.close()
+
+    def _why_no_namespace(self) -> str:
+        """The namespace's unshare ended before its init said ready: it was not allowed."""
+        assert self.process is not None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            code = self.process.wait(timeout=INIT_START_TIMEOUT)
+            return f"unshare could not make a PID namespace here (exit {code})"
+        self._kill_prepared()
+        return "the job's init did not say ready in time"
+
+    def _refuse(self, reason: str) -> None:
+        remember_refusal(reason)
+        self.warning, self.containment, self.process = reason, PROCESS_GROUP, None
+
+    def abort(self) -> None:
+        """The lock was not ours: end what was prepared (the waiting init), leave nothing."""
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+            self._kill_prepared()
+
+    def _kill_prepared(self) -> None:
+        if self.process is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def close(self) -> None:
+        """Release what the child holds in this process (the init's pidfd)."""
+        if self._init is not None and self._init >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._init)
+        self._init = None
+
+    @staticmethod
+    def _popen(
+        argv: list[str], env: Mapping[str, str], needs_hook: bool, pass_fds: tuple[int, ...] = ()
+    ) -> subprocess.Popen[bytes]:
         try:
             # argv from the worker's own config, no shell. The preexec fallback is safe because
             # the child is spawned before the runner starts any thread that could hold a lock.
-            self.process = subprocess.Popen(
+            return subprocess.Popen(
                 argv,
                 env=dict(env),
                 start_new_session=True,
+                pass_fds=pass_fds,
                 preexec_fn=_die_with_parent if needs_hook else None,
             )
         except OSError as exc:
-            raise InputError(f"cannot start {command[0]!r}: {exc.strerror}") from None
-        self.pid = self.process.pid
+            raise InputError(f"cannot start {argv[0]!r}: {exc.strerror}") from None
 
     def wait(self) -> int:
         """Block until the child exits; its status as a shell reports it (128+N for signal N)."""
+        assert self.process is not None
         status = self.process.wait()
         return 128 - status if status < 0 else status
 
     @property
     def exit_status(self) -> int | None:
-        status = self.process.poll()
+        status = None if self.process is None else self.process.poll()
         if status is None:
             return None
         return 128 - status if status < 0 else status
 
     def signal_tree(self, signum: int) -> bool:
-        """Send `signum` to the child's whole process group and to stray descendants; whether
-        anything was there to receive it."""
+        """Send `signum` to every process of the job; whether anything was there to get it.
+
+        In a namespace, the init forwards it to all of them (unshare would ignore it); SIGKILL
+        goes to unshare and the init themselves, and the kernel ends the rest. Otherwise the
+        job's process group gets it, and its orphans that were re-parented to us.
+        """
         reached = False
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signum)
-            reached = True
+        if signum != signal.SIGKILL and self._init is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+                _send(self._init, signum)
+                reached = True
+        else:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pid, signum)
+                reached = True
         for pid in self._strays():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signum)
@@ -106,9 +207,11 @@ class Child:
         return reached
 
     def tree_alive(self) -> bool:
-        """Whether any process of the job is alive: its main process, its process group, or a
+        """Whether any process of the job is alive: its first process, its process group, or a
         descendant re-parented to us. Reaps re-parented zombies on the way."""
         self._reap_strays()
+        if self.process is None:
+            return False
         if self.process.poll() is None:
             return True
         try:
@@ -120,6 +223,9 @@ class Child:
     def _strays(self) -> list[int]:
         return [pid for pid in stray_descendants() if pid not in self._not_ours]
 
+    def _is_first(self, pid: int) -> bool:
+        return self.process is not None and pid == self.process.pid
+
     def _reap_strays(self) -> None:
         """Collect exit statuses of re-parented descendants, so they do not linger as zombies.
 
@@ -128,7 +234,7 @@ class Child:
         that is not the job's either: its owner wants its status.
         """
         for pid, state in _our_children():
-            if state == "Z" and pid != self.pid and pid not in self._not_ours:
+            if state == "Z" and pid not in self._not_ours and not self._is_first(pid):
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
 
@@ -166,3 +272,26 @@ def _our_children() -> list[tuple[int, str]]:
         if int(fields[1]) == me:
             found.append((pid, fields[0]))
     return found
+
+
+def _only_child(pid: int) -> int:
+    """The one child of `pid` (unshare's: the namespace's init, as our namespace numbers it)."""
+    with open(f"/proc/{pid}/task/{pid}/children", "rb") as handle:
+        (child,) = handle.read().split()
+    return int(child)
+
+
+def _open_pidfd(pid: int) -> int:
+    """A pidfd for `pid` (signals to it can never reach a process that reused the PID), or the
+    PID itself, negated, where the kernel has no pidfds."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return -pid
+
+
+def _send(init: int, signum: int) -> None:
+    if init >= 0:
+        signal.pidfd_send_signal(init, signum)
+    else:
+        os.kill(-init, signum)

@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from provision.consul import Consul, NotFound
 from provision.errors import EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT, LocalEnvironmentError
-from provision.runner.child import Child, check_program
+from provision.runner.child import Child
 from provision.runner.events import EventLog, ms
 from provision.runner.fencing import (
     Action,
@@ -67,7 +67,9 @@ def run_job(
     clock: Callable[[], float] = time.monotonic,
 ) -> RunResult:
     """Run `command` under the job's lock; the result says what happened and the exit code."""
-    check_program(command, os.environ)  # fail before taking a lock for a job that cannot start
+    # Refused here (exit 2) if it cannot start, before any lock is taken for it. Its init starts
+    # in its namespace while we acquire: the hand-over then only says go.
+    child = Child(command, job_environment(os.environ))
     lock = LockSession(consul, job, worker, clock)
     try:
         lock.open()
@@ -78,8 +80,11 @@ def run_job(
         if stop.requested:  # asked to stop while acquiring: do not start the job
             lock.release()
             return _interrupted(stop, lock, events)
-        return _Supervisor(lock, held, options, events, stop, clock).run(command, clock() - began)
+        supervisor = _Supervisor(lock, held, options, events, stop, clock)
+        return supervisor.run(child, clock() - began)
     finally:
+        child.abort()  # the prepared init, when the job never started
+        child.close()
         lock.destroy()  # whatever happened above; a stop request now changes nothing
 
 
@@ -175,16 +180,25 @@ class _Supervisor:
         self.verdict: Outcome | None = None
         self.terminated_at: float | None = None
 
-    def run(self, command: Sequence[str], waited: float) -> RunResult:
+    def run(self, child: Child, waited: float) -> RunResult:
         acquired_at = self.clock()
-        child = Child(command, _child_env(self.lock, self.held))  # before any thread starts
+        child.start(_lock_env(self.lock, self.held))  # before any thread starts
         self.events.emit(  # after the start, which is the hand-over's critical path
             "acquired",
             session=self.lock.session_id,
             lock_index=self.held.lock_index,
             waited_ms=ms(waited),
             child_pid=child.pid,
+            containment=child.containment,
         )
+        if child.warning:
+            self.events.emit(
+                "containment",
+                session=self.lock.session_id,
+                mode=child.containment,
+                warning=f"no PID namespace ({child.warning}): a process of the job that leaves "
+                "its process group and outlives a killed runner is not contained",
+            )
         wakeup = Wakeup()
         monitors = LockMonitors(
             self.lock, child, self.held.modify_index, self.events, wakeup, self.clock
@@ -270,14 +284,21 @@ class _Supervisor:
         return RunResult(outcome, status if status is not None else 1, self.held.lock_index)
 
 
-def _child_env(lock: LockSession, held: HeldLock) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        LOCK_KEY=lock.key,
-        LOCK_SESSION=lock.session_id,
-        LOCK_INDEX=str(held.lock_index),
-        LOCK_MODIFY_INDEX=str(held.modify_index),
-        LOCKCTL_JOB=lock.job.name,
-        LOCKCTL_WORKER=lock.worker,
-    )
-    return env
+# lockctl's own credentials: the job must not act with the runner's token.
+RUNNER_ONLY = ("CONSUL_HTTP_TOKEN", "CONSUL_HTTP_TOKEN_FILE")
+
+
+def job_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The job's environment: the runner's, less lockctl's own Consul credentials."""
+    return {key: value for key, value in environ.items() if key not in RUNNER_ONLY}
+
+
+def _lock_env(lock: LockSession, held: HeldLock) -> dict[str, str]:
+    return {
+        "LOCK_KEY": lock.key,
+        "LOCK_SESSION": lock.session_id,
+        "LOCK_INDEX": str(held.lock_index),
+        "LOCK_MODIFY_INDEX": str(held.modify_index),
+        "LOCKCTL_JOB": lock.job.name,
+        "LOCKCTL_WORKER": lock.worker,
+    }

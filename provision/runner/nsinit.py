@@ -1,0 +1,110 @@
+"""PID 1 of a job's own PID namespace: the init that makes the job's process tree one unit.
+
+Started by the runner as `unshare --pid --mount-proc --fork --kill-child -- python -I -S
+nsinit.py FD -- CMD` before the lock is acquired (its start-up is off the hand-over path). It
+says `ready` on the control socket FD, then waits for the runner's go: the lock variables as
+JSON, then end of file. It starts CMD in a session of its own and from then on:
+
+- forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to every process of the
+  namespace (kill(-1) from PID 1), so a setsid'd daemon gets them too;
+- reaps every process re-parented to it;
+- exits with CMD's status (128+N for signal N) the moment CMD exits. The kernel then kills every
+  process left in the namespace and reaps them before this init's own exit is reported: when the
+  runner sees the namespace end, nothing of the job is alive.
+
+If the runner dies, unshare dies with it (PDEATHSIG) and takes this init along (--kill-child),
+and with it the whole namespace. End of file before any go means: the lock was not ours, exit.
+
+Standard library only, no site (-S): it must start in a few milliseconds and import nothing of
+lockctl. Run by the runner, never by hand.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+
+FORWARDED = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
+RESET_TO_DEFAULT = (*FORWARDED, signal.SIGPIPE, signal.SIGXFSZ)
+MAX_GO_BYTES = 1024 * 1024
+
+
+def main(argv: list[str]) -> int:
+    control = int(argv[1])
+    command = argv[3:]
+    for signum in FORWARDED:
+        signal.signal(signum, _forward)
+    os.write(control, b"ready\n")
+    extra_env = _read_go(control)
+    os.close(control)
+    if extra_env is None:
+        return 0  # no go: another worker holds the lock
+    job = _start(command, {**os.environ, **extra_env})
+    return _reap_until(job)
+
+
+def _forward(signum: int, _frame: object) -> None:
+    try:  # noqa: SIM105 - contextlib would be one more import on the job's start-up path
+        os.kill(-1, signum)  # from PID 1: every process of the namespace but this one
+    except ProcessLookupError:
+        pass
+
+
+def _read_go(control: int) -> dict[str, str] | None:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        chunk = os.read(control, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_GO_BYTES:
+            return None
+    if not chunks:
+        return None
+    go = json.loads(b"".join(chunks))
+    return {str(key): str(value) for key, value in go["env"].items()}
+
+
+def _start(command: list[str], env: dict[str, str]) -> int:
+    # Blocked across the fork: a signal that comes before the job has its default handlers back
+    # would otherwise run our forwarding handler in the job's process and be lost there. Blocked,
+    # it waits, and then reaches the job the normal way.
+    signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    pid = os.fork()
+    if pid:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        return pid
+    try:  # the job: a session of its own, signals as a normal program has them
+        os.setsid()
+        for signum in RESET_TO_DEFAULT:
+            signal.signal(signum, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        os.execvpe(command[0], command, env)  # noqa: S606 - argv from the worker config, no shell
+    except OSError as exc:
+        os.write(2, f"lockctl: cannot start {command[0]!r}: {exc.strerror}\n".encode())
+    os._exit(127)
+
+
+def _reap_until(job: int) -> int:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return 0
+        if pid == job:  # as a shell reports it: 128+N for signal N
+            return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
