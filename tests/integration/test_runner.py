@@ -219,12 +219,13 @@ class Runner:
         command: list[str],
         *flags: str,
         config: Path | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         argv = [*LOCKCTL, "run", "--config", str(config or lab.configs[worker])]
         argv += ["--job", lab.jobs[short], *flags, "--", *command]
         self.started = time.monotonic()
         self.process = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
         )
         self.pid = self.process.pid
         self.lines: list[str] = []
@@ -393,7 +394,9 @@ def test_release_hands_over_at_once_to_a_waiting_runner(lab: Lab, runners: list[
 def test_child_sees_the_lock_in_its_environment(lab: Lab, runners: list[Runner]) -> None:
     env_file, go = lab.tmp / "env.out", lab.tmp / "env.go"
     command = ["sh", "-c", f"env > {env_file}; while [ ! -e {go} ]; do sleep 0.01; done"]
-    runner = start(lab, runners, "worker-1", "env", command)
+    # lockctl's own credentials in the runner's environment never reach the job
+    own = {"CONSUL_HTTP_TOKEN": "runner-only-token", "CONSUL_HTTP_TOKEN_FILE": "/runner/only"}
+    runner = start(lab, runners, "worker-1", "env", command, env={**os.environ, **own})
     acquired = runner.wait_event("acquired")
     assert wait_until(lambda: env_file.exists() and env_file.stat().st_size > 0, 10)
     time.sleep(0.1)  # env has opened the file; let it finish writing
@@ -406,6 +409,7 @@ def test_child_sees_the_lock_in_its_environment(lab: Lab, runners: list[Runner])
     assert entry is not None and entry.session == acquired["session"]
     assert int(env["LOCK_INDEX"]) == acquired["lock_index"] == entry.lock_index
     assert int(env["LOCK_MODIFY_INDEX"]) == entry.modify_index
+    assert not set(own) & set(env)
     # LockIndex is the fencing token: it grows with every acquire.
     again = start(lab, runners, "worker-2", "env", ["sh", "-c", 'test "$LOCK_INDEX" -gt 0'])
     assert again.wait() == 0
