@@ -111,7 +111,7 @@ _PREFIX_RULES: tuple[tuple[Callable[[str], bool], str], ...] = (
     ),
     (
         lambda p: "" in _segments(p),
-        "must not have an empty segment ('//'): Consul's HTTP server merges '//' into '/', "
+        "must not have an empty segment ('//'): Consul's HTTP server redirects '//' to '/', "
         "so the key it sees would not be this one",
     ),
     (lambda p: len(p) > MAX_PREFIX, f"must be at most {MAX_PREFIX} characters"),
