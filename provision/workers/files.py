@@ -119,11 +119,14 @@ def _check_placement(placement: Placement, out_dir: Path) -> None:
 def _check_program(program: str) -> None:
     """What systemd takes as ExecStart='s program: an absolute, normalised path, or a bare name
     (which systemd looks up in its own fixed search path)."""
+    _check_line("--lockctl", program)
     if "/" not in program and program not in ("", ".", ".."):
-        if not program.isprintable():
-            raise InputError(f"--lockctl {program!r}: must not contain control characters")
         return
-    _check_path("--lockctl", program)
+    if not program.startswith("/"):
+        raise InputError(
+            f"--lockctl {program!r}: must be an absolute path or a bare program name "
+            "(systemd's ExecStart= takes no other)"
+        )
     if os.path.normpath(program) != program:
         raise InputError(
             f"--lockctl {program!r}: must be a normalised path (no '.', '..', '//' or trailing "
@@ -132,12 +135,16 @@ def _check_program(program: str) -> None:
 
 
 def _check_path(flag: str, value: str) -> None:
-    if not value.isprintable():
-        raise InputError(f"{flag} {value!r}: must not contain control characters (one line)")
+    _check_line(flag, value)
     if not value.startswith("/"):
         raise InputError(
             f"{flag} {value!r}: must be an absolute path (it names a place on the worker)"
         )
+
+
+def _check_line(flag: str, value: str) -> None:
+    if not value.isprintable():
+        raise InputError(f"{flag} {value!r}: must not contain control characters (one line)")
     if len(value) > MAX_PATH:
         raise InputError(f"{flag}: must be at most {MAX_PATH} characters")
 
