@@ -1,9 +1,9 @@
 """KV keys that the way to Consul would change, against the real cluster.
 
-urllib3 drops a '.' segment from the URL path (after decoding '%2e' to '.'), and Consul answers a
-'//' (and a decoded '%2F') with a redirect to the merged path. A lock acquired in a transaction (the key in the JSON
-body, exact) would then be released by URL path on another key, and stay held. The client
-refuses such a key before it sends anything, for every KV call.
+urllib3 drops a '.' segment from the URL path (after decoding '%2e' to '.'), and Consul answers
+'//' (and a decoded '%2F') with a redirect to the merged path. A lock acquired in a transaction
+(the key in the JSON body, exact) would then be released by URL path on another key, and stay
+held. The client refuses such a key before it sends anything, for every KV call.
 """
 
 from __future__ import annotations
