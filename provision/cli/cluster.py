@@ -100,8 +100,19 @@ def down(state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
     """Stop the agents this cluster started (by pidfile) and delete its data."""
     from provision.cluster.local import cluster_down
 
-    stopped = cluster_down(state_dir)
-    typer.echo(f"stopped: {', '.join(stopped) or 'nothing was running'}; removed {state_dir}")
+    result = cluster_down(state_dir)
+    stopped = ", ".join(result.stopped) or "nothing was running"
+    if not result.kept:
+        typer.echo(f"stopped: {stopped}; removed {state_dir}")
+        return
+    shown = ", ".join(
+        _printable(path.relative_to(state_dir.absolute())) for path in result.kept[:5]
+    )
+    more = f" and {len(result.kept) - 5} more" if len(result.kept) > 5 else ""
+    typer.echo(
+        f"stopped: {stopped}; removed what lockctl made in {state_dir}, kept what it did not "
+        f"make: {shown}{more}"
+    )
 
 
 @app.command()
@@ -136,6 +147,11 @@ def env(state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
     typer.echo("unset CONSUL_HTTP_TOKEN")
     for name, value in found.exports:
         typer.echo(f"export {name}={shlex.quote(value)}")
+
+
+def _printable(path: Path) -> str:
+    """A file name someone else chose, safe for a terminal."""
+    return "".join(c if c.isprintable() else "?" for c in str(path))
 
 
 def _status_record(current: ClusterStatus) -> dict[str, object]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
+import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -157,3 +159,39 @@ def load_layout(state_dir: Path) -> ClusterLayout | None:
         return ClusterLayout(state_dir.absolute(), agents, record["datacenter"], prefix)
     except (ValueError, KeyError, TypeError) as exc:
         raise LocalEnvironmentError(f"{path}: unreadable cluster record ({exc})") from None
+
+
+def remove_cluster_files(layout: ClusterLayout) -> tuple[Path, ...]:
+    """Delete what lockctl made in the state folder, and each folder once it is empty; returns
+    what is left: files someone else put there, which are never touched."""
+    state_dir = layout.state_dir
+    for agent in layout.agents:
+        _remove_tree(layout.data_dir(agent))  # Consul's own data folder
+        for path in (layout.pidfile(agent), layout.config_file(agent), layout.log_file(agent)):
+            _remove_file(path)
+        _remove_empty_folder(layout.agent_dir(agent))
+    for name in (LAYOUT_FILE, MANAGEMENT_TOKEN_FILE, ns.RECORD_FILE):
+        _remove_file(state_dir / name)
+    _remove_empty_folder(state_dir)
+    if not state_dir.exists():
+        return ()
+    return tuple(sorted(p for p in state_dir.rglob("*") if not p.is_dir() or not any(p.iterdir())))
+
+
+def _remove_file(path: Path) -> None:
+    """The file, and any temporary file an interrupted atomic write of it left behind."""
+    path.unlink(missing_ok=True)
+    for leftover in path.parent.glob(f".{path.name}.*.tmp"):
+        leftover.unlink(missing_ok=True)
+
+
+def _remove_tree(folder: Path) -> None:
+    if folder.is_symlink():  # never follow one out of the state folder
+        folder.unlink()
+    elif folder.is_dir():
+        shutil.rmtree(folder)
+
+
+def _remove_empty_folder(folder: Path) -> None:
+    with contextlib.suppress(OSError):
+        folder.rmdir()  # fails while someone else's file is in it: then it stays

@@ -10,7 +10,6 @@ suite's cluster. With `netns` (root) each agent runs in its own network namespac
 
 from __future__ import annotations
 
-import shutil
 import socket
 import time
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from provision.cluster.layout import (
     ClusterLayout,
     default_layout,
     load_layout,
+    remove_cluster_files,
     save_layout,
 )
 from provision.consul import NO_RETRY, Consul, ConsulError, ConsulSettings, PermissionDenied
@@ -126,19 +126,25 @@ def cluster_up(
     return UpResult(status, binary, started, bootstrapped, time.monotonic() - began)
 
 
-def cluster_down(state_dir: Path) -> tuple[str, ...]:
-    """Stop the agents this state folder started (by pidfile) and delete its data."""
+@dataclass(frozen=True)
+class DownResult:
+    stopped: tuple[str, ...]  # the agents that were running and were stopped
+    kept: tuple[Path, ...]  # files in the state folder that lockctl did not make, left alone
+
+
+def cluster_down(state_dir: Path) -> DownResult:
+    """Stop the agents this state folder started (by pidfile) and delete what lockctl made in
+    it: the layout, the management token, each agent's folder; nothing else."""
     layout = load_layout(state_dir)
     if layout is None:
         if state_dir.exists() and any(state_dir.iterdir()):
             raise LocalEnvironmentError(
                 f"{state_dir}: not a lockctl cluster folder (no {LAYOUT_FILE}); not touching it"
             )
-        return ()
+        return DownResult((), ())
     stopped = _stop_agents(layout, list(layout.agents))
     ns.destroy_network(layout.state_dir)  # only the namespaces it recorded creating
-    shutil.rmtree(layout.state_dir)
-    return stopped
+    return DownResult(stopped, remove_cluster_files(layout))
 
 
 def cluster_status(state_dir: Path) -> ClusterStatus:
@@ -199,7 +205,8 @@ def _layout_for_up(
         netns = True  # recovering a namespace cluster: it stays one
     if subnet is None:
         subnet = DEFAULT_NETNS_SUBNET if netns else DEFAULT_SUBNET
-    wanted = default_layout(state_dir, subnet, workers or DEFAULT_WORKERS, netns=netns)
+    wanted_workers = DEFAULT_WORKERS if workers is None else workers  # 0 is refused
+    wanted = default_layout(state_dir, subnet, wanted_workers, netns=netns)
     if existing is None:
         if state_dir.exists() and any(state_dir.iterdir()):
             raise LocalEnvironmentError(

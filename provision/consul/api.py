@@ -20,6 +20,7 @@ from provision.consul.transport import (
     Transport,
     quote_path,
 )
+from provision.errors import InputError
 from provision.system.secrets import Secret
 
 CONSISTENCY_MODES = ("default", "consistent", "stale")
@@ -312,6 +313,7 @@ class KVAPI(_Area):
         refused: the key is held, in lock-delay, or the token may not write it (a plain
         `put(acquire=...)` tells which, by status code).
         PUT /v1/txn"""
+        checked_key(key)  # the release goes by URL path: both must name the same key
         encoded = base64.b64encode(value).decode()
         operations = [
             {"KV": {"Verb": "lock", "Key": key, "Value": encoded, "Session": session_id}},
@@ -353,8 +355,25 @@ class KVAPI(_Area):
     ) -> ConsulResponse:
         """One call on /v1/kv/:key; `options` go to the transport as they are."""
         return self._transport.request(
-            method, "/v1/kv/" + quote_path(key), params=params, token=token, **options
+            method, "/v1/kv/" + quote_path(checked_key(key)), params=params, token=token, **options
         )
+
+
+def checked_key(key: str) -> str:
+    """`key`, if the KV key Consul sees would be this one; else InputError (exit 2).
+
+    No quoting can keep a '.' or '..' segment: urllib3 drops them from the URL path (and decodes
+    '%2e' to '.' first), and Consul's HTTP server redirects '//' to '/'. A lock acquired in a
+    transaction (key in the body, exact) would then be released on another key (key in the path).
+    The spec refuses such prefixes; this is the last line of defence, for every KV call.
+    """
+    segments = key.removesuffix("/").split("/")
+    if key and not any(segment in ("", ".", "..") for segment in segments):
+        return key
+    raise InputError(
+        f"KV key {key!a}: an empty, '.' or '..' segment would change on the way to Consul "
+        "(HTTP drops or merges them), so it is refused"
+    )
 
 
 def _consistency(mode: str) -> dict[str, str | int]:

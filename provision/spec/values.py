@@ -104,6 +104,16 @@ _PREFIX_RULES: tuple[tuple[Callable[[str], bool], str], ...] = (
     (lambda p: any(c in p for c in "{}"), "must not contain braces"),
     (lambda p: p.startswith("/"), "must be relative: Consul keys have no leading '/'"),
     (lambda p: ".." in p, "must not contain '..'"),
+    (
+        lambda p: "." in _segments(p),
+        "must not have a '.' segment: HTTP clients drop it (locks/./a/ is sent as locks/a/), "
+        "so the lock would be taken on one key and released on another",
+    ),
+    (
+        lambda p: "" in _segments(p),
+        "must not have an empty segment ('//'): Consul's HTTP server redirects '//' to '/', "
+        "so the key it sees would not be this one",
+    ),
     (lambda p: len(p) > MAX_PREFIX, f"must be at most {MAX_PREFIX} characters"),
     (
         lambda p: not p.endswith("/"),
@@ -112,9 +122,14 @@ _PREFIX_RULES: tuple[tuple[Callable[[str], bool], str], ...] = (
     ),
     (
         lambda p: PREFIX_PATTERN.fullmatch(p) is None,
-        "may contain only letters, digits, '.', '_', '-' and '/' (no empty segment)",
+        "may contain only letters, digits, '.', '_', '-' and '/'",
     ),
 )
+
+
+def _segments(prefix: str) -> list[str]:
+    """The prefix's segments; the empty one after its trailing '/' is not one."""
+    return prefix.removesuffix("/").split("/")
 
 
 def prefix_problem(prefix: str) -> str | None:
@@ -173,6 +188,9 @@ def read_schedule(attribute: Attribute | None, where: str, problems: Problems) -
         problems.add(attribute.line, where, "must not be empty (or leave it out)")
     elif not text.isascii() or not text.isprintable() or any(c in text for c in "\"'`\\"):
         problems.add(attribute.line, where, "must be printable ASCII without quotes or backslashes")
+    elif "%" in text:
+        # systemd expands %-specifiers in OnCalendar=; no calendar expression needs a '%'
+        problems.add(attribute.line, where, "must not contain '%' (systemd would expand it)")
     elif len(text) > MAX_SCHEDULE:
         problems.add(attribute.line, where, f"must be at most {MAX_SCHEDULE} characters")
     else:

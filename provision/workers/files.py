@@ -8,15 +8,16 @@ itself is never in these files; they name the 0600 token file that `lockctl appl
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from provision.errors import InputError
 from provision.spec import Spec
-from provision.system.files import PUBLIC_MODE, write_atomically
+from provision.system.files import PUBLIC_MODE, write_all_or_none
 from provision.system.templates import make_environment, render_template
-from provision.workers.config import CONFIG_NAME, config_record, load_worker_config
+from provision.workers.config import CONFIG_NAME, ConfigError, config_record, load_worker_config
 
 ENV_NAME = "lockctl.env"
 
@@ -40,19 +41,112 @@ class WorkerFiles:
 def write_worker_files(
     spec: Spec, workers: list[str], out_dir: Path, templates_dir: Path, placement: Placement
 ) -> list[WorkerFiles]:
-    """Render and write every named worker's files; all are rendered before any is written."""
+    """Render, check and write every named worker's files: all of them, or none.
+
+    The flag values that end up in the files are checked first; then every file is rendered,
+    written to a staging folder in `out_dir`, and each lockctl.json loaded back as the runner
+    will; only when all of that passed are the files renamed into place.
+    """
     unknown = [name for name in workers if name not in {w.name for w in spec.workers}]
     if unknown:
         known = ", ".join(w.name for w in spec.workers)
         raise InputError(f"--worker {unknown[0]}: not a worker in {spec.path} (workers: {known})")
+    idle = [name for name in workers if not spec.jobs_for(name)]
+    if idle:
+        raise InputError(
+            f"worker {idle[0]} runs no job in {spec.path}: it has nothing to configure "
+            "(name it in a job's workers, or choose the workers with --worker)"
+        )
+    _check_placement(placement, out_dir)
     env = make_environment(templates_dir)
     rendered = {name: _render_worker(spec, name, out_dir, env, placement) for name in workers}
-    results = []
-    for name, (files, skipped) in rendered.items():
-        written = [_write(out_dir / name / relative, text) for relative, text in files.items()]
-        load_worker_config(out_dir / name / CONFIG_NAME)  # what we wrote must load cleanly
-        results.append(WorkerFiles(name, tuple(written), skipped))
-    return results
+    files = {
+        Path(name) / relative: text
+        for name, (texts, _) in rendered.items()
+        for relative, text in texts.items()
+    }
+    try:
+        write_all_or_none(
+            out_dir, files, mode=PUBLIC_MODE, check=lambda staged: _check_configs(staged, workers)
+        )
+    except OSError as exc:
+        raise InputError(
+            f"--out {out_dir}: cannot write the worker files: {_reason(exc)}"
+        ) from None
+    return [
+        WorkerFiles(name, tuple(out_dir / name / relative for relative in texts), skipped)
+        for name, (texts, skipped) in rendered.items()
+    ]
+
+
+def _check_configs(staged: Path, workers: list[str]) -> None:
+    """Each staged lockctl.json loads cleanly, as the runner will load it; problems name the
+    file where it would have been written, not the staging folder."""
+    for name in workers:
+        path = staged / name / CONFIG_NAME
+        try:
+            load_worker_config(path)
+        except ConfigError as exc:
+            shown_at = staged.parent / name / CONFIG_NAME  # staged is in the output folder
+            raise ConfigError(
+                shown_at, [line.removeprefix(f"{path}: ") for line in exc.lines]
+            ) from None
+
+
+def _reason(exc: OSError) -> str:
+    where = f" ({exc.filename})" if exc.filename else ""
+    return f"{exc.strerror or exc}{where}"
+
+
+# --- flag values that are written into the files ---------------------------------------------
+
+MAX_PATH = 4096  # PATH_MAX on Linux
+
+
+def _check_placement(placement: Placement, out_dir: Path) -> None:
+    """Every path a flag puts into a file must be absolute and one printable line: a newline
+    would add lines to lockctl.env or a unit; a relative path means nothing on the worker."""
+    config_dir = placement.config_dir
+    paths = [
+        ("--secrets-dir", str(placement.token_dir)),
+        ("--config-dir", str(config_dir)) if config_dir else ("--out", str(out_dir.absolute())),
+    ]
+    for flag, value in paths:
+        _check_path(flag, value)
+    _check_program(placement.lockctl)
+
+
+def _check_program(program: str) -> None:
+    """What systemd takes as ExecStart='s program: an absolute, normalised path, or a bare name
+    (which systemd looks up in its own fixed search path)."""
+    _check_line("--lockctl", program)
+    if "/" not in program and program not in ("", ".", ".."):
+        return
+    if not program.startswith("/"):
+        raise InputError(
+            f"--lockctl {program!r}: must be an absolute path or a bare program name "
+            "(systemd's ExecStart= takes no other)"
+        )
+    if os.path.normpath(program) != program:
+        raise InputError(
+            f"--lockctl {program!r}: must be a normalised path (no '.', '..', '//' or trailing "
+            "'/'): systemd refuses any other ExecStart= program"
+        )
+
+
+def _check_path(flag: str, value: str) -> None:
+    _check_line(flag, value)
+    if not value.startswith("/"):
+        raise InputError(
+            f"{flag} {value!r}: must be an absolute path (it names a place on the worker)"
+        )
+
+
+def _check_line(flag: str, value: str) -> None:
+    if not value.isprintable():
+        raise InputError(f"{flag} {value!r}: must not contain control characters (one line)")
+    if len(value) > MAX_PATH:
+        raise InputError(f"{flag}: must be at most {MAX_PATH} characters")
 
 
 def _render_worker(
@@ -92,6 +186,8 @@ def _render_worker(
             "job": job,
             "exec_start": " ".join(systemd_quote(a) for a in argv),
             "stop_timeout": int(job.kill_grace.seconds) + 10,
+            # The spec refuses '%'; doubled here as well, as systemd expands specifiers there.
+            "on_calendar": job.schedule.replace("%", "%%"),
         }
         files[f"systemd/lockctl-{job.name}.service"] = render_template(
             env, "worker/lockctl-job.service.j2", unit
@@ -112,9 +208,3 @@ def systemd_quote(argument: str) -> str:
     escaped = escaped.replace("%", "%%").replace("$", "$$")
     escaped = "".join(f"\\x{ord(c):02x}" if ord(c) < 0x20 or ord(c) == 0x7F else c for c in escaped)
     return f'"{escaped}"'
-
-
-def _write(path: Path, text: str) -> Path:
-    """Atomic write (mode 0644: these files hold no secret)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return write_atomically(path, text, mode=PUBLIC_MODE)

@@ -130,6 +130,9 @@ def test_lifecycle_up_crash_recover_down_up(tmp_path: Path) -> None:
     try:
         assert first.bootstrapped and first.status.healthy
         layout = first.status.layout
+        # A user's files in the state folder: `down` must delete only what lockctl made.
+        (state_dir / "notes.txt").write_text("mine\n")
+        (state_dir / "worker-1" / "my.log").write_text("mine too\n")
         worker = layout.workers[0]
         victim = read_pid(layout.pidfile(worker))
         assert victim is not None
@@ -146,11 +149,17 @@ def test_lifecycle_up_crash_recover_down_up(tmp_path: Path) -> None:
         assert worker_client.with_settings().status.leader()
         pids = [read_pid(layout.pidfile(agent)) for agent in layout.agents]
     finally:
-        stopped = cluster_down(state_dir)
-    assert len(stopped) == 5
-    assert not state_dir.exists()
+        down = cluster_down(state_dir)
+    assert len(down.stopped) == 5
+    kept = sorted(str(p.relative_to(state_dir)) for p in state_dir.rglob("*"))
+    assert kept == ["notes.txt", "worker-1", "worker-1/my.log"]
+    assert down.kept == (state_dir / "notes.txt", state_dir / "worker-1" / "my.log")
+    assert (state_dir / "notes.txt").read_text() == "mine\n"
     for agent, pid in zip(layout.agents, pids, strict=True):
         assert pid is not None and not is_running(pid, str(layout.config_file(agent)))
+    (state_dir / "notes.txt").unlink()
+    (state_dir / "worker-1" / "my.log").unlink()
+    (state_dir / "worker-1").rmdir()
 
     again = cluster_up(state_dir, subnet=LIFECYCLE_SUBNET)
     try:

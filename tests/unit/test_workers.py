@@ -3,14 +3,18 @@ a schedule and a command, and never a secret in any generated file."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
+from provision.cli import app
 from provision.errors import InputError
 from provision.spec import load_spec, parse_spec
 from provision.workers.config import config_record as worker_config
@@ -82,7 +86,7 @@ def test_only_the_named_workers_and_their_jobs(tmp_path: Path) -> None:
 
 def test_without_config_dir_the_output_folder_is_named(tmp_path: Path) -> None:
     spec = load_spec(EXAMPLE)
-    placement = Placement(None, Path("/secrets"), "lockctl")
+    placement = Placement(None, Path("/secrets"), "lockctl")  # a bare name: systemd looks it up
     write_worker_files(spec, ["worker-1"], tmp_path / "out", TEMPLATES, placement)
     config_path = (tmp_path / "out" / "worker-1" / "lockctl.json").absolute()
     env = (tmp_path / "out" / "worker-1" / "lockctl.env").read_text()
@@ -260,3 +264,160 @@ def test_no_secret_in_any_generated_file(tmp_path: Path) -> None:
         assert "CONSUL_HTTP_TOKEN=" not in text, path
     env = (tmp_path / "out" / "worker-1" / "lockctl.env").read_text()
     assert f"CONSUL_HTTP_TOKEN_FILE={secrets / 'worker-1.token'}\n" in env
+
+
+# --- flag values that go into the files are checked: one line, exit 2, nothing written ---------
+
+runner = CliRunner()
+
+
+def _cli(out: Path, *flags: str, spec: Path = EXAMPLE) -> Any:
+    return runner.invoke(
+        app, ["worker-config", "--all", "--spec", str(spec), "--out", str(out), *flags]
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        (["--secrets-dir", "/etc/x\nCONSUL_HTTP_TOKEN=evil"], "--secrets-dir '/etc/x\\nCONSUL"),
+        (["--token-dir", "/etc/\x1b[2Jx"], "--secrets-dir '/etc/\\x1b[2Jx'"),
+        (["--config-dir", "/etc/lockctl\nX=1"], "--config-dir '/etc/lockctl\\nX=1'"),
+        (["--config-dir", "etc/lockctl"], "--config-dir 'etc/lockctl': must be an absolute path"),
+        (["--lockctl", "bin/lockctl"], "--lockctl 'bin/lockctl': must be an absolute path"),
+        (["--lockctl", "./lockctl"], "--lockctl './lockctl': must be an absolute path"),
+        (["--lockctl", "/usr//bin/lockctl"], "--lockctl '/usr//bin/lockctl': must be a normalised"),
+        (["--lockctl", "/usr/bin/../lockctl"], "must be a normalised path"),
+        (["--lockctl", "/usr/bin/lockctl\n"], "--lockctl '/usr/bin/lockctl\\n': must not contain"),
+        (["--lockctl", "lockctl\tx"], "--lockctl 'lockctl\\tx': must not contain control"),
+    ],
+)
+def test_flag_values_written_into_files_are_checked(
+    tmp_path: Path, flags: list[str], expected: str
+) -> None:
+    result = _cli(tmp_path / "out", "--config-dir", "/etc/lockctl", *flags)
+    assert result.exit_code == 2, result.output
+    assert expected in result.stderr
+    assert len(result.stderr.strip().splitlines()) <= 2  # the deprecation warning, the error
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_out_folder_is_checked_when_it_is_named_in_the_files(tmp_path: Path) -> None:
+    result = _cli(tmp_path / "o\nut")  # no --config-dir: LOCKCTL_CONFIG names the out folder
+    assert result.exit_code == 2, result.output
+    assert "--out '" in result.stderr and "must not contain control characters" in result.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_bare_program_name_and_a_space_in_a_path_are_accepted(tmp_path: Path) -> None:
+    result = _cli(tmp_path / "out", "--config-dir", "/etc/lock ctl", "--lockctl", "lockctl")
+    assert result.exit_code == 0, result.output
+    service = tmp_path / "out/worker-1/systemd/lockctl-nightly-ingest.service"
+    assert (
+        'ExecStart="lockctl" "run" "--config" "/etc/lock ctl/lockctl.json"' in service.read_text()
+    )
+
+
+# --- all of a command's files, or none ------------------------------------------------------
+
+IDLE = """\
+worker "w1" {}
+worker "w2" {}
+worker "w3" {}
+job "a" {
+  prefix   = "locks/a/"
+  workers  = ["w1", "w3"]
+  schedule = "hourly"
+  command  = ["/bin/true"]
+}
+"""
+
+
+def test_all_with_a_worker_that_runs_no_job_writes_nothing(tmp_path: Path) -> None:
+    spec = tmp_path / "locks.hcl"
+    spec.write_text(IDLE)
+    result = _cli(tmp_path / "out", "--config-dir", "/etc/lockctl", spec=spec)
+    assert result.exit_code == 2, result.output
+    assert "worker w2 runs no job in" in result.stderr
+    assert not (tmp_path / "out").exists()
+    named = runner.invoke(
+        app,
+        [
+            "worker-config",
+            "-w",
+            "w1",
+            "-w",
+            "w3",
+            "--spec",
+            str(spec),
+            "--out",
+            str(tmp_path / "out"),
+        ],
+    )
+    assert named.exit_code == 0, named.output
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["w1", "w3"]
+
+
+def test_a_failing_check_leaves_the_old_files_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = load_spec(EXAMPLE)
+    out = tmp_path / "out"
+    write_worker_files(spec, ["worker-1", "worker-2", "worker-3"], out, TEMPLATES, PLACEMENT)
+    before = _tree(out)
+    from provision.workers import files as files_module
+
+    real_load = files_module.load_worker_config
+
+    def load_fails_for_worker_3(path: Path) -> object:
+        if path.parent.name == "worker-3":
+            raise InputError(f"{path}: broken")
+        return real_load(path)
+
+    monkeypatch.setattr(files_module, "load_worker_config", load_fails_for_worker_3)
+    other = Placement(Path("/elsewhere"), Path("/elsewhere/secrets"), "/usr/bin/lockctl")
+    with pytest.raises(InputError, match="broken"):
+        write_worker_files(spec, ["worker-1", "worker-2", "worker-3"], out, TEMPLATES, other)
+    assert _tree(out) == before  # worker-1 and worker-2 were not rewritten either
+    assert sorted(p.name for p in out.iterdir()) == ["worker-1", "worker-2", "worker-3"]
+
+
+def test_a_target_that_is_a_folder_stops_the_write_before_any_file_moves(tmp_path: Path) -> None:
+    spec = load_spec(EXAMPLE)
+    out = tmp_path / "out"
+    (out / "worker-3" / "lockctl.env").mkdir(parents=True)  # in the way of the last worker
+    with pytest.raises(InputError, match=r"--out .*: cannot write the worker files: .*lockctl.env"):
+        write_worker_files(spec, ["worker-1", "worker-2", "worker-3"], out, TEMPLATES, PLACEMENT)
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == [
+        "worker-3",
+        "worker-3/lockctl.env",
+    ]
+
+
+def test_a_new_out_folder_is_not_left_behind_on_failure(tmp_path: Path) -> None:
+    spec = load_spec(EXAMPLE)
+    with pytest.raises(InputError):
+        write_worker_files(
+            spec,
+            ["worker-1"],
+            tmp_path / "a" / "b",
+            TEMPLATES,
+            Placement(Path("relative"), Path("/s"), "/usr/bin/lockctl"),
+        )
+    assert not list(tmp_path.iterdir())
+    (tmp_path / "blocker").write_text("")
+    with pytest.raises(InputError, match="cannot write the worker files"):
+        write_worker_files(spec, ["worker-1"], tmp_path / "blocker", TEMPLATES, PLACEMENT)
+
+
+# --- the timer's schedule --------------------------------------------------------------------
+
+
+def test_a_percent_in_the_schedule_is_made_literal_for_systemd(tmp_path: Path) -> None:
+    spec = load_spec(EXAMPLE)  # the spec refuses '%'; this is the template's own defence
+    jobs = tuple(dataclasses.replace(job, schedule=f"{job.schedule}%n") for job in spec.jobs)
+    spec = dataclasses.replace(spec, jobs=jobs)
+    write_worker_files(spec, ["worker-1"], tmp_path, TEMPLATES, PLACEMENT)
+    timer = (tmp_path / "worker-1/systemd/lockctl-nightly-ingest.timer").read_text()
+    assert "OnCalendar=*-*-* 02:00:00%%n\n" in timer
