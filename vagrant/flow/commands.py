@@ -28,6 +28,7 @@ from provision.system.processes import terminate
 
 STOP_GRACE = 30.0  # seconds between SIGTERM and SIGKILL for a child (Vagrant cleans up on TERM)
 TEE_GRACE = 30.0
+PUMP_GRACE = 30.0  # seconds to drain a child's output once it has exited
 _PROGRESS = re.compile(r"^.*Progress: .*%")
 
 
@@ -120,7 +121,10 @@ class Shell:
                 f"{child.name}: still running after {timeout:.0f} s; stopped"
             ) from None
         if child.pump:
-            child.pump.join()
+            # A grandchild may still hold the pipe: never wait for it without a bound.
+            child.pump.join(PUMP_GRACE)
+            if child.pump.is_alive():
+                print(f"{child.name}: its output pipe is still open; its log may be cut short")
         return child.returncode
 
     def wait_all(self, children: Sequence[Child], timeout: float | None = None) -> list[int]:

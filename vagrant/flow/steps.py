@@ -7,6 +7,7 @@ host-side steps (packages, stage, box build, worker-config, tick-check) need no 
 
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 import shutil
@@ -35,7 +36,7 @@ class Flow:
         self.timer = timer
         self.stack = stack
         self.shell = Shell(settings.namespace, stack)
-        self.report_body: list[str] = []
+        self.timers_started = 0.0
 
     def run(self) -> None:
         refuse_shared_libvirt()
@@ -125,15 +126,15 @@ class Flow:
         """How each VM spent its boot (kernel, initrd, userspace; the slowest units)."""
         logs = {node: self.s.logs / f"boot-{node}.txt" for node in self.s.nodes}
         command = "sudo systemd-analyze; sudo systemd-analyze blame | head -n 12"
-        self.shell.wait_all(  # diagnostics only: a failure is not the flow's
-            [
-                self.shell.start(self.ssh(n, command), f"boot analysis of {n}", log=log)
-                for n, log in logs.items()
-            ],
-            timeout=120,
-        )
+        children = [
+            self.shell.start(self.ssh(n, command), f"boot analysis of {n}", log=log)
+            for n, log in logs.items()
+        ]
+        with contextlib.suppress(FlowFailed):  # diagnostics only: slow or failed is no failure
+            self.shell.wait_all(children, timeout=120)
         for node, log in logs.items():
-            first = log.read_text(encoding="utf-8", errors="replace").split("\n", 1)[0]
+            text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+            first = text.split("\n", 1)[0]
             print(f"{node}: {first}")
 
     def destroy(self) -> None:
@@ -254,8 +255,9 @@ class Flow:
                 self.ssh(worker, command), f"delivery to {worker}", stdin=subprocess.PIPE
             )
             assert child.popen.stdin is not None
-            child.popen.stdin.write(worker_files_tar(self.s, worker))
-            child.popen.stdin.close()
+            with contextlib.suppress(BrokenPipeError):  # ssh gave up: its exit status says so
+                child.popen.stdin.write(worker_files_tar(self.s, worker))
+                child.popen.stdin.close()
             deliveries.append(child)
         if any(self.shell.wait_all(deliveries, timeout=300)):
             raise FlowFailed("delivering to a worker failed")
