@@ -96,11 +96,11 @@ class Shell:
     ) -> Child:
         """Start `argv`; its undo (stop it if it still runs) is on the stack from now on.
 
-        Its output: into `log` (stderr too; `stamp`ed, or `echo`ed as well), else the flow's own
-        output (standard output dropped if `quiet`: errors still show)."""
+        Its output: into `log` (stderr too; `stamp`ed, or `echo`ed as well), nowhere if `quiet`,
+        else the flow's own output."""
         sys.stdout.flush()
         stdout: int | None = subprocess.PIPE if log else subprocess.DEVNULL if quiet else None
-        stderr = subprocess.STDOUT if log else None
+        stderr = subprocess.STDOUT if log else subprocess.DEVNULL if quiet else None
         popen = subprocess.Popen(list(argv), stdin=stdin, stdout=stdout, stderr=stderr)
         child = Child(name, popen)
         self.stack.push(f"stop {name}", lambda: stop_child(child))

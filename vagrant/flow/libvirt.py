@@ -46,9 +46,8 @@ def start(settings: Settings, shell: Shell, stack: UndoStack) -> None:
     shell.run(
         virsh("pool-define-as", settings.pool, "dir", "--target", str(settings.pool_dir)),
         "virsh pool-define-as",
-        quiet=True,
     )
-    shell.run(virsh("pool-start", settings.pool), "virsh pool-start", quiet=True)
+    shell.run(virsh("pool-start", settings.pool), "virsh pool-start")
     links = [line.split()[0] for line in output_of(shell.ns(["ip", "-brief", "link"])).splitlines()]
     print(
         f"namespace {settings.namespace}: {' '.join(links)} (no uplink, no routes out)", flush=True
