@@ -1,0 +1,240 @@
+"""The Vagrant flow's pure parts (vagrant/flow/), without VMs: the undo stack's order on success,
+failure and a signal, the phase timer, the summary, the secret check, log stamping, settings."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "vagrant"))
+
+from flow import artifacts, main, steps  # noqa: E402
+from flow.commands import FlowFailed, stamp_line  # noqa: E402
+from flow.phases import PhaseTimer, parse_phases, phase_table  # noqa: E402
+from flow.settings import Settings, SettingsError  # noqa: E402
+from flow.teardown import Interrupted, SignalGuard, UndoStack  # noqa: E402
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def recording_stack(done: list[str]) -> UndoStack:
+    stack = UndoStack(say=done.append)
+    for name in ("namespace", "libvirtd", "pool", "vms"):
+        stack.push(name, lambda name=name: done.append(name))  # type: ignore[misc]
+    return stack
+
+
+def test_undo_stack_unwinds_newest_first() -> None:
+    done: list[str] = []
+    assert recording_stack(done).unwind() == []
+    assert done == ["vms", "pool", "libvirtd", "namespace"]
+
+
+def test_a_failing_undo_is_reported_and_the_others_still_run() -> None:
+    done: list[str] = []
+    stack = recording_stack(done)
+
+    def broken() -> None:
+        raise OSError("device busy")
+
+    stack.push("restore /dev/kvm", broken)
+    stack.push("stop a child", lambda: "child 42 still running")
+    left = stack.unwind()
+    assert left == ["child 42 still running", "restore /dev/kvm failed (OSError: device busy)"]
+    assert done[-4:] == ["vms", "pool", "libvirtd", "namespace"]
+    assert len(stack) == 0  # unwound once: a second unwind does nothing
+    assert stack.unwind() == []
+
+
+def test_undo_stack_unwinds_after_a_failed_step() -> None:
+    done: list[str] = []
+    stack = recording_stack(done)
+    with pytest.raises(FlowFailed):
+        try:
+            raise FlowFailed("vagrant up failed")
+        finally:
+            stack.unwind()
+    assert done == ["vms", "pool", "libvirtd", "namespace"]
+
+
+def test_sigterm_raises_interrupted_once_then_is_only_noted() -> None:
+    said: list[str] = []
+    guard = SignalGuard(say=said.append)
+    with guard.installed():
+        with pytest.raises(Interrupted) as stopped, guard.raise_within():
+            os.kill(os.getpid(), signal.SIGTERM)
+            signal.sigtimedwait([], 0)  # let the handler run
+            pytest.fail("no Interrupted")
+        assert stopped.value.signum == signal.SIGTERM
+        os.kill(os.getpid(), signal.SIGTERM)  # during the teardown: noted, not raised
+    assert said == ["vagrant-verify: SIGTERM: tearing down first"]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_run_and_tear_down_unwinds_on_failure_and_interrupt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = make_settings(tmp_path)
+    main.fresh_artifacts(settings)
+    order: list[str] = []
+
+    class FakeFlow:
+        def __init__(self, s: Settings, timer: PhaseTimer, stack: UndoStack) -> None:
+            self.timer, self.stack = timer, stack
+
+        def run(self) -> None:
+            self.timer.start("libvirt start")
+            self.stack.push("namespace", lambda: order.append("namespace"))
+            self.stack.push("daemon", lambda: order.append("daemon"))
+            (settings.secrets).mkdir()
+            (settings.secrets / "worker-1.token").write_text("s3cr3t-not-logged\n")
+            raise behaviour.pop(0)
+
+    behaviour: list[BaseException] = [FlowFailed("box add failed"), Interrupted(signal.SIGINT)]
+    monkeypatch.setattr(main, "Flow", FakeFlow)
+    assert main.run_and_tear_down(settings, SignalGuard()) == 1
+    assert order == ["daemon", "namespace"]
+    assert not settings.run.exists()  # the run's state went last, after the secret check
+    report = (settings.art / "report.txt").read_text()
+    assert "none of the 1 token secrets is in the artifacts or the output" in report
+    summary = json.loads((settings.art / "summary.json").read_text())
+    assert summary["exit_status"] == 1
+    assert list(summary["phases_s"]) == ["libvirt start", "teardown"]
+
+    main.fresh_artifacts(settings)
+    order.clear()
+    assert main.run_and_tear_down(settings, SignalGuard()) == 130
+    assert order == ["daemon", "namespace"]
+
+
+def test_a_leaked_secret_fails_a_run_that_passed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = make_settings(tmp_path)
+    main.fresh_artifacts(settings)
+
+    class LeakyFlow:
+        def __init__(self, *args: object) -> None:
+            pass
+
+        def run(self) -> None:
+            settings.secrets.mkdir()
+            (settings.secrets / "management.token").write_text("abc-123\n")
+            (settings.logs / "up.log").write_text("token abc-123 in a log\n")
+
+    monkeypatch.setattr(main, "Flow", LeakyFlow)
+    assert main.run_and_tear_down(settings, SignalGuard()) == 1
+    report = (settings.art / "report.txt").read_text()
+    assert "teardown: SECRET FOUND in: logs/up.log" in report
+
+
+def test_phase_timer_writes_one_line_per_phase_and_the_table_totals(tmp_path: Path) -> None:
+    clock, said = FakeClock(), []
+    timer = PhaseTimer(tmp_path / "phases.txt", clock=clock, say=said.append)
+    timer.start("stage")
+    clock.now += 2.54
+    timer.start("box build")
+    clock.now += 70.0
+    timer.end()
+    timer.end()  # nothing running: no line
+    text = timer.text()
+    assert text == "stage                      2.5 s\nbox build                 70.0 s\n"
+    assert said == ["\n== stage", "\n== box build"]
+    assert parse_phases(text) == {"stage": 2.5, "box build": 70.0}
+    assert phase_table(text)[-1] == "total                     72.5 s"
+
+
+def test_summary(tmp_path: Path) -> None:
+    (tmp_path / "verify.xml").write_text("<testsuite/>")
+    (tmp_path / "ticks.json").write_text(json.dumps({"passed": True}))
+    phases = "stage                      2.5 s\nbootstrap + apply          3.4 s\n"
+    summary = artifacts.build_summary(0, 3, 2, phases, tmp_path)
+    assert summary == {
+        "exit_status": 0,
+        "servers": 3,
+        "workers": 2,
+        "verify_junit": "verify.xml",
+        "tick_check_passed": True,
+        "phases_s": {"stage": 2.5, "bootstrap + apply": 3.4},
+        "total_s": 5.9,
+    }
+    (tmp_path / "verify.xml").unlink()
+    (tmp_path / "ticks.json").unlink()
+    early = artifacts.build_summary(1, 1, 2, "", tmp_path)
+    assert early["verify_junit"] is None and early["tick_check_passed"] is None
+    assert early["total_s"] == 0
+
+
+def test_secret_search_skips_the_private_dirs_and_reads_every_kept_file(tmp_path: Path) -> None:
+    (tmp_path / "run" / "secrets").mkdir(parents=True)
+    (tmp_path / "run" / "secrets" / "w.token").write_bytes(b"tok-1\n\n")
+    (tmp_path / "stage").mkdir()
+    (tmp_path / "stage" / "copy").write_bytes(b"tok-1")
+    (tmp_path / "logs").mkdir()
+    (tmp_path / "logs" / "qemu.log").write_bytes(b"\x00binary tok-1")
+    (tmp_path / "flow.log").write_text("clean")
+    secrets = artifacts.minted_secrets(tmp_path / "run" / "secrets")
+    assert secrets == [b"tok-1"]
+    found = artifacts.files_holding(secrets, artifacts.kept_files(tmp_path))
+    assert found == [tmp_path / "logs" / "qemu.log"]
+
+
+def test_stamp_line_cuts_progress_bars_and_erase_codes() -> None:
+    line = "    server-1: Progress: 10%\r    server-1: Progress: 100%\x1b[K done\n"
+    assert stamp_line(line, now=0).split(" ", 1)[1] == " done"
+    assert stamp_line("plain\n", now=0).endswith(" plain")
+
+
+def test_settings_defaults_names_and_export(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    assert settings.nodes == ["server-1", "server-2", "server-3", "worker-1", "worker-2"]
+    assert settings.namespace == "lockctl-vg-abc123" and settings.prefix == "lockctl-abc123-"
+    assert settings.server1 == "http://192.168.56.11:8500"
+    assert settings.box_file.name.startswith("lockctl-bookworm-")
+    environ: dict[str, str] = {"VAGRANT_SERVERS": "1"}
+    settings.export(environ)
+    assert environ["VAGRANT_SERVERS"] == "1" and environ["VAGRANT_WORKERS"] == "2"
+    assert environ["VAGRANT_CHECKPOINT_DISABLE"] == "1"
+    assert environ["VAGRANT_LIBVIRT_POOL"] == "lockctl-vg-abc123"
+    with pytest.raises(SettingsError):
+        Settings.from_environment(tmp_path, {"VAGRANT_WORKERS": "two"}, run_id="x")
+
+
+def test_worker_files_go_as_a_root_owned_tar_with_a_0600_token(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path)
+    made = settings.run / "workers" / "worker-1"
+    (made / "systemd").mkdir(parents=True)
+    for name in ("lockctl.json", "lockctl.env", "systemd/lockctl-x.timer"):
+        (made / name).write_text(name)
+    settings.secrets.mkdir(parents=True)
+    (settings.secrets / "worker-1.token").write_text("tok")
+    with tarfile.open(fileobj=io.BytesIO(steps.worker_files_tar(settings, "worker-1"))) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert sorted(members) == [
+        "etc/lockctl/lockctl.env",
+        "etc/lockctl/lockctl.json",
+        "etc/lockctl/worker-1.token",
+        "etc/systemd/system/lockctl-x.timer",
+    ]
+    assert members["etc/lockctl/worker-1.token"].mode == 0o600
+    assert all(m.uid == 0 and m.isfile() for m in members.values())
+
+
+def make_settings(tmp_path: Path) -> Settings:
+    (tmp_path / "vagrant").mkdir(exist_ok=True)
+    (tmp_path / "vagrant" / "build-box").write_text("#!/bin/sh\n")
+    return Settings.from_environment(tmp_path, {}, run_id="abc123")

@@ -1,0 +1,92 @@
+"""What the run keeps in .lockctl/vagrant/: report.txt, summary.json, and the secret check of them.
+
+The end-of-run secret check searches every file kept (artifacts, logs, flow.log: the whole
+output) for the token secrets the run minted, byte for byte, binary files included.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from flow.phases import parse_phases
+
+PRIVATE_DIRS = ("run", "stage")  # removed at the end: the secrets live there during the run
+RESET_FILES = ("report.txt", "summary.json", "phases.txt")
+RESET_GLOBS = ("verify.*", "ticks.*")
+
+
+def reset(art: Path) -> None:
+    """Remove the last run's artifacts (the box cache lives elsewhere)."""
+    for name in RESET_FILES:
+        (art / name).unlink(missing_ok=True)
+    for pattern in RESET_GLOBS:
+        for path in art.glob(pattern):
+            path.unlink()
+
+
+def append_report(art: Path, line: str) -> None:
+    """A line for both the output and report.txt."""
+    print(line, flush=True)
+    with (art / "report.txt").open("a", encoding="utf-8") as handle:
+        handle.write(line + "\n")
+
+
+def minted_secrets(secrets_dir: Path) -> list[bytes]:
+    """Every token secret the run wrote (one per *.token file), never printed."""
+    found = []
+    for path in sorted(secrets_dir.glob("*.token")) if secrets_dir.is_dir() else []:
+        found += [line.strip() for line in path.read_bytes().splitlines() if line.strip()]
+    return found
+
+
+def kept_files(art: Path) -> Iterable[Path]:
+    """Every file the run keeps: everything under `art` but its private dirs."""
+    for path in sorted(art.rglob("*")):
+        relative = path.relative_to(art).parts
+        if path.is_file() and not path.is_symlink() and relative[0] not in PRIVATE_DIRS:
+            yield path
+
+
+def files_holding(secrets: list[bytes], files: Iterable[Path]) -> list[Path]:
+    return [path for path in files if any(secret in path.read_bytes() for secret in secrets)]
+
+
+def check_no_secret_kept(art: Path, secrets_dir: Path) -> bool:
+    """False (and the files named in the report) if a minted secret is in anything kept."""
+    secrets = minted_secrets(secrets_dir)
+    if not secrets:
+        return True
+    leaks = files_holding(secrets, kept_files(art))
+    if leaks:
+        names = " ".join(str(path.relative_to(art)) for path in leaks)
+        append_report(art, f"teardown: SECRET FOUND in: {names}")
+        return False
+    append_report(
+        art, f"teardown: none of the {len(secrets)} token secrets is in the artifacts or the output"
+    )
+    return True
+
+
+def build_summary(
+    status: int, servers: int, workers: int, phases_text: str, art: Path
+) -> dict[str, Any]:
+    """summary.json: the exit status, sizes, whether verify and the tick check passed, phases."""
+    phases = parse_phases(phases_text)
+    ticks_file = art / "ticks.json"
+    ticks = json.loads(ticks_file.read_text(encoding="utf-8")) if ticks_file.is_file() else None
+    return {
+        "exit_status": status,
+        "servers": servers,
+        "workers": workers,
+        "verify_junit": "verify.xml" if (art / "verify.xml").is_file() else None,
+        "tick_check_passed": None if ticks is None else ticks["passed"],
+        "phases_s": phases,
+        "total_s": round(sum(phases.values()), 1),
+    }
+
+
+def write_summary(art: Path, summary: dict[str, Any]) -> None:
+    (art / "summary.json").write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

@@ -1,0 +1,405 @@
+"""The flow's phases, in order: host packages, stage, box, libvirt, VMs, provisioning, lockctl's
+bootstrap and apply, delivery to the workers, timers, verify, ticks, report.
+
+Everything that talks to the VMs runs inside the run's namespace (`self.shell.ns`, `self.ssh`);
+host-side steps (packages, stage, box build, worker-config, tick-check) need no network of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import shutil
+import subprocess
+import tarfile
+import time
+from pathlib import Path
+
+from flow import libvirt
+from flow.commands import Child, FlowFailed, Shell, output_of, succeeds, tail
+from flow.phases import PhaseTimer
+from flow.settings import BOX_NAME, JOB, Settings
+from flow.teardown import UndoStack
+
+UP_TIMEOUT = 1500.0
+PROVISION_TIMEOUT = 1200.0
+DESTROY_TIMEOUT = 600.0
+_CLIENT_ADDR = re.compile(r'^client_addr *= *"(.*)"', re.MULTILINE)
+_PROVISION_LINE = re.compile(r"provision-(consul|lockctl):")
+_LOG_PREFIX = re.compile(r"^[0-9:]* *[^:]*: ")  # "12:00:01     server-1: " of a stamped log
+
+
+class Flow:
+    def __init__(self, settings: Settings, timer: PhaseTimer, stack: UndoStack) -> None:
+        self.s = settings
+        self.timer = timer
+        self.stack = stack
+        self.shell = Shell(settings.namespace, stack)
+        self.timers_started = 0.0
+
+    def run(self) -> None:
+        refuse_shared_libvirt()
+        phases = [
+            ("package install", self.host_packages),
+            ("stage", self.stage),
+            ("box build", self.box_build),
+            ("libvirt start", lambda: libvirt.start(self.s, self.shell, self.stack)),
+            ("box add", self.box_add),
+            ("vagrant up", self.vagrant_up),
+            ("provisioning", self.provision),
+            ("bootstrap + apply", self.bootstrap_and_apply),
+            ("deliver + timers", self.deliver_and_start_timers),
+        ]
+        for name, step in phases:
+            self.timer.start(name)
+            step()
+        self.timer.start("verify")
+        verified = self.verify()
+        self.timer.start("ticks")
+        ticked = self.ticks()
+        self.write_report()
+        if not (verified and ticked):
+            raise FlowFailed("verify or the tick check failed (see report.txt)")
+
+    # ------------------------------------------------------------------ host side ----
+    def host_packages(self) -> None:
+        self.shell.run([str(self.s.repo / "vagrant" / "host-packages")], "vagrant/host-packages")
+        if not Path(self.s.bin("lockctl")).is_file():
+            raise FlowFailed("run 'make' set-up first (.venv)", status=6)
+
+    def stage(self) -> None:
+        self.shell.run([self.s.bin("python"), str(self.s.repo / "vagrant" / "prepare")], "prepare")
+
+    def box_build(self) -> None:
+        box, key = self.s.box_file, Path(f"{self.s.box_file}.key")
+        if box.is_file() and key.is_file() and not self.s.rebuild_box:
+            size = output_of(["du", "-h", str(box)]).split("\t")[0]
+            print(f"box: cached {box} ({size}); LOCKCTL_VAGRANT_REBUILD_BOX=1 rebuilds it")
+            return
+        self.shell.run([str(self.s.repo / "vagrant" / "build-box"), str(box)], "build-box")
+        if self.s.box_file_given:
+            return
+        for old in sorted(box.parent.glob("lockctl-bookworm*.box*")):
+            if old not in (box, key):  # made by an older build-box: never used again
+                old.unlink()
+                print(f"box: removed {old.relative_to(self.s.repo)} (made by an older build-box)")
+
+    # ------------------------------------------------------------ in the namespace ----
+    def vagrant(self, *args: str) -> list[str]:
+        return self.shell.ns(["vagrant", *args])
+
+    def ssh(self, node: str, command: str) -> list[str]:
+        config = str(self.s.run / "ssh_config")
+        return self.shell.ns(["ssh", "-F", config, "-o", "LogLevel=ERROR", node, command])
+
+    def box_add(self) -> None:
+        log = self.s.logs / "box-add.log"
+        added = self.shell.run(
+            self.vagrant("box", "add", "--name", BOX_NAME, str(self.s.box_file)),
+            "vagrant box add",
+            log=log,
+            check=False,
+        )
+        if added != 0:
+            tail(log, 10_000)
+            raise FlowFailed("vagrant box add failed")
+        print(f"box {BOX_NAME} added to this run's VAGRANT_HOME")
+
+    def vagrant_up(self) -> None:
+        # Pushed before the start: a `vagrant up` that fails halfway has made some VMs.
+        self.stack.push("vagrant destroy", self.destroy)
+        log = self.s.logs / "up.log"
+        up = self.shell.start(
+            self.vagrant("up", "--no-provision"), "vagrant up", log=log, stamp=True
+        )
+        if self.shell.wait(up, UP_TIMEOUT) != 0:
+            tail(log, 40)
+            raise FlowFailed("vagrant up failed")
+        status = output_of(self.vagrant("status"))
+        print("\n".join(ln for ln in status.splitlines() if re.match(r"^(server|worker)-", ln)))
+        config = output_of(self.vagrant("ssh-config", *self.s.nodes))
+        (self.s.run / "ssh_config").write_text(config, encoding="utf-8")
+        self.boot_analysis()
+
+    def boot_analysis(self) -> None:
+        """How each VM spent its boot (kernel, initrd, userspace; the slowest units)."""
+        logs = {node: self.s.logs / f"boot-{node}.txt" for node in self.s.nodes}
+        command = "sudo systemd-analyze; sudo systemd-analyze blame | head -n 12"
+        children = [
+            self.shell.start(self.ssh(n, command), f"boot analysis of {n}", log=log)
+            for n, log in logs.items()
+        ]
+        with contextlib.suppress(FlowFailed):  # diagnostics only: slow or failed is no failure
+            self.shell.wait_all(children, timeout=120)
+        for node, log in logs.items():
+            text = log.read_text(encoding="utf-8", errors="replace") if log.is_file() else ""
+            first = text.split("\n", 1)[0]
+            print(f"{node}: {first}")
+
+    def destroy(self) -> None:
+        """The undo of `vagrant up`: whatever it leaves, `libvirt.remove_objects` removes next."""
+        if not Path(self.s.run / "dotvagrant").is_dir():
+            return
+        with (self.s.logs / "destroy.log").open("w", encoding="utf-8") as log:
+            done = subprocess.run(
+                self.vagrant("destroy", "-f"),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=DESTROY_TIMEOUT,
+                check=False,
+            )
+        if done.returncode != 0:
+            print("vagrant destroy failed (see logs/destroy.log); removing what is left directly")
+
+    def provision(self) -> None:
+        """One `vagrant provision` per VM, in parallel (Vagrant locks each machine, not the
+        project)."""
+        logs = {node: self.s.logs / f"provision-{node}.log" for node in self.s.nodes}
+        children = [
+            self.shell.start(
+                self.vagrant("provision", node), f"vagrant provision {node}", log=log, stamp=True
+            )
+            for node, log in logs.items()
+        ]
+        failed = False
+        for (node, log), status in zip(
+            logs.items(), self.shell.wait_all(children, PROVISION_TIMEOUT), strict=True
+        ):
+            if status == 0:
+                for line in log.read_text(encoding="utf-8").splitlines():
+                    if _PROVISION_LINE.search(line):
+                        print(_LOG_PREFIX.sub("", line, count=1))
+            else:
+                print(f"provisioning {node} failed:")
+                tail(log, 20)
+                failed = True
+        if failed:
+            raise FlowFailed("provisioning failed")
+
+    def bootstrap_and_apply(self) -> None:
+        s, mgmt = self.s, str(self.s.management_token)
+        ready = [s.bin("python"), str(s.repo / "vagrant" / "cluster-ready")]
+        self.shell.run(self.shell.ns([*ready, "leader", s.server1]), "cluster-ready leader")
+        agents: list[str] = []
+        for node in s.nodes:
+            found = _CLIENT_ADDR.search((s.stage / "agents" / f"{node}.hcl").read_text("utf-8"))
+            if not found:
+                raise FlowFailed(f"stage/agents/{node}.hcl: no client_addr")
+            agents += ["--agent", f"{node}={found.group(1)}:8500"]
+        self.shell.run(
+            self.shell.ns(
+                [
+                    s.bin("lockctl"),
+                    "bootstrap",
+                    "--address",
+                    s.server1,
+                    "--management-token-file",
+                    mgmt,
+                    *agents,
+                ]
+            ),
+            "lockctl bootstrap",
+        )
+        self.shell.run(
+            self.shell.ns([*ready, "healthy", s.server1, mgmt, *s.nodes]), "cluster-ready healthy"
+        )
+        self.shell.run(
+            self.shell.ns(
+                [
+                    s.bin("lockctl"),
+                    "apply",
+                    "--spec",
+                    str(s.stage / "locks.hcl"),
+                    "--secrets-dir",
+                    str(s.secrets),
+                    "--address",
+                    s.server1,
+                    "--token-file",
+                    mgmt,
+                ]
+            ),
+            "lockctl apply",
+        )
+        self.shell.run(
+            [
+                s.bin("lockctl"),
+                "worker-config",
+                "--all",
+                "--spec",
+                str(s.stage / "locks.hcl"),
+                "--out",
+                str(s.run / "workers"),
+                "--secrets-dir",
+                "/etc/lockctl",
+                "--config-dir",
+                "/etc/lockctl",
+                "--lockctl",
+                "/usr/local/bin/lockctl",
+            ],
+            "lockctl worker-config",
+        )
+
+    def deliver_and_start_timers(self) -> None:
+        """Each worker's files as one tar stream through one SSH session, the workers in
+        parallel; then the timers, started together right after a tick, so every worker sees
+        the same ticks from the next."""
+        deliveries: list[Child] = []
+        for worker in self.s.worker_names:
+            command = (
+                "sudo tar -xpf - -C / && sudo systemctl daemon-reload && "
+                f"sudo stat -c '%n %a %U' /etc/lockctl/{worker}.token"
+            )
+            child = self.shell.start(
+                self.ssh(worker, command), f"delivery to {worker}", stdin=subprocess.PIPE
+            )
+            assert child.popen.stdin is not None
+            with contextlib.suppress(BrokenPipeError):  # ssh gave up: its exit status says so
+                child.popen.stdin.write(worker_files_tar(self.s, worker))
+                child.popen.stdin.close()
+            deliveries.append(child)
+        if any(self.shell.wait_all(deliveries, timeout=300)):
+            raise FlowFailed("delivering to a worker failed")
+        time.sleep(self.s.period - time.time() % self.s.period)
+        timer = f"lockctl-{JOB}.timer"
+        starts = [
+            self.shell.start(
+                self.ssh(w, f"sudo systemctl enable --now {timer}"), f"timer on {w}", quiet=True
+            )
+            for w in self.s.worker_names
+        ]
+        if any(self.shell.wait_all(starts, timeout=300)):
+            raise FlowFailed("starting a worker's timer failed")
+        self.timers_started = time.time()
+        for w in self.s.worker_names:
+            active = output_of(self.ssh(w, f"sudo systemctl is-active {timer}")).strip()
+            print(f"{w}: {active} {timer} (OnCalendar=*:*:0/{self.s.period})")
+
+    def verify(self) -> bool:
+        s = self.s
+        return (
+            self.shell.run(
+                self.shell.ns(
+                    [
+                        s.bin("lockctl"),
+                        "verify",
+                        "--spec",
+                        str(s.stage / "locks.hcl"),
+                        "--secrets-dir",
+                        str(s.secrets),
+                        "--inventory",
+                        str(s.stage / "inventory.json"),
+                        "--address",
+                        s.server1,
+                        "--token-file",
+                        str(s.management_token),
+                        "--junit",
+                        str(s.art / "verify.xml"),
+                    ]
+                ),
+                "lockctl verify",
+                log=s.art / "verify.txt",
+                echo=True,
+                check=False,
+            )
+            == 0
+        )
+
+    def ticks(self) -> bool:
+        s, timer = self.s, f"lockctl-{JOB}.timer"
+        wait_until = self.timers_started + (s.ticks + 1) * s.period + 10
+        if (left := wait_until - time.time()) > 0:
+            print(f"waiting {left:.0f} s for {s.ticks} ticks", flush=True)
+            time.sleep(left)
+        for w in s.worker_names:
+            self.shell.run(
+                self.ssh(w, f"sudo systemctl disable --now {timer}"),
+                f"stop timer on {w}",
+                quiet=True,
+                check=False,
+            )
+        time.sleep(2)
+        evidence = []
+        for w in s.worker_names:
+            ticks_log, journal = s.logs / f"ticks-{w}.log", s.logs / f"journal-{w}.log"
+            self.shell.run(
+                self.ssh(w, "cat /var/lib/lockctl-tick/ticks.log 2>/dev/null || true"),
+                f"ticks of {w}",
+                log=ticks_log,
+            )
+            self.shell.run(
+                self.ssh(w, f"sudo journalctl -u lockctl-{JOB}.service -o cat --no-pager"),
+                f"journal of {w}",
+                log=journal,
+            )
+            evidence.append(f"{w}={ticks_log}:{journal}")
+        return (
+            self.shell.run(
+                [
+                    s.bin("python"),
+                    str(s.repo / "vagrant" / "tick-check"),
+                    str(s.period),
+                    str(s.ticks),
+                    str(s.art / "ticks.json"),
+                    *evidence,
+                ],
+                "tick-check",
+                log=s.art / "ticks.txt",
+                echo=True,
+                check=False,
+            )
+            == 0
+        )
+
+    def write_report(self) -> None:
+        s = self.s
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        text = [
+            f"lockctl Vagrant flow: {s.servers} servers + {s.workers} workers, {when}",
+            "",
+            "lockctl verify --inventory (sessions on the workers' own agents):",
+            (s.art / "verify.txt").read_text(encoding="utf-8").rstrip("\n"),
+            "",
+            f"tick check (job {JOB} every {s.period} s on every worker):",
+            (s.art / "ticks.txt").read_text(encoding="utf-8").rstrip("\n"),
+        ]
+        (s.art / "report.txt").write_text("\n".join(text) + "\n", encoding="utf-8")
+
+
+def worker_files_tar(settings: Settings, worker: str) -> bytes:
+    """The worker's config, env file, units and token as a tar of files only (no directory
+    entries: /etc and /etc/lockctl keep their modes in the guest), owned by root; the token
+    0600. In memory: the token never touches another file on the host, nor argv."""
+    made = settings.run / "workers" / worker
+    members = [
+        (settings.secrets / f"{worker}.token", f"etc/lockctl/{worker}.token", 0o600),
+        (made / "lockctl.json", "etc/lockctl/lockctl.json", 0o644),
+        (made / "lockctl.env", "etc/lockctl/lockctl.env", 0o644),
+        *[
+            (unit, f"etc/systemd/system/{unit.name}", 0o644)
+            for unit in sorted((made / "systemd").iterdir())
+        ],
+    ]
+    stream = io.BytesIO()
+    with tarfile.open(fileobj=stream, mode="w") as tar:
+        for source, name, mode in members:
+            data = source.read_bytes()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            tar.addfile(info, io.BytesIO(data))
+    return stream.getvalue()
+
+
+def refuse_shared_libvirt() -> None:
+    """This flow starts its own libvirtd inside its namespace and never shares the machine's."""
+    socket = Path("/run/libvirt/libvirt-sock")
+    version = ["virsh", "-c", "qemu:///system", "version"]
+    if socket.is_socket() and shutil.which("virsh") and succeeds(version, timeout=30):
+        raise FlowFailed(
+            "a libvirtd is already running on this machine; this flow starts its own inside"
+            " a network namespace and will not share it",
+            status=6,
+        )
