@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import base64
+import json
 import unicodedata
+from pathlib import Path
 
 import pytest
+import responses
 from hypothesis import given
 from hypothesis import strategies as st
+from typer.testing import CliRunner
 
+from provision.cli.app import app
+from provision.consul import NO_RETRY, Consul, ConsulSettings
+from provision.consul.errors import ConsulServerError
+from provision.runner.lock import CLAIM_LIMIT, Holder, holder_record
 from provision.system.text import MIN_LIMIT, printable
 
 HOSTILE = (
@@ -85,3 +94,109 @@ def test_never_a_raw_control_and_always_bounded(text: str, limit: int) -> None:
     assert len(shown) <= max(limit, MIN_LIMIT)
     if len(text) <= limit and text.isprintable():
         assert shown == text
+
+
+# --- where Consul's text is printed -----------------------------------------------------------
+
+
+@responses.activate
+def test_a_hostile_error_body_reaches_the_error_line_escaped_and_short() -> None:
+    address = "http://127.0.0.1:1"
+    body = "No cluster leader\x1b]0;pwned\x07\x1b[2J\r\u202e" + "z" * 100_000
+    responses.get(f"{address}/v1/status/leader", status=500, body=body)
+    consul = Consul(ConsulSettings(address=address), retry=NO_RETRY)
+    with pytest.raises(ConsulServerError) as caught:
+        consul.status.leader()
+    message = str(caught.value)
+    assert _raw_controls(message) == [] and len(message) < 300
+    assert "No cluster leader\\x1b]0;pwned\\x07\\x1b[2J \\u202ez" in message
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        b"[" * 100_000,
+        b"\xff\xfe",
+        b"not json",
+        b"[1, 2]",
+        b'"worker-1"',
+        b'{"pid": 1' + b"0" * 5000 + b"}",
+    ],
+)
+def test_a_holder_record_that_is_not_one_is_empty(value: bytes) -> None:
+    assert holder_record(value) == {}
+
+
+def test_a_holder_record_keeps_its_known_fields_printable_and_short() -> None:
+    value = json.dumps(
+        {"worker": "w\x1b[31m", "host": "h" * 100_000, "pid": 7, "extra": "\x1b" * 10, "job": None}
+    ).encode()
+    record = holder_record(value)
+    assert list(record) == ["worker", "host", "pid"]
+    assert record["worker"] == "w\\x1b[31m" and record["pid"] == "7"
+    assert len(record["host"]) <= CLAIM_LIMIT
+
+
+@pytest.mark.parametrize(
+    ("holder", "reason"),
+    [
+        (Holder("s", "worker-1", "worker-1"), "held by node worker-1 (Consul's session info)"),
+        (
+            Holder("s", "worker-2", "worker-1\x1b[2J"),
+            "held by node worker-2 (Consul's session info); "
+            "its record claims worker worker-1\\x1b[2J: forged?",
+        ),
+        (
+            Holder("s", None, "worker-1\r"),
+            "held by another session; its record claims worker worker-1\\r (unverified)",
+        ),
+        (Holder("s", "worker-1", None), "held by node worker-1 (Consul's session info)"),
+        (Holder(None, None, None), "held by another session"),
+    ],
+)
+def test_the_skipped_reason_says_what_consul_vouches_for(holder: Holder, reason: str) -> None:
+    assert holder.reason == reason
+    fields = holder.event_fields()
+    assert fields["reason"] == reason
+    assert fields["forged"] is (True if holder.forged else None)
+    assert all(_raw_controls(str(v)) == [] for v in fields.values())
+
+
+HOSTILE_RECORD = {
+    "worker": "worker-1\x1b]0;pwned\x07[bold red]RED[/]\r\u202eevil",
+    "host": "[link=https://example.invalid]h[/link]",
+    "pid": 1,
+    "acquired_at": "t" * 100_000,
+}
+
+
+@responses.activate
+@pytest.mark.parametrize("as_json", [False, True])
+def test_status_shows_a_hostile_record_escaped_literal_and_flagged(
+    tmp_path: Path, as_json: bool
+) -> None:
+    spec = tmp_path / "locks.hcl"
+    spec.write_text(
+        'worker "worker-1" {\n  address = "http://127.0.0.1:1"\n}\n'
+        'job "j" {\n  prefix = "locks/j/"\n  workers = ["worker-1"]\n}\n'
+    )
+    address = "http://127.0.0.1:1"
+    value = base64.b64encode(json.dumps(HOSTILE_RECORD).encode()).decode()
+    entry = {"Key": "locks/j/.lock", "Value": value, "Session": "s-1", "LockIndex": 3}
+    responses.get(f"{address}/v1/kv/locks/j/.lock", json=[entry])
+    responses.get(f"{address}/v1/session/info/s-1", json=[{"ID": "s-1", "Node": "worker-2"}])
+    args = ["status", "--spec", str(spec), "--address", address, *(["--json"] if as_json else [])]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert _raw_controls(result.stdout.replace("\n", "")) == []
+    assert len(result.stdout) < 5000
+    if as_json:
+        (state,) = json.loads(result.stdout)
+        assert state["node"] == "worker-2" and state["claim_matches_node"] is False
+        assert (
+            state["claims"]["worker"] == "worker-1\\x1b]0;pwned\\x07[bold red]RED[/]\\r\\u202eevil"
+        )
+    else:  # markup shown as written, escapes visible, the forged claim called out
+        assert "worker-1\\x1b]0;pwned\\x07[bold red]RED[/]\\r\\u202eevil" in result.stdout
+        assert "[link=https://example.invalid]h[/link]" in result.stdout
+        assert "forged? claims worker-1" in result.stdout
