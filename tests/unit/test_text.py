@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import unicodedata
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -14,10 +15,13 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from provision.cli.app import app
+from provision.cli.verify import _print as print_verify_report
 from provision.consul import NO_RETRY, Consul, ConsulSettings
 from provision.consul.errors import ConsulServerError
 from provision.runner.lock import CLAIM_LIMIT, Holder, holder_record
 from provision.system.text import MIN_LIMIT, printable
+from provision.verify import CheckResult, VerifyReport
+from provision.verify.report import junit_xml
 
 HOSTILE = (
     "worker-1\x1b[2J\x1b[H"  # clear screen, cursor home
@@ -200,3 +204,34 @@ def test_status_shows_a_hostile_record_escaped_literal_and_flagged(
         assert "worker-1\\x1b]0;pwned\\x07[bold red]RED[/]\\r\\u202eevil" in result.stdout
         assert "[link=https://example.invalid]h[/link]" in result.stdout
         assert "forged? claims worker-1" in result.stdout
+
+
+HOSTILE_ANSWER = "1.8.7\x1b]0;pwned\x07[red]x[/]\r\u202e" + "v" * 100_000
+
+
+def _hostile_report() -> VerifyReport:
+    result = CheckResult(
+        "version", "fail", f"agents run Consul {HOSTILE_ANSWER}", (HOSTILE_ANSWER,), ("w\x1b",), 0.1
+    )
+    return VerifyReport((result,), 0.1, 0)
+
+
+def test_verify_table_and_evidence_show_consul_answers_escaped_literal_and_short(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    print_verify_report(_hostile_report(), evidence=True)
+    out = capsys.readouterr().out
+    assert _raw_controls(out.replace("\n", "")) == []
+    assert "1.8.7\\x1b]0;pwned\\x07[red]x[/]\\r\\u202ev" in out  # evidence: on one line
+    assert "[red]x[/]" in out.split("evidence:")[0]  # in the table too, as written
+    assert len(out) < 10_000
+
+
+def test_junit_xml_holds_consul_answers_escaped_and_parses() -> None:
+    xml = junit_xml(_hostile_report())
+    assert _raw_controls(xml.replace("\n", "")) == [] and len(xml) < 10_000
+    case = ET.fromstring(xml).find("testcase")
+    assert case is not None
+    failure = case.find("failure")
+    assert failure is not None and failure.text is not None
+    assert failure.text.startswith("1.8.7\\x1b]0;pwned\\x07[red]x[/]\\r\\u202ev")
