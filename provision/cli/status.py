@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
     from provision.runner.status import LockState
 
+RECORD_LIMIT = 400  # the record's fields, each already cut to 64 characters, with their labels
+
 
 @options.consul_command
 def status(
@@ -50,7 +52,7 @@ def _print(states: list[LockState]) -> None:
             cell(s.key),
             _holder(s),
             cell(s.session or "-"),
-            cell(_record(s.claims) if s.held else "-"),
+            cell(_record(s.claims) if s.held else "-", RECORD_LIMIT),
             cell(s.lock_index if s.lock_index is not None else "-"),
         )
     console().print(table)
