@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from provision.cli import options
-from provision.cli.output import console
+from provision.cli.output import cell, console
 from provision.cluster.layout import (
     DEFAULT_NETNS_SUBNET,
     DEFAULT_STATE_DIR,
@@ -18,6 +18,7 @@ from provision.cluster.layout import (
     DEFAULT_WORKERS,
 )
 from provision.errors import EXIT_FAILED
+from provision.system.text import printable
 
 if TYPE_CHECKING:  # the core is imported lazily: `lockctl run` must start fast
     from provision.cluster.local import ClusterStatus
@@ -46,6 +47,7 @@ Subnet = Annotated[
         show_default=False,
     ),
 ]
+LEADER_LIMIT = 80  # an address:port; Consul's answer, so bounded
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
@@ -175,6 +177,7 @@ def _status_record(current: ClusterStatus) -> dict[str, object]:
 
 
 def _print_status(current: ClusterStatus) -> None:
+    """The leader and the serfHealth states are Consul's answers: shown escaped, never markup."""
     from rich.table import Table
 
     table = Table("agent", "role", "address", "pid", "process", "http", "serfHealth")
@@ -186,9 +189,9 @@ def _print_status(current: ClusterStatus) -> None:
             str(state.pid or "-"),
             "running" if state.running else "stopped",
             "ok" if state.reachable else "unreachable",
-            state.health,
+            cell(state.health),
         )
     console().print(table)
-    leader = current.leader or "none"
+    leader = printable(current.leader, LEADER_LIMIT) or "none"
     acl = "bootstrapped, management token accepted" if current.acl_ready else "not ready"
     typer.echo(f"leader: {leader}   ACLs: {acl}   healthy: {'yes' if current.healthy else 'no'}")

@@ -8,10 +8,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from provision.cli import options
-from provision.cli.output import console
+from provision.cli.output import cell, console
 
 if TYPE_CHECKING:
+    from rich.text import Text
+
     from provision.runner.status import LockState
+
+RECORD_LIMIT = 400  # the record's fields, each already cut to 64 characters, with their labels
 
 
 @options.consul_command
@@ -20,7 +24,8 @@ def status(
     spec_file: options.SpecFile = options.DEFAULT_SPEC,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Who holds each job's lock (consistent reads): session, node, since when, LockIndex."""
+    """Who holds each job's lock (consistent reads): the session and its node (Consul's word),
+    the record the holder wrote (its claim), LockIndex."""
     from provision.runner.status import lock_states
     from provision.spec import load_spec
 
@@ -33,19 +38,38 @@ def status(
 
 
 def _print(states: list[LockState]) -> None:
+    """The holder is the session's node, Consul's word; the record is only what the holder
+    wrote into the key, so it gets its own column and a mismatch is called out."""
     from rich.table import Table
 
     table = Table()
-    for header in ("job", "lock key", "holder", "session", "since (UTC)", "LockIndex"):
+    headers = ("job", "lock key", "holder (node, from Consul)", "session")
+    for header in (*headers, "record (as written by the holder)", "LockIndex"):
         table.add_column(header, overflow="fold")  # a narrow table wraps; it never cuts an ID
     for s in states:
-        holder = f"{s.worker or '?'} (node {s.node or '?'})" if s.held else "free"
         table.add_row(
-            s.job,
-            s.key,
-            holder,
-            s.session or "-",
-            s.acquired_at or "-",
-            str(s.lock_index if s.lock_index is not None else "-"),
+            cell(s.job),
+            cell(s.key),
+            _holder(s),
+            cell(s.session or "-"),
+            cell(_record(s.claims) if s.held else "-", RECORD_LIMIT),
+            cell(s.lock_index if s.lock_index is not None else "-"),
         )
     console().print(table)
+
+
+def _holder(state: LockState) -> Text:
+    if not state.held:
+        return cell("free")
+    holder = cell(state.node or "? (its session is not readable with this token)")
+    if state.forged:
+        holder.append("\n")
+        holder.append_text(cell(f"forged? claims {state.claims['worker']}", style="bold red"))
+    return holder
+
+
+def _record(claims: dict[str, str]) -> str:
+    """`worker-1, host h1, pid 42, since 2026-...`: the fields the holder wrote, in that order."""
+    labels = {"worker": "", "host": "host ", "pid": "pid ", "acquired_at": "since "}
+    shown = [f"{label}{claims[name]}" for name, label in labels.items() if name in claims]
+    return ", ".join(shown) or "(none)"

@@ -9,11 +9,14 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from provision.cli import options
-from provision.cli.output import console
+from provision.cli.output import cell, console
 from provision.errors import EXIT_FAILED
 
 if TYPE_CHECKING:
     from provision.verify import VerifyReport
+
+SUMMARY_LIMIT = 400  # characters of one check's summary or warning in the table
+EVIDENCE_LIMIT = 1000  # characters of one evidence line
 
 
 @options.consul_command
@@ -65,13 +68,20 @@ def verify(
 
 
 def _print(report: VerifyReport, evidence: bool) -> None:
-    """A table of verdicts; below it the evidence of failed checks (of all with --evidence)."""
+    """A table of verdicts; below it the evidence of failed checks (of all with --evidence).
+
+    Summaries and evidence quote Consul (versions, error bodies, live policies): each is shown
+    through `cell`, escaped, bounded and never read as markup.
+    """
     from rich.table import Table
 
     marks = {"pass": "[green]PASS[/]", "fail": "[red]FAIL[/]", "skip": "[yellow]SKIP[/]"}
     table = Table("check", "result", "time", "what was seen")
     for result in report.results:
-        summary = "\n".join((result.summary, *(f"warning: {w}" for w in result.warnings)))
+        summary = cell(result.summary, SUMMARY_LIMIT)
+        for warning in result.warnings:
+            summary.append("\n")  # ours; the warning's own text is escaped like the rest
+            summary.append_text(cell(f"warning: {warning}", SUMMARY_LIMIT))
         table.add_row(result.name, marks[result.status], f"{result.seconds:.2f}s", summary)
     out = console()
     out.print(table)
@@ -79,7 +89,7 @@ def _print(report: VerifyReport, evidence: bool) -> None:
         if result.evidence and (evidence or result.status == "fail"):
             out.print(f"\n[bold]{result.name}[/] evidence:", highlight=False)
             for line in result.evidence:
-                out.print(f"  {line}", highlight=False, markup=False)
+                out.print(cell(f"  {line}", EVIDENCE_LIMIT), highlight=False)
     failed = [r.name for r in report.results if r.status == "fail"]
     verdict = "all checks passed" if not failed else f"FAILED: {', '.join(failed)}"
     out.print(f"{verdict}  (wall time {report.seconds:.1f} s)", highlight=False)

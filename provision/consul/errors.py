@@ -8,7 +8,9 @@
         +-- ConsulServerError        5  5xx still failing after the retries allowed
 
 Messages name the method, path and agent address, plus a short excerpt of Consul's body; they
-never contain a token secret (the transport scrubs the secret from any body it quotes).
+never contain a token secret (the transport scrubs the secret from any body it quotes), and the
+excerpt is one line with every control character escaped (provision/system/text.py), so an error
+body cannot drive the terminal it is printed on.
 """
 
 from __future__ import annotations

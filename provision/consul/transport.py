@@ -25,6 +25,7 @@ from urllib3.exceptions import NewConnectionError
 from provision.consul.errors import ConsulHTTPError, ConsulUnavailable
 from provision.consul.settings import ConsulSettings
 from provision.system.secrets import MASK, Secret
+from provision.system.text import printable
 
 log = logging.getLogger("provision.consul")
 
@@ -298,12 +299,12 @@ def _retryable(exc: Exception, idempotent: bool) -> bool:
 
 
 def _excerpt(text: str, secrets: tuple[Secret | None, ...]) -> str:
-    """A short, single-line, secret-free excerpt of an error body."""
+    """A short, single-line, secret-free excerpt of an error body, safe to print: whatever the
+    far end sent (an ESC, a bidi override) shows as an escape, never raw."""
     for secret in secrets:
         if secret:
             text = text.replace(secret.reveal(), MASK)
-    flat = " ".join(text.split())
-    return flat[:BODY_EXCERPT_CHARS] + ("..." if len(flat) > BODY_EXCERPT_CHARS else "")
+    return printable(" ".join(text.split()), BODY_EXCERPT_CHARS)
 
 
 def _decode(answer: requests.Response) -> Any:

@@ -117,8 +117,8 @@ def _acquire(
         if held is not None:
             return held
         if not options.wait:
-            holder, reason = lock.why_not_acquired()
-            events.emit("skipped", session=lock.session_id, reason=reason, holder=holder)
+            holder = lock.why_not_acquired()
+            events.emit("skipped", session=lock.session_id, **holder.event_fields())
             return RunResult(Outcome.SKIPPED, 0)
         verdict = waiting_verdict(clock(), give_up_at, stop.signum)
         if verdict is Outcome.TIMED_OUT:

@@ -368,7 +368,10 @@ def test_two_runners_at_once_one_runs_the_other_skips(lab: Lab, runners: list[Ru
         skipper = next(r for r in pair if r.named("skipped"))
         (skipped,) = skipper.named("skipped")
         holder_worker = holder.named("acquired")[0]["worker"]
-        assert skipped["reason"] == f"held by worker {holder_worker}"
+        # A worker's token may not read the other worker's session: the claim stays unverified.
+        claim = f"its record claims worker {holder_worker} (unverified)"
+        assert skipped["reason"] == f"held by another session; {claim}"
+        assert skipped["holder_claims"] == holder_worker
         assert skipped["holder"] == holder.named("acquired")[0]["session"]
 
 
@@ -764,7 +767,8 @@ def test_status_shows_the_holder(lab: Lab, runners: list[Runner], marker: str) -
     states = {state["job"]: state for state in json.loads(as_json.stdout)}
     mine = states[lab.jobs["status"]]
     assert mine["held"] is True
-    assert mine["worker"] == "worker-1" and mine["node"] == "worker-1"
+    assert mine["claims"]["worker"] == "worker-1" and mine["node"] == "worker-1"
+    assert mine["claim_matches_node"] is True
     assert mine["session"] == acquired["session"]
     assert mine["lock_index"] == acquired["lock_index"]
     assert mine["key"] == lab.keys["status"]

@@ -260,16 +260,17 @@ def test_verify_templates_dir_must_be_a_folder(tmp_path: Path) -> None:
 
 
 def test_lock_state_record_is_every_field() -> None:
-    state = LockState("j", "locks/j/.lock", True, "s-1", "worker-1", "worker-1", "t", 3, 9)
+    claims = {"worker": "worker-1", "acquired_at": "t"}
+    state = LockState("j", "locks/j/.lock", True, "s-1", "worker-1", claims, True, 3, 9)
     assert state.to_record() == asdict(state)
     assert list(state.to_record()) == [
         "job",
         "key",
         "held",
         "session",
-        "node",
-        "worker",
-        "acquired_at",
+        "node",  # Consul's word
+        "claims",  # the holder's record, as written
+        "claim_matches_node",
         "lock_index",
         "modify_index",
     ]
