@@ -8,8 +8,10 @@ phases, each with at most `concurrency` calls in flight (give a client pooled fo
     policies create/update -> tokens create/update/write-secret -> token deletes -> policy deletes
 
 Every step is safe to interrupt: a re-run adopts what exists by name (policies) or marker
-(tokens), re-reads a token whose file was not written, and removes a duplicate token left by an
-interrupted rotate, so it converges without duplicates. Secrets go only to files (0600).
+(tokens), re-reads a token whose file was not written (or holds anything but the worker's live
+token), and removes a duplicate token left by an interrupted rotate, so it converges without
+duplicates. Changes are made under lockctl's own lock (acl.serialize), one run at a time.
+Secrets go only to files (0600), and only real ones.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from provision.acl.serialize import DEFAULT_LOCK_WAIT, apply_lock
 
 # check_secrets_dir and secret_path are re-exported: rotate and the CLI take them from here.
 from provision.acl.token_files import check_secrets_dir as check_secrets_dir
-from provision.acl.token_files import read_token_files
+from provision.acl.token_files import read_token_files, write_token_file
 from provision.acl.token_files import secret_path as secret_path
 from provision.consul import (
     Consul,
@@ -53,7 +55,7 @@ from provision.consul import (
 from provision.consul.models import Policy, Token
 from provision.errors import EXIT_DENIED, LocalEnvironmentError, LockctlError
 from provision.system.deadline import Deadline, attempts
-from provision.system.secrets import Secret, is_token_secret, write_secret_file
+from provision.system.secrets import Secret, is_token_secret
 
 WRITE_DEADLINE = 20.0  # seconds a create may keep retrying: a leader election takes 3-4 s
 RETRY_PAUSE = 0.2
@@ -175,7 +177,7 @@ def apply_plan(
 
     def secret_to_file(worker: str, secret: Secret | None) -> None:
         path = secret_path(secrets_dir, worker)
-        write_secret_file(path, real_secret(secret, f"the token of {worker}"))
+        write_token_file(path, real_secret(secret, f"{worker}'s token"))
         with written_lock:
             written.append(path)
 

@@ -21,12 +21,13 @@ from provision.acl.apply import (
     secret_path,
 )
 from provision.acl.serialize import DEFAULT_LOCK_WAIT, apply_lock
+from provision.acl.token_files import write_token_file
 from provision.consul import Consul, ConsulServerError, ConsulUnavailable, PermissionDenied
 from provision.consul.models import Token
 from provision.errors import LocalEnvironmentError
 from provision.spec.names import token_description
 from provision.system.deadline import Deadline, retry_until
-from provision.system.secrets import read_secret_file, write_secret_file
+from provision.system.secrets import read_secret_file
 
 READ_BACK_DEADLINE = 10.0  # a follower may not know a brand-new token for a moment
 # A follower may not know a brand-new token yet (403 "ACL not found"), or be between leaders.
@@ -78,7 +79,7 @@ def _rotate(consul: Consul, worker: str, path: Path, read_back_deadline: float) 
     with denied_as(ACL_WRITE_HINT, "create a token"):
         before = frozenset(t.accessor_id for t in current)
         minted = mint_token(consul, description, policies, before)
-    write_secret_file(path, real_secret(minted.secret, f"the new token of {worker}"))
+    write_token_file(path, real_secret(minted.secret, f"the new token of {worker}"))
     _read_back(consul, path, minted, read_back_deadline)
     old = [t.accessor_id for t in current if t.accessor_id != minted.accessor_id]
     with denied_as(ACL_WRITE_HINT, "revoke the old token"):

@@ -16,13 +16,14 @@ from pathlib import Path
 
 from provision.acl.plan import TokenFileState
 from provision.consul import Consul, PermissionDenied
-from provision.errors import InputError
+from provision.errors import InputError, LocalEnvironmentError
 from provision.spec.names import NAME_RULE, is_valid_name
 from provision.system.secrets import (
     MAX_TOKEN_FILE_BYTES,
     Secret,
     check_writable,
     is_token_secret,
+    write_secret_file,
 )
 
 REVOKED = "token file holds a revoked or unknown secret"
@@ -43,6 +44,14 @@ def secret_path(secrets_dir: Path, worker: str) -> Path:
 def check_secrets_dir(secrets_dir: Path) -> None:
     """Prove token files can be written there before any change is made in Consul."""
     check_writable(secrets_dir, f"--secrets-dir {secrets_dir}")
+
+
+def write_token_file(path: Path, secret: Secret) -> None:
+    """Write a worker's token file (atomically, 0600); a failed write is an expected error."""
+    try:
+        write_secret_file(path, secret)
+    except OSError as exc:
+        raise LocalEnvironmentError(f"{path}: cannot write token file ({exc.strerror})") from None
 
 
 def read_token_files(

@@ -2,8 +2,9 @@
 
 Each case gives the desired objects, the live objects as Consul's list endpoints show them (the
 harness computes each policy's Hash the way Consul does and hides its rules unless the plan asks
-to read them, as apply does), the token files present (which token each holds, what is wrong with it), and the expected plan. Regenerate the
-expectations after a deliberate change with LOCKCTL_UPDATE_GOLDEN=1 and review the diff.
+to read them, as apply does), the token files present (which token each holds, what is wrong
+with it), and the expected plan. Regenerate the expectations after a deliberate change with
+LOCKCTL_UPDATE_GOLDEN=1 and review the diff.
 """
 
 from __future__ import annotations
