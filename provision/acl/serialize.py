@@ -120,8 +120,9 @@ def _renew(consul: Consul, session_id: str, stop: threading.Event) -> None:
     while not stop.wait(SESSION_TTL / 3):
         try:
             consul.session.renew(session_id)
-        except Exception as exc:
-            log.warning("renewing the session of %s failed: %s", LOCK_KEY, exc)
+        except Exception as exc:  # a failed renewal is tried again at the next tick
+            if not stop.is_set():  # (at the end the session is destroyed under a renewal)
+                log.info("renewing the session of %s failed: %s", LOCK_KEY, exc)
 
 
 @contextlib.contextmanager

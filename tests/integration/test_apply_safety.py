@@ -281,6 +281,21 @@ def test_a_killed_holders_lock_is_taken_over_at_once_on_the_same_machine(env: En
     assert env.run("plan").exit_code == 0
 
 
+def test_sigterm_frees_the_lock_at_once(env: Env) -> None:
+    """SIGTERM unwinds like Ctrl-C: the session is destroyed, not left to its TTL."""
+    workers = [f"st-{n}" for n in range(8)]
+    env.write_spec({f"st-job-{n:03d}": workers for n in range(150)}, workers)
+    mgmt = env.cluster.management()
+    process = _start(env, "apply", "--concurrency", "1")
+    held_by = _wait_for_holder(mgmt)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 130, err
+    assert mgmt.session.info(held_by) is None
+    assert mgmt.kv.get(LOCK_KEY)[0] is None
+    assert env.run("apply", "--lock-wait", "0").exit_code == 0
+
+
 def test_a_live_holder_elsewhere_makes_apply_give_up_after_lock_wait(env: Env) -> None:
     env.write_spec({"busy": ["worker-1"]}, ["worker-1"])
     mgmt = env.cluster.management()
