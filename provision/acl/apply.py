@@ -8,8 +8,10 @@ phases, each with at most `concurrency` calls in flight (give a client pooled fo
     policies create/update -> tokens create/update/write-secret -> token deletes -> policy deletes
 
 Every step is safe to interrupt: a re-run adopts what exists by name (policies) or marker
-(tokens), re-reads a token whose file was not written, and removes a duplicate token left by an
-interrupted rotate, so it converges without duplicates. Secrets go only to files (0600).
+(tokens), re-reads a token whose file was not written (or holds anything but the worker's live
+token), and removes a duplicate token left by an interrupted rotate, so it converges without
+duplicates. Changes are made under lockctl's own lock (acl.serialize), one run at a time.
+Secrets go only to files (0600), and only real ones.
 """
 
 from __future__ import annotations
@@ -33,10 +35,16 @@ from provision.acl.plan import (
     Plan,
     PolicyChange,
     TokenChange,
-    duplicate_tokens,
     plan_changes,
     policies_to_read,
+    workers_with_tokens,
 )
+from provision.acl.serialize import DEFAULT_LOCK_WAIT, apply_lock
+
+# check_secrets_dir and secret_path are re-exported: rotate and the CLI take them from here.
+from provision.acl.token_files import check_secrets_dir as check_secrets_dir
+from provision.acl.token_files import read_token_files, write_token_file
+from provision.acl.token_files import secret_path as secret_path
 from provision.consul import (
     Consul,
     ConsulError,
@@ -47,7 +55,7 @@ from provision.consul import (
 from provision.consul.models import Policy, Token
 from provision.errors import EXIT_DENIED, LocalEnvironmentError, LockctlError
 from provision.system.deadline import Deadline, attempts
-from provision.system.secrets import Secret, check_writable, read_secret_file, write_secret_file
+from provision.system.secrets import Secret, is_token_secret
 
 WRITE_DEADLINE = 20.0  # seconds a create may keep retrying: a leader election takes 3-4 s
 RETRY_PAUSE = 0.2
@@ -79,16 +87,6 @@ class ApplyFailed(LockctlError):
 
 
 # --- reading --------------------------------------------------------------------------------
-
-
-def secret_path(secrets_dir: Path, worker: str) -> Path:
-    """Where a worker's token secret lives: `<secrets-dir>/<worker>.token`."""
-    return secrets_dir / f"{worker}.token"
-
-
-def check_secrets_dir(secrets_dir: Path) -> None:
-    """Prove token files can be written there before any change is made in Consul."""
-    check_writable(secrets_dir, f"--secrets-dir {secrets_dir}")
 
 
 def read_live_state(consul: Consul, desired: Desired, concurrency: int) -> LiveState:
@@ -124,29 +122,11 @@ def plan_against(
     prune: bool = False,
     concurrency: int = DEFAULT_CONCURRENCY,
 ) -> Plan:
-    """Read the live state and the token files, and plan. Changes nothing."""
+    """Read the live state and check the token files against it, and plan. Changes nothing."""
     live = read_live_state(consul, desired, concurrency)
-    files = [t.worker for t in desired.tokens if secret_path(secrets_dir, t.worker).is_file()]
-    matches = _secret_matches(consul, desired, live, secrets_dir)
-    return plan_changes(desired, live, secret_files=files, secret_matches=matches, prune=prune)
-
-
-def _secret_matches(
-    consul: Consul, desired: Desired, live: LiveState, secrets_dir: Path
-) -> list[str]:
-    """For workers with duplicate tokens only: which accessor the worker's file holds."""
-    matches = []
-    for worker, tokens in duplicate_tokens(desired, live).items():
-        path = secret_path(secrets_dir, worker)
-        if not path.is_file():
-            continue
-        held = read_secret_file(path)
-        for token in tokens:
-            with denied_as(ACL_WRITE_HINT, "read a token"):
-                secret = consul.acl.read_token(token.accessor_id).secret
-            if secret is not None and secret.reveal() == held.reveal():
-                matches.append(token.accessor_id)
-    return matches
+    workers = workers_with_tokens(desired, live)
+    files = read_token_files(consul, secrets_dir, workers, concurrency)
+    return plan_changes(desired, live, token_files=files, prune=prune)
 
 
 # --- applying -------------------------------------------------------------------------------
@@ -158,6 +138,27 @@ class ApplyResult:
     applied: int
     secrets_written: tuple[Path, ...]
     seconds: float
+
+
+def apply_spec(
+    consul: Consul,
+    desired: Desired,
+    secrets_dir: Path,
+    planned: Plan,
+    *,
+    prune: bool = False,
+    concurrency: int = DEFAULT_CONCURRENCY,
+    progress: Progress | None = None,
+    lock_wait: float = DEFAULT_LOCK_WAIT,
+) -> ApplyResult:
+    """Apply the spec, one lockctl at a time: when `planned` (made without the lock) has any
+    change, take lockctl's lock, plan again under it (another run may have done the work
+    while this one waited) and apply that plan. A no-op needs no lock."""
+    if not planned.has_changes:
+        return ApplyResult(planned, 0, (), 0.0)
+    with apply_lock(consul, "apply", wait=lock_wait):
+        fresh = plan_against(consul, desired, secrets_dir, prune=prune, concurrency=concurrency)
+        return apply_plan(consul, fresh, secrets_dir, concurrency=concurrency, progress=progress)
 
 
 def apply_plan(
@@ -175,10 +176,8 @@ def apply_plan(
     counter = _Counter(len(plan.policies) + len(plan.tokens), progress)
 
     def secret_to_file(worker: str, secret: Secret | None) -> None:
-        if secret is None:
-            raise LocalEnvironmentError(f"Consul returned no secret for the token of {worker}")
         path = secret_path(secrets_dir, worker)
-        write_secret_file(path, secret)
+        write_token_file(path, real_secret(secret, f"{worker}'s token"))
         with written_lock:
             written.append(path)
 
@@ -198,6 +197,19 @@ def apply_plan(
         except LockctlError as exc:
             raise _failed(exc, counter.done, counter.total) from None
     return ApplyResult(plan, counter.done, tuple(sorted(written)), time.monotonic() - began)
+
+
+def real_secret(secret: Secret | None, whose: str) -> Secret:
+    """`secret` if it is a token secret; Consul shows "<hidden>" to a caller without acl =
+    "write", and that (or anything else) must never reach a token file."""
+    if secret is None:
+        raise LocalEnvironmentError(f"Consul returned no secret for {whose}")
+    if not is_token_secret(secret):
+        raise ACLPermissionError(
+            f"Consul did not reveal the secret of {whose} (a redacted SecretID): the management "
+            'token needs acl = "write" to read token secrets; no token file was written'
+        )
+    return secret
 
 
 def _policy_call(consul: Consul, change: PolicyChange) -> Callable[[], None]:
@@ -376,6 +388,6 @@ def _failed(exc: LockctlError, done: int, total: int) -> LockctlError:
         return ACLPermissionError(
             f"Consul refused an ACL write (403 permission denied): {ACL_WRITE_HINT}; {progress}"
         )
-    if isinstance(exc, ConsulError | LocalEnvironmentError):
+    if isinstance(exc, ConsulError | LocalEnvironmentError | ACLPermissionError):
         return ApplyFailed(f"{exc}; {progress}", exc.exit_code)
     return exc

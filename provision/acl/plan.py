@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -135,6 +135,15 @@ class LiveState:
     tokens: tuple[LiveToken, ...]
 
 
+@dataclass(frozen=True)
+class TokenFileState:
+    """A worker's token file as checked (never its secret): which token Consul says the secret
+    is, if any, and what else is wrong with the file (content, mode, owner)."""
+
+    holds: str | None = None  # the accessor ID of the token the secret belongs to
+    problems: tuple[str, ...] = ()
+
+
 # --- the plan -------------------------------------------------------------------------------
 
 
@@ -207,32 +216,29 @@ def policies_to_read(desired: Desired, live: LiveState) -> list[str]:
     return wanted
 
 
-def duplicate_tokens(desired: Desired, live: LiveState) -> dict[str, list[LiveToken]]:
-    """Workers with more than one managed token (an interrupted rotate), and those tokens."""
-    found: dict[str, list[LiveToken]] = {}
-    for token in desired.tokens:
-        mine = [t for t in live.tokens if t.description == token.description]
-        if len(mine) > 1:
-            found[token.worker] = mine
-    return found
+def workers_with_tokens(desired: Desired, live: LiveState) -> list[str]:
+    """Workers that have a managed token already: the ones whose token file must be checked
+    (a worker without one gets a new token and a new file whatever its file holds)."""
+    live_descriptions = {t.description for t in live.tokens}
+    return [t.worker for t in desired.tokens if t.description in live_descriptions]
 
 
 def plan_changes(
     desired: Desired,
     live: LiveState,
     *,
-    secret_files: Collection[str] = (),
-    secret_matches: Collection[str] = (),
+    token_files: Mapping[str, TokenFileState] | None = None,
     prune: bool = False,
 ) -> Plan:
     """The changes that make `live` match `desired`.
 
-    `secret_files`: workers whose token file exists. `secret_matches`: accessor IDs whose secret
-    equals the worker's token file (apply reads these only for duplicated tokens). With `prune`,
-    managed policies and tokens no longer in the spec are deleted; never anything unmarked.
+    `token_files`: the state of each worker's token file (a worker without an entry has none).
+    A file that does not hold the worker's current token, or is open to others, is rewritten.
+    With `prune`, managed policies and tokens no longer in the spec are deleted; never anything
+    unmarked.
     """
     policy_changes, same_policies = _plan_policies(desired, live)
-    token_changes, same_tokens = _plan_tokens(desired, live, set(secret_files), set(secret_matches))
+    token_changes, same_tokens = _plan_tokens(desired, live, token_files or {})
     stale_tokens = _stale_tokens(desired, live)
     stale_policies = _stale_policies(desired, live)
     not_pruned: list[str] = []
@@ -298,7 +304,7 @@ def _policy_difference(policy: DesiredPolicy, current: LivePolicy) -> str | None
 
 
 def _plan_tokens(
-    desired: Desired, live: LiveState, secret_files: set[str], secret_matches: set[str]
+    desired: Desired, live: LiveState, token_files: Mapping[str, TokenFileState]
 ) -> tuple[list[TokenChange], int]:
     changes: list[TokenChange] = []
     unchanged = 0
@@ -309,8 +315,10 @@ def _plan_tokens(
                 TokenChange("create", token.worker, "new", None, token.description, token.policies)
             )
             continue
+        held = token_files.get(token.worker)
+        holds = held.holds if held is not None else None
         # Keep the token the worker's file holds; else the newest (a rotate writes it first).
-        keep = max(mine, key=lambda t: (t.accessor_id in secret_matches, t.create_index))
+        keep = max(mine, key=lambda t: (t.accessor_id == holds, t.create_index))
         for extra in sorted(mine, key=lambda t: t.create_index):
             if extra is not keep:
                 changes.append(
@@ -336,12 +344,9 @@ def _plan_tokens(
                     token.policies,
                 )
             )
-        file_ok = token.worker in secret_files and (
-            len(mine) == 1 or keep.accessor_id in secret_matches
-        )
-        if not file_ok:
+        why = _token_file_problem(held, keep)
+        if why is not None:
             quiet = False
-            why = "token file missing" if token.worker not in secret_files else "token file stale"
             changes.append(
                 TokenChange(
                     "write-secret",
@@ -355,6 +360,17 @@ def _plan_tokens(
         if quiet and len(mine) == 1:
             unchanged += 1
     return changes, unchanged
+
+
+def _token_file_problem(held: TokenFileState | None, keep: LiveToken) -> str | None:
+    """Why the worker's token file must be (re)written with `keep`'s secret, or None."""
+    if held is None:
+        return "token file missing"
+    if held.problems:
+        return "; ".join(held.problems)
+    if held.holds != keep.accessor_id:
+        return "token file holds another token's secret"
+    return None
 
 
 def _policy_set_change(old: Iterable[str], new: Iterable[str]) -> str:

@@ -1,5 +1,9 @@
 """Rotate a worker's token: mint a new one with the same policies, write it, read it back from
 the file and through Consul, and only then revoke the old one(s). Any doubt keeps the old token.
+
+The whole of it runs under lockctl's own lock (acl.serialize), so concurrent rotates (and
+applies) take turns: each reads the worker's tokens only once it holds the lock, and what it
+announces was the live token when it finished.
 """
 
 from __future__ import annotations
@@ -13,14 +17,17 @@ from provision.acl.apply import (
     check_secrets_dir,
     denied_as,
     mint_token,
+    real_secret,
     secret_path,
 )
+from provision.acl.serialize import DEFAULT_LOCK_WAIT, apply_lock
+from provision.acl.token_files import write_token_file
 from provision.consul import Consul, ConsulServerError, ConsulUnavailable, PermissionDenied
 from provision.consul.models import Token
 from provision.errors import LocalEnvironmentError
 from provision.spec.names import token_description
 from provision.system.deadline import Deadline, retry_until
-from provision.system.secrets import read_secret_file, write_secret_file
+from provision.system.secrets import read_secret_file
 
 READ_BACK_DEADLINE = 10.0  # a follower may not know a brand-new token for a moment
 # A follower may not know a brand-new token yet (403 "ACL not found"), or be between leaders.
@@ -50,9 +57,17 @@ def rotate_worker_token(
     secrets_dir: Path,
     *,
     read_back_deadline: float = READ_BACK_DEADLINE,
+    lock_wait: float = DEFAULT_LOCK_WAIT,
 ) -> RotateResult:
     """Mint a new token for `worker` with the same policies, write it, read it back from the
-    file and through Consul, and only then revoke the old one(s)."""
+    file and through Consul, and only then revoke the old one(s); under lockctl's lock."""
+    path = secret_path(secrets_dir, worker)  # checks the name before anything is read
+    check_secrets_dir(secrets_dir)
+    with apply_lock(consul, "rotate", wait=lock_wait):
+        return _rotate(consul, worker, path, read_back_deadline)
+
+
+def _rotate(consul: Consul, worker: str, path: Path, read_back_deadline: float) -> RotateResult:
     description = token_description(worker)
     with denied_as(ACL_WRITE_HINT, "list ACL tokens"):
         current = [t for t in consul.acl.list_tokens() if t.description == description]
@@ -60,15 +75,11 @@ def rotate_worker_token(
         raise LocalEnvironmentError(
             f"no lockctl token for worker {worker} in Consul; run `lockctl apply` first"
         )
-    check_secrets_dir(secrets_dir)
     policies = sorted(set().union(*(t.policy_names for t in current)))
     with denied_as(ACL_WRITE_HINT, "create a token"):
         before = frozenset(t.accessor_id for t in current)
         minted = mint_token(consul, description, policies, before)
-    if minted.secret is None:
-        raise LocalEnvironmentError(f"Consul returned no secret for the new token of {worker}")
-    path = secret_path(secrets_dir, worker)
-    write_secret_file(path, minted.secret)
+    write_token_file(path, real_secret(minted.secret, f"the new token of {worker}"))
     _read_back(consul, path, minted, read_back_deadline)
     old = [t.accessor_id for t in current if t.accessor_id != minted.accessor_id]
     with denied_as(ACL_WRITE_HINT, "revoke the old token"):

@@ -28,6 +28,8 @@ if TYPE_CHECKING:  # the core is imported lazily: `lockctl run` must start fast
     from provision.consul import Consul
 
 EXIT_CHANGES_PENDING = 2
+DEFAULT_LOCK_WAIT = 60.0  # the same as acl.serialize's, not imported: the CLI starts lean
+MAX_LOCK_WAIT = 3600.0
 P = ParamSpec("P")
 R = TypeVar("R")
 Prune = Annotated[
@@ -41,6 +43,13 @@ Concurrency = Annotated[
     typer.Option("--concurrency", "-c", help=f"Calls in flight (1..{MAX_CONCURRENCY})."),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+LockWait = Annotated[
+    float,
+    typer.Option(
+        "--lock-wait",
+        help="Seconds to wait for another apply or rotate to finish (lockctl's own lock).",
+    ),
+]
 ShowSecret = Annotated[
     bool, typer.Option("--show-secret", help="Also print the secret on stdout (avoid this).")
 ]
@@ -108,7 +117,7 @@ class PlanFlags:
 
     def plan(
         self, connection: options.Connection, workers: int, *, for_apply: bool = False
-    ) -> tuple[Consul, Plan]:
+    ) -> tuple[Consul, Desired, Plan]:
         """Every input checked first (for apply, the secrets folder too), then Consul read."""
         from provision.acl.apply import check_secrets_dir, plan_against
 
@@ -119,7 +128,7 @@ class PlanFlags:
         computed = plan_against(
             consul, desired, self.secrets_dir, prune=self.prune, concurrency=workers
         )
-        return consul, computed
+        return consul, desired, computed
 
 
 def plan_command(
@@ -145,7 +154,7 @@ def plan(
     as_json: AsJson = False,
 ) -> None:
     """Show what apply would create, update or delete. Exit 0: nothing; 2: changes pending."""
-    _, computed = flags.plan(connection, _concurrency(concurrency))
+    _, _, computed = flags.plan(connection, _concurrency(concurrency))
     if as_json:
         typer.echo(json.dumps(computed.to_record(), indent=2))
     else:
@@ -159,15 +168,26 @@ def apply(
     connection: options.Connection,
     flags: PlanFlags,
     concurrency: Concurrency = DEFAULT_CONCURRENCY,
+    lock_wait: LockWait = DEFAULT_LOCK_WAIT,
     as_json: AsJson = False,
 ) -> None:
     """Create and update the spec's policies and worker tokens; token secrets go to files."""
-    from provision.acl.apply import apply_plan
+    from provision.acl.apply import apply_spec
 
     workers = _concurrency(concurrency)
-    consul, computed = flags.plan(connection, workers, for_apply=True)
-    with _progress(enabled=not as_json and computed.has_changes) as tick:
-        result = apply_plan(consul, computed, flags.secrets_dir, concurrency=workers, progress=tick)
+    consul, desired, planned = flags.plan(connection, workers, for_apply=True)
+    with _progress(enabled=not as_json and planned.has_changes) as tick:
+        result = apply_spec(
+            consul,
+            desired,
+            flags.secrets_dir,
+            planned,
+            prune=flags.prune,
+            concurrency=workers,
+            progress=tick,
+            lock_wait=_lock_wait(lock_wait),
+        )
+    computed = result.plan  # planned again under the lock when there was anything to do
     requests_sent = consul.requests_sent
     if as_json:
         record = computed.to_record()
@@ -199,16 +219,20 @@ def rotate(
     worker: Annotated[
         list[str], typer.Option("--worker", "-w", help="Worker whose token to rotate (repeatable).")
     ],
+    spec: options.SpecFile = options.DEFAULT_SPEC,
     secrets_dir: options.SecretsDir = options.DEFAULT_SECRETS_DIR,
+    lock_wait: LockWait = DEFAULT_LOCK_WAIT,
     as_json: AsJson = False,
 ) -> None:
     """Mint a new token for a worker, write it, read it back, then revoke the old one."""
     from provision.acl.apply import check_secrets_dir
     from provision.acl.rotate import rotate_worker_token
 
+    names = _spec_workers(spec, worker)
+    wait = _lock_wait(lock_wait)
     check_secrets_dir(secrets_dir)
     consul = connection.connect()
-    results = [rotate_worker_token(consul, name, secrets_dir) for name in worker]
+    results = [rotate_worker_token(consul, name, secrets_dir, lock_wait=wait) for name in names]
     if as_json:
         typer.echo(json.dumps([r.to_record() for r in results], indent=2))
         return
@@ -229,6 +253,28 @@ def _desired(spec: Path, templates_dir: Path | None) -> Desired:
 
     loaded = load_spec(spec)  # a SpecError lists every problem (the CLI boundary prints them)
     return desired_from_render(render_policies(loaded, find_templates_dir(templates_dir)))
+
+
+def _spec_workers(spec: Path, names: list[str]) -> list[str]:
+    """`names` if each is a worker of the spec; checked before anything is read or written
+    (a name is part of a file path: `../x` would write outside the secrets folder)."""
+    from provision.spec import load_spec
+    from provision.spec.names import NAME_RULE, is_valid_name
+
+    for name in names:
+        if not is_valid_name(name):
+            raise InputError(f"--worker {name!r}: not a valid worker name ({NAME_RULE})")
+    declared = {w.name for w in load_spec(spec).workers}
+    for name in names:
+        if name not in declared:
+            raise InputError(f"--worker {name}: not a worker of {spec}")
+    return names
+
+
+def _lock_wait(value: float) -> float:
+    if not 0 <= value <= MAX_LOCK_WAIT:
+        raise InputError(f"--lock-wait {value:g}: must be 0..{MAX_LOCK_WAIT:g} seconds")
+    return value
 
 
 def _concurrency(value: int) -> int:

@@ -2,8 +2,9 @@
 
 Each case gives the desired objects, the live objects as Consul's list endpoints show them (the
 harness computes each policy's Hash the way Consul does and hides its rules unless the plan asks
-to read them, as apply does), the token files present, and the expected plan. Regenerate the
-expectations after a deliberate change with LOCKCTL_UPDATE_GOLDEN=1 and review the diff.
+to read them, as apply does), the token files present (which token each holds, what is wrong
+with it), and the expected plan. Regenerate the expectations after a deliberate change with
+LOCKCTL_UPDATE_GOLDEN=1 and review the diff.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from provision.acl.plan import (
     LivePolicy,
     LiveState,
     LiveToken,
+    TokenFileState,
     desired_from_render,
     plan_changes,
     policies_to_read,
@@ -64,13 +66,11 @@ def _plan_case(case: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         tuple(replace(p, rules=rules[p.id]) if p.id in to_read else p for p in live.policies),
         live.tokens,
     )
-    plan = plan_changes(
-        desired,
-        live,
-        secret_files=case["secret_files"],
-        secret_matches=case["secret_matches"],
-        prune=case["prune"],
-    )
+    token_files = {
+        worker: TokenFileState(state["holds"], tuple(state["problems"]))
+        for worker, state in case["token_files"].items()
+    }
+    plan = plan_changes(desired, live, token_files=token_files, prune=case["prune"])
     return plan.to_record(), to_read
 
 

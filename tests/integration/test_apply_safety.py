@@ -1,0 +1,328 @@
+"""Token files that are not their worker's token, management tokens that may not read secrets,
+and lockctl run several times at once, against the real cluster (issue 13, items B and C)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from provision.acl.serialize import LOCK_KEY
+from provision.consul import Consul
+from provision.errors import EXIT_DENIED, EXIT_ENVIRONMENT, EXIT_INPUT
+from provision.spec.names import token_description
+from provision.system.secrets import read_secret_file
+from tests.conftest import LiveCluster
+from tests.integration.test_apply import Env, _tokens_for
+
+ROOT = Path(__file__).resolve().parents[2]
+APP_SOURCE = (
+    "from provision.cli.app import app\n"
+    "from provision.cli import acl\n"
+    "app.command('apply')(acl.apply)\n"
+    "app.command('rotate')(acl.rotate)\n"
+    "app(prog_name='lockctl')\n"
+)
+WRITE_SECRET = "write-secret"
+
+
+@pytest.fixture
+def env(tmp_path: Path, live_cluster: LiveCluster, monkeypatch: pytest.MonkeyPatch) -> Env:
+    for name in ("CONSUL_HTTP_TOKEN", "CONSUL_HTTP_TOKEN_FILE", "CONSUL_HTTP_ADDR"):
+        monkeypatch.delenv(name, raising=False)
+    return Env(tmp_path, live_cluster)
+
+
+def _token_writes(plan_stdout: str) -> dict[str, str]:
+    """worker -> reason of each write-secret in `plan --json`."""
+    return {
+        t["worker"]: t["reason"]
+        for t in json.loads(plan_stdout)["tokens"]
+        if t["action"] == WRITE_SECRET
+    }
+
+
+def _live_secret(mgmt: Consul, worker: str) -> str:
+    (accessor,) = _tokens_for(mgmt, worker)
+    secret = mgmt.acl.read_token(accessor).secret
+    assert secret is not None
+    return secret.reveal()
+
+
+def _assert_file_is_the_live_token(env: Env, mgmt: Consul, worker: str) -> None:
+    path = env.secrets / f"{worker}.token"
+    assert read_secret_file(path).reveal() == _live_secret(mgmt, worker)
+    info = path.stat()
+    assert stat.S_IMODE(info.st_mode) == 0o600 and info.st_uid == os.geteuid()
+
+
+# --- B: a token file that is not the worker's token ----------------------------------------
+
+
+def test_each_wrong_token_file_shows_in_plan_and_apply_fixes_it(env: Env) -> None:
+    """Once "No changes" for all of them: plan only checked that the file existed."""
+    workers = ["worker-1", "worker-2"]
+    env.write_spec({"tf-a": workers}, workers)
+    assert env.run("apply").exit_code == 0
+    mgmt = env.cluster.management()
+    revoked = mgmt.acl.create_token("revoked soon (test)", [])
+    assert revoked.secret is not None
+    mgmt.acl.delete_token(revoked.accessor_id)
+    foreign = mgmt.acl.create_token("someone else's (test)", [])
+    assert foreign.secret is not None
+    right = _live_secret(mgmt, "worker-1")
+    cases: list[tuple[str, str, int, str]] = [
+        ("revoked", revoked.secret.reveal(), 0o600, "revoked or unknown secret"),
+        ("foreign", foreign.secret.reveal(), 0o600, "another token's secret"),
+        ("empty", "", 0o600, "token file is empty"),
+        ("garbage", "<hidden>\n", 0o600, "does not hold a token secret"),
+        ("0644", right + "\n", 0o644, "mode 0644 lets group or others in"),
+    ]
+    path = env.secrets / "worker-1.token"
+    try:
+        for name, content, mode, reason in cases:
+            path.write_text(content, encoding="utf-8")
+            path.chmod(mode)
+            plan = env.run("plan", "--json")
+            assert plan.exit_code == 2, (name, plan.output)
+            assert reason in _token_writes(plan.stdout).get("worker-1", ""), (name, plan.stdout)
+            assert "worker-2" not in _token_writes(plan.stdout)
+            applied = env.run("apply")
+            assert applied.exit_code == 0, (name, applied.output)
+            assert f"wrote {path} (mode 0600)" in applied.stdout
+            _assert_file_is_the_live_token(env, mgmt, "worker-1")
+            assert env.run("plan").exit_code == 0, name
+    finally:
+        mgmt.acl.delete_token(foreign.accessor_id)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
+def test_a_token_file_owned_by_another_user_is_rewritten(env: Env) -> None:
+    env.write_spec({"tf-own": ["worker-1"]}, ["worker-1"])
+    assert env.run("apply").exit_code == 0
+    path = env.secrets / "worker-1.token"
+    os.chown(path, 65534, 65534)
+    plan = env.run("plan", "--json")
+    assert plan.exit_code == 2
+    assert "owned by uid 65534" in _token_writes(plan.stdout)["worker-1"]
+    assert env.run("apply").exit_code == 0
+    _assert_file_is_the_live_token(env, env.cluster.management(), "worker-1")
+
+
+def _token_with(env: Env, name: str, rules: str) -> tuple[Path, str, str]:
+    """A token with only `rules`, in a file; returns the file, the accessor and the policy ID."""
+    mgmt = env.cluster.management()
+    policy = mgmt.acl.create_policy(name, rules, "test")
+    token = mgmt.acl.create_token(f"{name} (test)", [name])
+    assert token.secret is not None
+    path = env.tmp / f"{name}.token"
+    path.write_text(token.secret.reveal() + "\n", encoding="utf-8")
+    path.chmod(0o600)
+    return path, token.accessor_id, policy.id
+
+
+def test_a_management_token_that_cannot_read_secrets_never_writes_one(env: Env) -> None:
+    """acl = "read" (and what lockctl's own lock needs): Consul shows SecretID "<hidden>".
+    apply once wrote "<hidden>" as the token file, said "wrote ... (mode 0600)" and exited 0."""
+    env.write_spec({"tf-ro": ["worker-1"]}, ["worker-1"])
+    assert env.run("apply").exit_code == 0
+    reader, accessor, policy_id = _token_with(
+        env,
+        "acl-read-and-lock",
+        f'acl = "read"\nsession_prefix "" {{ policy = "write" }}\n'
+        f'key "{LOCK_KEY}" {{ policy = "write" }}\n',
+    )
+    path = env.secrets / "worker-1.token"
+    path.unlink()
+    try:
+        plan = env.run("plan", "--json", "--token-file", str(reader))
+        assert plan.exit_code == 2, plan.output
+        assert _token_writes(plan.stdout) == {"worker-1": "token file missing"}
+        applied = env.run("apply", "--token-file", str(reader))
+        assert applied.exit_code == EXIT_DENIED, applied.output
+        assert 'needs acl = "write" to read token secrets' in applied.stderr
+        assert applied.stderr.count("\n") == 1 and "wrote" not in applied.stdout
+        assert not path.exists()
+        assert sorted(p.name for p in env.secrets.iterdir()) == []  # no temporary file either
+    finally:
+        mgmt = env.cluster.management()
+        mgmt.acl.delete_token(accessor)
+        mgmt.acl.delete_policy(policy_id)
+
+
+def test_a_read_only_token_is_refused_at_lockctls_lock(env: Env) -> None:
+    env.write_spec({"tf-ro2": ["worker-1"]}, ["worker-1"])
+    reader, accessor, policy_id = _token_with(env, "acl-read-only", 'acl = "read"')
+    try:
+        applied = env.run("apply", "--token-file", str(reader))
+        assert applied.exit_code == EXIT_DENIED, applied.output
+        assert LOCK_KEY in applied.stderr and 'acl = "write"' in applied.stderr
+        assert "lock-tf-ro2" not in {p.name for p in env.cluster.management().acl.list_policies()}
+    finally:
+        mgmt = env.cluster.management()
+        mgmt.acl.delete_token(accessor)
+        mgmt.acl.delete_policy(policy_id)
+
+
+def test_rotate_takes_only_a_worker_of_the_spec(env: Env) -> None:
+    env.write_spec({"tf-rot": ["worker-1"]}, ["worker-1"])
+    mgmt = env.cluster.management()
+    planted = mgmt.acl.create_token(token_description("../outside"), [])
+    before = sorted(p.name for p in env.tmp.iterdir())
+    try:
+        for name, says in (("../outside", "not a valid worker name"), ("worker-9", "not a worker")):
+            result = env.run("rotate", "--worker", name)
+            assert result.exit_code == EXIT_INPUT, result.output
+            assert says in result.stderr and result.stderr.count("\n") == 1
+        assert sorted(p.name for p in env.tmp.iterdir()) == before  # nothing written anywhere
+        assert any(t.accessor_id == planted.accessor_id for t in mgmt.acl.list_tokens())
+    finally:
+        mgmt.acl.delete_token(planted.accessor_id)
+
+
+# --- C: lockctl run several times at once --------------------------------------------------
+
+
+def _start(env: Env, *args: str) -> subprocess.Popen[str]:
+    argv = [sys.executable, "-c", APP_SOURCE, *args, *env.flags()]
+    return subprocess.Popen(
+        argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _finish(processes: list[subprocess.Popen[str]], env: Env) -> list[tuple[int, str, str]]:
+    done = []
+    for process in processes:
+        out, err = process.communicate(timeout=120)
+        for secret in env.all_secrets():
+            assert secret not in out + err, "a token secret was printed"
+        done.append((process.returncode, out, err))
+    return done
+
+
+def test_three_applies_at_once_mint_one_token_per_worker(env: Env) -> None:
+    """Three at once once minted two tokens per worker."""
+    workers = [f"cc-{n}" for n in range(6)]
+    env.write_spec({f"cc-job-{n}": workers[n : n + 3] for n in range(4)}, workers)
+    mgmt = env.cluster.management()
+    results = _finish([_start(env, "apply", "--json") for _ in range(3)], env)
+    for code, out, err in results:
+        assert code == 0, (out, err)
+    created = [
+        t["worker"]
+        for _, out, _ in results
+        for t in json.loads(out)["tokens"]
+        if t["action"] == "create"
+    ]
+    assert sorted(created) == workers  # each worker's token minted by exactly one of them
+    for worker in workers:
+        assert len(_tokens_for(mgmt, worker)) == 1, worker
+        _assert_file_is_the_live_token(env, mgmt, worker)
+    assert env.run("plan").exit_code == 0
+    assert mgmt.kv.get(LOCK_KEY)[0] is None  # released: the session and its key are gone
+
+
+def test_three_rotates_at_once_never_announce_a_revoked_token(env: Env) -> None:
+    """Three at once once revoked two of the three tokens they announced as new."""
+    env.write_spec({"cc-rot": ["worker-1"]}, ["worker-1"])
+    assert env.run("apply").exit_code == 0
+    mgmt = env.cluster.management()
+    (first,) = _tokens_for(mgmt, "worker-1")
+    results = _finish(
+        [_start(env, "rotate", "--worker", "worker-1", "--json") for _ in range(3)], env
+    )
+    announced = {}
+    for code, out, err in results:
+        assert code == 0, (out, err)
+        (record,) = json.loads(out)
+        announced[record["accessor_id"]] = record["revoked"]
+    # They took turns: each revoked exactly what the one before it announced, a chain from
+    # the first token to the live one; no rotate revoked a token another one had not replaced.
+    chain = [first]
+    while len(chain) <= len(announced):
+        (after,) = [new for new, revoked in announced.items() if revoked == [chain[-1]]]
+        chain.append(after)
+    assert _tokens_for(mgmt, "worker-1") == [chain[-1]]
+    _assert_file_is_the_live_token(env, mgmt, "worker-1")
+
+
+def _wait_for_holder(mgmt: Consul, seconds: float = 30) -> str:
+    give_up_at = time.monotonic() + seconds
+    while time.monotonic() < give_up_at:
+        entry, _ = mgmt.kv.get(LOCK_KEY, consistency="consistent")
+        if entry is not None and entry.session:
+            return entry.session
+        time.sleep(0.01)
+    raise AssertionError(f"nobody took {LOCK_KEY}")
+
+
+def test_a_killed_holders_lock_is_taken_over_at_once_on_the_same_machine(env: Env) -> None:
+    workers = [f"kl-{n}" for n in range(8)]
+    env.write_spec({f"kl-job-{n:03d}": workers for n in range(150)}, workers)
+    mgmt = env.cluster.management()
+    process = _start(env, "apply", "--concurrency", "1")
+    try:
+        held_by = _wait_for_holder(mgmt)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.communicate()
+    assert mgmt.session.info(held_by) is not None  # its session outlives it (TTL 15 s)
+    began = time.monotonic()
+    rerun = env.run("apply", "--lock-wait", "5")
+    assert rerun.exit_code == 0, rerun.output
+    assert time.monotonic() - began < 5
+    assert env.run("plan").exit_code == 0
+
+
+def test_sigterm_frees_the_lock_at_once(env: Env) -> None:
+    """SIGTERM unwinds like Ctrl-C: the session is destroyed, not left to its TTL."""
+    workers = [f"st-{n}" for n in range(8)]
+    env.write_spec({f"st-job-{n:03d}": workers for n in range(150)}, workers)
+    mgmt = env.cluster.management()
+    process = _start(env, "apply", "--concurrency", "1")
+    held_by = _wait_for_holder(mgmt)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 130, err
+    assert mgmt.session.info(held_by) is None
+    assert mgmt.kv.get(LOCK_KEY)[0] is None
+    assert env.run("apply", "--lock-wait", "0").exit_code == 0
+
+
+def test_a_live_holder_elsewhere_makes_apply_give_up_after_lock_wait(env: Env) -> None:
+    env.write_spec({"busy": ["worker-1"]}, ["worker-1"])
+    mgmt = env.cluster.management()
+    session = mgmt.session.create(name="test holder", ttl=30, lock_delay=0)
+    forged = b'{"command": "apply\\u001b[2J", "host": "elsewhere", "pid": 1, "machine": "x"}'
+    assert mgmt.kv.put(LOCK_KEY, forged, acquire=session)
+    try:
+        began = time.monotonic()
+        result = env.run("apply", "--lock-wait", "1")
+        assert result.exit_code == EXIT_ENVIRONMENT, result.output
+        assert 1 <= time.monotonic() - began < 5
+        assert result.stderr.count("\n") == 1 and "\x1b" not in result.stderr
+        assert LOCK_KEY in result.stderr and "pid 1 on elsewhere" in result.stderr
+        assert "lock-busy" not in {p.name for p in mgmt.acl.list_policies()}
+    finally:
+        mgmt.session.destroy(session)
+    assert env.run("apply", "--lock-wait", "5").exit_code == 0
+
+
+def test_the_lock_session_is_destroyed_when_apply_fails(env: Env) -> None:
+    env.write_spec({"fail-lock": ["worker-1"]}, ["worker-1"])
+    mgmt = env.cluster.management()
+    blocker = env.secrets
+    blocker.mkdir(parents=True, exist_ok=True)
+    (blocker / "worker-1.token").mkdir()  # a folder where the token file goes: the write fails
+    result = env.run("apply")
+    assert result.exit_code == EXIT_ENVIRONMENT, result.output
+    assert "cannot write token file" in result.stderr and result.stderr.count("\n") == 1
+    assert mgmt.kv.get(LOCK_KEY)[0] is None
+    assert not [s for s in mgmt.session.list() if s.name.startswith("lockctl ")]
