@@ -61,8 +61,15 @@ def run(
     raise typer.Exit(result.exit_code)
 
 
+# The longest --timeout (a wait for the lock) taken: a week. --min-hold is bounded like the
+# spec's min_hold (provision.timings.BOUNDS). Both are refused at the flag, before any lock is
+# taken: a value no clock or sleep can hold would otherwise fail after the job ran.
+MAX_WAIT_SECONDS = 7 * 86400.0
+
+
 def _seconds(text: str | None, flag: str) -> float | None:
-    from provision.durations import DurationSyntaxError, parse_duration
+    from provision.durations import DurationSyntaxError, format_duration, parse_duration
+    from provision.timings import BOUNDS
 
     if text is None:
         return None
@@ -72,4 +79,7 @@ def _seconds(text: str | None, flag: str) -> float | None:
         raise InputError(f"{flag}: {exc}") from None
     if seconds < 0:
         raise InputError(f"{flag} {text}: must not be negative")
+    high = BOUNDS["min_hold"][1] if flag == "--min-hold" else MAX_WAIT_SECONDS
+    if seconds > high:
+        raise InputError(f"{flag} {text}: must be at most {format_duration(high)}")
     return seconds
