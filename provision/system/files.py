@@ -7,7 +7,10 @@ from __future__ import annotations
 import os
 import stat
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
+
+from provision.errors import LocalEnvironmentError
 
 SECRET_MODE = 0o600
 PUBLIC_MODE = 0o644
@@ -63,15 +66,20 @@ def read_regular_file(path: Path, max_bytes: int) -> bytes:
         fd = os.open(path, flags)
     except OSError as exc:
         raise UnreadableFile(exc.strerror or str(exc)) from None
-    with os.fdopen(fd, "rb") as handle:
+    try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
             kind = next((name for test, name in _KINDS if test(mode)), "not a plain file")
             raise UnreadableFile(f"{kind}, not a regular file")
-        try:
-            return handle.read(max_bytes + 1)
-        except OSError as exc:
-            raise UnreadableFile(exc.strerror or str(exc)) from None
+        chunks, left = [], max_bytes + 1
+        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError as exc:
+        raise UnreadableFile(exc.strerror or str(exc)) from None
+    finally:
+        os.close(fd)
 
 
 def folder_write_problem(folder: Path) -> str | None:
@@ -97,3 +105,12 @@ def folder_write_problem(folder: Path) -> str | None:
     os.close(fd)
     os.unlink(probe)
     return None
+
+
+def require_writable_folders(flag: str, folders: Iterable[Path]) -> None:
+    """Raise `LocalEnvironmentError` (exit 6) for the first of `folders` no file can be written
+    into, naming `flag`: the value is well formed, the machine has something else there."""
+    for folder in folders:
+        problem = folder_write_problem(folder)
+        if problem is not None:
+            raise LocalEnvironmentError(f"{flag} {folder}: {problem}")

@@ -7,12 +7,13 @@ import contextlib
 import json
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
 from provision.consul import Consul, ConsulSettings
-from provision.consul.errors import ConsulError
+from provision.consul.errors import ConsulError, ConsulUnavailable
 from provision.consul.settings import normalize_address
 from provision.errors import InputError
 from provision.spec import Job, Spec
@@ -55,6 +56,23 @@ class VerifyContext:
         chosen = access.token if isinstance(token, _Own) else token
         return Consul(replace(self.settings, address=access.address, token=chosen))
 
+    def require_reachable(self) -> None:
+        """Raise `ConsulUnavailable` (exit 3) when an agent the checks talk to does not answer.
+
+        Asked once before the checks, of every agent at once: an agent that is down or hangs
+        is not a failed promise but no cluster to check, and each check finding that out for
+        itself, call by call, took minutes. So this ends within one client timeout.
+        """
+        addresses = {access.address for access in self.workers.values()}
+        if self.management is not None:
+            addresses.add(self.settings.address)
+        clients = [Consul(replace(self.settings, address=a, token=None)) for a in sorted(addresses)]
+        with ThreadPoolExecutor(max_workers=max(1, len(clients))) as pool:
+            errors = list(pool.map(_unavailable, clients))
+        for error in errors:
+            if error is not None:
+                raise error
+
     def with_token(self) -> list[WorkerAccess]:
         return [w for w in self.workers.values() if w.token is not None]
 
@@ -69,6 +87,17 @@ class VerifyContext:
             if len(both) >= 2:
                 return job, both[0], both[1]
         return None
+
+
+def _unavailable(client: Consul) -> ConsulUnavailable | None:
+    """Why `client`'s agent cannot be reached, or None when it answers (whatever it says)."""
+    try:
+        client.status.leader()  # needs no token: any answer shows the agent is there
+    except ConsulUnavailable as exc:
+        return exc
+    except ConsulError:
+        return None  # it answered; the checks report what the answer means
+    return None
 
 
 class Cleanup:
