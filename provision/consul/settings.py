@@ -146,7 +146,9 @@ def resolve_settings(
     if (settings.client_key is None) != (settings.client_cert is None) and settings.client_key:
         raise InputError("CONSUL_CLIENT_KEY is set without CONSUL_CLIENT_CERT")
     if not (math.isfinite(settings.timeout) and 0 < settings.timeout <= MAX_TIMEOUT):
-        raise InputError(f"--timeout {settings.timeout:g}: must be above 0 and at most {MAX_TIMEOUT:g}")
+        raise InputError(
+            f"--timeout {settings.timeout:g}: must be above 0 and at most {MAX_TIMEOUT:g}"
+        )
     for label, tls_file in (
         ("CONSUL_CACERT", settings.ca_cert),
         ("CONSUL_CLIENT_CERT", settings.client_cert),

@@ -25,7 +25,6 @@ from provision.spec.job_timings import (
 from provision.spec.models import Job, Spec, Worker
 from provision.spec.names import NAME_RULE, is_valid_name
 from provision.spec.problems import Problems, shown
-from provision.system.files import UnreadableFile, read_regular_file
 from provision.spec.values import (
     prefix_problem,
     read_address,
@@ -34,6 +33,7 @@ from provision.spec.values import (
     read_prefix,
     read_schedule,
 )
+from provision.system.files import UnreadableFile, read_regular_file
 
 MAX_SPEC_BYTES = 1024 * 1024
 JOB_KEYS = ("prefix", "workers", "schedule", "command", *DURATION_KEYS)
@@ -54,7 +54,9 @@ def load_spec(path: Path) -> Spec:
 def _decode(data: bytes, path: str) -> str:
     problems = Problems(path)
     if len(data) > MAX_SPEC_BYTES:
-        problems.add(1, "file", f"is over {MAX_SPEC_BYTES} bytes; a spec may be at most {MAX_SPEC_BYTES}")
+        problems.add(
+            1, "file", f"is over {MAX_SPEC_BYTES} bytes; a spec may be at most {MAX_SPEC_BYTES}"
+        )
         problems.raise_if_any()
     try:
         return data.decode("utf-8").removeprefix("\ufeff")

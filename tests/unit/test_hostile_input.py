@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import resource
 import shutil
 import socket
 import subprocess
@@ -24,32 +23,34 @@ import pytest
 from provision.consul.settings import normalize_address, resolve_settings
 from provision.durations import DurationSyntaxError, format_duration, parse_duration
 from provision.errors import InputError
-from provision.spec import load_spec
-from provision.spec import hcl
+from provision.spec import hcl, load_spec
 from provision.spec.hcl import MAX_NESTING, HclTooDeep, parse_hcl
 from provision.workers.config import config_record, load_worker_config
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "policies" / "locks.hcl"
-MEMORY_LIMIT = 1 << 30  # bytes of address space: a read of /dev/zero must not come near it
-ADDRESS_SPACE_SPARE = 512 << 20
+MEMORY_LIMIT = 3 << 29  # 1.5 GiB of address space: lockctl needs ~100 MiB of it
+
+
+# `python -m provision ARGS` with its address space bounded first: a command that read /dev/zero
+# whole would die of MemoryError (a traceback: a failed test) instead of taking the machine's.
+_BOUNDED = (
+    "import resource, runpy, sys; "
+    f"resource.setrlimit(resource.RLIMIT_AS, ({MEMORY_LIMIT}, {MEMORY_LIMIT})); "
+    "sys.argv[0] = 'lockctl'; runpy.run_module('provision', run_name='__main__')"
+)
 
 
 def lockctl(
     *args: str, cwd: Path, timeout: float = 30.0, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """`lockctl ARGS` as a process of its own, with its memory and its time bounded."""
-
-    def limit_memory() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT + ADDRESS_SPACE_SPARE,) * 2)
-
     return subprocess.run(
-        [sys.executable, "-m", "provision", *args],
+        [sys.executable, "-c", _BOUNDED, *args],
         cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
-        preexec_fn=limit_memory,  # noqa: PLW1509 (no threads in the test process yet matter)
         env={**os.environ, **(env or {})},
         check=False,
     )
@@ -278,16 +279,16 @@ def test_every_command_refuses_a_broken_address_in_one_line(
 
 def test_run_refuses_a_broken_address_in_its_worker_config(tmp_path: Path) -> None:
     config = _worker_config(tmp_path, address="http://[::1")
-    done = lockctl("run", "--job", "nightly-ingest", "--config", str(config), "--", "true", cwd=tmp_path)
+    done = lockctl(
+        "run", "--job", "nightly-ingest", "--config", str(config), "--", "true", cwd=tmp_path
+    )
     assert_one_line(done, 2, "Consul address 'http://[::1'")
 
 
 # --- durations and timeouts -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "text", ["1" * 400 + "h", "99999999999h", "2562048h", "1" * 320 + "s1s"]
-)
+@pytest.mark.parametrize("text", ["1" * 400 + "h", "99999999999h", "2562048h", "1" * 320 + "s1s"])
 def test_absurd_durations_are_refused_not_turned_into_inf(text: str) -> None:
     with pytest.raises(DurationSyntaxError, match="out of range") as caught:
         parse_duration(text)
