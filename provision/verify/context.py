@@ -17,8 +17,10 @@ from provision.consul.errors import ConsulError, ConsulUnavailable
 from provision.consul.settings import normalize_address
 from provision.errors import InputError
 from provision.spec import Job, Spec
+from provision.system.files import UnreadableFile, read_regular_file
 from provision.system.secrets import Secret, read_secret_file
 
+MAX_INVENTORY_BYTES = 1024 * 1024
 VERIFY_KEY = ".lockctl-verify"  # checks that take a lock use <prefix>.lockctl-verify/..., never
 # the job's real lock key: verifying a live cluster must not make a real runner skip its tick.
 
@@ -154,9 +156,13 @@ def load_workers(
 def _inventory(path: Path, known: set[str]) -> dict[str, str]:
     """An inventory file: JSON {"worker-1": "http://10.0.0.21:8500", ...}."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: not a readable JSON inventory ({exc})") from None
+        data = read_regular_file(path, MAX_INVENTORY_BYTES)
+        if len(data) > MAX_INVENTORY_BYTES:
+            raise ValueError(f"larger than {MAX_INVENTORY_BYTES} bytes")
+        raw = json.loads(data.decode("utf-8"))
+    except (UnreadableFile, ValueError, RecursionError) as exc:  # a FIFO, /dev/zero, [[[[...
+        why = str(exc) or "nested too deep"
+        raise InputError(f"{path}: not a readable JSON inventory ({why})") from None
     if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
         raise InputError(f'{path}: must be a JSON object of worker -> address, like {{"w": "..."}}')
     unknown = sorted(set(raw) - known)

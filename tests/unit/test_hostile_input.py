@@ -370,3 +370,14 @@ def test_run_refuses_a_huge_duration_at_the_flag_before_any_lock(
     assert_one_line(done, 2, needle)
     assert _connections(listener) == 0  # Consul was never asked: no session, no lock
     assert not ran.exists()
+
+
+@pytest.mark.parametrize("source", ["fifo", "/dev/zero", "deep"])
+def test_verify_refuses_an_inventory_that_is_not_a_regular_json_file(
+    checkout: Path, fifo: Path, source: str
+) -> None:
+    deep = checkout / "deep.json"
+    deep.write_text("[" * 200_000 + "]" * 200_000)
+    path = {"fifo": str(fifo), "deep": str(deep)}.get(source, source)
+    done = lockctl("verify", "--inventory", path, cwd=checkout, timeout=20)
+    assert_one_line(done, 2, f"{path}: not a readable JSON inventory")
