@@ -381,3 +381,18 @@ def test_verify_refuses_an_inventory_that_is_not_a_regular_json_file(
     path = {"fifo": str(fifo), "deep": str(deep)}.get(source, source)
     done = lockctl("verify", "--inventory", path, cwd=checkout, timeout=20)
     assert_one_line(done, 2, f"{path}: not a readable JSON inventory")
+
+
+@pytest.mark.parametrize("address", ["http://[::1", "http://[zz]:8500"])
+def test_a_broken_address_in_the_spec_is_a_problem_at_its_line(
+    tmp_path: Path, address: str
+) -> None:
+    spec = tmp_path / "spec.hcl"
+    spec.write_text(
+        f'worker "w" {{\n  address = "{address}"\n}}\n'
+        'job "j" {\n  prefix  = "locks/j/"\n  workers = ["w"]\n}\n'
+    )
+    with pytest.raises(InputError) as caught:
+        load_spec(spec)
+    (problem,) = caught.value.problems  # type: ignore[attr-defined]
+    assert str(problem).startswith(f'{spec}:2: worker "w".address: "{address}" is not a URL')
