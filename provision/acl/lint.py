@@ -33,6 +33,7 @@ from provision.errors import InputError
 from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError, parse_hcl
 from provision.spec.models import Spec
 from provision.spec.names import lock_policy_name, session_policy_name
+from provision.system.files import UnreadableFile, read_regular_file
 
 Severity = Literal["error", "warning"]
 MAX_RULES_BYTES = 1024 * 1024
@@ -92,11 +93,12 @@ def lint_file(
 ) -> list[Finding]:
     """Lint the policy file at `path`; its name (without `.hcl`) is the policy's name."""
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        data = read_regular_file(path, MAX_RULES_BYTES)
+    except UnreadableFile as exc:
+        raise InputError(f"{path}: cannot read: {exc}") from None
     if len(data) > MAX_RULES_BYTES:
-        return [_finding("error", 1, "file", f"is {len(data)} bytes", "split the policy")]
+        message = f"is larger than {MAX_RULES_BYTES} bytes"
+        return [_finding("error", 1, "file", message, "split the policy")]
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:

@@ -22,6 +22,7 @@ import typer
 from provision.acl.concurrency import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 from provision.cli import options
 from provision.errors import InputError
+from provision.system.text import printable
 
 if TYPE_CHECKING:  # the core is imported lazily: `lockctl run` must start fast
     from provision.acl.plan import Desired, Plan
@@ -331,19 +332,21 @@ _PAST = {"create": "created", "update": "updated", "delete": "deleted", "write-s
 def _print_changes(computed: Plan, *, done: bool) -> None:
     for p in computed.policies:
         verb = _PAST[p.action] if done else p.action
-        typer.echo(f"policy {p.name}: {verb} ({p.reason})")
+        typer.echo(f"policy {printable(p.name)}: {verb} ({printable(p.reason)})")
     for t in computed.tokens:
         verb = _PAST[t.action] if done else t.action
-        who = t.worker or t.description
-        extra = f" [{', '.join(t.policies)}]" if t.action in ("create", "update") else ""
-        ident = f" {t.accessor_id}" if t.accessor_id else ""
-        typer.echo(f"token {who}{ident}: {verb} ({t.reason}){extra}")
+        # Names, descriptions and IDs of live objects come from Consul: shown escaped.
+        who = printable(t.worker or t.description)
+        listed = ", ".join(printable(name) for name in t.policies)
+        extra = f" [{listed}]" if t.action in ("create", "update") else ""
+        ident = f" {printable(t.accessor_id)}" if t.accessor_id else ""
+        typer.echo(f"token {who}{ident}: {verb} ({printable(t.reason)}){extra}")
 
 
 def _print_not_pruned(computed: Plan) -> None:
     if computed.not_pruned:
         typer.echo(
             f"{len(computed.not_pruned)} lockctl-managed objects are no longer in the spec "
-            f"(kept; --prune deletes them): {', '.join(computed.not_pruned)}",
+            f"(kept; --prune deletes them): {', '.join(map(printable, computed.not_pruned))}",
             err=True,
         )

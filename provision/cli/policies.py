@@ -44,6 +44,7 @@ def render(
     """Render one ACL policy per job and per worker, plus manifest.json, from the spec."""
     from provision.acl.render import check_rendered, render_policies, write_rendered
     from provision.spec import load_spec
+    from provision.system.files import require_writable_folders
     from provision.system.templates import find_templates_dir
 
     result = render_policies(load_spec(spec), find_templates_dir(templates_dir))
@@ -55,6 +56,7 @@ def render(
             raise typer.Exit(EXIT_FAILED)
         typer.echo(f"{out}: up to date ({len(result.policies)} policies)")
         return
+    require_writable_folders("--out", [out])  # before any file is written
     report = write_rendered(result, out)
     for name in report.written:
         typer.echo(f"wrote {out / name}")

@@ -81,8 +81,15 @@ def _report_broken_stream(events: EventLog) -> None:
         sys.stderr = open(devnull, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
 
 
+# The longest --timeout (a wait for the lock) taken: a week. --min-hold is bounded like the
+# spec's min_hold (provision.timings.BOUNDS). Both are refused at the flag, before any lock is
+# taken: a value no clock or sleep can hold would otherwise fail after the job ran.
+MAX_WAIT_SECONDS = 7 * 86400.0
+
+
 def _seconds(text: str | None, flag: str) -> float | None:
-    from provision.durations import DurationSyntaxError, parse_duration
+    from provision.durations import DurationSyntaxError, format_duration, parse_duration
+    from provision.timings import BOUNDS
 
     if text is None:
         return None
@@ -92,4 +99,7 @@ def _seconds(text: str | None, flag: str) -> float | None:
         raise InputError(f"{flag}: {exc}") from None
     if seconds < 0:
         raise InputError(f"{flag} {text}: must not be negative")
+    high = BOUNDS["min_hold"][1] if flag == "--min-hold" else MAX_WAIT_SECONDS
+    if seconds > high:
+        raise InputError(f"{flag} {text}: must be at most {format_duration(high)}")
     return seconds

@@ -49,6 +49,7 @@ def worker_config(
     WORKER; the files are written under --out.
     """
     from provision.spec import load_spec
+    from provision.system.files import require_writable_folders
     from provision.system.templates import find_templates_dir
     from provision.workers.files import Placement, write_worker_files
 
@@ -58,6 +59,9 @@ def worker_config(
         raise InputError("give --worker NAME (repeatable) or --all, not both or neither")
     names = [w.name for w in spec.workers] if all_workers else list(worker or [])
     placement = Placement(config_dir, on_worker.absolute(), lockctl_bin)
+    # Every folder a worker's files go into, checked before the first file is written.
+    folders = [out, *(out / name for name in names), *(out / name / "systemd" for name in names)]
+    require_writable_folders("--out", folders)
     for result in write_worker_files(
         spec, names, out, find_templates_dir(templates_dir), placement
     ):

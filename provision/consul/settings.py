@@ -7,8 +7,10 @@ never at import time.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +20,9 @@ from provision.errors import InputError
 from provision.system.secrets import Secret, read_secret_file
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8500"
-DEFAULT_TIMEOUT = 10.0  # seconds for one HTTP call; blocking queries add their wait to it
+DEFAULT_TIMEOUT = 10.0  # seconds for one HTTP call, its retries included; blocking queries add
+# their wait to it (see Transport.request)
+MAX_TIMEOUT = 3600.0  # an hour: past it a call is not slow, it is lost (and sockets need finite)
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
 
@@ -37,23 +41,54 @@ class ConsulSettings:
 
 
 def normalize_address(address: str, *, force_https: bool = False) -> str:
-    """Turn `host:port`, `http://host:port` or `https://host:port/` into a base URL."""
+    """Turn `host:port`, `http://host:port` or `https://host:port/` into a base URL.
+
+    Anything else is an `InputError` naming the address: urlsplit alone raises ValueError on a
+    broken IPv6 literal, silently drops tabs and newlines and a `user@`, and takes port 0 or a
+    host with a space in it; each would fail later, far from the flag that caused it.
+    """
     text = address.strip()
+    if any(ord(c) < 0x21 or ord(c) == 0x7F for c in text):
+        raise _bad(address, "has a space or a control character in it")
     if "://" not in text:
         text = ("https://" if force_https else "http://") + text
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https"):
-        raise InputError(f"Consul address {address!r}: scheme must be http or https")
-    if not parts.hostname:
-        raise InputError(f"Consul address {address!r}: no host")
-    if parts.path not in ("", "/") or parts.query or parts.fragment:
-        raise InputError(f"Consul address {address!r}: must be scheme://host:port only")
     try:
-        port = parts.port
-    except ValueError:
-        raise InputError(f"Consul address {address!r}: invalid port") from None
-    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+        parts = urlsplit(text)
+        hostname, port = parts.hostname, parts.port
+    except ValueError as exc:  # "Invalid IPv6 URL", "Port out of range 0-65535", ...
+        raise _bad(address, f"not scheme://host:port ({exc})") from None
+    if parts.scheme not in ("http", "https"):
+        raise _bad(address, "scheme must be http or https")
+    if not hostname:
+        raise _bad(address, "no host")
+    if parts.username is not None or parts.password is not None:
+        raise _bad(address, "no user@ in the address (pass a token file)")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise _bad(address, "must be scheme://host:port only")
+    if port == 0:
+        raise _bad(address, "port must be 1..65535")
+    if ":" in hostname:
+        host = f"[{_ipv6(address, hostname)}]"
+    elif _HOSTNAME.fullmatch(hostname):
+        host = hostname
+    else:
+        raise _bad(address, "host must be a name or an IP address")
     return f"{parts.scheme}://{host}:{port or (443 if parts.scheme == 'https' else 8500)}"
+
+
+_HOSTNAME = re.compile(r"[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?")
+
+
+def _ipv6(address: str, hostname: str) -> str:
+    try:
+        return str(ipaddress.IPv6Address(hostname))
+    except ValueError:
+        raise _bad(address, f"{hostname!r} is not an IPv6 address") from None
+
+
+def _bad(address: str, why: str) -> InputError:
+    shown = repr(address) if len(address) <= 80 else repr(address[:80]) + "..."
+    return InputError(f"Consul address {shown}: {why}")
 
 
 def _flag(value: str | None, name: str) -> bool | None:
@@ -110,8 +145,10 @@ def resolve_settings(
     )
     if (settings.client_key is None) != (settings.client_cert is None) and settings.client_key:
         raise InputError("CONSUL_CLIENT_KEY is set without CONSUL_CLIENT_CERT")
-    if not (math.isfinite(settings.timeout) and settings.timeout > 0):
-        raise InputError(f"--timeout {settings.timeout}: must be a finite number above 0")
+    if not (math.isfinite(settings.timeout) and 0 < settings.timeout <= MAX_TIMEOUT):
+        raise InputError(
+            f"--timeout {settings.timeout:g}: must be above 0 and at most {MAX_TIMEOUT:g}"
+        )
     for label, tls_file in (
         ("CONSUL_CACERT", settings.ca_cert),
         ("CONSUL_CLIENT_CERT", settings.client_cert),

@@ -4,6 +4,13 @@ Every call has a client-side timeout (a partitioned agent can hold a call open f
 session's TTL). Calls are retried with capped exponential backoff within a deadline when that is
 safe: always when the connection could not be opened (nothing was sent), and on read timeouts and
 5xx answers only for calls the caller marks idempotent.
+
+The timeout bounds the whole call, retries included, not each attempt: a call ends within
+`timeout` (the settings' timeout, or the one the call passes, e.g. a blocking query's wait plus
+the settings' timeout) whatever the agent does. Each attempt gets what is left of it, for its
+connect and its reads together; a retry starts only within the retry deadline and with at least
+MIN_ATTEMPT left. So an agent that accepts connections and never answers costs one timeout, not
+one per retry.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from urllib.parse import quote
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.exceptions import NewConnectionError
+from urllib3.util import Timeout
 
 from provision.consul.errors import ConsulHTTPError, ConsulUnavailable
 from provision.consul.settings import ConsulSettings
@@ -30,6 +38,7 @@ from provision.system.text import printable
 log = logging.getLogger("provision.consul")
 
 BODY_EXCERPT_CHARS = 200
+MIN_ATTEMPT = 0.05  # seconds: no retry is started with less of the call's timeout left
 POOLED_HOSTS = 4  # agents whose connections a sized pool keeps (bootstrap visits a few)
 
 
@@ -192,20 +201,23 @@ class Transport:
         """
         policy = retry if retry is not None else self.retry
         chosen = self.settings.token if isinstance(token, _DefaultToken) else token
-        give_up_at = self._clock() + policy.deadline
+        budget = timeout if timeout is not None else self.settings.timeout
+        started = self._clock()
+        ends_at = started + budget  # every attempt, pause and retry ends by then
+        retries_until = started + min(policy.deadline, budget)
         backoff = policy.first_backoff
         attempt = 0
         while True:
             attempt += 1
+            left = ends_at - self._clock()
             try:
-                return self._send_once(
-                    method, path, params, json_body, data, chosen, timeout, redact
-                )
+                return self._send_once(method, path, params, json_body, data, chosen, left, redact)
             except (ConsulUnavailable, ConsulHTTPError) as exc:
                 if not _retryable(exc, idempotent):
                     raise
                 pause = min(backoff, policy.max_backoff) * random.uniform(0.5, 1.0)  # noqa: S311
-                if self._clock() + pause > give_up_at:
+                resume = self._clock() + pause
+                if resume > retries_until or ends_at - resume < MIN_ATTEMPT:
                     raise
                 log.debug("retrying %s %s after %s (attempt %d)", method, path, exc, attempt)
                 self._sleep(pause)
@@ -219,7 +231,7 @@ class Transport:
         json_body: Any,
         data: bytes | None,
         token: Secret | None,
-        timeout: float | None,
+        timeout: float,
         redact: tuple[Secret, ...] = (),
     ) -> ConsulResponse:
         url = f"{self.settings.address}{path}"
@@ -235,7 +247,9 @@ class Transport:
                 json=json_body,
                 data=data,
                 headers=headers,
-                timeout=timeout if timeout is not None else self.settings.timeout,
+                # total: connecting and every read share `timeout`, as a float would give
+                # each of them all of it (the stubs do not know urllib3's Timeout; requests does).
+                timeout=Timeout(total=max(timeout, 0.0)),  # type: ignore[arg-type]
                 verify=self._tls_verify,
                 cert=self._tls_cert,
                 allow_redirects=False,

@@ -62,6 +62,9 @@ class Body:
     blocks: tuple[Block, ...]
 
 
+MAX_NESTING = 32  # brackets and braces inside one another; a spec or a policy needs 3
+
+
 class HclSyntaxError(Exception):
     """The text is not HCL; `line` and `column` come from the parser."""
 
@@ -72,13 +75,57 @@ class HclSyntaxError(Exception):
         self.message = message
 
 
+class HclTooDeep(HclSyntaxError):
+    """Brackets or braces nested deeper than `MAX_NESTING`: refused before the parser (and the
+    walk below, both recursive) could exhaust Python's stack."""
+
+
 def parse_hcl(text: str) -> Body:
     """Parse `text` into a `Body`, or raise `HclSyntaxError` with the parser's position."""
+    _check_nesting(text)
     try:
         tree = hcl2.parses_to_tree(text)
+        return _body(tree.children[0])
     except LarkError as exc:
         raise _syntax_error(exc, text) from None
-    return _body(tree.children[0])
+    except RecursionError:  # the limit above should make this unreachable; never a traceback
+        raise HclTooDeep(1, 1, _too_deep()) from None
+
+
+def _too_deep() -> str:
+    return f"nested more than {MAX_NESTING} deep (brackets and braces inside one another)"
+
+
+# One lexical unit the nesting scan must see whole: a quoted string (escapes included), a
+# comment, a heredoc, or one bracket. Brackets inside strings, comments and heredocs don't count.
+_SCAN = re.compile(
+    r'"(?:[^"\\\n]|\\.)*"?'
+    r"|#[^\n]*|//[^\n]*|/\*.*?(?:\*/|\Z)"
+    r"|<<-?(?P<tag>[A-Za-z_][A-Za-z0-9_-]*)\n.*?(?:^[ \t]*(?P=tag)[ \t]*$|\Z)"
+    r"|[\[{(]|[\]})]",
+    re.DOTALL | re.MULTILINE,
+)
+_OPENING = frozenset("[{(")
+_CLOSING = frozenset("]})")
+
+
+def _check_nesting(text: str) -> None:
+    """Raise `HclTooDeep` at the first bracket that opens level MAX_NESTING + 1.
+
+    A linear scan that needs no parser, so its cost is bounded by the file's size (itself
+    bounded by the readers) whatever the text holds.
+    """
+    depth = 0
+    for match in _SCAN.finditer(text):
+        unit = match.group()
+        if unit in _OPENING:
+            depth += 1
+            if depth > MAX_NESTING:
+                line = text.count("\n", 0, match.start()) + 1
+                column = match.start() - text.rfind("\n", 0, match.start())
+                raise HclTooDeep(line, column, _too_deep())
+        elif unit in _CLOSING:
+            depth = max(depth - 1, 0)
 
 
 # Readable names for the lark terminals a user is likely to be told were expected.

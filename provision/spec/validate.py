@@ -33,6 +33,7 @@ from provision.spec.values import (
     read_prefix,
     read_schedule,
 )
+from provision.system.files import UnreadableFile, read_regular_file
 
 MAX_SPEC_BYTES = 1024 * 1024
 JOB_KEYS = ("prefix", "workers", "schedule", "command", *DURATION_KEYS)
@@ -44,16 +45,18 @@ def load_spec(path: Path) -> Spec:
     """Read, parse and validate the spec file at `path`."""
     shown = str(path)
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"spec {shown}: cannot read: {exc.strerror or exc}") from None
+        data = read_regular_file(path, MAX_SPEC_BYTES)
+    except UnreadableFile as exc:
+        raise InputError(f"spec {shown}: cannot read: {exc}") from None
     return parse_spec(_decode(data, shown), shown)
 
 
 def _decode(data: bytes, path: str) -> str:
     problems = Problems(path)
     if len(data) > MAX_SPEC_BYTES:
-        problems.add(1, "file", f"is {len(data)} bytes; a spec may be at most {MAX_SPEC_BYTES}")
+        problems.add(
+            1, "file", f"is over {MAX_SPEC_BYTES} bytes; a spec may be at most {MAX_SPEC_BYTES}"
+        )
         problems.raise_if_any()
     try:
         return data.decode("utf-8").removeprefix("\ufeff")

@@ -67,7 +67,11 @@ def read_address(attribute: Attribute | None, where: str, problems: Problems) ->
 def _address_problem(text: str) -> str | None:
     if not text.isascii() or not text.isprintable() or any(c.isspace() for c in text):
         return f'"{shown(text)}" must be printable ASCII without spaces'
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+        parts.hostname  # noqa: B018 - raises ValueError on a broken [IPv6] literal
+    except ValueError as exc:
+        return f'"{text}" is not a URL ({exc})'
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return f'"{text}" must be an http:// or https:// URL, like "{DEFAULT_ADDRESS}"'
     if parts.username or parts.password or parts.query or parts.fragment:

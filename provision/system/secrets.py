@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from provision.errors import EXIT_DENIED, InputError, LocalEnvironmentError, LockctlError
-from provision.system.files import SECRET_MODE, write_atomically
+from provision.system.files import SECRET_MODE, UnreadableFile, read_regular_file, write_atomically
 
 MASK = "********"
 # Consul (1.4+) makes every SecretID a UUID and refuses to be given one that is not; a redacted
@@ -59,11 +59,10 @@ def read_secret_file(path: Path) -> Secret:
     second line) are bad input here, not a connection error later. At most
     MAX_TOKEN_FILE_BYTES are read: a token file is never bigger.
     """
-    try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_TOKEN_FILE_BYTES + 1)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read token file: {exc.strerror}") from None
+    try:  # a regular file only: a FIFO as a token file would hang every command
+        raw = read_regular_file(path, MAX_TOKEN_FILE_BYTES)
+    except UnreadableFile as exc:
+        raise InputError(f"{path}: cannot read token file: {exc}") from None
     if len(raw) > MAX_TOKEN_FILE_BYTES:
         raise InputError(f"{path}: not a token file (more than {MAX_TOKEN_FILE_BYTES} bytes)")
     try:

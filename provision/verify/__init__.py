@@ -72,7 +72,10 @@ def select_checks(only: Sequence[str], slow: bool) -> list[Check]:
 
 
 def run_verification(ctx: VerifyContext, checks: Sequence[Check]) -> VerifyReport:
+    """Run `checks`; raises `ConsulUnavailable` first, within one client timeout, when an agent
+    they need does not answer."""
     began = time.monotonic()
+    ctx.require_reachable()
     try:
         with ThreadPoolExecutor(max_workers=max(1, len(checks))) as pool:
             futures = [pool.submit(_run_one, ctx, check) for check in checks]

@@ -7,17 +7,20 @@ import contextlib
 import json
 import threading
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 
 from provision.consul import Consul, ConsulSettings
-from provision.consul.errors import ConsulError
+from provision.consul.errors import ConsulError, ConsulUnavailable
 from provision.consul.settings import normalize_address
 from provision.errors import InputError
 from provision.spec import Job, Spec
+from provision.system.files import UnreadableFile, read_regular_file
 from provision.system.secrets import Secret, read_secret_file
 
+MAX_INVENTORY_BYTES = 1024 * 1024
 VERIFY_KEY = ".lockctl-verify"  # checks that take a lock use <prefix>.lockctl-verify/..., never
 # the job's real lock key: verifying a live cluster must not make a real runner skip its tick.
 
@@ -55,6 +58,23 @@ class VerifyContext:
         chosen = access.token if isinstance(token, _Own) else token
         return Consul(replace(self.settings, address=access.address, token=chosen))
 
+    def require_reachable(self) -> None:
+        """Raise `ConsulUnavailable` (exit 3) when an agent the checks talk to does not answer.
+
+        Asked once before the checks, of every agent at once: an agent that is down or hangs
+        is not a failed promise but no cluster to check, and each check finding that out for
+        itself, call by call, took minutes. So this ends within one client timeout.
+        """
+        addresses = {access.address for access in self.workers.values()}
+        if self.management is not None:
+            addresses.add(self.settings.address)
+        clients = [Consul(replace(self.settings, address=a, token=None)) for a in sorted(addresses)]
+        with ThreadPoolExecutor(max_workers=max(1, len(clients))) as pool:
+            errors = list(pool.map(_unavailable, clients))
+        for error in errors:
+            if error is not None:
+                raise error
+
     def with_token(self) -> list[WorkerAccess]:
         return [w for w in self.workers.values() if w.token is not None]
 
@@ -69,6 +89,17 @@ class VerifyContext:
             if len(both) >= 2:
                 return job, both[0], both[1]
         return None
+
+
+def _unavailable(client: Consul) -> ConsulUnavailable | None:
+    """Why `client`'s agent cannot be reached, or None when it answers (whatever it says)."""
+    try:
+        client.status.leader()  # needs no token: any answer shows the agent is there
+    except ConsulUnavailable as exc:
+        return exc
+    except ConsulError:
+        return None  # it answered; the checks report what the answer means
+    return None
 
 
 class Cleanup:
@@ -125,9 +156,13 @@ def load_workers(
 def _inventory(path: Path, known: set[str]) -> dict[str, str]:
     """An inventory file: JSON {"worker-1": "http://10.0.0.21:8500", ...}."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise InputError(f"{path}: not a readable JSON inventory ({exc})") from None
+        data = read_regular_file(path, MAX_INVENTORY_BYTES)
+        if len(data) > MAX_INVENTORY_BYTES:
+            raise ValueError(f"larger than {MAX_INVENTORY_BYTES} bytes")
+        raw = json.loads(data.decode("utf-8"))
+    except (UnreadableFile, ValueError, RecursionError) as exc:  # a FIFO, /dev/zero, [[[[...
+        why = str(exc) or "nested too deep"
+        raise InputError(f"{path}: not a readable JSON inventory ({why})") from None
     if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
         raise InputError(f'{path}: must be a JSON object of worker -> address, like {{"w": "..."}}')
     unknown = sorted(set(raw) - known)

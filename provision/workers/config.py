@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from provision.durations import DurationSyntaxError, format_duration, parse_duration
 from provision.errors import InputError
+from provision.system.files import UnreadableFile, read_regular_file
 from provision.timings import JobTimings, bound_problem, fencing_problem, renew_problem
 
 if TYPE_CHECKING:
@@ -90,9 +91,9 @@ def _job_record(job: Job) -> dict[str, Any]:
 def load_worker_config(path: Path, *, allow_unsafe: bool = False) -> WorkerConfig:
     """Read and validate a worker config; `allow_unsafe` skips only the fencing-bound check."""
     try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read worker config: {exc.strerror}") from None
+        data = read_regular_file(path, MAX_CONFIG_BYTES)
+    except UnreadableFile as exc:
+        raise InputError(f"{path}: cannot read worker config: {exc}") from None
     if len(data) > MAX_CONFIG_BYTES:
         raise InputError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes")
     try:
@@ -100,6 +101,8 @@ def load_worker_config(path: Path, *, allow_unsafe: bool = False) -> WorkerConfi
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         where = f":{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
         raise InputError(f"{path}{where}: not a JSON worker config ({exc})") from None
+    except RecursionError:  # json's decoder recurses per nested list or object
+        raise InputError(f"{path}: not a worker config: nested too deep") from None
     return _build(path, raw, allow_unsafe)
 
 

@@ -208,7 +208,11 @@ class _LivePolicies:
 
     def __init__(self, rules: dict[str, str]) -> None:
         self.acl = self
+        self.status = self  # verify asks every agent for its leader before the checks
         self._rules = rules
+
+    def leader(self) -> str:
+        return "127.0.0.1:8300"
 
     def list_policies(self) -> list[SimpleNamespace]:
         return [SimpleNamespace(name=name, id=name) for name in self._rules]

@@ -356,13 +356,13 @@ def test_every_call_sends_a_timeout_the_token_and_the_right_route(
     call(make_consul(make_transport(http, clock)))
     assert len(http.sent) == 1
     sent = http.sent[0]
-    assert sent["timeout"] == TIMEOUT
+    assert sent["timeout"].total == TIMEOUT  # connect and reads share it
     assert sent["allow_redirects"] is False
     assert sent["headers"] == {"X-Consul-Token": TOKEN}
     assert len(mocked.calls) == 1
     assert mocked.calls[0].request.method == method
     assert str(mocked.calls[0].request.url).split("?")[0] == ADDRESS + path
-    assert getattr(mocked.calls[0].request, "req_kwargs", {})["timeout"] == TIMEOUT
+    assert getattr(mocked.calls[0].request, "req_kwargs", {})["timeout"].total == TIMEOUT
 
 
 def test_no_token_sends_no_token_header(
@@ -391,7 +391,7 @@ def test_blocking_get_timeout_outlasts_wait_and_jitter(
 ) -> None:
     mocked.add("GET", ADDRESS + "/v1/kv/a", json=[ENTRY], headers={"X-Consul-Index": "12"})
     make_consul(make_transport(http, clock)).kv.get("a", index=11, wait=32)
-    assert http.sent[0]["timeout"] == TIMEOUT + 32 * 17 / 16
+    assert http.sent[0]["timeout"].total == TIMEOUT + 32 * 17 / 16
     assert http.sent[0]["params"] == {"index": 11, "wait": "32s"}
 
 
@@ -404,7 +404,7 @@ def test_blocking_get_without_wait_still_outlasts_consuls_default_wait(
     make_consul(make_transport(http, clock)).kv.get("a", index=11)
     sent = http.sent[0]
     wait = float(str(sent["params"]["wait"]).removesuffix("s"))
-    assert sent["timeout"] > wait * 17 / 16
+    assert sent["timeout"].total > wait * 17 / 16
 
 
 @pytest.mark.parametrize(
@@ -952,7 +952,7 @@ def test_a_hung_agent_is_given_up_on_at_the_client_timeout(misbehaving: Misbehav
 
 
 @pytest.mark.parametrize("misbehaving", ["slow"], indirect=True)
-def test_read_timeout_not_retried_for_acquire_but_retried_for_renew(
+def test_read_timeout_not_retried_for_acquire_and_a_hung_renew_ends_within_its_timeout(
     misbehaving: Misbehaving,
 ) -> None:
     retry = RetryPolicy(deadline=0.5, first_backoff=0.01, max_backoff=0.01)
@@ -965,9 +965,8 @@ def test_read_timeout_not_retried_for_acquire_but_retried_for_renew(
         with pytest.raises(ConsulUnavailable):
             make_consul(transport).session.renew(SESSION_ID)
         elapsed = time.monotonic() - started
-    assert misbehaving.hits >= 3
-    # The deadline is checked between attempts: one timeout past it at most.
-    assert elapsed < retry.deadline + 0.15 + 0.5
+    # The timeout bounds the call, retries included: the retry deadline does not add to it.
+    assert elapsed < 0.15 + 0.1
 
 
 @pytest.mark.parametrize("misbehaving", ["reset"], indirect=True)
