@@ -177,7 +177,8 @@ def side_by_side(results: list[RunResult], tools: list[str], scenarios: list[str
             runs = [r for r in results if r.tool == tool and scenario in ("all", r.scenario)]
             overlaps = sum(r.overlaps for r in runs)
             left = sum(r.survivors for r in runs)
-            cells.append(f"{f'{len(runs)} / {overlaps} / {left}':>34s}")
+            cell = f"{len(runs)} / {overlaps} / {left}" if runs else "-"
+            cells.append(f"{cell:>34s}")
         lines.append(f"{scenario:13s} " + " ".join(cells))
     roles = {tool: _survivor_roles(results, tool) for tool in tools}
     lines += [f"{tool} survivors by role: {roles[tool] or 'none'}" for tool in tools]
