@@ -3,16 +3,19 @@
 Each lab is its own namespace cluster (`lockctl cluster up --netns`: 3 servers, 3 workers; root
 only). Faults are drawn at random from the scenarios (bench/faultlab/harness.py) and run one at a
 time per lab, on a fresh job each; several labs run side by side with --labs. No new fault starts
-after --max-minutes. Both tools use the same Consul binary, the same job and the same oracle;
+after --max-minutes. Both tools use the same Consul binary, the same job (a process tree: main,
+child, TERM-ignoring grandchild, setsid'd daemon, each writing to the oracle) and the same oracle;
 lockctl with TTL 10s, LockDelay 5s, renew 2s, kill grace 1s; `consul lock` with its own fixed
 TTL 15s and LockDelay 15s (its child gets no LockIndex, so the oracle cannot fence it).
 
     sudo .venv/bin/python bench/faults.py --faults 30 [--tools lockctl,consul-lock] [--labs 2]
         [--scenarios sigstop,cut-host] [--max-minutes 40] [--seed 1] [--json out.json]
 
-Prints, per tool and scenario: faults, overlaps (must be 0 for lockctl), fence rejections,
-children killed late (must be 0 where the runner was not paused), takeover min/median/max against
-its bound, runs with any broken promise. Exit 1 if lockctl broke one.
+Prints, per tool and scenario: faults, overlaps and survivors (processes of the job alive past
+their bound after their runner ended; both must be 0 for lockctl), fence rejections, jobs killed
+late (must be 0 where the runner was not paused), takeover min/median/max against its bound, runs
+with any broken promise; then overlaps and survivors of the two tools side by side. Exit 1 if
+lockctl broke one.
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ def main() -> int:
                     print(
                         f"[{time.monotonic() - began:6.0f}s] {done:3d}/{len(plan)} lab{lab_number} "
                         f"{tool:11s} {scenario:13s} holder {result.holder} takeover {took} "
-                        f"rejections {result.rejections}: {status}",
+                        f"rejections {result.rejections} survivors {result.survivors}: {status}",
                         flush=True,
                     )
         except Exception as exc:
@@ -124,9 +127,9 @@ def main() -> int:
 
 def report(results: list[RunResult], tools: list[str], scenarios: list[str], took: float) -> str:
     header = (
-        f"{'tool':11s} {'scenario':13s} {'faults':>6s} {'overlaps':>8s} {'rejected':>8s} "
-        f"{'late kills':>10s} {'takeover s min/med/max':>22s} {'bound s':>7s} {'kept':>4s} "
-        f"{'broken':>6s}"
+        f"{'tool':11s} {'scenario':13s} {'faults':>6s} {'overlaps':>8s} {'survivors':>9s} "
+        f"{'rejected':>8s} {'late kills':>10s} {'takeover s min/med/max':>22s} {'bound s':>7s} "
+        f"{'kept':>4s} {'broken':>6s}"
     )
     lines = [f"{len(results)} faults in {took / 60:.1f} min", header, "-" * len(header)]
     for tool in tools:
@@ -139,6 +142,7 @@ def report(results: list[RunResult], tools: list[str], scenarios: list[str], too
             late = sum(r.late_kills for r in runs if r.late_kills_checked)
             lines.append(
                 f"{tool:11s} {scenario:13s} {len(runs):6d} {sum(r.overlaps for r in runs):8d} "
+                f"{sum(r.survivors for r in runs):9d} "
                 f"{sum(r.rejections for r in runs):8d} {late:10d} {summary(takeovers):>22s} "
                 f"{'/'.join(f'{b:g}' for b in bounds):>7s} "
                 f"{sum(r.holder_kept for r in runs):4d} {sum(bool(r.problems()) for r in runs):6d}"
@@ -158,7 +162,38 @@ def report(results: list[RunResult], tools: list[str], scenarios: list[str], too
         if any(late_max):
             lines.append(f"{tool:11s} latest child kill {max(late_max):.1f} s after takeover")
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines + side_by_side(results, tools, scenarios))
+
+
+def side_by_side(results: list[RunResult], tools: list[str], scenarios: list[str]) -> list[str]:
+    """Per scenario, each tool's faults / overlaps / survivors in one row: the comparison."""
+    header = f"{'scenario':13s} " + " ".join(
+        f"{tool + ' faults/overlaps/survivors':>34s}" for tool in tools
+    )
+    lines = [header, "-" * len(header)]
+    for scenario in [*scenarios, "all"]:
+        cells = []
+        for tool in tools:
+            runs = [r for r in results if r.tool == tool and scenario in ("all", r.scenario)]
+            overlaps = sum(r.overlaps for r in runs)
+            left = sum(r.survivors for r in runs)
+            cell = f"{len(runs)} / {overlaps} / {left}" if runs else "-"
+            cells.append(f"{cell:>34s}")
+        lines.append(f"{scenario:13s} " + " ".join(cells))
+    roles = {tool: _survivor_roles(results, tool) for tool in tools}
+    lines += [f"{tool} survivors by role: {roles[tool] or 'none'}" for tool in tools]
+    return lines
+
+
+def _survivor_roles(results: list[RunResult], tool: str) -> str:
+    """`daemon 7, grandchild 3`: what kind of process survived, over all of `tool`'s runs."""
+    counts: dict[str, int] = {}
+    for result in results:
+        if result.tool == tool:
+            for seen in result.survivors_seen:
+                role = seen.split()[1].rstrip(":")  # "<pid> <role>: how it was seen"
+                counts[role] = counts.get(role, 0) + 1
+    return ", ".join(f"{role} {n}" for role, n in sorted(counts.items(), key=lambda i: -i[1]))
 
 
 if __name__ == "__main__":

@@ -7,12 +7,16 @@ both `lockctl run` and `consul lock` need), and an oracle. `run_scenario` runs O
 
     every worker runs its runner on a 1 s schedule (a new one as soon as the last has exited),
     each `--wait`ing for the lock, so the job is always held by one and waited for by the others
-    -> the job (bench/faultlab/job.py) enters the oracle -> 1.5 s into it, the fault hits the
-    holder -> wait for the next holder -> heal -> stop every runner (SIGTERM, by PID) -> checks.
+    -> the job (bench/faultlab/job.py, a process tree: main, child, TERM-ignoring grandchild,
+    setsid'd daemon) enters the oracle, every member of it -> 1.5 s into it, the fault hits the
+    holder -> wait for the next holder -> heal -> stop every runner (SIGTERM, by PID) -> checks
+    -> scan /proc for survivors, and SIGKILL them (by PID).
 
 The job runs for longer than the takeover bound, so a job that its runner fails to stop (an
 orphan, a partitioned holder that does not notice) is still running when the next holder starts,
-and the checks see it.
+and the checks see it. Survivors are looked for twice: the holder's tree once its runner ended
+(1 s after a kill -9 of the runner; kill grace + 2 s after a runner that exited on its own), and
+every process of the run once all runners ended (kill grace + 2 s after the teardown).
 
 `--wait` rather than one attempt per tick: the takeover time then measures the lock tool, not
 the tick, `consul lock` (which has no skip mode that cleans up after itself) runs the same way,
@@ -38,7 +42,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.faultlab.oracle import Oracle, Section, kill_leftover_jobs
+from bench.faultlab import survivors
+from bench.faultlab.oracle import Holder, Oracle
 from provision.cluster import netns as ns
 from provision.cluster.consul_binary import find_consul
 from provision.cluster.layout import AgentSpec, ClusterLayout
@@ -57,6 +62,8 @@ FAULT_AFTER = 1.5  # seconds into the holder's job
 HOLDER_EXIT_WAIT = 30.0  # seconds the old holder's runner gets to exit on its own after a fault
 PREFIX = "faults"
 POLL = 0.05  # seconds between looks at the oracle
+KILL9_SURVIVOR_BOUND = 1.0  # seconds after a kill -9 of the runner for its job's tree to be gone
+CONSUL_LOCK_KILL_GRACE = 5.0  # `consul lock`'s own SIGTERM-to-SIGKILL grace (not settable)
 
 SCENARIOS = ("kill9-runner", "kill9-both", "sigstop", "cut-host", "kill-leader", "restart-agent")
 TOOLS = ("lockctl", "consul-lock")
@@ -73,6 +80,12 @@ class Timings:
     def expiry_bound(self) -> float:
         """A dead holder's lock is free after at most 2 x TTL (lazy expiry) + LockDelay."""
         return 2 * self.ttl + self.lock_delay
+
+    @property
+    def survivor_bound(self) -> float:
+        """How long after its runner ended a job's process may still be alive: kill grace + 2 s."""
+        grace = CONSUL_LOCK_KILL_GRACE if self.kill_grace is None else self.kill_grace
+        return grace + 2.0
 
     @property
     def job_seconds(self) -> float:
@@ -111,6 +124,8 @@ class RunResult:
     key_held: bool = False
     runner_exits: dict[str, list[int]] = field(default_factory=dict)
     holder_exit: int | None = None  # the holder's runner's exit status (negative: killed by)
+    survivors: int = 0  # processes of the run alive past their bound after their runner ended
+    survivors_seen: list[str] = field(default_factory=list)  # "4242 daemon: how it was seen"
     notes: list[str] = field(default_factory=list)
 
     def problems(self) -> list[str]:
@@ -118,6 +133,11 @@ class RunResult:
         found = []
         if self.overlaps:
             found.append(f"{self.overlaps} overlap(s), longest {self.overlap_max:.3f} s")
+        if self.survivors:
+            found.append(
+                f"{self.survivors} process(es) outlived their runner: "
+                + ", ".join(self.survivors_seen)
+            )
         if self.late_kills_checked and self.late_kills:
             found.append(f"{self.late_kills} child(ren) killed late, by {self.late_kill_max:.3f} s")
         if self.takeover is None:
@@ -169,7 +189,7 @@ class FaultLab:
 
     def down(self) -> None:
         try:
-            kill_leftover_jobs(self.oracle, self.marker)
+            survivors.kill(survivors.marked(self.marker), self.marker)
             self.oracle.stop()
         finally:
             cluster_down(self.state_dir)
@@ -404,61 +424,97 @@ def run_scenario(lab: FaultLab, scenario: str, tool: str, number: int = 1) -> Ru
     schedule = Schedule(workers, lambda w: lab.runner_argv(tool, job, w, folder), folder)
     schedule.start()
     runner = -1
+    found: dict[int, str] = {}  # survivors: pid -> how it was first seen
     try:
         holder = _wait_for_holder(lab, job, timeout=60.0)
         time.sleep(max(0.0, holder.entered + FAULT_AFTER - time.monotonic()))
+        holder = _now(lab, job, holder)  # with every member that entered meanwhile
         result.holder = holder.worker
         with lab.driver():
             entry, _ = lab.management().kv.get(lock_key(job), consistency="consistent")
         session = entry.session if entry is not None else None
         runner = schedule.runner_of(holder.worker)
-        _inject(lab, scenario, tool, holder, schedule, session, result, timings)
-        if not scenario.startswith("kill9") and not result.holder_kept:
-            # Its own exit status says whether it noticed; a SIGTERM from the teardown would
-            # hide that (it may still be cleaning up on a host that was just reconnected).
-            schedule.wait_for_exit(runner, HOLDER_EXIT_WAIT)
+        found = _inject(lab, scenario, tool, holder, schedule, session, result, timings)
+        # Its own exit status says whether it noticed; a SIGTERM from the teardown would hide
+        # that (it may still be cleaning up on a host that was just reconnected).
+        if (
+            not scenario.startswith("kill9")
+            and not result.holder_kept
+            and schedule.wait_for_exit(runner, HOLDER_EXIT_WAIT) is not None
+        ):
+            bound = timings.survivor_bound
+            found = _holder_survivors(lab, holder, bound, "after its runner exited") | found
     finally:
         schedule.stop()
         result.runner_exits = schedule.exits
-        kill_leftover_jobs(lab.oracle, lab.marker)
+        found = _run_survivors(lab, job, timings.survivor_bound) | found  # the first sighting
+        survivors.kill(found, lab.marker)
+    result.survivors = len(found)
+    result.survivors_seen = [f"{pid} {how}" for pid, how in sorted(found.items())]
     result.holder_exit = next((p.returncode for _, p in schedule.started if p.pid == runner), None)
     _check(lab, job, result)
     _clean(lab, job, result)
     return result
 
 
-def _wait_for_holder(lab: FaultLab, job: str, timeout: float) -> Section:
+def _wait_for_holder(lab: FaultLab, job: str, timeout: float) -> Holder:
     for _ in attempts(Deadline(timeout), POLL):
-        section = lab.oracle.open_section(job)
-        if section is not None and time.monotonic() - section.entered < FAULT_AFTER:
-            return section
+        holder = lab.oracle.open_holder(job)
+        if holder is not None and time.monotonic() - holder.entered < FAULT_AFTER:
+            return holder
     raise AssertionError(f"{job}: no holder entered the oracle in time")
+
+
+def _now(lab: FaultLab, job: str, holder: Holder) -> Holder:
+    """`holder` with every member that has entered by now."""
+    return lab.oracle.holder(job, holder.run) or holder
 
 
 def _wait_for_takeover(lab: FaultLab, job: str, since: float, timeout: float) -> float | None:
     for _ in attempts(Deadline(timeout), POLL):
-        newer = [s for s in lab.oracle.of_job(job) if s.entered > since]
+        newer = [h for h in lab.oracle.holders(job) if h.entered > since]
         if newer:
             return newer[0].entered - since
     return None
+
+
+def _holder_survivors(lab: FaultLab, holder: Holder, bound: float, when: str) -> dict[int, str]:
+    """The holder's members still alive `bound` seconds from now (its runner just ended)."""
+    holder = _now(lab, holder.first.job, holder)
+    left = survivors.wait_gone(lab.marker, bound, job=holder.first.job, pids=holder.pids)
+    seen = f"{holder.worker}'s holder, {bound:g} s {when}"
+    return {pid: f"{holder.role_of(pid)}: {seen}" for pid in left}
+
+
+def _run_survivors(lab: FaultLab, job: str, bound: float) -> dict[int, str]:
+    """Every process of the run still alive `bound` seconds after all runners ended."""
+    left = survivors.wait_gone(lab.marker, bound, job=job)
+    roles = {s.pid: s.role for s in lab.oracle.of_job(job)}
+    return {
+        pid: f"{survivors.describe(argv, roles.get(pid))}: {bound:g} s after every runner ended"
+        for pid, argv in left.items()
+    }
 
 
 def _inject(
     lab: FaultLab,
     scenario: str,
     tool: str,
-    holder: Section,
+    holder: Holder,
     schedule: Schedule,
     session: str | None,
     result: RunResult,
     timings: Timings,
-) -> None:
+) -> dict[int, str]:
+    """Inject the fault and wait for its outcome; the holder's survivors of a kill -9."""
     runner = schedule.runner_of(holder.worker)
     wait_limit = result.bound + 10.0
+    found: dict[int, str] = {}
     if scenario in ("kill9-runner", "kill9-both"):
         victims = [runner] + (descendants(runner) if scenario == "kill9-both" else [])
         at = lab.oracle.mark(scenario)
         _signal(victims, signal.SIGKILL)
+        found = _holder_survivors(lab, holder, KILL9_SURVIVOR_BOUND, "after the kill -9")
         result.takeover = _wait_for_takeover(lab, result.job, at, wait_limit)
     elif scenario == "sigstop":
         paused = [runner, *descendants(runner)]
@@ -469,7 +525,7 @@ def _inject(
         time.sleep(max(0.0, at + pause - time.monotonic()))
         # The job first: it wakes with its sleep long over and writes at once, as a resumed VM's
         # job may before its runner is scheduled. Only the resource's fencing check stops it.
-        _signal([holder.pid], signal.SIGCONT)
+        _signal(holder.pids, signal.SIGCONT)
         time.sleep(0.3)
         _signal([runner, *paused], signal.SIGCONT)
         if result.takeover is None:
@@ -509,10 +565,11 @@ def _inject(
     else:
         raise ValueError(f"unknown scenario {scenario!r}")
     time.sleep(1.0)
+    return found
 
 
 def _takeover_or_kept(
-    lab: FaultLab, holder: Section, at: float, result: RunResult, wait_limit: float
+    lab: FaultLab, holder: Holder, at: float, result: RunResult, wait_limit: float
 ) -> None:
     """Either a new holder came, or the old one still holds and writes (it kept the lock)."""
     while result.takeover is None and time.monotonic() < at + wait_limit:
@@ -520,7 +577,7 @@ def _takeover_or_kept(
         recent = time.monotonic() - holder.last_accepted < 1.0
         if (
             result.takeover is None
-            and holder.closed is None
+            and holder.first.closed is None
             and recent
             and (time.monotonic() > at + lab_settle(result))
         ):

@@ -1,42 +1,49 @@
 """The guarded resource: a Unix-socket server that sees every critical section, on its own clock.
 
-A job connects, sends `enter` (job, worker, session, LockIndex, pid), then `write`s while it works,
-then `exit`, one JSON object a line; every message is answered `{"ok": true|false}`. A write
-(enter is the first) carrying a LockIndex LOWER than the highest this oracle accepted for the job
-is rejected and counted: that is the fencing check a real resource would do with LOCK_INDEX. A
-job without a LockIndex (`consul lock` gives its child none) cannot be fenced and is accepted.
+Each process of a job connects, sends `enter` (job, worker, session, LockIndex, run, role), then
+`write`s while it works, then `exit`, one JSON object a line; every message is answered
+`{"ok": true|false}`. A write (enter is the first) carrying a LockIndex LOWER than the highest
+this oracle accepted for the job is rejected and counted: that is the fencing check a real
+resource would do with LOCK_INDEX. A job without a LockIndex (`consul lock` gives its child
+none) cannot be fenced and is accepted.
+
+One connection is one `Section` (one process); the sections with the same `run` (an id the job's
+main process draws and its members inherit) are one `Holder`: one lock holder's whole process
+tree. Overlaps and late kills are checked between holders, never between members of one.
+
+A section's PID is the peer's, from SO_PEERCRED, as this process's PID namespace numbers it: the
+job's own getpid() is a PID in the job's namespace under `lockctl run`, useless out here.
 
 Times are this process's time.monotonic() when a message arrives, and when the connection closes:
-the kernel closes it when the job dies, so `closed` is when the job was dead. Namespaces share the
-filesystem, so jobs in any network namespace reach the socket.
+the kernel closes it when the process dies, so `closed` is when that member was dead. Namespaces
+share the filesystem, so jobs in any network namespace reach the socket.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import os
-import signal
 import socket
 import socketserver
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from provision.system.processes import is_running
-
 
 @dataclass
 class Section:
-    """One critical section: one job process from enter to its connection's close."""
+    """One critical section: one process of a job from enter to its connection's close."""
 
     job: str
     worker: str
     session: str | None
     lock_index: int | None
-    pid: int
+    pid: int  # the peer's PID (SO_PEERCRED), in the oracle's PID namespace
+    run: str
+    role: str
     entered: float
     last_accepted: float
     exited: float | None = None  # the job said it was done
@@ -52,20 +59,70 @@ class Section:
 
 
 @dataclass(frozen=True)
-class Overlap:
-    """Two sections of one job whose ACCEPTED activity intersected: two holders acted at once."""
+class Holder:
+    """One lock holder's process tree: the sections of one run, oldest first."""
 
-    older: Section
-    newer: Section
+    run: str
+    sections: tuple[Section, ...]
+
+    @property
+    def first(self) -> Section:
+        return self.sections[0]
+
+    @property
+    def worker(self) -> str:
+        return self.first.worker
+
+    @property
+    def lock_index(self) -> int | None:
+        return self.first.lock_index
+
+    @property
+    def entered(self) -> float:
+        return self.first.entered
+
+    @property
+    def accepted(self) -> list[Section]:
+        return [s for s in self.sections if not s.enter_rejected]
+
+    @property
+    def last_accepted(self) -> float:
+        """The last accepted write of any member (or its accepted enter); a member whose enter
+        was refused had nothing accepted (once refused, always: the highest index only grows)."""
+        return max((s.last_accepted for s in self.accepted), default=self.entered)
+
+    @property
+    def end(self) -> float:
+        """When the last member was last seen alive."""
+        return max(s.end for s in self.sections)
+
+    @property
+    def alive(self) -> bool:
+        return any(s.closed is None for s in self.sections)
+
+    @property
+    def pids(self) -> list[int]:
+        return [s.pid for s in self.sections]
+
+    def role_of(self, pid: int) -> str | None:
+        return next((s.role for s in self.sections if s.pid == pid), None)
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Two holders of one job whose ACCEPTED activity intersected: two holders acted at once."""
+
+    older: Holder
+    newer: Holder
     seconds: float
 
 
 @dataclass(frozen=True)
 class LateKill:
-    """A holder's job still alive when the next holder's job entered."""
+    """A holder's process tree still (partly) alive when the next holder's job entered."""
 
-    older: Section
-    newer: Section
+    older: Holder
+    newer: Holder
     seconds: float
 
 
@@ -83,7 +140,7 @@ class Oracle:
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
-                oracle._serve(self.rfile, self.wfile)
+                oracle._serve(self.rfile, self.wfile, peer_pid(self.request))
 
         class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             daemon_threads = True
@@ -113,13 +170,13 @@ class Oracle:
         return at
 
     # -- the protocol --------------------------------------------------------------------------
-    def _serve(self, rfile: object, wfile: object) -> None:
+    def _serve(self, rfile: object, wfile: object, pid: int) -> None:
         section: Section | None = None
         try:
             for raw in rfile:  # type: ignore[attr-defined]
                 at = self.now()
                 message = json.loads(raw)
-                ok = self._handle(message, at, section)
+                ok = self._handle(message, at, section, pid)
                 if message.get("op") == "enter":
                     section = ok if isinstance(ok, Section) else None
                     ok = section is not None and not section.enter_rejected
@@ -132,7 +189,9 @@ class Oracle:
                 with self._lock:
                     section.closed = self.now()
 
-    def _handle(self, message: dict[str, object], at: float, section: Section | None) -> object:
+    def _handle(
+        self, message: dict[str, object], at: float, section: Section | None, pid: int
+    ) -> object:
         op = message.get("op")
         with self._lock:
             if op == "enter":
@@ -142,7 +201,9 @@ class Oracle:
                     worker=str(message["worker"]),
                     session=None if message.get("session") is None else str(message["session"]),
                     lock_index=None if index is None else int(str(index)),
-                    pid=int(str(message["pid"])),
+                    pid=pid,
+                    run=str(message.get("run") or f"pid-{pid}"),
+                    role=str(message.get("role") or "main"),
                     entered=at,
                     last_accepted=at,
                 )
@@ -178,40 +239,48 @@ class Oracle:
     def rejections(self, job: str) -> int:
         return sum(len(s.rejected_at) for s in self.of_job(job))
 
+    def holders(self, job: str) -> list[Holder]:
+        """The job's holders (process trees), by when their first member entered."""
+        runs: dict[str, list[Section]] = {}
+        for section in self.of_job(job):
+            runs.setdefault(section.run, []).append(section)
+        return sorted((Holder(r, tuple(s)) for r, s in runs.items()), key=lambda h: h.entered)
+
+    def holder(self, job: str, run: str) -> Holder | None:
+        return next((h for h in self.holders(job) if h.run == run), None)
+
     def overlaps(self, job: str) -> list[Overlap]:
-        """Pairs whose accepted activity [entered, last accepted write] intersects."""
-        sections = [s for s in self.of_job(job) if not s.enter_rejected]
+        """Pairs of holders whose accepted activity [first accepted enter, last accepted write of
+        any member] intersects: a stale holder's member wrote, unrefused, beside the next."""
+        holders = [h for h in self.holders(job) if h.accepted]
         found = []
-        for i, older in enumerate(sections):
-            for newer in sections[i + 1 :]:
-                if newer.entered < older.last_accepted:
-                    found.append(Overlap(older, newer, older.last_accepted - newer.entered))
+        for i, older in enumerate(holders):
+            for newer in holders[i + 1 :]:
+                began = min(s.entered for s in newer.accepted)
+                if began < older.last_accepted:
+                    found.append(Overlap(older, newer, older.last_accepted - began))
         return found
 
     def late_kills(self, job: str) -> list[LateKill]:
-        """Each section against the next one: was the older job dead before the newer entered?"""
-        sections = self.of_job(job)
+        """Each holder against the next: was all of the older one's tree dead before the newer
+        entered?"""
         found = []
-        for older, newer in itertools.pairwise(sections):
+        for older, newer in itertools.pairwise(self.holders(job)):
             if older.end > newer.entered:
                 found.append(LateKill(older, newer, older.end - newer.entered))
         return found
 
-    def open_section(self, job: str) -> Section | None:
-        """The newest section of `job` that is still connected."""
-        live = [s for s in self.of_job(job) if s.closed is None]
+    def open_holder(self, job: str) -> Holder | None:
+        """The newest holder of `job` with a member still connected."""
+        live = [h for h in self.holders(job) if h.alive]
         return live[-1] if live else None
 
 
-def kill_leftover_jobs(oracle: Oracle, marker: str) -> list[int]:
-    """SIGKILL job processes still alive (only those whose argv carries `marker`)."""
-    killed = []
-    for section in list(oracle.sections):
-        if is_running(section.pid, marker):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(section.pid, signal.SIGKILL)
-            killed.append(section.pid)
-    return killed
+def peer_pid(connection: socket.socket) -> int:
+    """The connected process's PID in our PID namespace (the kernel translates it)."""
+    ucred = connection.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, _uid, _gid = struct.unpack("3i", ucred)
+    return int(pid)
 
 
 def connect(path: Path) -> socket.socket:

@@ -2,32 +2,49 @@
 in network namespaces (root; part of the default run, as CI has root).
 
 Three workers compete for one job each scenario (`lockctl run --wait`, restarted on a 1 s
-schedule); the job writes its LockIndex to the oracle (bench/faultlab/oracle.py). Per fault: no two
+schedule); the job is a process tree (main, child, TERM-ignoring grandchild, setsid'd daemon) whose
+every member writes its LockIndex to the oracle (bench/faultlab/oracle.py). Per fault: no two
 holders' accepted writes overlap, a stale writer is rejected by the LockIndex check (the SIGSTOP
-scenario must show it), the old holder's job is dead before the new one starts (unless the runner
-itself was paused), the takeover comes within 2 x TTL + LockDelay + 5 s (and within detection +
-LockDelay + 2 s for a cut-off host), and no session or held key is left. The soak with many faults,
-and `consul lock` for comparison, is bench/faults.py.
+scenario must show it), the old holder's whole tree is dead before the new one starts (unless the
+runner itself was paused), no process of the job is alive 1 s after a kill -9 of its runner or
+kill grace + 2 s after its runner ended (a /proc scan for the run's marker), the takeover comes
+within 2 x TTL + LockDelay + 5 s (and within detection + LockDelay + 2 s for a cut-off host), and
+no session or held key is left. The soak with many faults, and `consul lock` for comparison, is
+bench/faults.py.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
+import subprocess
+import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from bench.faultlab.harness import SCENARIOS, FaultLab, RunResult, fault_lab, run_scenario
+from bench.faultlab import survivors
+from bench.faultlab.harness import (
+    JOB_SCRIPT,
+    SCENARIOS,
+    FaultLab,
+    RunResult,
+    fault_lab,
+    run_scenario,
+)
+from bench.faultlab.job import ROLES
 from bench.faultlab.oracle import Oracle
 from provision.cluster import netns as ns
 from provision.consul import Consul, ConsulSettings
 from provision.consul.errors import ConsulError
 from provision.consul.transport import NO_RETRY
 from provision.errors import EXIT_LOCK_LOST
+from provision.system.deadline import Deadline, wait_until
 
 pytestmark = pytest.mark.faults
 
@@ -52,6 +69,11 @@ def test_mutual_exclusion_survives(lab: FaultLab, scenario: str) -> None:
     result = run_scenario(lab, scenario, "lockctl")
     assert result.problems() == [], _explain(result)
     assert result.overlaps == 0
+    assert result.survivors == 0, result.survivors_seen
+    holders = lab.oracle.holders(result.job)
+    assert holders and all(len(h.sections) == len(ROLES) for h in holders), (
+        "every holder's job ran as a whole process tree"
+    )
     assert result.takeover is not None and result.takeover <= result.bound
     if scenario == "sigstop":
         assert result.rejections >= 1, "the fence must have stopped the resumed stale writer"
@@ -91,14 +113,21 @@ def test_namespaces_hold_the_addresses_and_cut_isolates_one_host(lab: FaultLab) 
 
 
 class _Job:
-    """A fake job talking the oracle's protocol."""
+    """A fake job (one member of a holder's tree) talking the oracle's protocol."""
 
-    def __init__(self, oracle: Oracle, lock_index: int | None) -> None:
+    def __init__(self, oracle: Oracle, lock_index: int | None, run: str | None = None) -> None:
         self.client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.client.connect(str(oracle.path))
         self.stream = self.client.makefile("rwb")
         self.entered = self.send(
-            "enter", job="j", worker="w", session="s", lock_index=lock_index, pid=os.getpid()
+            "enter",
+            job="j",
+            worker="w",
+            session="s",
+            lock_index=lock_index,
+            run=run or uuid.uuid4().hex,
+            role="main",
+            pid=os.getpid(),
         )
 
     def send(self, op: str, **fields: object) -> bool:
@@ -136,3 +165,69 @@ def test_oracle_fences_lower_lock_index_and_counts_overlaps_and_late_kills(tmp_p
         also.close()
     finally:
         oracle.stop()
+
+
+def test_oracle_checks_holders_not_members(tmp_path: Path) -> None:
+    """Members of one holder's tree may write at once; a member of an older holder that writes
+    beside the next holder is an overlap, and is alive when it entered (a late kill)."""
+    oracle = Oracle(tmp_path / "o.sock").start()
+    try:
+        main, daemon = _Job(oracle, None, run="a"), _Job(oracle, None, run="a")
+        assert main.send("write") and daemon.send("write") and main.send("write")
+        assert oracle.overlaps("j") == [] and oracle.late_kills("j") == []
+        main.close()
+        time.sleep(0.1)
+        newer = _Job(oracle, None, run="b")
+        assert newer.send("write") and daemon.send("write"), "unfenced: the orphan's write counts"
+        (overlap,) = oracle.overlaps("j")
+        assert (overlap.older.run, overlap.newer.run) == ("a", "b")
+        assert [k.older.run for k in oracle.late_kills("j")] == ["a"]
+        older = oracle.holder("j", "a")
+        assert older is not None and older.pids == [os.getpid()] * 2  # SO_PEERCRED: this test
+        daemon.close()
+        newer.close()
+    finally:
+        oracle.stop()
+
+
+def test_job_is_a_process_tree_and_its_orphans_are_found_as_survivors(tmp_path: Path) -> None:
+    """The test job itself (no cluster, no lock tool): main, child, a TERM-ignoring grandchild
+    and a setsid'd daemon ignoring TERM and HUP all enter the oracle with one identity; with no
+    tool to contain them, the rest outlive a SIGKILLed main, and the /proc scan finds them."""
+    oracle = Oracle(tmp_path / "o.sock").start()
+    marker = f"faultjob-test-{uuid.uuid4().hex[:8]}"
+    argv = [sys.executable, str(JOB_SCRIPT), str(oracle.path), "j", "w", "30", marker]
+    main = subprocess.Popen(argv, env={**os.environ, "LOCK_INDEX": "7", "LOCK_SESSION": "s"})
+    try:
+        assert wait_until(Deadline(10.0), lambda: len(oracle.of_job("j")) == len(ROLES), 0.05)
+        (holder,) = oracle.holders("j")
+        roles = {s.role: s for s in holder.sections}
+        assert sorted(roles) == sorted(ROLES) and roles["main"].pid == main.pid
+        assert {s.lock_index for s in holder.sections} == {7}
+        assert len(set(holder.pids)) == len(ROLES), "SO_PEERCRED: each member's own PID"
+        assert os.getsid(roles["daemon"].pid) != os.getsid(main.pid)
+        assert _ignored(roles["daemon"].pid) >= {signal.SIGTERM, signal.SIGHUP}
+        assert _ignored(roles["grandchild"].pid) >= {signal.SIGTERM}
+        assert _parent(roles["grandchild"].pid) == roles["child"].pid
+        main.kill()
+        main.wait()
+        left = survivors.wait_gone(marker, 1.0, job="j")
+        assert sorted(left) == sorted(s.pid for s in holder.sections if s.role != "main")
+        survivors.kill(left, marker)
+        assert survivors.marked(marker) == {}
+    finally:
+        survivors.kill(survivors.marked(marker), marker)
+        main.kill()
+        main.wait()
+        oracle.stop()
+
+
+def _ignored(pid: int) -> set[int]:
+    """The signals `pid` ignores (SigIgn in /proc/PID/status)."""
+    line = next(x for x in Path(f"/proc/{pid}/status").read_text().splitlines() if "SigIgn" in x)
+    mask = int(line.split()[1], 16)
+    return {n for n in range(1, 65) if mask & (1 << (n - 1))}
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
