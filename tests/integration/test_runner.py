@@ -26,15 +26,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from workers_lab import minted_workers
 
-from provision.acl.render import render_policies
 from provision.consul import Consul
-from provision.consul.errors import ConsulError, PermissionDenied
 from provision.errors import EXIT_DENIED, EXIT_INPUT, EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT
-from provision.spec import load_spec
-from provision.system.secrets import Secret, write_secret_file
-from provision.system.templates import find_templates_dir
-from provision.workers.files import Placement, write_worker_files
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
@@ -111,74 +106,27 @@ def _spec_text(cluster: LiveCluster, uid: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _eventually_usable(consul: Consul) -> None:
-    """A fresh token reaches the followers a moment after the leader (CONSUL_FACTS.md)."""
-    give_up_at = time.monotonic() + 10
-    while True:
-        try:
-            consul.acl.read_self_token()
-            return
-        except PermissionDenied:
-            if time.monotonic() > give_up_at:
-                raise
-            time.sleep(0.1)
-
-
 @pytest.fixture(scope="module")
 def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     tmp = tmp_path_factory.mktemp("runner")
     uid = uuid.uuid4().hex[:8]
     spec_path = tmp / "locks.hcl"
     spec_path.write_text(_spec_text(live_cluster, uid))
-    spec = load_spec(spec_path)
-    rendered = render_policies(spec, find_templates_dir())
-    management = live_cluster.management()
-    names = {p.name: f"{p.name}-{uid}" for p in rendered.policies}
-    policy_ids: list[str] = []
-    token_ids: list[str] = []
-    secrets: list[str] = []
-    try:
-        for policy in rendered.policies:
-            policy_ids.append(management.acl.create_policy(names[policy.name], policy.rules).id)
-
-        def mint(description: str, policies: list[str], path: Path) -> None:
-            token = management.acl.create_token(f"{description} {uid}", policies)
-            assert token.secret is not None
-            token_ids.append(token.accessor_id)
-            secrets.append(token.secret.reveal())
-            write_secret_file(path, token.secret)
-
-        for plan in rendered.tokens:
-            policies = [names[name] for name in plan.policies]
-            mint(plan.description, policies, tmp / "secrets" / f"{plan.worker}.token")
+    kv = f"test/runner-{uid}/"
+    with minted_workers(live_cluster, spec_path, WORKERS, tmp, uid, kv) as made:
         session_only = tmp / "session-only" / "worker-1.token"
-        mint("session only", [names["session-worker-1"]], session_only)
-        out = tmp / "workers"
-        placement = Placement(None, tmp / "secrets", "lockctl")
-        write_worker_files(spec, list(WORKERS), out, find_templates_dir(), placement)
-        for worker in WORKERS:
-            token = Secret((tmp / "secrets" / f"{worker}.token").read_text().strip())
-            _eventually_usable(live_cluster.client(worker, token))
+        made.mint("session only", ["session-worker-1"], session_only)
         yield Lab(
             tmp=tmp,
             spec_path=spec_path,
-            configs={w: out / w / "lockctl.json" for w in WORKERS},
+            configs=made.configs,
             jobs={short: f"{short}-{uid}" for short in JOBS},
-            keys={short: f"test/runner-{uid}/{short}/.lock" for short in JOBS},
-            secrets=tuple(secrets),
+            keys={short: f"{kv}{short}/.lock" for short in JOBS},
+            secrets=tuple(made.secrets),
             session_only_token=session_only,
             management_token_file=live_cluster.layout.management_token_file,
             cluster=live_cluster,
         )
-    finally:
-        for token_id in token_ids:
-            with contextlib.suppress(ConsulError):
-                management.acl.delete_token(token_id)
-        for policy_id in policy_ids:
-            with contextlib.suppress(ConsulError):
-                management.acl.delete_policy(policy_id)
-        with contextlib.suppress(ConsulError):
-            management.kv.delete(f"test/runner-{uid}/", recurse=True)
 
 
 # --- processes ----------------------------------------------------------------------------------

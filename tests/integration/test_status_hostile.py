@@ -15,7 +15,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import unicodedata
 import uuid
 from collections.abc import Iterator
@@ -24,14 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from workers_lab import minted_workers
 
-from provision.acl.render import render_policies
-from provision.consul import Consul
-from provision.consul.errors import ConsulError, PermissionDenied
-from provision.spec import load_spec
-from provision.system.secrets import Secret, write_secret_file
-from provision.system.templates import find_templates_dir
-from provision.workers.files import Placement, write_worker_files
+from provision.consul.errors import ConsulError
+from provision.system.secrets import Secret
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
@@ -79,61 +74,22 @@ def _spec_text(cluster: LiveCluster, uid: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _eventually_usable(consul: Consul) -> None:
-    for _ in range(100):  # a fresh token reaches the followers a moment after the leader
-        with contextlib.suppress(PermissionDenied):
-            consul.acl.read_self_token()
-            return
-        time.sleep(0.1)
-    consul.acl.read_self_token()
-
-
 @pytest.fixture(scope="module")
 def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     tmp = tmp_path_factory.mktemp("hostile")
     uid = uuid.uuid4().hex[:8]
     spec_path = tmp / "locks.hcl"
     spec_path.write_text(_spec_text(live_cluster, uid))
-    spec = load_spec(spec_path)
-    rendered = render_policies(spec, find_templates_dir())
-    management = live_cluster.management()
-    names = {p.name: f"{p.name}-{uid}" for p in rendered.policies}
-    policy_ids: list[str] = []
-    token_ids: list[str] = []
-    secrets: list[str] = []
-    try:
-        for policy in rendered.policies:
-            policy_ids.append(management.acl.create_policy(names[policy.name], policy.rules).id)
-        for plan in rendered.tokens:
-            token = management.acl.create_token(
-                f"{plan.description} {uid}", [names[n] for n in plan.policies]
-            )
-            assert token.secret is not None
-            token_ids.append(token.accessor_id)
-            secrets.append(token.secret.reveal())
-            write_secret_file(tmp / "secrets" / f"{plan.worker}.token", token.secret)
-        placement = Placement(None, tmp / "secrets", "lockctl")
-        write_worker_files(spec, list(WORKERS), tmp / "workers", find_templates_dir(), placement)
-        for worker in WORKERS:
-            secret = Secret((tmp / "secrets" / f"{worker}.token").read_text().strip())
-            _eventually_usable(live_cluster.client(worker, secret))
+    kv = f"test/hostile-{uid}/"
+    with minted_workers(live_cluster, spec_path, WORKERS, tmp, uid, kv) as made:
         yield Lab(
             spec_path=spec_path,
             job=f"hostile-{uid}",
-            key=f"test/hostile-{uid}/.lock",
-            configs={w: tmp / "workers" / w / "lockctl.json" for w in WORKERS},
-            secrets=tuple(secrets),
+            key=f"{kv}.lock",
+            configs=made.configs,
+            secrets=tuple(made.secrets),
             cluster=live_cluster,
         )
-    finally:
-        for token_id in token_ids:
-            with contextlib.suppress(ConsulError):
-                management.acl.delete_token(token_id)
-        for policy_id in policy_ids:
-            with contextlib.suppress(ConsulError):
-                management.acl.delete_policy(policy_id)
-        with contextlib.suppress(ConsulError):
-            management.kv.delete(f"test/hostile-{uid}/", recurse=True)
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,96 @@
+"""Real workers for tests that run `lockctl run`: a spec's policies and worker tokens created on
+the live cluster (names suffixed with a uid, so test modules never collide), the token files and
+worker configs written, and everything deleted again at the end."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from provision.acl.render import render_policies
+from provision.consul import Consul, ConsulError, PermissionDenied
+from provision.spec import load_spec
+from provision.system.secrets import Secret, write_secret_file
+from provision.system.templates import find_templates_dir
+from provision.workers.files import Placement, write_worker_files
+
+if TYPE_CHECKING:
+    from conftest import LiveCluster
+
+
+@dataclass
+class MintedWorkers:
+    """What was made: the worker configs, every secret minted (never to be printed), and a way
+    to mint more tokens over the same policies."""
+
+    configs: dict[str, Path]
+    secrets: list[str] = field(default_factory=list)
+    policy_names: dict[str, str] = field(default_factory=dict)  # rendered name -> live name
+    management: Consul | None = None
+    uid: str = ""
+    token_ids: list[str] = field(default_factory=list)
+
+    def mint(self, description: str, policies: Sequence[str], path: Path) -> Secret:
+        """A token with these (rendered) policies, its secret written to `path` (0600)."""
+        assert self.management is not None
+        live = [self.policy_names[name] for name in policies]
+        token = self.management.acl.create_token(f"{description} {self.uid}", live)
+        assert token.secret is not None
+        self.token_ids.append(token.accessor_id)
+        self.secrets.append(token.secret.reveal())
+        write_secret_file(path, token.secret)
+        return token.secret
+
+
+@contextlib.contextmanager
+def minted_workers(
+    cluster: LiveCluster, spec_path: Path, workers: Sequence[str], tmp: Path, uid: str, kv: str
+) -> Iterator[MintedWorkers]:
+    """The spec's policies and one token per worker on the cluster, and the workers' files in
+    `tmp` (secrets/, workers/); the KV tree `kv` is deleted at the end with the rest."""
+    spec = load_spec(spec_path)
+    rendered = render_policies(spec, find_templates_dir())
+    management = cluster.management()
+    out = tmp / "workers"
+    made = MintedWorkers({w: out / w / "lockctl.json" for w in workers}, management=management)
+    made.uid = uid
+    made.policy_names = {p.name: f"{p.name}-{uid}" for p in rendered.policies}
+    policy_ids: list[str] = []
+    try:
+        for policy in rendered.policies:
+            created = management.acl.create_policy(made.policy_names[policy.name], policy.rules)
+            policy_ids.append(created.id)
+        for plan in rendered.tokens:
+            made.mint(plan.description, plan.policies, tmp / "secrets" / f"{plan.worker}.token")
+        placement = Placement(None, tmp / "secrets", "lockctl")
+        write_worker_files(spec, list(workers), out, find_templates_dir(), placement)
+        for worker in workers:
+            secret = Secret((tmp / "secrets" / f"{worker}.token").read_text().strip())
+            eventually_usable(cluster.client(worker, secret))
+        yield made
+    finally:
+        for token_id in made.token_ids:
+            with contextlib.suppress(ConsulError):
+                management.acl.delete_token(token_id)
+        for policy_id in policy_ids:
+            with contextlib.suppress(ConsulError):
+                management.acl.delete_policy(policy_id)
+        with contextlib.suppress(ConsulError):
+            management.kv.delete(kv, recurse=True)
+
+
+def eventually_usable(consul: Consul) -> None:
+    """A fresh token reaches the followers a moment after the leader (CONSUL_FACTS.md)."""
+    give_up_at = time.monotonic() + 10
+    while True:
+        try:
+            consul.acl.read_self_token()
+            return
+        except PermissionDenied:
+            if time.monotonic() > give_up_at:
+                raise
+            time.sleep(0.1)
