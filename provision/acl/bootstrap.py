@@ -20,6 +20,7 @@ from provision.acl.agent_tokens import AgentTokenResult, ensure_agent_token
 from provision.consul import (
     NO_RETRY,
     Consul,
+    ConsulNotReached,
     ConsulServerError,
     ConsulUnavailable,
     NotFound,
@@ -166,7 +167,10 @@ def bootstrap_acl(
         except PermissionDenied:
             return None  # "ACL bootstrap no longer allowed": someone already did it
 
-    transient = (ConsulServerError, ConsulUnavailable)
+    # Retried: a 5xx (a non-leader's "legacy mode", no leader yet) and a connection never opened.
+    # Not a call sent and unanswered: it may have bootstrapped, and a retry would then be told
+    # "already bootstrapped" while the one management token it minted is lost with the answer.
+    transient = (ConsulServerError, ConsulNotReached)
     return retry_until(
         Deadline(deadline, clock), attempt, retry_on=transient, pause=RETRY_PAUSE, sleep=sleep
     )

@@ -32,6 +32,11 @@ class ConsulUnavailable(ConsulError):
     exit_code = EXIT_UNAVAILABLE
 
 
+class ConsulNotReached(ConsulUnavailable):
+    """The connection was never opened (refused, or no connect within the timeout): the request
+    cannot have been applied, so even a call that is not idempotent may be sent again."""
+
+
 class ConsulHTTPError(ConsulError):
     """Consul answered with an error status; `status` and `body` say which."""
 

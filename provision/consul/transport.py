@@ -30,7 +30,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.exceptions import NewConnectionError
 from urllib3.util import Timeout
 
-from provision.consul.errors import ConsulHTTPError, ConsulUnavailable
+from provision.consul.errors import ConsulHTTPError, ConsulNotReached, ConsulUnavailable
 from provision.consul.settings import ConsulSettings
 from provision.system.secrets import MASK, Secret
 from provision.system.text import printable
@@ -282,13 +282,9 @@ class Transport:
         return str(self.settings.client_cert) if self.settings.client_cert else None
 
 
-class _NotSent(ConsulUnavailable):
-    """The connection was never opened, so the request cannot have been applied."""
-
-
 def _unavailable(where: str, exc: requests.exceptions.RequestException) -> ConsulUnavailable:
     if isinstance(exc, requests.exceptions.ConnectTimeout) or _connection_refused(exc):
-        return _NotSent(f"consul: {where}: cannot connect ({type(exc).__name__})")
+        return ConsulNotReached(f"consul: {where}: cannot connect ({type(exc).__name__})")
     if isinstance(exc, requests.exceptions.Timeout):
         return ConsulUnavailable(f"consul: {where}: no answer within the client timeout")
     if isinstance(exc, requests.exceptions.SSLError):
@@ -305,7 +301,7 @@ def _connection_refused(exc: requests.exceptions.RequestException) -> bool:
 
 
 def _retryable(exc: Exception, idempotent: bool) -> bool:
-    if isinstance(exc, _NotSent):
+    if isinstance(exc, ConsulNotReached):
         return True
     if isinstance(exc, ConsulHTTPError):
         return idempotent and exc.status >= 500

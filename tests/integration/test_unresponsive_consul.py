@@ -114,6 +114,22 @@ def test_every_command_ends_within_its_timeout(
     assert silent.accepted >= 1  # it did get as far as the silent agent
 
 
+def test_bootstrap_does_not_resend_a_call_that_went_unanswered(
+    silent: SilentServer, checkout: Path, tmp_path: Path
+) -> None:
+    """A bootstrap sent and never answered may have minted the one management token: sending
+    it again would be told "already bootstrapped" and the token would be lost. So it is tried
+    once and reported unavailable within its timeout (it was retried for 30 s)."""
+    token_file = tmp_path / "management.token"
+    done, elapsed = lockctl(
+        "bootstrap", "--management-token-file", str(token_file),
+        "--address", silent.address, "--timeout", str(TIMEOUT), cwd=checkout,
+    )  # fmt: skip
+    assert_unavailable_in_time(done, elapsed)
+    assert silent.accepted == 1
+    assert not token_file.exists()
+
+
 def test_verify_exits_3_within_its_timeout(silent: SilentServer, checkout: Path) -> None:
     """Each check used to find the silence out for itself, call by call: 121 s, exit 1."""
     inventory = checkout / "inventory.json"
