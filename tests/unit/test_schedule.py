@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from provision.cli import app
 from provision.schedule import ScheduleError, parse_schedule
 
 UTC = timezone.utc
@@ -119,3 +123,21 @@ def test_latest_tick_in_a_zone_is_the_tick_just_passed() -> None:
 def test_refused(text: str, zone: str, message: str) -> None:
     with pytest.raises(ScheduleError, match=message):
         parse_schedule(text, zone)
+
+
+def test_lockctl_next_prints_the_coming_ticks_in_utc_and_the_jobs_zone(tmp_path: Path) -> None:
+    spec = tmp_path / "s.hcl"
+    spec.write_text(
+        'worker "w" {}\njob "a" {\n  prefix = "locks/a/"\n  workers = ["w"]\n'
+        '  schedule = "30 2 * * *"\n  timezone = "Europe/Berlin"\n}\n'
+    )
+    result = CliRunner().invoke(app, ["next", "a", "--spec", str(spec), "--count", "3", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["timezone"] == "Europe/Berlin" and len(data["ticks"]) == 3
+    assert all(tick["local"].startswith(tick["local"][:10]) for tick in data["ticks"])
+    assert all("T02:30:00+0" in tick["local"] for tick in data["ticks"])
+    text = CliRunner().invoke(app, ["next", "a", "--spec", str(spec)])
+    assert text.exit_code == 0 and text.output.count("02:30:00") == 5
+    missing = CliRunner().invoke(app, ["next", "b", "--spec", str(spec)])
+    assert missing.exit_code == 2 and "no job 'b' (jobs: a)" in missing.output
