@@ -26,7 +26,7 @@ job "nightly-ingest" {
   workers  = ["worker-1", "worker-2"]
   ttl        = "30s"        # renewed every 10s (ttl/3)
   lock_delay = "20s"        # must stay above renew interval + kill grace + 1s (the fencing bound)
-  schedule   = "*-*-* 02:00:00"
+  schedule   = "0 2 * * *"
   command    = ["/usr/local/bin/nightly-ingest", "--since", "yesterday"]
 }
 
@@ -35,7 +35,7 @@ job "hourly-report" {
   prefix   = "locks/hourly-report/"
   workers  = ["worker-1", "worker-2", "worker-3"]
   min_hold = "1m"
-  schedule = "hourly"
+  schedule = "@hourly"
   command  = ["/usr/local/bin/send-report", "--hourly"]
 }
 
@@ -46,6 +46,6 @@ job "session-cleanup" {
   renew_interval = "4s"
   lock_delay     = "10s"
   kill_grace     = "3s"
-  schedule       = "*:0/5"
+  schedule       = "*/5 * * * *"
   command        = ["/usr/local/bin/app-admin", "cleanup-sessions"]
 }

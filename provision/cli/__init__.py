@@ -7,7 +7,17 @@ Exit codes (also in the README): 0 ok, 1 a check failed, 2 bad input, 3 Consul u
 
 from __future__ import annotations
 
-from provision.cli import acl, cluster, consul_binary, policies, run, status, verify, workers
+from provision.cli import (
+    acl,
+    cluster,
+    consul_binary,
+    next,
+    policies,
+    run,
+    status,
+    verify,
+    workers,
+)
 from provision.cli.app import app
 
 
@@ -27,6 +37,7 @@ app.command("rotate")(acl.rotate)
 app.command("worker-config")(workers.worker_config)
 app.command("run", context_settings={"allow_interspersed_args": False})(run.run)
 app.command("status")(status.status)
+app.command("next")(next.next_ticks)
 app.command("verify")(verify.verify)
 
 __all__ = ["app", "main"]

@@ -45,6 +45,7 @@ class Job:
     schedule: str | None
     command: tuple[str, ...] | None
     line: int
+    timezone: str = "UTC"  # the IANA zone `schedule` is read in
 
     @property
     def lock_key(self) -> str:

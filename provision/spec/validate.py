@@ -32,11 +32,12 @@ from provision.spec.values import (
     read_job_workers,
     read_prefix,
     read_schedule,
+    read_timezone,
 )
 from provision.system.files import UnreadableFile, read_regular_file
 
 MAX_SPEC_BYTES = 1024 * 1024
-JOB_KEYS = ("prefix", "workers", "schedule", "command", *DURATION_KEYS)
+JOB_KEYS = ("prefix", "workers", "schedule", "timezone", "command", *DURATION_KEYS)
 WORKER_KEYS = ("address",)
 BLOCK_TYPES = ("defaults", "worker", "job")
 
@@ -256,7 +257,8 @@ def _job(
     attributes = _attributes(block, where, JOB_KEYS, problems)
     prefix = read_prefix(attributes.get("prefix"), f"{where}.prefix", block.line, problems)
     workers = read_job_workers(attributes.get("workers"), where, block.line, declared, problems)
-    schedule = read_schedule(attributes.get("schedule"), f"{where}.schedule", problems)
+    zone = read_timezone(attributes.get("timezone"), f"{where}.timezone", problems)
+    schedule = read_schedule(attributes.get("schedule"), f"{where}.schedule", zone, problems)
     command = read_command(attributes.get("command"), f"{where}.command", problems)
     timings = job_timings(attributes, where, defaults, problems)
     if name is None or prefix is None or workers is None or timings is None:
@@ -273,6 +275,7 @@ def _job(
         schedule=schedule,
         command=command,
         line=block.line,
+        timezone=zone or "UTC",
     )
 
 

@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
+from provision.schedule import ScheduleError, check_zone, parse_schedule
 from provision.spec.hcl import Attribute, Unsupported, Value
 from provision.spec.models import DEFAULT_ADDRESS
 from provision.spec.problems import Problems, shown
@@ -182,7 +183,24 @@ def _workers_problem(names: tuple[str, ...], declared: set[str]) -> str | None:
     return None
 
 
-def read_schedule(attribute: Attribute | None, where: str, problems: Problems) -> str | None:
+def read_timezone(attribute: Attribute | None, where: str, problems: Problems) -> str | None:
+    """The job's IANA timezone for its cron schedule, or None (UTC) when absent or refused."""
+    if attribute is None:
+        return None
+    text = read_string(attribute, where, problems)
+    if text is None:
+        return None
+    try:
+        return check_zone(text)
+    except ScheduleError as exc:
+        problems.add(attribute.line, where, str(exc))
+        return None
+
+
+def read_schedule(
+    attribute: Attribute | None, where: str, zone: str | None, problems: Problems
+) -> str | None:
+    """The schedule's text once lockctl can compute its ticks and systemd can fire on them."""
     if attribute is None:
         return None
     text = read_string(attribute, where, problems)
@@ -198,6 +216,11 @@ def read_schedule(attribute: Attribute | None, where: str, problems: Problems) -
     elif len(text) > MAX_SCHEDULE:
         problems.add(attribute.line, where, f"must be at most {MAX_SCHEDULE} characters")
     else:
+        try:
+            parse_schedule(text, zone)
+        except ScheduleError as exc:
+            problems.add(attribute.line, where, str(exc))
+            return None
         return text
     return None
 

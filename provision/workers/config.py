@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from provision.durations import DurationSyntaxError, format_duration, parse_duration
 from provision.errors import InputError
+from provision.schedule import ScheduleError, check_zone, parse_schedule
 from provision.system.files import UnreadableFile, read_regular_file
 from provision.timings import JobTimings, bound_problem, fencing_problem, renew_problem
 
@@ -32,6 +33,7 @@ class JobConfig:
     lock_key: str
     timings: JobTimings
     schedule: str | None
+    timezone: str = "UTC"  # the IANA zone of `schedule`; configs before it lack it (UTC)
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,7 @@ def _job_record(job: Job) -> dict[str, Any]:
         "kill_grace": format_duration(job.kill_grace.seconds),
         "min_hold": format_duration(job.min_hold.seconds) if job.min_hold else None,
         "schedule": job.schedule,
+        "timezone": job.timezone,
     }
 
 
@@ -144,6 +147,7 @@ JOB_FIELDS = {
     "kill_grace",
     "min_hold",
     "schedule",
+    "timezone",
 }
 
 
@@ -160,9 +164,7 @@ def _job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> JobCon
     renew = _seconds(raw, "renew_interval", where, problems)
     grace = _seconds(raw, "kill_grace", where, problems)
     min_hold = _seconds(raw, "min_hold", where, problems, optional=True)
-    schedule = raw.get("schedule")
-    if schedule is not None and not isinstance(schedule, str):
-        problems.append(f"{where}schedule: must be a string or null")
+    schedule, zone = _schedule(raw, where, problems)
     if len(problems) > before:
         return None
     renew_wrong = renew_problem(renew, ttl)
@@ -173,7 +175,30 @@ def _job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> JobCon
     if fencing and not allow_unsafe:
         problems.append(f"{where}lock_delay: {fencing}; --allow-unsafe runs anyway")
         return None
-    return JobConfig(name, key, JobTimings(ttl, delay, renew, grace, min_hold), schedule)
+    return JobConfig(name, key, JobTimings(ttl, delay, renew, grace, min_hold), schedule, zone)
+
+
+def _schedule(raw: dict[str, Any], where: str, problems: list[str]) -> tuple[str | None, str]:
+    """The job's schedule and timezone, checked as the spec checks them."""
+    schedule, zone = raw.get("schedule"), raw.get("timezone", "UTC")
+    if not isinstance(zone, str):
+        problems.append(f"{where}timezone: must be a string")
+        return None, "UTC"
+    try:
+        check_zone(zone)
+    except ScheduleError as exc:
+        problems.append(f"{where}timezone: {exc}")
+        return None, "UTC"
+    if schedule is None:
+        return None, zone
+    if not isinstance(schedule, str):
+        problems.append(f"{where}schedule: must be a string or null")
+        return None, zone
+    try:
+        parse_schedule(schedule, zone)
+    except ScheduleError as exc:
+        problems.append(f"{where}schedule: {exc}")
+    return schedule, zone
 
 
 def _unknown(raw: dict[str, Any], known: set[str], where: str, problems: list[str]) -> None:

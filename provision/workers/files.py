@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.errors import InputError
+from provision.schedule import ScheduleError, parse_schedule
 from provision.spec import Spec
 from provision.system.files import PUBLIC_MODE, write_all_or_none
 from provision.system.templates import make_environment, render_template
@@ -186,8 +187,7 @@ def _render_worker(
             "job": job,
             "exec_start": " ".join(systemd_quote(a) for a in argv),
             "stop_timeout": int(job.kill_grace.seconds) + 10,
-            # The spec refuses '%'; doubled here as well, as systemd expands specifiers there.
-            "on_calendar": job.schedule.replace("%", "%%"),
+            "on_calendar": timer_calendar(job.schedule, job.timezone),
         }
         files[f"systemd/lockctl-{job.name}.service"] = render_template(
             env, "worker/lockctl-job.service.j2", unit
@@ -196,6 +196,16 @@ def _render_worker(
             env, "worker/lockctl-job.timer.j2", unit
         )
     return files, tuple(skipped)
+
+
+def timer_calendar(schedule: str, zone: str) -> list[str]:
+    """The timer's OnCalendar= values for a validated schedule (docs/schedules.md)."""
+    try:
+        lines = parse_schedule(schedule, zone).on_calendar()
+    except ScheduleError as exc:  # the spec refuses these; a Spec built by hand may not
+        raise InputError(f"schedule {schedule!r}: {exc}") from None
+    # The spec refuses '%'; doubled here as well, as systemd expands specifiers there.
+    return [line.replace("%", "%%") for line in lines]
 
 
 def systemd_quote(argument: str) -> str:

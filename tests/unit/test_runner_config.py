@@ -30,7 +30,7 @@ GOOD: dict[str, Any] = {
             "renew_interval": "5s",
             "kill_grace": "5s",
             "min_hold": "1m",
-            "schedule": "hourly",
+            "schedule": "@hourly",
         },
         "ingest": {
             "lock_key": "locks/ingest/.lock",
@@ -87,7 +87,7 @@ def test_a_good_config_loads(tmp_path: Path) -> None:
     report = config.job("report")
     assert report.lock_key == "locks/report/.lock"
     assert report.timings == JobTimings(15.0, 15.0, 5.0, 5.0, 60.0)
-    assert report.schedule == "hourly"
+    assert report.schedule == "@hourly"
     ingest = config.job("ingest")
     assert ingest.timings.min_hold == 0.0 and ingest.schedule is None
 

@@ -44,6 +44,7 @@ def _describe(spec: Spec) -> dict[str, Any]:
             "kill_grace": text(job.kill_grace),
             "min_hold": text(job.min_hold),
             "schedule": job.schedule,
+            "timezone": job.timezone,
             "command": list(job.command) if job.command else None,
             "line": job.line,
         }

@@ -3,7 +3,6 @@ a schedule and a command, and never a secret in any generated file."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import stat
@@ -102,7 +101,7 @@ worker "w1" {}
 job "both" {
   prefix   = "locks/both/"
   workers  = ["w1"]
-  schedule = "hourly"
+  schedule = "@hourly"
   command  = ["/bin/true"]
 }
 job "no-schedule" {
@@ -113,7 +112,7 @@ job "no-schedule" {
 job "no-command" {
   prefix   = "locks/no-command/"
   workers  = ["w1"]
-  schedule = "daily"
+  schedule = "@daily"
 }
 job "neither" {
   prefix  = "locks/neither/"
@@ -195,7 +194,7 @@ def _nasty_spec(tmp_path: Path) -> Path:
         'job "nasty" {\n'
         '  prefix   = "locks/nasty/"\n'
         '  workers  = ["w1"]\n'
-        '  schedule = "*-*-* 02:00:00"\n'
+        '  schedule = "0 2 * * *"\n'
         f"  command  = [{argv}]\n"
         "}\n"
     )
@@ -328,7 +327,7 @@ worker "w3" {}
 job "a" {
   prefix   = "locks/a/"
   workers  = ["w1", "w3"]
-  schedule = "hourly"
+  schedule = "@hourly"
   command  = ["/bin/true"]
 }
 """
@@ -414,10 +413,15 @@ def test_a_new_out_folder_is_not_left_behind_on_failure(tmp_path: Path) -> None:
 # --- the timer's schedule --------------------------------------------------------------------
 
 
-def test_a_percent_in_the_schedule_is_made_literal_for_systemd(tmp_path: Path) -> None:
-    spec = load_spec(EXAMPLE)  # the spec refuses '%'; this is the template's own defence
-    jobs = tuple(dataclasses.replace(job, schedule=f"{job.schedule}%n") for job in spec.jobs)
-    spec = dataclasses.replace(spec, jobs=jobs)
+def test_the_timer_fires_on_the_schedule_lockctl_computes(tmp_path: Path) -> None:
+    spec = parse_spec(
+        'worker "worker-1" {}\njob "a" {\n  prefix = "locks/a/"\n  workers = ["worker-1"]\n'
+        '  schedule = "0 12 13 * 5"\n  timezone = "Europe/Berlin"\n  command = ["/bin/true"]\n}\n',
+        "s.hcl",
+    )
     write_worker_files(spec, ["worker-1"], tmp_path, TEMPLATES, PLACEMENT)
-    timer = (tmp_path / "worker-1/systemd/lockctl-nightly-ingest.timer").read_text()
-    assert "OnCalendar=*-*-* 02:00:00%%n\n" in timer
+    timer = (tmp_path / "worker-1/systemd/lockctl-a.timer").read_text()
+    # cron ORs a restricted day-of-month and day-of-week: one OnCalendar= line each
+    assert "OnCalendar=*-*-13 12:00:00 Europe/Berlin\n" in timer
+    assert "OnCalendar=Fri *-*-* 12:00:00 Europe/Berlin\n" in timer
+    assert timer.count("OnCalendar=") == 2

@@ -13,7 +13,7 @@ job "a" {
   prefix  = "locks/a/"
   workers = ["worker-1"]
   ttl = "1m30s"
-  schedule = "*-*-* 02:00:00"
+  schedule = "0 2 * * *"
   command = ["/opt/jobs/a", "--flag=1", "two words", "%p $HOME"]
 }
 job "b" {
