@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from procscan import pids_with
 
 import provision
 
@@ -29,18 +30,6 @@ child.start({{"LOCK_INDEX": "1"}})
 status = child.wait()
 print(json.dumps({{"containment": child.containment, "warning": child.warning, "status": status}}))
 """
-
-
-def _survivors() -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
-        except OSError:
-            continue
-        if MARK.encode() in argv:
-            found.append(int(entry.name))
-    return found
 
 
 @pytest.fixture
@@ -74,4 +63,4 @@ def test_a_runner_that_is_not_root_still_gets_a_pid_namespace(shared_tmp: Path) 
     assert uid == str(NOBODY)  # the job keeps the runner's uid inside its user namespace
     assert '"containment": "pid-namespace"' in report and '"warning": null' in report
     assert '"status": 0' in report
-    assert _survivors() == []  # the setsid'd sleep died with the namespace
+    assert pids_with(MARK) == []  # the setsid'd sleep died with the namespace

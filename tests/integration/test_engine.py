@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from procscan import pids_with
 
 from provision.consul import Consul
 from provision.runner import child
@@ -144,19 +145,6 @@ TERM_IGNORING_TREE = [
 ]
 
 
-def _survivors() -> list[int]:
-    """Living processes whose argv carries MARK."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
-        except OSError:
-            continue
-        if MARK.encode() in argv:
-            found.append(int(entry.name))
-    return found
-
-
 @pytest.mark.parametrize(
     ("moment", "outcomes"),
     [
@@ -175,7 +163,7 @@ def test_a_stop_at_any_moment_ends_the_run_and_destroys_the_session(
     result = _run(consul, job, command, stop, stream=stream)
     assert result.outcome in outcomes
     assert time.monotonic() - began < 2 + TIMINGS.kill_grace + 2
-    assert _survivors() == []  # the TERM-ignoring grandchild too
+    assert pids_with(MARK) == []  # the TERM-ignoring grandchild too
     assert _sessions(consul, job) == []
     kinds = [e["event"] for e in stream.events()]
     assert kinds[0] == "acquired" and kinds[-1] == "released"

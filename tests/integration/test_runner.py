@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from procscan import pids_with
 from workers_lab import minted_workers
 
 from provision.consul import Consul
@@ -130,21 +131,6 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 # --- processes ----------------------------------------------------------------------------------
-
-
-def pids_with(marker: str) -> list[int]:
-    """Living processes whose argv contains `marker` (zombies have an empty cmdline)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if marker.encode() in argv:
-            found.append(int(entry.name))
-    return found
 
 
 def wait_until(predicate: Any, timeout: float, step: float = 0.01) -> bool:
