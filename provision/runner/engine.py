@@ -210,9 +210,10 @@ class _Supervisor:
             # GIL with the release, the hand-over's critical path (~1.5 ms measured).
             monitors.releasing = True
             released = self.lock.release() if decision.action is Action.RELEASE else False
+        except BaseException:  # an unexpected error: nothing of the job outlives the run
+            child.signal_tree(signal.SIGKILL)
+            raise
         finally:
-            if child.tree_alive():  # only on an unexpected error: nothing outlives the run
-                child.signal_tree(signal.SIGKILL)
             monitors.stop_and_join()
             wakeup.close()
         return self._report(child, decision, released, acquired_at)

@@ -45,13 +45,16 @@ class LockMonitors:
         # changes the key, which the watcher must not report as a loss.
         self.releasing = False
         self.lost: str | None = None
+        # Daemons: a thread still in a hung HTTP call must never keep the process alive.
         self._threads = [
             threading.Thread(target=self._renew, name="lockctl-renew", daemon=True),
-            threading.Thread(target=self._watch, args=(modify_index,), name="lockctl-watch"),
-            threading.Thread(target=self._await, args=(child,), name="lockctl-job-waiter"),
+            threading.Thread(
+                target=self._watch, args=(modify_index,), name="lockctl-watch", daemon=True
+            ),
+            threading.Thread(
+                target=self._await, args=(child,), name="lockctl-job-waiter", daemon=True
+            ),
         ]
-        for thread in self._threads:
-            thread.daemon = True  # never keep a process alive for a hung HTTP call
 
     def start(self) -> None:
         for thread in self._threads:
