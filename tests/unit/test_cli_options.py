@@ -121,9 +121,12 @@ def captured(monkeypatch: pytest.MonkeyPatch) -> list[ConsulSettings]:
 def test_all_seven_flags_reach_the_settings(
     command: str, tmp_path: Path, captured: list[ConsulSettings]
 ) -> None:
-    files = {name: tmp_path / name for name in ("token", "ca.pem", "cert.pem", "key.pem")}
-    for path in files.values():
-        path.write_text("test-placeholder\n")
+    # The token file is named *.token, as scripts/scan-secrets expects of files that hold a
+    # (here placeholder) secret; the PEM files hold no secret-like text.
+    files = {name: tmp_path / name for name in ("ca.pem", "cert.pem", "key.pem")}
+    files["token"] = tmp_path / "test.token"
+    for name, path in files.items():
+        path.write_text("test-placeholder\n" if name == "token" else "not a pem\n")
     flags = ["--address", "127.0.4.99:8501", "--token-file", str(files["token"])]
     flags += ["--timeout", "2.5", "--ca-cert", str(files["ca.pem"]), "--tls-skip-verify"]
     flags += ["--client-cert", str(files["cert.pem"]), "--client-key", str(files["key.pem"])]
