@@ -95,7 +95,7 @@ class LockSession:
         """
         holder = self._holder_record()
         sent = self._clock()
-        entry = self.consul.kv.acquire_and_read(self.key, holder, self.session_id)
+        entry = self.consul.txn.acquire_and_read(self.key, holder, self.session_id)
         if entry is not None and entry.session == self.session_id:
             self.confirm(sent)
             return HeldLock(entry.lock_index, entry.modify_index)
