@@ -24,7 +24,7 @@ LIFECYCLE_SUBNET = os.environ.get("LOCKCTL_TEST_LIFECYCLE_SUBNET", "127.0.4")
 runner = CliRunner()
 
 
-def test_up_gives_a_healthy_bootstrapped_five_agent_cluster(live_cluster: LiveCluster) -> None:
+def test_up_gives_a_healthy_bootstrapped_six_agent_cluster(live_cluster: LiveCluster) -> None:
     status = live_cluster.status
     assert status.healthy
     assert [a.agent.name for a in status.agents] == [
@@ -33,14 +33,16 @@ def test_up_gives_a_healthy_bootstrapped_five_agent_cluster(live_cluster: LiveCl
         "server-3",
         "worker-1",
         "worker-2",
+        "worker-3",
     ]
     assert status.leader.endswith(":8300")
     assert [a.agent.address for a in status.agents] == [
-        f"{TEST_SUBNET}.{host}" for host in (11, 12, 13, 21, 22)
+        f"{TEST_SUBNET}.{host}" for host in (11, 12, 13, 21, 22, 23)
     ]
     members = live_cluster.management().agent.members()
     assert sorted((m["Name"], m["Status"]) for m in members) == [
-        (name, 1) for name in ("server-1", "server-2", "server-3", "worker-1", "worker-2")
+        (name, 1)
+        for name in ("server-1", "server-2", "server-3", "worker-1", "worker-2", "worker-3")
     ]
 
 
