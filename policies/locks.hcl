@@ -30,11 +30,11 @@ job "nightly-ingest" {
   command    = ["/usr/local/bin/nightly-ingest", "--since", "yesterday"]
 }
 
-# Sends the hourly digest mail: must never go out twice, even across skewed clocks.
+# Sends the hourly digest mail: must never go out twice. Each hour is a tick, claimed in Consul
+# with the lock, so one worker sends it even when the timers fire a second apart.
 job "hourly-report" {
   prefix   = "locks/hourly-report/"
   workers  = ["worker-1", "worker-2", "worker-3"]
-  min_hold = "1m"
   schedule = "@hourly"
   command  = ["/usr/local/bin/send-report", "--hourly"]
 }
@@ -48,4 +48,13 @@ job "session-cleanup" {
   kill_grace     = "3s"
   schedule       = "*/5 * * * *"
   command        = ["/usr/local/bin/app-admin", "cleanup-sessions"]
+}
+
+# Refreshes the shared price cache every ten seconds: a job of a few milliseconds, run once per
+# tick by whichever worker claims the tick first; a late run (10s) belongs to the next tick.
+job "cache-refresh" {
+  prefix   = "locks/cache-refresh/"
+  workers  = ["worker-1", "worker-2", "worker-3"]
+  schedule = "@every 10s"
+  command  = ["/usr/local/bin/app-admin", "refresh-cache"]
 }

@@ -38,7 +38,7 @@ def checkout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_render_check_passes_on_the_committed_example(checkout: Path) -> None:
     result = runner.invoke(_app(), ["render", "--check"])
     assert result.exit_code == 0, result.output
-    assert result.stdout == "policies: up to date (6 policies)\n"
+    assert result.stdout == "policies: up to date (7 policies)\n"
 
 
 def test_render_check_fails_with_the_diff_when_stale(checkout: Path) -> None:
@@ -60,7 +60,7 @@ def test_render_writes_and_reports(checkout: Path, tmp_path: Path) -> None:
         p.name for p in (checkout / "policies").iterdir() if p.name != "locks.hcl"
     )
     again = runner.invoke(_app(), ["render", "--out", str(out)])
-    assert again.stdout == f"{out}: 6 policies, 7 files unchanged\n"
+    assert again.stdout == f"{out}: 7 policies, 8 files unchanged\n"
 
 
 def test_a_bad_spec_prints_every_problem_exits_2_and_writes_nothing(tmp_path: Path) -> None:
@@ -99,7 +99,7 @@ def test_lint_of_the_committed_policies_is_clean_and_skips_the_spec(checkout: Pa
     files = sorted(str(p.relative_to(checkout)) for p in (checkout / "policies").glob("*.hcl"))
     result = runner.invoke(_app(), ["lint", *files])
     assert result.exit_code == 0
-    assert result.stdout == "lockctl lint: 7 files, 0 errors, 0 warnings\n"
+    assert result.stdout == "lockctl lint: 8 files, 0 errors, 0 warnings\n"
     assert result.stderr == "policies/locks.hcl: skipped: it is the spec, not a policy\n"
 
 

@@ -57,6 +57,7 @@ def test_committed_example_is_up_to_date() -> None:
     result = render_policies(load_spec(EXAMPLE), TEMPLATES)
     assert check_rendered(result, ROOT / "policies") == ""
     assert [p.name for p in result.policies] == [
+        "lock-cache-refresh",
         "lock-hourly-report",
         "lock-nightly-ingest",
         "lock-session-cleanup",

@@ -101,7 +101,7 @@ def test_missing_file_is_an_input_error(tmp_path: Path) -> None:
 
 def test_example_spec_is_realistic() -> None:
     spec = load_spec(EXAMPLE)
-    assert len(spec.jobs) == 3 and [w.name for w in spec.workers] == [
+    assert len(spec.jobs) == 4 and [w.name for w in spec.workers] == [
         "worker-1",
         "worker-2",
         "worker-3",

@@ -62,7 +62,7 @@ def test_the_config_is_what_the_runner_loads(tmp_path: Path) -> None:
     timings = cleanup.timings
     assert (timings.ttl, timings.lock_delay, timings.renew_interval) == (15.0, 10.0, 4.0)
     assert (timings.kill_grace, timings.min_hold) == (3.0, 0.0)
-    assert config.job("hourly-report").timings.min_hold == 60.0
+    assert config.job("hourly-report").timings.min_hold == 0.0  # the tick ledger needs none
     assert config.job("nightly-ingest").timings.renew_interval == 10.0  # ttl/3
     raw = json.loads((tmp_path / "worker-2" / "lockctl.json").read_text())
     assert raw == worker_config(spec, "worker-2", Path("/etc/lockctl/secrets/worker-2.token"))
@@ -74,6 +74,8 @@ def test_only_the_named_workers_and_their_jobs(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["worker-3"]
     units = sorted(p.name for p in (tmp_path / "worker-3" / "systemd").iterdir())
     assert units == [
+        "lockctl-cache-refresh.service",
+        "lockctl-cache-refresh.timer",
         "lockctl-hourly-report.service",
         "lockctl-hourly-report.timer",
         "lockctl-session-cleanup.service",
@@ -256,7 +258,7 @@ def test_no_secret_in_any_generated_file(tmp_path: Path) -> None:
         spec, ["worker-1", "worker-2", "worker-3"], tmp_path / "out", TEMPLATES, placement
     )
     files = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
-    assert len(files) == 20
+    assert len(files) == 26
     for path in files:
         text = path.read_text()
         assert SECRET not in text, path
