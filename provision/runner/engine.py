@@ -95,7 +95,7 @@ def run_job(
             return _tick_skipped(plan, events)
         if plan.wait > 0:  # this host's clock is ahead of the agent's: let the tick come
             events.emit("waiting", tick=tick_name(plan.tick), for_clock_ms=ms(plan.wait))
-            wait_for(stop, stop, plan.wait)
+            stop.sleep(plan.wait)  # a stop meanwhile ends the run before it claims
         lock = TickLock(consul, job, worker, plan.tick, clock, wall)
         if options.wait:  # wait for the lock, but not past the tick's claim window
             left = max(0.0, plan.window - plan.lag - plan.wait)
@@ -241,6 +241,7 @@ class _Supervisor:
         child.start(_lock_env(self.lock, self.held))  # before any thread starts
         self.events.emit(  # after the start, which is the hand-over's critical path
             "acquired",
+            tick=tick_name(self.lock.tick) if isinstance(self.lock, TickLock) else None,
             session=self.lock.session_id,
             lock_index=self.held.lock_index,
             waited_ms=ms(waited),

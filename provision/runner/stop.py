@@ -57,6 +57,12 @@ class StopRequest(Wakeup):
     def requested(self) -> bool:
         return self.signum is not None
 
+    def sleep(self, seconds: float) -> bool:
+        """Sleep up to `seconds`, less if a stop is requested; True when it was."""
+        if not self.requested:
+            select.select([self.fileno()], [], [], max(seconds, 0.0))
+        return self.requested
+
 
 def wait_for(wakeup: Wakeup, stop: StopRequest, timeout: float | None) -> None:
     """Block until `wakeup` is set, a stop is requested (the first time), or `timeout` passes.
