@@ -76,8 +76,8 @@ def missed_ticks(
     *,
     limit: int,
 ) -> list[datetime]:
-    """Ticks without a record whose claim window closed before `now` (newest first): after the
-    oldest recorded tick, among the newest `limit` + len(recorded) ticks, at most `limit`."""
+    """Ticks without a record whose claim window closed before `now` (newest first), after the
+    oldest recorded tick, at most `limit` (a bounded walk back from now, however long the gap)."""
     if not recorded or limit <= 0:
         return []
     since = min(recorded)
@@ -85,7 +85,9 @@ def missed_ticks(
     tick = schedule.latest_tick_at_or_before(now)
     following = schedule.next_ticks(tick, 1)[0]
     missed: list[datetime] = []
-    for _ in range(limit + len(recorded)):
+    # Recorded ticks and the newest ones, whose windows are still open (a window is at most one
+    # interval, the grace at most a few 1s intervals), are passed over within the budget.
+    for _ in range(limit + len(recorded) + 8):
         if tick <= since or len(missed) >= limit:
             break
         window = min(start_deadline, (following - tick).total_seconds())
