@@ -39,8 +39,6 @@ from provision.system.text import printable
 if TYPE_CHECKING:
     from provision.spec.models import Job
 
-DEFAULT_START_DEADLINE = 300.0  # seconds; the spec's default (start_deadline)
-DEFAULT_HISTORY_LIMIT = 200  # records kept per job; the spec's default (history_limit)
 ABANDONED = "abandoned"  # shown for a `running` record whose session no longer holds the lock
 NOTICER = "lockctl check"  # the worker field of the missed records `check` writes
 _DAYS = re.compile(r"(\d{1,5})d")
@@ -61,14 +59,12 @@ def ledger_job(job: Job) -> LedgerJob | None:
     """The job's ledger settings, or None when it has no schedule (and so no ledger)."""
     if job.schedule is None:
         return None
-    deadline = getattr(job, "start_deadline", None)  # the spec gains these fields in parallel
-    limit = getattr(job, "history_limit", None)
     return LedgerJob(
         name=job.name,
         lock_key=job.lock_key,
         schedule=parse_schedule(job.schedule, job.timezone),
-        start_deadline=DEFAULT_START_DEADLINE if deadline is None else deadline.seconds,
-        history_limit=DEFAULT_HISTORY_LIMIT if limit is None else int(limit),
+        start_deadline=job.start_deadline.seconds,
+        history_limit=job.history_limit,
     )
 
 

@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import unicodedata
 import uuid
 from collections.abc import Iterator
@@ -29,6 +30,7 @@ from workers_lab import minted_workers
 from provision.consul import Consul, ConsulError
 from provision.ledger.records import TickOutcome, TickRecord, tick_key, tick_name
 from provision.ledger.store import Ledger
+from provision.schedule import parse_schedule
 from provision.system.secrets import Secret, write_secret_file
 
 if TYPE_CHECKING:
@@ -39,6 +41,8 @@ pytestmark = pytest.mark.cluster
 LOCKCTL = [sys.executable, "-m", "provision"]
 WORKERS = ("worker-1", "worker-2")
 JOBS = ("ok", "failing", "stopped", "abandoned", "running", "hostile", "fresh", "readonly")
+E2E = "e2e"  # run by real `lockctl run` ticks of an @every 3s schedule
+EVERY = 3
 OUTPUT_BOUND = 20_000
 HUGE = "\x1b[2J" + "A" * 400_000  # under Consul's 512 KB value limit
 
@@ -56,6 +60,8 @@ class Lab:
     cluster: LiveCluster
     today: datetime  # T: today's tick
     sessions: list[str]
+    configs: dict[str, Path]  # worker -> its lockctl.json
+    uid: str
 
 
 def _spec_text(cluster: LiveCluster, uid: str) -> str:
@@ -66,6 +72,8 @@ def _spec_text(cluster: LiveCluster, uid: str) -> str:
     for short in JOBS:
         lines += [f'job "{short}-{uid}" {{', f'  prefix   = "test/ledger-{uid}/{short}/"']
         lines += ['  workers  = ["worker-1", "worker-2"]', '  schedule = "@daily"', "}"]
+    lines += [f'job "{E2E}-{uid}" {{', f'  prefix   = "test/ledger-{uid}/{E2E}/"']
+    lines += ['  workers  = ["worker-1", "worker-2"]', f'  schedule = "@every {EVERY}s"', "}"]
     lines += [f'job "plain-{uid}" {{', f'  prefix  = "test/ledger-{uid}/plain/"']
     lines += ['  workers = ["worker-1"]', "}"]
     return "\n".join(lines) + "\n"
@@ -102,6 +110,8 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
             cluster=live_cluster,
             today=now.replace(hour=0, minute=0, second=0, microsecond=0),
             sessions=[],
+            configs=made.configs,
+            uid=uid,
         )
         try:
             _write_ledgers(lab)
@@ -374,9 +384,9 @@ def test_check_of_every_job_exits_with_the_worst_and_summarizes_first(lab: Lab) 
     result = lockctl(lab, "check")
     assert result.returncode == 2, result.stdout
     summary, *lines = result.stdout.splitlines()
-    assert summary.startswith(f"CRITICAL: {len(JOBS)} jobs, ")
+    assert summary.startswith(f"CRITICAL: {len(JOBS) + 1} jobs, ")
     assert lab.jobs["stopped"] in summary and lab.jobs["failing"] in summary
-    assert len(lines) == len(JOBS)
+    assert len(lines) == len(JOBS) + 1  # and the e2e job
     assert not any(line.startswith(("plain-", "OK plain-")) for line in lines)
 
 
@@ -390,3 +400,55 @@ def test_check_is_unknown_when_consul_is_down_or_the_token_unknown(
     refused = lockctl(lab, "check", token=unknown)
     assert refused.returncode == 3 and refused.stdout.startswith("UNKNOWN: consul: ")
     assert "403" in refused.stdout and len(refused.stdout.splitlines()) == 1
+
+
+# --- end to end: real `lockctl run` ticks -------------------------------------------------------
+
+
+def _run_at(lab: Lab, worker: str, moment: datetime, command: str) -> None:
+    time.sleep(max(0.0, moment.timestamp() + 0.1 - time.time()))
+    argv = [*LOCKCTL, "run", "--config", str(lab.configs[worker]), "--job", f"{E2E}-{lab.uid}"]
+    done = subprocess.run(
+        [*argv, "--", "sh", "-c", command], capture_output=True, text=True, timeout=30, check=False
+    )
+    assert '"event":"acquired"' in done.stderr, done.stderr
+
+
+def test_real_runs_then_stopped_runners_show_in_history_status_and_check(lab: Lab) -> None:
+    """Tick 1 succeeds on worker-1, tick 2 fails on worker-2, then nobody runs tick 3: just
+    after tick 5, tick 3's window (3 s + 2 s grace) has closed and check calls it missed."""
+    every = parse_schedule(f"@every {EVERY}s")
+    first, second, third, _, fifth = every.next_ticks(datetime.now(timezone.utc), 5)
+    _run_at(lab, "worker-1", first, "true")
+    _run_at(lab, "worker-2", second, "exit 3")
+    time.sleep(max(0.0, fifth.timestamp() + 0.1 - time.time()))
+    short = E2E
+    lab.jobs[short] = f"{E2E}-{lab.uid}"  # for the helpers
+    ticks = {t["tick"]: t for t in _history_json_any(lab, short)}
+    run_1, run_2 = ticks[tick_name(first)], ticks[tick_name(second)]
+    assert (run_1["outcome"], run_1["worker"], run_1["exit_status"]) == ("succeeded", "worker-1", 0)
+    assert (run_2["outcome"], run_2["worker"], run_2["exit_status"]) == ("failed", "worker-2", 3)
+    assert run_2["lock_index"] > run_1["lock_index"] >= 1
+    assert 0 <= run_1["start_lag"] < 2 and run_1["duration"] is not None
+    assert (ticks[tick_name(third)]["outcome"], ticks[tick_name(third)]["recorded"]) == (
+        "missed",
+        False,
+    )
+    check = lockctl(lab, "check", "--job", lab.jobs[short], token=lab.worker_token)
+    assert check.returncode == 2, check.stdout
+    assert f"missed {tick_name(third)}" in check.stdout and "recorded now" in check.stdout
+    assert f"last run {tick_name(second)} failed (exit 3, on worker-2)" in check.stdout
+    after = {t["tick"]: t for t in _history_json_any(lab, short)}
+    assert after[tick_name(third)]["recorded"] is True
+    assert after[tick_name(third)]["worker"] == "lockctl check"
+    status = json.loads(lockctl(lab, "status", "--json").stdout)
+    (state,) = [s for s in status if s["job"] == lab.jobs[short]]
+    assert state["last_tick"]["tick"] >= tick_name(third)
+    assert state["next_tick"] > tick_name(fifth)
+
+
+def _history_json_any(lab: Lab, short: str) -> list[dict[str, Any]]:
+    result = lockctl(lab, "history", "--job", lab.jobs[short], "--json")
+    assert result.returncode == 0, result.stderr
+    (job,) = json.loads(result.stdout)
+    return list(job["ticks"])
