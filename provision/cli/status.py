@@ -40,15 +40,18 @@ def status(
 
 def _print(states: list[LockState]) -> None:
     """The holder is the session's node, Consul's word; the record is only what the holder
-    wrote into the key, so it gets its own column and a mismatch is called out."""
+    wrote into the key, so it gets its own column and a mismatch is called out. The ledger's
+    columns are left out when no job has a schedule (they would be empty)."""
     from rich.table import Table
 
     table = Table()
     headers = ("job", "lock key", "holder (node, from Consul)", "session")
-    ticks = ("last tick (outcome, worker as recorded)", "next tick")
+    scheduled = any(s.next_tick is not None for s in states)
+    ticks = ("last tick (outcome, worker as recorded)", "next tick") if scheduled else ()
     for header in (*headers, "record (as written by the holder)", "LockIndex", *ticks):
         table.add_column(header, overflow="fold")  # a narrow table wraps; it never cuts an ID
     for s in states:
+        ledger = [_last_tick(s), cell(s.next_tick or "-")] if scheduled else []
         table.add_row(
             cell(s.job),
             cell(s.key),
@@ -56,8 +59,7 @@ def _print(states: list[LockState]) -> None:
             cell(s.session or "-"),
             cell(_record(s.claims) if s.held else "-", RECORD_LIMIT),
             cell(s.lock_index if s.lock_index is not None else "-"),
-            _last_tick(s),
-            cell(s.next_tick or "-"),
+            *ledger,
         )
     console().print(table)
 
