@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from provision.cli import (
     acl,
+    check,
     cluster,
     consul_binary,
+    history,
     next,
     policies,
     run,
@@ -38,6 +40,8 @@ app.command("worker-config")(workers.worker_config)
 app.command("run", context_settings={"allow_interspersed_args": False})(run.run)
 app.command("status")(status.status)
 app.command("next")(next.next_ticks)
+app.command("history")(history.history)
+app.command("check")(check.check)
 app.command("verify")(verify.verify)
 
 __all__ = ["app", "main"]

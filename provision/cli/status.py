@@ -25,7 +25,8 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Who holds each job's lock (consistent reads): the session and its node (Consul's word),
-    the record the holder wrote (its claim), LockIndex."""
+    the record the holder wrote (its claim), LockIndex; for a job with a schedule, its ledger's
+    last tick (outcome, the worker the record names) and its next tick."""
     from provision.runner.status import lock_states
     from provision.spec import load_spec
 
@@ -39,14 +40,18 @@ def status(
 
 def _print(states: list[LockState]) -> None:
     """The holder is the session's node, Consul's word; the record is only what the holder
-    wrote into the key, so it gets its own column and a mismatch is called out."""
+    wrote into the key, so it gets its own column and a mismatch is called out. The ledger's
+    columns are left out when no job has a schedule (they would be empty)."""
     from rich.table import Table
 
     table = Table()
     headers = ("job", "lock key", "holder (node, from Consul)", "session")
-    for header in (*headers, "record (as written by the holder)", "LockIndex"):
+    scheduled = any(s.next_tick is not None for s in states)
+    ticks = ("last tick (outcome, worker as recorded)", "next tick") if scheduled else ()
+    for header in (*headers, "record (as written by the holder)", "LockIndex", *ticks):
         table.add_column(header, overflow="fold")  # a narrow table wraps; it never cuts an ID
     for s in states:
+        ledger = [_last_tick(s), cell(s.next_tick or "-")] if scheduled else []
         table.add_row(
             cell(s.job),
             cell(s.key),
@@ -54,6 +59,7 @@ def _print(states: list[LockState]) -> None:
             cell(s.session or "-"),
             cell(_record(s.claims) if s.held else "-", RECORD_LIMIT),
             cell(s.lock_index if s.lock_index is not None else "-"),
+            *ledger,
         )
     console().print(table)
 
@@ -66,6 +72,19 @@ def _holder(state: LockState) -> Text:
         holder.append("\n")
         holder.append_text(cell(f"forged? claims {state.claims['worker']}", style="bold red"))
     return holder
+
+
+def _last_tick(state: LockState) -> Text:
+    """`2026-12-01T02:00:00Z succeeded, worker-1`; `-` for a job without a schedule."""
+    last = state.last_tick
+    if last is None:
+        return cell("-" if state.next_tick is None else "none yet")
+    style = "" if last.outcome in ("succeeded", "running") else "bold red"
+    shown = cell(f"{last.tick} ")
+    shown.append_text(cell(last.outcome, style=style))
+    if last.worker is not None:
+        shown.append_text(cell(f", {last.worker}"))
+    return shown
 
 
 def _record(claims: dict[str, str]) -> str:

@@ -8,13 +8,24 @@ write). Every string here that came from Consul is already printable and bounded
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from provision.consul import Consul, ConsulError
+from provision.ledger.history import ledger_job, read_history
+from provision.ledger.records import tick_name
 from provision.runner.lock import CLAIM_LIMIT, claimed_worker, holder_record
-from provision.spec import Spec
+from provision.spec import Job, Spec
 from provision.system.text import printable
+
+
+@dataclass(frozen=True)
+class LastTick:
+    """The newest tick of a job's ledger: a record, or a tick nobody ran (missed)."""
+
+    tick: str  # UTC, as the ledger names it
+    outcome: str  # as `lockctl history` shows it: `abandoned`, `missed (not recorded yet)`, ...
+    worker: str | None  # the record's own word
 
 
 @dataclass(frozen=True)
@@ -28,6 +39,8 @@ class LockState:
     claim_matches_node: bool | None = None  # None: no claimed worker, or the node is unknown
     lock_index: int | None = None
     modify_index: int | None = None
+    last_tick: LastTick | None = None  # jobs with a schedule: the newest tick of the ledger
+    next_tick: str | None = None  # jobs with a schedule: when it runs next (UTC)
 
     @property
     def forged(self) -> bool:
@@ -40,8 +53,20 @@ class LockState:
 
 
 def lock_states(consul: Consul, spec: Spec) -> list[LockState]:
-    """One consistent read per job's lock key, plus the holding session's node."""
-    return [_state(consul, job.name, job.lock_key) for job in spec.jobs]
+    """One consistent read per job's lock key, plus the holding session's node and, for a job
+    with a schedule, one read of its ledger."""
+    return [_with_ticks(consul, job, _state(consul, job.name, job.lock_key)) for job in spec.jobs]
+
+
+def _with_ticks(consul: Consul, job: Job, state: LockState) -> LockState:
+    ledger = ledger_job(job)
+    if ledger is None:
+        return state
+    history = read_history(consul, ledger)
+    row = history.last
+    worker = None if row is None or row.record is None else row.record.worker
+    last = None if row is None else LastTick(tick_name(row.tick), row.label, worker)
+    return replace(state, last_tick=last, next_tick=tick_name(history.next_tick))
 
 
 def _state(consul: Consul, job: str, key: str) -> LockState:

@@ -280,6 +280,8 @@ def test_lock_state_record_is_every_field() -> None:
         "claim_matches_node",
         "lock_index",
         "modify_index",
+        "last_tick",  # jobs with a schedule: the ledger's newest tick
+        "next_tick",
     ]
 
 

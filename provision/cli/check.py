@@ -1,0 +1,105 @@
+"""`lockctl check`: each job's health from its ledger, for monitoring systems (Nagios plugin
+convention: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN; the first line of stdout says it all).
+
+Unlike every other command, an error is not exit 3/4/5 by family: whatever keeps check from
+judging the ledger (Consul unreachable, a token refused, a spec that does not load) is UNKNOWN,
+exit 3, on stdout where the monitoring system reads it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from provision.cli import options
+from provision.cli.history import JobOption, scheduled_jobs
+from provision.errors import LockctlError
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from provision.consul import Consul
+    from provision.ledger.health import JobHealth, State
+    from provision.ledger.history import LedgerJob
+
+MaxIntervals = Annotated[
+    int,
+    typer.Option(
+        "--max-intervals",
+        min=1,
+        max=1000,
+        help="CRITICAL when no run succeeded in this many of the latest ticks (or one of them "
+        "was missed).",
+    ),
+]
+UNKNOWN = 3
+
+
+@options.consul_command
+def check(
+    connection: options.Connection,
+    spec_file: options.SpecFile = options.DEFAULT_SPEC,
+    job: JobOption = None,
+    max_intervals: MaxIntervals = 2,
+) -> None:
+    """Judge each job's ledger: OK, WARNING (the last run failed), CRITICAL (a tick missed, no
+    success in --max-intervals ticks); records the missed ticks it finds when the token may."""
+    from provision.ledger.health import worst
+
+    try:
+        judged = _judge(connection, spec_file, job, max_intervals)
+    except LockctlError as exc:
+        for problem in getattr(exc, "problems", ()):
+            typer.echo(str(problem), err=True)
+        typer.echo(f"UNKNOWN: {exc}".replace("|", "\\x7c"))
+        raise typer.Exit(UNKNOWN) from None
+    if not judged:
+        typer.echo(f"UNKNOWN: no job in {spec_file} has a schedule: nothing to check")
+        raise typer.Exit(UNKNOWN)
+    state = worst([health.state for health, _ in judged])
+    lines = [health.line() + remark for health, remark in judged]
+    if len(judged) > 1:
+        typer.echo(_summary(state, judged))
+    typer.echo("\n".join(lines))
+    raise typer.Exit(int(state))
+
+
+def _judge(
+    connection: options.Connection, spec_file: Path, name: str | None, max_intervals: int
+) -> list[tuple[JobHealth, str]]:
+    jobs = scheduled_jobs(spec_file, name)
+    if not jobs:
+        return []
+    consul = connection.connect()
+    return [_judge_one(consul, job, max_intervals) for job in jobs]
+
+
+def _judge_one(consul: Consul, job: LedgerJob, max_intervals: int) -> tuple[JobHealth, str]:
+    """The job's health, after recording the missed ticks found (read again if any were)."""
+    from provision.ledger.health import assess
+    from provision.ledger.history import read_history, record_missed
+
+    history = read_history(consul, job)
+    remark = ""
+    if history.unrecorded_missed:
+        recording = record_missed(consul, history)
+        if recording.written:
+            history = read_history(consul, job, history.now)
+            remark = f" ({recording.written} missed tick(s) recorded now)"
+        elif recording.denied:
+            remark = " (missed ticks not recorded: this token may not write the ledger)"
+    return assess(history, job.start_deadline, max_intervals), remark
+
+
+def _summary(state: State, judged: list[tuple[JobHealth, str]]) -> str:
+    """`CRITICAL: 3 jobs, 1 critical (a), 1 warning (b), 1 ok`: the line a pager shows."""
+    from provision.ledger.health import State
+
+    parts = []
+    for level in (State.CRITICAL, State.WARNING, State.OK):
+        names = [health.job for health, _ in judged if health.state is level]
+        if names:
+            listed = f" ({', '.join(names)})" if level is not State.OK else ""
+            parts.append(f"{len(names)} {level.name.lower()}{listed}")
+    return f"{state.name}: {len(judged)} jobs, " + ", ".join(parts)

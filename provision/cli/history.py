@@ -1,0 +1,129 @@
+"""`lockctl history`: each job's ticks from its ledger, as a table or JSON."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from provision.cli import options
+from provision.cli.output import cell, console
+from provision.errors import InputError
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
+    from provision.ledger.history import JobHistory, LedgerJob, TickRow
+
+JobOption = Annotated[
+    str | None, typer.Option("--job", help="Only this job (default: every job with a schedule).")
+]
+Since = Annotated[
+    str | None,
+    typer.Option(
+        "--since",
+        help="Only ticks from then on: a duration back from now (24h, 90m, 7d) or an ISO "
+        "date or date/time (2026-12-01, 2026-12-01T02:00:00Z; UTC unless it says).",
+        show_default=False,
+    ),
+]
+AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+
+@options.consul_command
+def history(
+    connection: options.Connection,
+    spec_file: options.SpecFile = options.DEFAULT_SPEC,
+    job: JobOption = None,
+    since: Since = None,
+    as_json: AsJson = False,
+) -> None:
+    """Each tick of each job from its ledger: who ran it (the record's word), LockIndex,
+    outcome, exit status, duration, start lag, and the ticks nobody ran."""
+    from provision.ledger.history import read_history
+
+    start = _since(since)  # refused before the spec or Consul is read
+    jobs = scheduled_jobs(spec_file, job)
+    consul = connection.connect()
+    histories = [read_history(consul, j).since(start) for j in jobs]
+    if as_json:
+        typer.echo(json.dumps([h.to_record() for h in histories], indent=2))
+        return
+    if not histories:
+        typer.echo(f"no job in {spec_file} has a schedule: no ledger to show")
+    for found in histories:
+        _print(found)
+
+
+def scheduled_jobs(spec_file: Path, name: str | None) -> list[LedgerJob]:
+    """The spec's jobs that have a ledger, or just `name` (InputError if it has none)."""
+    from provision.ledger.history import ledger_job
+    from provision.spec import load_spec
+
+    spec = load_spec(spec_file)
+    if name is None:
+        return [found for j in spec.jobs if (found := ledger_job(j)) is not None]
+    match = [j for j in spec.jobs if j.name == name]
+    if not match:
+        known = ", ".join(j.name for j in spec.jobs) or "none"
+        raise InputError(f"--job {name[:64]!r}: no such job in {spec_file} (jobs: {known})")
+    ledger = ledger_job(match[0])
+    if ledger is None:
+        raise InputError(f"{spec_file}:{match[0].line}: job {name!r} has no schedule: no ledger")
+    return [ledger]
+
+
+def _since(text: str | None) -> datetime | None:
+    from provision.ledger.history import parse_since
+
+    if text is None:
+        return None
+    try:
+        return parse_since(text, datetime.now(timezone.utc))
+    except ValueError as exc:
+        raise InputError(f"--since: {exc}") from None
+
+
+def _print(found: JobHistory) -> None:
+    from rich.table import Table
+
+    from provision.ledger.records import tick_name
+
+    title = f"{found.job}: {found.schedule.text} ({found.schedule.zone}), "
+    title += f"next tick {tick_name(found.next_tick)}"
+    table = Table(title=cell(title, 300), title_justify="left")
+    headers = ("tick (UTC)", "worker (as recorded)", "LockIndex", "outcome", "exit")
+    for header in (*headers, "duration", "start lag"):
+        table.add_column(header, overflow="fold")
+    for row in found.rows:
+        table.add_row(*_cells(row))
+    if not found.rows:
+        table.add_row(cell("-"), cell("no ticks recorded yet"), *[cell("")] * 5)
+    console().print(table)
+
+
+def _cells(row: TickRow) -> list[Text]:
+    from provision.durations import format_duration
+    from provision.ledger.records import tick_name
+
+    r = row.record
+    style = "" if row.outcome in ("succeeded", "running") else "bold red"
+
+    def shown(value: object) -> Text:
+        return cell("-") if value is None else cell(value)
+
+    def seconds(value: float | None) -> Text:
+        return shown(None if value is None else format_duration(value))
+
+    return [
+        cell(tick_name(row.tick)),
+        shown(None if r is None else r.worker),
+        shown(None if r is None else r.lock_index),
+        cell(row.label, style=style),
+        shown(None if r is None else r.exit_status),
+        seconds(None if r is None else r.duration),
+        seconds(None if r is None else r.start_lag),
+    ]

@@ -1,0 +1,159 @@
+"""`lockctl check`'s rules: a job's health from its history, in the Nagios convention (pure;
+table-tested in tests/unit/test_ledger_health.py).
+
+The last K ticks whose claim window has closed (K = --max-intervals, default 2) are the job's
+recent ticks; a tick still inside its window (or running) is not judged yet.
+
+    CRITICAL  a recent tick was missed (recorded or not), or no run succeeded in the recent
+              ticks (the last success is older than K intervals), or none ever did while the
+              ledger already holds K closed ticks since its first record
+    WARNING   the last finished run did not succeed: failed, lost, interrupted, abandoned (its
+              runner died) or unreadable (a record that is not one)
+    OK        otherwise, and for a job with no record at all: "no ticks recorded yet" (the
+              ledger starts with a job's first run; before it nothing says the job exists)
+
+Each state lists every reason that applies, worst first.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from provision.ledger.history import ABANDONED, JobHistory, TickRow
+from provision.ledger.records import TickOutcome, tick_name
+from provision.ledger.ticks import MISSED_GRACE, claim_window
+from provision.schedule import Schedule
+
+DEFAULT_MAX_INTERVALS = 2
+_SECOND = timedelta(seconds=1)
+_SETTLED = {
+    TickOutcome.SUCCEEDED.value,
+    TickOutcome.FAILED.value,
+    TickOutcome.LOST.value,
+    TickOutcome.INTERRUPTED.value,
+    TickOutcome.UNREADABLE.value,
+    ABANDONED,
+}
+
+
+class State(enum.IntEnum):
+    """Nagios's plugin return codes, in order of severity."""
+
+    OK = 0
+    WARNING = 1
+    CRITICAL = 2
+    UNKNOWN = 3
+
+
+@dataclass(frozen=True)
+class JobHealth:
+    job: str
+    state: State
+    reasons: tuple[str, ...]  # why it is not OK, worst first (empty when OK)
+    last_success: datetime | None
+    next_tick: datetime | None
+    now: datetime
+    note: str | None = None  # said instead of the last success (no records, no schedule)
+
+    def line(self) -> str:
+        """`OK nightly-ingest: last success 2026-12-01T02:00:00Z (4h ago), next ...`; text
+        from records is already printable; a `|` would start Nagios's performance data."""
+        facts = [*self.reasons]
+        if self.note is not None:
+            facts.append(self.note)
+        elif self.last_success is not None:
+            ago = _ago((self.now - self.last_success).total_seconds())
+            facts.append(f"last success {tick_name(self.last_success)} ({ago} ago)")
+        else:
+            facts.append("no success recorded")
+        if self.next_tick is not None:
+            facts.append(f"next {tick_name(self.next_tick)}")
+        text = f"{self.state.name} {self.job}: " + ", ".join(facts)
+        return text.replace("|", "\\x7c")
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "state": self.state.name,
+            "code": int(self.state),
+            "reasons": list(self.reasons),
+            "last_success": None if self.last_success is None else tick_name(self.last_success),
+            "next_tick": None if self.next_tick is None else tick_name(self.next_tick),
+        }
+
+
+def closed_ticks(
+    schedule: Schedule, now: datetime, start_deadline: float, count: int
+) -> list[datetime]:
+    """The newest `count` ticks whose claim window (plus the grace a missed tick gets) closed
+    before `now`, newest first."""
+    tick = schedule.latest_tick_at_or_before(now)
+    found: list[datetime] = []
+    while len(found) < count:
+        window = claim_window(schedule, tick, start_deadline) + MISSED_GRACE
+        if tick + timedelta(seconds=window) < now:
+            found.append(tick)
+        tick = schedule.latest_tick_at_or_before(tick - _SECOND)
+    return found
+
+
+def assess(
+    history: JobHistory, start_deadline: float, max_intervals: int = DEFAULT_MAX_INTERVALS
+) -> JobHealth:
+    """The job's state by the rules above, as of `history.now`."""
+    now, rows = history.now, history.rows
+    success = next((r.tick for r in rows if r.outcome == TickOutcome.SUCCEEDED.value), None)
+    if not rows:
+        note = "no ticks recorded yet"
+        return JobHealth(history.job, State.OK, (), None, history.next_tick, now, note)
+    recent = closed_ticks(history.schedule, now, start_deadline, max_intervals)
+    oldest_recent = recent[-1]
+    critical = [_missed(row) for row in rows if row.missed and row.tick >= oldest_recent]
+    if success is not None and success < oldest_recent:
+        critical.append(f"no success in the last {max_intervals} ticks")
+    elif success is None and rows[-1].tick <= oldest_recent:
+        critical.append(f"no success since the first record ({tick_name(rows[-1].tick)})")
+    warning = _last_finished_problem(rows)
+    reasons = tuple(critical + ([warning] if warning else []))
+    state = State.CRITICAL if critical else State.WARNING if warning else State.OK
+    return JobHealth(history.job, state, reasons, success, history.next_tick, now)
+
+
+def worst(states: list[State]) -> State:
+    return max(states, default=State.OK)
+
+
+def _missed(row: TickRow) -> str:
+    return f"missed {tick_name(row.tick)}" + ("" if row.recorded else " (not recorded yet)")
+
+
+def _last_finished_problem(rows: tuple[TickRow, ...]) -> str | None:
+    """Why the newest settled run is a warning, if it did not succeed."""
+    last = next((row for row in rows if row.outcome in _SETTLED), None)
+    if last is None or last.outcome == TickOutcome.SUCCEEDED.value:
+        return None
+    record = last.record
+    detail = []
+    if record is not None and record.exit_status is not None:
+        detail.append(f"exit {record.exit_status}")
+    if record is not None and record.worker is not None:
+        detail.append(f"on {record.worker}")
+    said = f" ({', '.join(detail)})" if detail else ""
+    return f"last run {tick_name(last.tick)} {last.outcome}{said}"
+
+
+def _ago(seconds: float) -> str:
+    """`4h`, `2d4h`, `35m10s`, `12s`: the largest unit and, when not zero, the next one."""
+    whole = max(0, int(seconds))
+    sizes = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+    for index, (unit, size) in enumerate(sizes):
+        if whole >= size or unit == "s":
+            count, rest = divmod(whole, size)
+            if unit == "s":
+                return f"{count}s"
+            smaller, next_size = sizes[index + 1]
+            return f"{count}{unit}" + (f"{rest // next_size}{smaller}" if rest // next_size else "")
+    return "0s"

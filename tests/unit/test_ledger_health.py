@@ -1,0 +1,170 @@
+"""`lockctl check`'s rules (provision/ledger/health.py) and the history they judge
+(provision/ledger/history.py): tables of ledgers, no Consul."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from provision.ledger.health import State, assess, closed_ticks
+from provision.ledger.history import (
+    ABANDONED,
+    JobHistory,
+    LedgerJob,
+    LedgerSnapshot,
+    build_history,
+    parse_since,
+)
+from provision.ledger.records import TickOutcome, TickRecord, tick_name
+from provision.schedule import parse_schedule
+
+HOURLY = parse_schedule("@hourly")
+NOW = datetime(2026, 12, 1, 10, 30, tzinfo=timezone.utc)  # the 10:00 tick's window closed
+JOB = LedgerJob("nightly", "locks/nightly/.lock", HOURLY, 300.0, 200)
+S, F, L, X, M, R, U = "succeeded", "failed", "lost", "interrupted", "missed", "running", "unread"
+OUTCOMES = {
+    S: TickOutcome.SUCCEEDED,
+    F: TickOutcome.FAILED,
+    L: TickOutcome.LOST,
+    X: TickOutcome.INTERRUPTED,
+    M: TickOutcome.MISSED,
+    R: TickOutcome.RUNNING,
+    U: TickOutcome.UNREADABLE,
+}
+
+
+def at(hour: int, minute: int = 0) -> datetime:
+    return datetime(2026, 12, 1, hour, minute, tzinfo=timezone.utc)
+
+
+def record(hour: int, outcome: str, session: str | None = "s-old") -> TickRecord:
+    exit_status = {S: 0, F: 3}.get(outcome)
+    return TickRecord(
+        at(hour), OUTCOMES[outcome], worker="worker-1", session=session, exit_status=exit_status
+    )
+
+
+def history(
+    records: list[TickRecord], now: datetime = NOW, lock: str | None = "s-old"
+) -> JobHistory:
+    return build_history(JOB, LedgerSnapshot(tuple(records), lock, now), now)
+
+
+# (records as (hour, outcome), expected state, reasons that must appear)
+CASES = [
+    ("no record at all", [], State.OK, ["no ticks recorded yet"]),
+    ("the last two ticks succeeded", [(9, S), (10, S)], State.OK, ["last success"]),
+    ("a run is still going", [(9, S), (10, R)], State.OK, []),
+    ("the last run failed", [(8, S), (9, S), (10, F)], State.WARNING, ["last run", "failed"]),
+    ("the last run was fenced", [(9, S), (10, L)], State.WARNING, ["lost"]),
+    ("the last run was interrupted", [(9, S), (10, X)], State.WARNING, ["interrupted"]),
+    ("the last record is garbage", [(9, S), (10, U)], State.WARNING, ["unreadable"]),
+    ("a failure then a success", [(9, F), (10, S)], State.OK, []),
+    ("recorded missed among the recent", [(8, S), (9, M), (10, S)], State.CRITICAL, ["missed"]),
+    ("missed but not recent", [(7, S), (8, M), (9, S), (10, S)], State.OK, []),
+    ("computed missed (nobody ran 9:00)", [(8, S), (10, S)], State.CRITICAL, ["not recorded"]),
+    ("every tick missed", [(8, M), (9, M), (10, M)], State.CRITICAL, ["no success since"]),
+    ("all runners stopped after 8:00", [(8, S)], State.CRITICAL, ["missed", "no success in"]),
+    ("two failures: no success in 2", [(8, S), (9, F), (10, F)], State.CRITICAL, ["failed"]),
+    ("first record is the running tick", [(10, R)], State.OK, []),
+    ("first record failed, one tick", [(10, F)], State.WARNING, ["failed"]),
+    ("never a success over 2 ticks", [(9, F), (10, F)], State.CRITICAL, ["no success since"]),
+]
+
+
+@pytest.mark.parametrize(("name", "rows", "state", "reasons"), CASES, ids=[c[0] for c in CASES])
+def test_check_rules(
+    name: str, rows: list[tuple[int, str]], state: State, reasons: list[str]
+) -> None:
+    health = assess(history([record(h, o) for h, o in rows]), JOB.start_deadline)
+    line = health.line()
+    assert health.state is state, line
+    for reason in reasons:
+        assert reason in line, line
+    assert line.startswith(f"{state.name} nightly: ") and "next 2026-12-01T11:00:00Z" in line
+
+
+def test_a_running_record_whose_session_lost_the_lock_is_abandoned_and_warns() -> None:
+    rows = [record(9, S), record(10, R, session="s-dead")]
+    alive = history(rows, lock="s-dead")
+    assert alive.rows[0].outcome == "running"
+    dead = history(rows, lock="s-other")  # another session holds the lock now
+    assert dead.rows[0].outcome == ABANDONED and dead.rows[0].recorded
+    health = assess(dead, JOB.start_deadline)
+    assert health.state is State.WARNING and "abandoned" in health.line()
+    assert history(rows, lock=None).rows[0].outcome == ABANDONED  # the lock is free
+
+
+def test_max_intervals_widens_what_counts_as_recent() -> None:
+    rows = [record(h, o) for h, o in [(6, S), (7, M), (8, S), (9, S), (10, S)]]
+    assert assess(history(rows), JOB.start_deadline, 2).state is State.OK
+    assert assess(history(rows), JOB.start_deadline, 4).state is State.CRITICAL
+    stale = [record(6, S), record(7, F), record(8, F), record(9, F), record(10, F)]
+    assert assess(history(stale), JOB.start_deadline, 5).state is State.WARNING
+    assert assess(history(stale), JOB.start_deadline, 4).state is State.CRITICAL
+
+
+def test_a_tick_still_in_its_window_is_not_judged() -> None:
+    """At 10:03 the 10:00 tick may still be claimed (deadline 5 min): not missed, not recent."""
+    early = at(10, 3)
+    assert closed_ticks(HOURLY, early, 300.0, 2) == [at(9), at(8)]
+    health = assess(history([record(8, S), record(9, S)], now=early), JOB.start_deadline)
+    assert health.state is State.OK, health.line()
+    late = at(10, 5) + timedelta(seconds=3)  # window + 2 s grace passed
+    health = assess(history([record(8, S), record(9, S)], now=late), JOB.start_deadline)
+    assert health.state is State.CRITICAL and "missed 2026-12-01T10:00:00Z" in health.line()
+
+
+def test_history_names_unrecorded_missed_ticks_newest_first() -> None:
+    found = history([record(7, S), record(10, S)])
+    assert [tick_name(r.tick) for r in found.rows] == [
+        "2026-12-01T10:00:00Z",
+        "2026-12-01T09:00:00Z",
+        "2026-12-01T08:00:00Z",
+        "2026-12-01T07:00:00Z",
+    ]
+    assert [r.label for r in found.rows[1:3]] == ["missed (not recorded yet)"] * 2
+    assert found.unrecorded_missed == [at(9), at(8)]
+    json_rows = found.to_record()["ticks"]
+    assert json_rows[1]["outcome"] == "missed" and json_rows[1]["recorded"] is False
+    assert found.since(at(9)).unrecorded_missed == [at(9)]
+
+
+def test_the_ok_line_has_the_documented_shape() -> None:
+    line = assess(history([record(9, S), record(10, S)]), JOB.start_deadline).line()
+    assert line == (
+        "OK nightly: last success 2026-12-01T10:00:00Z (30m ago), next 2026-12-01T11:00:00Z"
+    )
+
+
+def test_a_pipe_in_a_record_cannot_start_nagios_performance_data() -> None:
+    hostile = TickRecord(at(10), TickOutcome.FAILED, worker="w|evil=1", exit_status=1)
+    line = assess(history([record(9, S), hostile]), JOB.start_deadline).line()
+    assert "|" not in line and "w\\x7cevil=1" in line
+
+
+NOW_SINCE = datetime(2026, 12, 8, 12, 0, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("24h", datetime(2026, 12, 7, 12, 0, tzinfo=timezone.utc)),
+        ("90m", datetime(2026, 12, 8, 10, 30, tzinfo=timezone.utc)),
+        ("7d", datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)),
+        ("2026-12-01", datetime(2026, 12, 1, tzinfo=timezone.utc)),
+        ("2026-12-01T02:00:00Z", datetime(2026, 12, 1, 2, tzinfo=timezone.utc)),
+        ("2026-12-01T03:00:00+01:00", datetime(2026, 12, 1, 2, tzinfo=timezone.utc)),
+        ("2026-12-01 02:00", datetime(2026, 12, 1, 2, tzinfo=timezone.utc)),
+    ],
+)
+def test_since_takes_a_duration_back_or_an_iso_time(text: str, expected: datetime) -> None:
+    assert parse_since(text, NOW_SINCE) == expected
+
+
+@pytest.mark.parametrize("text", ["yesterday", "7 days", "-24h", "1w", "", "2026-13-01", "9" * 500])
+def test_since_refuses_anything_else_in_one_line(text: str) -> None:
+    with pytest.raises(ValueError, match="neither a duration") as raised:
+        parse_since(text, NOW_SINCE)
+    assert "\n" not in str(raised.value) and len(str(raised.value)) < 200
