@@ -101,10 +101,11 @@ def run_job(
             left = max(0.0, plan.window - plan.lag - plan.wait)
             options = replace(options, timeout=min(options.timeout or left, left))
     result = _run_locked(lock, command, options, events, stop, clock)
-    if isinstance(lock, TickLock) and lock.record is not None and schedule is not None:
+    if not isinstance(lock, TickLock) or schedule is None:
+        return result
+    if lock.record is not None:  # we ran the tick: tidy the ledger (after the release)
         housekeep(lock.ledger, job, schedule, worker, events)
-        result = replace(result, tick=lock.tick)
-    return result
+    return replace(result, tick=lock.tick)
 
 
 def _run_locked(
