@@ -1,7 +1,7 @@
-"""A job's lock timings: their bounds, their defaults and the self-fencing bound, in one place.
+"""A job's timings and counts: their bounds, their defaults and the self-fencing bound.
 
-The spec validator and the worker-config loader both check timings with these functions, so a
-hand-edited worker config can hold no timing the spec would refuse.
+The spec validator and the worker-config loader both check them with these functions, so a
+hand-edited worker config can hold no value the spec would refuse.
 
 The fencing bound. Another session can acquire our lock only after our session is invalidated
 plus LockDelay (D). Our session was valid when the server handled our last confirming request,
@@ -21,17 +21,25 @@ from provision.durations import format_duration
 SAFETY_MARGIN = 1.0  # seconds: signal delivery, process exit and clock-rate differences
 
 # Inclusive bounds in seconds. TTL and LockDelay are Consul's own limits; the renew interval must
-# also stay below TTL/2 (see renew_problem).
+# also stay below TTL/2 (see renew_problem). start_deadline: how late after its scheduled tick a
+# run may still claim it.
 BOUNDS: dict[str, tuple[float, float]] = {
     "ttl": (10.0, 86400.0),
     "lock_delay": (0.0, 60.0),
     "renew_interval": (1.0, 86400.0),
     "kill_grace": (0.0, 60.0),
     "min_hold": (0.0, 86400.0),
+    "start_deadline": (1.0, 86400.0),
 }
 FIELDS = tuple(BOUNDS)
 # What a spec gets when neither the job nor its defaults block says (Go durations).
-DEFAULTS = {"ttl": "15s", "lock_delay": "15s", "kill_grace": "5s"}
+DEFAULTS = {"ttl": "15s", "lock_delay": "15s", "kill_grace": "5s", "start_deadline": "5m"}
+
+# Whole numbers, inclusive bounds. history_limit: the tick records the ledger keeps per job; the
+# upper bound keeps pruning and `lockctl history` bounded too.
+COUNT_BOUNDS: dict[str, tuple[int, int]] = {"history_limit": (10, 10000)}
+COUNT_FIELDS = tuple(COUNT_BOUNDS)
+COUNT_DEFAULTS: dict[str, int] = {"history_limit": 200}
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,17 @@ def bound_problem(field: str, seconds: float) -> str | None:
     if low <= seconds <= high:
         return None
     return f"is outside {_text(low)}..{_text(high)}"
+
+
+def count_problem(field: str, value: object) -> str | None:
+    """Why `value` cannot be the field's count (not an integer, or outside its bounds), or None."""
+    low, high = COUNT_BOUNDS[field]
+    if type(value) is not int:  # not True (a bool is an int), not 200.0
+        return f"must be a whole number, {low}..{high}"
+    if low <= value <= high:
+        return None
+    shown = str(value) if abs(value) < 10**12 else "the number"  # a hostile one may be huge
+    return f"{shown} is outside {low}..{high}"
 
 
 def renew_problem(renew_interval: float, ttl: float) -> str | None:

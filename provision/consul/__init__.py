@@ -27,6 +27,7 @@ from provision.consul.errors import (
 )
 from provision.consul.settings import ConsulSettings, normalize_address, resolve_settings
 from provision.consul.transport import DEFAULT_TOKEN, NO_RETRY, RetryPolicy, Transport
+from provision.consul.txn import KVOp, TxnAnswer, TxnAPI, TxnError
 
 if TYPE_CHECKING:
     import requests
@@ -41,16 +42,19 @@ __all__ = [
     "ConsulServerError",
     "ConsulSettings",
     "ConsulUnavailable",
+    "KVOp",
     "NotFound",
     "PermissionDenied",
     "RetryPolicy",
+    "TxnAnswer",
+    "TxnError",
     "normalize_address",
     "resolve_settings",
 ]
 
 
 class Consul:
-    """One agent's API, by area: `status`, `agent`, `health`, `acl`, `session`, `kv`.
+    """One agent's API, by area: `status`, `agent`, `health`, `acl`, `session`, `kv`, `txn`.
 
     `pool_size`: connections kept open per agent, for callers with that many calls in flight
     (default: requests' 10). `session`: an injected `requests.Session` (tests).
@@ -77,6 +81,7 @@ class Consul:
         self.acl = ACLAPI(transport)
         self.session = SessionAPI(transport)
         self.kv = KVAPI(transport)
+        self.txn = TxnAPI(transport)
 
     def _over(self, transport: Transport) -> Consul:
         clone = copy.copy(self)

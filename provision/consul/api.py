@@ -7,10 +7,9 @@ idempotent so the transport may retry them.
 
 from __future__ import annotations
 
-import base64
 from typing import Any
 
-from provision.consul.errors import ConsulHTTPError, NotFound, PermissionDenied
+from provision.consul.errors import NotFound, PermissionDenied
 from provision.consul.models import KVEntry, Policy, ReadMeta, Session, Token
 from provision.consul.transport import (
     DEFAULT_TOKEN,
@@ -282,6 +281,24 @@ class KVAPI(_Area):
             return None, _meta(absent)
         return KVEntry.from_api(answer.body[0]), _meta(answer)
 
+    def tree(self, prefix: str, *, token: TokenChoice = DEFAULT_TOKEN) -> list[KVEntry]:
+        """Every key under `prefix` with its value ([] when there is none).
+        GET /v1/kv/:prefix?recurse"""
+        try:
+            answer = self._key_request("GET", prefix, {"recurse": ""}, token, idempotent=True)
+        except NotFound:
+            return []
+        return [KVEntry.from_api(raw) for raw in answer.body or ()]
+
+    def keys(self, prefix: str, *, token: TokenChoice = DEFAULT_TOKEN) -> list[str]:
+        """The names of the keys under `prefix`, without their values ([] when there is none).
+        GET /v1/kv/:prefix?keys"""
+        try:
+            answer = self._key_request("GET", prefix, {"keys": ""}, token, idempotent=True)
+        except NotFound:
+            return []
+        return [str(key) for key in answer.body or ()]
+
     def put(
         self,
         key: str,
@@ -304,28 +321,6 @@ class KVAPI(_Area):
             params["cas"] = cas
         answer = self._key_request("PUT", key, params, token, data=value, retry=retry)
         return answer.body is True
-
-    def acquire_and_read(
-        self, key: str, value: bytes, session_id: str, *, token: TokenChoice = DEFAULT_TOKEN
-    ) -> KVEntry | None:
-        """Acquire `key` for the session and read it back in ONE transaction (one round trip,
-        applied by the leader, so the read is consistent); None when the transaction was
-        refused: the key is held, in lock-delay, or the token may not write it (a plain
-        `put(acquire=...)` tells which, by status code).
-        PUT /v1/txn"""
-        checked_key(key)  # the release goes by URL path: both must name the same key
-        encoded = base64.b64encode(value).decode()
-        operations = [
-            {"KV": {"Verb": "lock", "Key": key, "Value": encoded, "Session": session_id}},
-            {"KV": {"Verb": "get", "Key": key}},
-        ]
-        try:
-            answer = self._transport.request("PUT", "/v1/txn", json_body=operations, token=token)
-        except ConsulHTTPError as refused:
-            if refused.status == 409:  # rolled back; the reason is only in the error text
-                return None
-            raise
-        return KVEntry.from_api(answer.body["Results"][1]["KV"])
 
     def delete(
         self,
@@ -383,4 +378,4 @@ def _consistency(mode: str) -> dict[str, str | int]:
 
 
 def _meta(answer: ConsulResponse) -> ReadMeta:
-    return ReadMeta(answer.index, answer.known_leader, answer.last_contact_ms)
+    return ReadMeta(answer.index, answer.known_leader, answer.last_contact_ms, answer.date)

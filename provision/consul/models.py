@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from provision.system.secrets import Secret
@@ -122,3 +123,4 @@ class ReadMeta:
     index: int | None
     known_leader: bool | None
     last_contact_ms: int | None
+    date: datetime | None = None  # the answering agent's clock (HTTP Date), whole seconds

@@ -22,6 +22,8 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
+from email.utils import parsedate_to_datetime
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -86,6 +88,16 @@ class ConsulResponse:
     @property
     def last_contact_ms(self) -> int | None:
         return _int_header(self.headers, "X-Consul-Lastcontact")
+
+    @property
+    def date(self) -> datetime | None:
+        """The answering agent's clock (HTTP Date, whole seconds, rounded down), or None."""
+        value = self.headers.get("Date")
+        try:
+            date = parsedate_to_datetime(value) if value else None
+        except (TypeError, ValueError, IndexError):
+            return None
+        return date if date is not None and date.tzinfo is not None else None
 
 
 def _int_header(headers: Mapping[str, str], name: str) -> int | None:
@@ -193,11 +205,14 @@ class Transport:
         timeout: float | None = None,
         retry: RetryPolicy | None = None,
         redact: tuple[Secret, ...] = (),
+        answers: tuple[int, ...] = (),
     ) -> ConsulResponse:
         """Send one call (with retries where safe); return the answer or raise a ConsulError.
 
         `redact` names secrets sent in the body (not the header): they are scrubbed from any
-        error body quoted in an exception, like the token is.
+        error body quoted in an exception, like the token is. `answers`: error statuses that are
+        answers to this call (a transaction's 409 carries which operation failed), returned
+        with their decoded body instead of raised.
         """
         policy = retry if retry is not None else self.retry
         chosen = self.settings.token if isinstance(token, _DefaultToken) else token
@@ -211,7 +226,9 @@ class Transport:
             attempt += 1
             left = ends_at - self._clock()
             try:
-                return self._send_once(method, path, params, json_body, data, chosen, left, redact)
+                return self._send_once(
+                    method, path, params, json_body, data, chosen, left, redact, answers
+                )
             except (ConsulUnavailable, ConsulHTTPError) as exc:
                 if not _retryable(exc, idempotent):
                     raise
@@ -233,6 +250,7 @@ class Transport:
         token: Secret | None,
         timeout: float,
         redact: tuple[Secret, ...] = (),
+        answers: tuple[int, ...] = (),
     ) -> ConsulResponse:
         url = f"{self.settings.address}{path}"
         where = f"{method} {path} on {self.settings.address}"
@@ -258,7 +276,7 @@ class Transport:
             raise _unavailable(where, exc) from None
         elapsed_ms = (self._clock() - started) * 1000
         log.debug("%s -> %d in %.1f ms", where, answer.status_code, elapsed_ms)
-        if answer.status_code >= 300:
+        if answer.status_code >= 300 and answer.status_code not in answers:
             body = _excerpt(answer.text, (token, self.settings.token, *redact))
             # answer.headers stays case-insensitive: a proxy or HTTP/2 may lower-case names.
             raise ConsulHTTPError.from_status(

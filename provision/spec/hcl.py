@@ -63,6 +63,7 @@ class Body:
 
 
 MAX_NESTING = 32  # brackets and braces inside one another; a spec or a policy needs 3
+MAX_NUMBER_DIGITS = 100  # a number literal longer than this is no count or size anyone means
 
 
 class HclSyntaxError(Exception):
@@ -227,6 +228,8 @@ def _term(tree: Tree[Any]) -> Value:
         return _string(tree)
     if kind in ("int_lit", "float_lit"):
         text = str(tree.children[0])
+        if len(text) > MAX_NUMBER_DIGITS:  # int() refuses past 4300 digits with a ValueError
+            return Unsupported(f"a number of over {MAX_NUMBER_DIGITS} digits")
         return int(text) if kind == "int_lit" else float(text)
     if kind == "literal_value":
         return {"true": True, "false": False, "null": None}[str(tree.children[0])]

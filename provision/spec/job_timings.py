@@ -1,5 +1,5 @@
-"""A job's timings from the spec: each duration as set (and where), the job's own over the
-defaults, checked against the bounds and the fencing rule in `provision.timings`."""
+"""A job's timings and counts from the spec: each duration as set (and where), the job's own over
+the defaults, checked against the bounds and the fencing rule in `provision.timings`."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from provision.durations import Duration, DurationSyntaxError, format_duration, 
 from provision.spec.hcl import Attribute
 from provision.spec.models import Defaults
 from provision.spec.problems import Problems
-from provision.spec.values import read_string
+from provision.spec.values import read_count, read_string
 from provision.timings import (
+    COUNT_DEFAULTS,
+    COUNT_FIELDS,
     DEFAULTS,
     FIELDS,
     bound_problem,
@@ -20,6 +22,7 @@ from provision.timings import (
 )
 
 DURATION_KEYS = FIELDS
+COUNT_KEYS = COUNT_FIELDS
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,7 @@ class Setting:
 
 
 Settings = dict[str, Setting | None]  # by duration key; None where the value was invalid
+Counts = dict[str, int]  # by count key
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,7 @@ class JobTimings:
     renew_interval: Duration
     kill_grace: Duration
     min_hold: Duration | None
+    start_deadline: Duration
 
 
 def builtin_settings() -> Settings:
@@ -73,7 +78,29 @@ def read_duration(
     return Setting(duration, attribute.line, label)
 
 
-def final_defaults(settings: Settings) -> Defaults:
+def read_counts(
+    attributes: dict[str, Attribute], where: str, defaults: Counts, problems: Problems
+) -> Counts | None:
+    """The block's own counts over `defaults`; None when one it sets is invalid."""
+    counts = dict(defaults)
+    valid = True
+    for key in COUNT_KEYS:
+        attribute = attributes.get(key)
+        if attribute is None:
+            continue
+        value = read_count(attribute, key, f"{where}.{key}", problems)
+        if value is None:
+            valid = False
+        else:
+            counts[key] = value
+    return counts if valid else None
+
+
+def builtin_counts() -> Counts:
+    return dict(COUNT_DEFAULTS)
+
+
+def final_defaults(settings: Settings, counts: Counts) -> Defaults:
     def get(key: str) -> Duration:
         setting = settings[key]
         return setting.value if setting else parse_duration(DEFAULTS[key])
@@ -85,6 +112,8 @@ def final_defaults(settings: Settings) -> Defaults:
         renew_interval=renew.value if renew else None,
         kill_grace=get("kill_grace"),
         min_hold=min_hold.value if min_hold else None,
+        start_deadline=get("start_deadline"),
+        history_limit=counts["history_limit"],
     )
 
 
@@ -97,7 +126,8 @@ def job_timings(
         return None
     chosen = {key: own[key] or defaults[key] for key in DURATION_KEYS}
     ttl, lock_delay, kill_grace = chosen["ttl"], chosen["lock_delay"], chosen["kill_grace"]
-    if ttl is None or lock_delay is None or kill_grace is None:
+    deadline = chosen["start_deadline"]
+    if ttl is None or lock_delay is None or kill_grace is None or deadline is None:
         return None  # the defaults block had an invalid value, already reported there
     renew = _renew_interval(ttl, chosen["renew_interval"], where, problems)
     if renew is None:
@@ -108,7 +138,12 @@ def job_timings(
         return None
     min_hold = chosen["min_hold"]
     return JobTimings(
-        ttl.value, lock_delay.value, renew, kill_grace.value, min_hold.value if min_hold else None
+        ttl.value,
+        lock_delay.value,
+        renew,
+        kill_grace.value,
+        min_hold.value if min_hold else None,
+        deadline.value,
     )
 
 

@@ -4,21 +4,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from provision.durations import Duration
+from provision.durations import Duration, parse_duration
 from provision.spec.names import lock_key
+from provision.timings import COUNT_DEFAULTS, DEFAULTS
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8500"
+DEFAULT_START_DEADLINE = parse_duration(DEFAULTS["start_deadline"])
+DEFAULT_HISTORY_LIMIT = COUNT_DEFAULTS["history_limit"]
 
 
 @dataclass(frozen=True)
 class Defaults:
-    """Timings a job inherits unless it sets its own (renew_interval None means TTL/3)."""
+    """Settings a job inherits unless it sets its own (renew_interval None means TTL/3)."""
 
     ttl: Duration
     lock_delay: Duration
     renew_interval: Duration | None
     kill_grace: Duration
     min_hold: Duration | None
+    start_deadline: Duration = DEFAULT_START_DEADLINE
+    history_limit: int = DEFAULT_HISTORY_LIMIT
 
 
 @dataclass(frozen=True)
@@ -32,7 +37,8 @@ class Worker:
 
 @dataclass(frozen=True)
 class Job:
-    """One singleton job: its lock prefix, the workers that may run it, its lock timings."""
+    """One singleton job: its lock prefix, the workers that may run it, its lock timings, and
+    its tick ledger's settings (start_deadline matters only with a schedule)."""
 
     name: str
     prefix: str
@@ -46,6 +52,8 @@ class Job:
     command: tuple[str, ...] | None
     line: int
     timezone: str = "UTC"  # the IANA zone `schedule` is read in
+    start_deadline: Duration = DEFAULT_START_DEADLINE  # how late after its tick a run may claim it
+    history_limit: int = DEFAULT_HISTORY_LIMIT  # tick records kept per job
 
     @property
     def lock_key(self) -> str:

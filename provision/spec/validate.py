@@ -15,11 +15,15 @@ from pathlib import Path
 from provision.errors import InputError
 from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError, parse_hcl
 from provision.spec.job_timings import (
+    COUNT_KEYS,
     DURATION_KEYS,
+    Counts,
     Settings,
+    builtin_counts,
     builtin_settings,
     final_defaults,
     job_timings,
+    read_counts,
     read_duration,
 )
 from provision.spec.models import Job, Spec, Worker
@@ -37,7 +41,8 @@ from provision.spec.values import (
 from provision.system.files import UnreadableFile, read_regular_file
 
 MAX_SPEC_BYTES = 1024 * 1024
-JOB_KEYS = ("prefix", "workers", "schedule", "timezone", "command", *DURATION_KEYS)
+DEFAULTS_KEYS = (*DURATION_KEYS, *COUNT_KEYS)
+JOB_KEYS = ("prefix", "workers", "schedule", "timezone", "command", *DEFAULTS_KEYS)
 WORKER_KEYS = ("address",)
 BLOCK_TYPES = ("defaults", "worker", "job")
 
@@ -95,16 +100,16 @@ def _build(body: Body, problems: Problems) -> Spec:
     blocks = _known_blocks(body.blocks, problems)
     _check_duplicates(blocks["worker"], "worker", problems)
     _check_duplicates(blocks["job"], "job", problems)
-    defaults = _defaults(blocks["defaults"], problems)
+    defaults, counts = _defaults(blocks["defaults"], problems)
     workers = _workers(blocks["worker"], problems)
     declared = {worker.name for worker in workers}
-    jobs = [_job(block, defaults, declared, problems) for block in blocks["job"]]
+    jobs = [_job(block, defaults, counts, declared, problems) for block in blocks["job"]]
     named_jobs = [job for job in jobs if job is not None]
     _check_overlaps(_job_prefixes(blocks["job"]), problems)
     _check_not_empty(blocks["worker"], blocks["job"], problems)
     return Spec(
         path=problems.path,
-        defaults=final_defaults(defaults),
+        defaults=final_defaults(defaults, counts),
         workers=tuple(sorted(workers, key=lambda w: w.name)),
         jobs=tuple(sorted(named_jobs, key=lambda j: j.name)),
     )
@@ -212,17 +217,20 @@ def _display(block: Block, kind: str) -> str:
 # --- defaults -------------------------------------------------------------------------------
 
 
-def _defaults(blocks: list[Block], problems: Problems) -> Settings:
-    settings = builtin_settings()
+def _defaults(blocks: list[Block], problems: Problems) -> tuple[Settings, Counts]:
+    """The durations and counts every job inherits; an invalid count is reported and the
+    built-in one stands in (the spec is refused anyway)."""
+    settings, counts = builtin_settings(), builtin_counts()
     if not blocks:
-        return settings
+        return settings, counts
     block = blocks[0]
     _labels(block, "defaults", 0, problems)
-    attributes = _attributes(block, "defaults", DURATION_KEYS, problems)
+    attributes = _attributes(block, "defaults", DEFAULTS_KEYS, problems)
     for key in DURATION_KEYS:
         if key in attributes:
             settings[key] = read_duration(attributes, key, "defaults", problems)
-    return settings
+    own_counts = read_counts(attributes, "defaults", counts, problems)
+    return settings, counts if own_counts is None else own_counts
 
 
 # --- workers --------------------------------------------------------------------------------
@@ -249,6 +257,7 @@ def _workers(blocks: list[Block], problems: Problems) -> list[Worker]:
 def _job(
     block: Block,
     defaults: Settings,
+    default_counts: Counts,
     declared: set[str],
     problems: Problems,
 ) -> Job | None:
@@ -261,7 +270,8 @@ def _job(
     schedule = read_schedule(attributes.get("schedule"), f"{where}.schedule", zone, problems)
     command = read_command(attributes.get("command"), f"{where}.command", problems)
     timings = job_timings(attributes, where, defaults, problems)
-    if name is None or prefix is None or workers is None or timings is None:
+    counts = read_counts(attributes, where, default_counts, problems)
+    if name is None or prefix is None or workers is None or timings is None or counts is None:
         return None
     return Job(
         name=name,
@@ -276,6 +286,8 @@ def _job(
         command=command,
         line=block.line,
         timezone=zone or "UTC",
+        start_deadline=timings.start_deadline,
+        history_limit=counts["history_limit"],
     )
 
 

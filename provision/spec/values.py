@@ -1,5 +1,5 @@
-"""Single spec values checked one at a time: strings, addresses, lock prefixes, worker lists,
-schedules and commands. Each `read_*` returns the value, or None after recording why not."""
+"""Single spec values checked one at a time: strings, counts, addresses, lock prefixes, worker
+lists, schedules and commands. Each `read_*` returns the value, or None after recording why not."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from provision.schedule import ScheduleError, check_zone, parse_schedule
 from provision.spec.hcl import Attribute, Unsupported, Value
 from provision.spec.models import DEFAULT_ADDRESS
 from provision.spec.problems import Problems, shown
+from provision.timings import count_problem
 
 PREFIX_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*/$")
 MAX_PREFIX = 256
@@ -41,6 +42,19 @@ def read_checked_string(
         problems.add(attribute.line, where, message)
         return None
     return text
+
+
+def read_count(attribute: Attribute, field: str, where: str, problems: Problems) -> int | None:
+    """A whole number within the field's bounds (`provision.timings.COUNT_BOUNDS`), or None."""
+    value = attribute.value
+    problem = count_problem(field, value)
+    if problem is None and isinstance(value, int):
+        return value
+    if type(value) is not int:  # say what it is: a quoted "200", 200.0, true
+        kind = "a decimal number" if isinstance(value, float) else _kind(value)
+        problem = f"{problem}, not {kind}"
+    problems.add(attribute.line, where, str(problem))
+    return None
 
 
 def _kind(value: Value) -> str:

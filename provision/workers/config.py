@@ -1,9 +1,11 @@
 """The worker config format (lockctl.json): built from the spec here, and loaded and validated here.
 
 The file names the agent to talk to, the token FILE (the secret stays in its 0600 file), and per
-job the lock key and timings. Loading checks timings with the same functions as the spec
-validator (provision.timings), plus the fencing bound, and reports every problem at once as
-`FILE: path.to.field: message`. This module imports no spec parser: `lockctl run` loads it.
+job the lock key, timings, schedule and tick-ledger settings. Loading checks timings and counts
+with the same functions as the spec validator (provision.timings), plus the fencing bound, and
+reports every problem at once as `FILE: path.to.field: message`. A field added after format 1
+(timezone, start_deadline, history_limit) gets its default when an older lockctl left it out.
+This module imports no spec parser: `lockctl run` loads it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,15 @@ from provision.durations import DurationSyntaxError, format_duration, parse_dura
 from provision.errors import InputError
 from provision.schedule import ScheduleError, check_zone, parse_schedule
 from provision.system.files import UnreadableFile, read_regular_file
-from provision.timings import JobTimings, bound_problem, fencing_problem, renew_problem
+from provision.timings import (
+    COUNT_DEFAULTS,
+    DEFAULTS,
+    JobTimings,
+    bound_problem,
+    count_problem,
+    fencing_problem,
+    renew_problem,
+)
 
 if TYPE_CHECKING:
     from provision.spec import Job, Spec
@@ -34,6 +44,8 @@ class JobConfig:
     timings: JobTimings
     schedule: str | None
     timezone: str = "UTC"  # the IANA zone of `schedule`; configs before it lack it (UTC)
+    start_deadline: float = 300.0  # seconds after its tick a run may still claim it
+    history_limit: int = 200  # tick records the ledger keeps for this job
 
 
 @dataclass(frozen=True)
@@ -88,6 +100,8 @@ def _job_record(job: Job) -> dict[str, Any]:
         "min_hold": format_duration(job.min_hold.seconds) if job.min_hold else None,
         "schedule": job.schedule,
         "timezone": job.timezone,
+        "start_deadline": format_duration(job.start_deadline.seconds),
+        "history_limit": job.history_limit,
     }
 
 
@@ -101,7 +115,7 @@ def load_worker_config(path: Path, *, allow_unsafe: bool = False) -> WorkerConfi
         raise InputError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes")
     try:
         raw = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (UnicodeDecodeError, ValueError) as exc:  # ValueError: an int of over 4300 digits
         where = f":{exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
         raise InputError(f"{path}{where}: not a JSON worker config ({exc})") from None
     except RecursionError:  # json's decoder recurses per nested list or object
@@ -148,6 +162,8 @@ JOB_FIELDS = {
     "min_hold",
     "schedule",
     "timezone",
+    "start_deadline",
+    "history_limit",
 }
 
 
@@ -165,6 +181,8 @@ def _job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> JobCon
     grace = _seconds(raw, "kill_grace", where, problems)
     min_hold = _seconds(raw, "min_hold", where, problems, optional=True)
     schedule, zone = _schedule(raw, where, problems)
+    deadline = _seconds(raw, "start_deadline", where, problems, default=DEFAULTS["start_deadline"])
+    history_limit = _count(raw, "history_limit", where, problems)
     if len(problems) > before:
         return None
     renew_wrong = renew_problem(renew, ttl)
@@ -175,7 +193,8 @@ def _job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> JobCon
     if fencing and not allow_unsafe:
         problems.append(f"{where}lock_delay: {fencing}; --allow-unsafe runs anyway")
         return None
-    return JobConfig(name, key, JobTimings(ttl, delay, renew, grace, min_hold), schedule, zone)
+    timings = JobTimings(ttl, delay, renew, grace, min_hold)
+    return JobConfig(name, key, timings, schedule, zone, deadline, history_limit)
 
 
 def _schedule(raw: dict[str, Any], where: str, problems: list[str]) -> tuple[str | None, str]:
@@ -221,10 +240,14 @@ def _seconds(
     problems: list[str],
     *,
     optional: bool = False,
+    default: str | None = None,
 ) -> float:
+    """The field's duration in seconds; a missing field is 0 when `optional`, `default` if given."""
     value = raw.get(field)
     if value is None and optional:
         return 0.0
+    if field not in raw and default is not None:
+        value = default
     if not isinstance(value, str):
         problems.append(f'{where}{field}: must be a duration string such as "15s"')
         return 0.0
@@ -237,3 +260,13 @@ def _seconds(
     if outside:
         problems.append(f"{where}{field}: {value} {outside}")
     return seconds
+
+
+def _count(raw: dict[str, Any], field: str, where: str, problems: list[str]) -> int:
+    """The field's whole number, its default when missing (a config from an older lockctl)."""
+    value = raw.get(field, COUNT_DEFAULTS[field])
+    problem = count_problem(field, value)
+    if problem:
+        problems.append(f"{where}{field}: {problem}")
+        return COUNT_DEFAULTS[field]
+    return int(value)

@@ -675,21 +675,22 @@ def test_acquire_and_read_is_one_transaction_returning_the_lock_index(
     first = live_cluster.client("worker-1", token)
     second = live_cluster.client("worker-2", token)
 
-    entry = first.kv.acquire_and_read(key, b"held by one", one)
+    entry = first.txn.acquire_and_read(key, b"held by one", one)
     assert entry is not None
     assert (entry.session, entry.lock_index, entry.value) == (one, 1, b"held by one")
-    assert second.kv.acquire_and_read(key, b"stolen", two) is None  # held: rolled back
+    assert second.txn.acquire_and_read(key, b"stolen", two) is None  # held: rolled back
     assert first.kv.get(key, consistency="consistent")[0] == entry  # nothing changed
 
     first.kv.put(key, release=one)
-    taken = second.kv.acquire_and_read(key, b"held by two", two)
+    taken = second.txn.acquire_and_read(key, b"held by two", two)
     assert taken is not None and (taken.session, taken.lock_index) == (two, 2)
 
-    # A token that may not write the key: the transaction is refused like a held lock (409);
-    # the plain acquire then tells the two apart by status code.
+    # A token that may not write the key: Consul rolls the transaction back with 409 and a
+    # "Permission denied" per operation (not 403); the client raises PermissionDenied for it.
     other = token_secret(minted.token('session "worker-1" { policy = "write" }'))
     denied = live_cluster.client("worker-1", other)
-    assert denied.kv.acquire_and_read(key, b"x", one) is None
+    with pytest.raises(PermissionDenied, match="Permission denied"):
+        denied.txn.acquire_and_read(key, b"x", one)
     with pytest.raises(PermissionDenied):
         denied.kv.put(key, b"x", acquire=one)
 

@@ -28,7 +28,7 @@ def _calls(session_id: str) -> dict[str, Callable[[Any, str], object]]:
         "put": lambda c, k: c.kv.put(k, b"v"),
         "acquire": lambda c, k: c.kv.put(k, b"v", acquire=session_id),
         "release": lambda c, k: c.kv.put(k, release=session_id),
-        "acquire_and_read": lambda c, k: c.kv.acquire_and_read(k, b"v", session_id),
+        "acquire_and_read": lambda c, k: c.txn.acquire_and_read(k, b"v", session_id),
         "delete": lambda c, k: c.kv.delete(k, recurse=True),
     }
 
@@ -61,7 +61,7 @@ def test_other_keys_are_the_same_key_both_ways(live_cluster: LiveCluster, segmen
     key = f"{base}/{segment}/.lock"
     session_id = client.session.create(name="kv-keys", ttl=15, lock_delay=0)
     try:
-        entry = client.kv.acquire_and_read(key, b"holder", session_id)
+        entry = client.txn.acquire_and_read(key, b"holder", session_id)
         assert entry is not None and entry.session == session_id
         assert client.kv.put(key, release=session_id) is True
         after, _ = client.kv.get(key, consistency="consistent")

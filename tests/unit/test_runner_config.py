@@ -10,11 +10,16 @@ from typing import Any
 
 import pytest
 
+from provision.durations import parse_duration
 from provision.errors import EXIT_INPUT, InputError
+from provision.spec import parse_spec
+from provision.timings import COUNT_DEFAULTS, DEFAULTS
 from provision.workers.config import (
     MAX_CONFIG_BYTES,
     ConfigError,
+    JobConfig,
     JobTimings,
+    config_record,
     load_worker_config,
 )
 
@@ -31,6 +36,8 @@ GOOD: dict[str, Any] = {
             "kill_grace": "5s",
             "min_hold": "1m",
             "schedule": "@hourly",
+            "start_deadline": "90s",
+            "history_limit": 50,
         },
         "ingest": {
             "lock_key": "locks/ingest/.lock",
@@ -88,14 +95,49 @@ def test_a_good_config_loads(tmp_path: Path) -> None:
     assert report.lock_key == "locks/report/.lock"
     assert report.timings == JobTimings(15.0, 15.0, 5.0, 5.0, 60.0)
     assert report.schedule == "@hourly"
+    assert (report.start_deadline, report.history_limit) == (90.0, 50)
     ingest = config.job("ingest")
     assert ingest.timings.min_hold == 0.0 and ingest.schedule is None
 
 
-def test_min_hold_and_schedule_may_be_left_out(tmp_path: Path) -> None:
-    data = _with(jobs__report__min_hold=DELETE, jobs__report__schedule=DELETE)
-    job = load_worker_config(_write(tmp_path, data)).job("report")
-    assert job.timings.min_hold == 0.0 and job.schedule is None
+def test_a_config_from_an_older_lockctl_gets_the_ledger_defaults(tmp_path: Path) -> None:
+    data = _with(jobs__report__start_deadline=DELETE, jobs__report__history_limit=DELETE)
+    report = load_worker_config(_write(tmp_path, data)).job("report")
+    assert (report.start_deadline, report.history_limit) == (300.0, 200)
+    ingest = load_worker_config(_write(tmp_path, GOOD)).job("ingest")  # never had them
+    assert (ingest.start_deadline, ingest.history_limit) == (300.0, 200)
+
+
+def test_job_config_defaults_are_the_spec_defaults() -> None:
+    job = JobConfig("a", "locks/a/.lock", JobTimings(15.0, 15.0, 5.0, 5.0, 0.0), None)
+    assert job.start_deadline == parse_duration(DEFAULTS["start_deadline"]).seconds
+    assert job.history_limit == COUNT_DEFAULTS["history_limit"]
+
+
+JOBS = (
+    'worker "w" {}\n'
+    'job "a" {\n  prefix = "l/a/"\n  workers = ["w"]\n  schedule = "@hourly"\n}\n'
+    'job "b" {\n  prefix = "l/b/"\n  workers = ["w"]\n  start_deadline = "10s"\n'
+    "  history_limit = 10000\n}\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("defaults", "a_has"),
+    [
+        ("", (300.0, 200)),  # the built-in defaults
+        ('defaults {\n  start_deadline = "2m"\n  history_limit = 30\n}\n', (120.0, 30)),
+    ],
+)
+def test_the_spec_s_ledger_settings_reach_the_runner(
+    tmp_path: Path, defaults: str, a_has: tuple[float, int]
+) -> None:
+    record = config_record(parse_spec(defaults + JOBS, "s.hcl"), "w", Path("/x/w.token"))
+    assert record["jobs"]["b"]["start_deadline"] == "10s"
+    assert record["jobs"]["b"]["history_limit"] == 10000
+    config = load_worker_config(_write(tmp_path, record))
+    assert (config.job("a").start_deadline, config.job("a").history_limit) == a_has
+    assert (config.job("b").start_deadline, config.job("b").history_limit) == (10.0, 10000)
 
 
 def test_an_unknown_job_names_the_known_ones(tmp_path: Path) -> None:
@@ -133,6 +175,26 @@ def test_an_unknown_job_names_the_known_ones(tmp_path: Path) -> None:
         (_with(jobs__report__renew_interval="50ms"), "jobs.report.renew_interval: 50ms is outs"),
         (_with(jobs__report__min_hold="1d"), "jobs.report.min_hold: '1d' is not a duration"),
         (_with(jobs__report__schedule=5), "jobs.report.schedule: must be a string or null"),
+        (_with(jobs__report__start_deadline=300), "jobs.report.start_deadline: must be a dura"),
+        (_with(jobs__report__start_deadline=None), "jobs.report.start_deadline: must be a dura"),
+        (_with(jobs__report__start_deadline="5 min"), "jobs.report.start_deadline: '5 min' is no"),
+        (
+            _with(jobs__report__start_deadline="999ms"),
+            "jobs.report.start_deadline: 999ms is outside 1s..24h",
+        ),
+        (
+            _with(jobs__report__start_deadline="24h0m1s"),
+            "jobs.report.start_deadline: 24h0m1s is outside 1s..24h",
+        ),
+        (_with(jobs__report__history_limit="200"), "jobs.report.history_limit: must be a whole "),
+        (_with(jobs__report__history_limit=200.0), "jobs.report.history_limit: must be a whole "),
+        (_with(jobs__report__history_limit=True), "jobs.report.history_limit: must be a whole "),
+        (_with(jobs__report__history_limit=None), "jobs.report.history_limit: must be a whole "),
+        (_with(jobs__report__history_limit=9), "jobs.report.history_limit: 9 is outside 10..10000"),
+        (
+            _with(jobs__report__history_limit=10001),
+            "jobs.report.history_limit: 10001 is outside 10..10000",
+        ),
         (
             _with(jobs__report__renew_interval="7500ms"),
             "jobs.report.renew_interval: 7500ms must be below ttl/2 = 7.5s",
@@ -163,6 +225,12 @@ def test_not_utf8_and_unreadable_and_too_large(tmp_path: Path) -> None:
     big.write_text(" " * (MAX_CONFIG_BYTES + 1))
     with pytest.raises(InputError, match=r"big.json: larger than"):
         load_worker_config(big)
+
+
+def test_an_integer_too_long_for_python_is_bad_input_not_a_traceback(tmp_path: Path) -> None:
+    text = json.dumps(GOOD).replace('"history_limit": 50', '"history_limit": ' + "9" * 5000)
+    with pytest.raises(InputError, match=r"lockctl.json: not a JSON worker config \(Exceeds"):
+        load_worker_config(_write(tmp_path, text))
 
 
 def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:

@@ -45,6 +45,8 @@ def _describe(spec: Spec) -> dict[str, Any]:
             "min_hold": text(job.min_hold),
             "schedule": job.schedule,
             "timezone": job.timezone,
+            "start_deadline": text(job.start_deadline),
+            "history_limit": job.history_limit,
             "command": list(job.command) if job.command else None,
             "line": job.line,
         }
@@ -116,6 +118,43 @@ def test_defaults_fill_in_and_renew_interval_is_a_third_of_the_ttl() -> None:
     assert job.renew_interval.seconds == 5 and job.renew_interval.text == "5s"
     assert job.min_hold is None and job.schedule is None and job.lock_key == "l/a/.lock"
     assert spec.worker("w").address == "http://127.0.0.1:8500"
+
+
+def _ledger_settings(text: str) -> dict[str, tuple[float, int]]:
+    spec = parse_spec('worker "w" {}\n' + text, "s.hcl")
+    return {job.name: (job.start_deadline.seconds, job.history_limit) for job in spec.jobs}
+
+
+def _job(name: str, *lines: str) -> str:
+    body = "".join(f"  {line}\n" for line in lines)
+    return f'job "{name}" {{\n  prefix = "l/{name}/"\n  workers = ["w"]\n{body}}}\n'
+
+
+def test_start_deadline_and_history_limit_default_to_5m_and_200() -> None:
+    settings = _ledger_settings(_job("a", 'schedule = "@hourly"') + _job("b"))
+    assert settings == {"a": (300.0, 200), "b": (300.0, 200)}
+
+
+def test_a_job_s_start_deadline_and_history_limit_override_the_defaults_block() -> None:
+    defaults = 'defaults {\n  start_deadline = "1m"\n  history_limit = 20\n}\n'
+    jobs = _job("a", 'schedule = "@hourly"', 'start_deadline = "30s"', "history_limit = 10000")
+    jobs += _job("b", 'schedule = "@daily"', "history_limit = 10") + _job("c")
+    assert _ledger_settings(defaults + jobs) == {
+        "a": (30.0, 10000),
+        "b": (60.0, 10),
+        "c": (60.0, 20),  # no schedule: start_deadline is accepted, and unused
+    }
+    spec = parse_spec('worker "w" {}\n' + defaults + jobs, "s.hcl")
+    assert (spec.defaults.start_deadline.text, spec.defaults.history_limit) == ("1m", 20)
+
+
+@pytest.mark.parametrize("field", ["history_limit", "ttl"])
+def test_a_number_too_long_for_python_is_a_problem_not_a_traceback(field: str) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec('worker "w" {}\n' + _job("a", f"{field} = {'9' * 5000}"), "s.hcl")
+    (problem,) = caught.value.problems
+    assert str(problem).startswith(f's.hcl:5: job "a".{field}: must be ')
+    assert str(problem).endswith("not a number of over 100 digits")
 
 
 @pytest.mark.parametrize(

@@ -1,17 +1,26 @@
 """One timings model: the spec validator and the worker-config loader accept and refuse the same
-timings, at every bound, because both check them with provision.timings."""
+timings and counts, at every bound, because both check them with provision.timings."""
 
 from __future__ import annotations
 
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from provision.durations import format_duration
 from provision.spec import SpecError, parse_spec
-from provision.timings import BOUNDS, fencing_problem, renew_problem
+from provision.timings import (
+    BOUNDS,
+    COUNT_BOUNDS,
+    COUNT_DEFAULTS,
+    DEFAULTS,
+    count_problem,
+    fencing_problem,
+    renew_problem,
+)
 from provision.workers.config import ConfigError, load_worker_config
 
 # Timings every bound can be varied against: each field at a value far from its own bounds.
@@ -26,7 +35,16 @@ def _bound_cases() -> list[tuple[str, float]]:
     return cases
 
 
-def _fields_refused_by_spec(timings: dict[str, str]) -> set[str]:
+def _count_cases() -> list[tuple[str, Any]]:
+    cases: list[tuple[str, Any]] = []
+    for field, (low, high) in COUNT_BOUNDS.items():
+        cases += [(field, low), (field, high), (field, low - 1), (field, high + 1)]
+        cases += [(field, str(low)), (field, float(low)), (field, True), (field, 10**200)]
+    return cases
+
+
+def _fields_refused_by_spec(timings: dict[str, Any]) -> set[str]:
+    """Values are written as JSON, which is also their HCL literal (a string, number or bool)."""
     lines = "\n".join(f"  {key} = {json.dumps(value)}" for key, value in timings.items())
     text = f'worker "w" {{}}\njob "a" {{\n  prefix = "locks/a/"\n  workers = ["w"]\n{lines}\n}}\n'
     try:
@@ -36,7 +54,7 @@ def _fields_refused_by_spec(timings: dict[str, str]) -> set[str]:
     return set()
 
 
-def _fields_refused_by_config(timings: dict[str, str], tmp_path: Path) -> set[str]:
+def _fields_refused_by_config(timings: dict[str, Any], tmp_path: Path) -> set[str]:
     job = {"lock_key": "locks/a/.lock", "min_hold": None, "schedule": None, **timings}
     config = {
         "format": 1,
@@ -56,8 +74,9 @@ def _fields_refused_by_config(timings: dict[str, str], tmp_path: Path) -> set[st
 def _fields_named(problems: list[str]) -> set[str]:
     """The timing fields the problems are reported on (the field before the message's colon)."""
     fields = set()
+    names = "|".join([*BOUNDS, *COUNT_BOUNDS])
     for problem in problems:
-        found = re.search(r"\.(ttl|lock_delay|renew_interval|kill_grace|min_hold): ", problem)
+        found = re.search(rf"\.({names}): ", problem)
         assert found, problem
         fields.add(found.group(1))
     return fields
@@ -74,6 +93,22 @@ def test_spec_and_worker_config_agree_at_every_bound(
     low, high = BOUNDS[field]
     if not low <= seconds <= high:
         assert field in by_spec  # outside the bounds is refused, by both
+
+
+@pytest.mark.parametrize(("field", "value"), _count_cases())
+def test_spec_and_worker_config_agree_on_counts(field: str, value: Any, tmp_path: Path) -> None:
+    values = {**BASE, field: value}
+    by_spec = _fields_refused_by_spec(values)
+    assert by_spec == _fields_refused_by_config(values, tmp_path)
+    low, high = COUNT_BOUNDS[field]
+    whole = type(value) is int
+    assert (field in by_spec) == (not whole or not low <= value <= high)
+
+
+def test_the_new_fields_have_their_documented_bounds_and_defaults() -> None:
+    assert (BOUNDS["start_deadline"], DEFAULTS["start_deadline"]) == ((1.0, 86400.0), "5m")
+    assert (COUNT_BOUNDS["history_limit"], COUNT_DEFAULTS["history_limit"]) == ((10, 10000), 200)
+    assert count_problem("history_limit", 10**200) == "the number is outside 10..10000"
 
 
 @pytest.mark.parametrize(

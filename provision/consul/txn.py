@@ -1,0 +1,127 @@
+"""Consul's transaction endpoint for KV operations: several operations applied all or none.
+
+What a real Consul 1.8.7 answers (measured; docs/consul-facts.md, "Transactions"):
+- applied: 200, `Results` holds one KV entry per operation that returns one (lock, set, cas,
+  get, unlock), in order; check-not-exists, check-index and delete return none.
+- rolled back: 409, `Errors` lists EVERY operation that failed, each with its OpIndex and a
+  text (`key "x" exists`, `failed to lock key "x", lock is already held`, `... due to lock
+  delay`, `failed to set key "x", index is stale`, `invalid session "..."`), and nothing applied.
+- a token that may not touch a key: 409 too (not 403), an error `Permission denied` per
+  operation it may not do. This client raises PermissionDenied for it, like any 403.
+- more than 64 operations: 413, before anything is applied.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from provision.consul.api import checked_key
+from provision.consul.errors import PermissionDenied
+from provision.consul.models import KVEntry
+from provision.consul.transport import DEFAULT_TOKEN, TokenChoice, Transport
+from provision.system.text import printable
+
+MAX_OPERATIONS = 64  # Consul's own limit per transaction
+ERROR_TEXT_LIMIT = 200
+DENIED = "Permission denied"
+
+
+@dataclass(frozen=True)
+class KVOp:
+    """One KV operation of a transaction: `verb` as Consul names it (lock, unlock, set, cas,
+    get, delete, check-not-exists, ...), with the fields that verb takes."""
+
+    verb: str
+    key: str
+    value: bytes | None = None
+    session: str | None = None
+    index: int | None = None
+
+    def to_api(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"Verb": self.verb, "Key": self.key}
+        if self.value is not None:
+            body["Value"] = base64.b64encode(self.value).decode()
+        if self.session is not None:
+            body["Session"] = self.session
+        if self.index is not None:
+            body["Index"] = self.index
+        return {"KV": body}
+
+
+@dataclass(frozen=True)
+class TxnError:
+    op_index: int
+    what: str  # Consul's text, bounded and printable
+
+
+@dataclass(frozen=True)
+class TxnAnswer:
+    """What a transaction did: applied (with its results) or rolled back (with its errors)."""
+
+    applied: bool
+    results: tuple[KVEntry, ...]
+    errors: tuple[TxnError, ...]
+    date: datetime | None  # the answering agent's clock (HTTP Date)
+
+    def failed(self, op_index: int) -> TxnError | None:
+        """The error of operation `op_index`, if it failed."""
+        return next((error for error in self.errors if error.op_index == op_index), None)
+
+    def entry(self, key: str) -> KVEntry | None:
+        """The last result for `key` (a get after a lock reads the key as the lock left it)."""
+        return next((entry for entry in reversed(self.results) if entry.key == key), None)
+
+
+class TxnAPI:
+    def __init__(self, transport: Transport) -> None:
+        self._transport = transport
+
+    def kv(self, operations: Sequence[KVOp], *, token: TokenChoice = DEFAULT_TOKEN) -> TxnAnswer:
+        """Apply KV operations atomically. PermissionDenied when the token may not do one.
+        PUT /v1/txn"""
+        if not 0 < len(operations) <= MAX_OPERATIONS:
+            raise ValueError(f"a transaction has 1..{MAX_OPERATIONS} operations")
+        for op in operations:
+            checked_key(op.key)  # a key in the body must be the one a call by path names
+        answer = self._transport.request(
+            "PUT",
+            "/v1/txn",
+            json_body=[op.to_api() for op in operations],
+            token=token,
+            answers=(409,),
+        )
+        body = answer.body if isinstance(answer.body, dict) else {}
+        errors = tuple(_error(raw) for raw in body.get("Errors") or ())
+        if any(error.what == DENIED for error in errors):
+            raise PermissionDenied(
+                f"consul: PUT /v1/txn on {self._transport.settings.address}: 409 {DENIED} "
+                f"(operation {', '.join(str(e.op_index) for e in errors if e.what == DENIED)})",
+                status=403,
+                body=DENIED,
+                headers=answer.headers,
+            )
+        results = tuple(
+            KVEntry.from_api(raw["KV"]) for raw in body.get("Results") or () if "KV" in raw
+        )
+        return TxnAnswer(answer.status == 200, results, errors, answer.date)
+
+    def acquire_and_read(
+        self, key: str, value: bytes, session_id: str, *, token: TokenChoice = DEFAULT_TOKEN
+    ) -> KVEntry | None:
+        """Acquire `key` for the session and read it back in ONE transaction (one round trip,
+        applied by the leader, so the read is consistent); None when it was refused: the key is
+        held or in lock-delay (PermissionDenied when the token may not write it)."""
+        operations = [KVOp("lock", key, value, session=session_id), KVOp("get", key)]
+        answer = self.kv(operations, token=token)
+        return answer.entry(key) if answer.applied else None
+
+
+def _error(raw: Any) -> TxnError:
+    raw = raw if isinstance(raw, dict) else {}
+    index = raw.get("OpIndex")
+    what = printable(str(raw.get("What", "")), ERROR_TEXT_LIMIT)
+    return TxnError(index if isinstance(index, int) else -1, what)

@@ -1,0 +1,175 @@
+"""The tick ledger's records: one KV key per scheduled tick of a job, under the job's own prefix.
+
+    <prefix>ticks/2026-12-01T02:00:00Z   {"format": 1, "tick": ..., "outcome": "running", ...}
+
+A record exists once a runner claimed the tick (outcome `running`, in the same transaction as the
+lock) or once someone noticed nobody did within its start deadline (`missed`). The runner that
+ran it completes it (succeeded, failed, lost, interrupted) before it releases the lock. Keys sort
+by time (fixed-width UTC names), so the oldest records are the first keys.
+
+Pure: encoding and decoding only. Decoding is for untrusted text: anyone with write on the prefix
+writes these keys, so every field is checked, bounded and made printable, and a value that is not
+a record still counts as one (its tick is taken) with outcome `unreadable`.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from dataclasses import asdict, dataclass, replace
+from datetime import datetime, timezone
+from typing import Any
+
+from provision.system.text import printable
+
+RECORD_FORMAT = 1
+TICKS_DIR = "ticks/"
+FIELD_LIMIT = 64  # characters of a name, host or session field
+_TICK_NAME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+_MAX_INT = 2**63
+
+
+class TickOutcome(str, enum.Enum):
+    RUNNING = "running"  # claimed; the job runs (or its runner died before completing it)
+    SUCCEEDED = "succeeded"  # the job exited 0 while the lock was held
+    FAILED = "failed"  # the job exited non-zero (or by a signal) while the lock was held
+    LOST = "lost"  # the lock was lost while the job ran: the job was fenced
+    INTERRUPTED = "interrupted"  # the runner was asked to stop (a signal)
+    MISSED = "missed"  # nobody claimed the tick within its start deadline
+    UNREADABLE = "unreadable"  # the key holds something that is not a tick record
+
+
+FINISHED = frozenset(
+    {TickOutcome.SUCCEEDED, TickOutcome.FAILED, TickOutcome.LOST, TickOutcome.INTERRUPTED}
+)
+
+
+def ticks_prefix(lock_key: str) -> str:
+    """`locks/job/.lock` -> `locks/job/ticks/`: the ledger sits beside the lock, under the
+    prefix the job's policy already grants."""
+    return lock_key.rsplit("/", 1)[0] + "/" + TICKS_DIR
+
+
+def tick_name(tick: datetime) -> str:
+    return tick.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def tick_key(lock_key: str, tick: datetime) -> str:
+    return ticks_prefix(lock_key) + tick_name(tick)
+
+
+def parse_tick_name(name: str) -> datetime | None:
+    """The tick a ledger key's last segment names, or None if it names none."""
+    if not _TICK_NAME.fullmatch(name):
+        return None
+    try:
+        return datetime.strptime(name, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+
+
+def timestamp(moment: datetime) -> str:
+    """A wall-clock time in a record: UTC, milliseconds."""
+    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class TickRecord:
+    """One tick's record. Times are UTC; durations are seconds."""
+
+    tick: datetime
+    outcome: TickOutcome
+    worker: str | None = None  # who claimed it (its own word), or who noticed it missed
+    session: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    claimed_at: datetime | None = None
+    start_lag: float | None = None  # claimed_at - tick
+    lock_index: int | None = None
+    finished_at: datetime | None = None
+    exit_status: int | None = None
+    duration: float | None = None
+    modify_index: int = 0  # Consul's, when read from Consul (the cas index to complete it at)
+
+    def encode(self) -> bytes:
+        fields: dict[str, Any] = {"format": RECORD_FORMAT}
+        for name, value in asdict(self).items():
+            if name == "modify_index" or value is None:
+                continue
+            if isinstance(value, datetime):
+                value = tick_name(value) if name == "tick" else timestamp(value)
+            elif isinstance(value, float):
+                value = round(value, 3)
+            fields[name] = value
+        fields["outcome"] = self.outcome.value
+        return json.dumps(fields, separators=(",", ":")).encode()
+
+    def completed(
+        self, outcome: TickOutcome, *, finished_at: datetime, **fields: Any
+    ) -> TickRecord:
+        return replace(self, outcome=outcome, finished_at=finished_at, **fields)
+
+    @property
+    def finished(self) -> bool:
+        return self.outcome in FINISHED
+
+
+def decode(tick: datetime, value: bytes | None, modify_index: int = 0) -> TickRecord:
+    """The record stored for `tick` (named by its key, which outranks what the value says)."""
+    raw = _json_object(value)
+    if raw is None or raw.get("format") != RECORD_FORMAT:
+        return TickRecord(tick, TickOutcome.UNREADABLE, modify_index=modify_index)
+    try:
+        outcome = TickOutcome(raw.get("outcome"))
+    except ValueError:
+        outcome = TickOutcome.UNREADABLE
+    return TickRecord(
+        tick=tick,
+        outcome=outcome,
+        worker=_text(raw.get("worker")),
+        session=_text(raw.get("session")),
+        host=_text(raw.get("host")),
+        pid=_int(raw.get("pid")),
+        claimed_at=_time(raw.get("claimed_at")),
+        start_lag=_number(raw.get("start_lag")),
+        lock_index=_int(raw.get("lock_index")),
+        finished_at=_time(raw.get("finished_at")),
+        exit_status=_int(raw.get("exit_status")),
+        duration=_number(raw.get("duration")),
+        modify_index=modify_index,
+    )
+
+
+def _json_object(value: bytes | None) -> dict[str, Any] | None:
+    try:
+        raw = json.loads(value or b"")
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, nested too deep
+        return None
+    return raw if isinstance(raw, dict) else None
+
+
+def _text(value: Any) -> str | None:
+    return printable(value, FIELD_LIMIT) if isinstance(value, str) and value else None
+
+
+def _int(value: Any) -> int | None:
+    if type(value) is int and -_MAX_INT < value < _MAX_INT:
+        return value
+    return None
+
+
+def _number(value: Any) -> float | None:
+    if type(value) in (int, float) and 0 <= value < 10**9:
+        return float(value)
+    return None
+
+
+def _time(value: Any) -> datetime | None:
+    if not isinstance(value, str) or len(value) > 40:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment.astimezone(timezone.utc) if moment.tzinfo is not None else None

@@ -1,0 +1,103 @@
+"""Which tick a run belongs to, and which ticks nobody ran: pure functions of the schedule and
+the clock (table-tested in tests/unit/test_ledger_ticks.py, no Consul).
+
+A run at `now` belongs to the latest tick T at or before now. It may claim T within T's claim
+window: the job's start deadline, cut at the next tick (a run later than that belongs to the
+next tick). Two clocks are compared when both are known: this host's, and the answering agent's
+(the HTTP Date of its last answer, whole seconds rounded down). The agent's clock is Consul's
+word that T has come: while it is still before T, the run waits for it (this host's clock is
+ahead), so no job starts before its tick on Consul's clock. With the agent on the same host the
+two are one clock, and the ledger still makes each tick run at most once whatever the clocks do.
+
+A tick is missed when its window closed (plus MISSED_GRACE, for clocks and timers a second or
+two apart) with no record; only ticks after the oldest record count (before it the job may not
+have existed), and at most `limit` of them are named at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from provision.schedule import Schedule
+
+MISSED_GRACE = 2.0  # seconds past a claim window before its tick may be called missed
+MAX_EARLY_WAIT = 5.0  # seconds a run waits for the agent's clock to reach its tick
+SKEW_REPORTED = 2.0  # seconds between the two clocks worth a warning
+_SECOND = timedelta(seconds=1)
+
+
+@dataclass(frozen=True)
+class TickChoice:
+    """The tick a run belongs to and whether it may claim it now."""
+
+    tick: datetime
+    window: float  # seconds after the tick during which it may be claimed
+    lag: float  # seconds this run is late for it, on this host's clock
+    wait: float  # seconds to wait first: the agent's clock has not reached the tick yet
+    skew: float | None  # this host's clock minus the agent's, when they differ by SKEW_REPORTED
+
+    @property
+    def too_late(self) -> bool:
+        return self.lag > self.window
+
+    @property
+    def too_early(self) -> bool:
+        """The agent's clock is so far behind that waiting for it is not reasonable."""
+        return self.wait > MAX_EARLY_WAIT
+
+
+def claim_window(schedule: Schedule, tick: datetime, start_deadline: float) -> float:
+    following = schedule.next_ticks(tick, 1)[0]
+    return min(start_deadline, (following - tick).total_seconds())
+
+
+def choose_tick(
+    schedule: Schedule, now: datetime, start_deadline: float, agent_date: datetime | None = None
+) -> TickChoice:
+    """The tick a run at `now` (this host's clock) belongs to; `agent_date`: the agent's."""
+    tick = schedule.latest_tick_at_or_before(now)
+    wait, skew = 0.0, None
+    if agent_date is not None:
+        wait = max(0.0, (tick - agent_date).total_seconds())
+        # The agent's clock lies in [date, date + 1s): compare with its middle.
+        difference = (now - agent_date).total_seconds() - 0.5
+        skew = difference if abs(difference) >= SKEW_REPORTED else None
+    lag = (now - tick).total_seconds()
+    return TickChoice(tick, claim_window(schedule, tick, start_deadline), lag, wait, skew)
+
+
+def missed_ticks(
+    schedule: Schedule,
+    recorded: Collection[datetime],
+    now: datetime,
+    start_deadline: float,
+    *,
+    limit: int,
+) -> list[datetime]:
+    """Ticks without a record whose claim window closed before `now` (newest first), after the
+    oldest recorded tick, at most `limit` (a bounded walk back from now, however long the gap)."""
+    if not recorded or limit <= 0:
+        return []
+    since = min(recorded)
+    horizon = now - timedelta(seconds=MISSED_GRACE)
+    tick = schedule.latest_tick_at_or_before(now)
+    following = schedule.next_ticks(tick, 1)[0]
+    missed: list[datetime] = []
+    # Recorded ticks and the newest ones, whose windows are still open (a window is at most one
+    # interval, the grace at most a few 1s intervals), are passed over within the budget.
+    for _ in range(limit + len(recorded) + 8):
+        if tick <= since or len(missed) >= limit:
+            break
+        window = min(start_deadline, (following - tick).total_seconds())
+        if tick + timedelta(seconds=window) < horizon and tick not in recorded:
+            missed.append(tick)
+        following, tick = tick, schedule.latest_tick_at_or_before(tick - _SECOND)
+    return missed
+
+
+def to_prune(ticks: Sequence[datetime], keep: int) -> list[datetime]:
+    """The ticks beyond the newest `keep`, oldest first: what retention deletes."""
+    ordered = sorted(ticks)
+    return ordered[: max(0, len(ordered) - keep)]

@@ -1,0 +1,10 @@
+worker "worker-1" {
+  address = "http://127.0.0.21:8500"
+}
+worker "worker-2" {}
+job "a" {
+  prefix   = "locks/a/"
+  workers  = ["worker-1"]
+  schedule = "@hourly"
+  history_limit = 10001
+}

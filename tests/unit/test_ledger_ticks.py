@@ -1,0 +1,119 @@
+"""The tick rules (provision/ledger/ticks.py) as tables: which tick a run belongs to, its claim
+window, the agent's clock, and which ticks nobody ran. No Consul, no sleeping."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from provision.ledger.ticks import (
+    MAX_EARLY_WAIT,
+    MISSED_GRACE,
+    choose_tick,
+    claim_window,
+    missed_ticks,
+    to_prune,
+)
+from provision.schedule import parse_schedule
+
+UTC = timezone.utc
+T = datetime(2026, 12, 1, 2, 0, 0, tzinfo=UTC)  # a tick of every schedule below
+EVERY_5S = parse_schedule("@every 5s")
+DAILY = parse_schedule("0 2 * * *")
+WEEKDAYS_9_17 = parse_schedule("0 9,17 * * 1-5")
+
+
+def at(seconds: float) -> datetime:
+    return T + timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize(
+    ("schedule", "now", "deadline", "tick", "window", "too_late"),
+    [
+        (EVERY_5S, at(0), 300, T, 5, False),  # exactly on the tick
+        (EVERY_5S, at(0.9), 300, T, 5, False),  # a timer a second late
+        (EVERY_5S, at(4.999), 300, T, 5, False),  # the window is cut at the next tick
+        (EVERY_5S, at(5), 300, at(5), 5, False),  # which is the next run's tick
+        (EVERY_5S, at(-0.001), 300, at(-5), 5, False),  # a clock a little behind: last tick
+        (EVERY_5S, at(2.5), 2, T, 2, True),  # start deadline shorter than the interval
+        (EVERY_5S, at(2), 2, T, 2, False),  # at the deadline itself: still in time
+        (DAILY, at(299), 300, T, 300, False),  # daily: the start deadline is the window
+        (DAILY, at(301), 300, T, 300, True),
+        (DAILY, at(7 * 3600), 300, T, 300, True),  # a worker booting hours late
+        (DAILY, at(-1), 300, T - timedelta(days=1), 300, True),  # before today's: yesterday's
+    ],
+)
+def test_a_run_belongs_to_the_latest_tick_within_its_window(
+    schedule, now, deadline, tick, window, too_late
+) -> None:
+    choice = choose_tick(schedule, now, deadline)
+    assert (choice.tick, choice.window, choice.too_late) == (tick, window, too_late)
+    assert choice.lag == pytest.approx((now - tick).total_seconds())
+    assert (choice.wait, choice.skew) == (0.0, None)  # no agent clock given
+
+
+def test_the_window_of_an_irregular_cron_is_cut_at_its_next_tick() -> None:
+    friday_17 = datetime(2026, 12, 4, 17, 0, tzinfo=UTC)  # next: Monday 09:00
+    assert claim_window(WEEKDAYS_9_17, friday_17, 86400) == 86400
+    monday_9 = datetime(2026, 12, 7, 9, 0, tzinfo=UTC)  # next: Monday 17:00
+    assert claim_window(WEEKDAYS_9_17, monday_9, 86400) == 8 * 3600
+
+
+@pytest.mark.parametrize(
+    ("now", "agent_date", "wait", "skew", "too_early"),
+    [
+        (at(0.3), at(0), 0.0, None, False),  # same clock (Date rounds down)
+        (at(0.3), at(-1), 1.0, None, False),  # agent 0.3..1.3 s behind: wait for its tick
+        (at(0.2), at(-3), 3.0, 2.7, False),  # this host 3 s ahead: wait, and say so
+        (at(0.1), at(-MAX_EARLY_WAIT - 1), MAX_EARLY_WAIT + 1, pytest.approx(5.6), True),
+        (at(0.5), at(3), 0.0, -3.0, False),  # this host behind: no wait, but a warning
+    ],
+)
+def test_the_agents_clock_says_whether_the_tick_has_come(
+    now, agent_date, wait, skew, too_early
+) -> None:
+    choice = choose_tick(EVERY_5S, now, 300, agent_date)
+    assert choice.tick == T
+    assert choice.wait == wait
+    assert choice.skew == (skew if skew is None else pytest.approx(skew))
+    assert choice.too_early is too_early
+
+
+def ticks(*seconds: float) -> set[datetime]:
+    return {at(s) for s in seconds}
+
+
+@pytest.mark.parametrize(
+    ("recorded", "now", "deadline", "limit", "missed"),
+    [
+        (set(), at(100), 300, 10, []),  # an empty ledger: nothing before the first run
+        (ticks(0, 5, 10), at(12), 300, 10, []),  # every tick recorded
+        (ticks(0, 10), at(12), 300, 10, []),  # 5's window closed at 10, +grace: not yet
+        (ticks(0, 10), at(10 + MISSED_GRACE + 0.1), 300, 10, [at(5)]),
+        (ticks(0), at(30), 300, 10, [at(20), at(15), at(10), at(5)]),  # newest first
+        (ticks(0), at(30), 300, 2, [at(20), at(15)]),  # at most `limit`
+        (ticks(0), at(30), 1, 10, [at(25), at(20), at(15), at(10), at(5)]),  # short deadline
+        (ticks(10), at(30), 300, 10, [at(20), at(15)]),  # nothing before the oldest record
+    ],
+)
+def test_missed_ticks_are_the_unrecorded_ones_whose_window_closed(
+    recorded, now, deadline, limit, missed
+) -> None:
+    assert missed_ticks(EVERY_5S, recorded, now, deadline, limit=limit) == missed
+
+
+def test_missed_ticks_scan_is_bounded_for_a_long_outage() -> None:
+    # a week of @every 5s ticks nobody ran: only the newest `limit` are named, quickly
+    recorded = {T}
+    week = at(7 * 86400)
+    missed = missed_ticks(EVERY_5S, recorded, week, 300, limit=60)
+    assert len(missed) == 60 and missed[0] == week - timedelta(seconds=5 + 5)
+    assert missed == sorted(missed, reverse=True)
+
+
+def test_retention_prunes_the_oldest_beyond_the_limit() -> None:
+    kept = [at(5 * i) for i in range(12)]
+    assert to_prune(list(reversed(kept)), 10) == kept[:2]
+    assert to_prune(kept, 12) == []
+    assert to_prune([], 10) == []
