@@ -78,8 +78,8 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
     lines = ["defaults {", '  renew_interval = "5s"', "}"]
     for worker in WORKERS:
         lines += [f'worker "{worker}" {{', f'  address = "{live_cluster.address(worker)}"', "}"]
-    lines += [f'job "entry-{uid}" {{', f'  prefix  = "{prefix}"', f"  workers = {list(WORKERS)}"]
-    lines = [line.replace("'", '"') for line in lines] + ["}"]
+    workers = json.dumps(list(WORKERS))
+    lines += [f'job "entry-{uid}" {{', f'  prefix  = "{prefix}"', f"  workers = {workers}", "}"]
     spec = tmp / "locks.hcl"
     spec.write_text("\n".join(lines) + "\n")
     with minted_workers(live_cluster, spec, WORKERS, tmp, uid, prefix) as made:
