@@ -3,45 +3,44 @@
 No HTTP and no Jinja here. Each command is a few lines; the work happens in the core modules.
 Exit codes (also in the README): 0 ok, 1 a check failed, 2 bad input, 3 Consul unavailable,
 4 permission denied, 5 other Consul error, 6 local environment problem, 130 interrupted.
+
+Importing this package loads nothing else: the console script (entry.main) serves a plain
+`lockctl run` without Typer. `provision.cli.app` (the module) holds the Typer app with every
+command; `from provision.cli import app` gives that app, loaded when first asked for.
 """
 
 from __future__ import annotations
 
-from provision.cli import (
-    acl,
-    check,
-    cluster,
-    consul_binary,
-    history,
-    next,
-    policies,
-    run,
-    status,
-    verify,
-    workers,
-)
-from provision.cli.app import app
+import sys
+import types
+from typing import Any
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app(prog_name="lockctl")
+    """Console-script entry point (also `python -m provision`)."""
+    from provision.cli.entry import main as entry_main
+
+    entry_main()
 
 
-app.add_typer(cluster.app, name="cluster")
-app.command("install-consul")(consul_binary.install_consul)
-app.command("render")(policies.render)
-app.command("lint")(policies.lint)
-app.command("bootstrap")(acl.bootstrap)
-app.command("plan")(acl.plan)
-app.command("apply")(acl.apply)
-app.command("rotate")(acl.rotate)
-app.command("worker-config")(workers.worker_config)
-app.command("run", context_settings={"allow_interspersed_args": False})(run.run)
-app.command("status")(status.status)
-app.command("next")(next.next_ticks)
-app.command("history")(history.history)
-app.command("check")(check.check)
-app.command("verify")(verify.verify)
+class _CliPackage(types.ModuleType):
+    """The package, whose `app` is the Typer app, loaded lazily.
+
+    A property, not a module `__getattr__`: importing the submodule provision.cli.app makes
+    the import system set the package's `app` to that module, which would then win.
+    """
+
+    @property
+    def app(self) -> Any:
+        from provision.cli.app import app
+
+        return app
+
+    @app.setter
+    def app(self, _module: Any) -> None:
+        pass  # the import system recording the submodule: it stays in sys.modules
+
+
+sys.modules[__name__].__class__ = _CliPackage
 
 __all__ = ["app", "main"]

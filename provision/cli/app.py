@@ -1,15 +1,19 @@
-"""The root Typer app and its single error boundary."""
+"""The root Typer app, its single error boundary, and every command registered on it.
+
+Loaded for every command but a plain `lockctl run`, which entry.py serves without Typer;
+`run --help` and a malformed `run` come here like everything else.
+"""
 
 from __future__ import annotations
 
-import logging
 from typing import Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
 from provision import __version__
-from provision.errors import EXIT_INTERRUPTED, LockctlError
+from provision.cli.entry import configure_logging, report_expected_error, report_interrupted
+from provision.errors import LockctlError
 
 
 class ErrorBoundaryGroup(TyperGroup):
@@ -24,15 +28,9 @@ class ErrorBoundaryGroup(TyperGroup):
         try:
             return super().invoke(ctx)
         except LockctlError as exc:
-            # Errors that collect several problems (a spec, a worker config) list each on its
-            # own line, each naming its file:line, before the one-line summary.
-            for problem in getattr(exc, "problems", ()):
-                typer.echo(str(problem), err=True)
-            typer.echo(f"lockctl: error: {exc}", err=True)
-            raise typer.Exit(exc.exit_code) from None
+            raise typer.Exit(report_expected_error(exc)) from None
         except KeyboardInterrupt:
-            typer.echo("lockctl: interrupted", err=True)
-            raise typer.Exit(EXIT_INTERRUPTED) from None
+            raise typer.Exit(report_interrupted()) from None
 
 
 app = typer.Typer(
@@ -63,7 +61,41 @@ def root(
     ] = False,
 ) -> None:
     """lockctl: singleton jobs behind Consul session locks."""
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.WARNING,
-        format="lockctl: %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(verbose)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The whole CLI on `argv` (default: the process's arguments)."""
+    app(args=argv, prog_name="lockctl")
+
+
+# The commands, registered last: their modules import nothing from this one.
+from provision.cli import (  # noqa: E402
+    acl,
+    check,
+    cluster,
+    consul_binary,
+    history,
+    next,
+    policies,
+    run,
+    status,
+    verify,
+    workers,
+)
+
+app.add_typer(cluster.app, name="cluster")
+app.command("install-consul")(consul_binary.install_consul)
+app.command("render")(policies.render)
+app.command("lint")(policies.lint)
+app.command("bootstrap")(acl.bootstrap)
+app.command("plan")(acl.plan)
+app.command("apply")(acl.apply)
+app.command("rotate")(acl.rotate)
+app.command("worker-config")(workers.worker_config)
+app.command("run", context_settings={"allow_interspersed_args": False})(run.run)
+app.command("status")(status.status)
+app.command("next")(next.next_ticks)
+app.command("history")(history.history)
+app.command("check")(check.check)
+app.command("verify")(verify.verify)

@@ -137,9 +137,11 @@ class Child:
     def abort(self) -> None:
         """The lock was not ours: end what was prepared (the waiting init), leave nothing."""
         if self._control is not None:
+            # Killed first: closing the socket with the init's unread "ready" in it resets the
+            # connection, and an init still alive would print ECONNRESET's traceback.
+            self._kill_prepared()
             self._control.close()
             self._control = None
-            self._kill_prepared()
 
     def _kill_prepared(self) -> None:
         if self.process is not None:

@@ -15,9 +15,14 @@ ROOT = Path(__file__).resolve().parents[2]
 HTTP_MODULES = ("requests", "urllib3")
 
 # Runs the CLI in this interpreter, then reports which of the named top-level packages it loaded.
+# The console script's fast path ends in os._exit (entry.exit_process); here it raises instead.
 RUN_CLI = """
 import json, sys
+import provision.cli.entry
 from provision.cli import main
+def exit_process(code):
+    raise SystemExit(code)
+provision.cli.entry.exit_process = exit_process
 watched, argv = sys.argv[1].split(","), sys.argv[2:]
 sys.argv = ["lockctl", *argv]
 try:
@@ -39,6 +44,7 @@ print(json.dumps(sorted(name for name in sys.argv[2].split(",") if name in sys.m
 
 
 def _run_cli(*argv: str, watched: tuple[str, ...] = HTTP_MODULES) -> tuple[int, list[str]]:
+    """Exit code and which of `watched` (top-level packages or modules) the command loaded."""
     done = subprocess.run(
         [sys.executable, "-c", RUN_CLI, ",".join(watched), *argv],
         cwd=ROOT,
@@ -74,6 +80,51 @@ def test_the_probe_sees_what_a_command_loads_lazily() -> None:
     code, loaded = _run_cli("render", "--check", watched=("jinja2", *HTTP_MODULES))
     assert code == 0
     assert loaded == ["jinja2"]
+
+
+# What the CLI loads that a plain `lockctl run` must not: Typer's help renderer, the other commands.
+NOT_FOR_RUN = (
+    "rich",
+    "pydantic",
+    "jinja2",
+    "hcl2",
+    "provision.cli.app",
+    *(f"provision.cli.{name}" for name in ("acl", "cluster", "consul_binary", "next", "options")),
+    *(f"provision.cli.{name}" for name in ("policies", "status", "verify", "workers", "run")),
+)
+
+
+def test_run_loads_the_runner_but_not_rich_or_the_other_commands(tmp_path: Path) -> None:
+    """The whole run path up to the first HTTP call (the job is refused just before it):
+    the runner and requests are loaded, rich and the other commands are not. (tests/integration/
+    test_run_entry.py checks a real skip, Typer and click included.)"""
+    token = tmp_path / "w.token"
+    token.write_text("placeholder-not-a-secret\n")
+    token.chmod(0o600)
+    timings = {"ttl": "15s", "lock_delay": "15s", "renew_interval": "5s", "kill_grace": "5s"}
+    config = tmp_path / "lockctl.json"
+    config.write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "worker": "worker-1",
+                "consul": {"address": "http://127.0.0.1:9", "token_file": str(token)},
+                "jobs": {"j": {"lock_key": "x/.lock", **timings}},
+            }
+        )
+    )
+    argv = ("run", "--config", str(config), "--job", "j", "--", "/nonexistent/program")
+    watched = ("requests", "provision.runner.engine", *NOT_FOR_RUN)
+    code, loaded = _run_cli(*argv, watched=watched)
+    assert code == 2  # cannot start /nonexistent/program: refused before any lock
+    assert loaded == ["provision.runner.engine", "requests"]
+
+
+def test_the_probe_sees_the_whole_cli_when_typer_serves_run() -> None:
+    """The check above can fail: `run --help` goes to the Typer app, and it is seen."""
+    code, loaded = _run_cli("run", "--help", watched=NOT_FOR_RUN)
+    assert code == 0
+    assert "provision.cli.acl" in loaded and "provision.cli.app" in loaded
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,211 @@
+"""`lockctl run` without Typer: its flags (the one table both parsers are built from) and the run.
+
+`run` is started by every worker on every tick, and most of those runs skip, so this module
+imports nothing heavy at the top: the worker's config is read first, and the runner and the
+Consul client (requests: most of a skip's cost) are loaded only once the job is known. It reads
+where Consul is from the worker's config (lockctl.json), not from connection flags.
+
+The Typer command (run.py) and the console script's fast path (entry.py) both take their flags
+from RUN_FLAGS and both end in `run_command`, so the two cannot differ in what a run does.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from provision.errors import InputError, LockctlError
+
+if TYPE_CHECKING:
+    from provision.runner.engine import RunResult
+    from provision.runner.events import EventLog
+    from provision.workers.config import JobConfig, WorkerConfig
+
+
+@dataclass(frozen=True)
+class RunFlag:
+    """One option of `lockctl run`: its names (long first), help, and how it parses."""
+
+    field: str  # the RunArgs field (and the Typer parameter) it sets
+    names: tuple[str, ...]
+    help: str
+    takes_value: bool  # False: a switch, True when given
+    required: bool = False
+    envvar: str | None = None
+
+
+RUN_FLAGS = (
+    RunFlag("job", ("--job", "-j"), "The job (its name in the spec).", True, required=True),
+    RunFlag(
+        "config",
+        ("--config", "-c"),
+        "The worker's lockctl.json.",
+        True,
+        required=True,
+        envvar="LOCKCTL_CONFIG",
+    ),
+    RunFlag("wait", ("--wait",), "Wait for the lock instead of skipping this tick.", False),
+    RunFlag("timeout", ("--timeout",), "With --wait: give up after this duration.", True),
+    RunFlag(
+        "min_hold", ("--min-hold",), "Hold the lock at least this long (overrides config).", True
+    ),
+    RunFlag(
+        "allow_unsafe",
+        ("--allow-unsafe",),
+        "Run even if the timings break the fencing bound.",
+        False,
+    ),
+    RunFlag(
+        "metrics_textfile",
+        ("--metrics-textfile",),
+        "Write the job's Prometheus metrics to this *.prom file (node_exporter's textfile "
+        "collector), atomically, after every run.",
+        True,
+    ),
+)
+FLAGS = {flag.field: flag for flag in RUN_FLAGS}
+COMMAND_HELP = "The job's command, after --."
+
+
+@dataclass(frozen=True)
+class RunArgs:
+    """What `lockctl run` was asked to do, as parsed from its flags."""
+
+    command: list[str]
+    job: str
+    config: Path
+    wait: bool = False
+    timeout: str | None = None
+    min_hold: str | None = None
+    allow_unsafe: bool = False
+    metrics_textfile: str | None = None
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """The flags, checked before any lock is taken."""
+
+    timeout: float | None
+    min_hold: float | None
+    metrics: Path | None
+
+
+def run_command(args: RunArgs) -> int:
+    """Run the job as asked; its exit status (the job's own, or the runner's 75/76).
+
+    Expected errors raise LockctlError (the caller's error boundary prints them)."""
+    checked = _check_flags(args)
+    from provision.workers.config import load_worker_config
+
+    worker_config = load_worker_config(args.config, allow_unsafe=args.allow_unsafe)
+    job_config = worker_config.job(args.job)
+    # Everything above is cheap (no HTTP stack loaded). A check that can settle a tick without a
+    # session (the tick ledger's "already taken") belongs here, before _run loads the runner.
+    return _run(args, checked, worker_config, job_config)
+
+
+def _check_flags(args: RunArgs) -> _Checked:
+    if args.timeout is not None and not args.wait:
+        raise InputError("--timeout only applies with --wait")
+    metrics = None
+    if args.metrics_textfile is not None:
+        from provision.runner.metrics import metrics_path_problem
+
+        metrics = Path(args.metrics_textfile)
+        problem = metrics_path_problem(metrics)
+        if problem is not None:
+            raise InputError(f"--metrics-textfile {args.metrics_textfile}: {problem}")
+    return _Checked(
+        _seconds(args.timeout, "--timeout"), _seconds(args.min_hold, "--min-hold"), metrics
+    )
+
+
+def _run(
+    args: RunArgs, checked: _Checked, worker_config: WorkerConfig, job_config: JobConfig
+) -> int:
+    from provision.cli.signals import signals_request_stop
+    from provision.consul import Consul, resolve_settings
+    from provision.runner.child import become_subreaper
+    from provision.runner.engine import RunOptions, run_job
+    from provision.runner.events import EventLog
+    from provision.runner.stop import StopRequest
+
+    settings = resolve_settings(address=worker_config.address, token_file=worker_config.token_file)
+    options = RunOptions(args.wait, checked.timeout, checked.min_hold)
+    events = EventLog(args.job, worker_config.worker, sys.stderr)
+    consul = Consul(settings)
+    become_subreaper()  # the job's orphans come back to us, so none of them outlives the lock
+    gc.freeze()  # what the imports made stays; the collector no longer walks it
+    gc.enable()  # the console script disabled it for the imports (entry.main)
+    began = time.monotonic()
+    try:
+        with signals_request_stop(StopRequest(), restore=False) as stop:  # we exit right after
+            result = run_job(
+                consul, job_config, worker_config.worker, args.command, options, events, stop
+            )
+    except LockctlError:  # Consul unreachable, refused, ...: counted too, as outcome "error"
+        if checked.metrics is not None:
+            _write_metrics(checked.metrics, events, None, time.monotonic() - began)
+        raise
+    if checked.metrics is not None:
+        _write_metrics(checked.metrics, events, result, time.monotonic() - began)
+    if events.broken:
+        _report_broken_stream(events)
+    return result.exit_code
+
+
+def _write_metrics(path: Path, events: EventLog, result: RunResult | None, elapsed: float) -> None:
+    """Write the metrics file; what goes wrong is a warning event, never the run's exit status."""
+    from provision.runner.metrics import write_run_metrics
+
+    warnings = write_run_metrics(
+        path, events.job, events.worker, result, time.time(), elapsed=elapsed
+    )
+    for warning in warnings:
+        events.emit("metrics-warning", path=str(path), warning=warning)
+
+
+def _report_broken_stream(events: EventLog) -> None:
+    """Say once, if stderr works again, how many events were lost; then make sure the exit
+    status stays the job's: Python's own final flush of a broken stderr would turn it into 120."""
+    import contextlib
+    import os
+
+    with contextlib.suppress(OSError, ValueError):
+        sys.stderr.write(
+            f"lockctl: warning: {events.dropped} lock events could not be written to stderr "
+            f"({events.broken})\n"
+        )
+        sys.stderr.flush()
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        sys.stderr = open(devnull, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+
+
+# The longest --timeout (a wait for the lock) taken: a week. --min-hold is bounded like the
+# spec's min_hold (provision.timings.BOUNDS). Both are refused at the flag, before any lock is
+# taken: a value no clock or sleep can hold would otherwise fail after the job ran.
+MAX_WAIT_SECONDS = 7 * 86400.0
+
+
+def _seconds(text: str | None, flag: str) -> float | None:
+    from provision.durations import DurationSyntaxError, format_duration, parse_duration
+    from provision.timings import BOUNDS
+
+    if text is None:
+        return None
+    try:
+        seconds = parse_duration(text).seconds
+    except DurationSyntaxError as exc:
+        raise InputError(f"{flag}: {exc}") from None
+    if seconds < 0:
+        raise InputError(f"{flag} {text}: must not be negative")
+    high = BOUNDS["min_hold"][1] if flag == "--min-hold" else MAX_WAIT_SECONDS
+    if seconds > high:
+        raise InputError(f"{flag} {text}: must be at most {format_duration(high)}")
+    return seconds

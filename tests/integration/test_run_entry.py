@@ -1,0 +1,173 @@
+"""`lockctl run` through the console script's fast path on the real cluster: a skip loads no
+Typer, click, rich or other command, and --metrics-textfile counts skips and runs across
+processes (what the textfile collector would read after each)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from workers_lab import minted_workers
+
+from provision.consul import Consul
+
+if TYPE_CHECKING:
+    from conftest import LiveCluster
+
+pytestmark = pytest.mark.cluster
+
+WORKERS = ("worker-1", "worker-2")
+WAIT = 30.0
+
+# The console script's entry, in a child interpreter, reporting which watched modules it loaded
+# (exit_process would os._exit before anything could be reported).
+PROBE = """
+import json, sys
+import provision.cli.entry as entry
+def exit_process(code):
+    loaded = sorted(m for m in sys.modules if m.split(".")[0] in WATCHED or m in WATCHED)
+    sys.stdout.write(json.dumps({"code": code, "loaded": loaded}) + "\\n")
+    sys.stdout.flush()
+    raise SystemExit(code)
+WATCHED = set(sys.argv[1].split(","))
+entry.exit_process = exit_process
+entry.main(sys.argv[2:])
+"""
+NOT_FOR_RUN = (
+    "typer",
+    "click",
+    "rich",
+    "pydantic",
+    "jinja2",
+    "hcl2",
+    "provision.cli.app",
+    "provision.cli.acl",
+    "provision.cli.cluster",
+    "provision.cli.options",
+    "provision.cli.policies",
+    "provision.cli.status",
+    "provision.cli.verify",
+    "provision.cli.workers",
+    "provision.cli.run",
+)
+
+
+@dataclass(frozen=True)
+class Lab:
+    configs: dict[str, Path]
+    job: str
+    key: str
+    tmp: Path
+    cluster: LiveCluster
+
+
+@pytest.fixture(scope="module")
+def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    tmp = tmp_path_factory.mktemp("run-entry")
+    uid = uuid.uuid4().hex[:8]
+    prefix = f"test/run-entry-{uid}/"
+    lines = ["defaults {", '  renew_interval = "5s"', "}"]
+    for worker in WORKERS:
+        lines += [f'worker "{worker}" {{', f'  address = "{live_cluster.address(worker)}"', "}"]
+    workers = json.dumps(list(WORKERS))
+    lines += [f'job "entry-{uid}" {{', f'  prefix  = "{prefix}"', f"  workers = {workers}", "}"]
+    spec = tmp / "locks.hcl"
+    spec.write_text("\n".join(lines) + "\n")
+    with minted_workers(live_cluster, spec, WORKERS, tmp, uid, prefix) as made:
+        yield Lab(made.configs, f"entry-{uid}", f"{prefix}.lock", tmp, live_cluster)
+
+
+class Holder:
+    """Another session (management token) holding the job's lock, LockDelay 0."""
+
+    def __init__(self, lab: Lab) -> None:
+        self.consul: Consul = lab.cluster.management("worker-1")
+        self.key = lab.key
+        self.session = self.consul.session.create(name="holder", ttl=30, lock_delay=0)
+        assert self.consul.kv.put(self.key, b"holder", acquire=self.session)
+
+    def release(self) -> None:
+        self.consul.kv.put(self.key, release=self.session)
+        self.consul.session.destroy(self.session)
+
+
+def probe(lab: Lab, *args: str) -> tuple[dict[str, object], list[dict[str, object]]]:
+    argv = ["run", "--config", str(lab.configs["worker-2"]), "--job", lab.job, *args]
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, ",".join(NOT_FOR_RUN), *argv],
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+        env={k: v for k, v in os.environ.items() if k != "LOCKCTL_CONFIG"},
+    )
+    assert "Traceback" not in done.stderr, done.stderr
+    events = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    return json.loads(done.stdout.splitlines()[-1]), events
+
+
+def test_a_skip_loads_neither_typer_nor_rich_nor_the_other_commands(lab: Lab) -> None:
+    holder = Holder(lab)
+    try:
+        report, events = probe(lab, "--", "true")
+    finally:
+        holder.release()
+    assert report == {"code": 0, "loaded": []}
+    assert [e["event"] for e in events] == ["skipped"]
+
+
+def _samples(path: Path) -> dict[str, float]:
+    found = {}
+    for family in text_string_to_metric_families(path.read_text()):
+        for sample in family.samples:
+            outcome = sample.labels.get("outcome")
+            assert sample.labels["worker"] == "worker-2"
+            found[sample.name + (f"{{{outcome}}}" if outcome else "")] = sample.value
+    return found
+
+
+def test_metrics_count_skips_and_runs_and_a_skip_keeps_the_last_success(lab: Lab) -> None:
+    prom = lab.tmp / "textfile" / "lockctl-entry.prom"
+    prom.parent.mkdir()
+    flags = ("--metrics-textfile", str(prom), "--")
+    holder = Holder(lab)
+    try:
+        assert probe(lab, *flags, "true")[0]["code"] == 0
+    finally:
+        holder.release()
+    assert _samples(prom) == {"lockctl_ticks_total{skipped}": 1.0}
+    report, events = probe(lab, *flags, "sh", "-c", "sleep 0.2")
+    assert report["code"] == 0 and events[-1]["event"] == "released"
+    after_run = _samples(prom)
+    assert after_run["lockctl_ticks_total{ran}"] == 1.0
+    assert after_run["lockctl_job_last_exit_status"] == 0.0
+    assert 0.2 <= after_run["lockctl_job_last_duration_seconds"] < 10
+    success = after_run["lockctl_job_last_success_timestamp_seconds"]
+    holder = Holder(lab)
+    try:
+        assert probe(lab, *flags, "true")[0]["code"] == 0
+    finally:
+        holder.release()
+    after_skip = _samples(prom)
+    assert after_skip["lockctl_job_last_success_timestamp_seconds"] == success
+    assert after_skip["lockctl_ticks_total{skipped}"] == 2.0
+    assert sorted(p.name for p in prom.parent.iterdir()) == [prom.name]  # no temporary left
+
+
+def test_a_metrics_folder_that_cannot_be_written_keeps_the_jobs_exit_status(lab: Lab) -> None:
+    report, events = probe(
+        lab, "--metrics-textfile", "/proc/lockctl.prom", "--", "sh", "-c", "exit 3"
+    )
+    assert report["code"] == 3
+    warning = events[-1]
+    assert warning["event"] == "metrics-warning" and warning["path"] == "/proc/lockctl.prom"
+    assert str(warning["warning"]).startswith("metrics not written: ")
