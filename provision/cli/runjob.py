@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 from provision.errors import InputError, LockctlError
 
 if TYPE_CHECKING:
-    from provision.runner.engine import RunResult
     from provision.runner.events import EventLog
+    from provision.runner.results import RunResult
     from provision.workers.config import JobConfig, WorkerConfig
 
 
@@ -99,13 +99,24 @@ def run_command(args: RunArgs) -> int:
 
     Expected errors raise LockctlError (the caller's error boundary prints them)."""
     checked = _check_flags(args)
+    from provision.runner.events import EventLog
+    from provision.runner.precheck import tick_taken
     from provision.workers.config import load_worker_config
 
     worker_config = load_worker_config(args.config, allow_unsafe=args.allow_unsafe)
     job_config = worker_config.job(args.job)
-    # Everything above is cheap (no HTTP stack loaded). A check that can settle a tick without a
-    # session (the tick ledger's "already taken") belongs here, before _run loads the runner.
-    return _run(args, checked, worker_config, job_config)
+    events = EventLog(args.job, worker_config.worker, sys.stderr)
+    # Everything up to here is cheap (no HTTP stack loaded): a tick another worker took is
+    # settled with one plain read, before the runner and the Consul client are loaded.
+    began = time.monotonic()
+    skipped = tick_taken(worker_config, job_config, events)
+    if skipped is None:
+        return _run(args, checked, worker_config, job_config, events)
+    if checked.metrics is not None:
+        _write_metrics(checked.metrics, events, skipped, time.monotonic() - began)
+    if events.broken:
+        _report_broken_stream(events)
+    return skipped.exit_code
 
 
 def _check_flags(args: RunArgs) -> _Checked:
@@ -125,13 +136,18 @@ def _check_flags(args: RunArgs) -> _Checked:
 
 
 def _run(
-    args: RunArgs, checked: _Checked, worker_config: WorkerConfig, job_config: JobConfig
+    args: RunArgs,
+    checked: _Checked,
+    worker_config: WorkerConfig,
+    job_config: JobConfig,
+    events: EventLog,
 ) -> int:
     from provision.cli.signals import signals_request_stop
     from provision.consul import Consul, resolve_settings
     from provision.runner.child import become_subreaper
-    from provision.runner.engine import RunOptions, run_job
+    from provision.runner.engine import run_job
     from provision.runner.events import EventLog
+    from provision.runner.results import RunOptions
     from provision.runner.stop import StopRequest
 
     settings = resolve_settings(address=worker_config.address, token_file=worker_config.token_file)

@@ -7,15 +7,17 @@ held = consul.kv.put("locks/job/.lock", acquire=session_id)
 Callers take everything from here (the client, its settings, retry policies, the errors) and
 never reach into the transport: `Consul(settings, pool_size=48)` keeps connections open for 48
 calls in flight, and `consul.requests_sent` counts the HTTP requests made over its pool.
+
+Importing the package loads only the errors and the settings: the client and its HTTP stack
+(requests, ~45 ms) load when first asked for, so `lockctl run`'s cheap skip (quick.py, the
+standard library's http.client) never pays for them.
 """
 
 from __future__ import annotations
 
-import copy
-import dataclasses
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from provision.consul.api import ACLAPI, KVAPI, AgentAPI, HealthAPI, SessionAPI, StatusAPI
 from provision.consul.errors import (
     ConsulError,
     ConsulHTTPError,
@@ -26,11 +28,21 @@ from provision.consul.errors import (
     PermissionDenied,
 )
 from provision.consul.settings import ConsulSettings, normalize_address, resolve_settings
-from provision.consul.transport import DEFAULT_TOKEN, NO_RETRY, RetryPolicy, Transport
-from provision.consul.txn import KVOp, TxnAnswer, TxnAPI, TxnError
 
 if TYPE_CHECKING:
-    import requests
+    from provision.consul.client import Consul
+    from provision.consul.transport import DEFAULT_TOKEN, NO_RETRY, RetryPolicy
+    from provision.consul.txn import KVOp, TxnAnswer, TxnError
+
+_LAZY = {
+    "Consul": "client",
+    "DEFAULT_TOKEN": "transport",
+    "NO_RETRY": "transport",
+    "RetryPolicy": "transport",
+    "KVOp": "txn",
+    "TxnAnswer": "txn",
+    "TxnError": "txn",
+}
 
 __all__ = [
     "DEFAULT_TOKEN",
@@ -53,68 +65,11 @@ __all__ = [
 ]
 
 
-class Consul:
-    """One agent's API, by area: `status`, `agent`, `health`, `acl`, `session`, `kv`, `txn`.
-
-    `pool_size`: connections kept open per agent, for callers with that many calls in flight
-    (default: requests' 10). `session`: an injected `requests.Session` (tests).
-    """
-
-    def __init__(
-        self,
-        settings: ConsulSettings,
-        *,
-        retry: RetryPolicy | None = None,
-        pool_size: int | None = None,
-        session: requests.Session | None = None,
-    ) -> None:
-        transport = Transport(
-            settings, session=session, pool_size=pool_size, retry=retry or RetryPolicy()
-        )
-        self._attach(transport)
-
-    def _attach(self, transport: Transport) -> None:
-        self.transport = transport
-        self.status = StatusAPI(transport)
-        self.agent = AgentAPI(transport)
-        self.health = HealthAPI(transport)
-        self.acl = ACLAPI(transport)
-        self.session = SessionAPI(transport)
-        self.kv = KVAPI(transport)
-        self.txn = TxnAPI(transport)
-
-    def _over(self, transport: Transport) -> Consul:
-        clone = copy.copy(self)
-        clone._attach(transport)
-        return clone
-
-    def with_settings(self, **changes: Any) -> Consul:
-        """The same client pointed elsewhere or with another token, sharing the HTTP pool."""
-        settings = dataclasses.replace(self.transport.settings, **changes)
-        return self._over(self.transport.derive(settings=settings))
-
-    def with_retry(self, retry: RetryPolicy) -> Consul:
-        """The same client with another retry policy for every call, sharing the HTTP pool."""
-        return self._over(self.transport.derive(retry=retry))
-
-    def with_pool(self, pool_size: int) -> Consul:
-        """The same client over a new pool of `pool_size` connections, its count at zero."""
-        return Consul(self.settings, retry=self.retry, pool_size=pool_size)
-
-    @property
-    def settings(self) -> ConsulSettings:
-        return self.transport.settings
-
-    @property
-    def retry(self) -> RetryPolicy:
-        return self.transport.retry
-
-    @property
-    def address(self) -> str:
-        return self.transport.settings.address
-
-    @property
-    def requests_sent(self) -> int:
-        """HTTP requests sent over this client's pool so far, retries included, by every client
-        sharing the pool (`with_settings`, `with_retry`)."""
-        return self.transport.count.value
+def __getattr__(name: str) -> Any:
+    """The client's names, imported on first use (PEP 562)."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"provision.consul.{module}"), name)
+    globals()[name] = value
+    return value

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from provision.consul.errors import NotFound, PermissionDenied
+from provision.consul.keys import checked_key
 from provision.consul.models import KVEntry, Policy, ReadMeta, Session, Token
 from provision.consul.transport import (
     DEFAULT_TOKEN,
@@ -19,7 +20,6 @@ from provision.consul.transport import (
     Transport,
     quote_path,
 )
-from provision.errors import InputError
 from provision.system.secrets import Secret
 
 CONSISTENCY_MODES = ("default", "consistent", "stale")
@@ -352,23 +352,6 @@ class KVAPI(_Area):
         return self._transport.request(
             method, "/v1/kv/" + quote_path(checked_key(key)), params=params, token=token, **options
         )
-
-
-def checked_key(key: str) -> str:
-    """`key`, if the KV key Consul sees would be this one; else InputError (exit 2).
-
-    No quoting can keep a '.' or '..' segment: urllib3 drops them from the URL path (and decodes
-    '%2e' to '.' first), and Consul's HTTP server redirects '//' to '/'. A lock acquired in a
-    transaction (key in the body, exact) would then be released on another key (key in the path).
-    The spec refuses such prefixes; this is the last line of defence, for every KV call.
-    """
-    segments = key.removesuffix("/").split("/")
-    if key and not any(segment in ("", ".", "..") for segment in segments):
-        return key
-    raise InputError(
-        f"KV key {key!a}: an empty, '.' or '..' segment would change on the way to Consul "
-        "(HTTP drops or merges them), so it is refused"
-    )
 
 
 def _consistency(mode: str) -> dict[str, str | int]:

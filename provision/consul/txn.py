@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from provision.consul.api import checked_key
 from provision.consul.errors import PermissionDenied
+from provision.consul.keys import checked_key
 from provision.consul.models import KVEntry
 from provision.consul.transport import DEFAULT_TOKEN, TokenChoice, Transport
 from provision.system.text import printable

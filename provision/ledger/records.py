@@ -173,3 +173,23 @@ def _time(value: Any) -> datetime | None:
     except ValueError:
         return None
     return moment.astimezone(timezone.utc) if moment.tzinfo is not None else None
+
+
+def taken_fields(record: TickRecord) -> dict[str, object]:
+    """The skipped event's fields for a tick someone else has: who, and how it went."""
+    who = record.worker or "an unnamed runner"
+    when = tick_name(record.tick)
+    if record.outcome is TickOutcome.MISSED:
+        reason = f"tick {when} already recorded missed (noticed by {who})"
+    elif record.outcome is TickOutcome.RUNNING:
+        reason = f"tick {when} already taken by {who} (running)"
+    elif record.outcome is TickOutcome.UNREADABLE:
+        reason = f"tick {when} already has a record (unreadable): not claimed again"
+    else:
+        reason = f"tick {when} already run by {who} ({record.outcome.value})"
+    return {
+        "reason": reason,
+        "taken_by": record.worker,
+        "taken_outcome": record.outcome.value,
+        "taken_lock_index": record.lock_index,
+    }

@@ -21,8 +21,7 @@ import os
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from datetime import datetime
+from dataclasses import replace
 
 from provision.consul import Consul, NotFound
 from provision.errors import EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT, LocalEnvironmentError
@@ -42,37 +41,21 @@ from provision.runner.fencing import (
 )
 from provision.runner.lock import Ending, HeldLock, LockSession
 from provision.runner.monitors import LockMonitors
+from provision.runner.precheck import WallClock, utc_now
+from provision.runner.results import RunOptions, RunResult
 from provision.runner.stop import StopRequest, Wakeup, wait_for
 from provision.runner.tick_lock import (
     TickLock,
     TickSkip,
-    WallClock,
     housekeep,
     job_schedule,
     plan_tick,
-    utc_now,
 )
 from provision.workers.config import JobConfig
 
 MIN_DELAY_RETRY = 0.1
 STOP_POLL = 1.0  # seconds: the longest blocking wait while waiting for the lock (a stop's delay)
 REAP_POLL = 0.01  # while a signalled tree dies: its leftovers' deaths wake nobody
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    wait: bool = False
-    timeout: float | None = None  # with --wait: give up after this many seconds
-    min_hold: float | None = None  # overrides the job's configured min_hold
-
-
-@dataclass(frozen=True)
-class RunResult:
-    outcome: Outcome
-    exit_code: int
-    lock_index: int | None = None
-    tick: datetime | None = None  # the scheduled tick this run was for
-    duration: float | None = None  # seconds the job ran (None: it did not start)
 
 
 def run_job(

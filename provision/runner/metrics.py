@@ -21,7 +21,7 @@ from provision.system.files import PUBLIC_MODE, UnreadableFile, read_regular_fil
 from provision.system.text import printable
 
 if TYPE_CHECKING:
-    from provision.runner.engine import RunResult
+    from provision.runner.results import RunResult
 
 SUFFIX = ".prom"  # node_exporter's textfile collector reads *.prom and nothing else
 MAX_FILE_BYTES = 64 * 1024  # one job's file is well under 2 KiB; more is not ours

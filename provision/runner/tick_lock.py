@@ -18,24 +18,20 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime
 
 from provision.consul import Consul, ConsulError
-from provision.ledger.records import TickOutcome, TickRecord, tick_name
+from provision.ledger.records import TickOutcome, TickRecord, taken_fields, tick_name
 from provision.ledger.store import Ledger
 from provision.ledger.ticks import MISSED_GRACE, TickChoice, choose_tick, missed_ticks, to_prune
 from provision.runner.events import EventLog, ms
 from provision.runner.lock import Ending, HeldLock, LockSession, holder_record
+from provision.runner.precheck import WallClock, utc_now
 from provision.schedule import Schedule, parse_schedule
 from provision.system.text import printable
 from provision.workers.config import JobConfig
 
-WallClock = Callable[[], datetime]
 MAX_MISSED_PER_RUN = 60
-
-
-def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def job_schedule(job: JobConfig) -> Schedule | None:
@@ -96,26 +92,6 @@ def _too_late(
         f"start deadline ({choice.window:.0f}s); not run"
     )
     return TickSkip(choice.tick, "missed", {"reason": reason, "recorded": recorded})
-
-
-def taken_fields(record: TickRecord) -> dict[str, object]:
-    """The skipped event's fields for a tick someone else has: who, and how it went."""
-    who = record.worker or "an unnamed runner"
-    when = tick_name(record.tick)
-    if record.outcome is TickOutcome.MISSED:
-        reason = f"tick {when} already recorded missed (noticed by {who})"
-    elif record.outcome is TickOutcome.RUNNING:
-        reason = f"tick {when} already taken by {who} (running)"
-    elif record.outcome is TickOutcome.UNREADABLE:
-        reason = f"tick {when} already has a record (unreadable): not claimed again"
-    else:
-        reason = f"tick {when} already run by {who} ({record.outcome.value})"
-    return {
-        "reason": reason,
-        "taken_by": record.worker,
-        "taken_outcome": record.outcome.value,
-        "taken_lock_index": record.lock_index,
-    }
 
 
 class TickLock(LockSession):

@@ -26,9 +26,10 @@ from procscan import pids_with
 from provision.consul import Consul
 from provision.runner import child
 from provision.runner.child import become_subreaper
-from provision.runner.engine import RunOptions, RunResult, run_job
+from provision.runner.engine import run_job
 from provision.runner.events import EventLog
 from provision.runner.fencing import Outcome
+from provision.runner.results import RunOptions, RunResult
 from provision.runner.stop import StopRequest
 from provision.timings import JobTimings
 from provision.workers.config import JobConfig

@@ -1,6 +1,7 @@
 """`lockctl run` through the console script's fast path on the real cluster: a skip loads no
-Typer, click, rich or other command, and --metrics-textfile counts skips and runs across
-processes (what the textfile collector would read after each)."""
+Typer, click, rich or other command; a taken tick is settled without the HTTP client; and
+--metrics-textfile counts skips and runs across processes (what the textfile collector would
+read after each)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +22,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from workers_lab import minted_workers
 
 from provision.consul import Consul
+from provision.ledger.records import TickOutcome, TickRecord, tick_name
+from provision.ledger.store import Ledger
+from provision.schedule import parse_schedule
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
@@ -27,6 +33,7 @@ pytestmark = pytest.mark.cluster
 
 WORKERS = ("worker-1", "worker-2")
 WAIT = 30.0
+TICK_EVERY = 5
 
 # The console script's entry, in a child interpreter, reporting which watched modules it loaded
 # (exit_process would os._exit before anything could be reported).
@@ -68,6 +75,7 @@ class Lab:
     key: str
     tmp: Path
     cluster: LiveCluster
+    tick_job: str
 
 
 @pytest.fixture(scope="module")
@@ -80,10 +88,17 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
         lines += [f'worker "{worker}" {{', f'  address = "{live_cluster.address(worker)}"', "}"]
     workers = json.dumps(list(WORKERS))
     lines += [f'job "entry-{uid}" {{', f'  prefix  = "{prefix}"', f"  workers = {workers}", "}"]
+    lines += [
+        f'job "tick-{uid}" {{',
+        f'  prefix   = "{prefix}tick/"',
+        f"  workers  = {workers}",
+        f'  schedule = "@every {TICK_EVERY}s"',
+        "}",
+    ]
     spec = tmp / "locks.hcl"
     spec.write_text("\n".join(lines) + "\n")
     with minted_workers(live_cluster, spec, WORKERS, tmp, uid, prefix) as made:
-        yield Lab(made.configs, f"entry-{uid}", f"{prefix}.lock", tmp, live_cluster)
+        yield Lab(made.configs, f"entry-{uid}", f"{prefix}.lock", tmp, live_cluster, f"tick-{uid}")
 
 
 class Holder:
@@ -100,10 +115,12 @@ class Holder:
         self.consul.session.destroy(self.session)
 
 
-def probe(lab: Lab, *args: str) -> tuple[dict[str, object], list[dict[str, object]]]:
-    argv = ["run", "--config", str(lab.configs["worker-2"]), "--job", lab.job, *args]
+def probe(
+    lab: Lab, *args: str, job: str | None = None, watched: tuple[str, ...] = NOT_FOR_RUN
+) -> tuple[dict[str, object], list[dict[str, object]]]:
+    argv = ["run", "--config", str(lab.configs["worker-2"]), "--job", job or lab.job, *args]
     done = subprocess.run(
-        [sys.executable, "-c", PROBE, ",".join(NOT_FOR_RUN), *argv],
+        [sys.executable, "-c", PROBE, ",".join(watched), *argv],
         capture_output=True,
         text=True,
         timeout=WAIT,
@@ -113,6 +130,25 @@ def probe(lab: Lab, *args: str) -> tuple[dict[str, object], list[dict[str, objec
     assert "Traceback" not in done.stderr, done.stderr
     events = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
     return json.loads(done.stdout.splitlines()[-1]), events
+
+
+def test_a_taken_tick_is_skipped_without_the_http_client_or_the_engine(lab: Lab) -> None:
+    """The commonest run of all, a scheduled job whose tick another worker took: one plain
+    read (the standard library's http.client), no requests, no engine, no session."""
+    schedule = parse_schedule(f"@every {TICK_EVERY}s")
+    tick = schedule.next_ticks(datetime.now(timezone.utc), 1)[0]
+    time.sleep(max(0.0, tick.timestamp() + 0.1 - time.time()))  # just after the tick
+    record = TickRecord(tick, TickOutcome.SUCCEEDED, worker="worker-1", lock_index=7)
+    ledger = Ledger(lab.cluster.management(), f"{lab.key.removesuffix('.lock')}tick/.lock")
+    assert ledger.record_missed([record]) == 1  # cas index 0: written as given
+    sessions_before = len(lab.cluster.management().session.list())
+    heavy = ("requests", "urllib3", "provision.runner.engine", "provision.consul.client")
+    report, events = probe(lab, "--", "true", job=lab.tick_job, watched=NOT_FOR_RUN + heavy)
+    assert report == {"code": 0, "loaded": []}
+    assert [e["event"] for e in events] == ["skipped"]
+    assert events[0]["reason"] == f"tick {tick_name(tick)} already run by worker-1 (succeeded)"
+    assert events[0]["taken_lock_index"] == 7
+    assert len(lab.cluster.management().session.list()) == sessions_before  # none made
 
 
 def test_a_skip_loads_neither_typer_nor_rich_nor_the_other_commands(lab: Lab) -> None:

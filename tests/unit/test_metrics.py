@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from provision.cli.runjob import _write_metrics
-from provision.runner.engine import RunResult
 from provision.runner.events import EventLog
 from provision.runner.fencing import Outcome
 from provision.runner.metrics import (
@@ -26,6 +25,7 @@ from provision.runner.metrics import (
     render_metrics,
     write_run_metrics,
 )
+from provision.runner.results import RunResult
 
 JOB, WORKER = "nightly-ingest", "worker-2"
 T0 = 1_796_000_000.0

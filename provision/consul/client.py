@@ -1,0 +1,82 @@
+"""The Consul client: one agent's API by area, over one transport (see the package's docs)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from provision.consul.api import ACLAPI, KVAPI, AgentAPI, HealthAPI, SessionAPI, StatusAPI
+from provision.consul.settings import ConsulSettings
+from provision.consul.transport import RetryPolicy, Transport
+from provision.consul.txn import TxnAPI
+
+if TYPE_CHECKING:
+    import requests
+
+
+class Consul:
+    """One agent's API, by area: `status`, `agent`, `health`, `acl`, `session`, `kv`, `txn`.
+
+    `pool_size`: connections kept open per agent, for callers with that many calls in flight
+    (default: requests' 10). `session`: an injected `requests.Session` (tests).
+    """
+
+    def __init__(
+        self,
+        settings: ConsulSettings,
+        *,
+        retry: RetryPolicy | None = None,
+        pool_size: int | None = None,
+        session: requests.Session | None = None,
+    ) -> None:
+        transport = Transport(
+            settings, session=session, pool_size=pool_size, retry=retry or RetryPolicy()
+        )
+        self._attach(transport)
+
+    def _attach(self, transport: Transport) -> None:
+        self.transport = transport
+        self.status = StatusAPI(transport)
+        self.agent = AgentAPI(transport)
+        self.health = HealthAPI(transport)
+        self.acl = ACLAPI(transport)
+        self.session = SessionAPI(transport)
+        self.kv = KVAPI(transport)
+        self.txn = TxnAPI(transport)
+
+    def _over(self, transport: Transport) -> Consul:
+        clone = copy.copy(self)
+        clone._attach(transport)
+        return clone
+
+    def with_settings(self, **changes: Any) -> Consul:
+        """The same client pointed elsewhere or with another token, sharing the HTTP pool."""
+        settings = dataclasses.replace(self.transport.settings, **changes)
+        return self._over(self.transport.derive(settings=settings))
+
+    def with_retry(self, retry: RetryPolicy) -> Consul:
+        """The same client with another retry policy for every call, sharing the HTTP pool."""
+        return self._over(self.transport.derive(retry=retry))
+
+    def with_pool(self, pool_size: int) -> Consul:
+        """The same client over a new pool of `pool_size` connections, its count at zero."""
+        return Consul(self.settings, retry=self.retry, pool_size=pool_size)
+
+    @property
+    def settings(self) -> ConsulSettings:
+        return self.transport.settings
+
+    @property
+    def retry(self) -> RetryPolicy:
+        return self.transport.retry
+
+    @property
+    def address(self) -> str:
+        return self.transport.settings.address
+
+    @property
+    def requests_sent(self) -> int:
+        """HTTP requests sent over this client's pool so far, retries included, by every client
+        sharing the pool (`with_settings`, `with_retry`)."""
+        return self.transport.count.value
