@@ -47,7 +47,7 @@ def cluster_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def live_cluster(cluster_state_dir: Path) -> Iterator[LiveCluster]:
-    result = cluster_up(cluster_state_dir, subnet=TEST_SUBNET)
+    result = cluster_up(cluster_state_dir, subnet=TEST_SUBNET, workers=3)
     try:
         yield LiveCluster(result.status)
     finally:

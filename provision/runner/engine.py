@@ -1,8 +1,13 @@
 """The lock-and-run engine: run a command on this worker only while it holds the job's lock.
 
-    open session -> acquire once (or --wait) -> start the job in its own process group
+    [a job with a schedule: the tick this run is for, unless another worker took it already]
+    open session -> acquire once (or --wait) -> start the job in its own PID namespace
     -> renew every R, watch the key, fence on loss (runner/fencing.py decides) -> the job and
     its leftovers end -> min-hold -> release -> destroy the session
+
+For a job with a schedule, acquiring is claiming the tick, in one transaction with the lock,
+and releasing completes the tick's record first (runner/tick_lock.py, provision/ledger/): so a
+tick runs once however the workers' timers and clocks differ.
 
 The engine keeps no process-global state: it installs no signal handler (whoever owns the
 process's signals hands it a StopRequest) and joins its helper threads before it returns, so one
@@ -16,10 +21,13 @@ import os
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import datetime
 
 from provision.consul import Consul, NotFound
 from provision.errors import EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT, LocalEnvironmentError
+from provision.ledger.records import tick_name
+from provision.ledger.store import Ledger
 from provision.runner.child import Child
 from provision.runner.events import EventLog, ms
 from provision.runner.fencing import (
@@ -32,9 +40,18 @@ from provision.runner.fencing import (
     outcome_after_release,
     waiting_verdict,
 )
-from provision.runner.lock import HeldLock, LockSession
+from provision.runner.lock import Ending, HeldLock, LockSession
 from provision.runner.monitors import LockMonitors
 from provision.runner.stop import StopRequest, Wakeup, wait_for
+from provision.runner.tick_lock import (
+    TickLock,
+    TickSkip,
+    WallClock,
+    housekeep,
+    job_schedule,
+    plan_tick,
+    utc_now,
+)
 from provision.workers.config import JobConfig
 
 MIN_DELAY_RETRY = 0.1
@@ -54,6 +71,8 @@ class RunResult:
     outcome: Outcome
     exit_code: int
     lock_index: int | None = None
+    tick: datetime | None = None  # the scheduled tick this run was for
+    duration: float | None = None  # seconds the job ran (None: it did not start)
 
 
 def run_job(
@@ -65,20 +84,50 @@ def run_job(
     events: EventLog,
     stop: StopRequest,
     clock: Callable[[], float] = time.monotonic,
+    wall: WallClock = utc_now,
 ) -> RunResult:
     """Run `command` under the job's lock; the result says what happened and the exit code."""
+    schedule = job_schedule(job)
+    lock = LockSession(consul, job, worker, clock)
+    if schedule is not None:
+        plan = plan_tick(Ledger(consul, job.lock_key), job, schedule, events, wall)
+        if isinstance(plan, TickSkip):
+            return _tick_skipped(plan, events)
+        if plan.wait > 0:  # this host's clock is ahead of the agent's: let the tick come
+            events.emit("waiting", tick=tick_name(plan.tick), for_clock_ms=ms(plan.wait))
+            wait_for(stop, stop, plan.wait)
+        lock = TickLock(consul, job, worker, plan.tick, clock, wall)
+        if options.wait:  # wait for the lock, but not past the tick's claim window
+            left = max(0.0, plan.window - plan.lag - plan.wait)
+            options = replace(options, timeout=min(options.timeout or left, left))
+    result = _run_locked(lock, command, options, events, stop, clock)
+    if isinstance(lock, TickLock) and lock.record is not None and schedule is not None:
+        housekeep(lock.ledger, job, schedule, worker, events)
+        result = replace(result, tick=lock.tick)
+    return result
+
+
+def _run_locked(
+    lock: LockSession,
+    command: Sequence[str],
+    options: RunOptions,
+    events: EventLog,
+    stop: StopRequest,
+    clock: Callable[[], float],
+) -> RunResult:
     # Refused here (exit 2) if it cannot start, before any lock is taken for it. Its init starts
     # in its namespace while we acquire: the hand-over then only says go.
     child = Child(command, job_environment(os.environ))
-    lock = LockSession(consul, job, worker, clock)
     try:
+        if stop.requested:
+            return _interrupted(stop, lock, events)
         lock.open()
         began = clock()
         held = _acquire(lock, options, events, stop, clock)
         if isinstance(held, RunResult):
             return held
         if stop.requested:  # asked to stop while acquiring: do not start the job
-            lock.release()
+            lock.finish(Ending(Outcome.INTERRUPTED.value, None, 0.0), release=True)
             return _interrupted(stop, lock, events)
         supervisor = _Supervisor(lock, held, options, events, stop, clock)
         return supervisor.run(child, clock() - began)
@@ -88,10 +137,17 @@ def run_job(
         lock.destroy()  # whatever happened above; a stop request now changes nothing
 
 
+def _tick_skipped(skip: TickSkip, events: EventLog) -> RunResult:
+    """Another worker has this tick, or it is too late for it: nothing ran, exit 0."""
+    outcome = Outcome.MISSED if skip.outcome == "missed" else Outcome.SKIPPED
+    events.emit(outcome.value, tick=tick_name(skip.tick), **skip.fields)
+    return RunResult(outcome, 0, tick=skip.tick)
+
+
 def _interrupted(stop: StopRequest, lock: LockSession, events: EventLog) -> RunResult:
     """Stopped before the job started: say so, and exit as a shell would (128 + the signal)."""
     signum = stop.signum or signal.SIGTERM
-    events.emit("interrupted", session=lock.session_id, signal=signal.Signals(signum).name)
+    events.emit("interrupted", session=lock.session_id or None, signal=signal.Signals(signum).name)
     return RunResult(Outcome.INTERRUPTED, 128 + signum)
 
 
@@ -116,7 +172,7 @@ def _acquire(
         held = lock.try_acquire()
         if held is not None:
             return held
-        if not options.wait:
+        if not options.wait or lock.tick_taken:
             holder = lock.why_not_acquired()
             events.emit("skipped", session=lock.session_id, **holder.event_fields())
             return RunResult(Outcome.SKIPPED, 0)
@@ -209,7 +265,12 @@ class _Supervisor:
             # Release first, then stop the helpers: waking the renewer would contend for the
             # GIL with the release, the hand-over's critical path (~1.5 ms measured).
             monitors.releasing = True
-            released = self.lock.release() if decision.action is Action.RELEASE else False
+            ending = Ending(
+                (decision.verdict or Outcome.LOST).value,
+                child.exit_status,
+                self.clock() - acquired_at,
+            )
+            released = self.lock.finish(ending, release=decision.action is Action.RELEASE)
         except BaseException:  # an unexpected error: nothing of the job outlives the run
             child.signal_tree(signal.SIGKILL)
             raise
@@ -279,10 +340,12 @@ class _Supervisor:
             child_status=child.exit_status,
             released=bool(released),
         )
+        duration = self.clock() - acquired_at
         if outcome is Outcome.LOST:
-            return RunResult(outcome, EXIT_LOCK_LOST, self.held.lock_index)
+            return RunResult(outcome, EXIT_LOCK_LOST, self.held.lock_index, duration=duration)
         status = child.exit_status
-        return RunResult(outcome, status if status is not None else 1, self.held.lock_index)
+        code = status if status is not None else 1
+        return RunResult(outcome, code, self.held.lock_index, duration=duration)
 
 
 # lockctl's own credentials: the job must not act with the runner's token.
@@ -295,7 +358,9 @@ def job_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 
 def _lock_env(lock: LockSession, held: HeldLock) -> dict[str, str]:
+    tick = {"LOCKCTL_TICK": tick_name(lock.tick)} if isinstance(lock, TickLock) else {}
     return {
+        **tick,
         "LOCK_KEY": lock.key,
         "LOCK_SESSION": lock.session_id,
         "LOCK_INDEX": str(held.lock_index),

@@ -27,6 +27,10 @@ EVENTS = (
     "waiting",
     "timed-out",
     "interrupted",
+    "missed",
+    "clock-skew",
+    "housekeeping",
+    "housekeeping-failed",
 )
 
 

@@ -31,6 +31,7 @@ class Outcome(str, enum.Enum):
     TIMED_OUT = "timed-out"  # --wait gave up
     LOST = "lost"  # the lock was lost (or could not be confirmed) while the job ran: fenced
     INTERRUPTED = "interrupted"  # a stop was requested (a signal to the runner)
+    MISSED = "missed"  # a scheduled tick this run came too late for (its start deadline passed)
 
 
 class Action(str, enum.Enum):

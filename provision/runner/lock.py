@@ -29,6 +29,15 @@ MAX_BLOCKING_WAIT = 300.0  # Consul's own cap on a blocking query's wait
 
 
 @dataclass(frozen=True)
+class Ending:
+    """How a run ended, as the engine knows it when it lets the lock go."""
+
+    verdict: str  # the engine's Outcome value: ran, lost, interrupted
+    exit_status: int | None  # the job's main process (negative: killed by that signal)
+    duration: float  # seconds from the job's start (0: it never started)
+
+
+@dataclass(frozen=True)
 class HeldLock:
     """What acquiring gave us: the fencing token (LockIndex) and the key's ModifyIndex."""
 
@@ -38,6 +47,9 @@ class HeldLock:
 
 class LockSession:
     """A session on the local agent, and the lock key it competes for."""
+
+    # A plain lock is worth waiting for; a tick's lock (TickLock) is not once its tick is taken.
+    tick_taken = False
 
     def __init__(
         self,
@@ -105,16 +117,16 @@ class LockSession:
 
     def _holder_record(self) -> bytes:
         """What the key says while we hold it (shown by `lockctl status`)."""
-        return json.dumps(
-            {
-                "acquired_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                "worker": self.worker,
-                "job": self.job.name,
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-            },
-            separators=(",", ":"),
-        ).encode()
+        return json.dumps(self._holder_fields(), separators=(",", ":")).encode()
+
+    def _holder_fields(self) -> dict[str, str | int]:
+        return {
+            "acquired_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "worker": self.worker,
+            "job": self.job.name,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+        }
 
     def why_not_acquired(self) -> Holder:
         """For the skipped event: who holds the key, as far as Consul vouches for it.
@@ -159,6 +171,11 @@ class LockSession:
         # Consul's advice: an index that goes backwards (a snapshot restore) restarts at 0.
         return held, next_index if next_index >= index else 0
 
+    def finish(self, ending: Ending, *, release: bool) -> bool | None:
+        """The run is over (`ending` says how): release the key if `release`. A tick's lock
+        (TickLock) also completes the tick's record here, before the key is free."""
+        return self.release() if release else False
+
     def release(self) -> bool | None:
         """Release the key (the next contender acquires at once: no lock-delay after release).
 
@@ -183,7 +200,8 @@ class LockSession:
 
 
 CLAIM_LIMIT = 64  # characters of one field of a holder's record: a name, a host, a time
-RECORD_FIELDS = ("worker", "job", "host", "pid", "acquired_at")  # what _holder_record writes
+# what _holder_record writes; a tick's run adds its tick (runner/tick_lock.py)
+RECORD_FIELDS = ("worker", "job", "host", "pid", "acquired_at", "tick")
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,8 @@ class JobConfig:
     timings: JobTimings
     schedule: str | None
     timezone: str = "UTC"  # the IANA zone of `schedule`; configs before it lack it (UTC)
+    start_deadline: float = 300.0
+    history_limit: int = 200
 
 
 @dataclass(frozen=True)

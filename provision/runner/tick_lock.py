@@ -1,0 +1,251 @@
+"""A scheduled job's run: the tick it belongs to, claimed in the same transaction as the lock.
+
+    plan_tick   which tick this run is for (provision/ledger/ticks.py decides); one read of its
+                record, before any session or child: the cheap skip when another worker took it
+    TickLock    the job's LockSession whose acquire is the tick's claim (provision/ledger/
+                store.py: check-not-exists + lock + record + read, one transaction) and whose
+                finish completes the record and unlocks in one more
+    housekeep   after the run: record the ticks nobody ran as missed, prune beyond history_limit
+
+The ledger makes "once per tick" hold whatever the timers and clocks do: exactly one claim of a
+tick can win, and a tick's record is never written twice (check-not-exists, cas index 0).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+
+from provision.consul import Consul, ConsulError
+from provision.ledger.records import TickOutcome, TickRecord, tick_name
+from provision.ledger.store import Ledger
+from provision.ledger.ticks import MISSED_GRACE, TickChoice, choose_tick, missed_ticks, to_prune
+from provision.runner.events import EventLog, ms
+from provision.runner.lock import Ending, HeldLock, LockSession, holder_record
+from provision.schedule import Schedule, parse_schedule
+from provision.system.text import printable
+from provision.workers.config import JobConfig
+
+WallClock = Callable[[], datetime]
+MAX_MISSED_PER_RUN = 60
+
+
+def utc_now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def job_schedule(job: JobConfig) -> Schedule | None:
+    return None if job.schedule is None else parse_schedule(job.schedule, job.timezone)
+
+
+@dataclass(frozen=True)
+class TickSkip:
+    """This run does not claim its tick: `outcome` is skipped or missed, `fields` the event's."""
+
+    tick: datetime
+    outcome: str  # "skipped" or "missed"
+    fields: dict[str, object]
+
+
+def plan_tick(
+    ledger: Ledger, job: JobConfig, schedule: Schedule, events: EventLog, wall: WallClock = utc_now
+) -> TickChoice | TickSkip:
+    """The tick to claim, or why not: taken already, too late, or this host's clock far ahead."""
+    now = wall()
+    first = choose_tick(schedule, now, job.start_deadline)
+    record, agent_date = ledger.read(first.tick)
+    if record is not None:
+        return TickSkip(first.tick, "skipped", taken_fields(record))
+    choice = choose_tick(schedule, now, job.start_deadline, agent_date)
+    if choice.skew is not None:
+        events.emit(
+            "clock-skew",
+            tick=tick_name(choice.tick),
+            skew_ms=ms(choice.skew),
+            warning="this host's clock and the Consul agent's differ; keep them in sync (NTP)",
+        )
+    if choice.too_late:
+        return _too_late(ledger, job, choice, events.worker, now)
+    if choice.too_early:
+        reason = (
+            f"tick {tick_name(choice.tick)} has not come on the Consul agent's clock "
+            f"(this host's clock is {choice.wait:.0f}s ahead of it)"
+        )
+        return TickSkip(choice.tick, "skipped", {"reason": reason})
+    return choice
+
+
+def _too_late(
+    ledger: Ledger, job: JobConfig, choice: TickChoice, worker: str, now: datetime
+) -> TickSkip:
+    """Later than the claim window: refuse the tick. Record it missed only once it is missed
+    for every clock within MISSED_GRACE of ours (a peer a second behind may still claim it)."""
+    recorded = False
+    if choice.lag > choice.window + MISSED_GRACE:
+        missed = TickRecord(choice.tick, TickOutcome.MISSED, worker=worker, finished_at=now)
+        try:
+            recorded = ledger.record_missed([missed]) == 1
+        except ConsulError:
+            recorded = False
+    reason = (
+        f"tick {tick_name(choice.tick)}: started {choice.lag:.1f}s after it, later than its "
+        f"start deadline ({choice.window:.0f}s); not run"
+    )
+    return TickSkip(choice.tick, "missed", {"reason": reason, "recorded": recorded})
+
+
+def taken_fields(record: TickRecord) -> dict[str, object]:
+    """The skipped event's fields for a tick someone else has: who, and how it went."""
+    who = record.worker or "an unnamed runner"
+    when = tick_name(record.tick)
+    if record.outcome is TickOutcome.MISSED:
+        reason = f"tick {when} already recorded missed (noticed by {who})"
+    elif record.outcome is TickOutcome.RUNNING:
+        reason = f"tick {when} already taken by {who} (running)"
+    elif record.outcome is TickOutcome.UNREADABLE:
+        reason = f"tick {when} already has a record (unreadable): not claimed again"
+    else:
+        reason = f"tick {when} already run by {who} ({record.outcome.value})"
+    return {
+        "reason": reason,
+        "taken_by": record.worker,
+        "taken_outcome": record.outcome.value,
+        "taken_lock_index": record.lock_index,
+    }
+
+
+class TickLock(LockSession):
+    """The job's lock for one tick: acquired only with the tick's claim."""
+
+    def __init__(
+        self,
+        consul: Consul,
+        job: JobConfig,
+        worker: str,
+        tick: datetime,
+        clock: Callable[[], float] = time.monotonic,
+        wall: WallClock = utc_now,
+    ) -> None:
+        super().__init__(consul, job, worker, clock)
+        self.ledger = Ledger(consul, job.lock_key)
+        self.tick = tick
+        self.wall = wall
+        self.record: TickRecord | None = None  # ours, once claimed
+        self.tick_taken = False  # the claim found the tick taken: retrying cannot help
+        self._lock_refusal: str | None = None
+
+    def _holder_fields(self) -> dict[str, str | int]:
+        return {**super()._holder_fields(), "tick": tick_name(self.tick)}
+
+    def try_acquire(self) -> HeldLock | None:
+        claimed_at = self.wall()
+        record = TickRecord(
+            self.tick,
+            TickOutcome.RUNNING,
+            worker=self.worker,
+            session=self.session_id,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            claimed_at=claimed_at,
+            start_lag=max(0.0, (claimed_at - self.tick).total_seconds()),
+        )
+        sent = self._clock()
+        claim = self.ledger.claim(record, self._holder_record(), self.session_id)
+        if not claim.won:
+            self.tick_taken, self._lock_refusal = claim.tick_taken, claim.lock_refusal
+            return None
+        self.confirm(sent)
+        self.record = replace(record, lock_index=claim.lock_index, modify_index=claim.record_index)
+        return HeldLock(claim.lock_index, claim.lock_modify_index)
+
+    def why_not_acquired(self) -> TickRefusal:  # type: ignore[override]
+        if self.tick_taken:
+            record, _ = self.ledger.read(self.tick)
+            if record is not None:
+                return TickRefusal(self.tick, taken_fields(record))
+        return TickRefusal(self.tick, self._lock_fields())
+
+    def _lock_fields(self) -> dict[str, object]:
+        """The lock is held (the previous tick still runs) or in lock-delay: say which."""
+        when = tick_name(self.tick)
+        if self._lock_refusal is not None and "lock delay" in self._lock_refusal:
+            reason = f"tick {when}: the lock is in lock-delay (its last holder's session ended)"
+            return {"reason": reason}
+        try:
+            entry, _ = self.consul.kv.get(self.key)
+        except ConsulError:
+            entry = None
+        held = holder_record(entry.value if entry else None)  # bounded, printable
+        running, claims = held.get("tick"), held.get("worker", "?")
+        if running is not None:
+            reason = (
+                f"tick {when}: overlap, tick {running} is still running "
+                f"(its record claims worker {claims})"
+            )
+        else:
+            reason = f"tick {when}: the lock is held by another session (claims {claims})"
+        holder = entry.session if entry and entry.session else None
+        return {"reason": reason, "holder": None if holder is None else printable(holder, 64)}
+
+    def finish(self, ending: Ending, *, release: bool) -> bool | None:
+        if self.record is None:  # never claimed
+            return super().finish(ending, release=release)
+        finished_at = self.wall()
+        done = self.record.completed(
+            _tick_outcome(ending, release),
+            finished_at=finished_at,
+            exit_status=ending.exit_status,
+            duration=round(ending.duration, 3),
+        )
+        completion = self.ledger.complete(done, self.session_id, release=release)
+        if release and completion.released is None and not completion.recorded:
+            return self.release()  # no answer to the transaction: at least free the key
+        return completion.released
+
+
+@dataclass(frozen=True)
+class TickRefusal:
+    tick: datetime
+    fields: dict[str, object]
+
+    def event_fields(self) -> dict[str, object]:
+        return {"tick": tick_name(self.tick), **self.fields}
+
+
+def _tick_outcome(ending: Ending, release: bool) -> TickOutcome:
+    if not release or ending.verdict == "lost":
+        return TickOutcome.LOST
+    if ending.verdict == "interrupted":
+        return TickOutcome.INTERRUPTED
+    return TickOutcome.SUCCEEDED if ending.exit_status == 0 else TickOutcome.FAILED
+
+
+def housekeep(
+    ledger: Ledger, job: JobConfig, schedule: Schedule, worker: str, events: EventLog
+) -> None:
+    """After a run: record the ticks nobody ran as missed, delete beyond history_limit. Best
+    effort: a failure here is a warning event; the next run does it again."""
+    try:
+        records = ledger.records()
+        now = utc_now()
+        recorded = {record.tick for record in records}
+        missed = missed_ticks(schedule, recorded, now, job.start_deadline, limit=MAX_MISSED_PER_RUN)
+        written = ledger.record_missed(
+            TickRecord(tick, TickOutcome.MISSED, worker=worker, finished_at=now)
+            for tick in reversed(missed)
+        )
+        pruned = ledger.prune(to_prune(sorted(recorded | set(missed)), job.history_limit))
+    except ConsulError as exc:
+        events.emit("housekeeping-failed", warning=str(exc))
+        return
+    if written or pruned:
+        events.emit(
+            "housekeeping",
+            missed_recorded=written,
+            missed_ticks=[tick_name(t) for t in sorted(missed)][:8] or None,
+            pruned=pruned,
+        )

@@ -1,0 +1,217 @@
+"""Once per tick, on the real cluster: `lockctl run` of a scheduled job claims the tick it belongs
+to in the same transaction as the lock, so workers whose timers fire up to a second apart run
+each tick exactly once, with a job of a few milliseconds and no min_hold; a tick nobody ran is
+recorded missed; a tick whose previous run still goes is skipped as an overlap.
+
+Runners are real `lockctl run` subprocesses on three workers (three client agents), fired at
+chosen offsets after each tick of an `@every 3s` schedule.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from workers_lab import minted_workers
+
+from provision.ledger.records import TickOutcome, tick_name
+from provision.ledger.store import Ledger
+from provision.schedule import parse_schedule
+
+if TYPE_CHECKING:
+    from conftest import LiveCluster
+
+pytestmark = pytest.mark.cluster
+
+LOCKCTL = [sys.executable, "-m", "provision"]
+WORKERS = ("worker-1", "worker-2", "worker-3")
+EVERY = 3  # seconds between ticks
+SCHEDULE = parse_schedule(f"@every {EVERY}s")
+JOBS = ("once2", "once3", "missed", "overlap")
+WAIT = 30.0
+
+
+@dataclass(frozen=True)
+class Lab:
+    tmp: Path
+    configs: dict[str, Path]
+    jobs: dict[str, str]
+    keys: dict[str, str]
+    cluster: LiveCluster
+
+
+def _spec_text(cluster: LiveCluster, uid: str) -> str:
+    lines = [
+        "defaults {",
+        '  ttl            = "10s"',
+        '  lock_delay     = "4s"',
+        '  renew_interval = "1s"',
+        '  kill_grace     = "1s"',
+        "}",
+    ]
+    for worker in WORKERS:
+        lines += [f'worker "{worker}" {{', f'  address = "{cluster.address(worker)}"', "}"]
+    for short in JOBS:
+        lines += [
+            f'job "{short}-{uid}" {{',
+            f'  prefix   = "test/ticks-{uid}/{short}/"',
+            f"  workers  = {json.dumps(list(WORKERS))}",
+            f'  schedule = "@every {EVERY}s"',
+            "}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    tmp = tmp_path_factory.mktemp("ticks")
+    uid = uuid.uuid4().hex[:8]
+    spec_path = tmp / "locks.hcl"
+    spec_path.write_text(_spec_text(live_cluster, uid))
+    kv = f"test/ticks-{uid}/"
+    with minted_workers(live_cluster, spec_path, WORKERS, tmp, uid, kv) as made:
+        yield Lab(
+            tmp,
+            made.configs,
+            {short: f"{short}-{uid}" for short in JOBS},
+            {short: f"{kv}{short}/.lock" for short in JOBS},
+            live_cluster,
+        )
+
+
+def _run(lab: Lab, worker: str, short: str, command: str) -> subprocess.CompletedProcess[str]:
+    argv = [*LOCKCTL, "run", "--config", str(lab.configs[worker]), "--job", lab.jobs[short]]
+    return subprocess.run(
+        [*argv, "--", "sh", "-c", command],
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+    )
+
+
+def _events(result: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+
+
+def _named(result: subprocess.CompletedProcess[str], name: str) -> list[dict[str, Any]]:
+    return [event for event in _events(result) if event["event"] == name]
+
+
+def _next_tick(after: float | None = None) -> datetime:
+    now = (
+        datetime.now(timezone.utc) if after is None else datetime.fromtimestamp(after, timezone.utc)
+    )
+    return SCHEDULE.next_ticks(now, 1)[0]
+
+
+def _sleep_until(moment: float) -> None:
+    time.sleep(max(0.0, moment - time.time()))
+
+
+def _fire(lab: Lab, short: str, offsets: dict[str, float], tick: datetime, command: str) -> dict:
+    """Start one runner per worker at tick + its offset (threads); their results by worker."""
+    results: dict[str, subprocess.CompletedProcess[str]] = {}
+
+    def one(worker: str, offset: float) -> None:
+        _sleep_until(tick.timestamp() + offset)
+        results[worker] = _run(lab, worker, short, command)
+
+    threads = [threading.Thread(target=one, args=item) for item in offsets.items()]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT)
+    return results
+
+
+@pytest.mark.parametrize("workers", [2, 3])
+def test_runners_up_to_a_second_apart_run_each_tick_exactly_once(lab: Lab, workers: int) -> None:
+    short = f"once{workers}"
+    ran = lab.tmp / f"{short}.ran"
+    command = f'echo "$LOCKCTL_TICK $LOCKCTL_WORKER $LOCK_INDEX" >> {ran}'
+    rng = random.Random(workers)
+    ticks = []
+    tick = _next_tick()
+    for _ in range(6):
+        # the first timer fires just after the tick, the others up to a second later
+        offsets = {w: 0.05 + rng.uniform(0, 0.9) for w in WORKERS[:workers]}
+        results = _fire(lab, short, offsets, tick, command)
+        assert all(r.returncode == 0 for r in results.values()), results
+        acquired = [
+            w for w, r in results.items() if any(e["event"] == "acquired" for e in _events(r))
+        ]
+        skipped = [e for r in results.values() for e in _events(r) if e["event"] == "skipped"]
+        assert len(acquired) == 1, (tick_name(tick), {w: r.stderr for w, r in results.items()})
+        assert len(skipped) == workers - 1
+        assert all(e["tick"] == tick_name(tick) for e in skipped)
+        assert all(f"tick {tick_name(tick)} already" in e["reason"] for e in skipped), skipped
+        ticks.append((tick, acquired[0]))
+        tick = SCHEDULE.next_ticks(tick, 1)[0]
+
+    lines = ran.read_text().splitlines()
+    assert [line.split()[0] for line in lines] == [tick_name(t) for t, _ in ticks]  # once each
+    assert [line.split()[1] for line in lines] == [w for _, w in ticks]
+    records = {r.tick: r for r in Ledger(lab.cluster.management(), lab.keys[short]).records()}
+    for t, worker in ticks:
+        assert records[t].outcome is TickOutcome.SUCCEEDED
+        assert records[t].worker == worker
+        assert records[t].exit_status == 0
+    indexes = [records[t].lock_index for t, _ in ticks]
+    assert indexes == sorted(indexes) and len(set(indexes)) == len(indexes)  # the fencing token
+
+
+def test_a_tick_nobody_ran_is_recorded_missed_once(lab: Lab) -> None:
+    ledger = Ledger(lab.cluster.management(), lab.keys["missed"])
+    first = _next_tick()
+    _fire(lab, "missed", {"worker-1": 0.05}, first, "true")
+    skipped_ticks = SCHEDULE.next_ticks(first, 2)  # all runners stopped for two ticks
+    later = SCHEDULE.next_ticks(skipped_ticks[-1], 1)[0]
+    _fire(lab, "missed", {"worker-2": 0.05}, later, "true")
+    records = {r.tick: r for r in ledger.records()}
+    assert records[first].outcome is TickOutcome.SUCCEEDED
+    assert records[later].outcome is TickOutcome.SUCCEEDED
+    # the first skipped tick's window (3s) plus grace (2s) closed before `later` + a moment
+    assert records[skipped_ticks[0]].outcome is TickOutcome.MISSED
+    assert records[skipped_ticks[0]].worker == "worker-2"  # who noticed
+    # noticed again by the next run: written once, never twice (cas index 0)
+    again = SCHEDULE.next_ticks(later, 1)[0]
+    before = ledger.read(skipped_ticks[0])[0]
+    _fire(lab, "missed", {"worker-3": 0.05}, again, "true")
+    after = {r.tick: r for r in ledger.records()}
+    assert after[skipped_ticks[0]] == before
+    assert after[skipped_ticks[1]].outcome is TickOutcome.MISSED
+    # and a late runner for a missed tick cannot claim it
+    assert ledger.read(skipped_ticks[1])[0] is not None
+
+
+def test_a_tick_whose_previous_run_still_goes_is_skipped_as_an_overlap(lab: Lab) -> None:
+    tick = _next_tick()
+    results: dict[str, subprocess.CompletedProcess[str]] = {}
+
+    def long_run() -> None:
+        results["long"] = _fire(lab, "overlap", {"worker-1": 0.05}, tick, "sleep 4")["worker-1"]
+
+    thread = threading.Thread(target=long_run)
+    thread.start()
+    following = SCHEDULE.next_ticks(tick, 1)[0]
+    short = _fire(lab, "overlap", {"worker-2": 0.05}, following, "true")["worker-2"]
+    thread.join(WAIT)
+    assert short.returncode == 0
+    skipped = [e for e in _events(short) if e["event"] == "skipped"]
+    assert len(skipped) == 1, short.stderr
+    assert skipped[0]["tick"] == tick_name(following)
+    assert f"overlap, tick {tick_name(tick)} is still running" in skipped[0]["reason"]
+    assert "worker-1" in skipped[0]["reason"]
+    assert results["long"].returncode == 0
