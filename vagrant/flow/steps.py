@@ -32,7 +32,7 @@ _LOG_PREFIX = re.compile(r"^[0-9:]* *[^:]*: ")  # "12:00:01     server-1: " of a
 LOCK_KEY = f"locks/{JOB}/.lock"  # the spec vagrant/prepare writes: its ledger is beside it
 # Up to 60 s for the job's service to end (a run the last timer started completes its tick).
 LAST_RUN_ENDED = (
-    f"for i in $(seq 60); do systemctl is-active --quiet lockctl-{JOB}.service || exit 0; "
+    f"for i in $(seq 60); do sudo systemctl is-active --quiet lockctl-{JOB}.service || exit 0; "
     "sleep 1; done; exit 1"
 )
 
