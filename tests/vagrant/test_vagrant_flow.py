@@ -103,10 +103,12 @@ def test_each_tick_ran_exactly_once_from_the_ledger_without_min_hold(
         assert tick["outcome"] == "succeeded", tick
         assert [run["worker"] for run in tick["runs"]] == [tick["claimed_by"]]
         assert [run["lock_index"] for run in tick["runs"]] == [tick["lock_index"]]
-    # Both runners fired on (nearly) every tick: one ran it, the other was told it was taken.
-    for worker, events in ticks["runner_events"].items():
-        fired = events.get("acquired", 0) + events.get("skipped", 0)
-        assert fired >= len(ticks["ticks"]) - 1, (worker, events)
-    raced = [t for t in ticks["ticks"] if sum(v == "ran it" for v in t["fired"].values()) == 1]
-    told = [t for t in raced if any("taken by" in v for v in t["fired"].values())]
-    assert len(told) >= len(ticks["ticks"]) - 1, ticks["ticks"]
+    # The race was real: on most ticks both runners answered, one ran it, the other was told it
+    # was taken. Not on every tick: in emulated VMs a run takes 5-8 s of the 10 s between ticks
+    # (mostly Python's start), and a timer that elapses while its service still runs starts
+    # nothing (systemd). Exactly-once above holds on every tick regardless.
+    raced = [t for t in ticks["ticks"] if "-" not in t["fired"].values()]
+    assert len(raced) >= len(ticks["ticks"]) / 2, ticks["ticks"]
+    for tick in raced:
+        did = sorted(tick["fired"].values())
+        assert did[0] == "ran it" and all("(taken by " in other for other in did[1:]), tick
