@@ -1,7 +1,7 @@
 """The named checks of `lockctl verify`, in the order of the report. Each proves one promise on
 the live cluster and returns its evidence (status codes, bodies, measured times). A check raises
 `CheckFailed` with a message that names the problem; anything it creates is registered for
-cleanup first. The checks themselves live in acl_checks.py and lock_checks.py."""
+cleanup first. The checks themselves live in acl_checks.py, lock_checks.py and tick_checks.py."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from provision.verify.lock_checks import (
     check_single_holder,
     check_ttl_expiry,
 )
+from provision.verify.tick_checks import check_tick_once
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,7 @@ CHECKS = (
     Check("lock-delay", check_lock_delay, what="destroy hands over after LockDelay"),
     Check("fencing-index", check_fencing_index, what="LockIndex grows with every acquire"),
     Check("consistency-headers", check_consistency_headers, what="read headers"),
+    Check("tick-once", check_tick_once, what="one claim per tick, ever"),
     Check("ttl-expiry", check_ttl_expiry, slow=True, what="an unrenewed session expires"),
     Check("live-policies-lint", check_live_policies_lint, what="live policies match and lint"),
 )

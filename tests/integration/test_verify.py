@@ -18,13 +18,17 @@ from provision.acl.plan import desired_from_render
 from provision.acl.render import render_policies
 from provision.cli import app
 from provision.cluster.local import cluster_down, cluster_up
-from provision.consul import Consul
+from provision.consul import Consul, KVOp
+from provision.ledger.records import TickRecord
+from provision.ledger.store import Claim, Ledger
 from provision.spec import Spec, load_spec
 from provision.system.secrets import Secret, read_secret_file, write_secret_file
 from provision.system.templates import CHECKOUT_TEMPLATES, find_templates_dir
 from provision.verify import run_verification, select_checks
 from provision.verify.checks import CHECKS
 from provision.verify.context import VerifyContext, load_workers
+from provision.verify.evidence import CheckFailed, Evidence
+from provision.verify.tick_checks import scratch_tick, tick_once
 from tests.conftest import LiveCluster
 
 ANONYMOUS_TOKEN = "00000000-0000-0000-0000-000000000002"
@@ -121,9 +125,9 @@ def test_a_correct_cluster_passes_every_check_and_leaves_nothing(applied: Applie
 
     sessions = applied.management.session.list()
     assert not [s for s in sessions if s.name.startswith("lockctl verify")]
-    for job in applied.spec.jobs:
-        entry, _ = applied.management.kv.get(f"{job.prefix}.lockctl-verify")
-        assert entry is None
+    for job in applied.spec.jobs:  # no lock key, no tick record of a check is left
+        left = [k for k in applied.management.kv.keys(job.prefix) if ".lockctl-verify" in k]
+        assert left == []
 
 
 def test_table_output_and_exit_code(applied: Applied) -> None:
@@ -263,6 +267,67 @@ def test_default_policy_allow_fails_acl_enabled(applied: Applied, tmp_path: Path
         assert "ACLs are off or default_policy is allow" in check["summary"]
     finally:
         cluster_down(state)
+
+
+def test_tick_once_names_the_winner_and_refuses_the_tick_after_release(applied: Applied) -> None:
+    args = ["verify", "--spec", str(applied.spec_file), "--secrets-dir", str(applied.secrets_dir)]
+    result = runner.invoke(app, [*args, "--only", "tick-once", "--json"], env=_env(applied))
+    assert result.exit_code == 0, result.output
+    (check,) = json.loads(result.output)["checks"]
+    assert check["status"] == "pass", check
+    race, told, completed, again, following = check["evidence"]
+    winner = "worker-1" if "worker-1 won" in race else "worker-2"
+    loser = "worker-2" if winner == "worker-1" else "worker-1"
+    assert f"{winner} won (LockIndex " in race
+    assert f"{loser} refused (tick taken, lock: " in race  # lost on both counts
+    assert told.endswith(f"taken by {winner}")
+    assert f"{winner} completed tick 1970-" in completed
+    assert again.endswith(f"{loser} refused (tick taken)")  # the lock was free: the tick alone
+    assert f"{loser} won (LockIndex " in following
+    assert f"told it was taken by {winner}" in check["summary"]
+    job = applied.spec.jobs[0]
+    left = [k for k in applied.management.kv.keys(job.prefix) if ".lockctl-verify" in k]
+    assert left == []
+
+
+class LockOnlyLedger(Ledger):
+    """A claim that lost its first operation (check-not-exists on the tick): the lock alone
+    decides, as before the ledger. It still writes the record, so only exactly-once breaks."""
+
+    def claim(self, record: TickRecord, holder: bytes, session_id: str) -> Claim:
+        key = self.key(record.tick)
+        answer = self.consul.txn.kv(
+            [
+                KVOp("lock", self.lock_key, holder, session=session_id),
+                KVOp("set", key, record.encode()),
+                KVOp("get", self.lock_key),
+            ]
+        )
+        if not answer.applied:
+            refusal = answer.failed(0)
+            return Claim(False, lock_refusal=None if refusal is None else refusal.what)
+        lock, written = answer.entry(self.lock_key), answer.entry(key)
+        assert lock is not None and written is not None
+        return Claim(True, lock.lock_index, lock.modify_index, written.modify_index)
+
+
+def test_tick_once_fails_when_the_claim_does_not_check_the_tick(applied: Applied) -> None:
+    """The same check through a claim that takes the lock but does not check the tick: one of
+    the racers still wins (the lock is exclusive), but the tick runs again after release."""
+    ctx = applied.context()
+    evidence = Evidence()
+    try:
+        with pytest.raises(CheckFailed) as failed:
+            tick_once(ctx, evidence, LockOnlyLedger)
+    finally:
+        ctx.cleanup.run()
+    tick = scratch_tick(ctx.run_id).strftime("%Y-%m-%dT%H:%M:%SZ")
+    message = str(failed.value)
+    assert f"a second claim of tick {tick} after release won: the tick would run twice" in message
+    assert f"lost the race but was not told tick {tick} is taken" in message
+    job = applied.spec.jobs[0]
+    left = [k for k in applied.management.kv.keys(job.prefix) if ".lockctl-verify" in k]
+    assert left == []
 
 
 def _secrets(applied: Applied) -> list[Secret]:

@@ -4,14 +4,15 @@ Root, about 10 minutes: `make test` runs it after the rest of the suite (scripts
 does CI; by hand: `.venv/bin/pytest -m vagrant tests/vagrant` (a plain `pytest` leaves it out).
 It runs `scripts/vagrant-verify` (what `make vagrant-verify` runs) and asserts on the artifacts it
 keeps in .lockctl/vagrant/: the JUnit report of `lockctl verify` is all green, and the tick check
-saw exactly one runner per tick. LOCKCTL_VAGRANT_REPORT_ONLY=1 asserts on the last run's artifacts
-without starting VMs.
+saw each tick run exactly once (from the ledger, the job's own log and the runners' events).
+LOCKCTL_VAGRANT_REPORT_ONLY=1 asserts on the last run's artifacts without starting VMs.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -73,17 +74,41 @@ def test_verify_report_is_all_green(flow: dict[str, object]) -> None:
     skipped = [case.get("name") for case in cases if case.find("skipped") is not None]
     assert not failed
     assert not skipped  # the flow gives the management token: every check really ran
-    for check in ("anonymous-denied", "worker-token-allowed", "single-holder", "lock-delay"):
+    checks = (
+        "anonymous-denied",
+        "worker-token-allowed",
+        "single-holder",
+        "lock-delay",
+        "tick-once",
+    )
+    for check in checks:
         assert any(check in (name or "") for name in names), names
 
 
-def test_each_tick_ran_on_exactly_one_worker(flow: dict[str, object]) -> None:
+def test_each_tick_ran_exactly_once_from_the_ledger_without_min_hold(
+    flow: dict[str, object],
+) -> None:
+    """The job has a schedule and no min_hold and takes milliseconds; both workers' timers fire
+    at every tick. The ledger has one succeeded record per tick, the job ran once for each (on
+    the worker the record names, with its LockIndex), and the other runner skipped the tick
+    because it was taken (vagrant/flow/ticks.py checks it all; this reads its evidence)."""
+    spec = (ARTIFACTS / "logs" / "spec.hcl").read_text(encoding="utf-8")
+    assert not re.search(r"^\s*min_hold\s*=", spec, re.MULTILINE), spec
+    assert re.search(r'^\s*schedule\s*=\s*"@every ', spec, re.MULTILINE), spec
     ticks = json.loads((ARTIFACTS / "ticks.json").read_text(encoding="utf-8"))
     assert ticks["passed"], ticks["problems"]
-    assert len(ticks["ticks"]) >= 4
-    assert all(len(tick["runs"]) == 1 for tick in ticks["ticks"])
-    assert ticks["ticks_with_one_runner"] == len(ticks["ticks"])
-    # Both workers scheduled the job: each one's runner fired on (nearly) every tick.
-    for events in ticks["runner_events"].values():
-        fired = events.get("acquired", 0) + events.get("skipped", 0)
-        assert fired >= len(ticks["ticks"]) - 1, events
+    assert len(ticks["ticks"]) >= 6
+    assert ticks["ticks_run_once"] == len(ticks["ticks"])
+    for tick in ticks["ticks"]:
+        assert tick["outcome"] == "succeeded", tick
+        assert [run["worker"] for run in tick["runs"]] == [tick["claimed_by"]]
+        assert [run["lock_index"] for run in tick["runs"]] == [tick["lock_index"]]
+    # The race was real: on most ticks both runners answered, one ran it, the other was told it
+    # was taken. Not on every tick: in emulated VMs a run takes 5-8 s of the 10 s between ticks
+    # (mostly Python's start), and a timer that elapses while its service still runs starts
+    # nothing (systemd). Exactly-once above holds on every tick regardless.
+    raced = [t for t in ticks["ticks"] if "-" not in t["fired"].values()]
+    assert len(raced) >= len(ticks["ticks"]) / 2, ticks["ticks"]
+    for tick in raced:
+        did = sorted(tick["fired"].values())
+        assert did[0] == "ran it" and all("(taken by " in other for other in did[1:]), tick

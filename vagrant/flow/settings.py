@@ -21,7 +21,7 @@ DEFAULTS = {
     "VAGRANT_CPUS": "1",
     "VAGRANT_SUBNET": "192.168.56",
     "VAGRANT_LIBVIRT_EMULATION": "1",
-    "LOCKCTL_TICK_PERIOD": "15",
+    "LOCKCTL_TICK_PERIOD": "10",
 }
 
 
@@ -59,7 +59,7 @@ class Settings:
             cpus=_whole(env, "VAGRANT_CPUS"),
             subnet=env["VAGRANT_SUBNET"],
             period=_whole(env, "LOCKCTL_TICK_PERIOD"),
-            ticks=_whole({"LOCKCTL_VAGRANT_TICKS": "6", **environ}, "LOCKCTL_VAGRANT_TICKS"),
+            ticks=_whole({"LOCKCTL_VAGRANT_TICKS": "8", **environ}, "LOCKCTL_VAGRANT_TICKS"),
             box_file=Path(given_box) if given_box else default_box_file(repo),
             box_file_given=bool(given_box),
             rebuild_box=env.get("LOCKCTL_VAGRANT_REBUILD_BOX", "0") == "1",

@@ -1,0 +1,107 @@
+"""The Vagrant flow's tick check (vagrant/flow/ticks.py), without VMs: on what real runners left
+(data/ticks/: the ledger, each worker's job log and runner events, captured from two real
+`lockctl run`s per tick of an `@every 3s` job on the local cluster, fired up to a second apart),
+and on the same evidence broken the ways exactly-once breaks. Runs in the plain suite."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "vagrant"))
+
+from flow import ticks  # noqa: E402
+from flow.ticks import JobRun  # noqa: E402
+
+DATA = Path(__file__).parent / "data" / "ticks"
+WORKERS = ("worker-1", "worker-2")
+PERIOD = 3
+
+Evidence = tuple[list[dict[str, Any]], dict[str, list[JobRun]], dict[str, list[dict[str, Any]]]]
+
+
+@pytest.fixture
+def captured() -> Evidence:
+    ledger = json.loads((DATA / "ledger.json").read_text(encoding="utf-8"))
+    runs = {w: ticks.parse_job_log((DATA / f"ticks-{w}.log").read_text()) for w in WORKERS}
+    events = {w: ticks.parse_events((DATA / f"journal-{w}.log").read_text()) for w in WORKERS}
+    return ledger, runs, events
+
+
+def check(evidence: Evidence, min_ticks: int = 6) -> ticks.TickReport:
+    ledger, runs, events = evidence
+    return ticks.check_ticks(PERIOD, min_ticks, ledger, runs, events)
+
+
+def test_real_runs_pass_each_tick_once_both_runners_fired(captured: Evidence) -> None:
+    report = check(captured)
+    assert report.passed, report.problems
+    assert len(report.rows) == 6
+    for row in report.rows:
+        assert [run["worker"] for run in row["runs"]] == [row["claimed_by"]]
+        assert sorted(row["fired"].values())[0] == "ran it"
+        assert sorted(row["fired"].values())[1].startswith("skipped (taken by worker-")
+        assert 0 <= row["fired_apart_s"] <= 1.5  # fired up to a second apart
+    assert report.event_counts["worker-1"] == {"acquired": 3, "released": 3, "skipped": 3}
+    assert report.table()[-1] == "tick check: PASS"
+    record = report.to_record(PERIOD)
+    assert record["ticks_run_once"] == 6 and record["passed"]
+
+
+def test_a_tick_the_second_runner_ran_again_fails(captured: Evidence) -> None:
+    """What lockctl did before the ledger: the slower runner found the lock free and ran the
+    tick again (a second job run and an `acquired` the ledger has no record of)."""
+    ledger, runs, events = copy.deepcopy(captured)
+    first = ledger[0]
+    other = "worker-2" if first["worker"] == "worker-1" else "worker-1"
+    runs[other].append(JobRun(first["tick"], other, 99, 0))
+    events[other].append({"event": "acquired", "lock_index": 99, "time": first["claimed_at"]})
+    report = check((ledger, runs, events))
+    assert not report.passed
+    assert f"tick {first['tick']}: the job ran 2 times" in report.problems[0]
+    assert any(
+        f"{other} acquired the lock (LockIndex 99) without a tick record" in p
+        for p in report.problems
+    )
+    assert report.table()[-1].startswith("tick check: FAIL: ")
+
+
+def test_a_missed_tick_and_a_tick_without_record_fail(captured: Evidence) -> None:
+    ledger, runs, events = copy.deepcopy(captured)
+    gone = ledger.pop(2)  # nobody claimed it, nobody noticed
+    runs = {w: [r for r in rs if r.tick != gone["tick"]] for w, rs in runs.items()}
+    ledger[3]["outcome"] = "missed"
+    report = check((ledger, runs, events))
+    assert f"tick {gone['tick']} has no record" in report.problems
+    assert any(f"tick {ledger[3]['tick']}: outcome missed" in p for p in report.problems)
+
+
+def test_a_run_on_another_worker_than_the_record_or_a_repeated_lock_index_fails(
+    captured: Evidence,
+) -> None:
+    ledger, runs, events = copy.deepcopy(captured)
+    ledger[1]["lock_index"] = ledger[0]["lock_index"]
+    report = check((ledger, runs, events))
+    assert f"a LockIndex repeats across ticks: [{ledger[0]['lock_index']}]" in report.problems
+    assert any("the record says" in p for p in report.problems)
+
+
+def test_too_few_ticks_fail(captured: Evidence) -> None:
+    report = check(captured, min_ticks=8)
+    assert "only 6 ticks have records, wanted at least 8" in report.problems
+
+
+def test_parsers_skip_what_is_not_theirs() -> None:
+    assert ticks.parse_job_log("garbage\n2026-12-01T12:25:48Z worker-1 1 1796127948\n") == [
+        JobRun("2026-12-01T12:25:48Z", "worker-1", 1, 1796127948)
+    ]
+    journal = 'Started lockctl.\n{"event":"skipped","tick":"x"}\n{not json\n[1]\n{"no":"event"}\n'
+    assert ticks.parse_events(journal) == [{"event": "skipped", "tick": "x"}]
+    empty = ticks.check_ticks(PERIOD, 1, [], {}, {})
+    assert not empty.passed and empty.rows == []

@@ -1,0 +1,62 @@
+"""Read a job's tick ledger from the VMs' cluster, for the flow's tick check.
+
+    python vagrant/flow/ledger_read.py ADDRESS TOKEN_FILE LOCK_KEY OUT.json
+
+Runs as its own process inside the run's network namespace (`ip netns exec`), like
+vagrant/cluster-ready: one read of the ledger (`Ledger.records`, through lockctl's own Consul
+client, the token read from its 0600 file), every record written to OUT.json as the tick check
+reads it. Exit 0 written, 1 Consul did not answer or refused.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from provision.consul import Consul, ConsulError, ConsulSettings, normalize_address
+from provision.ledger.records import TickRecord, tick_name, timestamp
+from provision.ledger.store import Ledger
+from provision.system.secrets import read_secret_file
+
+CALL_TIMEOUT = 10.0
+
+
+def record_fields(record: TickRecord) -> dict[str, Any]:
+    """One record as the tick check reads it (times as text; the fields every record has)."""
+    return {
+        "tick": tick_name(record.tick),
+        "outcome": record.outcome.value,
+        "worker": record.worker,
+        "lock_index": record.lock_index,
+        "start_lag": record.start_lag,
+        "claimed_at": None if record.claimed_at is None else timestamp(record.claimed_at),
+        "finished_at": None if record.finished_at is None else timestamp(record.finished_at),
+        "exit_status": record.exit_status,
+        "duration": record.duration,
+    }
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 4:
+        print(__doc__, file=sys.stderr)
+        return 2
+    address, token_file, lock_key, out = argv
+    settings = ConsulSettings(
+        address=normalize_address(address),
+        token=read_secret_file(Path(token_file)),
+        timeout=CALL_TIMEOUT,
+    )
+    try:
+        records = Ledger(Consul(settings), lock_key).records()
+    except ConsulError as exc:
+        print(f"ledger-read: {exc}", file=sys.stderr)
+        return 1
+    Path(out).write_text(json.dumps([record_fields(r) for r in records], indent=2) + "\n", "utf-8")
+    print(f"ledger-read: {len(records)} records of {lock_key}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
