@@ -90,14 +90,14 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
     lines += [f'job "entry-{uid}" {{', f'  prefix  = "{prefix}"', f"  workers = {workers}", "}"]
     lines += [
         f'job "tick-{uid}" {{',
-        f'  prefix   = "{prefix}tick/"',
+        f'  prefix   = "{prefix.removesuffix("/")}-tick/"',
         f"  workers  = {workers}",
         f'  schedule = "@every {TICK_EVERY}s"',
         "}",
     ]
     spec = tmp / "locks.hcl"
     spec.write_text("\n".join(lines) + "\n")
-    with minted_workers(live_cluster, spec, WORKERS, tmp, uid, prefix) as made:
+    with minted_workers(live_cluster, spec, WORKERS, tmp, uid, prefix.removesuffix("/")) as made:
         yield Lab(made.configs, f"entry-{uid}", f"{prefix}.lock", tmp, live_cluster, f"tick-{uid}")
 
 
@@ -139,7 +139,7 @@ def test_a_taken_tick_is_skipped_without_the_http_client_or_the_engine(lab: Lab)
     tick = schedule.next_ticks(datetime.now(timezone.utc), 1)[0]
     time.sleep(max(0.0, tick.timestamp() + 0.1 - time.time()))  # just after the tick
     record = TickRecord(tick, TickOutcome.SUCCEEDED, worker="worker-1", lock_index=7)
-    ledger = Ledger(lab.cluster.management(), f"{lab.key.removesuffix('.lock')}tick/.lock")
+    ledger = Ledger(lab.cluster.management(), lab.key.replace("/.lock", "-tick/.lock"))
     assert ledger.record_missed([record]) == 1  # cas index 0: written as given
     sessions_before = len(lab.cluster.management().session.list())
     heavy = ("requests", "urllib3", "provision.runner.engine", "provision.consul.client")
