@@ -1,16 +1,18 @@
 """The worker config format (lockctl.json): built from the spec here, and loaded and validated here.
 
 The file names the agent to talk to, the token FILE (the secret stays in its 0600 file), and per
-job the lock key, timings, schedule and tick-ledger settings. Loading checks timings and counts
-with the same functions as the spec validator (provision.timings), plus the fencing bound, and
-reports every problem at once as `FILE: path.to.field: message`. A field added after format 1
-(timezone, start_deadline, history_limit) gets its default when an older lockctl left it out.
-This module imports no spec parser: `lockctl run` loads it.
+job the lock key, timings, schedule, tick-ledger settings and the command `lockctl schedule`
+runs. Loading checks timings and counts with the same functions as the spec validator
+(provision.timings), plus the fencing bound, and reports every problem at once as
+`FILE: path.to.field: message`. A field added after format 1 (timezone, start_deadline,
+history_limit, command) gets its default when an older lockctl left it out. This module imports
+no spec parser: `lockctl run` loads it.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -35,6 +37,8 @@ if TYPE_CHECKING:
 CONFIG_FORMAT = 1
 CONFIG_NAME = "lockctl.json"
 MAX_CONFIG_BYTES = 1024 * 1024
+MAX_COMMAND_ARGS = 256  # as the spec bounds a job's command
+MAX_ARGUMENT = 4096
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,7 @@ class JobConfig:
     timezone: str = "UTC"  # the IANA zone of `schedule`; configs before it lack it (UTC)
     start_deadline: float = 300.0  # seconds after its tick a run may still claim it
     history_limit: int = 200  # tick records the ledger keeps for this job
+    command: tuple[str, ...] | None = None  # the argv `lockctl schedule` runs; None: it has none
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,7 @@ def _job_record(job: Job) -> dict[str, Any]:
         "timezone": job.timezone,
         "start_deadline": format_duration(job.start_deadline.seconds),
         "history_limit": job.history_limit,
+        "command": list(job.command) if job.command else None,
     }
 
 
@@ -164,6 +170,7 @@ JOB_FIELDS = {
     "timezone",
     "start_deadline",
     "history_limit",
+    "command",
 }
 
 
@@ -183,6 +190,7 @@ def _job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> JobCon
     schedule, zone = _schedule(raw, where, problems)
     deadline = _seconds(raw, "start_deadline", where, problems, default=DEFAULTS["start_deadline"])
     history_limit = _count(raw, "history_limit", where, problems)
+    command = _command(raw, where, problems)
     if len(problems) > before:
         return None
     renew_wrong = renew_problem(renew, ttl)
@@ -194,7 +202,7 @@ def _job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> JobCon
         problems.append(f"{where}lock_delay: {fencing}; --allow-unsafe runs anyway")
         return None
     timings = JobTimings(ttl, delay, renew, grace, min_hold)
-    return JobConfig(name, key, timings, schedule, zone, deadline, history_limit)
+    return JobConfig(name, key, timings, schedule, zone, deadline, history_limit, command)
 
 
 def _schedule(raw: dict[str, Any], where: str, problems: list[str]) -> tuple[str | None, str]:
@@ -218,6 +226,41 @@ def _schedule(raw: dict[str, Any], where: str, problems: list[str]) -> tuple[str
     except ScheduleError as exc:
         problems.append(f"{where}schedule: {exc}")
     return schedule, zone
+
+
+def _command(raw: dict[str, Any], where: str, problems: list[str]) -> tuple[str, ...] | None:
+    """The job's argv, or None when it has none (a config from before the field, or a job run
+    only by hand). Checked for what exec needs; the spec checked the rest (absolute, printable)."""
+    value = raw.get("command")
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        problems.append(
+            f'{where}command: must be a non-empty list of strings, like ["/bin/x"], or null'
+        )
+        return None
+    problem = _argv_problem(value)
+    if problem:
+        problems.append(f"{where}command: {problem}")
+        return None
+    return tuple(value)
+
+
+def _argv_problem(argv: list[str]) -> str | None:
+    if len(argv) > MAX_COMMAND_ARGS:
+        return f"has {len(argv)} arguments, at most {MAX_COMMAND_ARGS} allowed"
+    if not argv[0]:
+        return "the program (its first item) must not be empty"
+    for number, argument in enumerate(argv):
+        if len(argument) > MAX_ARGUMENT:
+            return f"item {number} is longer than {MAX_ARGUMENT} characters"
+        if "\0" in argument:
+            return f"item {number} contains a NUL character (exec cannot pass it)"
+        try:
+            os.fsencode(argument)
+        except UnicodeEncodeError:  # a lone surrogate such as "\ud800" from a JSON escape
+            return f"item {number} is not valid text (a lone surrogate)"
+    return None
 
 
 def _unknown(raw: dict[str, Any], known: set[str], where: str, problems: list[str]) -> None:

@@ -2,25 +2,34 @@
 
 Per worker, in `<out>/<worker>/`: `lockctl.json` (the runner's config: agent address, token FILE
 path, per-job lock key and timings), `lockctl.env` (the same for containers) and, for each job
-with a schedule and a command, a systemd service and timer that run `lockctl run`. The secret
-itself is never in these files; they name the 0600 token file that `lockctl apply` wrote.
+with a schedule and a command, a systemd service and timer that run `lockctl run`; and, when
+there is at least one such job, `lockctl-scheduler.service`, which runs `lockctl schedule` for
+all of them (the alternative to the timers: one or the other, never both). The secret itself is
+never in these files; they name the 0600 token file that `lockctl apply` wrote.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from provision.consul.settings import DEFAULT_TIMEOUT
 from provision.errors import InputError
 from provision.schedule import ScheduleError, parse_schedule
-from provision.spec import Spec
+from provision.spec import Job, Spec
 from provision.system.files import PUBLIC_MODE, write_all_or_none
 from provision.system.templates import make_environment, render_template
 from provision.workers.config import CONFIG_NAME, ConfigError, config_record, load_worker_config
 
 ENV_NAME = "lockctl.env"
+SCHEDULER_UNIT = "lockctl-scheduler.service"
+# After the longest kill grace, the stopping scheduler still writes to Consul: the tick records
+# of the jobs it stopped (releasing their locks), then the destroy of every session. Each call is
+# bounded by the client timeout (retries included); the margin allows one for each of the steps.
+SCHEDULER_STOP_MARGIN = 2 * int(DEFAULT_TIMEOUT)
 
 
 @dataclass(frozen=True)
@@ -167,25 +176,18 @@ def _render_worker(
         CONFIG_NAME: render_template(env, "worker/lockctl.json.j2", context),
         ENV_NAME: render_template(env, "worker/lockctl.env.j2", context),
     }
-    skipped = []
+    skipped: list[str] = []
+    scheduled: list[Job] = []  # a schedule and a command: `lockctl schedule` runs them
     for job in spec.jobs_for(worker):
         if not (job.schedule and job.command):
             skipped.append(job.name)
             continue
-        argv = [
-            placement.lockctl,
-            "run",
-            "--config",
-            str(config_path),
-            "--job",
-            job.name,
-            "--",
-            *job.command,
-        ]
+        scheduled.append(job)
+        argv = [placement.lockctl, "run", "--config", str(config_path), "--job", job.name]
         unit = {
             **context,
             "job": job,
-            "exec_start": " ".join(systemd_quote(a) for a in argv),
+            "exec_start": " ".join(systemd_quote(a) for a in [*argv, "--", *job.command]),
             "stop_timeout": int(job.kill_grace.seconds) + 10,
             "on_calendar": timer_calendar(job.schedule, job.timezone),
         }
@@ -195,7 +197,34 @@ def _render_worker(
         files[f"systemd/lockctl-{job.name}.timer"] = render_template(
             env, "worker/lockctl-job.timer.j2", unit
         )
+    if scheduled:
+        files[f"systemd/{SCHEDULER_UNIT}"] = _scheduler_unit(env, context, scheduled, placement)
     return files, tuple(skipped)
+
+
+def _scheduler_unit(
+    env: Any, context: dict[str, Any], scheduled: list[Job], placement: Placement
+) -> str:
+    """The unit of `lockctl schedule`: stopped within the longest kill grace plus the margin."""
+    clash = [job.name for job in scheduled if f"lockctl-{job.name}.service" == SCHEDULER_UNIT]
+    if clash:
+        raise InputError(
+            f'job "{clash[0]}": its unit would be {SCHEDULER_UNIT}, the name of the scheduler\'s'
+            " own unit; rename the job"
+        )
+    longest = max(scheduled, key=lambda job: job.kill_grace.seconds)
+    argv = [placement.lockctl, "schedule", "--config", context["config_path"]]
+    unit = {
+        **context,
+        "jobs": [job.name for job in scheduled],
+        "exec_start": " ".join(systemd_quote(a) for a in argv),
+        "longest_grace_job": longest.name,
+        "longest_grace": math.ceil(longest.kill_grace.seconds),
+        "stop_margin": SCHEDULER_STOP_MARGIN,
+        "client_timeout": int(DEFAULT_TIMEOUT),
+        "stop_timeout": math.ceil(longest.kill_grace.seconds) + SCHEDULER_STOP_MARGIN,
+    }
+    return render_template(env, "worker/lockctl-scheduler.service.j2", unit)
 
 
 def timer_calendar(schedule: str, zone: str) -> list[str]:

@@ -38,6 +38,7 @@ GOOD: dict[str, Any] = {
             "schedule": "@hourly",
             "start_deadline": "90s",
             "history_limit": 50,
+            "command": ["/usr/local/bin/report", "--hourly", ""],
         },
         "ingest": {
             "lock_key": "locks/ingest/.lock",
@@ -96,8 +97,12 @@ def test_a_good_config_loads(tmp_path: Path) -> None:
     assert report.timings == JobTimings(15.0, 15.0, 5.0, 5.0, 60.0)
     assert report.schedule == "@hourly"
     assert (report.start_deadline, report.history_limit) == (90.0, 50)
+    assert report.command == ("/usr/local/bin/report", "--hourly", "")  # an empty argument is one
     ingest = config.job("ingest")
     assert ingest.timings.min_hold == 0.0 and ingest.schedule is None
+    assert ingest.command is None  # no command field: a config from before it
+    no_command = load_worker_config(_write(tmp_path, _with(jobs__report__command=None)))
+    assert no_command.job("report").command is None
 
 
 def test_a_config_from_an_older_lockctl_gets_the_ledger_defaults(tmp_path: Path) -> None:
@@ -112,11 +117,13 @@ def test_job_config_defaults_are_the_spec_defaults() -> None:
     job = JobConfig("a", "locks/a/.lock", JobTimings(15.0, 15.0, 5.0, 5.0, 0.0), None)
     assert job.start_deadline == parse_duration(DEFAULTS["start_deadline"]).seconds
     assert job.history_limit == COUNT_DEFAULTS["history_limit"]
+    assert job.command is None
 
 
 JOBS = (
     'worker "w" {}\n'
-    'job "a" {\n  prefix = "l/a/"\n  workers = ["w"]\n  schedule = "@hourly"\n}\n'
+    'job "a" {\n  prefix = "l/a/"\n  workers = ["w"]\n  schedule = "@hourly"\n'
+    '  command = ["/bin/sh", "-c", "echo $X"]\n}\n'
     'job "b" {\n  prefix = "l/b/"\n  workers = ["w"]\n  start_deadline = "10s"\n'
     "  history_limit = 10000\n}\n"
 )
@@ -135,9 +142,17 @@ def test_the_spec_s_ledger_settings_reach_the_runner(
     record = config_record(parse_spec(defaults + JOBS, "s.hcl"), "w", Path("/x/w.token"))
     assert record["jobs"]["b"]["start_deadline"] == "10s"
     assert record["jobs"]["b"]["history_limit"] == 10000
+    assert (record["jobs"]["a"]["command"], record["jobs"]["b"]["command"]) == (
+        ["/bin/sh", "-c", "echo $X"],
+        None,
+    )
     config = load_worker_config(_write(tmp_path, record))
     assert (config.job("a").start_deadline, config.job("a").history_limit) == a_has
     assert (config.job("b").start_deadline, config.job("b").history_limit) == (10.0, 10000)
+    assert (config.job("a").command, config.job("b").command) == (
+        ("/bin/sh", "-c", "echo $X"),
+        None,
+    )
 
 
 def test_an_unknown_job_names_the_known_ones(tmp_path: Path) -> None:
@@ -195,6 +210,26 @@ def test_an_unknown_job_names_the_known_ones(tmp_path: Path) -> None:
             _with(jobs__report__history_limit=10001),
             "jobs.report.history_limit: 10001 is outside 10..10000",
         ),
+        (_with(jobs__report__command="/bin/x"), "jobs.report.command: must be a non-empty list"),
+        (_with(jobs__report__command=[]), "jobs.report.command: must be a non-empty list"),
+        (_with(jobs__report__command=["/bin/x", 1]), "jobs.report.command: must be a non-empty "),
+        (_with(jobs__report__command=[""]), "jobs.report.command: the program (its first item)"),
+        (
+            _with(jobs__report__command=["/bin/x"] * 257),
+            "jobs.report.command: has 257 arguments, at most 256 allowed",
+        ),
+        (
+            _with(jobs__report__command=["/bin/x", "y" * 4097]),
+            "jobs.report.command: item 1 is longer than 4096 characters",
+        ),
+        (
+            _with(jobs__report__command=["/bin/x", "a\0b"]),
+            "jobs.report.command: item 1 contains a NUL character",
+        ),
+        (
+            _with(jobs__report__command=["/bin/x\ud800"]),
+            "jobs.report.command: item 0 is not valid text (a lone surrogate)",
+        ),
         (
             _with(jobs__report__renew_interval="7500ms"),
             "jobs.report.renew_interval: 7500ms must be below ttl/2 = 7.5s",
@@ -204,6 +239,12 @@ def test_an_unknown_job_names_the_known_ones(tmp_path: Path) -> None:
 def test_each_problem_names_its_field(tmp_path: Path, data: Any, expected: str) -> None:
     problems = _problems(tmp_path, data)
     assert any(p.startswith(expected) for p in problems), problems
+
+
+def test_the_longest_command_allowed_loads(tmp_path: Path) -> None:
+    argv = ["/bin/x", *["y" * 4096] * 255]
+    config = load_worker_config(_write(tmp_path, _with(jobs__report__command=argv)))
+    assert config.job("report").command == tuple(argv)
 
 
 def test_not_json_names_the_file_and_line(tmp_path: Path) -> None:

@@ -1,8 +1,9 @@
 """Worker files: golden output for the example spec, systemd quoting, units only for jobs with
-a schedule and a command, and never a secret in any generated file."""
+a schedule and a command, the scheduler's unit, and never a secret in any generated file."""
 
 from __future__ import annotations
 
+import configparser
 import json
 import shutil
 import stat
@@ -64,6 +65,7 @@ def test_the_config_is_what_the_runner_loads(tmp_path: Path) -> None:
     assert (timings.kill_grace, timings.min_hold) == (3.0, 0.0)
     assert config.job("hourly-report").timings.min_hold == 0.0  # the tick ledger needs none
     assert config.job("nightly-ingest").timings.renew_interval == 10.0  # ttl/3
+    assert cleanup.command == ("/usr/local/bin/app-admin", "cleanup-sessions")  # for `schedule`
     raw = json.loads((tmp_path / "worker-2" / "lockctl.json").read_text())
     assert raw == worker_config(spec, "worker-2", Path("/etc/lockctl/secrets/worker-2.token"))
 
@@ -78,6 +80,7 @@ def test_only_the_named_workers_and_their_jobs(tmp_path: Path) -> None:
         "lockctl-cache-refresh.timer",
         "lockctl-hourly-report.service",
         "lockctl-hourly-report.timer",
+        "lockctl-scheduler.service",
         "lockctl-session-cleanup.service",
         "lockctl-session-cleanup.timer",
     ]
@@ -128,9 +131,109 @@ def test_jobs_without_schedule_or_command_get_no_unit(tmp_path: Path) -> None:
     (result,) = write_worker_files(spec, ["w1"], tmp_path, TEMPLATES, PLACEMENT)
     assert result.jobs_without_unit == ("neither", "no-command", "no-schedule")
     units = sorted(p.name for p in (tmp_path / "w1" / "systemd").iterdir())
-    assert units == ["lockctl-both.service", "lockctl-both.timer"]
+    assert units == ["lockctl-both.service", "lockctl-both.timer", "lockctl-scheduler.service"]
     config = load_worker_config(tmp_path / "w1" / "lockctl.json")
     assert [job.name for job in config.jobs] == ["both", "neither", "no-command", "no-schedule"]
+    assert [job.command for job in config.jobs] == [("/bin/true",), None, None, ("/bin/true",)]
+    scheduler = (tmp_path / "w1" / "systemd" / "lockctl-scheduler.service").read_text()
+    assert "# both\n" in scheduler  # its jobs: only the one with a schedule and a command
+
+
+def test_no_scheduler_unit_without_a_scheduled_job(tmp_path: Path) -> None:
+    text = PARTIAL.replace('  command  = ["/bin/true"]\n', "", 1)  # "both" loses its command
+    spec = parse_spec(text, str(tmp_path / "locks.hcl"))
+    (result,) = write_worker_files(spec, ["w1"], tmp_path, TEMPLATES, PLACEMENT)
+    assert result.jobs_without_unit == ("both", "neither", "no-command", "no-schedule")
+    assert not (tmp_path / "w1" / "systemd").exists()
+    assert sorted(p.name for p in (tmp_path / "w1").iterdir()) == ["lockctl.env", "lockctl.json"]
+
+
+# --- the scheduler's unit ------------------------------------------------------------------
+
+SCHEDULED = """\
+worker "w1" {}
+job "short" {
+  prefix     = "locks/short/"
+  workers    = ["w1"]
+  schedule   = "@every 5s"
+  kill_grace = "2500ms"
+  lock_delay = "10s"
+  command    = ["/bin/true"]
+}
+job "long" {
+  prefix     = "locks/long/"
+  workers    = ["w1"]
+  schedule   = "@hourly"
+  kill_grace = "7s"
+  lock_delay = "15s"
+  command    = ["/bin/sleep", "60"]
+}
+job "by-hand" {
+  prefix     = "locks/by-hand/"
+  workers    = ["w1"]
+  kill_grace = "30s"
+  lock_delay = "40s"
+  command    = ["/bin/true"]
+}
+"""
+
+
+def _scheduler_unit(tmp_path: Path, text: str = SCHEDULED) -> configparser.ConfigParser:
+    spec = parse_spec(text, str(tmp_path / "locks.hcl"))
+    write_worker_files(spec, ["w1"], tmp_path / "out", TEMPLATES, PLACEMENT)
+    unit = configparser.ConfigParser(interpolation=None, strict=True)
+    unit.optionxform = str  # type: ignore[assignment,method-assign]  # keys keep their case
+    unit.read_string((tmp_path / "out/w1/systemd/lockctl-scheduler.service").read_text())
+    return unit
+
+
+def test_the_scheduler_unit_runs_lockctl_schedule_as_a_long_lived_service(tmp_path: Path) -> None:
+    unit = _scheduler_unit(tmp_path)
+    assert unit.sections() == ["Unit", "Service", "Install"]
+    service = unit["Service"]
+    assert _unquote_exec_start(service["ExecStart"]) == [
+        "/usr/local/bin/lockctl",
+        "schedule",
+        "--config",
+        "/etc/lockctl/lockctl.json",
+    ]
+    assert service["Type"] == "exec"
+    assert service["Restart"] == "on-failure"
+    assert service["RestartSec"] == "5"
+    assert service["KillMode"] == "mixed"
+    assert service["ExecReload"] == "kill -HUP $MAINPID"  # SIGHUP reloads the config
+    assert unit["Install"]["WantedBy"] == "multi-user.target"
+
+
+def test_the_scheduler_stop_timeout_is_the_longest_scheduled_grace_plus_the_margin(
+    tmp_path: Path,
+) -> None:
+    # "long" has 7 s; "by-hand" (30 s) has no schedule: the scheduler never runs it
+    assert _scheduler_unit(tmp_path)["Service"]["TimeoutStopSec"] == str(7 + 20)
+    only_short = SCHEDULED.replace('schedule   = "@hourly"\n', "")
+    assert _scheduler_unit(tmp_path, only_short)["Service"]["TimeoutStopSec"] == "23"  # 2.5 s up
+
+
+def test_the_scheduler_unit_says_it_is_the_alternative_to_the_timers(tmp_path: Path) -> None:
+    spec = parse_spec(SCHEDULED, str(tmp_path / "locks.hcl"))
+    write_worker_files(spec, ["w1"], tmp_path, TEMPLATES, PLACEMENT)
+    text = (tmp_path / "w1/systemd/lockctl-scheduler.service").read_text()
+    assert "enable this service\n# or the timers, never both" in text
+    assert "# long, short\n" in text
+    assert "7s, the longest kill grace here (long), + 20s" in text
+    env = (tmp_path / "w1" / "lockctl.env").read_text()
+    assert "`docker run --env-file lockctl.env ... lockctl schedule`" in env
+    assert "LOCKCTL_CONFIG=/etc/lockctl/lockctl.json\n" in env
+
+
+def test_a_job_whose_unit_would_be_the_scheduler_s_is_refused(tmp_path: Path) -> None:
+    spec = tmp_path / "locks.hcl"
+    spec.write_text(SCHEDULED.replace('job "short"', 'job "scheduler"'))
+    result = _cli(tmp_path / "out", spec=spec)
+    assert result.exit_code == 2, result.output
+    assert 'job "scheduler": its unit would be lockctl-scheduler.service' in result.stderr
+    assert "Traceback" not in result.output
+    assert not (tmp_path / "out").exists()
 
 
 # --- systemd quoting -------------------------------------------------------------------------
@@ -242,6 +345,8 @@ def test_systemd_accepts_the_units(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "lockctl-nasty.service" not in result.stderr, result.stderr
+    assert units[-1].endswith("/lockctl-scheduler.service")  # checked as well
+    assert "lockctl-scheduler.service" not in result.stderr, result.stderr
 
 
 # --- no secret anywhere ------------------------------------------------------------------------
@@ -258,7 +363,7 @@ def test_no_secret_in_any_generated_file(tmp_path: Path) -> None:
         spec, ["worker-1", "worker-2", "worker-3"], tmp_path / "out", TEMPLATES, placement
     )
     files = [p for p in (tmp_path / "out").rglob("*") if p.is_file()]
-    assert len(files) == 26
+    assert len(files) == 29  # 3 configs, 3 env files, 10 job units, 10 timers, 3 schedulers
     for path in files:
         text = path.read_text()
         assert SECRET not in text, path
