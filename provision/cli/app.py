@@ -79,6 +79,7 @@ from provision.cli import (  # noqa: E402
     next,
     policies,
     run,
+    schedule,
     status,
     verify,
     workers,
@@ -94,6 +95,7 @@ app.command("apply")(acl.apply)
 app.command("rotate")(acl.rotate)
 app.command("worker-config")(workers.worker_config)
 app.command("run", context_settings={"allow_interspersed_args": False})(run.run)
+app.command("schedule")(schedule.schedule)
 app.command("status")(status.status)
 app.command("next")(next.next_ticks)
 app.command("history")(history.history)

@@ -68,8 +68,12 @@ def run_job(
     stop: StopRequest,
     clock: Callable[[], float] = time.monotonic,
     wall: WallClock = utc_now,
+    session: str | None = None,
 ) -> RunResult:
-    """Run `command` under the job's lock; the result says what happened and the exit code."""
+    """Run `command` under the job's lock; the result says what happened and the exit code.
+
+    `session`: a session the caller keeps across runs (the scheduler's), used and not destroyed;
+    by default the run makes its own and destroys it at the end."""
     schedule = job_schedule(job)
     lock = LockSession(consul, job, worker, clock)
     if schedule is not None:
@@ -83,6 +87,8 @@ def run_job(
         if options.wait:  # wait for the lock, but not past the tick's claim window
             left = max(0.0, plan.window - plan.lag - plan.wait)
             options = replace(options, timeout=min(options.timeout or left, left))
+    if session is not None:
+        lock.adopt(session)
     result = _run_locked(lock, command, options, events, stop, clock)
     if not isinstance(lock, TickLock) or schedule is None:
         return result

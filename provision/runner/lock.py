@@ -66,10 +66,19 @@ class LockSession:
         self._clock = clock
         self._confirmed_at = float("-inf")
         self._guard = threading.Lock()
+        self._adopted = False  # the session is someone else's to keep (the scheduler's)
 
     # -- the session -------------------------------------------------------------------------
+    def adopt(self, session_id: str) -> None:
+        """Use a session kept by someone else across runs (`lockctl schedule` keeps one per job,
+        renewed between ticks): open() does not make one, destroy() leaves it."""
+        self.session_id = session_id
+        self._adopted = True
+
     def open(self) -> str:
         """Create the session on the agent we talk to (its node's serfHealth check)."""
+        if self._adopted:
+            return self.session_id
         timings = self.job.timings
         self.session_id = self.consul.session.create(
             name=f"lockctl {self.job.name} on {self.worker}",
@@ -91,8 +100,8 @@ class LockSession:
         self.confirm(sent)
 
     def destroy(self) -> None:
-        """Destroy the session (best effort: the TTL ends it anyway)."""
-        if not self.session_id:
+        """Destroy the session (best effort: the TTL ends it anyway); not an adopted one."""
+        if not self.session_id or self._adopted:
             return
         with contextlib.suppress(ConsulError):
             self.consul.session.destroy(self.session_id)

@@ -1,0 +1,1 @@
+"""`lockctl schedule`: the long-lived scheduler each replica runs (issue 15)."""

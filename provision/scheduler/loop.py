@@ -1,0 +1,237 @@
+"""One scheduled job inside `lockctl schedule`: wait for each tick, run it through the engine.
+
+    keep a session (made once, renewed between ticks, made again if Consul lost it)
+    -> wait for the next due tick -> `run_job` with that session: the tick's claim, the job in
+    its PID namespace, fencing, the record completed, the release -> the next tick
+
+The claim is the same transaction as `lockctl run`'s (runner/tick_lock.py), so a tick runs once
+across every replica's scheduler and every per-tick timer. Consul unreachable: the tick is not
+run (fail closed), said once (`consul-unavailable`) and counted; the next run that gets through
+records it missed. A run still going when its next tick comes (it outlasts its interval) keeps
+the loop busy: the ticks that pass meanwhile are skipped here (`skipped`, reason overlap), and
+every other replica skips them too (the lock is held).
+"""
+
+from __future__ import annotations
+
+import select
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from provision.consul import Consul, ConsulError, NotFound
+from provision.errors import LockctlError
+from provision.ledger.records import tick_name
+from provision.ledger.ticks import choose_tick
+from provision.runner.engine import run_job
+from provision.runner.events import EventLog
+from provision.runner.lock import LockSession
+from provision.runner.precheck import WallClock, utc_now
+from provision.runner.results import RunOptions, RunResult
+from provision.runner.stop import StopRequest, Wakeup
+from provision.schedule import parse_schedule
+from provision.workers.config import JobConfig
+
+MAX_WAIT = 1.0  # the longest single wait: a renewal or a stop is never later than this
+
+
+@dataclass
+class LoopCounts:
+    """What the loop saw, for the scheduler's metrics and its final event."""
+
+    ticks_due: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    consul_unavailable: int = 0
+    renew_failures: int = 0
+    running: bool = False
+
+
+class JobLoop(threading.Thread):
+    """The job's ticks, one after the other, until a stop (signals) or a retire (reload)."""
+
+    def __init__(
+        self,
+        consul: Consul,
+        job: JobConfig,
+        worker: str,
+        events: EventLog,
+        stop: StopRequest,
+        *,
+        wall: WallClock = utc_now,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(name=f"lockctl-schedule {job.name}", daemon=True)
+        assert job.schedule is not None and job.command
+        self.consul, self.job, self.worker, self.events = consul, job, worker, events
+        self.stop, self.wall, self.clock = stop, wall, clock
+        self.schedule = parse_schedule(job.schedule, job.timezone)
+        self.retire = Wakeup()  # set: finish the current run, then end (a reload)
+        self.retiring = False
+        self.counts = LoopCounts()
+        self.last_result: RunResult | None = None
+        self._session = LockSession(consul, job, worker, clock)
+        self._session_id: str | None = None
+        self._renewed_at = 0.0
+        self._last_tick: datetime | None = None
+        self._consul_down = False
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            while not self._ending():
+                due = self._next_due()
+                if not self._wait_until(due):
+                    break
+                self._run_tick(due)
+        finally:
+            self._drop_session()
+            self.retire.close()
+
+    def end(self) -> None:
+        """Finish the current run (if any), then stop: a reload, not a signal to the job."""
+        self.retiring = True
+        self.retire.set()
+
+    def _ending(self) -> bool:
+        return self.stop.requested or self.retiring
+
+    def _next_due(self) -> datetime:
+        """The current tick while it can still be claimed and this loop has not tried it, else
+        the next one. Ticks that passed while a run went on are skipped, and said so."""
+        now = self.wall()
+        choice = choose_tick(self.schedule, now, self.job.start_deadline)
+        if (self._last_tick is None or choice.tick > self._last_tick) and not choice.too_late:
+            due = choice.tick
+        else:
+            due = self.schedule.next_ticks(now, 1)[0]
+        if self._last_tick is not None:
+            passed = self._passed_ticks(self._last_tick, due)
+            if passed:
+                self.events.emit(
+                    "skipped",
+                    tick=tick_name(passed[-1]),
+                    ticks=len(passed),
+                    reason=f"overlap: {len(passed)} tick(s) passed while tick "
+                    f"{tick_name(self._last_tick)} ran here",
+                )
+                self._count("skipped", len(passed))
+        return due
+
+    def _passed_ticks(self, last: datetime, due: datetime) -> list[datetime]:
+        passed: list[datetime] = []
+        for tick in self.schedule.next_ticks(last, 64):
+            if tick >= due:
+                break
+            passed.append(tick)
+        return passed
+
+    def _wait_until(self, due: datetime) -> bool:
+        """Sleep until `due`, keeping the session alive; False when told to end first."""
+        while True:
+            left = (due - self.wall()).total_seconds()
+            if left <= 0:
+                return not self._ending()
+            self._keep_session()
+            if self._sleep(min(left, MAX_WAIT, self.job.timings.renew_interval)):
+                return False
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep, waking at a stop or a retire; True when the loop must end."""
+        if self._ending():
+            return True
+        select.select([self.stop.fileno(), self.retire.fileno()], [], [], max(seconds, 0.0))
+        return self._ending()
+
+    def _run_tick(self, due: datetime) -> None:
+        self._last_tick = due
+        self.counts.ticks_due += 1
+        self.events.emit("tick-due", tick=tick_name(due))
+        try:
+            session = self._ensure_session()
+            self.counts.running = True
+            result = run_job(
+                self.consul,
+                self.job,
+                self.worker,
+                list(self.job.command or ()),
+                RunOptions(),
+                self.events,
+                self.stop,
+                self.clock,
+                self.wall,
+                session=session,
+            )
+        except ConsulError as exc:
+            self._unavailable(exc, due)
+            return
+        except LockctlError as exc:  # the command cannot start, a refused token: say, go on
+            self.events.emit("tick-failed", tick=tick_name(due), error=str(exc))
+            self._count("error")
+            return
+        finally:
+            self.counts.running = False
+        self._recovered()
+        self.last_result = result
+        self._count(result.outcome.value)
+
+    # -- the session -----------------------------------------------------------------------
+    def _ensure_session(self) -> str:
+        if self._session_id is None:
+            self._session = LockSession(self.consul, self.job, self.worker, self.clock)
+            self._session_id = self._session.open()
+            self._renewed_at = self.clock()
+            self.events.emit("session-created", session=self._session_id)
+        return self._session_id
+
+    def _keep_session(self) -> None:
+        """Renew between ticks; a session Consul no longer knows is made again at the next."""
+        if self._session_id is None:
+            return
+        if self.clock() - self._renewed_at < self.job.timings.renew_interval:
+            return
+        try:
+            self._session.renew()
+        except NotFound:
+            self.events.emit("session-lost", session=self._session_id)
+            self._session_id = None
+            return
+        except ConsulError as exc:
+            self.counts.renew_failures += 1
+            self._unavailable(exc, None)
+            return
+        self._renewed_at = self.clock()
+        self._recovered()
+
+    def _drop_session(self) -> None:
+        """Destroy the session, so another replica takes the next tick without LockDelay."""
+        if self._session_id is not None:
+            self._session.destroy()
+            self.events.emit("session-destroyed", session=self._session_id)
+            self._session_id = None
+
+    # -- Consul's availability -------------------------------------------------------------
+    def _unavailable(self, exc: ConsulError, due: datetime | None) -> None:
+        self.counts.consul_unavailable += 1
+        if due is not None:
+            self._count("consul-unavailable")
+        if not self._consul_down or due is not None:
+            self.events.emit(
+                "consul-unavailable",
+                tick=None if due is None else tick_name(due),
+                error=str(exc),
+                detail="the tick is not run (fail closed); it shows up as missed once Consul "
+                "answers again"
+                if due is not None
+                else None,
+            )
+        self._consul_down = True
+
+    def _recovered(self) -> None:
+        if self._consul_down:
+            self.events.emit("consul-recovered")
+            self._consul_down = False
+
+    def _count(self, outcome: str, n: int = 1) -> None:
+        self.counts.outcomes[outcome] = self.counts.outcomes.get(outcome, 0) + n

@@ -1,0 +1,128 @@
+"""`lockctl schedule`: every scheduled job of one worker's config, in one long-lived process.
+
+Each replica (a VM, a container, a pod) runs one; each job has its own loop (scheduler/loop.py)
+and its own session, kept across ticks. The process's owner (the CLI) turns signals into calls:
+
+    SIGTERM, SIGINT  stop: no new claim; a running job gets the signal and its kill grace, its
+                     record is completed, the lock released, every session destroyed; exit 0
+    SIGHUP           reload the worker config: a bad one is refused and the old one kept; a good
+                     one replaces the loops once their current runs end
+
+One scheduler per worker config and host: the config file is locked (flock) while it runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TextIO
+
+from provision.consul import Consul, resolve_settings
+from provision.errors import LocalEnvironmentError, LockctlError
+from provision.runner.events import EventLog
+from provision.runner.stop import StopRequest
+from provision.scheduler.loop import JobLoop
+from provision.workers.config import JobConfig, WorkerConfig, load_worker_config
+
+JOIN_POLL = 0.5
+SCHEDULER = "lockctl-schedule"  # the `job` field of the scheduler's own events
+
+
+def scheduled_jobs(config: WorkerConfig) -> list[JobConfig]:
+    """The jobs this scheduler runs: those with a schedule and a command."""
+    return [job for job in config.jobs if job.schedule is not None and job.command]
+
+
+@contextlib.contextmanager
+def single_instance(config_path: Path) -> Iterator[int]:
+    """Hold an exclusive lock on the config file while the scheduler runs; a second
+    `lockctl schedule` of the same config on this host is refused (exit 6)."""
+    fd = os.open(config_path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise LocalEnvironmentError(
+                f"{config_path}: another `lockctl schedule` runs with this config on this host"
+            ) from None
+        yield fd
+    finally:
+        os.close(fd)
+
+
+class Scheduler:
+    def __init__(
+        self,
+        config: WorkerConfig,
+        stop: StopRequest,
+        stream: TextIO,
+        *,
+        allow_unsafe: bool = False,
+        loader: Callable[[Path], WorkerConfig] | None = None,
+    ) -> None:
+        self.config, self.stop, self.stream = config, stop, stream
+        self.events = EventLog(SCHEDULER, config.worker, stream)
+        self.loader = loader or (lambda path: load_worker_config(path, allow_unsafe=allow_unsafe))
+        self.loops: list[JobLoop] = []
+        self._reload = False  # set by a signal handler: a plain flag, never a lock
+
+    def request_reload(self) -> None:
+        """From a signal handler: only a flag, read by the main loop (a lock could deadlock)."""
+        self._reload = True
+
+    def run(self) -> int:
+        jobs = scheduled_jobs(self.config)
+        if not jobs:
+            raise LocalEnvironmentError(
+                f"{self.config.path}: no job with a schedule and a command for "
+                f"{self.config.worker}: nothing to schedule"
+            )
+        self._start(self.config)
+        while not self.stop.requested:
+            self.stop.sleep(JOIN_POLL)
+            if self._reload:
+                self._reload = False
+                self._reload_config()
+        for loop in self.loops:
+            loop.join()
+        self.events.emit("stopped", signal=self.stop.signum)
+        return 0
+
+    def _start(self, config: WorkerConfig) -> None:
+        settings = resolve_settings(address=config.address, token_file=config.token_file)
+        consul = Consul(settings)
+        self.loops = [
+            JobLoop(consul, job, config.worker, self._job_events(job, config), self.stop)
+            for job in scheduled_jobs(config)
+        ]
+        for loop in self.loops:
+            loop.start()
+        self.events.emit(
+            "started", config=str(config.path), jobs=[loop.job.name for loop in self.loops]
+        )
+
+    def _job_events(self, job: JobConfig, config: WorkerConfig) -> EventLog:
+        return EventLog(job.name, config.worker, self.stream)
+
+    def _reload_config(self) -> None:
+        try:
+            fresh = self.loader(self.config.path)
+            if fresh.worker != self.config.worker:
+                raise LocalEnvironmentError(
+                    f"{self.config.path}: now for worker {fresh.worker}, not {self.config.worker}"
+                )
+            if not scheduled_jobs(fresh):
+                raise LocalEnvironmentError(f"{self.config.path}: no job to schedule any more")
+        except LockctlError as exc:
+            self.events.emit("reload-refused", error=str(exc), kept=str(self.config.path))
+            return
+        for loop in self.loops:
+            loop.end()  # each finishes its current run, then destroys its session
+        for loop in self.loops:
+            loop.join()
+        self.config = fresh
+        self.events.emit("reloaded", jobs=[job.name for job in scheduled_jobs(fresh)])
+        self._start(fresh)

@@ -1,0 +1,281 @@
+"""`lockctl schedule` on the real cluster: three long-lived schedulers on three workers (three
+client agents) run an `@every 3s` job; every tick runs exactly once with no overlap, each
+replica keeps one session across ticks, SIGTERM of the replica running a job lets another
+replica run the very next tick, a second scheduler of the same config is refused, and a bad
+config on SIGHUP is refused while the old one keeps running."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from workers_lab import minted_workers
+
+from provision.errors import EXIT_ENVIRONMENT
+from provision.ledger.records import TickOutcome, tick_name
+from provision.ledger.store import Ledger
+from provision.schedule import parse_schedule
+
+if TYPE_CHECKING:
+    from conftest import LiveCluster
+
+pytestmark = pytest.mark.cluster
+
+LOCKCTL = [sys.executable, "-m", "provision"]
+WORKERS = ("worker-1", "worker-2", "worker-3")
+EVERY = 3
+SCHEDULE = parse_schedule(f"@every {EVERY}s")
+JOBS = {"steady": "0.2", "handover": "2", "single": "0.1", "reload": "0.1"}  # short -> sleep
+WAIT = 30.0
+
+
+@dataclass(frozen=True)
+class Lab:
+    tmp: Path
+    configs: dict[str, Path]
+    jobs: dict[str, str]
+    keys: dict[str, str]
+    logs: dict[str, Path]
+    cluster: LiveCluster
+
+
+def _command(log: Path, sleep: str) -> str:
+    line = 'echo "$LOCKCTL_TICK $LOCKCTL_WORKER $(date +%s.%N)'
+    script = f'{line} start" >> {log}; sleep {sleep}; {line} end" >> {log}'
+    return json.dumps(["/bin/sh", "-c", script])
+
+
+def _spec_text(cluster: LiveCluster, uid: str, logs: dict[str, Path]) -> str:
+    lines = [
+        "defaults {",
+        '  ttl            = "10s"',
+        '  lock_delay     = "4s"',
+        '  renew_interval = "1s"',
+        '  kill_grace     = "1s"',
+        "}",
+    ]
+    for worker in WORKERS:
+        lines += [f'worker "{worker}" {{', f'  address = "{cluster.address(worker)}"', "}"]
+    for short, sleep in JOBS.items():
+        lines += [
+            f'job "{short}-{uid}" {{',
+            f'  prefix   = "test/sched-{uid}/{short}/"',
+            f"  workers  = {json.dumps(list(WORKERS))}",
+            f'  schedule = "@every {EVERY}s"',
+            f"  command  = {_command(logs[short], sleep)}",
+            "}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    tmp = tmp_path_factory.mktemp("sched")
+    uid = uuid.uuid4().hex[:8]
+    logs = {short: tmp / f"{short}.log" for short in JOBS}
+    spec_path = tmp / "locks.hcl"
+    spec_path.write_text(_spec_text(live_cluster, uid, logs))
+    kv = f"test/sched-{uid}/"
+    with minted_workers(live_cluster, spec_path, WORKERS, tmp, uid, kv) as made:
+        yield Lab(
+            tmp,
+            made.configs,
+            {short: f"{short}-{uid}" for short in JOBS},
+            {short: f"{kv}{short}/.lock" for short in JOBS},
+            logs,
+            live_cluster,
+        )
+
+
+class Scheduler:
+    """One `lockctl schedule` subprocess for one job's own config; stderr collected."""
+
+    def __init__(self, lab: Lab, worker: str, short: str) -> None:
+        self.worker = worker
+        self.config = _job_only_config(lab, worker, short)
+        self.process = subprocess.Popen(
+            [*LOCKCTL, "schedule", "--config", str(self.config)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line.rstrip("\n"))
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        found = [json.loads(line) for line in list(self.lines) if line.startswith("{")]
+        return [e for e in found if name is None or e["event"] == name]
+
+    def stop(self, signum: int = signal.SIGTERM) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signum)
+        code = self.process.wait(WAIT)
+        self._close()
+        return code
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(WAIT)
+        self._close()
+
+    def _close(self) -> None:
+        self._reader.join(5)
+        if not self._reader.is_alive() and self.process.stderr is not None:
+            self.process.stderr.close()
+
+
+def _job_only_config(lab: Lab, worker: str, short: str) -> Path:
+    """The worker's config with only this test's job (each test schedules its own job)."""
+    raw = json.loads(lab.configs[worker].read_text())
+    raw["jobs"] = {lab.jobs[short]: raw["jobs"][lab.jobs[short]]}
+    path = lab.tmp / f"{worker}-{short}.json"
+    path.write_text(json.dumps(raw))
+    return path
+
+
+@pytest.fixture
+def schedulers() -> Iterator[list[Scheduler]]:
+    started: list[Scheduler] = []
+    yield started
+    for scheduler in started:
+        scheduler.kill()
+
+
+def _runs(log: Path) -> list[tuple[str, str, float, float]]:
+    """(tick, worker, start, end) per run, from the job's own log."""
+    starts: dict[tuple[str, str], float] = {}
+    runs = []
+    for line in log.read_text().splitlines() if log.exists() else []:
+        tick, worker, moment, what = line.split()
+        if what == "start":
+            starts[(tick, worker)] = float(moment)
+        else:
+            runs.append((tick, worker, starts[(tick, worker)], float(moment)))
+    return sorted(runs, key=lambda run: run[2])
+
+
+def _wait_for_tick_boundary() -> datetime:
+    tick = SCHEDULE.next_ticks(datetime.now(timezone.utc), 1)[0]
+    time.sleep(max(0.0, tick.timestamp() - time.time() + 0.2))
+    return tick
+
+
+def test_three_schedulers_run_every_tick_exactly_once_without_overlap(
+    lab: Lab, schedulers: list[Scheduler]
+) -> None:
+    for worker in WORKERS:
+        schedulers.append(Scheduler(lab, worker, "steady"))
+    first = _wait_for_tick_boundary()
+    time.sleep(8 * EVERY)
+    stop_at = time.time()
+    assert [s.stop() for s in schedulers] == [0, 0, 0], [s.lines for s in schedulers]
+
+    runs = _runs(lab.logs["steady"])
+    ticks = [tick for tick, _, _, _ in runs]
+    assert len(ticks) == len(set(ticks)), runs  # never twice
+    for earlier, later in itertools.pairwise(runs):
+        assert later[2] >= earlier[3], (earlier, later)  # no overlap
+    records = {r.tick: r for r in Ledger(lab.cluster.management(), lab.keys["steady"]).records()}
+    for tick, worker, _, _ in runs:
+        record = records[datetime.fromisoformat(tick.replace("Z", "+00:00"))]
+        assert (record.outcome, record.worker) == (TickOutcome.SUCCEEDED, worker)
+    before_first = first - timedelta(seconds=1)
+    due = [t for t in SCHEDULE.next_ticks(before_first, 20) if t.timestamp() <= stop_at - 1]
+    missed = [tick_name(t) for t in due if tick_name(t) not in ticks]
+    assert not missed, (missed, ticks)  # every tick from the first to the stop was run
+    for scheduler in schedulers:
+        # one session per replica, kept across ticks; destroyed at the end
+        assert len(scheduler.events("session-created")) == 1, scheduler.lines
+        assert len(scheduler.events("session-destroyed")) == 1
+        assert not any("Traceback" in line for line in scheduler.lines)
+        assert scheduler.events("stopped")
+
+
+def test_sigterm_of_the_running_replica_hands_the_next_tick_to_another(
+    lab: Lab, schedulers: list[Scheduler]
+) -> None:
+    by_worker = {}
+    for worker in WORKERS:
+        by_worker[worker] = Scheduler(lab, worker, "handover")
+        schedulers.append(by_worker[worker])
+    _wait_for_tick_boundary()
+    deadline = time.time() + 2 * EVERY
+    running: list[tuple[str, str]] = []
+    while time.time() < deadline and not running:  # a replica whose job has started
+        log = lab.logs["handover"]
+        lines = log.read_text().splitlines() if log.exists() else []
+        running = [(ln.split()[0], ln.split()[1]) for ln in lines if ln.endswith("start")]
+        time.sleep(0.05)
+    assert running, "no replica started the job"
+    tick, active = running[-1]
+    assert by_worker[active].stop(signal.SIGTERM) == 0
+    stopped = by_worker[active]
+    assert stopped.events("interrupted") or stopped.events("released"), stopped.lines
+    next_tick = tick_name(SCHEDULE.next_ticks(datetime.fromisoformat(tick[:-1] + "+00:00"), 1)[0])
+    time.sleep(EVERY + 2.5)  # the next tick, and its 2 s job
+    for worker, scheduler in by_worker.items():
+        if worker != active:
+            assert scheduler.stop() == 0
+    runs = _runs(lab.logs["handover"])
+    assert [r for r in runs if r[0] == next_tick and r[1] != active], (next_tick, runs)
+    assert len({r[0] for r in runs}) == len(runs)
+    assert stopped.events("session-destroyed")
+
+
+def test_a_second_scheduler_of_the_same_config_is_refused(
+    lab: Lab, schedulers: list[Scheduler]
+) -> None:
+    first = Scheduler(lab, "worker-1", "single")
+    schedulers.append(first)
+    time.sleep(1.5)
+    second = subprocess.run(
+        [*LOCKCTL, "schedule", "--config", str(first.config)],
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+    )
+    assert second.returncode == EXIT_ENVIRONMENT, second.stderr
+    assert "another `lockctl schedule` runs with this config" in second.stderr
+    assert first.process.poll() is None
+    assert first.stop() == 0
+
+
+def test_sighup_with_a_bad_config_keeps_the_old_one(lab: Lab, schedulers: list[Scheduler]) -> None:
+    scheduler = Scheduler(lab, "worker-2", "reload")
+    schedulers.append(scheduler)
+    time.sleep(1.5)
+    good = scheduler.config.read_text()
+    scheduler.config.write_text("{not json")
+    scheduler.process.send_signal(signal.SIGHUP)
+    time.sleep(1.5)
+    assert scheduler.process.poll() is None
+    refused = scheduler.events("reload-refused")
+    assert refused and "not a JSON worker config" in refused[0]["error"], scheduler.lines
+    scheduler.config.write_text(good)
+    scheduler.process.send_signal(signal.SIGHUP)
+    time.sleep(1.5)
+    assert scheduler.events("reloaded"), scheduler.lines
+    _wait_for_tick_boundary()
+    time.sleep(1.0)
+    assert scheduler.stop() == 0
+    assert _runs(lab.logs["reload"]), scheduler.lines  # still ticking after the reload
