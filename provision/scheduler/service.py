@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TextIO
 
 from provision.consul import Consul, resolve_settings
-from provision.errors import LocalEnvironmentError, LockctlError
+from provision.errors import InputError, LocalEnvironmentError, LockctlError
 from provision.runner.events import EventLog
 from provision.runner.stop import StopRequest
 from provision.scheduler.loop import JobLoop
@@ -76,7 +76,7 @@ class Scheduler:
     def run(self) -> int:
         jobs = scheduled_jobs(self.config)
         if not jobs:
-            raise LocalEnvironmentError(
+            raise InputError(
                 f"{self.config.path}: no job with a schedule and a command for "
                 f"{self.config.worker}: nothing to schedule"
             )
@@ -111,11 +111,11 @@ class Scheduler:
         try:
             fresh = self.loader(self.config.path)
             if fresh.worker != self.config.worker:
-                raise LocalEnvironmentError(
+                raise InputError(
                     f"{self.config.path}: now for worker {fresh.worker}, not {self.config.worker}"
                 )
             if not scheduled_jobs(fresh):
-                raise LocalEnvironmentError(f"{self.config.path}: no job to schedule any more")
+                raise InputError(f"{self.config.path}: no job to schedule any more")
         except LockctlError as exc:
             self.events.emit("reload-refused", error=str(exc), kept=str(self.config.path))
             return
