@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from workers_lab import minted_workers
+from workers_lab import minted_workers, spec_text
 
 from provision.errors import EXIT_ENVIRONMENT
 from provision.ledger.records import TickOutcome, tick_name
@@ -58,26 +58,15 @@ def _command(log: Path, sleep: str) -> str:
 
 
 def _spec_text(cluster: LiveCluster, uid: str, logs: dict[str, Path]) -> str:
-    lines = [
-        "defaults {",
-        '  ttl            = "10s"',
-        '  lock_delay     = "4s"',
-        '  renew_interval = "1s"',
-        '  kill_grace     = "1s"',
-        "}",
-    ]
-    for worker in WORKERS:
-        lines += [f'worker "{worker}" {{', f'  address = "{cluster.address(worker)}"', "}"]
-    for short, sleep in JOBS.items():
-        lines += [
-            f'job "{short}-{uid}" {{',
-            f'  prefix   = "test/sched-{uid}/{short}/"',
-            f"  workers  = {json.dumps(list(WORKERS))}",
-            f'  schedule = "@every {EVERY}s"',
-            f"  command  = {_command(logs[short], sleep)}",
-            "}",
-        ]
-    return "\n".join(lines) + "\n"
+    jobs = {
+        f"{short}-{uid}": {
+            "prefix": f'"test/sched-{uid}/{short}/"',
+            "schedule": f'"@every {EVERY}s"',
+            "command": _command(logs[short], sleep),
+        }
+        for short, sleep in JOBS.items()
+    }
+    return spec_text(cluster, WORKERS, jobs)
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from workers_lab import minted_workers
+from workers_lab import minted_workers, spec_text
 
 from provision.ledger.records import TickOutcome, tick_name
 from provision.ledger.store import Ledger
@@ -52,25 +52,14 @@ class Lab:
 
 
 def _spec_text(cluster: LiveCluster, uid: str) -> str:
-    lines = [
-        "defaults {",
-        '  ttl            = "10s"',
-        '  lock_delay     = "4s"',
-        '  renew_interval = "1s"',
-        '  kill_grace     = "1s"',
-        "}",
-    ]
-    for worker in WORKERS:
-        lines += [f'worker "{worker}" {{', f'  address = "{cluster.address(worker)}"', "}"]
-    for short in JOBS:
-        lines += [
-            f'job "{short}-{uid}" {{',
-            f'  prefix   = "test/ticks-{uid}/{short}/"',
-            f"  workers  = {json.dumps(list(WORKERS))}",
-            f'  schedule = "@every {EVERY}s"',
-            "}",
-        ]
-    return "\n".join(lines) + "\n"
+    jobs = {
+        f"{short}-{uid}": {
+            "prefix": f'"test/ticks-{uid}/{short}/"',
+            "schedule": f'"@every {EVERY}s"',
+        }
+        for short in JOBS
+    }
+    return spec_text(cluster, WORKERS, jobs)
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ worker configs written, and everything deleted again at the end."""
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +21,27 @@ from provision.workers.files import Placement, write_worker_files
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
+
+
+FAST_DEFAULTS = {"ttl": "10s", "lock_delay": "4s", "renew_interval": "1s", "kill_grace": "1s"}
+
+
+def spec_text(
+    cluster: LiveCluster,
+    workers: Sequence[str],
+    jobs: dict[str, dict[str, str]],
+    defaults: dict[str, str] = FAST_DEFAULTS,
+) -> str:
+    """A spec for the live cluster: `workers` at their agents' addresses, and each job with its
+    attributes as HCL source (`'"@every 3s"'`, `'["/bin/sh", "-c", "true"]'`), on all workers."""
+    lines = ["defaults {", *(f"  {k} = {json.dumps(v)}" for k, v in defaults.items()), "}"]
+    for worker in workers:
+        lines += [f'worker "{worker}" {{', f'  address = "{cluster.address(worker)}"', "}"]
+    for name, attributes in jobs.items():
+        lines += [f'job "{name}" {{', f"  workers = {json.dumps(list(workers))}"]
+        lines += [f"  {key} = {value}" for key, value in attributes.items()]
+        lines += ["}"]
+    return "\n".join(lines) + "\n"
 
 
 @dataclass
