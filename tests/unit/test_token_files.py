@@ -114,7 +114,11 @@ def test_secret_path_refuses_names_that_leave_the_folder(tmp_path: Path, name: s
         secret_path(tmp_path, name)
 
 
-@pytest.mark.parametrize("value", ["<hidden>", "", "anonymous", SECRET + "\n", " " + SECRET])
+@pytest.mark.parametrize(
+    "value",
+    ["<hidden>", "", "anonymous", SECRET + "\n", " " + SECRET],
+    ids=["hidden", "empty", "anonymous", "trailing-newline", "leading-space"],  # no secret in IDs
+)
 def test_only_a_token_secret_is_ever_written(tmp_path: Path, value: str) -> None:
     assert not is_token_secret(Secret(value))
     with pytest.raises(NotATokenSecret):
