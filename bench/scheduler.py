@@ -10,7 +10,7 @@ On its own local cluster (started here on --subnet, stopped at the end), on work
      is listed too. Beside it, per tick, alternating tick by tick with the same child: one whole
      `consul lock -timeout=1ms` process (the lock free) and one whole `lockctl run` process (a
      job of its own with the same schedule and ledger). Target: median <= 5 ms.
-  2. idle CPU of one `lockctl schedule` process with 10 jobs on `* * * * *` (child `true`):
+  2. idle CPU of one `lockctl schedule` process with 10 jobs on `* * * * *` (child `/bin/true`):
      utime+stime from /proc/<pid>/stat over --duration seconds (at least one minute tick inside
      the window, so the ticks' work is counted), sampled each second to split "between ticks"
      from the ticks. Target: < 1% of one core.
@@ -179,7 +179,7 @@ class SchedulerBench(Bench):
                 "lock_key": f"bench/sched/minute-{n:02d}/.lock",
                 **TIMINGS,
                 "schedule": "* * * * *",
-                "command": ["true"],
+                "command": ["/bin/true"],
             }
             for n in range(1, jobs + 1)
         }
@@ -480,7 +480,7 @@ def _call_row(label: str, values: list[float], per_tick: float | None = None) ->
 def report_idle(run: IdleRun, jobs: int) -> bool:
     cpu_ok, rss_ok = run.cpu_percent < CPU_TARGET_PERCENT, run.vm_hwm_mb < RSS_TARGET_MB
     print(
-        f"\n2./3. one `lockctl schedule`, {jobs} jobs on `* * * * *` (child `true`), over "
+        f"\n2./3. one `lockctl schedule`, {jobs} jobs on `* * * * *` (child `/bin/true`), over "
         f"{run.seconds:.0f} s holding {run.minute_ticks} minute tick(s) ({run.runs} runs)\n"
     )
     print(f"{'metric':40}{'value':>10}  target")
