@@ -35,7 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -327,6 +327,47 @@ def _one_tick(
     return took, []
 
 
+# -- where a tick's time goes ---------------------------------------------------------------
+PROFILE_CALLS = 20
+
+
+def write_path(engine: Engine, leader: Consul, data_dir: Path) -> dict[str, list[float]]:
+    """What one Consul write costs on this machine, piece by piece (ms per call): an HTTP round
+    trip with no Consul work, a read, a write through the worker's agent (forwarded to the
+    leader, committed by raft), the same write sent to the leader itself, and one fsync on the
+    disk the servers' raft logs are on (each commit waits for the leader's and a follower's)."""
+    key = "bench/profile/key"
+    steps: dict[str, Callable[[], object]] = {
+        "HTTP round trip, no Consul work": lambda: engine.consul.status.leader(),
+        "KV read through the agent": lambda: engine.consul.kv.get(key),
+        "KV write through the agent": lambda: engine.consul.kv.put(key, b"x"),
+        "KV write to the leader itself": lambda: leader.kv.put(key, b"x"),
+        "fsync of 4 KB on the servers' disk": lambda: _fsync(data_dir / "bench-fsync"),
+    }
+    times: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(PROFILE_CALLS):
+        for name, step in steps.items():
+            began = time.perf_counter()
+            step()
+            times[name].append((time.perf_counter() - began) * 1000)
+    (data_dir / "bench-fsync").unlink(missing_ok=True)
+    return times
+
+
+def _fsync(path: Path) -> None:
+    with path.open("ab") as file:
+        file.write(b"x" * 4096)
+        file.flush()
+        os.fsync(file.fileno())
+
+
+def leader_client(management: Consul, servers: list[str]) -> Consul:
+    """The management client pointed at the raft leader's own HTTP address."""
+    leader_ip = management.status.leader().rsplit(":", 1)[0]
+    address = next((a for a in servers if f"//{leader_ip}:" in a), servers[0])
+    return management.with_settings(address=address)
+
+
 # -- the idle scheduler ----------------------------------------------------------------------
 @dataclass
 class IdleRun:
@@ -340,6 +381,7 @@ class IdleRun:
     vm_hwm_mb: float = 0.0
     vm_rss_mb: float = 0.0
     claim_ms: list[float] = field(default_factory=list)  # the scheduler's acquired.waited_ms
+    import_rss_mb: dict[str, float] = field(default_factory=dict)
 
 
 def _events(path: Path) -> list[dict[str, Any]]:
@@ -370,7 +412,9 @@ def idle_scheduler(bench: SchedulerBench, jobs: int, duration: float) -> IdleRun
     try:
         _first_ticks_done(process, log, jobs)
         time.sleep(2)
-        return _sample(process.pid, duration, log)
+        run = _sample(process.pid, duration, log)
+        run.import_rss_mb = import_rss()
+        return run
     finally:
         _terminate(process)
 
@@ -429,6 +473,27 @@ def _summarise(
     return run
 
 
+IMPORT_SETS = {
+    "python, nothing imported": "",
+    "+ ssl (OpenSSL)": "ssl",
+    "+ requests (urllib3, CA bundle)": "requests",
+    "+ the scheduler's modules": "provision.cli.app, provision.scheduler.service",
+}
+_HWM = "print(next(l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')))"
+
+
+def import_rss() -> dict[str, float]:
+    """Peak RSS (MB) of a Python process that only imports: where the scheduler's RSS goes."""
+    found = {}
+    for label, modules in IMPORT_SETS.items():
+        code = (f"import {modules}; " if modules else "") + _HWM
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=WAIT, check=True
+        )
+        found[label] = int(done.stdout.strip()) / 1024
+    return found
+
+
 def _terminate(process: subprocess.Popen[bytes]) -> None:
     """SIGTERM (it destroys its sessions), then SIGKILL if it does not end in time."""
     if process.poll() is None:
@@ -477,6 +542,13 @@ def _call_row(label: str, values: list[float], per_tick: float | None = None) ->
     print(f"   {label:32}{count:>11}{_median(values):11.2f}{_spread(values):>14}")
 
 
+def report_profile(times: dict[str, list[float]]) -> None:
+    print(f"\n   where a write's time goes ({PROFILE_CALLS} calls each, ms)\n")
+    print(f"   {'step':36}{'median':>8}{'p10..p90':>14}")
+    for name, values in times.items():
+        print(f"   {name:36}{_median(values):8.2f}{_spread(values):>14}")
+
+
 def report_idle(run: IdleRun, jobs: int) -> bool:
     cpu_ok, rss_ok = run.cpu_percent < CPU_TARGET_PERCENT, run.vm_hwm_mb < RSS_TARGET_MB
     print(
@@ -498,6 +570,8 @@ def report_idle(run: IdleRun, jobs: int) -> bool:
         f"< {RSS_TARGET_MB:g} MB: {_verdict(rss_ok)}"
     )
     print(f"{'  RSS at the end, VmRSS (MB)':40}{run.vm_rss_mb:10.1f}  report")
+    for label, mb in run.import_rss_mb.items():
+        print(f"{'  VmHWM of ' + label:40}{mb:10.1f}  report (imports only)")
     if run.claim_ms:
         label = f"  claim at the tick, {len(run.claim_ms)} at once (ms)"
         print(f"{label:40}{_median(run.claim_ms):10.1f}  report ({_spread(run.claim_ms)})")
@@ -542,12 +616,15 @@ def _run(work: Path, args: argparse.Namespace) -> int:
         bench.grant()
         engine = Engine(bench)
         series = tick_series(bench, engine, args.runs, args.history)
+        servers = [agent.http_address for agent in layout.servers]
+        profile = write_path(engine, leader_client(management, servers), state_dir)
         engine.close()
         idle = idle_scheduler(bench, args.jobs, args.duration)
         python = sys.version.split()[0]
         print(f"Consul {up.consul.version}, {os.cpu_count()} cores, Python {python}")
         print(f"load average (1, 5, 15 min): {load_before} before, {_load()} after")
         ticks_ok = report_ticks(series, args.runs)
+        report_profile(profile)
         idle_ok = report_idle(idle, args.jobs)
         return 0 if ticks_ok and idle_ok else 1
     finally:
