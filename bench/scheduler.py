@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import io
 import itertools
 import json
@@ -329,6 +330,11 @@ def _one_tick(
 
 # -- where a tick's time goes ---------------------------------------------------------------
 PROFILE_CALLS = 20
+LEDGER_ALONE = (
+    "claim, Ledger alone (no child)",
+    "completion, Ledger alone",
+    "claim + completion, Ledger alone",
+)
 
 
 def write_path(engine: Engine, leader: Consul, data_dir: Path) -> dict[str, list[float]]:
@@ -345,13 +351,38 @@ def write_path(engine: Engine, leader: Consul, data_dir: Path) -> dict[str, list
         "fsync of 4 KB on the servers' disk": lambda: _fsync(data_dir / "bench-fsync"),
     }
     times: dict[str, list[float]] = {name: [] for name in steps}
-    for _ in range(PROFILE_CALLS):
+    for name in LEDGER_ALONE:
+        times[name] = []
+    ledger = Ledger(engine.consul, "bench/lockctl/ledger/.lock")
+    for number in range(PROFILE_CALLS):
         for name, step in steps.items():
             began = time.perf_counter()
             step()
             times[name].append((time.perf_counter() - began) * 1000)
+        _ledger_tick(ledger, engine.session_id, number, times)
     (data_dir / "bench-fsync").unlink(missing_ok=True)
     return times
+
+
+def _ledger_tick(ledger: Ledger, session: str, number: int, times: dict[str, list[float]]) -> None:
+    """The two transactions of a tick with the kept session, nothing else running meanwhile."""
+    tick = datetime(2000, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=number)
+    record = TickRecord(tick, TickOutcome.RUNNING, worker=HOLDER, session=session, claimed_at=tick)
+    began = time.perf_counter()
+    claim = ledger.claim(record, b'{"worker":"worker-1"}', session)
+    times["claim, Ledger alone (no child)"].append((time.perf_counter() - began) * 1000)
+    if not claim.won:
+        raise SystemExit(f"bench: the ledger claim of {tick} was refused: {claim}")
+    done = dataclasses.replace(record, modify_index=claim.record_index).completed(
+        TickOutcome.SUCCEEDED, finished_at=tick, exit_status=0
+    )
+    began = time.perf_counter()
+    completion = ledger.complete(done, session, release=True)
+    times["completion, Ledger alone"].append((time.perf_counter() - began) * 1000)
+    both = times["claim, Ledger alone (no child)"][-1] + times["completion, Ledger alone"][-1]
+    times["claim + completion, Ledger alone"].append(both)
+    if not (completion.recorded and completion.released):
+        raise SystemExit(f"bench: the ledger completion of {tick} failed: {completion}")
 
 
 def _fsync(path: Path) -> None:
