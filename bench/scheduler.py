@@ -604,7 +604,7 @@ def report_idle(run: IdleRun, jobs: int) -> bool:
     for label, mb in run.import_rss_mb.items():
         print(f"{'  VmHWM of ' + label:40}{mb:10.1f}  report (imports only)")
     if run.claim_ms:
-        label = f"  claim at the tick, {len(run.claim_ms)} at once (ms)"
+        label = f"  claim at a minute tick, {jobs} at once (ms)"
         print(f"{label:40}{_median(run.claim_ms):10.1f}  report ({_spread(run.claim_ms)})")
     return cpu_ok and rss_ok
 
