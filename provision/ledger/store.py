@@ -78,6 +78,11 @@ class Ledger:
                 found.append(decode(tick, entry.value, entry.modify_index))
         return sorted(found, key=lambda record: record.tick)
 
+    def ticks(self) -> set[datetime]:
+        """The ticks that have a record (their key names only: one cheap read, no values)."""
+        names = (key[len(self.prefix) :] for key in self.consul.kv.keys(self.prefix))
+        return {tick for tick in map(parse_tick_name, names) if tick is not None}
+
     def claim(self, record: TickRecord, holder: bytes, session_id: str) -> Claim:
         key = self.key(record.tick)
         answer = self.consul.txn.kv(

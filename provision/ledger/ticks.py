@@ -97,7 +97,13 @@ def missed_ticks(
     return missed
 
 
+PRUNE_SLACK = 0.1  # retention deletes in batches: once the records exceed the limit by 10%
+
+
 def to_prune(ticks: Sequence[datetime], keep: int) -> list[datetime]:
-    """The ticks beyond the newest `keep`, oldest first: what retention deletes."""
+    """The ticks beyond the newest `keep`, oldest first: what retention deletes. Nothing until
+    they exceed `keep` by PRUNE_SLACK (at least one), so most runs write nothing for it."""
     ordered = sorted(ticks)
-    return ordered[: max(0, len(ordered) - keep)]
+    if len(ordered) <= keep + max(1, int(keep * PRUNE_SLACK)):
+        return []
+    return ordered[: len(ordered) - keep]

@@ -206,9 +206,8 @@ def housekeep(
     """After a run: record the ticks nobody ran as missed, delete beyond history_limit. Best
     effort: a failure here is a warning event; the next run does it again."""
     try:
-        records = ledger.records()
+        recorded = ledger.ticks()  # names only: the values are not needed here
         now = utc_now()
-        recorded = {record.tick for record in records}
         missed = missed_ticks(schedule, recorded, now, job.start_deadline, limit=MAX_MISSED_PER_RUN)
         written = ledger.record_missed(
             TickRecord(tick, TickOutcome.MISSED, worker=worker, finished_at=now)

@@ -116,4 +116,8 @@ def test_retention_prunes_the_oldest_beyond_the_limit() -> None:
     kept = [at(5 * i) for i in range(12)]
     assert to_prune(list(reversed(kept)), 10) == kept[:2]
     assert to_prune(kept, 12) == []
+    assert to_prune(kept[:11], 10) == []  # within the slack: no delete on most runs
+    many = [at(5 * i) for i in range(220)]
+    assert to_prune(many, 200) == []  # 200 + 10% = 220 kept before a batch goes
+    assert to_prune([*many, at(5 * 220)], 200) == many[:21]  # then back to the newest 200
     assert to_prune([], 10) == []
