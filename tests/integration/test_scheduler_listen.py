@@ -151,13 +151,19 @@ class Scheduler:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
         code = self.process.wait(WAIT)
-        self._reader.join(5)
+        self._close()
         return code
 
     def kill(self) -> None:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait(WAIT)
+        self._close()
+
+    def _close(self) -> None:
+        self._reader.join(5)
+        if not self._reader.is_alive() and self.process.stderr is not None:
+            self.process.stderr.close()
 
 
 def _value(samples: Samples, name: str, **labels: str) -> float:
@@ -241,6 +247,7 @@ def test_metrics_match_the_ledger_and_healthz_follows_consul(
     assert status == 503
     assert text.startswith(f"{lab.job}: Consul did not answer its last request"), text
     assert text.count("\n") == 1
+    print(f"/healthz of {two.worker}: {status} {text}")  # for docs/scheduler.md
     samples = two.scrape()
     assert _value(samples, "lockctl_consul_up") == 0.0
     assert _value(samples, "lockctl_ticks_total") >= before  # a reload keeps the counters
