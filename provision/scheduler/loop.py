@@ -18,8 +18,8 @@ import select
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any, TextIO
 
 from provision.consul import Consul, ConsulError, NotFound
 from provision.errors import LockctlError
@@ -27,25 +27,35 @@ from provision.ledger.records import tick_name
 from provision.ledger.ticks import choose_tick
 from provision.runner.engine import run_job
 from provision.runner.events import EventLog
+from provision.runner.fencing import Outcome
 from provision.runner.lock import LockSession
 from provision.runner.precheck import WallClock, utc_now
 from provision.runner.results import RunOptions, RunResult
 from provision.runner.stop import StopRequest, Wakeup
 from provision.schedule import parse_schedule
+from provision.scheduler.counts import LoopCounts
 from provision.workers.config import JobConfig
 
 MAX_WAIT = 1.0  # the longest single wait: a renewal or a stop is never later than this
 
 
-@dataclass
-class LoopCounts:
-    """What the loop saw, for the scheduler's metrics and its final event."""
+class CountingEventLog(EventLog):
+    """The job's events, each also counted (scheduler/counts.py) before it is written."""
 
-    ticks_due: int = 0
-    outcomes: dict[str, int] = field(default_factory=dict)
-    consul_unavailable: int = 0
-    renew_failures: int = 0
-    running: bool = False
+    def __init__(
+        self,
+        job: str,
+        worker: str,
+        stream: TextIO | None,
+        counts: LoopCounts,
+        now: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(job, worker, stream)
+        self.counts, self.now = counts, now
+
+    def emit(self, event: str, **fields: Any) -> None:
+        self.counts.observe(event, fields, self.now())
+        super().emit(event, **fields)
 
 
 class JobLoop(threading.Thread):
@@ -61,6 +71,7 @@ class JobLoop(threading.Thread):
         *,
         wall: WallClock = utc_now,
         clock: Callable[[], float] = time.monotonic,
+        counts: LoopCounts | None = None,
     ) -> None:
         super().__init__(name=f"lockctl-schedule {job.name}", daemon=True)
         assert job.schedule is not None and job.command
@@ -69,7 +80,8 @@ class JobLoop(threading.Thread):
         self.schedule = parse_schedule(job.schedule, job.timezone)
         self.retire = Wakeup()  # set: finish the current run, then end (a reload)
         self.retiring = False
-        self.counts = LoopCounts()
+        # the scheduler's, kept across reloads; `events` should count into it (CountingEventLog)
+        self.counts = counts or LoopCounts()
         self.last_result: RunResult | None = None
         self._session = LockSession(consul, job, worker, clock)
         self._session_id: str | None = None
@@ -146,11 +158,10 @@ class JobLoop(threading.Thread):
 
     def _run_tick(self, due: datetime) -> None:
         self._last_tick = due
-        self.counts.ticks_due += 1
+        self.counts.tick_due()
         self.events.emit("tick-due", tick=tick_name(due))
         try:
             session = self._ensure_session()
-            self.counts.running = True
             result = run_job(
                 self.consul,
                 self.job,
@@ -171,10 +182,12 @@ class JobLoop(threading.Thread):
             self._count("error")
             return
         finally:
-            self.counts.running = False
+            self.counts.not_running()  # the `acquired` event set it, `released`/`lost` clear it
         self._recovered()
         self.last_result = result
         self._count(result.outcome.value)
+        succeeded = result.outcome is Outcome.RAN and result.exit_code == 0
+        self.counts.ran(result.duration, self.wall().timestamp() if succeeded else None)
 
     # -- the session -----------------------------------------------------------------------
     def _ensure_session(self) -> str:
@@ -198,10 +211,10 @@ class JobLoop(threading.Thread):
             self._session_id = None
             return
         except ConsulError as exc:
-            self.counts.renew_failures += 1
-            self._unavailable(exc, None)
+            self._unavailable(exc, None, renewing=True)
             return
         self._renewed_at = self.clock()
+        self.counts.consul_answered()
         self._recovered()
 
     def _drop_session(self) -> None:
@@ -212,8 +225,10 @@ class JobLoop(threading.Thread):
             self._session_id = None
 
     # -- Consul's availability -------------------------------------------------------------
-    def _unavailable(self, exc: ConsulError, due: datetime | None) -> None:
-        self.counts.consul_unavailable += 1
+    def _unavailable(
+        self, exc: ConsulError, due: datetime | None, *, renewing: bool = False
+    ) -> None:
+        self.counts.consul_failed(str(exc), renewing=renewing)
         if due is not None:
             self._count("consul-unavailable")
         if not self._consul_down or due is not None:
@@ -234,4 +249,4 @@ class JobLoop(threading.Thread):
             self._consul_down = False
 
     def _count(self, outcome: str, n: int = 1) -> None:
-        self.counts.outcomes[outcome] = self.counts.outcomes.get(outcome, 0) + n
+        self.counts.counted(outcome, n)

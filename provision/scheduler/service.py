@@ -24,7 +24,8 @@ from provision.consul import Consul, resolve_settings
 from provision.errors import InputError, LocalEnvironmentError, LockctlError
 from provision.runner.events import EventLog
 from provision.runner.stop import StopRequest
-from provision.scheduler.loop import JobLoop
+from provision.scheduler.counts import CountsSnapshot, LoopCounts
+from provision.scheduler.loop import CountingEventLog, JobLoop
 from provision.workers.config import JobConfig, WorkerConfig, load_worker_config
 
 JOIN_POLL = 0.5
@@ -67,6 +68,7 @@ class Scheduler:
         self.events = EventLog(SCHEDULER, config.worker, stream)
         self.loader = loader or (lambda path: load_worker_config(path, allow_unsafe=allow_unsafe))
         self.loops: list[JobLoop] = []
+        self.counts: dict[str, LoopCounts] = {}  # by job name: a reload keeps the counters
         self._reload = False  # set by a signal handler: a plain flag, never a lock
 
     def request_reload(self) -> None:
@@ -94,18 +96,21 @@ class Scheduler:
     def _start(self, config: WorkerConfig) -> None:
         settings = resolve_settings(address=config.address, token_file=config.token_file)
         consul = Consul(settings)
-        self.loops = [
-            JobLoop(consul, job, config.worker, self._job_events(job, config), self.stop)
-            for job in scheduled_jobs(config)
-        ]
+        self.loops = []
+        for job in scheduled_jobs(config):
+            counts = self.counts.setdefault(job.name, LoopCounts())
+            events = CountingEventLog(job.name, config.worker, self.stream, counts)
+            self.loops.append(JobLoop(consul, job, config.worker, events, self.stop, counts=counts))
         for loop in self.loops:
             loop.start()
         self.events.emit(
             "started", config=str(config.path), jobs=[loop.job.name for loop in self.loops]
         )
 
-    def _job_events(self, job: JobConfig, config: WorkerConfig) -> EventLog:
-        return EventLog(job.name, config.worker, self.stream)
+    def snapshots(self) -> list[tuple[str, CountsSnapshot]]:
+        """Each current job's counts, for the listener's thread (a reload may swap the loops:
+        the list is read once)."""
+        return [(loop.job.name, loop.counts.snapshot()) for loop in list(self.loops)]
 
     def _reload_config(self) -> None:
         try:

@@ -1,0 +1,126 @@
+"""What `/metrics` and `/healthz` say, from the job loops' counts (scheduler/counts.py).
+
+The metrics are made by prometheus_client, the official library, from a CollectorRegistry of
+the scheduler's own (never the process-global one): each scrape collects a snapshot per job,
+so a scrape never sees a loop half-way through a change. Names follow Prometheus's conventions
+and reuse those of `lockctl run --metrics-textfile` (runner/metrics.py) where they mean the same.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from provision.runner.metrics import LABELS, TICKS
+from provision.scheduler.counts import OUTCOMES, SKIP_REASONS, CountsSnapshot, SessionState
+from provision.system.text import printable
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+Snapshots = Callable[[], Sequence[tuple[str, CountsSnapshot]]]
+
+LAST_SUCCESS = "lockctl_job_last_success_timestamp_seconds"  # as runner/metrics.py's
+HELP = {
+    LAST_SUCCESS: "When the job last ended with exit status 0 under the lock here (Unix time).",
+    TICKS: "Ticks of the job this scheduler handled, by outcome.",
+    "lockctl_skips": "Ticks this scheduler skipped, by reason (taken, overlap, lock-delay, other).",
+    "lockctl_run_duration_seconds": "How long the job ran under the lock, per run here.",
+    "lockctl_start_lag_seconds": "From the tick's instant to the job's start under the lock.",
+    "lockctl_job_running": "1 while the job runs here under the lock (the sum over replicas "
+    "is at most 1).",
+    "lockctl_renew_failures": "Renewals of the job's session that Consul did not answer.",
+    "lockctl_consul_up": "1 when Consul answered the job loop's last request, else 0.",
+}
+HEALTH_LIMIT = 400  # characters of the /healthz line
+
+
+def metrics_registry(snapshots: Snapshots, worker: str) -> CollectorRegistry:
+    """The scheduler's own registry: one collector reading the loops' snapshots at each scrape."""
+    from prometheus_client import CollectorRegistry
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Collector(snapshots, worker))
+    return registry
+
+
+def render(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, str]:
+    """The exposition (text format, or OpenMetrics when the scraper asks) and its content type."""
+    from prometheus_client.exposition import choose_encoder
+
+    encoder, content_type = choose_encoder(accept or "")
+    return encoder(registry), content_type
+
+
+class _Collector:
+    def __init__(self, snapshots: Snapshots, worker: str) -> None:
+        self.snapshots, self.worker = snapshots, worker
+
+    def collect(self) -> Iterator[Any]:
+        from prometheus_client.core import (
+            CounterMetricFamily,
+            GaugeMetricFamily,
+            HistogramMetricFamily,
+        )
+
+        jobs = [([job, self.worker], snap) for job, snap in self.snapshots()]
+        last = GaugeMetricFamily(LAST_SUCCESS, HELP[LAST_SUCCESS], labels=LABELS)
+        ticks = CounterMetricFamily(TICKS, HELP[TICKS], labels=(*LABELS, "outcome"))
+        skips = CounterMetricFamily(
+            "lockctl_skips", HELP["lockctl_skips"], labels=(*LABELS, "reason")
+        )
+        durations = HistogramMetricFamily(
+            "lockctl_run_duration_seconds", HELP["lockctl_run_duration_seconds"], labels=LABELS
+        )
+        lags = HistogramMetricFamily(
+            "lockctl_start_lag_seconds", HELP["lockctl_start_lag_seconds"], labels=LABELS
+        )
+        gauges = {name: GaugeMetricFamily(name, HELP[name], labels=LABELS) for name in _GAUGES}
+        renews = CounterMetricFamily(
+            "lockctl_renew_failures", HELP["lockctl_renew_failures"], labels=LABELS
+        )
+        for labels, snap in jobs:
+            if snap.last_success is not None:
+                last.add_metric(labels, snap.last_success)
+            for outcome in (*OUTCOMES, *sorted(set(snap.outcomes) - set(OUTCOMES))):
+                ticks.add_metric([*labels, outcome], snap.outcomes.get(outcome, 0))
+            for reason in SKIP_REASONS:
+                skips.add_metric([*labels, reason], snap.skips.get(reason, 0))
+            for family, seen in ((durations, snap.durations), (lags, snap.lags)):
+                family.add_metric(labels, seen.cumulative(), seen.total)
+            for name, value in _GAUGES.items():
+                gauges[name].add_metric(labels, value(snap))
+            renews.add_metric(labels, snap.renew_failures)
+        yield from (last, ticks, skips, durations, lags, *gauges.values(), renews)
+
+
+_GAUGES: dict[str, Callable[[CountsSnapshot], float]] = {
+    "lockctl_job_running": lambda snap: 1.0 if snap.running else 0.0,
+    "lockctl_consul_up": lambda snap: 1.0 if snap.consul_up else 0.0,
+}
+
+
+@dataclass(frozen=True)
+class Health:
+    status: int  # 200 or 503
+    text: str  # one line
+
+
+def health_verdict(jobs: Sequence[tuple[str, CountsSnapshot]]) -> Health:
+    """200 `ok` when Consul answered every loop's last request and each has a valid session
+    (or has not needed one yet); else 503 naming each job that is not, and why."""
+    if not jobs:
+        return Health(503, "no job loop is running")
+    problems = [f"{printable(job, 64)}: {why}" for job, snap in jobs if (why := _unhealthy(snap))]
+    if not problems:
+        return Health(200, "ok")
+    return Health(503, printable("; ".join(problems), HEALTH_LIMIT))
+
+
+def _unhealthy(snap: CountsSnapshot) -> str | None:
+    if not snap.consul_up:
+        return f"Consul did not answer its last request ({snap.consul_error or 'no answer'})"
+    if snap.session is SessionState.LOST:
+        return "its session was lost (Consul no longer knows it); the next tick makes a new one"
+    return None
