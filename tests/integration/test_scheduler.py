@@ -6,21 +6,24 @@ config on SIGHUP is refused while the old one keeps running."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
+import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
+from procscan import pids_with
+from scheduler_lab import SchedulerProcess
 from workers_lab import minted_workers, spec_text
 
 from provision.errors import EXIT_ENVIRONMENT
@@ -37,7 +40,17 @@ LOCKCTL = [sys.executable, "-m", "provision"]
 WORKERS = ("worker-1", "worker-2", "worker-3")
 EVERY = 3
 SCHEDULE = parse_schedule(f"@every {EVERY}s")
-JOBS = {"steady": "0.2", "handover": "2", "single": "0.1", "reload": "0.1"}  # short -> sleep
+# short name -> the job's sleep, or "family": a job with children that hide (see _command)
+JOBS = {
+    "steady": "0.2",
+    "handover": "2",
+    "single": "0.1",
+    "reload": "0.1",
+    "family-term": "family",
+    "family-kill9": "family",
+}
+# a unique `sleep` argument per family job: its processes are found in /proc by it
+MARKS = {short: f"300.{uuid.uuid4().int % 10**9:09d}" for short in JOBS}
 WAIT = 30.0
 
 
@@ -51,9 +64,14 @@ class Lab:
     cluster: LiveCluster
 
 
-def _command(log: Path, sleep: str) -> str:
+def _command(log: Path, sleep: str, mark: str) -> str:
     line = 'echo "$LOCKCTL_TICK $LOCKCTL_WORKER $(date +%s.%N)'
     script = f'{line} start" >> {log}; sleep {sleep}; {line} end" >> {log}'
+    if sleep == "family":  # a daemon that setsid's away, a grandchild that ignores SIGTERM
+        script = (
+            f'{line} start" >> {log}; setsid sleep {mark} & '
+            f'(trap "" TERM; sleep {mark}) & sleep {mark}'
+        )
     return json.dumps(["/bin/sh", "-c", script])
 
 
@@ -62,7 +80,7 @@ def _spec_text(cluster: LiveCluster, uid: str, logs: dict[str, Path]) -> str:
         f"{short}-{uid}": {
             "prefix": f'"test/sched-{uid}/{short}/"',
             "schedule": f'"@every {EVERY}s"',
-            "command": _command(logs[short], sleep),
+            "command": _command(logs[short], sleep, MARKS[short]),
         }
         for short, sleep in JOBS.items()
     }
@@ -88,48 +106,12 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
         )
 
 
-class Scheduler:
-    """One `lockctl schedule` subprocess for one job's own config; stderr collected."""
+class Scheduler(SchedulerProcess):
+    """One `lockctl schedule` subprocess for one job's own config."""
 
     def __init__(self, lab: Lab, worker: str, short: str) -> None:
         self.worker = worker
-        self.config = _job_only_config(lab, worker, short)
-        self.process = subprocess.Popen(
-            [*LOCKCTL, "schedule", "--config", str(self.config)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.lines.append(line.rstrip("\n"))
-
-    def events(self, name: str | None = None) -> list[dict[str, Any]]:
-        found = [json.loads(line) for line in list(self.lines) if line.startswith("{")]
-        return [e for e in found if name is None or e["event"] == name]
-
-    def stop(self, signum: int = signal.SIGTERM) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signum)
-        code = self.process.wait(WAIT)
-        self._close()
-        return code
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(WAIT)
-        self._close()
-
-    def _close(self) -> None:
-        self._reader.join(5)
-        if not self._reader.is_alive() and self.process.stderr is not None:
-            self.process.stderr.close()
+        super().__init__(_job_only_config(lab, worker, short))
 
 
 def _job_only_config(lab: Lab, worker: str, short: str) -> Path:
@@ -147,6 +129,10 @@ def schedulers() -> Iterator[list[Scheduler]]:
     yield started
     for scheduler in started:
         scheduler.kill()
+    for mark in MARKS.values():  # a test that failed may leave its job's family: by pid
+        for pid in pids_with(mark):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _runs(log: Path) -> list[tuple[str, str, float, float]]:
@@ -281,3 +267,33 @@ def test_sighup_with_a_bad_config_keeps_the_old_one(lab: Lab, schedulers: list[S
     time.sleep(1.0)
     assert scheduler.stop() == 0
     assert _runs(lab.logs["reload"]), scheduler.lines  # still ticking after the reload
+
+
+def _wait_until(predicate: Callable[[], object], timeout: float) -> bool:
+    give_up_at = time.monotonic() + timeout
+    while time.monotonic() < give_up_at:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return bool(predicate())
+
+
+@pytest.mark.parametrize("ending", ["term", "kill9"])
+def test_no_process_of_a_job_outlives_its_scheduler(
+    lab: Lab, schedulers: list[Scheduler], ending: str
+) -> None:
+    """The job forks a daemon that setsid's away and a grandchild that ignores SIGTERM; after
+    SIGTERM to the scheduler (kill grace 1 s) and after kill -9 of it, /proc holds none of them:
+    they live in the job's PID namespace, which dies with its init."""
+    short = f"family-{ending}"
+    mark = MARKS[short]
+    scheduler = Scheduler(lab, "worker-1", short)
+    schedulers.append(scheduler)
+    assert _wait_until(lambda: len(pids_with(mark)) >= 3, 3 * EVERY + 5), scheduler.lines
+    if ending == "term":
+        assert scheduler.stop(signal.SIGTERM) == 0
+        released = scheduler.events("released")
+        assert released and released[-1]["child_status"] == 128 + signal.SIGTERM, scheduler.lines
+    else:
+        scheduler.kill()
+    assert _wait_until(lambda: not pids_with(mark), 5.0), pids_with(mark)

@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 import signal
 import socket
-import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -25,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from scheduler_lab import SchedulerProcess
 from workers_lab import minted_workers
 
 from provision.ledger.records import TickOutcome
@@ -97,32 +96,15 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-class Scheduler:
-    """One `lockctl schedule --listen` subprocess; stderr collected."""
+class Scheduler(SchedulerProcess):
+    """One `lockctl schedule --listen` subprocess on a free loopback port."""
 
     def __init__(self, lab: Lab, worker: str) -> None:
         self.worker = worker
-        self.config = lab.tmp / f"{worker}.json"
-        self.config.write_text(lab.configs[worker].read_text())
+        config = lab.tmp / f"{worker}.json"
+        config.write_text(lab.configs[worker].read_text())
         self.port = _free_port()
-        self.process = subprocess.Popen(
-            [*LOCKCTL, "schedule", "--config", str(self.config), "--listen", f"{HOST}:{self.port}"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stderr is not None
-        for line in self.process.stderr:
-            self.lines.append(line.rstrip("\n"))
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        found = [json.loads(line) for line in list(self.lines) if line.startswith("{")]
-        return [e for e in found if e["event"] == name]
+        super().__init__(config, "--listen", f"{HOST}:{self.port}")
 
     def get(self, path: str) -> tuple[int, str]:
         url = f"http://{HOST}:{self.port}{path}"
@@ -146,24 +128,6 @@ class Scheduler:
         raw["consul"]["address"] = address
         self.config.write_text(json.dumps(raw))
         self.process.send_signal(signal.SIGHUP)
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        code = self.process.wait(WAIT)
-        self._close()
-        return code
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(WAIT)
-        self._close()
-
-    def _close(self) -> None:
-        self._reader.join(5)
-        if not self._reader.is_alive() and self.process.stderr is not None:
-            self.process.stderr.close()
 
 
 def _value(samples: Samples, name: str, **labels: str) -> float:
@@ -203,7 +167,8 @@ def test_metrics_match_the_ledger_and_healthz_follows_consul(
     one, two = schedulers
     for scheduler in schedulers:
         assert _eventually(lambda s=scheduler: s.events("listening")), scheduler.lines
-        assert scheduler.get("/healthz") == (200, "ok\n")
+        # the listener binds before the job loops start: 503 until they run, then 200
+        assert _eventually(lambda s=scheduler: s.get("/healthz") == (200, "ok\n")), scheduler.lines
         assert scheduler.get("/other")[0] == 404
 
     # a few ticks, scraped every 0.2 s: never two replicas running at once
