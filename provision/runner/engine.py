@@ -129,9 +129,8 @@ def _run_locked(
 
 def _tick_skipped(skip: TickSkip, events: EventLog) -> RunResult:
     """Another worker has this tick, or it is too late for it: nothing ran, exit 0."""
-    outcome = Outcome.MISSED if skip.outcome == "missed" else Outcome.SKIPPED
-    events.emit(outcome.value, tick=tick_name(skip.tick), **skip.fields)
-    return RunResult(outcome, 0, tick=skip.tick)
+    events.emit(skip.outcome.value, tick=tick_name(skip.tick), **skip.fields)
+    return RunResult(skip.outcome, 0, tick=skip.tick)
 
 
 def _interrupted(stop: StopRequest, lock: LockSession, events: EventLog) -> RunResult:

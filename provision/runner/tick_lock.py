@@ -25,6 +25,7 @@ from provision.ledger.records import TickOutcome, TickRecord, taken_fields, tick
 from provision.ledger.store import Ledger
 from provision.ledger.ticks import MISSED_GRACE, TickChoice, choose_tick, missed_ticks, to_prune
 from provision.runner.events import EventLog, ms
+from provision.runner.fencing import Outcome
 from provision.runner.lock import Ending, HeldLock, LockSession, holder_record
 from provision.runner.precheck import WallClock, utc_now
 from provision.schedule import Schedule, parse_schedule
@@ -43,7 +44,7 @@ class TickSkip:
     """This run does not claim its tick: `outcome` is skipped or missed, `fields` the event's."""
 
     tick: datetime
-    outcome: str  # "skipped" or "missed"
+    outcome: Outcome  # SKIPPED or MISSED
     fields: dict[str, object]
 
 
@@ -55,7 +56,7 @@ def plan_tick(
     first = choose_tick(schedule, now, job.start_deadline)
     record, agent_date = ledger.read(first.tick)
     if record is not None:
-        return TickSkip(first.tick, "skipped", taken_fields(record))
+        return TickSkip(first.tick, Outcome.SKIPPED, taken_fields(record))
     choice = choose_tick(schedule, now, job.start_deadline, agent_date)
     if choice.skew is not None:
         events.emit(
@@ -71,7 +72,7 @@ def plan_tick(
             f"tick {tick_name(choice.tick)} has not come on the Consul agent's clock "
             f"(this host's clock is {choice.wait:.0f}s ahead of it)"
         )
-        return TickSkip(choice.tick, "skipped", {"reason": reason})
+        return TickSkip(choice.tick, Outcome.SKIPPED, {"reason": reason})
     return choice
 
 
@@ -91,7 +92,7 @@ def _too_late(
         f"tick {tick_name(choice.tick)}: started {choice.lag:.1f}s after it, later than its "
         f"start deadline ({choice.window:.0f}s); not run"
     )
-    return TickSkip(choice.tick, "missed", {"reason": reason, "recorded": recorded})
+    return TickSkip(choice.tick, Outcome.MISSED, {"reason": reason, "recorded": recorded})
 
 
 class TickLock(LockSession):
