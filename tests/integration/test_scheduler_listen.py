@@ -184,7 +184,9 @@ def test_metrics_match_the_ledger_and_healthz_follows_consul(
         max(_value(s, "lockctl_job_last_success_timestamp_seconds") for s in pair)
         for pair in scrapes
     ]
-    assert successes[-1] > successes[0] > 0, successes
+    # the last success advances over the window (the first may still be running when it opens)
+    seen = [value for value in successes if value > 0]
+    assert seen and seen[-1] > seen[0], successes
 
     # between two ticks, every run over: the counters against the ledger
     _after_next_tick(float(SLEEP) + 1.0)
