@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "vagrant"))
 
 from flow import artifacts, main, steps  # noqa: E402
-from flow.commands import FlowFailed, stamp_line  # noqa: E402
+from flow.commands import FlowFailed, stamp_line, without_backtraces  # noqa: E402
 from flow.phases import PhaseTimer, parse_phases, phase_table  # noqa: E402
 from flow.settings import Settings, SettingsError  # noqa: E402
 from flow.teardown import Interrupted, SignalGuard, UndoStack  # noqa: E402
@@ -238,3 +238,23 @@ def make_settings(tmp_path: Path) -> Settings:
     (tmp_path / "vagrant").mkdir(exist_ok=True)
     (tmp_path / "vagrant" / "build-box").write_text("#!/bin/sh\n")
     return Settings.from_environment(tmp_path, {}, run_id="abc123")
+
+
+def test_a_failed_vagrant_up_shows_its_message_and_only_the_innermost_frames() -> None:
+    frame = "15:13:16 /usr/share/gems/vagrant-libvirt/action/{}.rb:{}:in `call'"
+    log = [
+        "15:13:15 ==> server-1: Starting domain.",
+        "15:13:16 Error while activating network: Call to virNetworkCreate failed.",
+        *(frame.format(f"step{n}", n) for n in range(100)),
+        "15:13:16 vagrant up: the last line",
+    ]
+    shown = without_backtraces(log)
+    assert shown[:5] == [log[0], log[1], log[2], log[3], log[4]]
+    assert shown[5] == "    ... 97 more backtrace frames"
+    assert shown[-1] == "15:13:16 vagrant up: the last line"
+    assert without_backtraces(log[2:6]) == [
+        log[2],
+        log[3],
+        log[4],
+        "    ... 1 more backtrace frames",
+    ]

@@ -169,6 +169,38 @@ def tail(path: Path, lines: int) -> None:
         print("\n".join(text[-lines:]), flush=True)
 
 
+RUBY_FRAME = re.compile(r"^(\d\d:\d\d:\d\d )?\s*/\S+\.rb:\d+:in ")
+FRAMES_KEPT = 3
+
+
+def without_backtraces(lines: Sequence[str]) -> list[str]:
+    """`lines` with each run of Ruby backtrace frames cut to its first few (the innermost, where
+    the error was raised): a failed `vagrant up` prints a hundred frames after its message, and a
+    tail of the log showed only frames."""
+    kept: list[str] = []
+    run = 0
+    for line in lines:
+        if not RUBY_FRAME.match(line):
+            if run > FRAMES_KEPT:
+                kept.append(f"    ... {run - FRAMES_KEPT} more backtrace frames")
+            run = 0
+            kept.append(line)
+            continue
+        run += 1
+        if run <= FRAMES_KEPT:
+            kept.append(line)
+    if run > FRAMES_KEPT:
+        kept.append(f"    ... {run - FRAMES_KEPT} more backtrace frames")
+    return kept
+
+
+def tail_of_failure(path: Path, lines: int) -> None:
+    """The last `lines` of a failed command's log, its backtraces cut short."""
+    if path.is_file():
+        text = path.read_text(encoding="utf-8", errors="replace").splitlines()
+        print("\n".join(without_backtraces(text)[-lines:]), flush=True)
+
+
 @contextmanager
 def output_teed_to(log: Path) -> Iterator[None]:
     """This process's stdout and stderr, and its children's, go to the terminal and into `log`.

@@ -106,12 +106,7 @@ def remove_objects(settings: Settings, shell: Shell) -> str | None:
     """Every domain, network and volume of this run, then its pool; QEMU's logs kept. What is
     left of its domains, if any."""
     virsh = _virsh(shell)
-    for domain in _named(settings, output_of(virsh("list", "--all", "--name"))):
-        succeeds(virsh("destroy", domain))
-        succeeds(virsh("undefine", domain, "--remove-all-storage"))
-    for network in _named(settings, output_of(virsh("net-list", "--all", "--name"))):
-        succeeds(virsh("net-destroy", network))
-        succeeds(virsh("net-undefine", network))
+    remove_machines(settings, shell)
     if succeeds(virsh("pool-info", settings.pool)):
         for volume in output_of(virsh("vol-list", settings.pool, "--name")).split():
             succeeds(virsh("vol-delete", volume, "--pool", settings.pool))
@@ -121,6 +116,17 @@ def remove_objects(settings: Settings, shell: Shell) -> str | None:
     for log in QEMU_LOGS.glob(f"{settings.prefix}*.log"):
         shutil.move(str(log), settings.logs / log.name)
     return f"domains {' '.join(left)}" if left else None
+
+
+def remove_machines(settings: Settings, shell: Shell) -> None:
+    """Every domain (with its disks) and network of this run; the pool and the box's volume stay."""
+    virsh = _virsh(shell)
+    for domain in _named(settings, output_of(virsh("list", "--all", "--name"))):
+        succeeds(virsh("destroy", domain))
+        succeeds(virsh("undefine", domain, "--remove-all-storage"))
+    for network in _named(settings, output_of(virsh("net-list", "--all", "--name"))):
+        succeeds(virsh("net-destroy", network))
+        succeeds(virsh("net-undefine", network))
 
 
 def _named(settings: Settings, listing: str) -> list[str]:

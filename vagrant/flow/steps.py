@@ -18,12 +18,21 @@ import time
 from pathlib import Path
 
 from flow import libvirt, ticks
-from flow.commands import Child, FlowFailed, Shell, output_of, succeeds, tail
+from flow.commands import (
+    Child,
+    FlowFailed,
+    Shell,
+    output_of,
+    succeeds,
+    tail,
+    tail_of_failure,
+)
 from flow.phases import PhaseTimer
 from flow.settings import BOX_NAME, JOB, Settings
 from flow.teardown import UndoStack
 
 UP_TIMEOUT = 1500.0
+UP_ATTEMPTS = 2
 PROVISION_TIMEOUT = 1200.0
 DESTROY_TIMEOUT = 600.0
 _CLIENT_ADDR = re.compile(r'^client_addr *= *"(.*)"', re.MULTILINE)
@@ -116,13 +125,21 @@ class Flow:
     def vagrant_up(self) -> None:
         # Pushed before the start: a `vagrant up` that fails halfway has made some VMs.
         self.stack.push("vagrant destroy", self.destroy)
-        log = self.s.logs / "up.log"
-        up = self.shell.start(
-            self.vagrant("up", "--no-provision"), "vagrant up", log=log, stamp=True
-        )
-        if self.shell.wait(up, UP_TIMEOUT) != 0:
-            tail(log, 40)
-            raise FlowFailed("vagrant up failed")
+        for attempt in range(1, UP_ATTEMPTS + 1):
+            log = self.s.logs / ("up.log" if attempt == 1 else f"up-{attempt}.log")
+            up = self.shell.start(
+                self.vagrant("up", "--no-provision"), "vagrant up", log=log, stamp=True
+            )
+            if self.shell.wait(up, UP_TIMEOUT) == 0:
+                break
+            tail_of_failure(log, 40)
+            if attempt == UP_ATTEMPTS:
+                raise FlowFailed(f"vagrant up failed {attempt} times")
+            # Once on CI, `vagrant up` failed 5 s in, after the domains were made, with code that
+            # had passed there before: a second try from nothing costs a minute, a red run more.
+            print(f"vagrant up failed (logs/{log.name}); removing its VMs and trying again")
+            self.destroy()
+            libvirt.remove_machines(self.s, self.shell)
         status = output_of(self.vagrant("status"))
         print("\n".join(ln for ln in status.splitlines() if re.match(r"^(server|worker)-", ln)))
         config = output_of(self.vagrant("ssh-config", *self.s.nodes))
@@ -180,7 +197,7 @@ class Flow:
                         print(_LOG_PREFIX.sub("", line, count=1))
             else:
                 print(f"provisioning {node} failed:")
-                tail(log, 20)
+                tail_of_failure(log, 20)
                 failed = True
         if failed:
             raise FlowFailed("provisioning failed")
