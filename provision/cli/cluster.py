@@ -15,6 +15,7 @@ from provision.cluster.layout import (
     DEFAULT_NETNS_SUBNET,
     DEFAULT_STATE_DIR,
     DEFAULT_SUBNET,
+    DEFAULT_TLS,
     DEFAULT_WORKERS,
 )
 from provision.errors import EXIT_FAILED
@@ -73,12 +74,28 @@ def up(
             "can be cut off (fault tests). Talk to it with `ip netns exec <prefix>-driver ...`.",
         ),
     ] = False,
+    tls: Annotated[
+        bool | None,
+        typer.Option(
+            "--tls/--no-tls",
+            help="HTTPS only with certificates verified both ways (a CA and per-agent "
+            "certificates made with `consul tls`) and encrypted gossip (`consul keygen`); keys "
+            f"0600 in <state-dir>/tls. \\[default: {'--tls' if DEFAULT_TLS else '--no-tls'}, or as "
+            "already started]",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Start (or recover) the cluster, bootstrap ACLs, and wait until every agent is healthy."""
     from provision.cluster.local import cluster_up
 
     result = cluster_up(
-        state_dir, subnet=subnet, workers=workers, templates_dir=templates_dir, netns=netns
+        state_dir,
+        subnet=subnet,
+        workers=workers,
+        templates_dir=templates_dir,
+        netns=netns,
+        tls=tls,
     )
     started = ", ".join(result.started) or "none (all were running)"
     typer.echo(f"{result.consul.describe()}")
@@ -87,6 +104,12 @@ def up(
     typer.echo(f"ready in {result.seconds:.1f} s")
     token_file = result.status.layout.management_token_file
     typer.echo(f"management token: {token_file} (mode 0600, never printed)")
+    layout = result.status.layout
+    if layout.tls:
+        typer.echo(
+            f"TLS: HTTPS only, certificates verified both ways, gossip encrypted; CA, keys "
+            f"(mode 0600, never printed) and gossip key in {layout.tls_dir}"
+        )
     driver = result.status.layout.driver_netns
     if driver is not None:
         typer.echo(
@@ -146,7 +169,7 @@ def env(state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
             f"# namespace mode: these addresses answer only inside network namespace "
             f"{found.namespace}; run tools there: ip netns exec {found.namespace} consul members"
         )
-    typer.echo("unset CONSUL_HTTP_TOKEN")
+    typer.echo(f"unset {' '.join(found.unset)}")
     for name, value in found.exports:
         typer.echo(f"export {name}={shlex.quote(value)}")
 
@@ -180,12 +203,13 @@ def _print_status(current: ClusterStatus) -> None:
     """The leader and the serfHealth states are Consul's answers: shown escaped, never markup."""
     from rich.table import Table
 
-    table = Table("agent", "role", "address", "pid", "process", "http", "serfHealth")
+    api = "https" if current.layout.tls else "http"
+    table = Table("agent", "role", "address", "pid", "process", api, "serfHealth")
     for state in current.agents:
         table.add_row(
             state.agent.name,
             "server" if state.agent.server else "client",
-            state.agent.http_address.removeprefix("http://"),
+            state.agent.http_address.split("://", 1)[1],
             str(state.pid or "-"),
             "running" if state.running else "stopped",
             "ok" if state.reachable else "unreachable",

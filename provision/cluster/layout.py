@@ -6,6 +6,7 @@ import contextlib
 import ipaddress
 import json
 import shutil
+import socket
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -22,23 +23,38 @@ DEFAULT_WORKERS = 2  # worker-1, worker-2 at .21, .22; up to MAX_WORKERS (.21-.2
 MAX_WORKERS = 9
 FIRST_WORKER_HOST = 21
 HTTP_PORT = 8500
+HTTPS_PORT = 8501  # Consul's conventional HTTPS port; with TLS the agents serve only this one
+# Whether `cluster up` makes a TLS cluster when neither --tls nor --no-tls is given (and none is
+# recorded yet). Flipping this one line makes TLS the default everywhere.
+DEFAULT_TLS = False
 LAYOUT_FILE = "cluster.json"
 MANAGEMENT_TOKEN_FILE = "management.token"  # noqa: S105 - a file name, not a secret
+TLS_DIR = "tls"  # the CA, every agent's certificate and key, lockctl's own pair, the gossip key
+CA_CERT_FILE = "ca.pem"
+CA_KEY_FILE = "ca-key.pem"
+GOSSIP_KEY_FILE = "gossip.key"
+CLI_CERT_NAME = "lockctl"  # lockctl's (and the consul CLI's) own client certificate
 
 
 @dataclass(frozen=True)
 class AgentSpec:
-    """One Consul agent: its node name, address, whether it is a server, and (namespace mode)
-    the network namespace it runs in."""
+    """One Consul agent: its node name, address, whether it is a server, (namespace mode) the
+    network namespace it runs in, and whether it serves its API over HTTPS only (TLS)."""
 
     name: str
     address: str
     server: bool
     netns: str | None = None
+    tls: bool = False
+
+    @property
+    def api_port(self) -> int:
+        return HTTPS_PORT if self.tls else HTTP_PORT
 
     @property
     def http_address(self) -> str:
-        return f"http://{self.address}:{HTTP_PORT}"
+        """The API's base URL: https:// on a TLS cluster (plain HTTP is off there)."""
+        return f"{'https' if self.tls else 'http'}://{self.address}:{self.api_port}"
 
 
 @dataclass(frozen=True)
@@ -73,6 +89,40 @@ class ClusterLayout:
     def management_token_file(self) -> Path:
         return self.state_dir / MANAGEMENT_TOKEN_FILE
 
+    @property
+    def tls(self) -> bool:
+        return self.agents[0].tls
+
+    @property
+    def tls_dir(self) -> Path:
+        return self.state_dir / TLS_DIR
+
+    @property
+    def ca_cert_file(self) -> Path:
+        return self.tls_dir / CA_CERT_FILE
+
+    @property
+    def ca_key_file(self) -> Path:
+        return self.tls_dir / CA_KEY_FILE
+
+    @property
+    def gossip_key_file(self) -> Path:
+        return self.tls_dir / GOSSIP_KEY_FILE
+
+    def cert_file(self, name: str) -> Path:
+        """The certificate of agent `name`, or of lockctl itself (CLI_CERT_NAME)."""
+        return self.tls_dir / f"{name}.pem"
+
+    def key_file(self, name: str) -> Path:
+        """The private key of `cert_file(name)`: mode 0600."""
+        return self.tls_dir / f"{name}-key.pem"
+
+    def tls_files(self) -> tuple[Path, ...]:
+        """Every file the TLS material is made of (the ones lockctl writes into tls/)."""
+        names = [agent.name for agent in self.agents] + [CLI_CERT_NAME]
+        pairs = [path for name in names for path in (self.cert_file(name), self.key_file(name))]
+        return (self.ca_cert_file, self.ca_key_file, self.gossip_key_file, *pairs)
+
     def agent_dir(self, agent: AgentSpec) -> Path:
         return self.state_dir / agent.name
 
@@ -95,29 +145,33 @@ def default_layout(
     workers: int = DEFAULT_WORKERS,
     *,
     netns: bool = False,
+    tls: bool = False,
 ) -> ClusterLayout:
     """3 servers (server-1..3 at .11-.13) and worker-1..N (.21, .22, ...) in a 127/8 /24, or with
-    `netns` each in its own network namespace, in a private /24 that exists only inside them."""
+    `netns` each in its own network namespace, in a private /24 that exists only inside them;
+    with `tls` every agent serves HTTPS only."""
     _check_subnet(subnet, netns)
     if not 1 <= workers <= MAX_WORKERS:
         raise InputError(f"--workers {workers}: must be 1..{MAX_WORKERS}")
     prefix = ns.netns_prefix(state_dir) if netns else None
     worker_hosts = range(FIRST_WORKER_HOST, FIRST_WORKER_HOST + workers)
     servers = [
-        _agent("server", n, subnet, host, True, prefix) for n, host in enumerate(SERVER_HOSTS, 1)
+        _agent("server", n, subnet, host, prefix, server=True, tls=tls)
+        for n, host in enumerate(SERVER_HOSTS, 1)
     ]
     clients = [
-        _agent("worker", n, subnet, host, False, prefix) for n, host in enumerate(worker_hosts, 1)
+        _agent("worker", n, subnet, host, prefix, server=False, tls=tls)
+        for n, host in enumerate(worker_hosts, 1)
     ]
     return ClusterLayout(state_dir.absolute(), tuple(servers + clients), netns_prefix=prefix)
 
 
 def _agent(
-    role: str, number: int, subnet: str, host: int, server: bool, prefix: str | None
+    role: str, number: int, subnet: str, host: int, prefix: str | None, *, server: bool, tls: bool
 ) -> AgentSpec:
     name = f"{role}-{number}"
     netns = None if prefix is None else ns.agent_netns(prefix, name)
-    return AgentSpec(name, f"{subnet}.{host}", server, netns)
+    return AgentSpec(name, f"{subnet}.{host}", server, netns, tls)
 
 
 def _check_subnet(subnet: str, netns: bool) -> None:
@@ -134,6 +188,20 @@ def _check_subnet(subnet: str, netns: bool) -> None:
             f"--subnet {subnet}: with --netns it must be a private /24 "
             f"({', '.join(PRIVATE_NETWORKS)}), such as {DEFAULT_NETNS_SUBNET}"
         )
+
+
+def refuse_if_taken(agent: AgentSpec) -> None:
+    """An address already served by someone else would make us talk to the wrong agent. Both
+    API ports: a plain cluster there holds 8500, a TLS one 8501, and either holds the RPC and
+    gossip ports this agent needs."""
+    for port in (HTTP_PORT, HTTPS_PORT):
+        with socket.socket() as probe:
+            probe.settimeout(0.5)
+            if probe.connect_ex((agent.address, port)) == 0:
+                raise LocalEnvironmentError(
+                    f"{agent.address}:{port} is already in use by a process this cluster did "
+                    f"not start; stop it or use another --subnet"
+                )
 
 
 def save_layout(layout: ClusterLayout) -> None:
@@ -170,6 +238,11 @@ def remove_cluster_files(layout: ClusterLayout) -> tuple[Path, ...]:
         for path in (layout.pidfile(agent), layout.config_file(agent), layout.log_file(agent)):
             _remove_file(path)
         _remove_empty_folder(layout.agent_dir(agent))
+    for path in layout.tls_files():
+        _remove_file(path)
+    for staging in layout.tls_dir.glob(".staging-*.tmp"):  # an interrupted `consul tls` run's
+        _remove_tree(staging)
+    _remove_empty_folder(layout.tls_dir)
     for name in (LAYOUT_FILE, MANAGEMENT_TOKEN_FILE, ns.RECORD_FILE):
         _remove_file(state_dir / name)
     _remove_empty_folder(state_dir)

@@ -5,12 +5,13 @@ default ports, ACLs on with default deny. `up` is idempotent: it starts what is 
 (recovering from a crash with the agents' own data), bootstraps ACLs once, gives every agent a
 minimal agent token, and waits until every node is healthy. The same code starts the test
 suite's cluster. With `netns` (root) each agent runs in its own network namespace
-(provision/cluster/netns.py) and lockctl talks to them from the cluster's driver namespace.
+(provision/cluster/netns.py) and lockctl talks to them from the cluster's driver namespace. With
+`tls` the agents serve HTTPS only, verify certificates both ways and encrypt gossip
+(provision/cluster/tls.py); lockctl then calls them with its own client certificate.
 """
 
 from __future__ import annotations
 
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,27 +19,40 @@ from pathlib import Path
 from provision.acl.agent_tokens import ensure_agent_token
 from provision.acl.bootstrap import bootstrap_acl, wait_until_management_works
 from provision.cluster import netns as ns
+from provision.cluster import tls as cluster_tls
+from provision.cluster.agent_config import ConfigDialect, render_agent_config
 from provision.cluster.consul_binary import ConsulBinary, install_consul
 from provision.cluster.layout import (
     DEFAULT_NETNS_SUBNET,
     DEFAULT_SUBNET,
+    DEFAULT_TLS,
     DEFAULT_WORKERS,
-    HTTP_PORT,
     LAYOUT_FILE,
     AgentSpec,
     ClusterLayout,
     default_layout,
     load_layout,
+    refuse_if_taken,
     remove_cluster_files,
     save_layout,
 )
-from provision.consul import NO_RETRY, Consul, ConsulError, ConsulSettings, PermissionDenied
+from provision.consul import NO_RETRY, Consul, ConsulError, PermissionDenied
 from provision.errors import LocalEnvironmentError
 from provision.system.deadline import Deadline, attempts, retry_until
+from provision.system.files import SECRET_MODE, write_atomically
 from provision.system.processes import is_running, read_pid, spawn, stop
 from provision.system.secrets import Secret, read_secret_file, write_secret_file
-from provision.system.templates import find_templates_dir, make_environment, render_template
+from provision.system.templates import find_templates_dir, make_environment
 
+# Consul's own TLS variables: a plain cluster's env unsets them, so none of a TLS cluster's
+# lingers (CONSUL_HTTP_SSL would turn a host:port address into https://).
+TLS_VARIABLES = (
+    "CONSUL_CACERT",
+    "CONSUL_CLIENT_CERT",
+    "CONSUL_CLIENT_KEY",
+    "CONSUL_HTTP_SSL",
+    "CONSUL_HTTP_SSL_VERIFY",
+)
 START_DEADLINE = 60.0  # seconds for leader, bootstrap and healthy nodes, on a slow machine
 POLL_PAUSE = 0.1
 PROBE_TIMEOUT = 2.0
@@ -84,11 +98,12 @@ def cluster_up(
     log_level: str = "info",
     deadline: float = START_DEADLINE,
     netns: bool = False,
+    tls: bool | None = None,  # None: as recorded, else DEFAULT_TLS
 ) -> UpResult:
     """Bring the cluster to healthy and bootstrapped, starting only what is not running."""
     began = time.monotonic()
     give_up = Deadline(deadline)
-    layout, fresh = _layout_for_up(state_dir, subnet, workers, netns)
+    layout, fresh = _layout_for_up(state_dir, subnet, workers, netns, tls)
     if layout.netns_prefix is not None:
         ns.require_root()
     binary = install_consul()
@@ -96,7 +111,7 @@ def cluster_up(
     missing = [agent for agent in layout.agents if not _agent_running(layout, agent)]
     if layout.netns_prefix is None:  # a fresh namespace has nothing in the way
         for agent in missing:
-            _refuse_if_taken(agent)
+            refuse_if_taken(agent)
     else:
         ns.ensure_iproute2()
     if fresh:  # only now, so a refused `up` leaves nothing behind
@@ -108,6 +123,8 @@ def cluster_up(
         subnet_of_layout = layout.servers[0].address.rsplit(".", 1)[0]
         hosts = [layout.host(agent) for agent in layout.agents]
         ns.create_network(layout.state_dir, layout.netns_prefix, subnet_of_layout, hosts)
+    if layout.tls:
+        cluster_tls.ensure_tls_material(layout, binary)
     started = _start_missing_agents(layout, missing, binary, templates, log_level)
     try:
         with ns.entered(layout.driver_netns):
@@ -153,7 +170,8 @@ def cluster_status(state_dir: Path) -> ClusterStatus:
     if layout is None:
         raise _no_cluster(state_dir)
     token = _read_management_token(layout)
-    probe = Consul(ConsulSettings(timeout=PROBE_TIMEOUT, token=token), retry=NO_RETRY)
+    settings = cluster_tls.consul_settings(layout, timeout=PROBE_TIMEOUT, token=token)
+    probe = Consul(settings, retry=NO_RETRY)
     with ns.entered(layout.driver_netns):
         leader = _leader(layout, probe)
         acl_ready, health = False, {}
@@ -176,6 +194,7 @@ class ClusterEnv:
     exports: tuple[tuple[str, str], ...]
     # Namespace mode: the addresses answer only inside this network namespace (the driver's).
     namespace: str | None = None
+    unset: tuple[str, ...] = ()  # variables a previous cluster's exports may have left set
 
 
 def cluster_env(state_dir: Path) -> ClusterEnv:
@@ -186,8 +205,11 @@ def cluster_env(state_dir: Path) -> ClusterEnv:
     exports = (
         ("CONSUL_HTTP_ADDR", layout.servers[0].http_address),
         ("CONSUL_HTTP_TOKEN_FILE", str(layout.management_token_file)),
+        *cluster_tls.tls_exports(layout),
     )
-    return ClusterEnv(exports, layout.driver_netns)
+    exported = {name for name, _ in exports}
+    unset = tuple(name for name in TLS_VARIABLES if name not in exported)
+    return ClusterEnv(exports, layout.driver_netns, ("CONSUL_HTTP_TOKEN", *unset))
 
 
 def _no_cluster(state_dir: Path) -> LocalEnvironmentError:
@@ -195,7 +217,7 @@ def _no_cluster(state_dir: Path) -> LocalEnvironmentError:
 
 
 def _layout_for_up(
-    state_dir: Path, subnet: str | None, workers: int | None, netns: bool
+    state_dir: Path, subnet: str | None, workers: int | None, netns: bool, tls: bool | None
 ) -> tuple[ClusterLayout, bool]:
     """The layout to bring up, and whether it is new (nothing recorded yet)."""
     existing = load_layout(state_dir)
@@ -203,10 +225,12 @@ def _layout_for_up(
         workers = len(existing.workers)  # recovering: keep what was started
     if existing is not None and existing.netns_prefix is not None:
         netns = True  # recovering a namespace cluster: it stays one
+    if tls is None:  # recovering: as it was started; new: the default
+        tls = existing.tls if existing is not None else DEFAULT_TLS
     if subnet is None:
         subnet = DEFAULT_NETNS_SUBNET if netns else DEFAULT_SUBNET
     wanted_workers = DEFAULT_WORKERS if workers is None else workers  # 0 is refused
-    wanted = default_layout(state_dir, subnet, wanted_workers, netns=netns)
+    wanted = default_layout(state_dir, subnet, wanted_workers, netns=netns, tls=tls)
     if existing is None:
         if state_dir.exists() and any(state_dir.iterdir()):
             raise LocalEnvironmentError(
@@ -217,7 +241,7 @@ def _layout_for_up(
     if existing.agents != wanted.agents:
         raise LocalEnvironmentError(
             f"{state_dir} holds a different cluster ({existing.servers[0].address}, "
-            f"{len(existing.workers)} workers); run "
+            f"{len(existing.workers)} workers, {'TLS' if existing.tls else 'plain HTTP'}); run "
             "`lockctl cluster down` first or use another --state-dir"
         )
     return existing, False
@@ -231,21 +255,15 @@ def _start_missing_agents(
     log_level: str,
 ) -> tuple[str, ...]:
     env = make_environment(templates)
+    dialect = ConfigDialect.of(binary.version)
+    gossip_key = cluster_tls.read_gossip_key(layout) if layout.tls else None
     for agent in missing:  # servers first: the layout lists them first
         layout.data_dir(agent).mkdir(parents=True, exist_ok=True)
-        template = "consul/server.hcl.j2" if agent.server else "consul/client.hcl.j2"
-        config = render_template(
-            env,
-            template,
-            {
-                "agent": agent,
-                "servers": layout.servers,
-                "datacenter": layout.datacenter,
-                "data_dir": str(layout.data_dir(agent)),
-                "log_level": log_level,
-            },
+        config = render_agent_config(
+            env, layout, agent, dialect, gossip_key=gossip_key, log_level=log_level
         )
-        layout.config_file(agent).write_text(config, encoding="utf-8")
+        # 0600: on a TLS cluster the config holds the gossip key (argv would show it to all).
+        write_atomically(layout.config_file(agent), config, mode=SECRET_MODE)
         argv = [str(binary.path), "agent", f"-config-file={layout.config_file(agent)}"]
         if agent.netns is not None:
             argv = ns.exec_argv(agent.netns, argv)
@@ -253,20 +271,10 @@ def _start_missing_agents(
     return tuple(agent.name for agent in missing)
 
 
-def _refuse_if_taken(agent: AgentSpec) -> None:
-    """An address already served by someone else would make us talk to the wrong agent."""
-    with socket.socket() as probe:
-        probe.settimeout(0.5)
-        if probe.connect_ex((agent.address, HTTP_PORT)) == 0:
-            raise LocalEnvironmentError(
-                f"{agent.address}:{HTTP_PORT} is already in use by a process this cluster did "
-                f"not start; stop it or use another --subnet"
-            )
-
-
 def _bootstrap(layout: ClusterLayout, give_up: Deadline) -> tuple[Consul, bool]:
     """The management client, bootstrapping ACLs first if this cluster never was."""
-    anonymous = Consul(ConsulSettings(address=layout.servers[0].http_address), retry=NO_RETRY)
+    settings = cluster_tls.consul_settings(layout, address=layout.servers[0].http_address)
+    anonymous = Consul(settings, retry=NO_RETRY)
     leader = _wait_for_leader(layout, anonymous, give_up)
     token = _read_management_token(layout)
     bootstrapped = False
