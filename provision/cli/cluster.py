@@ -44,7 +44,7 @@ Subnet = Annotated[
         "--subnet",
         envvar="LOCKCTL_CLUSTER_SUBNET",
         help=f"/24 for the agents' addresses: loopback \\[default: {DEFAULT_SUBNET}], or private "
-        f"with --netns \\[default: {DEFAULT_NETNS_SUBNET}].",
+        f"with --netns \\[default: {DEFAULT_NETNS_SUBNET}]; up on a started cluster: as started.",
         show_default=False,
     ),
 ]

@@ -227,6 +227,8 @@ def _layout_for_up(
         netns = True  # recovering a namespace cluster: it stays one
     if tls is None:  # recovering: as it was started; new: the default
         tls = existing.tls if existing is not None else DEFAULT_TLS
+    if subnet is None and existing is not None:
+        subnet = existing.servers[0].address.rsplit(".", 1)[0]  # recovering: where it runs
     if subnet is None:
         subnet = DEFAULT_NETNS_SUBNET if netns else DEFAULT_SUBNET
     wanted_workers = DEFAULT_WORKERS if workers is None else workers  # 0 is refused
