@@ -92,9 +92,20 @@ def consul_settings(layout: ClusterLayout, **fields: Any) -> ConsulSettings:
     """Settings for lockctl's own calls to this cluster: on a TLS cluster with its CA and
     lockctl's client certificate (the agents refuse a client without one)."""
     if layout.tls:
-        fields.setdefault("ca_cert", layout.ca_cert_file)
-        fields.setdefault("client_cert", layout.cert_file(CLI_CERT_NAME))
-        fields.setdefault("client_key", layout.key_file(CLI_CERT_NAME))
+        files = (
+            layout.ca_cert_file,
+            layout.cert_file(CLI_CERT_NAME),
+            layout.key_file(CLI_CERT_NAME),
+        )
+        missing = [path.name for path in files if not path.is_file()]
+        if missing:  # requests would raise a bare OSError for a missing file
+            raise LocalEnvironmentError(
+                f"{layout.tls_dir}: {', '.join(missing)} missing; run `lockctl cluster up` to "
+                "make what is missing"
+            )
+        fields.setdefault("ca_cert", files[0])
+        fields.setdefault("client_cert", files[1])
+        fields.setdefault("client_key", files[2])
     return ConsulSettings(**fields)
 
 

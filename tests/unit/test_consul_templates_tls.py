@@ -42,6 +42,13 @@ def test_an_old_record_without_tls_loads_as_plain(tmp_path: Path) -> None:
 
 def test_settings_and_exports_name_the_ca_and_lockctls_pair(tmp_path: Path) -> None:
     layout = default_layout(tmp_path, "127.0.9", 1, tls=True)
+    with pytest.raises(
+        LocalEnvironmentError, match=r"ca\.pem, lockctl\.pem, lockctl-key\.pem missing"
+    ):
+        consul_settings(layout)
+    layout.tls_dir.mkdir()
+    for path in (layout.ca_cert_file, layout.cert_file("lockctl"), layout.key_file("lockctl")):
+        path.write_text("x")
     settings = consul_settings(layout, address=layout.servers[0].http_address)
     assert settings.ca_cert == tmp_path / "tls" / "ca.pem"
     assert settings.client_cert == tmp_path / "tls" / "lockctl.pem"
