@@ -29,6 +29,7 @@ from provision.cluster.local import cluster_down
 from provision.cluster.tls import consul_settings
 from provision.consul import Consul
 from provision.consul.errors import ConsulUnavailable
+from provision.consul.quick import quick_get
 from provision.errors import EXIT_ENVIRONMENT
 from provision.system.processes import read_pid
 from provision.system.secrets import Secret, read_secret_file
@@ -123,6 +124,19 @@ def test_the_agents_certificate_verifies_against_the_ca_only(tls_cluster: TlsClu
     untrusting = tls_cluster.management().with_settings(ca_cert=None)  # system CAs
     with pytest.raises(ConsulUnavailable, match="TLS failure"):
         untrusting.status.leader()
+
+
+def test_the_quick_read_works_over_https_with_the_pair(tls_cluster: TlsCluster) -> None:
+    """`lockctl run`'s cheap skip (http.client, not requests) speaks the same TLS."""
+    management = tls_cluster.management("worker-1")
+    management.kv.put("locks/tls-quick/probe", b"quick")
+    try:
+        entry = quick_get(management.settings, "locks/tls-quick/probe")
+        assert entry is not None and entry.value == b"quick"
+        no_pair = management.with_settings(client_cert=None, client_key=None).settings
+        assert quick_get(no_pair, "locks/tls-quick/probe") is None  # refused: the full path
+    finally:
+        management.kv.delete("locks/tls-quick/probe")
 
 
 def test_keys_are_0600_in_a_0700_folder(tls_cluster: TlsCluster) -> None:
