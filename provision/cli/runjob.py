@@ -150,7 +150,7 @@ def _run(
     from provision.runner.results import RunOptions
     from provision.runner.stop import StopRequest
 
-    settings = resolve_settings(address=worker_config.address, token_file=worker_config.token_file)
+    settings = resolve_settings(**worker_config.connection())
     options = RunOptions(args.wait, checked.timeout, checked.min_hold)
     events = EventLog(args.job, worker_config.worker, sys.stderr)
     consul = Consul(settings)

@@ -41,12 +41,21 @@ def worker_config(
     lockctl_bin: Annotated[
         str, typer.Option("--lockctl", help="The lockctl program the systemd units run.")
     ] = "/usr/local/bin/lockctl",
+    tls_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--tls-dir",
+            envvar="LOCKCTL_TLS_DIR",
+            help="Folder of the TLS files ON THE WORKER: ca.pem, <worker>.pem, <worker>-key.pem "
+            "(for agents that speak https://).",
+        ),
+    ] = None,
     templates_dir: options.TemplatesDir = None,
 ) -> None:
     """Write each worker's runner config, env file and systemd units (no secrets in them).
 
-    --secrets-dir and --config-dir say where the token file and lockctl.json will be ON THE
-    WORKER; the files are written under --out.
+    --secrets-dir, --config-dir and --tls-dir say where the token file, lockctl.json and the
+    TLS files will be ON THE WORKER; the files are written under --out.
     """
     from provision.spec import load_spec
     from provision.system.files import require_writable_folders
@@ -58,7 +67,9 @@ def worker_config(
     if all_workers == bool(worker):
         raise InputError("give --worker NAME (repeatable) or --all, not both or neither")
     names = [w.name for w in spec.workers] if all_workers else list(worker or [])
-    placement = Placement(config_dir, on_worker.absolute(), lockctl_bin)
+    placement = Placement(
+        config_dir, on_worker.absolute(), lockctl_bin, tls_dir.absolute() if tls_dir else None
+    )
     # Every folder a worker's files go into, checked before the first file is written.
     folders = [out, *(out / name for name in names), *(out / name / "systemd" for name in names)]
     require_writable_folders("--out", folders)

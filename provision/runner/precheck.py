@@ -38,7 +38,7 @@ def tick_taken(
         return None
     schedule = parse_schedule(job.schedule, job.timezone)
     tick = choose_tick(schedule, wall(), job.start_deadline).tick
-    settings = resolve_settings(address=worker.address, token_file=worker.token_file)
+    settings = resolve_settings(**worker.connection())
     entry = quick_get(settings, tick_key(job.lock_key, tick))
     if entry is None or not entry.exists:
         return None

@@ -94,7 +94,7 @@ class Scheduler:
         return 0
 
     def _start(self, config: WorkerConfig) -> None:
-        settings = resolve_settings(address=config.address, token_file=config.token_file)
+        settings = resolve_settings(**config.connection())
         consul = Consul(settings)
         self.loops = []
         for job in scheduled_jobs(config):

@@ -1,6 +1,7 @@
 """The worker config format (lockctl.json): built from the spec here, and loaded and validated here.
 
-The file names the agent to talk to, the token FILE (the secret stays in its 0600 file), and per
+The file names the agent to talk to, the token FILE (the secret stays in its 0600 file), the
+TLS files when the agent speaks HTTPS (the CA and the worker's client certificate pair), and per
 job the lock key, timings, schedule, tick-ledger settings and the command `lockctl schedule`
 runs. Loading checks timings and counts with the same functions as the spec validator
 (provision.timings), plus the fencing bound, and reports every problem at once as
@@ -54,12 +55,42 @@ class JobConfig:
 
 
 @dataclass(frozen=True)
+class WorkerTLS:
+    """The TLS files a worker's lockctl uses to reach its agent, as paths on the worker."""
+
+    ca_file: Path | None = None  # None: the system's CA bundle (or CONSUL_CACERT)
+    cert_file: Path | None = None  # the client certificate (verify_incoming); with key_file
+    key_file: Path | None = None
+
+    @classmethod
+    def in_folder(cls, folder: Path, worker: str) -> WorkerTLS:
+        """The names `worker-config --tls-dir` gives them (docs/cluster.md, TLS)."""
+        return cls(folder / "ca.pem", folder / f"{worker}.pem", folder / f"{worker}-key.pem")
+
+    def record(self) -> dict[str, str]:
+        fields = {"ca_file": self.ca_file, "cert_file": self.cert_file, "key_file": self.key_file}
+        return {name: str(path) for name, path in fields.items() if path is not None}
+
+
+@dataclass(frozen=True)
 class WorkerConfig:
     path: Path
     worker: str  # the Consul node name of the local agent
     address: str  # that agent's HTTP address
     token_file: Path
     jobs: tuple[JobConfig, ...]
+    tls: WorkerTLS = WorkerTLS()
+
+    def connection(self) -> dict[str, Any]:
+        """The arguments of `provision.consul.resolve_settings` for this worker's agent: what the
+        config names wins over Consul's environment variables, as a flag would."""
+        return {
+            "address": self.address,
+            "token_file": self.token_file,
+            "ca_cert": self.tls.ca_file,
+            "client_cert": self.tls.cert_file,
+            "client_key": self.tls.key_file,
+        }
 
     def job(self, name: str) -> JobConfig:
         for job in self.jobs:
@@ -84,13 +115,16 @@ class ConfigError(InputError):
         super().__init__(self.lines[0] if len(problems) == 1 else f"{path}: {count}")
 
 
-def config_record(spec: Spec, worker: str, token_file: Path) -> dict[str, Any]:
+def config_record(
+    spec: Spec, worker: str, token_file: Path, tls: WorkerTLS = WorkerTLS()
+) -> dict[str, Any]:
     """The runner's config for one worker, as the JSON object written to lockctl.json."""
     jobs = {job.name: _job_record(job) for job in spec.jobs_for(worker)}
+    consul = {"address": spec.worker(worker).address, "token_file": str(token_file)}
     return {
         "format": CONFIG_FORMAT,
         "worker": worker,
-        "consul": {"address": spec.worker(worker).address, "token_file": str(token_file)},
+        "consul": {**consul, **tls.record()},
         "jobs": jobs,
     }
 
@@ -142,9 +176,10 @@ def _build(path: Path, raw: Any, allow_unsafe: bool) -> WorkerConfig:
         consul = raw["consul"]
     else:
         problems.append("consul: must be an object with address and token_file")
-    _unknown(consul, {"address", "token_file"}, "consul.", problems)
+    _unknown(consul, {"address", "token_file", *TLS_FIELDS}, "consul.", problems)
     address = _text(consul, "address", "consul.", problems)
     token_file = _text(consul, "token_file", "consul.", problems)
+    tls = _tls(consul, address, problems)
     jobs_raw = raw.get("jobs")
     jobs: list[JobConfig] = []
     if not isinstance(jobs_raw, dict) or not jobs_raw:
@@ -156,7 +191,33 @@ def _build(path: Path, raw: Any, allow_unsafe: bool) -> WorkerConfig:
                 jobs.append(job)
     if problems:
         raise ConfigError(path, problems)
-    return WorkerConfig(path, worker, address, Path(token_file), tuple(jobs))
+    return WorkerConfig(path, worker, address, Path(token_file), tuple(jobs), tls)
+
+
+TLS_FIELDS = ("ca_file", "cert_file", "key_file")
+
+
+def _tls(consul: dict[str, Any], address: str, problems: list[str]) -> WorkerTLS:
+    """The optional TLS files: absolute paths, the client pair both or neither, only with an
+    https:// address (over plain HTTP they would be ignored, and the token sent in clear)."""
+    paths: dict[str, Path | None] = {}
+    for field in TLS_FIELDS:
+        value = consul.get(field)
+        paths[field] = None
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value.startswith("/"):
+            problems.append(f"consul.{field}: must be an absolute path (a file on this worker)")
+            continue
+        paths[field] = Path(value)
+    if (paths["cert_file"] is None) != (paths["key_file"] is None):
+        problems.append(
+            "consul.cert_file and consul.key_file: give both (the client pair) or neither"
+        )
+    given = [field for field in TLS_FIELDS if field in consul]
+    if given and address and not address.startswith("https://"):
+        problems.append(f"consul.{given[0]}: given, but consul.address {address!r} is not https://")
+    return WorkerTLS(paths["ca_file"], paths["cert_file"], paths["key_file"])
 
 
 JOB_FIELDS = {

@@ -22,7 +22,13 @@ from provision.schedule import ScheduleError, parse_schedule
 from provision.spec import Job, Spec
 from provision.system.files import PUBLIC_MODE, write_all_or_none
 from provision.system.templates import make_environment, render_template
-from provision.workers.config import CONFIG_NAME, ConfigError, config_record, load_worker_config
+from provision.workers.config import (
+    CONFIG_NAME,
+    ConfigError,
+    WorkerTLS,
+    config_record,
+    load_worker_config,
+)
 
 ENV_NAME = "lockctl.env"
 SCHEDULER_UNIT = "lockctl-scheduler.service"
@@ -39,6 +45,7 @@ class Placement:
     config_dir: Path | None  # None: the output folder itself (running on this machine)
     token_dir: Path
     lockctl: str  # the lockctl program the systemd units run
+    tls_dir: Path | None = None  # ca.pem, <worker>.pem, <worker>-key.pem; None: no TLS files
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,7 @@ def write_worker_files(
             "(name it in a job's workers, or choose the workers with --worker)"
         )
     _check_placement(placement, out_dir)
+    _check_tls_addresses(spec, workers, placement)
     env = make_environment(templates_dir)
     rendered = {name: _render_worker(spec, name, out_dir, env, placement) for name in workers}
     files = {
@@ -121,9 +129,25 @@ def _check_placement(placement: Placement, out_dir: Path) -> None:
         ("--secrets-dir", str(placement.token_dir)),
         ("--config-dir", str(config_dir)) if config_dir else ("--out", str(out_dir.absolute())),
     ]
+    if placement.tls_dir is not None:
+        paths.append(("--tls-dir", str(placement.tls_dir)))
     for flag, value in paths:
         _check_path(flag, value)
     _check_program(placement.lockctl)
+
+
+def _check_tls_addresses(spec: Spec, workers: list[str], placement: Placement) -> None:
+    """TLS files for an agent that speaks plain HTTP would be ignored, and the token sent in
+    clear: refused, naming the spec line to change."""
+    if placement.tls_dir is None:
+        return
+    for name in workers:
+        worker = spec.worker(name)
+        if not worker.address.startswith("https://"):
+            raise InputError(
+                f"--tls-dir: {spec.path}:{worker.line}: worker {name}'s address "
+                f"{worker.address} is plain HTTP; give its agent's https:// address"
+            )
 
 
 def _check_program(program: str) -> None:
@@ -164,13 +188,15 @@ def _render_worker(
 ) -> tuple[dict[str, str], tuple[str, ...]]:
     config_dir = placement.config_dir or (out_dir / worker).absolute()
     token_file = placement.token_dir / f"{worker}.token"
+    tls = WorkerTLS.in_folder(placement.tls_dir, worker) if placement.tls_dir else WorkerTLS()
     config_path = config_dir / CONFIG_NAME
     context = {
         "worker": worker,
-        "config": config_record(spec, worker, token_file),
+        "config": config_record(spec, worker, token_file, tls),
         "config_path": str(config_path),
         "address": spec.worker(worker).address,
         "token_file": str(token_file),
+        "tls": tls,
     }
     files = {
         CONFIG_NAME: render_template(env, "worker/lockctl.json.j2", context),

@@ -19,6 +19,7 @@ from provision.workers.config import (
     ConfigError,
     JobConfig,
     JobTimings,
+    WorkerTLS,
     config_record,
     load_worker_config,
 )
@@ -172,9 +173,23 @@ def test_an_unknown_job_names_the_known_ones(tmp_path: Path) -> None:
         (_with(worker=""), "worker: must be a non-empty string"),
         (_with(worker=7), "worker: must be a non-empty string"),
         (_with(consul="http://x"), "consul: must be an object with address and token_file"),
-        (_with(consul__token=1), "consul.token: unknown field (known: address, token_file)"),
+        (
+            _with(consul__token=1),
+            "consul.token: unknown field (known: address, ca_file, cert_file, key_file, "
+            "token_file)",
+        ),
         (_with(consul__address=DELETE), "consul.address: must be a non-empty string"),
         (_with(consul__token_file=None), "consul.token_file: must be a non-empty string"),
+        (_with(consul__ca_file="ca.pem"), "consul.ca_file: must be an absolute path"),
+        (_with(consul__key_file=7), "consul.key_file: must be an absolute path"),
+        (
+            _with(consul__address="https://a:8501", consul__cert_file="/tls/w.pem"),
+            "consul.cert_file and consul.key_file: give both (the client pair) or neither",
+        ),
+        (
+            _with(consul__ca_file="/tls/ca.pem"),
+            "consul.ca_file: given, but consul.address 'http://127.0.0.21:8500' is not https://",
+        ),
         (_with(jobs={}), "jobs: must be a non-empty object of job name -> settings"),
         (_with(jobs=[]), "jobs: must be a non-empty object of job name -> settings"),
         (_with(jobs__report="x"), "jobs.report: must be an object"),
@@ -343,3 +358,31 @@ def test_allow_unsafe_skips_only_the_fencing_bound(tmp_path: Path) -> None:
     data = _with(jobs__report__lock_delay="1s", jobs__report__ttl="5s")
     problems = _problems(tmp_path, data, allow_unsafe=True)
     assert [p.split(":")[0] for p in problems] == ["jobs.report.ttl"]
+
+
+def test_the_tls_files_reach_the_consul_settings(tmp_path: Path) -> None:
+    tls = {"ca_file": "/tls/ca.pem", "cert_file": "/tls/w1.pem", "key_file": "/tls/w1-key.pem"}
+    data = _with(consul={**GOOD["consul"], "address": "https://127.0.0.21:8501", **tls})
+    config = load_worker_config(_write(tmp_path, data))
+    assert config.tls == WorkerTLS(
+        Path("/tls/ca.pem"), Path("/tls/w1.pem"), Path("/tls/w1-key.pem")
+    )
+    assert config.connection() == {
+        "address": "https://127.0.0.21:8501",
+        "token_file": Path("/etc/lockctl/w1.token"),
+        "ca_cert": Path("/tls/ca.pem"),
+        "client_cert": Path("/tls/w1.pem"),
+        "client_key": Path("/tls/w1-key.pem"),
+    }
+    plain = load_worker_config(_write(tmp_path, GOOD))
+    assert plain.tls == WorkerTLS() and plain.connection()["ca_cert"] is None
+
+
+def test_the_tls_folder_names_each_worker_s_pair() -> None:
+    tls = WorkerTLS.in_folder(Path("/etc/lockctl/tls"), "worker-2")
+    assert tls.record() == {
+        "ca_file": "/etc/lockctl/tls/ca.pem",
+        "cert_file": "/etc/lockctl/tls/worker-2.pem",
+        "key_file": "/etc/lockctl/tls/worker-2-key.pem",
+    }
+    assert WorkerTLS().record() == {}

@@ -396,6 +396,8 @@ def _cli(out: Path, *flags: str, spec: Path = EXAMPLE) -> Any:
         (["--lockctl", "/usr/bin/../lockctl"], "must be a normalised path"),
         (["--lockctl", "/usr/bin/lockctl\n"], "--lockctl '/usr/bin/lockctl\\n': must not contain"),
         (["--lockctl", "lockctl\tx"], "--lockctl 'lockctl\\tx': must not contain control"),
+        (["--tls-dir", "/etc/tls\nX=1"], "--tls-dir '/etc/tls\\nX=1': must not contain control"),
+        (["--tls-dir", "/etc/tls"], "worker worker-1's address http://127.0.0.21:8500 is plain"),
     ],
 )
 def test_flag_values_written_into_files_are_checked(
@@ -532,3 +534,23 @@ def test_the_timer_fires_on_the_schedule_lockctl_computes(tmp_path: Path) -> Non
     assert "OnCalendar=*-*-13 12:00:00 Europe/Berlin\n" in timer
     assert "OnCalendar=Fri *-*-* 12:00:00 Europe/Berlin\n" in timer
     assert timer.count("OnCalendar=") == 2
+
+
+def test_the_tls_dir_puts_each_worker_s_files_in_its_config_and_env_file(tmp_path: Path) -> None:
+    spec = tmp_path / "https.hcl"
+    text = EXAMPLE.read_text(encoding="utf-8")
+    spec.write_text(text.replace("http://127.0.0.2", "https://127.0.0.2"), encoding="utf-8")
+    out = tmp_path / "out"
+    result = _cli(out, "--tls-dir", "/etc/lockctl/tls", spec=spec)
+    assert result.exit_code == 0, result.output
+    config = load_worker_config(out / "worker-2" / "lockctl.json")
+    assert config.connection()["client_cert"] == Path("/etc/lockctl/tls/worker-2.pem")
+    env = (out / "worker-2" / "lockctl.env").read_text(encoding="utf-8").splitlines()
+    assert env[-3:] == [
+        "CONSUL_CACERT=/etc/lockctl/tls/ca.pem",
+        "CONSUL_CLIENT_CERT=/etc/lockctl/tls/worker-2.pem",
+        "CONSUL_CLIENT_KEY=/etc/lockctl/tls/worker-2-key.pem",
+    ]
+    plain = tmp_path / "plain"
+    assert _cli(plain).exit_code == 0
+    assert "CONSUL_CACERT" not in (plain / "worker-2" / "lockctl.env").read_text(encoding="utf-8")
