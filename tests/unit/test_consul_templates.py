@@ -1,4 +1,4 @@
-"""Agent config templates per Consul version: golden files (tests/unit/golden/consul/) and every
+"""Agent config templates per Consul version: golden files (tests/golden/consul/) and every
 key checked against the names HashiCorp documents for that version.
 
 Only 1.8.7 runs here (tests/integration/test_cluster_tls.py); the newer dialects are checked
@@ -21,7 +21,7 @@ from provision.errors import LocalEnvironmentError
 from provision.system.secrets import Secret
 from provision.system.templates import CHECKOUT_TEMPLATES, make_environment
 
-GOLDEN = Path(__file__).resolve().parent / "golden" / "consul"
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "consul"
 STATE_DIR = Path("/var/lib/lockctl/cluster")
 # Test data, not a secret: base64 of 32 zero bytes, the shape `consul keygen` prints.
 FAKE_GOSSIP_KEY = Secret("AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=")
