@@ -161,6 +161,7 @@ def test_phase_timer_writes_one_line_per_phase_and_the_table_totals(tmp_path: Pa
 def test_summary(tmp_path: Path) -> None:
     (tmp_path / "verify.xml").write_text("<testsuite/>")
     (tmp_path / "ticks.json").write_text(json.dumps({"passed": True}))
+    (tmp_path / "scheduler.json").write_text(json.dumps({"passed": False}))
     phases = "stage                      2.5 s\nbootstrap + apply          3.4 s\n"
     summary = artifacts.build_summary(0, 3, 2, phases, tmp_path)
     assert summary == {
@@ -169,13 +170,16 @@ def test_summary(tmp_path: Path) -> None:
         "workers": 2,
         "verify_junit": "verify.xml",
         "tick_check_passed": True,
+        "scheduler_check_passed": False,
         "phases_s": {"stage": 2.5, "bootstrap + apply": 3.4},
         "total_s": 5.9,
     }
     (tmp_path / "verify.xml").unlink()
     (tmp_path / "ticks.json").unlink()
+    (tmp_path / "scheduler.json").unlink()
     early = artifacts.build_summary(1, 1, 2, "", tmp_path)
     assert early["verify_junit"] is None and early["tick_check_passed"] is None
+    assert early["scheduler_check_passed"] is None
     assert early["total_s"] == 0
 
 
