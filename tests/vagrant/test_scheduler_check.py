@@ -1,12 +1,14 @@
-"""The Vagrant flow's scheduler check (vagrant/flow/sched_check.py), without VMs: on evidence
-shaped as two `lockctl schedule` services leave it (the ledger, each worker's job log, each
-scheduler's journal events, `systemctl show` after the stop), and on that evidence broken the
-ways the service can break: a tick run twice or by nobody, an overlap, a session left, a stop
-that did not exit 0, an error event. Runs in the plain suite."""
+"""The Vagrant flow's scheduler check (vagrant/flow/sched_check.py), without VMs: on what two real
+`lockctl schedule`s left on the local cluster (data/sched/: the ledger, each worker's job log and
+its scheduler's events, captured from an `@every 5s` job run for 30 s, both stopped with SIGTERM,
+both exiting 0; `show-*.txt` is what `systemctl show` says of such an exit), on evidence built the
+same shape, and on it broken the ways the service can break: a tick run twice or by nobody, an
+overlap, a session left, a stop that did not exit 0, an error event. Runs in the plain suite."""
 
 from __future__ import annotations
 
 import copy
+import json
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -17,9 +19,11 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "vagrant"))
 
-from flow import sched_check  # noqa: E402
+from flow import sched_check, ticks  # noqa: E402
 from flow.sched_check import Service  # noqa: E402
 from flow.ticks import JobRun  # noqa: E402
+
+DATA = Path(__file__).parent / "data" / "sched"
 
 JOB, PERIOD = "vagrant-sched", 5
 T0 = datetime(2026, 12, 1, 15, 0, 0, tzinfo=timezone.utc)  # the first tick both had
@@ -110,6 +114,35 @@ def check(
     return sched_check.check_scheduler(
         JOB, PERIOD, 4, ev["ledger"], ev["runs"], services, ev["stop"], ev["left"]
     )
+
+
+def test_real_schedulers_pass_each_tick_once_both_stopped_cleanly() -> None:
+    services, runs = {}, {}
+    for w in WORKERS:
+        journal = (DATA / f"journal-{w}.log").read_text(encoding="utf-8")
+        show = sched_check.parse_show((DATA / f"show-{w}.txt").read_text(encoding="utf-8"))
+        services[w] = Service(ticks.parse_events(journal), False, show)
+        runs[w] = ticks.parse_job_log((DATA / f"sched-{w}.log").read_text(encoding="utf-8"))
+    ledger = json.loads((DATA / "ledger.json").read_text(encoding="utf-8"))
+    stop = json.loads((DATA / "stop.json").read_text(encoding="utf-8"))
+    report = sched_check.check_scheduler(
+        JOB, PERIOD, 6, ledger, runs, services, stop["stop_sent"], stop["sessions_left"]
+    )
+    assert report.passed, report.problems + report.ticks.problems
+    assert len(report.window) == 7 and len(report.ticks.rows) == 8  # the first before both ran
+    assert report.ran_by == {"worker-1": 3, "worker-2": 5}
+    for row in report.ticks.rows:
+        assert sorted(row["fired"].values())[0] == "ran it"
+        assert sorted(row["fired"].values())[1].startswith("skipped (taken by worker-")
+    assert len(sched_check.session_ids(services)) == 2  # one per scheduler, kept across ticks
+    # the same evidence, one scheduler's stop lost: its session outlived it
+    services["worker-2"].events.pop()
+    services["worker-2"].events.pop()
+    broken = sched_check.check_scheduler(
+        JOB, PERIOD, 6, ledger, runs, services, stop["stop_sent"], []
+    )
+    assert "worker-2: no `stopped` event for SIGTERM" in broken.problems
+    assert any("was made and never destroyed" in p for p in broken.problems)
 
 
 def test_each_tick_of_the_window_once_both_stopped_cleanly(evidence: Evidence) -> None:
