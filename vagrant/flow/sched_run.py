@@ -50,7 +50,8 @@ def run_scheduler(flow: Flow) -> bool:
         f"{UNIT} started on {', '.join(workers)}; running both for {s.sched_window} s", flush=True
     )
     time.sleep(s.sched_window)
-    # Half an interval past a tick: no run is under way (the job takes milliseconds).
+    # Half an interval past a tick: no run is under way (one takes about 1 s in the VMs: the
+    # job in its PID namespace, the record completed), so no record ends `interrupted`.
     time.sleep((s.sched_period / 2 - time.time()) % s.sched_period)
     stop_sent = time.time()
     stops = {w: s.logs / f"scheduler-stop-{w}.log" for w in workers}
