@@ -161,6 +161,7 @@ def test_phase_timer_writes_one_line_per_phase_and_the_table_totals(tmp_path: Pa
 def test_summary(tmp_path: Path) -> None:
     (tmp_path / "verify.xml").write_text("<testsuite/>")
     (tmp_path / "ticks.json").write_text(json.dumps({"passed": True}))
+    (tmp_path / "scheduler.json").write_text(json.dumps({"passed": False}))
     phases = "stage                      2.5 s\nbootstrap + apply          3.4 s\n"
     summary = artifacts.build_summary(0, 3, 2, phases, tmp_path)
     assert summary == {
@@ -169,13 +170,16 @@ def test_summary(tmp_path: Path) -> None:
         "workers": 2,
         "verify_junit": "verify.xml",
         "tick_check_passed": True,
+        "scheduler_check_passed": False,
         "phases_s": {"stage": 2.5, "bootstrap + apply": 3.4},
         "total_s": 5.9,
     }
     (tmp_path / "verify.xml").unlink()
     (tmp_path / "ticks.json").unlink()
+    (tmp_path / "scheduler.json").unlink()
     early = artifacts.build_summary(1, 1, 2, "", tmp_path)
     assert early["verify_junit"] is None and early["tick_check_passed"] is None
+    assert early["scheduler_check_passed"] is None
     assert early["total_s"] == 0
 
 
@@ -258,3 +262,69 @@ def test_a_failed_vagrant_up_shows_its_message_and_only_the_innermost_frames() -
         log[4],
         "    ... 1 more backtrace frames",
     ]
+
+
+class FakeShell:
+    """Stands in for flow.commands.Shell: `vagrant up` exits with the next of `statuses`, and
+    the failed attempt's log says so (as Vagrant's did on CI)."""
+
+    def __init__(self, statuses: list[int]) -> None:
+        self.statuses = statuses
+        self.started: list[tuple[list[str], str]] = []
+
+    def ns(self, argv: list[str]) -> list[str]:
+        return ["ip", "netns", "exec", "ns", *argv]
+
+    def start(self, argv: list[str], name: str, *, log: Path, stamp: bool) -> str:
+        self.started.append((argv, log.name))
+        log.write_text("Error while activating network\n")
+        return name
+
+    def wait(self, child: str, timeout: float) -> int:
+        return self.statuses.pop(0)
+
+
+def flow_with_fake_shell(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, statuses: list[int], done: list[str]
+) -> tuple[steps.Flow, FakeShell]:
+    settings = make_settings(tmp_path)
+    main.fresh_artifacts(settings)
+    flow = steps.Flow(settings, PhaseTimer(settings.art / "phases.txt"), UndoStack())
+    shell = FakeShell(statuses)
+    flow.shell = shell  # type: ignore[assignment]
+    monkeypatch.setattr(flow, "destroy", lambda: done.append("destroy"))
+    monkeypatch.setattr(flow, "boot_analysis", lambda: done.append("boot analysis"))
+    monkeypatch.setattr(
+        steps.libvirt, "remove_machines", lambda s, sh: done.append(f"remove_machines {s.prefix}")
+    )
+    monkeypatch.setattr(steps, "output_of", lambda argv: "server-1   running (libvirt)\n")
+    return flow, shell
+
+
+def test_a_failed_vagrant_up_is_destroyed_and_tried_once_more_from_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    done: list[str] = []
+    flow, shell = flow_with_fake_shell(tmp_path, monkeypatch, [1, 0], done)
+    flow.vagrant_up()
+    assert [log for _argv, log in shell.started] == ["up.log", "up-2.log"]
+    assert all(argv[-2:] == ["up", "--no-provision"] for argv, _log in shell.started)
+    # the first try's VMs are gone, through Vagrant and libvirt, before the second starts
+    assert done == ["destroy", "remove_machines lockctl-abc123-", "boot analysis"]
+    out = capsys.readouterr().out
+    assert "Error while activating network" in out  # the failed try's log, shown
+    assert "vagrant up failed (logs/up.log); removing its VMs and trying again" in out
+    assert len(flow.stack) == 1  # `vagrant destroy`, for the teardown
+
+
+def test_vagrant_up_failing_twice_fails_the_flow_and_leaves_destroy_on_the_stack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    done: list[str] = []
+    flow, shell = flow_with_fake_shell(tmp_path, monkeypatch, [1, 1], done)
+    with pytest.raises(FlowFailed, match="vagrant up failed 2 times"):
+        flow.vagrant_up()
+    assert len(shell.started) == steps.UP_ATTEMPTS == 2
+    assert done == ["destroy", "remove_machines lockctl-abc123-"]  # once, between the tries
+    assert flow.stack.unwind() == []  # the teardown destroys what the second try made
+    assert done[-1] == "destroy"

@@ -1,10 +1,12 @@
-"""The Vagrant flow end to end (issue 7): real VMs, `lockctl verify` over them, the tick check.
+"""The Vagrant flow end to end (issue 7): real VMs, `lockctl verify` over them, the tick check,
+the scheduler service (issue 15).
 
 Root, about 10 minutes: `make test` runs it after the rest of the suite (scripts/check), and so
 does CI; by hand: `.venv/bin/pytest -m vagrant tests/vagrant` (a plain `pytest` leaves it out).
 It runs `scripts/vagrant-verify` (what `make vagrant-verify` runs) and asserts on the artifacts it
 keeps in .lockctl/vagrant/: the JUnit report of `lockctl verify` is all green, and the tick check
-saw each tick run exactly once (from the ledger, the job's own log and the runners' events).
+saw each tick run exactly once (from the ledger, the job's own log and the runners' events), and
+so did the scheduler check of lockctl-scheduler.service on both workers, stopped cleanly.
 LOCKCTL_VAGRANT_REPORT_ONLY=1 asserts on the last run's artifacts without starting VMs.
 """
 
@@ -112,3 +114,32 @@ def test_each_tick_ran_exactly_once_from_the_ledger_without_min_hold(
     for tick in raced:
         did = sorted(tick["fired"].values())
         assert did[0] == "ran it" and all("(taken by " in other for other in did[1:]), tick
+
+
+def test_the_scheduler_service_ran_each_tick_once_and_stopped_cleanly(
+    flow: dict[str, object],
+) -> None:
+    """After the timers, lockctl-scheduler.service (as `lockctl worker-config` wrote it) ran on
+    both workers for ~30 s of an `@every 5s` job, then `systemctl stop` ended each
+    (vagrant/flow/sched_check.py checks it all; this reads its evidence): every tick of the
+    window has one succeeded record and one run of the job, on the worker the record names with
+    its LockIndex; no overlap; each scheduler exited 0 (Result=success) on SIGTERM, destroyed its
+    sessions, none is left in Consul; no error event in either journal."""
+    spec = (ARTIFACTS / "logs" / "spec.hcl").read_text(encoding="utf-8")
+    assert re.search(r'job "vagrant-sched" \{[^}]*schedule = "@every 5s"', spec), spec
+    sched = json.loads((ARTIFACTS / "scheduler.json").read_text(encoding="utf-8"))
+    assert flow["scheduler_check_passed"] is True
+    assert sched["passed"], sched["problems"]
+    assert sched["job"] == "vagrant-sched"
+    assert len(sched["window"]) >= 4
+    recorded = {tick["tick"] for tick in sched["ticks"]}
+    assert set(sched["window"]) <= recorded
+    assert sched["ticks_run_once"] == len(sched["ticks"])
+    for tick in sched["ticks"]:
+        assert tick["outcome"] == "succeeded", tick
+        assert [run["worker"] for run in tick["runs"]] == [tick["claimed_by"]]
+        assert [run["lock_index"] for run in tick["runs"]] == [tick["lock_index"]]
+    assert sum(sched["ran_by"].values()) == len(sched["ticks"])
+    for worker, stop in sched["stops"].items():
+        assert stop.startswith("Result=success exit 0 "), (worker, stop)
+    assert json.loads((ARTIFACTS / "logs" / "sched-sessions-left.json").read_text()) == []

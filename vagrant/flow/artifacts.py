@@ -15,7 +15,7 @@ from flow.phases import parse_phases
 
 PRIVATE_DIRS = ("run", "stage")  # removed at the end: the secrets live there during the run
 RESET_FILES = ("report.txt", "summary.json", "phases.txt")
-RESET_GLOBS = ("verify.*", "ticks.*")
+RESET_GLOBS = ("verify.*", "ticks.*", "scheduler.*")
 
 
 def reset(art: Path) -> None:
@@ -73,16 +73,20 @@ def check_no_secret_kept(art: Path, secrets_dir: Path) -> bool:
 def build_summary(
     status: int, servers: int, workers: int, phases_text: str, art: Path
 ) -> dict[str, Any]:
-    """summary.json: the exit status, sizes, whether verify and the tick check passed, phases."""
+    """summary.json: the exit status, sizes, whether verify, the tick check and the scheduler
+    check passed, phases."""
     phases = parse_phases(phases_text)
     ticks_file = art / "ticks.json"
     ticks = json.loads(ticks_file.read_text(encoding="utf-8")) if ticks_file.is_file() else None
+    sched_file = art / "scheduler.json"
+    sched = json.loads(sched_file.read_text(encoding="utf-8")) if sched_file.is_file() else None
     return {
         "exit_status": status,
         "servers": servers,
         "workers": workers,
         "verify_junit": "verify.xml" if (art / "verify.xml").is_file() else None,
         "tick_check_passed": None if ticks is None else ticks["passed"],
+        "scheduler_check_passed": None if sched is None else sched["passed"],
         "phases_s": phases,
         "total_s": round(sum(phases.values()), 1),
     }

@@ -1,11 +1,14 @@
 """Read a job's tick ledger from the VMs' cluster, for the flow's tick check.
 
     python vagrant/flow/ledger_read.py ADDRESS TOKEN_FILE LOCK_KEY OUT.json
+    python vagrant/flow/ledger_read.py --sessions ADDRESS TOKEN_FILE OUT.json [SESSION_ID...]
 
 Runs as its own process inside the run's network namespace (`ip netns exec`), like
 vagrant/cluster-ready: one read of the ledger (`Ledger.records`, through lockctl's own Consul
 client, the token read from its 0600 file), every record written to OUT.json as the tick check
-reads it. Exit 0 written, 1 Consul did not answer or refused.
+reads it. With --sessions: which of the sessions named Consul still knows, as a JSON list (the
+scheduler check: every session a stopped scheduler made is gone). Exit 0 written, 1 Consul did
+not answer or refused.
 """
 
 from __future__ import annotations
@@ -38,18 +41,40 @@ def record_fields(record: TickRecord) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str]) -> int:
-    if len(argv) != 4:
-        print(__doc__, file=sys.stderr)
-        return 2
-    address, token_file, lock_key, out = argv
+def consul_at(address: str, token_file: str) -> Consul:
     settings = ConsulSettings(
         address=normalize_address(address),
         token=read_secret_file(Path(token_file)),
         timeout=CALL_TIMEOUT,
     )
+    return Consul(settings)
+
+
+def sessions_left(argv: list[str]) -> int:
+    address, token_file, out, *ids = argv
+    try:  # consistent: a destroy the scheduler saw answered is seen here too
+        left = [
+            i
+            for i in ids
+            if consul_at(address, token_file).session.info(i, consistency="consistent")
+        ]
+    except ConsulError as exc:
+        print(f"ledger-read: {exc}", file=sys.stderr)
+        return 1
+    Path(out).write_text(json.dumps(left) + "\n", "utf-8")
+    print(f"ledger-read: {len(left)} of {len(ids)} sessions still in Consul")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["--sessions"] and len(argv) >= 4:
+        return sessions_left(argv[1:])
+    if len(argv) != 4:
+        print(__doc__, file=sys.stderr)
+        return 2
+    address, token_file, lock_key, out = argv
     try:
-        records = Ledger(Consul(settings), lock_key).records()
+        records = Ledger(consul_at(address, token_file), lock_key).records()
     except ConsulError as exc:
         print(f"ledger-read: {exc}", file=sys.stderr)
         return 1

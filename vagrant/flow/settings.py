@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 BOX_NAME = "lockctl/bookworm-local"
-JOB = "vagrant-tick"
+JOB = "vagrant-tick"  # the timers' job
+SCHED_JOB = "vagrant-sched"  # the scheduler service's short job (it runs JOB as well)
 DEFAULTS = {
     "VAGRANT_SERVERS": "3",
     "VAGRANT_WORKERS": "2",
@@ -22,6 +23,7 @@ DEFAULTS = {
     "VAGRANT_SUBNET": "192.168.56",
     "VAGRANT_LIBVIRT_EMULATION": "1",
     "LOCKCTL_TICK_PERIOD": "10",
+    "LOCKCTL_SCHED_PERIOD": "5",
 }
 
 
@@ -40,6 +42,8 @@ class Settings:
     subnet: str
     period: int
     ticks: int
+    sched_period: int  # SCHED_JOB's `@every`
+    sched_window: int  # seconds both schedulers run together before they are stopped
     box_file: Path
     box_file_given: bool  # LOCKCTL_VAGRANT_BOX_FILE: then older boxes are not cleaned up
     rebuild_box: bool
@@ -60,6 +64,10 @@ class Settings:
             subnet=env["VAGRANT_SUBNET"],
             period=_whole(env, "LOCKCTL_TICK_PERIOD"),
             ticks=_whole({"LOCKCTL_VAGRANT_TICKS": "8", **environ}, "LOCKCTL_VAGRANT_TICKS"),
+            sched_period=_whole(env, "LOCKCTL_SCHED_PERIOD"),
+            sched_window=_whole(
+                {"LOCKCTL_VAGRANT_SCHED_WINDOW": "30", **environ}, "LOCKCTL_VAGRANT_SCHED_WINDOW"
+            ),
             box_file=Path(given_box) if given_box else default_box_file(repo),
             box_file_given=bool(given_box),
             rebuild_box=env.get("LOCKCTL_VAGRANT_REBUILD_BOX", "0") == "1",

@@ -1,5 +1,6 @@
 """The flow's phases, in order: host packages, stage, box, libvirt, VMs, provisioning, lockctl's
-bootstrap and apply, delivery to the workers, timers, verify, ticks, report.
+bootstrap and apply, delivery to the workers, timers, verify, ticks, the scheduler service
+(sched_run.py), report.
 
 Everything that talks to the VMs runs inside the run's namespace (`self.shell.ns`, `self.ssh`);
 host-side steps (packages, stage, box build, worker-config, the tick check) need no network of it.
@@ -17,7 +18,7 @@ import tarfile
 import time
 from pathlib import Path
 
-from flow import libvirt, ticks
+from flow import libvirt, sched_run, ticks
 from flow.commands import (
     Child,
     FlowFailed,
@@ -28,7 +29,7 @@ from flow.commands import (
     tail_of_failure,
 )
 from flow.phases import PhaseTimer
-from flow.settings import BOX_NAME, JOB, Settings
+from flow.settings import BOX_NAME, JOB, SCHED_JOB, Settings
 from flow.teardown import UndoStack
 
 UP_TIMEOUT = 1500.0
@@ -74,9 +75,17 @@ class Flow:
         verified = self.verify()
         self.timer.start("ticks")
         ticked = self.ticks()
+        self.timer.start("scheduler")
+        try:
+            scheduled = sched_run.run_scheduler(self)
+        except FlowFailed as failure:  # verify's and the ticks' results still go in the report
+            sched_run.note_failure(self.s, str(failure))
+            scheduled = False
         self.write_report()
-        if not (verified and ticked):
-            raise FlowFailed("verify or the tick check failed (see report.txt)")
+        if not (verified and ticked and scheduled):
+            raise FlowFailed(
+                "verify, the tick check or the scheduler check failed (see report.txt)"
+            )
 
     # ------------------------------------------------------------------ host side ----
     def host_packages(self) -> None:
@@ -392,6 +401,10 @@ class Flow:
             "",
             f"tick check (job {JOB} every {s.period} s on every worker):",
             (s.art / "ticks.txt").read_text(encoding="utf-8").rstrip("\n"),
+            "",
+            f"scheduler check ({sched_run.UNIT} on every worker, job {SCHED_JOB} every "
+            f"{s.sched_period} s):",
+            (s.art / "scheduler.txt").read_text(encoding="utf-8").rstrip("\n"),
         ]
         (s.art / "report.txt").write_text("\n".join(text) + "\n", encoding="utf-8")
 

@@ -1,0 +1,230 @@
+"""The Vagrant flow's scheduler check (vagrant/flow/sched_check.py), without VMs: on what two real
+`lockctl schedule`s left on the local cluster (data/sched/: the ledger, each worker's job log and
+its scheduler's events, captured from an `@every 5s` job run for 30 s, both stopped with SIGTERM,
+both exiting 0; `show-*.txt` is what `systemctl show` says of such an exit), on evidence built the
+same shape, and on it broken the ways the service can break: a tick run twice or by nobody, an
+overlap, a session left, a stop that did not exit 0, an error event. Runs in the plain suite."""
+
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "vagrant"))
+
+from flow import sched_check, ticks  # noqa: E402
+from flow.sched_check import Service  # noqa: E402
+from flow.ticks import JobRun  # noqa: E402
+
+DATA = Path(__file__).parent / "data" / "sched"
+
+JOB, PERIOD = "vagrant-sched", 5
+T0 = datetime(2026, 12, 1, 15, 0, 0, tzinfo=timezone.utc)  # the first tick both had
+WORKERS = ("worker-1", "worker-2")
+SHOW_OK = {"Result": "success", "ExecMainCode": "1", "ExecMainStatus": "0", "NRestarts": "0"}
+
+
+def iso(moment: datetime) -> str:
+    return moment.isoformat(timespec="milliseconds")
+
+
+def tick(n: int) -> datetime:
+    return T0 + timedelta(seconds=n * PERIOD)
+
+
+def name(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+Evidence = dict[str, Any]
+
+
+@pytest.fixture
+def evidence() -> Evidence:
+    """Six ticks, won in turn by worker-1, worker-2, ...; started 3 s before the first tick,
+    stopped 2.5 s after the last."""
+    ledger, runs = [], {w: [] for w in WORKERS}
+    events: dict[str, list[dict[str, Any]]] = {w: [] for w in WORKERS}
+    for w, sid in zip(WORKERS, ("s-1", "s-2"), strict=True):
+        events[w] += [
+            {"time": iso(T0 - timedelta(seconds=3)), "event": "started", "job": "lockctl-schedule"},
+            {
+                "time": iso(T0 + timedelta(seconds=0.01)),
+                "event": "session-created",
+                "job": JOB,
+                "session": sid,
+            },
+        ]
+    for n in range(6):
+        winner, loser = WORKERS[n % 2], WORKERS[(n + 1) % 2]
+        at = tick(n)
+        ledger.append(
+            {
+                "tick": name(at),
+                "outcome": "succeeded",
+                "worker": winner,
+                "lock_index": n + 1,
+                "claimed_at": iso(at + timedelta(seconds=0.02)),
+                "finished_at": iso(at + timedelta(seconds=0.3)),
+            }
+        )
+        runs[winner].append(JobRun(name(at), winner, n + 1, int(at.timestamp())))
+        events[winner].append(
+            {
+                "time": iso(at + timedelta(seconds=0.02)),
+                "event": "acquired",
+                "job": JOB,
+                "lock_index": n + 1,
+            }
+        )
+        events[loser].append(
+            {
+                "time": iso(at + timedelta(seconds=0.05)),
+                "event": "skipped",
+                "job": JOB,
+                "tick": name(at),
+                "taken_by": winner,
+            }
+        )
+        # the timers' job runs in the same service: its events are not this check's ticks
+        events[loser].append({"time": iso(at), "event": "tick-due", "job": "vagrant-tick"})
+    stop = tick(5) + timedelta(seconds=2.5)
+    for w, sid in zip(WORKERS, ("s-1", "s-2"), strict=True):
+        events[w] += [
+            {"time": iso(stop), "event": "session-destroyed", "job": JOB, "session": sid},
+            {"time": iso(stop), "event": "stopped", "job": "lockctl-schedule", "signal": 15},
+        ]
+    return {"ledger": ledger, "runs": runs, "events": events, "stop": stop.timestamp(), "left": []}
+
+
+def check(
+    ev: Evidence, shows: dict[str, dict[str, str]] | None = None
+) -> sched_check.SchedulerReport:
+    services = {
+        w: Service(ev["events"][w], ev.get("traceback") == w, (shows or {}).get(w, SHOW_OK))
+        for w in WORKERS
+    }
+    return sched_check.check_scheduler(
+        JOB, PERIOD, 4, ev["ledger"], ev["runs"], services, ev["stop"], ev["left"]
+    )
+
+
+def test_real_schedulers_pass_each_tick_once_both_stopped_cleanly() -> None:
+    services, runs = {}, {}
+    for w in WORKERS:
+        journal = (DATA / f"journal-{w}.log").read_text(encoding="utf-8")
+        show = sched_check.parse_show((DATA / f"show-{w}.txt").read_text(encoding="utf-8"))
+        services[w] = Service(ticks.parse_events(journal), False, show)
+        runs[w] = ticks.parse_job_log((DATA / f"sched-{w}.log").read_text(encoding="utf-8"))
+    ledger = json.loads((DATA / "ledger.json").read_text(encoding="utf-8"))
+    stop = json.loads((DATA / "stop.json").read_text(encoding="utf-8"))
+    report = sched_check.check_scheduler(
+        JOB, PERIOD, 6, ledger, runs, services, stop["stop_sent"], stop["sessions_left"]
+    )
+    assert report.passed, report.problems + report.ticks.problems
+    assert len(report.window) == 7 and len(report.ticks.rows) == 8  # the first before both ran
+    assert report.ran_by == {"worker-1": 3, "worker-2": 5}
+    for row in report.ticks.rows:
+        assert sorted(row["fired"].values())[0] == "ran it"
+        assert sorted(row["fired"].values())[1].startswith("skipped (taken by worker-")
+    assert len(sched_check.session_ids(services)) == 2  # one per scheduler, kept across ticks
+    # the same evidence, one scheduler's stop lost: its session outlived it
+    services["worker-2"].events.pop()
+    services["worker-2"].events.pop()
+    broken = sched_check.check_scheduler(
+        JOB, PERIOD, 6, ledger, runs, services, stop["stop_sent"], []
+    )
+    assert "worker-2: no `stopped` event for SIGTERM" in broken.problems
+    assert any("was made and never destroyed" in p for p in broken.problems)
+
+
+def test_each_tick_of_the_window_once_both_stopped_cleanly(evidence: Evidence) -> None:
+    report = check(evidence)
+    assert report.passed, report.problems + report.ticks.problems
+    assert report.window == [name(tick(n)) for n in range(6)]
+    assert report.ran_by == {"worker-1": 3, "worker-2": 3}
+    assert report.ticks.rows[1]["fired"] == {
+        "worker-1": "skipped (taken by worker-2)",
+        "worker-2": "ran it",
+    }
+    assert report.table()[-1] == "scheduler check: PASS"
+    assert "window: 6 ticks" in report.table()[-4]
+    record = report.to_record(PERIOD, JOB)
+    assert record["passed"] and record["ticks_run_once"] == 6 and record["job"] == JOB
+
+
+def test_a_tick_run_twice_or_by_nobody_fails(evidence: Evidence) -> None:
+    twice = copy.deepcopy(evidence)
+    twice["runs"]["worker-2"].append(JobRun(name(tick(0)), "worker-2", 1, 0))
+    assert f"tick {name(tick(0))}: the job ran 2 times" in " ".join(check(twice).ticks.problems)
+
+    nobody = copy.deepcopy(evidence)
+    gone = nobody["ledger"].pop(0)  # the first tick of the window: no record, no run
+    nobody["runs"]["worker-1"] = [r for r in nobody["runs"]["worker-1"] if r.tick != gone["tick"]]
+    report = check(nobody)
+    assert not report.passed
+    assert f"tick {gone['tick']} (in the window) has no record" in report.problems
+
+
+def test_an_overlap_fails(evidence: Evidence) -> None:
+    ev = copy.deepcopy(evidence)
+    ev["ledger"][2]["finished_at"] = iso(tick(3) + timedelta(seconds=1))
+    report = check(ev)
+    assert any("overlap" in p and name(tick(3)) in p for p in report.problems)
+
+
+def test_a_session_left_a_bad_stop_an_error_event_or_a_traceback_fail(evidence: Evidence) -> None:
+    ev = copy.deepcopy(evidence)
+    ev["left"] = ["s-2"]
+    ev["events"]["worker-2"] = [
+        e for e in ev["events"]["worker-2"] if e["event"] != "session-destroyed"
+    ]
+    ev["events"]["worker-1"].append({"event": "consul-unavailable", "job": JOB, "time": iso(T0)})
+    ev["traceback"] = "worker-1"
+    killed = {**SHOW_OK, "Result": "timeout", "ExecMainCode": "2", "ExecMainStatus": "9"}
+    report = check(ev, {"worker-2": killed})
+    problems = " | ".join(report.problems)
+    assert "session s-2 is still in Consul after the stop" in problems
+    assert "worker-2: session s-2 was made and never destroyed" in problems
+    assert f"worker-1: error event {JOB}: consul-unavailable (x1)" in problems
+    assert "worker-1: a traceback in the journal" in problems
+    assert "worker-2: systemctl stop: Result=timeout exit 9" in problems
+    assert not report.passed and report.table()[-1].startswith("scheduler check: FAIL: ")
+
+
+def test_a_short_window_or_a_scheduler_that_never_started_fails(evidence: Evidence) -> None:
+    ev = copy.deepcopy(evidence)
+    ev["stop"] = (tick(2) + timedelta(seconds=2.5)).timestamp()
+    assert "the window has 3 ticks, wanted at least 4" in check(ev).problems
+    ev = copy.deepcopy(evidence)
+    ev["events"]["worker-2"] = [e for e in ev["events"]["worker-2"] if e["event"] != "started"]
+    report = check(ev)
+    assert report.window == []
+    assert "worker-2: the scheduler never said started" in report.problems
+
+
+def test_parse_show_and_session_ids() -> None:
+    text = "stop_ms=812\nResult=success\nExecMainStatus=0\nnoise\n"
+    assert sched_check.parse_show(text) == {
+        "stop_ms": "812",
+        "Result": "success",
+        "ExecMainStatus": "0",
+    }
+    services = {
+        "w": Service(
+            [
+                {"event": "session-created", "session": "b"},
+                {"event": "session-created", "session": "a"},
+            ],
+            False,
+            {},
+        )
+    }
+    assert sched_check.session_ids(services) == ["a", "b"]

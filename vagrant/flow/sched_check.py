@@ -1,0 +1,215 @@
+"""The flow's scheduler check: `lockctl schedule` ran as lockctl-scheduler.service on every
+worker for a few ticks of a short job, then `systemctl stop` ended each. Pure: evidence in, a
+report out (no VMs, no Consul).
+
+The witnesses are those of the tick check (ticks.py: the job's ledger, the job's own log on each
+worker, the job's events in each scheduler's journal), held against each other the same way, and
+besides them:
+- the window: every tick after the later scheduler said `started` and before the stop was sent
+  (less half an interval: the tick before the stop is the last one both had) has a record, and
+  the window has at least `min_ticks`;
+- no overlap: each run's record was finished before the next tick's was claimed;
+- the life cycle: each scheduler said `started` and `stopped` (SIGTERM), destroyed every session
+  it made, and none of them is left in Consul; systemd saw its main process exit 0
+  (Result=success) and never restarted it;
+- the journal: no error event (of any job), no traceback.
+Who ran how many ticks is reported, not required: which replica wins a tick is a race.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from flow import ticks
+from flow.ticks import TICK_FORMAT, JobRun, TickReport
+
+# Events that say something went wrong: Consul unanswered or refusing, a lock lost, a tick not
+# tried, a config refused. (`skipped` and `housekeeping` are the normal course.)
+ERROR_EVENTS = frozenset(
+    {
+        "consul-unavailable",
+        "session-lost",
+        "tick-failed",
+        "reload-refused",
+        "renew-failed",
+        "lost",
+        "fenced",
+        "missed",
+        "timed-out",
+        "interrupted",
+        "clock-skew",
+        "housekeeping-failed",
+        "metrics-warning",
+    }
+)
+SIGTERM = 15
+
+
+@dataclass(frozen=True)
+class Service:
+    """What one worker's scheduler service left: its journal's events (every job), whether the
+    journal had a traceback, and `systemctl show` after the stop (Result, ExecMainStatus, ...)."""
+
+    events: list[dict[str, Any]]
+    traceback: bool
+    show: dict[str, str]
+
+
+@dataclass
+class SchedulerReport:
+    ticks: TickReport  # the job's ticks, checked as the timers' are
+    window: list[str]
+    problems: list[str]
+    ran_by: dict[str, int]
+    stops: dict[str, str]
+
+    @property
+    def passed(self) -> bool:
+        return self.ticks.passed and not self.problems
+
+    def to_record(self, period: int, job: str) -> dict[str, Any]:
+        return {
+            **self.ticks.to_record(period),
+            "job": job,
+            "passed": self.passed,
+            "window": self.window,
+            "ran_by": self.ran_by,
+            "stops": self.stops,
+            "problems": self.ticks.problems + self.problems,
+        }
+
+    def table(self) -> list[str]:
+        lines = self.ticks.table()[:-1]  # its verdict is replaced by the whole check's
+        lines.append(
+            f"window: {len(self.window)} ticks ({self.window[0] if self.window else '-'} .. "
+            f"{self.window[-1] if self.window else '-'}); ran by "
+            + ", ".join(f"{w}: {n}" for w, n in sorted(self.ran_by.items()))
+        )
+        lines += [f"{w}: systemctl stop: {stop}" for w, stop in sorted(self.stops.items())]
+        problems = self.ticks.problems + self.problems
+        verdict = "PASS" if self.passed else "FAIL: " + "; ".join(problems)
+        lines.append(f"scheduler check: {verdict}")
+        return lines
+
+
+def parse_show(text: str) -> dict[str, str]:
+    """`systemctl show -p A -p B` lines (`A=value`), plus the flow's own `stop_ms=`."""
+    pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line)
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def check_scheduler(
+    job: str,
+    period: int,
+    min_ticks: int,
+    ledger: list[dict[str, Any]],
+    job_runs: dict[str, list[JobRun]],
+    services: dict[str, Service],
+    stop_sent: float,
+    sessions_left: list[str],
+) -> SchedulerReport:
+    """`stop_sent`: when the flow sent `systemctl stop` (epoch seconds); `sessions_left`: the
+    sessions the schedulers made that Consul still knows after the stop."""
+    own = {w: [e for e in s.events if e.get("job") == job] for w, s in services.items()}
+    tick_report = ticks.check_ticks(period, 1, ledger, job_runs, own)
+    window = _window(period, services, stop_sent)
+    recorded = {str(r["tick"]) for r in ledger}
+    problems: list[str] = []
+    if len(window) < min_ticks:
+        problems.append(f"the window has {len(window)} ticks, wanted at least {min_ticks}")
+    problems += [f"tick {t} (in the window) has no record" for t in window if t not in recorded]
+    problems += _overlaps(ledger)
+    for worker, service in sorted(services.items()):
+        problems += [f"{worker}: {p}" for p in _service_problems(service)]
+    problems += [f"session {s} is still in Consul after the stop" for s in sessions_left]
+    ran_by = dict(Counter(str(r["worker"]) for r in ledger if r.get("outcome") == "succeeded"))
+    for worker in services:
+        ran_by.setdefault(worker, 0)
+    stops = {w: _stop_text(s.show) for w, s in services.items()}
+    return SchedulerReport(tick_report, window, problems, ran_by, stops)
+
+
+def _window(period: int, services: dict[str, Service], stop_sent: float) -> list[str]:
+    """The ticks every scheduler had: after the later `started`, up to half an interval before
+    the stop was sent."""
+    started = [
+        _moment(str(e["time"]))
+        for s in services.values()
+        for e in s.events
+        if e.get("event") == "started" and e.get("time")
+    ]
+    if len(started) < len(services) or not services:
+        return []
+    first = int(max(started).timestamp()) // period * period + period
+    last = stop_sent - period / 2
+    return [
+        datetime.fromtimestamp(t, timezone.utc).strftime(TICK_FORMAT)
+        for t in range(first, int(last) + 1, period)
+    ]
+
+
+def _overlaps(ledger: list[dict[str, Any]]) -> list[str]:
+    """Runs whose records overlap: a tick claimed before the previous run's record finished."""
+    timed = sorted(
+        (_moment(str(r["claimed_at"])), _moment(str(r["finished_at"])), str(r["tick"]))
+        for r in ledger
+        if r.get("claimed_at") and r.get("finished_at")
+    )
+    return [
+        f"tick {nxt[2]} was claimed {(prev[1] - nxt[0]).total_seconds():.3f}s before tick "
+        f"{prev[2]}'s run finished (overlap)"
+        for prev, nxt in itertools.pairwise(timed)
+        if nxt[0] < prev[1]
+    ]
+
+
+def _service_problems(service: Service) -> list[str]:
+    events = service.events
+    names = [str(e.get("event")) for e in events]
+    problems = []
+    if "started" not in names:
+        problems.append("the scheduler never said started")
+    if not any(e.get("event") == "stopped" and e.get("signal") == SIGTERM for e in events):
+        problems.append("no `stopped` event for SIGTERM")
+    created = {str(e.get("session")) for e in events if e.get("event") == "session-created"}
+    destroyed = {str(e.get("session")) for e in events if e.get("event") == "session-destroyed"}
+    problems += [f"session {s} was made and never destroyed" for s in sorted(created - destroyed)]
+    errors = Counter(
+        f"{e.get('job')}: {e.get('event')}" for e in events if e["event"] in ERROR_EVENTS
+    )
+    problems += [f"error event {what} (x{n})" for what, n in sorted(errors.items())]
+    if service.traceback:
+        problems.append("a traceback in the journal")
+    show = service.show
+    if show.get("Result") != "success" or show.get("ExecMainStatus") != "0":
+        problems.append(f"systemctl stop: {_stop_text(show)}, not Result=success exit 0")
+    if show.get("NRestarts", "0") != "0":
+        problems.append(f"systemd restarted it {show['NRestarts']} times")
+    return problems
+
+
+def _stop_text(show: dict[str, str]) -> str:
+    return (
+        f"Result={show.get('Result', '?')} exit {show.get('ExecMainStatus', '?')} "
+        f"in {show.get('stop_ms', '?')} ms"
+    )
+
+
+def session_ids(services: dict[str, Service]) -> list[str]:
+    """Every session the schedulers said they made, for the look in Consul after the stop."""
+    return sorted(
+        {
+            str(e["session"])
+            for s in services.values()
+            for e in s.events
+            if e.get("event") == "session-created" and e.get("session")
+        }
+    )
+
+
+def _moment(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
