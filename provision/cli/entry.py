@@ -33,7 +33,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     verbose, run_args = recognize(args, os.environ)
     if run_args is None:
         schedule_args = _plain_schedule(args)
-        if schedule_args is not None:  # a long-lived process: no Typer, pydantic, click or rich
+        if schedule_args is not None:  # a long-lived process: no Typer, pydantic or click
             configure_logging(schedule_args[0])
             exit_process(_schedule_with_boundary(schedule_args[1]))
         from provision.cli.app import main as typer_main

@@ -1,8 +1,8 @@
 """`lockctl schedule` without Typer: its flags and the scheduler's life, for both parsers.
 
 A scheduler lives for months, so what it loads at start stays in its memory: Typer 0.29
-checks every parameter with pydantic (~7 MB of RSS), and the Typer app loads click, rich and
-every command's module (~2 MB more), all for three flags read once (bench/scheduler.py: 45 MB
+checks every parameter with pydantic (~7 MB of RSS), and the Typer app loads click and every
+command's module (~2 MB more), all for three flags read once (bench/scheduler.py: 45 MB
 with Typer against a target of 40). The console script (entry.py) serves a plain
 `lockctl schedule --config F [--listen H:P] [--allow-unsafe]` from here; anything else (`-h`,
 an unknown or repeated flag, a missing value) goes to the Typer command (schedule.py), which
