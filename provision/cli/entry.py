@@ -22,6 +22,7 @@ from provision.errors import EXIT_INTERRUPTED, LockctlError
 
 if TYPE_CHECKING:
     from provision.cli.runjob import RunArgs
+    from provision.cli.schedulejob import ScheduleArgs
 
 ROOT_SWITCHES = ("-v", "--verbose")  # the root options a plain run may come with
 
@@ -31,6 +32,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     verbose, run_args = recognize(args, os.environ)
     if run_args is None:
+        schedule_args = _plain_schedule(args)
+        if schedule_args is not None:  # a long-lived process: no Typer, pydantic or click
+            configure_logging(schedule_args[0])
+            exit_process(_schedule_with_boundary(schedule_args[1]))
         from provision.cli.app import main as typer_main
 
         typer_main(args)
@@ -63,6 +68,30 @@ def _run_with_boundary(run_args: RunArgs) -> int:
 
     try:
         return run_command(run_args)
+    except LockctlError as exc:
+        return report_expected_error(exc)
+    except KeyboardInterrupt:
+        return report_interrupted()
+
+
+def _plain_schedule(argv: Sequence[str]) -> tuple[bool, ScheduleArgs] | None:
+    """(-v given, the arguments) for a plain `[-v] schedule ...`, else None."""
+    position = 0
+    while position < len(argv) and argv[position] in ROOT_SWITCHES:
+        position += 1
+    if argv[position : position + 1] != ["schedule"]:
+        return None
+    from provision.cli.schedulejob import recognize_schedule
+
+    found = recognize_schedule(argv[position + 1 :], os.environ)
+    return None if found is None else (position > 0, found)
+
+
+def _schedule_with_boundary(args: ScheduleArgs) -> int:
+    from provision.cli.schedulejob import run_schedule
+
+    try:
+        return run_schedule(args)
     except LockctlError as exc:
         return report_expected_error(exc)
     except KeyboardInterrupt:

@@ -27,6 +27,7 @@ from provision.consul import Consul, NotFound
 from provision.errors import EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT, LocalEnvironmentError
 from provision.ledger.records import tick_name
 from provision.ledger.store import Ledger
+from provision.ledger.ticks import TickChoice
 from provision.runner.child import Child
 from provision.runner.events import EventLog, ms
 from provision.runner.fencing import (
@@ -69,15 +70,19 @@ def run_job(
     clock: Callable[[], float] = time.monotonic,
     wall: WallClock = utc_now,
     session: str | None = None,
+    plan: TickChoice | TickSkip | None = None,
+    housekeeping: bool = True,
 ) -> RunResult:
     """Run `command` under the job's lock; the result says what happened and the exit code.
 
     `session`: a session the caller keeps across runs (the scheduler's), used and not destroyed;
-    by default the run makes its own and destroys it at the end."""
+    by default the run makes its own and destroys it at the end. `plan` (the tick, planned by
+    the caller) and `housekeeping=False`: a scheduler that does that ledger work less often."""
     schedule = job_schedule(job)
     lock = LockSession(consul, job, worker, clock)
     if schedule is not None:
-        plan = plan_tick(Ledger(consul, job.lock_key), job, schedule, events, wall)
+        if plan is None:
+            plan = plan_tick(Ledger(consul, job.lock_key), job, schedule, events, wall)
         if isinstance(plan, TickSkip):
             return _tick_skipped(plan, events)
         if plan.wait > 0:  # this host's clock is ahead of the agent's: let the tick come
@@ -92,7 +97,7 @@ def run_job(
     result = _run_locked(lock, command, options, events, stop, clock)
     if not isinstance(lock, TickLock) or schedule is None:
         return result
-    if lock.record is not None:  # we ran the tick: tidy the ledger (after the release)
+    if lock.record is not None and housekeeping:  # we ran the tick: tidy the ledger after
         housekeep(lock.ledger, job, schedule, worker, events)
     return replace(result, tick=lock.tick)
 

@@ -49,11 +49,22 @@ class TickSkip:
 
 
 def plan_tick(
-    ledger: Ledger, job: JobConfig, schedule: Schedule, events: EventLog, wall: WallClock = utc_now
+    ledger: Ledger,
+    job: JobConfig,
+    schedule: Schedule,
+    events: EventLog,
+    wall: WallClock = utc_now,
+    *,
+    read: bool = True,
 ) -> TickChoice | TickSkip:
-    """The tick to claim, or why not: taken already, too late, or this host's clock far ahead."""
+    """The tick to claim, or why not: taken already, too late, or this host's clock far ahead.
+
+    `read=False` (a scheduler whose clocks agreed lately, scheduler/cadence.py): no read of the
+    tick's record and the agent's clock; the claim's transaction still refuses a taken tick."""
     now = wall()
     first = choose_tick(schedule, now, job.start_deadline)
+    if not read:
+        return _too_late(ledger, job, first, events.worker, now) if first.too_late else first
     record, agent_date = ledger.read(first.tick)
     if record is not None:
         return TickSkip(first.tick, Outcome.SKIPPED, taken_fields(record))

@@ -18,13 +18,14 @@ import select
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TextIO
 
 from provision.consul import Consul, ConsulError, NotFound
 from provision.errors import LockctlError
 from provision.ledger.records import tick_name
-from provision.ledger.ticks import choose_tick
+from provision.ledger.store import Ledger
+from provision.ledger.ticks import TickChoice, choose_tick
 from provision.runner.engine import run_job
 from provision.runner.events import EventLog
 from provision.runner.fencing import Outcome
@@ -32,11 +33,54 @@ from provision.runner.lock import LockSession
 from provision.runner.precheck import WallClock, utc_now
 from provision.runner.results import RunOptions, RunResult
 from provision.runner.stop import StopRequest, Wakeup
+from provision.runner.tick_lock import plan_tick
 from provision.schedule import parse_schedule
+from provision.scheduler.cadence import Cadence, after_read, after_run, tick_work
 from provision.scheduler.counts import LoopCounts
 from provision.workers.config import JobConfig
 
 MAX_WAIT = 1.0  # the longest single wait: a renewal or a stop is never later than this
+
+
+def scheduled_run(
+    consul: Consul,
+    job: JobConfig,
+    worker: str,
+    due: datetime,
+    events: EventLog,
+    stop: StopRequest,
+    session: str,
+    cadence: Cadence,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    wall: WallClock = utc_now,
+) -> tuple[RunResult, Cadence]:
+    """The run of tick `due` with the loop's kept session: the engine's, with the read before
+    the claim and the housekeeping after it only as often as `cadence` says."""
+    schedule = parse_schedule(job.schedule or "", job.timezone)  # cached
+    previous = schedule.latest_tick_at_or_before(due - timedelta(seconds=1))
+    work = tick_work(cadence, clock(), previous)
+    ledger = Ledger(consul, job.lock_key)
+    plan = plan_tick(ledger, job, schedule, events, wall, read=work.read_first)
+    if work.read_first:
+        agree = isinstance(plan, TickChoice) and plan.wait == 0 and plan.skew is None
+        cadence = after_read(cadence, clock(), clocks_agree=agree)
+    result = run_job(
+        consul,
+        job,
+        worker,
+        list(job.command or ()),
+        RunOptions(),
+        events,
+        stop,
+        clock,
+        wall,
+        session=session,
+        plan=plan,
+        housekeeping=work.housekeep,
+    )
+    claimed = result.lock_index is not None
+    return result, after_run(cadence, clock(), work, plan.tick, claimed=claimed)
 
 
 class CountingEventLog(EventLog):
@@ -88,6 +132,7 @@ class JobLoop(threading.Thread):
         self._renewed_at = 0.0
         self._last_tick: datetime | None = None
         self._consul_down = False
+        self.cadence = Cadence()  # the ledger work beyond claim and completion (cadence.py)
 
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> None:
@@ -162,17 +207,17 @@ class JobLoop(threading.Thread):
         self.events.emit("tick-due", tick=tick_name(due))
         try:
             session = self._ensure_session()
-            result = run_job(
+            result, self.cadence = scheduled_run(
                 self.consul,
                 self.job,
                 self.worker,
-                list(self.job.command or ()),
-                RunOptions(),
+                due,
                 self.events,
                 self.stop,
-                self.clock,
-                self.wall,
-                session=session,
+                session,
+                self.cadence,
+                clock=self.clock,
+                wall=self.wall,
             )
         except ConsulError as exc:
             self._unavailable(exc, due)

@@ -7,7 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from bench.scheduler import CpuTicks, IdleRun, _summarise, call_kind, parse_stat, parse_status_kb
+from bench.scheduler import (
+    CpuTicks,
+    IdleRun,
+    _summarise,
+    call_kind,
+    floor_verdict,
+    parse_stat,
+    parse_status_kb,
+)
 
 # A real /proc/<pid>/stat line's shape, with a command name that holds spaces and parentheses.
 STAT = (
@@ -51,6 +59,7 @@ def test_parse_status_kb_of_this_process() -> None:
         ("PUT", "/v1/txn", None, [{"KV": {"Verb": "delete"}}], "missed/prune (txn)"),
         ("GET", "/v1/kv/bench/x/ticks/2026-01-01T00:00:00Z", {}, None, "tick read (plan)"),
         ("GET", "/v1/kv/bench/x/ticks/", {"recurse": ""}, None, "ledger read (housekeeping)"),
+        ("GET", "/v1/kv/bench/x/ticks/", {"keys": ""}, None, "ledger names (housekeeping)"),
         ("GET", "/v1/kv/bench/x/.lock", {"index": 7, "wait": "5s"}, None,
          "watch (blocking query)"),
         ("PUT", "/v1/session/renew/abc", None, None, "session renew"),
@@ -91,3 +100,16 @@ def test_summarise_counts_the_runs_and_claims_in_the_window_only() -> None:
     ]
     run = _summarise(IdleRun(), samples, events)
     assert (run.runs, run.claim_ms) == (1, [2.5])
+
+
+@pytest.mark.parametrize(
+    ("work_ms", "floor_ms", "verdict"),
+    [
+        (3.5, 1.5, (True, True)),  # two writes fit in 5 ms, and the work is within 2.5 of them
+        (4.0, 1.5, (True, False)),  # reachable, but 3 writes' worth: not met
+        (7.0, 2.9, (False, True)),  # two writes take 5.8 ms: 5 ms is below the floor
+        (11.5, 2.9, (False, False)),
+    ],
+)
+def test_floor_verdict(work_ms: float, floor_ms: float, verdict: tuple[bool, bool]) -> None:
+    assert floor_verdict(work_ms, floor_ms) == verdict

@@ -1,0 +1,93 @@
+"""`lockctl schedule` without Typer: its flags and the scheduler's life, for both parsers.
+
+A scheduler lives for months, so what it loads at start stays in its memory: Typer 0.29
+checks every parameter with pydantic (~7 MB of RSS), and the Typer app loads click and every
+command's module (~2 MB more), all for three flags read once (bench/scheduler.py: 45 MB
+with Typer against a target of 40). The console script (entry.py) serves a plain
+`lockctl schedule --config F [--listen H:P] [--allow-unsafe]` from here; anything else (`-h`,
+an unknown or repeated flag, a missing value) goes to the Typer command (schedule.py), which
+ends in `run_schedule` too, so the two cannot differ in what a scheduler does.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+CONFIG_NAMES = ("--config", "-c")
+CONFIG_ENV = "LOCKCTL_CONFIG"
+LISTEN = "--listen"
+ALLOW_UNSAFE = "--allow-unsafe"
+
+
+@dataclass(frozen=True)
+class ScheduleArgs:
+    """What `lockctl schedule` was asked, as parsed from its flags."""
+
+    config: Path
+    allow_unsafe: bool = False
+    listen: str | None = None
+
+
+def recognize_schedule(argv: Sequence[str], environ: Mapping[str, str]) -> ScheduleArgs | None:
+    """The arguments when `argv` (after `schedule`) is a plain, well-formed invocation that
+    Typer would parse into the same values; None at the least doubt (Typer then decides)."""
+    values: dict[str, str | bool] = {}
+    position = 0
+    while position < len(argv):
+        word = argv[position]
+        name, has_inline, inline = word.partition("=")
+        if name == ALLOW_UNSAFE:
+            if has_inline or "allow_unsafe" in values:
+                return None
+            values["allow_unsafe"], position = True, position + 1
+            continue
+        field = _field(word if not word.startswith("--") else name)
+        if field is None or field in values:  # unknown (-h, -cX, an argument) or repeated
+            return None
+        if has_inline and word.startswith("--"):
+            value, position = inline, position + 1
+        elif position + 1 < len(argv):
+            value, position = argv[position + 1], position + 2
+        else:
+            return None
+        if not value or value.startswith("-"):  # Typer's reading of these is not ours to guess
+            return None
+        values[field] = value
+    if "config" not in values and environ.get(CONFIG_ENV):
+        values["config"] = environ[CONFIG_ENV]
+    config, listen = values.get("config"), values.get("listen")
+    if not isinstance(config, str) or isinstance(listen, bool):
+        return None
+    return ScheduleArgs(Path(config), "allow_unsafe" in values, listen)
+
+
+def _field(name: str) -> str | None:
+    if name in CONFIG_NAMES:
+        return "config"
+    return "listen" if name == LISTEN else None
+
+
+def run_schedule(args: ScheduleArgs) -> int:
+    """Run the scheduler until a stop signal; 0 after a clean stop. Expected errors raise
+    LockctlError (the caller's error boundary prints them)."""
+    from provision.cli.signals import signals_request_stop
+    from provision.runner.child import become_subreaper
+    from provision.runner.stop import StopRequest
+    from provision.scheduler.listen import parse_listen, serving
+    from provision.scheduler.service import Scheduler, single_instance
+    from provision.workers.config import load_worker_config
+
+    address = None if args.listen is None else parse_listen(args.listen)  # refused first
+    worker_config = load_worker_config(args.config, allow_unsafe=args.allow_unsafe)
+    with single_instance(args.config):
+        become_subreaper()  # the jobs' orphans come back to us: none outlives its lock
+        with signals_request_stop(StopRequest(), restore=False) as stop:  # we exit right after
+            scheduler = Scheduler(worker_config, stop, sys.stderr, allow_unsafe=args.allow_unsafe)
+            # bound before any job starts: a port in use is exit 6 with nothing run
+            with serving(address, scheduler.snapshots, worker_config.worker, scheduler.events):
+                signal.signal(signal.SIGHUP, lambda _s, _f: scheduler.request_reload())
+                return scheduler.run()

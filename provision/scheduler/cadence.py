@@ -1,0 +1,75 @@
+"""How often a job loop does the ledger work beyond a tick's claim and completion: pure rules
+(table-tested in tests/unit/test_scheduler_cadence.py, no Consul, no clock of its own).
+
+A per-tick `lockctl run` knows nothing of the ledger, so at every tick it reads the tick's
+record before claiming (the cheap skip, and the agent's clock in the answer's Date) and, after
+running it, every record's name (ticks nobody ran are recorded missed; retention). A job loop
+ran its previous ticks itself, so it does both less often, and no promise changes:
+
+  the read before the claim   whether the tick is taken, the claim's own transaction says
+                              (check-not-exists); the read is kept for the clocks: at the
+                              loop's first tick, at every tick while they disagreed at the last
+                              read (a skew, or the agent's clock not at the tick yet), and
+                              otherwise once every CLOCK_CHECK_EVERY
+  housekeeping                only by the replica that ran the tick (the engine's rule), at its
+                              first run, at a run whose previous tick it did not run itself
+                              (another replica ran it, or nobody did: Consul was unreachable, an
+                              overlap, a takeover; a missed tick is recorded at once), and
+                              otherwise once every HOUSEKEEP_EVERY
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+CLOCK_CHECK_EVERY = 300.0  # seconds between two comparisons of the clocks while they agree
+HOUSEKEEP_EVERY = 60.0  # seconds between two housekeepings while this loop runs every tick
+SLACK = 1.0  # a minute schedule's runs are 60 s apart give or take a claim: still due
+
+
+@dataclass(frozen=True)
+class TickWork:
+    """What a tick's run does besides the claim and the completion."""
+
+    read_first: bool  # read the tick's record and the agent's clock before claiming
+    housekeep: bool  # after a run that claimed the tick: missed ticks, retention
+
+
+@dataclass(frozen=True)
+class Cadence:
+    """What a job loop knows of its own ledger work (monotonic seconds)."""
+
+    clocks_read_at: float | None = None  # the last read that compared the two clocks
+    clocks_agree: bool = False  # that read found no skew and no wait for the agent's clock
+    housekept_at: float | None = None
+    last_run_tick: datetime | None = None  # the latest tick this loop claimed and ran
+
+
+def tick_work(cadence: Cadence, now: float, previous_tick: datetime) -> TickWork:
+    """The work of the run of a tick whose schedule's previous tick is `previous_tick`."""
+    read = (
+        cadence.clocks_read_at is None
+        or not cadence.clocks_agree
+        or now - cadence.clocks_read_at >= CLOCK_CHECK_EVERY - SLACK
+    )
+    housekeep = (
+        cadence.housekept_at is None
+        or cadence.last_run_tick != previous_tick
+        or now - cadence.housekept_at >= HOUSEKEEP_EVERY - SLACK
+    )
+    return TickWork(read, housekeep)
+
+
+def after_read(cadence: Cadence, now: float, *, clocks_agree: bool) -> Cadence:
+    return replace(cadence, clocks_read_at=now, clocks_agree=clocks_agree)
+
+
+def after_run(
+    cadence: Cadence, now: float, work: TickWork, tick: datetime, *, claimed: bool
+) -> Cadence:
+    """A run that claimed its tick ran it here (and housekept, when asked); else nothing."""
+    if not claimed:
+        return cadence
+    housekept_at = now if work.housekeep else cadence.housekept_at
+    return replace(cadence, housekept_at=housekept_at, last_run_tick=tick)

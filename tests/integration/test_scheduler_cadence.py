@@ -1,0 +1,114 @@
+"""A job loop's ledger work beyond claim and completion, on the real cluster: a loop that runs
+every tick reads before claiming and housekeeps only at its first tick (scheduler/cadence.py),
+every tick is still claimed, run and recorded, and a loop started after a gap records the
+ticks nobody ran as missed at its first run."""
+
+from __future__ import annotations
+
+import io
+import time
+import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from provision.consul import Consul
+from provision.ledger.records import TickOutcome
+from provision.ledger.store import Ledger
+from provision.runner import child
+from provision.runner.child import become_subreaper
+from provision.runner.events import EventLog
+from provision.runner.stop import StopRequest
+from provision.scheduler.loop import JobLoop
+from provision.timings import JobTimings
+from provision.workers.config import JobConfig
+
+if TYPE_CHECKING:
+    from conftest import LiveCluster
+
+pytestmark = pytest.mark.cluster
+
+WORKER = "worker-1"
+TIMINGS = JobTimings(ttl=10.0, lock_delay=4.0, renew_interval=1.0, kill_grace=1.0, min_hold=0.0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def subreaper() -> Iterator[None]:
+    become_subreaper()
+    yield
+    child._prctl(child._PR_SET_CHILD_SUBREAPER, 0)
+
+
+@pytest.fixture
+def consul(live_cluster: LiveCluster) -> Consul:
+    return live_cluster.management(WORKER)
+
+
+@pytest.fixture
+def job(consul: Consul) -> Iterator[JobConfig]:
+    uid = uuid.uuid4().hex[:8]
+    prefix = f"test/cadence-{uid}/"
+    yield JobConfig(
+        f"cadence-{uid}",
+        prefix + ".lock",
+        TIMINGS,
+        "@every 1s",
+        start_deadline=1.0,
+        command=("true",),
+    )
+    consul.kv.delete(prefix, recurse=True)
+
+
+def _count_calls(consul: Consul) -> dict[str, int]:
+    """Count the loop's ledger calls by kind, at the transport."""
+    counted: dict[str, int] = {"claim": 0, "tick read": 0, "ledger names": 0}
+    sent = consul.transport.request
+
+    def counting(method: str, path: str, **kwargs: Any) -> Any:
+        params = kwargs.get("params") or {}
+        body = kwargs.get("json_body") or ()
+        if path == "/v1/txn" and any(op["KV"]["Verb"] == "check-not-exists" for op in body):
+            counted["claim"] += 1
+        elif method == "GET" and "/ticks/" in path and "index" not in params:
+            counted["ledger names" if "keys" in params else "tick read"] += 1
+        return sent(method, path, **kwargs)
+
+    consul.transport.request = counting  # type: ignore[method-assign]
+    return counted
+
+
+def _run_loop(consul: Consul, job: JobConfig, seconds: float) -> str:
+    stop, stream = StopRequest(), io.StringIO()
+    loop = JobLoop(consul, job, WORKER, EventLog(job.name, WORKER, stream), stop)
+    loop.start()
+    time.sleep(seconds)
+    stop.request()
+    loop.join(15)
+    assert not loop.is_alive()
+    return stream.getvalue()
+
+
+def test_a_loop_reads_and_housekeeps_at_its_first_tick_then_only_claims(
+    consul: Consul, job: JobConfig
+) -> None:
+    counting = _count_calls(consul)
+    events = _run_loop(consul, job, 6.5)
+    counted = dict(counting)  # the loop's calls, not the reads below
+    records = Ledger(consul, job.lock_key).records()
+    ran = [r for r in records if r.outcome is TickOutcome.SUCCEEDED]
+    assert len(ran) >= 4, events  # every tick still claimed, run and recorded by this loop
+    assert counted["claim"] == len(records), (counted, events)
+    assert counted["tick read"] == 1, counted  # was one per tick
+    assert counted["ledger names"] == 1, counted  # was one per tick
+
+
+def test_a_loop_after_a_gap_records_the_missed_ticks_at_its_first_run(
+    consul: Consul, job: JobConfig
+) -> None:
+    _run_loop(consul, job, 2.5)
+    time.sleep(8)  # ticks nobody claims; the older ones pass their 1 s window and 2 s grace
+    _run_loop(consul, job, 2.5)
+    outcomes = [r.outcome for r in Ledger(consul, job.lock_key).records()]
+    assert outcomes.count(TickOutcome.MISSED) >= 3, outcomes
+    assert outcomes.count(TickOutcome.SUCCEEDED) >= 3, outcomes
