@@ -18,6 +18,7 @@ from provision.verify.tls_judge import (
     agent_security,
     judge_gossip,
     judge_tls,
+    summarize,
     unasked_members,
 )
 
@@ -65,12 +66,13 @@ def check_gossip_encrypted(ctx: VerifyContext, ev: Evidence) -> str:
     verdicts, asked = [], set()
     for agent, config in zip(agents, configs, strict=True):
         if config is None:
-            verdicts.append(Judgement(problems=[f"{agent.label} at {agent.address}: unread"]))
+            where = f"{agent.label} at {agent.address}"
+            verdicts.append(Judgement(where, problems=["/v1/agent/self unread (see evidence)"]))
             continue
         asked.add(config.node)
         verdicts.append(judge_gossip(agent.label, agent.address, config))
     problems = _collect(ev, verdicts)
-    others = _members_not_asked(ctx, asked, ev)
+    others = _members_not_asked(ctx, asked, ev, infer=not problems)
     if problems:
         raise CheckFailed("; ".join(problems))
     rest = f"; {len(others)} other members not asked (see evidence)" if others else ""
@@ -99,9 +101,12 @@ def _read_all(ctx: VerifyContext, agents: list[Agent], ev: Evidence) -> list[Age
     return [answer if isinstance(answer, AgentSecurity) else None for answer in answers]
 
 
-def _members_not_asked(ctx: VerifyContext, asked: set[str], ev: Evidence) -> list[str]:
+def _members_not_asked(
+    ctx: VerifyContext, asked: set[str], ev: Evidence, *, infer: bool
+) -> list[str]:
     """The members of the LAN pool no one asked (servers, mostly), as the management agent
-    sees them: named in the evidence, with what can be said of them (docs/verify.md)."""
+    sees them: named in the evidence, and, when every agent asked encrypts and refuses
+    unencrypted gossip (`infer`), what that says of them (docs/verify.md)."""
     management = ctx.management
     if management is None:
         return []
@@ -111,21 +116,22 @@ def _members_not_asked(ctx: VerifyContext, asked: set[str], ev: Evidence) -> lis
         ev.add(f"members: not read ({printable(str(exc), ERROR_LIMIT)})")
         return []
     if others:
-        ev.add(
-            f"not asked (verify has no HTTP address for them): {', '.join(others)}; an agent "
-            "that refuses unencrypted gossip (EncryptVerifyIncoming=True) sees a member alive "
-            "only while it speaks gossip with the key"
+        inferred = (
+            "; the agents asked refuse unencrypted gossip, so a member they see alive speaks "
+            "gossip with the key"
+            if infer
+            else ""
         )
+        ev.add(f"not asked (verify has no HTTP address for them): {', '.join(others)}{inferred}")
     return others
 
 
 def _collect(ev: Evidence, verdicts: list[Judgement]) -> list[str]:
-    problems = []
+    """Every verdict's evidence into `ev`; their problems, one per remedy."""
     for verdict in verdicts:
         for line in verdict.evidence:
             ev.add(line)
-        problems += verdict.problems
-    return problems
+    return summarize(verdicts)
 
 
 def _ca_of(probes: list[TlsProbe]) -> str:

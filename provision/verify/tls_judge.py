@@ -36,10 +36,22 @@ MEMBER_STATUS = {1: "alive", 2: "leaving", 3: "left", 4: "failed"}  # serf's mem
 
 @dataclass
 class Judgement:
-    """What one check concluded about one agent: evidence lines, and problems (none: it holds)."""
+    """What one check concluded about one agent (`where`: "worker-1's agent at https://..."):
+    evidence lines, and problems, each what to fix there (none: the promise holds)."""
 
+    where: str
     evidence: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+
+
+def summarize(verdicts: Iterable[Judgement]) -> list[str]:
+    """The problems of all agents, those with the same remedy said once for all of them:
+    "worker-1's agent at ..., worker-2's agent at ...: plain HTTP; serve HTTPS only (...)"."""
+    agents_by_problem: dict[str, list[str]] = {}
+    for verdict in verdicts:
+        for problem in verdict.problems:
+            agents_by_problem.setdefault(problem, []).append(verdict.where)
+    return [f"{', '.join(agents)}: {problem}" for problem, agents in agents_by_problem.items()]
 
 
 @dataclass(frozen=True)
@@ -77,32 +89,31 @@ def judge_tls(label: str, probe: TlsProbe, config: AgentSecurity | None) -> Judg
     """tls-http for one agent: plain HTTP refused, its certificate verified against the CA, a
     client without a certificate refused. `label`: "worker-1's agent" and the like."""
     where = f"{label} at {probe.address}"
-    verdict = Judgement()
+    verdict = Judgement(where)
     verdict.evidence.append(f"{where}: plain HTTP -> {_said(probe.plain_http)}")
-    if not probe.https:
-        verdict.problems.append(_plain_address_problem(where, probe.plain_http))
-        return verdict
-    if _serves_plain_http(probe.plain_http):
-        verdict.problems.append(f"{where}: its port answers plain HTTP; {SERVE_HTTPS_ONLY}")
     if config is not None:
         verdict.evidence.append(
             f"{where}: DebugConfig.HTTPPort={config.http_port} HTTPSPort={config.https_port} "
             f"VerifyIncoming={config.verify_incoming}"
         )
-        if config.http_port is not None and config.http_port > 0:
-            verdict.problems.append(
-                f"{where}: also serves plain HTTP on port {config.http_port}; set "
-                "ports { http = -1 }"
-            )
+    if not probe.https:
+        verdict.problems.append(_plain_address_problem(probe.plain_http))
+        return verdict
+    if _serves_plain_http(probe.plain_http):
+        verdict.problems.append(f"its port answers plain HTTP; {SERVE_HTTPS_ONLY}")
+    if config is not None and config.http_port is not None and config.http_port > 0:
+        verdict.problems.append(
+            f"also serves plain HTTP on port {config.http_port}; set ports {{ http = -1 }}"
+        )
     _judge_certificate(where, probe, verdict)
     _judge_client_refused(where, probe, verdict)
     return verdict
 
 
-def _plain_address_problem(where: str, plain: Outcome) -> str:
+def _plain_address_problem(plain: Outcome) -> str:
     if plain.kind == ANSWERED and plain.status == 400 and PLAIN_HTTP_REFUSAL in plain.detail:
-        return f"{where}: this address speaks HTTPS: give its https:// address"
-    return f"{where}: plain HTTP; {SERVE_HTTPS_ONLY}"
+        return "this address speaks HTTPS: give its https:// address"
+    return f"plain HTTP; {SERVE_HTTPS_ONLY}"
 
 
 def _serves_plain_http(plain: Outcome) -> bool:
@@ -123,19 +134,19 @@ def _judge_certificate(where: str, probe: TlsProbe, verdict: Judgement) -> None:
         )
         if probe.client_pair and verified.kind != ANSWERED:
             verdict.problems.append(
-                f"{where}: refused lockctl's client certificate ({_said(verified)}); give a "
+                f"refused lockctl's client certificate ({_said(verified)}); give a "
                 "pair signed by the CA the agents trust (--client-cert, --client-key)"
             )
         return
     verdict.evidence.append(f"{where}: TLS checking its certificate -> {_said(verified)}")
     if verified.kind == UNTRUSTED:
         verdict.problems.append(
-            f"{where}: its certificate does not verify against {probe.ca} ({verified.detail}); "
+            f"its certificate does not verify against {probe.ca} ({verified.detail}); "
             "give the CA that signed it (--ca-cert or CONSUL_CACERT), and a certificate with "
             "the agent's address among its names"
         )
     else:
-        verdict.problems.append(f"{where}: no TLS handshake ({_said(verified)})")
+        verdict.problems.append(f"no TLS handshake ({_said(verified)})")
 
 
 def _judge_client_refused(where: str, probe: TlsProbe, verdict: Judgement) -> None:
@@ -145,21 +156,20 @@ def _judge_client_refused(where: str, probe: TlsProbe, verdict: Judgement) -> No
     verdict.evidence.append(f"{where}: TLS without a client certificate -> {_said(without)}")
     if without.kind == ANSWERED:
         verdict.problems.append(
-            f"{where}: a client without a certificate got an answer ({without.status}); set "
+            f"a client without a certificate got an answer ({without.status}); set "
             "verify_incoming = true (and ca_file: the CA clients' certificates are checked "
             "against)"
         )
     elif without.kind not in (TLS_REFUSED, CLOSED):
         verdict.problems.append(
-            f"{where}: cannot tell whether a client without a certificate is refused "
-            f"({_said(without)})"
+            f"cannot tell whether a client without a certificate is refused ({_said(without)})"
         )
 
 
 def judge_gossip(label: str, address: str, config: AgentSecurity) -> Judgement:
     """gossip-encrypted for one agent, from its /v1/agent/self."""
     where = f"{label} ({config.node}) at {address}"
-    verdict = Judgement()
+    verdict = Judgement(where)
     wan = "" if config.wan_encrypted is None else f" serf_wan.encrypted={config.wan_encrypted}"
     verdict.evidence.append(
         f"{where}: serf_lan.encrypted={config.lan_encrypted}{wan} "
@@ -168,14 +178,10 @@ def judge_gossip(label: str, address: str, config: AgentSecurity) -> Judgement:
     )
     pools = [("LAN", config.lan_encrypted), ("WAN", config.wan_encrypted)]
     if config.lan_encrypted is None:
-        verdict.problems.append(
-            f"{where}: cannot tell: /v1/agent/self has no Stats.serf_lan.encrypted"
-        )
+        verdict.problems.append("cannot tell: /v1/agent/self has no Stats.serf_lan.encrypted")
     off = [pool for pool, value in pools if value is not None and value != "true"]
     if off:
-        verdict.problems.append(
-            f"{where}: {' and '.join(off)} gossip not encrypted; {TURN_ON_GOSSIP}"
-        )
+        verdict.problems.append(f"{' and '.join(off)} gossip not encrypted; {TURN_ON_GOSSIP}")
     elif config.lan_encrypted == "true":
         for name, value in (
             ("encrypt_verify_incoming", config.encrypt_verify_incoming),
@@ -183,7 +189,7 @@ def judge_gossip(label: str, address: str, config: AgentSecurity) -> Judgement:
         ):
             if value is False:
                 verdict.problems.append(
-                    f"{where}: {name} = false: it still {_leak(name)} unencrypted gossip; set "
+                    f"{name} = false: it still {_leak(name)} unencrypted gossip; set "
                     f"{name} = true once every agent has the key"
                 )
     return verdict

@@ -17,6 +17,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -48,7 +49,7 @@ class Target:
         result = runner.invoke(app, ["verify", "--spec", str(self.spec_file), *args], env=self.env)
         return result.exit_code, result.output
 
-    def checks(self) -> dict[str, dict[str, object]]:
+    def checks(self) -> dict[str, dict[str, Any]]:
         code, output = self.verify(*TRANSPORT, "--json")
         assert code in (0, EXIT_FAILED), output
         return {check["name"]: check for check in json.loads(output)["checks"]}
@@ -78,47 +79,48 @@ def _secrets(layout: ClusterLayout) -> list[str]:
     return found
 
 
-class TestPlainCluster:
-    @pytest.fixture(scope="class")
-    def plain(
-        self, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-    ) -> Iterator[Target]:
-        folder = tmp_path_factory.mktemp("verify-plain")
-        live: LiveCluster = request.getfixturevalue("live_cluster")
-        if not live.layout.tls:
-            yield _target(live.layout, folder)
-            return
-        state = folder / "state"  # the session cluster runs TLS: a plain one of our own
-        up = cluster_up(state, subnet=LIFECYCLE_SUBNET, workers=2, tls=False)
-        try:
-            yield _target(up.status.layout, folder)
-        finally:
-            cluster_down(state)
+@pytest.fixture(scope="class")
+def plain(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Target]:
+    folder = tmp_path_factory.mktemp("verify-plain")
+    live: LiveCluster = request.getfixturevalue("live_cluster")
+    if not live.layout.tls:
+        yield _target(live.layout, folder)
+        return
+    state = folder / "state"  # the session cluster runs TLS: a plain one of our own
+    up = cluster_up(state, subnet=LIFECYCLE_SUBNET, workers=2, tls=False)
+    try:
+        yield _target(up.status.layout, folder)
+    finally:
+        cluster_down(state)
 
+
+class TestPlainCluster:
     def test_both_checks_are_red_saying_what_to_turn_on(self, plain: Target) -> None:
-        checks = self.checks_of(plain)
+        checks = plain.checks()
         assert checks["tls-http"]["status"] == "fail"
-        tls = str(checks["tls-http"]["summary"])
-        for agent in plain.layout.workers:
-            assert (
-                f"{agent.name}'s agent at {agent.http_address}: plain HTTP; serve HTTPS only "
-                "(ports { http = -1, https = 8501 }, ca_file, cert_file, key_file, "
-                "verify_incoming = true) and give its https:// address"
-            ) in tls
-        management = plain.layout.servers[0].http_address
-        assert f"the management agent at {management}: plain HTTP; serve HTTPS only" in tls
-        assert checks["gossip-encrypted"]["status"] == "fail"
-        gossip = str(checks["gossip-encrypted"]["summary"])
-        for agent in plain.layout.workers:
-            assert (
-                f"{agent.name}'s agent ({agent.name}) at {agent.http_address}: LAN gossip not "
-                'encrypted; set encrypt = "<a key from consul keygen>" in every agent\'s config'
-            ) in gossip
-        assert "WAN gossip not encrypted" in gossip  # the management agent is a server
-        assert "serf_lan.encrypted=false" in "\n".join(
-            str(line)
-            for line in checks["gossip-encrypted"]["evidence"]  # type: ignore[attr-defined]
+        agents = [f"{a.name}'s agent at {a.http_address}" for a in plain.layout.workers]
+        agents.append(f"the management agent at {plain.layout.servers[0].http_address}")
+        assert checks["tls-http"]["summary"] == (  # one remedy, said once for all
+            f"{', '.join(agents)}: plain HTTP; serve HTTPS only (ports {{ http = -1, https = "
+            "8501 }, ca_file, cert_file, key_file, verify_incoming = true) and give its https:// "
+            "address"
         )
+        assert checks["gossip-encrypted"]["status"] == "fail"
+        workers = [f"{a.name}'s agent ({a.name}) at {a.http_address}" for a in plain.layout.workers]
+        server = f"the management agent (server-1) at {plain.layout.servers[0].http_address}"
+        turn_on = (
+            'set encrypt = "<a key from consul keygen>" in every agent\'s config (the same key'
+        )
+        assert checks["gossip-encrypted"]["summary"] == (
+            f"{', '.join(workers)}: LAN gossip not encrypted; {turn_on} on every agent); "
+            f"{server}: LAN and WAN gossip not encrypted; {turn_on} on every agent)"
+        )
+        evidence = "\n".join(map(str, checks["gossip-encrypted"]["evidence"]))
+        assert f"{workers[0]}: serf_lan.encrypted=false EncryptVerifyIncoming=True" in evidence
+        assert f"{server}: serf_lan.encrypted=false serf_wan.encrypted=false" in evidence
+        assert "server-2 (server, alive), server-3 (server, alive)\n" in evidence + "\n"
 
     def test_the_table_and_junit_say_failed(self, plain: Target, tmp_path: Path) -> None:
         junit = tmp_path / "verify.xml"
@@ -131,22 +133,19 @@ class TestPlainCluster:
         for secret in _secrets(plain.layout):
             assert secret not in output and secret not in junit.read_text()
 
-    @staticmethod
-    def checks_of(target: Target) -> dict[str, dict[str, object]]:
-        return target.checks()
+
+@pytest.fixture(scope="class")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
+    folder = tmp_path_factory.mktemp("verify-tls")
+    state = folder / "state"
+    up = cluster_up(state, subnet=LIFECYCLE_SUBNET, workers=2, tls=True)
+    try:
+        yield _target(up.status.layout, folder)
+    finally:
+        cluster_down(state)
 
 
 class TestTlsCluster:
-    @pytest.fixture(scope="class")
-    def tls(self, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
-        folder = tmp_path_factory.mktemp("verify-tls")
-        state = folder / "state"
-        up = cluster_up(state, subnet=LIFECYCLE_SUBNET, workers=2, tls=True)
-        try:
-            yield _target(up.status.layout, folder)
-        finally:
-            cluster_down(state)
-
     def test_both_checks_are_green(self, tls: Target) -> None:
         checks = tls.checks()
         assert checks["tls-http"]["status"] == "pass", checks["tls-http"]
@@ -155,14 +154,14 @@ class TestTlsCluster:
             f"3 agents refuse plain HTTP; their certificates verify against "
             f"{tls.layout.ca_cert_file}; a client without a certificate is refused"
         )
-        evidence = "\n".join(str(line) for line in checks["tls-http"]["evidence"])  # type: ignore[attr-defined]
+        evidence = "\n".join(str(line) for line in checks["tls-http"]["evidence"])
         for agent in tls.layout.workers:
             where = f"{agent.name}'s agent at {agent.http_address}"
             assert f"{where}: plain HTTP -> 400 Client sent an HTTP request to an HTTPS" in evidence
             assert f"{where}: certificate client.dc1.consul [" in evidence
             assert f"IP Address:{agent.address}" in evidence
             assert f"{where}: TLS without a client certificate -> " in evidence
-        gossip = "\n".join(str(line) for line in checks["gossip-encrypted"]["evidence"])  # type: ignore[attr-defined]
+        gossip = "\n".join(str(line) for line in checks["gossip-encrypted"]["evidence"])
         assert "the management agent (server-1) at" in gossip
         assert "serf_lan.encrypted=true serf_wan.encrypted=true" in gossip
         assert "not asked (verify has no HTTP address for them): server-2 (server, alive), " in (

@@ -25,6 +25,7 @@ from provision.verify.tls_judge import (
     agent_security,
     judge_gossip,
     judge_tls,
+    summarize,
     unasked_members,
 )
 
@@ -38,10 +39,6 @@ GOOD = TlsProbe(
 )
 TLS_CONFIG = AgentSecurity("worker-1", "true", None, True, True, True, -1, 8501)
 PLAIN_CONFIG = AgentSecurity("worker-1", "false", None, True, True, False, 8500, -1)
-
-
-def _problems(probe: TlsProbe, config: AgentSecurity | None = TLS_CONFIG) -> list[str]:
-    return judge_tls("worker-1's agent", probe, config).problems
 
 
 TLS_CASES: list[tuple[str, TlsProbe, AgentSecurity | None, list[str]]] = [
@@ -64,16 +61,15 @@ TLS_CASES: list[tuple[str, TlsProbe, AgentSecurity | None, list[str]]] = [
         TlsProbe(HTTP, Outcome(ANSWERED, 200, '"x"'), None, None, "the system CAs", False, ""),
         PLAIN_CONFIG,
         [
-            f"worker-1's agent at {HTTP}: plain HTTP; serve HTTPS only (ports {{ http = -1, "
-            "https = 8501 }, ca_file, cert_file, key_file, verify_incoming = true) and give its "
-            "https:// address"
+            "plain HTTP; serve HTTPS only (ports { http = -1, https = 8501 }, ca_file, "
+            "cert_file, key_file, verify_incoming = true) and give its https:// address"
         ],
     ),
     (
         "http:// address of an HTTPS port",
         TlsProbe("http://h:8501", REFUSED_400, None, None, "ca", True, ""),
         None,
-        ["worker-1's agent at http://h:8501: this address speaks HTTPS: give its https:// address"],
+        ["this address speaks HTTPS: give its https:// address"],
     ),
     (
         "https address, but its port also answers plain HTTP",
@@ -144,11 +140,11 @@ TLS_CASES: list[tuple[str, TlsProbe, AgentSecurity | None, list[str]]] = [
     ids=[case[0] for case in TLS_CASES],
 )
 def test_tls_http(probe: TlsProbe, config: AgentSecurity | None, expected: list[str]) -> None:
-    problems = _problems(probe, config)
-    assert len(problems) == len(expected), problems
-    for problem, wanted in zip(problems, expected, strict=True):
+    verdict = judge_tls("worker-1's agent", probe, config)
+    assert verdict.where == f"worker-1's agent at {probe.address}"
+    assert len(verdict.problems) == len(expected), verdict.problems
+    for problem, wanted in zip(verdict.problems, expected, strict=True):
         assert wanted in problem
-        assert problem.startswith(f"worker-1's agent at {probe.address}: ")
 
 
 def test_tls_evidence_says_what_each_probe_got() -> None:
@@ -201,8 +197,8 @@ GOSSIP_CASES: list[tuple[str, AgentSecurity, list[str]]] = [
 def test_gossip_encrypted(config: AgentSecurity, expected: list[str]) -> None:
     verdict = judge_gossip("worker-1's agent", HTTPS, config)
     assert len(verdict.problems) == len(expected), verdict.problems
+    assert verdict.where == f"worker-1's agent (worker-1) at {HTTPS}"
     for problem, wanted in zip(verdict.problems, expected, strict=True):
-        assert problem.startswith(f"worker-1's agent (worker-1) at {HTTPS}: ")
         assert wanted in problem
     assert verdict.evidence[0].startswith(
         f"worker-1's agent (worker-1) at {HTTPS}: serf_lan.encrypted={config.lan_encrypted}"
@@ -260,3 +256,21 @@ def test_members_not_asked() -> None:
         "server-2 (server, alive)",
         "server-3 (server, failed)",
     ]
+
+
+def test_one_remedy_is_said_once_for_every_agent_that_needs_it() -> None:
+    plain = TlsProbe(HTTP, Outcome(ANSWERED, 200, '"x"'), None, None, "ca", False, "")
+    verdicts = [
+        judge_tls("worker-1's agent", plain, None),
+        judge_tls("worker-2's agent", replace(plain, address="http://w2:8500"), None),
+        judge_tls("the management agent", replace(GOOD, without_cert=LEADER), None),
+    ]
+    assert summarize(verdicts) == [
+        f"worker-1's agent at {HTTP}, worker-2's agent at http://w2:8500: plain HTTP; serve "
+        "HTTPS only (ports { http = -1, https = 8501 }, ca_file, cert_file, key_file, "
+        "verify_incoming = true) and give its https:// address",
+        f"the management agent at {HTTPS}: a client without a certificate got an answer (200); "
+        "set verify_incoming = true (and ca_file: the CA clients' certificates are checked "
+        "against)",
+    ]
+    assert summarize([judge_tls("worker-1's agent", GOOD, TLS_CONFIG)]) == []
