@@ -26,10 +26,7 @@ SERVE_HTTPS_ONLY = (
     "serve HTTPS only (ports { http = -1, https = 8501 }, ca_file, cert_file, key_file, "
     "verify_incoming = true) and give its https:// address"
 )
-TURN_ON_GOSSIP = (
-    'set encrypt = "<a key from consul keygen>" in every agent\'s config (the same key on '
-    "every agent)"
-)
+TURN_ON_GOSSIP = 'set encrypt = "<key from consul keygen>" in every agent\'s config, the same key'
 
 MEMBER_STATUS = {1: "alive", 2: "leaving", 3: "left", 4: "failed"}  # serf's member status codes
 
@@ -179,9 +176,11 @@ def judge_gossip(label: str, address: str, config: AgentSecurity) -> Judgement:
     pools = [("LAN", config.lan_encrypted), ("WAN", config.wan_encrypted)]
     if config.lan_encrypted is None:
         verdict.problems.append("cannot tell: /v1/agent/self has no Stats.serf_lan.encrypted")
+    known = [pool for pool, value in pools if value is not None]
     off = [pool for pool, value in pools if value is not None and value != "true"]
-    if off:
-        verdict.problems.append(f"{' and '.join(off)} gossip not encrypted; {TURN_ON_GOSSIP}")
+    if off:  # the pools are named only when some are encrypted: one remedy reads as one
+        which = "" if off == known else f"{' and '.join(off)} "
+        verdict.problems.append(f"{which}gossip not encrypted; {TURN_ON_GOSSIP}")
     elif config.lan_encrypted == "true":
         for name, value in (
             ("encrypt_verify_incoming", config.encrypt_verify_incoming),
