@@ -2,6 +2,7 @@
 
     ConsulError                      5  base
     +-- ConsulUnavailable            3  connection refused/reset, TLS failure, client timeout
+    +-- SpeaksHttps                  2  an http:// address whose port serves HTTPS only
     +-- ConsulHTTPError(status)      5  Consul answered with an error status
         +-- PermissionDenied         4  403: no token, unknown token, or the token lacks a right
         +-- NotFound                 5  404
@@ -17,7 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from provision.errors import EXIT_CONSUL_API, EXIT_DENIED, EXIT_UNAVAILABLE, LockctlError
+from provision.errors import (
+    EXIT_CONSUL_API,
+    EXIT_DENIED,
+    EXIT_INPUT,
+    EXIT_UNAVAILABLE,
+    LockctlError,
+)
 
 
 class ConsulError(LockctlError):
@@ -35,6 +42,14 @@ class ConsulUnavailable(ConsulError):
 class ConsulNotReached(ConsulUnavailable):
     """The connection was never opened (refused, or no connect within the timeout): the request
     cannot have been applied, so even a call that is not idempotent may be sent again."""
+
+
+class SpeaksHttps(ConsulError):
+    """Plain HTTP sent to a port that serves HTTPS only: Go's TLS server answers 400 "Client sent
+    an HTTP request to an HTTPS server." before Consul sees the request. Not an answer from
+    Consul's API, and no retry helps: the address given is wrong (bad input, exit 2)."""
+
+    exit_code = EXIT_INPUT
 
 
 class ConsulHTTPError(ConsulError):

@@ -32,7 +32,12 @@ from requests.adapters import HTTPAdapter
 from urllib3.exceptions import NewConnectionError
 from urllib3.util import Timeout
 
-from provision.consul.errors import ConsulHTTPError, ConsulNotReached, ConsulUnavailable
+from provision.consul.errors import (
+    ConsulHTTPError,
+    ConsulNotReached,
+    ConsulUnavailable,
+    SpeaksHttps,
+)
 from provision.consul.settings import ConsulSettings
 from provision.system.secrets import MASK, Secret
 from provision.system.text import printable
@@ -42,6 +47,7 @@ log = logging.getLogger("provision.consul")
 BODY_EXCERPT_CHARS = 200
 MIN_ATTEMPT = 0.05  # seconds: no retry is started with less of the call's timeout left
 POOLED_HOSTS = 4  # agents whose connections a sized pool keeps (bootstrap visits a few)
+PLAIN_HTTP_REFUSAL = "Client sent an HTTP request to an HTTPS server."  # Go's TLS server, 400
 
 
 class _DefaultToken:
@@ -278,6 +284,8 @@ class Transport:
         log.debug("%s -> %d in %.1f ms", where, answer.status_code, elapsed_ms)
         if answer.status_code >= 300 and answer.status_code not in answers:
             body = _excerpt(answer.text, (token, self.settings.token, *redact))
+            if answer.status_code == 400 and PLAIN_HTTP_REFUSAL in body:
+                raise _speaks_https(where, self.settings.address, body)
             # answer.headers stays case-insensitive: a proxy or HTTP/2 may lower-case names.
             raise ConsulHTTPError.from_status(
                 f"consul: {where}: {answer.status_code} {body}".rstrip(),
@@ -308,6 +316,12 @@ def _unavailable(where: str, exc: requests.exceptions.RequestException) -> Consu
     if isinstance(exc, requests.exceptions.SSLError):
         return ConsulUnavailable(f"consul: {where}: TLS failure ({type(exc).__name__})")
     return ConsulUnavailable(f"consul: {where}: connection failed ({type(exc).__name__})")
+
+
+def _speaks_https(where: str, address: str, body: str) -> SpeaksHttps:
+    """Go's TLS server answered plain HTTP: name the address to give instead."""
+    https = "https://" + address.removeprefix("http://")
+    return SpeaksHttps(f"consul: {where}: 400 {body}: this address speaks HTTPS: use {https}")
 
 
 def _connection_refused(exc: requests.exceptions.RequestException) -> bool:

@@ -1,7 +1,8 @@
 """The named checks of `lockctl verify`, in the order of the report. Each proves one promise on
 the live cluster and returns its evidence (status codes, bodies, measured times). A check raises
 `CheckFailed` with a message that names the problem; anything it creates is registered for
-cleanup first. The checks themselves live in acl_checks.py, lock_checks.py and tick_checks.py."""
+cleanup first. The checks themselves live in acl_checks.py, tls_checks.py, lock_checks.py and
+tick_checks.py."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from provision.verify.lock_checks import (
     check_ttl_expiry,
 )
 from provision.verify.tick_checks import check_tick_once
+from provision.verify.tls_checks import check_gossip_encrypted, check_tls_http
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,8 @@ class Check:
 
 CHECKS = (
     Check("version", check_version, what="the Consul version of every agent"),
+    Check("tls-http", check_tls_http, what="HTTPS only, certificates checked both ways"),
+    Check("gossip-encrypted", check_gossip_encrypted, what="every agent's gossip encrypted"),
     Check("acl-enabled", check_acl_enabled, what="ACLs on, default policy deny"),
     Check("anonymous-denied", check_anonymous_denied, what="403 without a token"),
     Check("worker-token-allowed", check_worker_token_allowed, what="worker tokens acquire"),
