@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 
 from provision.cluster import tls
+from provision.cluster import tls as cluster_tls
+from provision.cluster.consul_binary import ConsulBinary
+from provision.cluster.layout import ClusterLayout
 from provision.cluster.local import ClusterStatus, cluster_down, cluster_up
 from provision.consul import Consul
 from provision.system.secrets import Secret, read_secret_file
@@ -81,6 +84,21 @@ if _SECRETS_OUT:
         _seen_secrets.add(_value)
 
     Secret.__init__ = _recording_init  # type: ignore[method-assign]
+
+    # The private keys of every TLS cluster the tests make in this process (the gossip key is a
+    # Secret when an agent config is written, so it is recorded above): each line of a key's
+    # base64 body is searched for, as a token secret is.
+    _original_ensure = cluster_tls.ensure_tls_material
+
+    def _recording_ensure(layout: ClusterLayout, binary: ConsulBinary) -> tuple[str, ...]:
+        made = _original_ensure(layout, binary)
+        for path in layout.tls_files():
+            if path.name.endswith("-key.pem") or path == layout.gossip_key_file:
+                lines = path.read_text(encoding="utf-8").splitlines()
+                _seen_secrets.update(line for line in lines if line and "-----" not in line)
+        return made
+
+    cluster_tls.ensure_tls_material = _recording_ensure  # type: ignore[assignment]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
