@@ -185,7 +185,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="lockctl-bench-apply-") as tmp:
         state_dir = Path(tmp) / "cluster"
         try:
-            up = cluster_up(state_dir, subnet=args.subnet)
+            up = cluster_up(state_dir, subnet=args.subnet, tls=False)  # as measured before TLS
             settings = ConsulSettings(
                 address=up.status.layout.servers[0].http_address,
                 token=read_secret_file(up.status.layout.management_token_file),

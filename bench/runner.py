@@ -353,7 +353,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="lockctl-bench-runner-") as tmp:
         work = Path(tmp)
         state_dir = work / "cluster"
-        up = cluster_up(state_dir, subnet=args.subnet)
+        up = cluster_up(state_dir, subnet=args.subnet, tls=False)  # as measured before TLS
         bench: Bench | None = None
         try:
             layout = up.status.layout

@@ -7,17 +7,18 @@ defaults {
   kill_grace = "5s"  # SIGTERM -> SIGKILL grace when the lock is lost
 }
 
-# Each worker is a Consul node name: its sessions are made on that node's agent.
+# Each worker is a Consul node name: its sessions are made on that node's agent, over HTTPS (the
+# agent asks for a client certificate: `lockctl worker-config --tls-dir` names each worker's pair).
 worker "worker-1" {
-  address = "http://127.0.0.21:8500"
+  address = "https://127.0.0.21:8501"
 }
 
 worker "worker-2" {
-  address = "http://127.0.0.22:8500"
+  address = "https://127.0.0.22:8501"
 }
 
 worker "worker-3" {
-  address = "http://127.0.0.23:8500"
+  address = "https://127.0.0.23:8501"
 }
 
 # Loads yesterday's events into the warehouse; long, so a longer TTL means fewer renewals.

@@ -3,7 +3,8 @@
 The cluster is started through the same code as `lockctl cluster up`, on its own loopback /24
 (LOCKCTL_TEST_SUBNET, default 127.0.2) and in a temporary state folder, so it never collides
 with a cluster a developer runs for the quick start. It is stopped at the end, also when tests
-fail.
+fail. It is what `cluster up` makes by default: HTTPS only, client certificates required,
+gossip encrypted (LOCKCTL_TEST_TLS=0: plain HTTP, as before lockctl made TLS the default).
 """
 
 from __future__ import annotations
@@ -14,11 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from provision.cluster import tls
+from provision.cluster import tls as cluster_tls
+from provision.cluster.consul_binary import ConsulBinary
+from provision.cluster.layout import ClusterLayout
 from provision.cluster.local import ClusterStatus, cluster_down, cluster_up
-from provision.consul import Consul, ConsulSettings
+from provision.consul import Consul
 from provision.system.secrets import Secret, read_secret_file
 
 TEST_SUBNET = os.environ.get("LOCKCTL_TEST_SUBNET", "127.0.2")
+TEST_TLS = os.environ.get("LOCKCTL_TEST_TLS", "1") != "0"
 
 
 class LiveCluster:
@@ -34,7 +40,17 @@ class LiveCluster:
 
     def client(self, name: str = "server-1", token: Secret | None = None) -> Consul:
         """A client of one agent; the management token unless another (or none) is given."""
-        return Consul(ConsulSettings(address=self.address(name), token=token))
+        return Consul(tls.consul_settings(self.layout, address=self.address(name), token=token))
+
+    def tls_env(self) -> dict[str, str]:
+        """What `eval "$(lockctl cluster env)"` exports for TLS: the CA and lockctl's pair."""
+        return dict(tls.tls_exports(self.layout))
+
+    def tls_flags(self) -> list[str]:
+        """The same as the connection flags every Consul command takes."""
+        flags = {"CONSUL_CACERT": "--ca-cert", "CONSUL_CLIENT_CERT": "--client-cert"}
+        flags["CONSUL_CLIENT_KEY"] = "--client-key"
+        return [part for name, value in self.tls_env().items() for part in (flags[name], value)]
 
     def management(self, name: str = "server-1") -> Consul:
         return self.client(name, self.management_token)
@@ -47,7 +63,7 @@ def cluster_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def live_cluster(cluster_state_dir: Path) -> Iterator[LiveCluster]:
-    result = cluster_up(cluster_state_dir, subnet=TEST_SUBNET, workers=3)
+    result = cluster_up(cluster_state_dir, subnet=TEST_SUBNET, workers=3, tls=TEST_TLS)
     try:
         yield LiveCluster(result.status)
     finally:
@@ -68,6 +84,21 @@ if _SECRETS_OUT:
         _seen_secrets.add(_value)
 
     Secret.__init__ = _recording_init  # type: ignore[method-assign]
+
+    # The private keys of every TLS cluster the tests make in this process (the gossip key is a
+    # Secret when an agent config is written, so it is recorded above): each line of a key's
+    # base64 body is searched for, as a token secret is.
+    _original_ensure = cluster_tls.ensure_tls_material
+
+    def _recording_ensure(layout: ClusterLayout, binary: ConsulBinary) -> tuple[str, ...]:
+        made = _original_ensure(layout, binary)
+        for path in layout.tls_files():
+            if path.name.endswith("-key.pem") or path == layout.gossip_key_file:
+                lines = path.read_text(encoding="utf-8").splitlines()
+                _seen_secrets.update(line for line in lines if line and "-----" not in line)
+        return made
+
+    cluster_tls.ensure_tls_material = _recording_ensure  # type: ignore[assignment]
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -26,7 +26,7 @@ HTTP_PORT = 8500
 HTTPS_PORT = 8501  # Consul's conventional HTTPS port; with TLS the agents serve only this one
 # Whether `cluster up` makes a TLS cluster when neither --tls nor --no-tls is given (and none is
 # recorded yet). Flipping this one line makes TLS the default everywhere.
-DEFAULT_TLS = False
+DEFAULT_TLS = True
 LAYOUT_FILE = "cluster.json"
 MANAGEMENT_TOKEN_FILE = "management.token"  # noqa: S105 - a file name, not a secret
 TLS_DIR = "tls"  # the CA, every agent's certificate and key, lockctl's own pair, the gossip key

@@ -22,7 +22,7 @@ from provision.cli import acl
 from provision.cli.app import ErrorBoundaryGroup
 from provision.cluster.consul_binary import install_consul
 from provision.cluster.layout import AgentSpec
-from provision.consul import Consul, ConsulSettings
+from provision.consul import Consul
 from provision.consul.errors import ConsulError, PermissionDenied
 from provision.errors import EXIT_DENIED, EXIT_INPUT, EXIT_UNAVAILABLE
 from provision.spec.names import token_description
@@ -157,7 +157,7 @@ def test_worker_tokens_are_least_privilege(env: Env) -> None:
     env.write_spec({"lp-mine": ["worker-1"], "lp-other": ["worker-2"]}, ["worker-1", "worker-2"])
     assert env.run("apply").exit_code == 0
     token = read_secret_file(env.secrets / "worker-1.token")
-    own_agent = Consul(ConsulSettings(address=env.cluster.address("worker-1"), token=token))
+    own_agent = env.cluster.client("worker-1", token)
     session = own_agent.session.create(name="lp", ttl=10, lock_delay=0)
     try:
         assert own_agent.kv.put("locks/lp-mine/.lock", b"x", acquire=session) is True

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 
 from provision.cli import acl
 from provision.cli.app import ErrorBoundaryGroup
+from provision.cluster.agent_config import ConfigDialect, render_agent_config
 from provision.cluster.consul_binary import install_consul
 from provision.cluster.layout import AgentSpec, ClusterLayout
 from provision.consul import Consul, ConsulSettings
@@ -25,7 +26,7 @@ from provision.consul.errors import ConsulError
 from provision.errors import EXIT_INPUT
 from provision.system.processes import spawn, stop
 from provision.system.secrets import read_secret_file
-from provision.system.templates import find_templates_dir, make_environment, render_template
+from provision.system.templates import find_templates_dir, make_environment
 from tests.conftest import TEST_SUBNET, LiveCluster
 
 runner = CliRunner()
@@ -50,19 +51,17 @@ class FreshServer:
     def start(self) -> None:
         layout, agent = self.layout, self.agent
         layout.data_dir(agent).mkdir(parents=True)
-        config = render_template(
+        binary = install_consul()
+        config = render_agent_config(
             make_environment(find_templates_dir()),
-            "consul/server.hcl.j2",
-            {
-                "agent": agent,
-                "servers": layout.servers,
-                "datacenter": "dc1",
-                "data_dir": str(layout.data_dir(agent)),
-                "log_level": "warn",
-            },
+            layout,
+            agent,
+            ConfigDialect.of(binary.version),
+            gossip_key=None,  # a plain-HTTP server: bootstrap needs nothing more
+            log_level="warn",
         )
         layout.config_file(agent).write_text(config, encoding="utf-8")
-        argv = [str(install_consul().path), "agent", f"-config-file={layout.config_file(agent)}"]
+        argv = [str(binary.path), "agent", f"-config-file={layout.config_file(agent)}"]
         spawn(argv, layout.log_file(agent), layout.pidfile(agent))
         client = Consul(ConsulSettings(address=self.address, timeout=1))
         give_up_at = time.monotonic() + 30

@@ -12,9 +12,10 @@ import pytest
 from typer.testing import CliRunner
 
 from provision.cli import app
+from provision.cluster import tls
 from provision.cluster.layout import load_layout
 from provision.cluster.local import cluster_down, cluster_status, cluster_up
-from provision.consul import Consul, ConsulSettings
+from provision.consul import Consul
 from provision.consul.errors import PermissionDenied
 from provision.errors import EXIT_ENVIRONMENT, EXIT_FAILED
 from provision.system.processes import is_running, read_pid
@@ -91,7 +92,12 @@ def test_status_and_env_commands(live_cluster: LiveCluster, cluster_state_dir: P
     assert "healthy: yes" in status.output
     env = runner.invoke(app, ["cluster", "env", "--state-dir", str(cluster_state_dir)])
     assert env.exit_code == 0
-    assert f"export CONSUL_HTTP_ADDR=http://{TEST_SUBNET}.11:8500" in env.output
+    address = (
+        f"https://{TEST_SUBNET}.11:8501"
+        if live_cluster.layout.tls
+        else f"http://{TEST_SUBNET}.11:8500"
+    )
+    assert f"export CONSUL_HTTP_ADDR={address}" in env.output
     assert f"export CONSUL_HTTP_TOKEN_FILE={cluster_state_dir.absolute()}" in env.output
     assert live_cluster.management_token.reveal() not in env.output + status.output
 
@@ -147,7 +153,7 @@ def test_lifecycle_up_crash_recover_down_up(tmp_path: Path) -> None:
         assert not recovered.bootstrapped
         assert recovered.status.healthy
         token = layout.management_token_file.read_text().strip()
-        worker_client = Consul(ConsulSettings(address=worker.http_address))
+        worker_client = Consul(tls.consul_settings(layout, address=worker.http_address))
         assert worker_client.with_settings().status.leader()
         pids = [read_pid(layout.pidfile(agent)) for agent in layout.agents]
     finally:
@@ -174,7 +180,7 @@ def test_lifecycle_up_crash_recover_down_up(tmp_path: Path) -> None:
 
 def test_status_exit_code_when_unhealthy(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
-    cluster_up(state_dir, subnet=LIFECYCLE_SUBNET)
+    cluster_up(state_dir, subnet=LIFECYCLE_SUBNET, tls=False)  # the plain-HTTP cluster, too
     try:
         layout = cluster_status(state_dir).layout
         for agent in layout.workers:

@@ -206,6 +206,7 @@ def lockctl(
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("CONSUL_", "FORCE_COLOR"))}
     connection = ["--address", address or lab.cluster.address("server-1")]
     connection += ["--token-file", str(token or lab.management_token)]
+    connection += lab.cluster.tls_flags()
     result = subprocess.run(
         [*LOCKCTL, *args, "--spec", str(lab.spec_path), *connection],
         capture_output=True,

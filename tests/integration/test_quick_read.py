@@ -4,11 +4,11 @@ agrees with the full client, and whatever it cannot read plainly is None (take t
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
 
-from provision.consul import ConsulSettings
 from provision.consul.quick import quick_get
 
 if TYPE_CHECKING:
@@ -35,12 +35,14 @@ def test_a_key_reads_as_the_full_client_reads_it(live_cluster: LiveCluster) -> N
 
 
 def test_what_it_cannot_read_plainly_is_none(live_cluster: LiveCluster) -> None:
-    address = live_cluster.address("worker-1")
+    settings = live_cluster.client("worker-1").settings  # the cluster's TLS files, if any
+    address = settings.address
     key = "test/quick/anything"
-    anonymous = ConsulSettings(address=address)  # default deny: 403
+    anonymous = replace(settings, token=None)  # default deny: 403
     assert quick_get(anonymous, key) is None
-    port = address.rsplit(":", 1)[0]
-    refused = ConsulSettings(address=f"{port}:1")  # nothing listens there
+    host = address.rsplit(":", 1)[0]
+    refused = replace(settings, address=f"{host}:1")  # nothing listens there
     assert quick_get(refused, key) is None
-    tls_on_plain = ConsulSettings(address=address.replace("http://", "https://"))
-    assert quick_get(tls_on_plain, key) is None
+    scheme, rest = address.split("://", 1)
+    other = "http" if scheme == "https" else "https"  # HTTP to the TLS port, or TLS to HTTP
+    assert quick_get(replace(settings, address=f"{other}://{rest}"), key) is None

@@ -208,7 +208,8 @@ def test_metrics_match_the_ledger_and_healthz_follows_consul(
 
     # Consul out of reach for one scheduler: 503 and consul_up 0; the other goes on
     before = _value(final[two.worker], "lockctl_ticks_total")
-    two.reconfigure(f"http://{HOST}:{_free_port()}")  # nothing listens there
+    scheme = lab.cluster.address(two.worker).split("://")[0]  # https with the TLS files
+    two.reconfigure(f"{scheme}://{HOST}:{_free_port()}")  # nothing listens there
     assert _eventually(lambda: two.get("/healthz")[0] == 503), two.lines
     status, text = two.get("/healthz")
     assert status == 503

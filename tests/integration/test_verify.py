@@ -17,6 +17,7 @@ from provision.acl.apply import apply_plan, plan_against
 from provision.acl.plan import desired_from_render
 from provision.acl.render import render_policies
 from provision.cli import app
+from provision.cluster import tls
 from provision.cluster.local import cluster_down, cluster_up
 from provision.consul import Consul, KVOp
 from provision.ledger.records import TickRecord
@@ -256,6 +257,7 @@ def test_default_policy_allow_fails_acl_enabled(applied: Applied, tmp_path: Path
         env = {
             "CONSUL_HTTP_ADDR": layout.servers[0].http_address,
             "CONSUL_HTTP_TOKEN_FILE": str(layout.management_token_file),
+            **dict(tls.tls_exports(layout)),  # this cluster's own CA, not the session's
         }
         args = ["verify", "--spec", str(applied.spec_file), "--inventory", str(inventory)]
         table = runner.invoke(app, [*args, "--only", "acl-enabled"], env=env)

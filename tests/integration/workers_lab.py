@@ -88,7 +88,9 @@ def minted_workers(
             policy_ids.append(created.id)
         for plan in rendered.tokens:
             made.mint(plan.description, plan.policies, tmp / "secrets" / f"{plan.worker}.token")
-        placement = Placement(None, tmp / "secrets", "lockctl")
+        # The workers' own client agents' certificate pairs, as `--tls-dir` names them.
+        tls_dir = cluster.layout.tls_dir if cluster.layout.tls else None
+        placement = Placement(None, tmp / "secrets", "lockctl", tls_dir)
         write_worker_files(spec, list(workers), out, find_templates_dir(), placement)
         for worker in workers:
             secret = Secret((tmp / "secrets" / f"{worker}.token").read_text().strip())

@@ -106,7 +106,7 @@ def test_example_spec_is_realistic() -> None:
         "worker-2",
         "worker-3",
     ]
-    assert [w.address for w in spec.workers] == [f"http://127.0.0.2{n}:8500" for n in (1, 2, 3)]
+    assert [w.address for w in spec.workers] == [f"https://127.0.0.2{n}:8501" for n in (1, 2, 3)]
     assert any(job.workers == ("worker-1", "worker-2") for job in spec.jobs)
     assert spec.jobs_for("worker-3") and spec.worker("worker-1").line > 0
 

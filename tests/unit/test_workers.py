@@ -56,7 +56,7 @@ def test_the_config_is_what_the_runner_loads(tmp_path: Path) -> None:
     write_worker_files(spec, ["worker-2"], tmp_path, TEMPLATES, PLACEMENT)
     config = load_worker_config(tmp_path / "worker-2" / "lockctl.json")
     assert config.worker == "worker-2"
-    assert config.address == "http://127.0.0.22:8500"
+    assert config.address == "https://127.0.0.22:8501"
     assert config.token_file == Path("/etc/lockctl/secrets/worker-2.token")
     cleanup = config.job("session-cleanup")
     assert cleanup.lock_key == "locks/session-cleanup/.lock"
@@ -397,7 +397,6 @@ def _cli(out: Path, *flags: str, spec: Path = EXAMPLE) -> Any:
         (["--lockctl", "/usr/bin/lockctl\n"], "--lockctl '/usr/bin/lockctl\\n': must not contain"),
         (["--lockctl", "lockctl\tx"], "--lockctl 'lockctl\\tx': must not contain control"),
         (["--tls-dir", "/etc/tls\nX=1"], "--tls-dir '/etc/tls\\nX=1': must not contain control"),
-        (["--tls-dir", "/etc/tls"], "worker worker-1's address http://127.0.0.21:8500 is plain"),
     ],
 )
 def test_flag_values_written_into_files_are_checked(
@@ -537,11 +536,8 @@ def test_the_timer_fires_on_the_schedule_lockctl_computes(tmp_path: Path) -> Non
 
 
 def test_the_tls_dir_puts_each_worker_s_files_in_its_config_and_env_file(tmp_path: Path) -> None:
-    spec = tmp_path / "https.hcl"
-    text = EXAMPLE.read_text(encoding="utf-8")
-    spec.write_text(text.replace("http://127.0.0.2", "https://127.0.0.2"), encoding="utf-8")
     out = tmp_path / "out"
-    result = _cli(out, "--tls-dir", "/etc/lockctl/tls", spec=spec)
+    result = _cli(out, "--tls-dir", "/etc/lockctl/tls")  # the example's agents speak https://
     assert result.exit_code == 0, result.output
     config = load_worker_config(out / "worker-2" / "lockctl.json")
     assert config.connection()["client_cert"] == Path("/etc/lockctl/tls/worker-2.pem")
@@ -554,3 +550,17 @@ def test_the_tls_dir_puts_each_worker_s_files_in_its_config_and_env_file(tmp_pat
     plain = tmp_path / "plain"
     assert _cli(plain).exit_code == 0
     assert "CONSUL_CACERT" not in (plain / "worker-2" / "lockctl.env").read_text(encoding="utf-8")
+
+
+def test_tls_files_for_a_plain_http_agent_are_refused_naming_the_spec_line(tmp_path: Path) -> None:
+    spec = tmp_path / "plain.hcl"
+    text = EXAMPLE.read_text(encoding="utf-8")
+    spec.write_text(text.replace("https://127.0.0.22:8501", "http://127.0.0.22:8500"))
+    result = _cli(tmp_path / "out", "--tls-dir", "/etc/lockctl/tls", spec=spec)
+    assert result.exit_code == 2, result.output
+    line = text.splitlines().index('worker "worker-2" {') + 1
+    assert result.stderr.strip() == (
+        f"lockctl: error: --tls-dir: {spec}:{line}: worker worker-2's address "
+        "http://127.0.0.22:8500 is plain HTTP; give its agent's https:// address"
+    )
+    assert not (tmp_path / "out").exists()
