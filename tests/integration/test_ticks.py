@@ -242,4 +242,8 @@ def test_with_wait_the_next_tick_runs_once_the_previous_run_ends(lab: Lab) -> No
     loser = next(w for w in waiters if w != winner)
     assert _named(waiters[winner], "waiting") and _named(waiters[winner], "acquired")
     skipped = _named(waiters[loser], "skipped")
-    assert len(skipped) == 1 and f"already taken by {winner}" in skipped[0]["reason"], skipped
+    # Woken by the winner's acquire it finds the tick running; woken late (a loaded machine),
+    # after the completion, which frees the lock and says how the run ended in one transaction,
+    # it finds it run. Either way it names the winner and runs nothing.
+    reasons = (f"already taken by {winner} (running)", f"already run by {winner} (succeeded)")
+    assert len(skipped) == 1 and skipped[0]["reason"].endswith(reasons), skipped
