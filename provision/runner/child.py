@@ -223,6 +223,10 @@ class Child:
         return True
 
     def _strays(self) -> list[int]:
+        if self.containment == PID_NAMESPACE:
+            # Nothing leaves a PID namespace: its orphans go to its init, never to us. Another
+            # child of ours is another job's (a scheduler runs several at once), not a stray.
+            return []
         return [pid for pid in stray_descendants() if pid not in self._not_ours]
 
     def _is_first(self, pid: int) -> bool:
@@ -235,6 +239,8 @@ class Child:
         waitpid(-1) here could take it first, and subprocess would then report 0). Never a child
         that is not the job's either: its owner wants its status.
         """
+        if self.containment == PID_NAMESPACE:
+            return  # no strays (see _strays); another job's zombie is its own to reap
         for pid, state in _our_children():
             if state == "Z" and pid not in self._not_ours and not self._is_first(pid):
                 with contextlib.suppress(ChildProcessError):
