@@ -9,6 +9,7 @@ Per tick, from the job's first record to its last run's record:
 - run or recorded missed: every tick has a record (a run, an `abandoned` run whose scheduler
   died, or `missed`), except the newest ones no run could have recorded yet (their claim window
   plus MISSED_GRACE had not closed when the last run finished);
+- not failed: the job exits 0 unless its own lock's fence stops it (`lost`, `interrupted`);
 - missed only where a fault excuses it: a missed tick lies inside the takeover bound of a fault
   (from one interval before it to the bound after it), or while the job's previous run was still
   going (a job that outlasts its interval skips the ticks it overlaps, by design).
@@ -63,6 +64,9 @@ class TickVerdict:
     unexcused: list[str] = field(default_factory=list)  # missed outside every excuse
     unrecorded: list[str] = field(default_factory=list)  # no record although one was due
     unwitnessed: list[str] = field(default_factory=list)  # a holder and the ledger disagree
+    # The job exits 0, or is stopped by its own runner's fence (`lost`) or a stop (`interrupted`):
+    # a `failed` run was ended by something else (another job's clean-up, a stray signal).
+    failed: list[str] = field(default_factory=list)
     missed_ticks: list[str] = field(default_factory=list)
 
     def problems(self) -> list[str]:
@@ -72,6 +76,7 @@ class TickVerdict:
             ("missed outside a fault's takeover bound", self.unexcused),
             ("neither run nor recorded missed", self.unrecorded),
             ("ledger and oracle disagree", self.unwitnessed),
+            ("failed, killed by no fence of theirs", self.failed),
         ):
             if ticks:
                 found.append(f"{self.job}: {len(ticks)} tick(s) {what}: {', '.join(ticks[:6])}")
@@ -105,6 +110,8 @@ def judge_ticks(
             _judge_missed(verdict, tick, runs, excuses)
         elif record.outcome in RAN:
             verdict.ran += 1
+            if record.outcome is TickOutcome.FAILED:
+                verdict.failed.append(f"{tick_name(tick)} (exit {record.exit_status})")
         tick = schedule.next_ticks(tick, 1)[0]
     return verdict
 

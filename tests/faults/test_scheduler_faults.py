@@ -145,3 +145,10 @@ def test_tick_oracle_excuses_the_ticks_a_long_run_overlaps() -> None:
         [long_run, _missed(1), _ran(2, index=2)], [_holder(0), _holder(2, index=2)], []
     )
     assert verdict.problems() == [] and verdict.missed_by_overlap == 1
+
+
+def test_tick_oracle_catches_a_run_killed_by_no_fence_of_its_own() -> None:
+    """A run that ends `failed` was killed by something other than its lock (job.py exits 0)."""
+    killed = TickRecord(_at(1), TickOutcome.FAILED, "w1", lock_index=2, exit_status=137)
+    verdict = _judge([_ran(0), killed], [_holder(0), _holder(1, index=2)], [])
+    assert verdict.failed == [f"{tick_name(_at(1))} (exit 137)"] and verdict.problems()
