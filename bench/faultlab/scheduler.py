@@ -100,7 +100,7 @@ class SchedulerResult(RunResult):
         """One line: what the fault cost, per job."""
         took = "-" if self.takeover is None else f"{self.takeover:.1f} s"
         jobs = "; ".join(
-            f"{v.job.rsplit('-', 1)[-1]}: {v.checked} ticks, {v.ran} ran, {v.missed} missed "
+            f"{_short_name(v.job)}: {v.checked} ticks, {v.ran} ran, {v.missed} missed "
             f"({v.missed_by_overlap} by overlap) {' '.join(v.missed_ticks[:8])}"
             for v in self.verdicts
         )
@@ -119,6 +119,11 @@ class SchedulerResult(RunResult):
         if not self.handover_ok:
             found.append(f"SIGTERM hand-over: {self.handover}")
         return found
+
+
+def _short_name(job: str) -> str:
+    last = job.rsplit("-", 1)[-1]
+    return last if last in ("short", "long") else "job"
 
 
 class SchedulerFleet:

@@ -59,7 +59,7 @@ class TickVerdict:
     checked: int = 0  # ticks from the first record to the last run's
     ran: int = 0
     missed: int = 0  # recorded missed, excused
-    missed_by_overlap: int = 0  # of those: while the job's previous run still went on
+    missed_by_overlap: int = 0  # of those: outside a fault, while the previous run still went on
     twice: list[str] = field(default_factory=list)  # ticks run by more than one holder
     unexcused: list[str] = field(default_factory=list)  # missed outside every excuse
     unrecorded: list[str] = field(default_factory=list)  # no record although one was due
@@ -154,11 +154,11 @@ def _judge_missed(
     verdict: TickVerdict, tick: datetime, runs: Sequence[TickRecord], excuses: Sequence[Excuse]
 ) -> None:
     verdict.missed_ticks.append(tick_name(tick))
-    if any(r.tick < tick and (r.finished_at is not None and tick <= r.finished_at) for r in runs):
+    if any(e.start <= tick <= e.end for e in excuses):
+        verdict.missed += 1  # the fault's cost (also when a paused or cut-off run spans it)
+    elif any(r.tick < tick and (r.finished_at is not None and tick <= r.finished_at) for r in runs):
         verdict.missed += 1
         verdict.missed_by_overlap += 1
-    elif any(e.start <= tick <= e.end for e in excuses):
-        verdict.missed += 1
     else:
         verdict.unexcused.append(tick_name(tick))
 
