@@ -1,4 +1,5 @@
-"""Fault soak: the fault scenarios N times at random, with `lockctl run` and with `consul lock`.
+"""Fault soak: the fault scenarios N times at random, with `lockctl run`, with `consul lock`, and
+(`--tools scheduler`) with three `lockctl schedule` replicas.
 
 Each lab is its own namespace cluster (`lockctl cluster up --netns`: 3 servers, 3 workers; root
 only). Faults are drawn at random from the scenarios (bench/faultlab/harness.py) and run one at a
@@ -6,7 +7,9 @@ time per lab, on a fresh job each; several labs run side by side with --labs. No
 after --max-minutes. Both tools use the same Consul binary, the same job (a process tree: main,
 child, TERM-ignoring grandchild, setsid'd daemon, each writing to the oracle) and the same oracle;
 lockctl with TTL 10s, LockDelay 5s, renew 2s, kill grace 1s; `consul lock` with its own fixed
-TTL 15s and LockDelay 15s (its child gets no LockIndex, so the oracle cannot fence it).
+TTL 15s and LockDelay 15s (its child gets no LockIndex, so the oracle cannot fence it). The
+scheduler (bench/faultlab/scheduler.py) has lockctl's timings, a short and a long job on
+`@every 5s`, and every scenario but kill9-both (its `kill9-runner` kills `lockctl schedule`).
 
     sudo .venv/bin/python bench/faults.py --faults 30 [--tools lockctl,consul-lock] [--labs 2]
         [--scenarios sigstop,cut-host] [--max-minutes 40] [--seed 1] [--json out.json]
@@ -14,8 +17,9 @@ TTL 15s and LockDelay 15s (its child gets no LockIndex, so the oracle cannot fen
 Prints, per tool and scenario: faults, overlaps and survivors (processes of the job alive past
 their bound after their runner ended; both must be 0 for lockctl), fence rejections, jobs killed
 late (must be 0 where the runner was not paused), takeover min/median/max against its bound, runs
-with any broken promise; then overlaps and survivors of the two tools side by side. Exit 1 if
-lockctl broke one.
+with any broken promise; for the scheduler also its ticks (run, run twice, missed, missed outside
+the takeover bound, unrecorded, missed per fault); then overlaps and survivors of the tools side
+by side. Exit 1 if lockctl (run or scheduler) broke one.
 """
 
 from __future__ import annotations
@@ -34,20 +38,37 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.faultlab import scheduler
 from bench.faultlab.harness import (
     SCENARIOS,
     TOOLS,
+    FaultLab,
     RunResult,
     fault_lab,
     run_scenario,
     summary,
 )
+from bench.faultlab.scheduler import SchedulerResult
+
+ALL_TOOLS = (*TOOLS, scheduler.TOOL)
+
+
+def scenarios_of(tool: str, scenarios: list[str]) -> list[str]:
+    """The chosen scenarios this tool has (the scheduler has no kill9-both: its jobs' trees are
+    the runner's, killed the same way)."""
+    return [s for s in scenarios if tool != scheduler.TOOL or s in scheduler.SCENARIOS]
+
+
+def run_one(lab: FaultLab, scenario: str, tool: str, number: int) -> RunResult:
+    if tool == scheduler.TOOL:
+        return scheduler.run_scenario(lab, scenario, number)
+    return run_scenario(lab, scenario, tool, number)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--faults", type=int, default=30, help="faults per tool")
-    parser.add_argument("--tools", default=",".join(TOOLS))
+    parser.add_argument("--tools", default=",".join(TOOLS), help=f"of {', '.join(ALL_TOOLS)}")
     parser.add_argument("--scenarios", default=",".join(SCENARIOS))
     parser.add_argument("--labs", type=int, default=1, help="namespace clusters side by side")
     parser.add_argument("--max-minutes", type=float, default=60.0)
@@ -59,12 +80,19 @@ def main() -> int:
         return 2
     tools = [t for t in args.tools.split(",") if t]
     scenarios = [s for s in args.scenarios.split(",") if s]
-    unknown = sorted(set(tools) - set(TOOLS)) + sorted(set(scenarios) - set(SCENARIOS))
+    unknown = sorted(set(tools) - set(ALL_TOOLS)) + sorted(set(scenarios) - set(SCENARIOS))
     if unknown:
         print(f"unknown tool or scenario: {', '.join(unknown)}", file=sys.stderr)
         return 2
+    if any(not scenarios_of(tool, scenarios) for tool in tools):
+        print(f"--tools {scheduler.TOOL}: none of its scenarios chosen", file=sys.stderr)
+        return 2
     rng = random.Random(args.seed)
-    plan = [(tool, rng.choice(scenarios)) for tool in tools for _ in range(args.faults)]
+    plan = [
+        (tool, rng.choice(scenarios_of(tool, scenarios)))
+        for tool in tools
+        for _ in range(args.faults)
+    ]
     rng.shuffle(plan)
     work: queue.Queue[tuple[int, str, str]] = queue.Queue()
     for number, (tool, scenario) in enumerate(plan, 1):
@@ -84,7 +112,7 @@ def main() -> int:
                     except queue.Empty:
                         return
                     try:
-                        result = run_scenario(lab, scenario, tool, number)
+                        result = run_one(lab, scenario, tool, number)
                     except Exception as exc:  # a harness failure: record it, keep soaking
                         with guard:
                             errors.append(f"#{number} {tool} {scenario}: {exc!r}")
@@ -96,6 +124,8 @@ def main() -> int:
                         done = len(results)
                     status = "ok" if not result.problems() else "; ".join(result.problems())
                     took = "-" if result.takeover is None else f"{result.takeover:.1f}s"
+                    if isinstance(result, SchedulerResult):
+                        status = f"ticks ran {result.ran} missed {result.missed}: {status}"
                     print(
                         f"[{time.monotonic() - began:6.0f}s] {done:3d}/{len(plan)} lab{lab_number} "
                         f"{tool:11s} {scenario:13s} holder {result.holder} takeover {took} "
@@ -121,7 +151,7 @@ def main() -> int:
     print(report(results, tools, scenarios, time.monotonic() - began))
     if args.json is not None:
         args.json.write_text(json.dumps([asdict(r) for r in results], indent=2, default=str))
-    broken = [r for r in results if r.tool == "lockctl" and r.problems()]
+    broken = [r for r in results if r.tool != "consul-lock" and r.problems()]
     return 1 if broken or errors else 0
 
 
@@ -152,7 +182,8 @@ def report(results: list[RunResult], tools: list[str], scenarios: list[str], too
             over = [r.takeover - r.detection for r in cut if r.takeover is not None]
             lines.append(
                 f"{tool:11s} cut-host: session invalidated {summary([r.detection for r in cut])} s "
-                f"after the cut; takeover {summary(over)} s after that (bound: LockDelay + 2 s)"
+                f"after the cut; takeover {summary(over)} s after that (bound: LockDelay + "
+                f"{'one interval + ' if tool == scheduler.TOOL else ''}2 s)"
             )
         worst = [r for r in results if r.tool == tool and r.overlaps]
         if worst:
@@ -162,7 +193,46 @@ def report(results: list[RunResult], tools: list[str], scenarios: list[str], too
         if any(late_max):
             lines.append(f"{tool:11s} latest child kill {max(late_max):.1f} s after takeover")
         lines.append("")
+    lines += scheduler_ticks(results)
     return "\n".join(lines + side_by_side(results, tools, scenarios))
+
+
+def scheduler_ticks(results: list[RunResult]) -> list[str]:
+    """The scheduler's own figures per scenario: ticks run and missed, and what broke."""
+    runs = [r for r in results if isinstance(r, SchedulerResult)]
+    if not runs:
+        return []
+    header = (
+        f"{'scheduler':13s} {'faults':>6s} {'ticks':>6s} {'ran':>5s} {'twice':>5s} "
+        f"{'missed':>6s} {'by overlap':>10s} {'unexcused':>9s} {'unrecorded':>10s} "
+        f"{'missed per fault min/med/max':>28s}"
+    )
+    lines = [header, "-" * len(header)]
+    for scenario in [*scheduler.SCENARIOS, "all"]:
+        chosen = [r for r in runs if scenario in ("all", r.scenario)]
+        if not chosen:
+            continue
+        verdicts = [v for r in chosen for v in r.verdicts]
+        # missed per fault: the faulted (long) job's ticks lost to the fault, not its overlaps
+        per_fault = [
+            float(v.missed - v.missed_by_overlap)
+            for r in chosen
+            for v in r.verdicts
+            if v.job == r.job
+        ]
+        lines.append(
+            f"{scenario:13s} {len(chosen):6d} {sum(v.checked for v in verdicts):6d} "
+            f"{sum(v.ran for v in verdicts):5d} {sum(len(v.twice) for v in verdicts):5d} "
+            f"{sum(v.missed for v in verdicts):6d} "
+            f"{sum(v.missed_by_overlap for v in verdicts):10d} "
+            f"{sum(len(v.unexcused) for v in verdicts):9d} "
+            f"{sum(len(v.unrecorded) for v in verdicts):10d} {summary(per_fault):>28s}"
+        )
+    lines.append(
+        f"scheduler takeover bound: 2 x TTL + LockDelay + one interval + 5 s = "
+        f"{scheduler.TAKEOVER_BOUND:g} s; ticks inside it may be missed, and are recorded so"
+    )
+    return [*lines, ""]
 
 
 def side_by_side(results: list[RunResult], tools: list[str], scenarios: list[str]) -> list[str]:

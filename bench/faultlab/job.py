@@ -2,9 +2,10 @@
 
     job.py SOCKET JOB WORKER SECONDS FAULTS-MARKER
 
-Run by `lockctl run` (LOCK_INDEX and LOCK_SESSION in the environment) or by `consul lock` (no
-fencing token: it sends none). The main process enters the oracle, then starts the rest of the
-tree, the kinds of process a real job leaves behind (issue 13 A):
+Run by `lockctl run` or `lockctl schedule` (LOCK_INDEX and LOCK_SESSION in the environment, and
+for a scheduled tick LOCKCTL_TICK) or by `consul lock` (no fencing token: it sends none). The
+main process enters the oracle, then starts the rest of the tree, the kinds of process a real job
+leaves behind (issue 13 A):
 
 - `child`: a plain child (fork), default signal handling;
 - `grandchild`: the child's child, ignoring SIGTERM (only SIGKILL ends it);
@@ -68,6 +69,7 @@ def main() -> int:
         "session": os.environ.get("LOCK_SESSION"),
         "lock_index": None if index is None else int(index),
         "run": uuid.uuid4().hex,
+        "tick": os.environ.get("LOCKCTL_TICK"),  # a scheduled run's tick (None: not one)
     }
     until = time.monotonic() + seconds
     client = Client(path)

@@ -1,11 +1,11 @@
 """The guarded resource: a Unix-socket server that sees every critical section, on its own clock.
 
-Each process of a job connects, sends `enter` (job, worker, session, LockIndex, run, role), then
-`write`s while it works, then `exit`, one JSON object a line; every message is answered
-`{"ok": true|false}`. A write (enter is the first) carrying a LockIndex LOWER than the highest
-this oracle accepted for the job is rejected and counted: that is the fencing check a real
-resource would do with LOCK_INDEX. A job without a LockIndex (`consul lock` gives its child
-none) cannot be fenced and is accepted.
+Each process of a job connects, sends `enter` (job, worker, session, LockIndex, run, role, and
+the tick under `lockctl schedule`), then `write`s while it works, then `exit`, one JSON object a
+line; every message is answered `{"ok": true|false}`. A write (enter is the first) carrying a
+LockIndex LOWER than the highest this oracle accepted for the job is rejected and counted: that
+is the fencing check a real resource would do with LOCK_INDEX. A job without a LockIndex
+(`consul lock` gives its child none) cannot be fenced and is accepted.
 
 One connection is one `Section` (one process); the sections with the same `run` (an id the job's
 main process draws and its members inherit) are one `Holder`: one lock holder's whole process
@@ -51,6 +51,7 @@ class Section:
     writes: int = 0
     rejected_at: list[float] = field(default_factory=list)
     enter_rejected: bool = False
+    tick: str | None = None  # LOCKCTL_TICK: the scheduled tick this run is for (scheduler runs)
 
     @property
     def end(self) -> float:
@@ -76,6 +77,10 @@ class Holder:
     @property
     def lock_index(self) -> int | None:
         return self.first.lock_index
+
+    @property
+    def tick(self) -> str | None:
+        return self.first.tick
 
     @property
     def entered(self) -> float:
@@ -206,6 +211,7 @@ class Oracle:
                     role=str(message.get("role") or "main"),
                     entered=at,
                     last_accepted=at,
+                    tick=None if message.get("tick") is None else str(message["tick"]),
                 )
                 self.sections.append(new)
                 new.enter_rejected = not self._accept(new, at)

@@ -76,6 +76,7 @@ class Child:
         self.process: subprocess.Popen[bytes] | None = None
         self._control: socket.socket | None = None
         self._init: int | None = None  # a pidfd (or the pid) of the namespace's init
+        self._init_pid: int | None = None  # its PID: the one stray a namespaced job can have
         if self.warning is None:
             self._prepare_namespace()
 
@@ -111,7 +112,8 @@ class Child:
             control.settimeout(INIT_START_TIMEOUT)
             if control.recv(64) != b"ready\n":
                 raise OSError("the job's init did not start")
-            self._init = _open_pidfd(_only_child(self.pid))
+            self._init_pid = _only_child(self.pid)
+            self._init = _open_pidfd(self._init_pid)
             control.sendall(json.dumps({"env": dict(lock_env)}).encode())
             control.shutdown(socket.SHUT_WR)
             return True
@@ -223,7 +225,15 @@ class Child:
         return True
 
     def _strays(self) -> list[int]:
-        return [pid for pid in stray_descendants() if pid not in self._not_ours]
+        return [pid for pid in stray_descendants() if self._is_stray(pid)]
+
+    def _is_stray(self, pid: int) -> bool:
+        """A child of ours that is this job's. Nothing leaves a PID namespace (its orphans go to
+        its init), so there the one stray is the init itself, re-parented to us once unshare
+        died; any other child is another job's (a scheduler runs several at once)."""
+        if self.containment == PID_NAMESPACE:
+            return pid == self._init_pid
+        return pid not in self._not_ours
 
     def _is_first(self, pid: int) -> bool:
         return self.process is not None and pid == self.process.pid
@@ -236,9 +246,11 @@ class Child:
         that is not the job's either: its owner wants its status.
         """
         for pid, state in _our_children():
-            if state == "Z" and pid not in self._not_ours and not self._is_first(pid):
+            if state == "Z" and self._is_stray(pid) and not self._is_first(pid):
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
+                if pid == self._init_pid:
+                    self._init_pid = None  # reaped: its PID may soon be another process's
 
 
 def stray_descendants() -> list[int]:
