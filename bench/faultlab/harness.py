@@ -45,14 +45,16 @@ from pathlib import Path
 from bench.faultlab import survivors
 from bench.faultlab.oracle import Holder, Oracle
 from provision.cluster import netns as ns
+from provision.cluster import tls
 from provision.cluster.consul_binary import find_consul
 from provision.cluster.layout import AgentSpec, ClusterLayout
 from provision.cluster.local import cluster_down, cluster_status, cluster_up
-from provision.consul import Consul, ConsulSettings
+from provision.consul import Consul
 from provision.consul.errors import ConsulError, PermissionDenied
 from provision.system.deadline import Deadline, attempts, retry_until, wait_until
 from provision.system.processes import read_pid, stop, terminate
 from provision.system.secrets import Secret, read_secret_file, write_secret_file
+from provision.workers.config import WorkerTLS
 
 REPO = Path(__file__).resolve().parents[2]
 JOB_SCRIPT = Path(__file__).with_name("job.py")
@@ -228,7 +230,30 @@ class FaultLab:
         return next(a for a in self.cluster.agents if a.name == name)
 
     def client(self, name: str, token: Secret | None) -> Consul:
-        return Consul(ConsulSettings(address=self.agent(name).http_address, token=token))
+        address = self.agent(name).http_address
+        return Consul(tls.consul_settings(self.cluster, address=address, token=token))
+
+    def consul_of(self, worker: str) -> dict[str, str]:
+        """A worker config's `consul` object: its agent, its token file and, on a TLS cluster
+        (the default), the CA and its agent's certificate pair, as `worker-config --tls-dir`."""
+        consul = {
+            "address": self.agent(worker).http_address,
+            "token_file": str(self.token_files[worker]),
+        }
+        if self.cluster.tls:
+            consul.update(WorkerTLS.in_folder(self.cluster.tls_dir, worker).record())
+        return consul
+
+    def consul_lock_tls(self, worker: str) -> list[str]:
+        """The same files as `consul lock` flags (paths, not secrets)."""
+        if not self.cluster.tls:
+            return []
+        files = WorkerTLS.in_folder(self.cluster.tls_dir, worker)
+        return [
+            f"-ca-file={files.ca_file}",
+            f"-client-cert={files.cert_file}",
+            f"-client-key={files.key_file}",
+        ]
 
     def management(self, name: str = "server-1") -> Consul:
         return self.client(name, read_secret_file(self.cluster.management_token_file))
@@ -259,10 +284,7 @@ class FaultLab:
         config = {
             "format": 1,
             "worker": worker,
-            "consul": {
-                "address": self.agent(worker).http_address,
-                "token_file": str(self.token_files[worker]),
-            },
+            "consul": self.consul_of(worker),
             "jobs": {
                 job: {
                     "lock_key": lock_key(job),
@@ -299,6 +321,7 @@ class FaultLab:
                 "lock",
                 f"-http-addr={self.agent(worker).http_address}",
                 f"-token-file={self.token_files[worker]}",
+                *self.consul_lock_tls(worker),
                 "-shell=false",
                 f"{PREFIX}/{job}",
                 *job_argv,

@@ -156,10 +156,7 @@ class SchedulerFleet:
         config = {
             "format": 1,
             "worker": worker,
-            "consul": {
-                "address": self.lab.agent(worker).http_address,
-                "token_file": str(self.lab.token_files[worker]),
-            },
+            "consul": self.lab.consul_of(worker),
             "jobs": jobs,
         }
         path = self.folder / f"{worker}.json"

@@ -40,7 +40,8 @@ from bench.faultlab.harness import (
 from bench.faultlab.job import ROLES
 from bench.faultlab.oracle import Oracle
 from provision.cluster import netns as ns
-from provision.consul import Consul, ConsulSettings
+from provision.cluster import tls
+from provision.consul import Consul
 from provision.consul.errors import ConsulError
 from provision.consul.transport import NO_RETRY
 from provision.errors import EXIT_LOCK_LOST
@@ -104,7 +105,8 @@ def test_namespaces_hold_the_addresses_and_cut_isolates_one_host(lab: FaultLab) 
         try:
             other = lab.management(layout.workers[1].name).status.leader()
             assert other
-            cut_off = Consul(ConsulSettings(address=worker.http_address, timeout=1.0))
+            settings = tls.consul_settings(lab.cluster, address=worker.http_address, timeout=1.0)
+            cut_off = Consul(settings)
             with pytest.raises(ConsulError):
                 cut_off.status.leader(retry=NO_RETRY)
         finally:
