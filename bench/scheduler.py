@@ -690,7 +690,7 @@ def main() -> int:
 def _run(work: Path, args: argparse.Namespace) -> int:
     state_dir = work / "cluster"
     load_before = _load()
-    up = cluster_up(state_dir, subnet=args.subnet)
+    up = cluster_up(state_dir, subnet=args.subnet, tls=False)  # as measured before TLS
     bench: SchedulerBench | None = None
     engine: Engine | None = None
     try:
