@@ -5,10 +5,11 @@
 
 Runs as its own process inside the run's network namespace (`ip netns exec`), like
 vagrant/cluster-ready: one read of the ledger (`Ledger.records`, through lockctl's own Consul
-client, the token read from its 0600 file), every record written to OUT.json as the tick check
-reads it. With --sessions: which of the sessions named Consul still knows, as a JSON list (the
-scheduler check: every session a stopped scheduler made is gone). Exit 0 written, 1 Consul did
-not answer or refused.
+client, the token read from its 0600 file, the CA and lockctl's client certificate from
+CONSUL_CACERT, CONSUL_CLIENT_CERT and CONSUL_CLIENT_KEY), every record written to OUT.json as the
+tick check reads it. With --sessions: which of the sessions named Consul still knows, as a JSON
+list (the scheduler check: every session a stopped scheduler made is gone). Exit 0 written, 1
+Consul did not answer or refused.
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from provision.consul import Consul, ConsulError, ConsulSettings, normalize_address
+from provision.consul import Consul, ConsulError, resolve_settings
 from provision.ledger.records import TickRecord, tick_name, timestamp
 from provision.ledger.store import Ledger
-from provision.system.secrets import read_secret_file
 
 CALL_TIMEOUT = 10.0
 
@@ -42,11 +42,7 @@ def record_fields(record: TickRecord) -> dict[str, Any]:
 
 
 def consul_at(address: str, token_file: str) -> Consul:
-    settings = ConsulSettings(
-        address=normalize_address(address),
-        token=read_secret_file(Path(token_file)),
-        timeout=CALL_TIMEOUT,
-    )
+    settings = resolve_settings(address=address, token_file=Path(token_file), timeout=CALL_TIMEOUT)
     return Consul(settings)
 
 
