@@ -81,4 +81,4 @@ until curl -fsS -o /dev/null --cacert "$TLS/ca.pem" --cert "$TLS/$NAME.pem" --ke
   [ $i -lt 120 ] || { journalctl -u consul --no-pager | tail -n 20; exit 1; }
   sleep 1
 done
-echo "provision-consul: $NAME: $(/usr/local/bin/consul version | head -n 1) serving HTTPS on $ADDRESS:8501, gossip encrypted ($(( $(date +%s) - T0 )) s)"
+echo "provision-consul: $NAME: $(/usr/local/bin/consul version | head -n 1) serving HTTPS on $ADDRESS:8501; its key and config: $(stat -c '%a %U' "$TLS/$NAME-key.pem" /etc/consul.d/agent.hcl | sort -u | tr '\n' ' ')($(( $(date +%s) - T0 )) s)"

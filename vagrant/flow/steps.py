@@ -42,7 +42,7 @@ PROVISION_TIMEOUT = 1200.0
 DESTROY_TIMEOUT = 600.0
 _CLIENT_ADDR = re.compile(r'^client_addr *= *"(.*)"', re.MULTILINE)
 _PROVISION_LINE = re.compile(r"provision-(consul|lockctl):")
-SHOW_MODES = "sudo stat -c '%n %a %U'"  # what a delivery prints: path, mode, owner
+SHOW_MODES = "sudo stat -c '{node}: %n %a %U'"  # what a delivery prints: path, mode, owner
 _LOG_PREFIX = re.compile(r"^[0-9:]* *[^:]*: ")  # "12:00:01     server-1: " of a stamped log
 LOCK_KEY = f"locks/{JOB}/.lock"  # the spec vagrant/prepare writes: its ledger is beside it
 # Up to 60 s for the job's service to end (a run the last timer started completes its tick).
