@@ -509,3 +509,24 @@ def test_prepare_makes_the_vms_tls_on_the_host_and_renders_https_gossip_encrypte
         assert "verify_server_hostname = true" in text
     workers = [a for a in agents if not a.server]
     assert 'address = "https://192.168.56.22:8501"' in prepare.vm_spec(workers, 10, 5)
+
+
+def test_the_flows_own_consul_clients_present_lockctls_pair_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger reads and cluster-ready reach the VMs' HTTPS-only agents with the CA and
+    lockctl's client pair the flow exports (Settings.tls_environment), as lockctl's commands do."""
+    from flow import ledger_read
+
+    settings = make_settings(tmp_path)
+    stage_tls(settings, ["lockctl"])
+    token = tmp_path / "management.token"
+    token.write_text("11111111-2222-3333-4444-555555555555\n")
+    for name, value in settings.tls_environment().items():
+        monkeypatch.setenv(name, value)
+    consul = ledger_read.consul_at(settings.server1, str(token))
+    tls = settings.tls_dir
+    assert consul.settings.address == "https://192.168.56.11:8501"
+    assert consul.settings.ca_cert == tls / "ca.pem"
+    assert consul.settings.client_cert == tls / "lockctl.pem"
+    assert consul.settings.client_key == tls / "lockctl-key.pem"
