@@ -530,3 +530,56 @@ def test_the_flows_own_consul_clients_present_lockctls_pair_from_the_environment
     assert consul.settings.ca_cert == tls / "ca.pem"
     assert consul.settings.client_cert == tls / "lockctl.pem"
     assert consul.settings.client_key == tls / "lockctl-key.pem"
+
+
+class PipeShell:
+    """Stands in for flow.commands.Shell in a delivery: records each SSH command and what was
+    written to its stdin; the nodes in `failing` exit 1."""
+
+    def __init__(self, failing: set[str]) -> None:
+        self.failing = failing
+        self.commands: list[str] = []
+        self.fed: dict[str, bytes] = {}
+
+    def ns(self, argv: list[str]) -> list[str]:
+        return argv
+
+    def start(self, argv: list[str], name: str, *, stdin: int) -> object:
+        shell, node, command = self, argv[-2], argv[-1]
+        self.commands.append(command)
+
+        class Stdin(io.BytesIO):
+            def close(self) -> None:
+                shell.fed[node] = self.getvalue()
+                super().close()
+
+        class Popen:
+            stdin = Stdin()
+
+        class Started:
+            popen = Popen()
+            status = 1 if node in self.failing else 0
+
+        return Started()
+
+    def wait_all(self, children: list[object], timeout: float) -> list[int]:
+        return [child.status for child in children]  # type: ignore[attr-defined]
+
+
+def test_a_delivery_feeds_each_node_its_own_tar_and_names_the_nodes_that_failed(
+    tmp_path: Path,
+) -> None:
+    settings = make_settings(tmp_path)
+    main.fresh_artifacts(settings)
+    flow = steps.Flow(settings, PhaseTimer(settings.art / "phases.txt"), UndoStack())
+    shell = PipeShell(failing={"server-2"})
+    flow.shell = shell  # type: ignore[assignment]
+    nodes = ["server-1", "server-2", "worker-1"]
+    with pytest.raises(FlowFailed, match=r"^delivering to server-2 failed$"):
+        flow.deliver(
+            nodes, lambda node: f"tar of {node}".encode(), f"{steps.SHOW_MODES} /k/{{node}}"
+        )
+    assert shell.fed == {node: f"tar of {node}".encode() for node in nodes}
+    assert (
+        shell.commands[0] == "sudo tar -xpf - -C / && sudo stat -c 'server-1: %n %a %U' /k/server-1"
+    )

@@ -207,8 +207,10 @@ class Flow:
                 child.popen.stdin.write(tar_of(node))
                 child.popen.stdin.close()
             deliveries.append(child)
-        if any(self.shell.wait_all(deliveries, timeout=300)):
-            raise FlowFailed(f"delivering to {', '.join(nodes)} failed")
+        statuses = self.shell.wait_all(deliveries, timeout=300)
+        failed = [node for node, status in zip(nodes, statuses, strict=True) if status != 0]
+        if failed:
+            raise FlowFailed(f"delivering to {', '.join(failed)} failed")
 
     def deliver_agent_files(self) -> None:
         """Every agent's config (the gossip key in it), ca.pem and its own pair, before
