@@ -4,7 +4,9 @@ the scheduler service (issue 15).
 Root, about 10 minutes: `make test` runs it after the rest of the suite (scripts/check), and so
 does CI; by hand: `.venv/bin/pytest -m vagrant tests/vagrant` (a plain `pytest` leaves it out).
 It runs `scripts/vagrant-verify` (what `make vagrant-verify` runs) and asserts on the artifacts it
-keeps in .lockctl/vagrant/: the JUnit report of `lockctl verify` is all green, and the tick check
+keeps in .lockctl/vagrant/: the JUnit report of `lockctl verify` is all green over HTTPS, its
+`tls-http` and `gossip-encrypted` checks included (issue 16: the VMs' agents serve HTTPS only,
+verify certificates both ways and encrypt gossip), and the tick check
 saw each tick run exactly once (from the ledger, the job's own log and the runners' events), and
 so did the scheduler check of lockctl-scheduler.service on both workers, stopped cleanly.
 LOCKCTL_VAGRANT_REPORT_ONLY=1 asserts on the last run's artifacts without starting VMs.
@@ -58,9 +60,14 @@ def test_flow_succeeded_left_nothing_behind_and_leaked_no_secret(flow: dict[str,
     assert flow["exit_status"] == 0, report
     assert "LEFT BEHIND" not in report
     # The teardown searched everything the flow keeps, its whole output included, for the token
-    # secrets it minted (management and workers'), and found none.
+    # secrets it minted (management and workers'), every line of each TLS private key it made
+    # (CA, 5 agents, lockctl's) and the gossip key, and found none.
     assert "SECRET FOUND" not in report
-    assert "token secrets is in the artifacts or the output" in report
+    assert re.search(
+        r"none of the \d+ token secrets, 7 TLS private keys \(\d+ lines\) and the gossip key is in"
+        r" the artifacts or the output",
+        report,
+    ), report
 
 
 def test_verify_report_is_all_green(flow: dict[str, object]) -> None:
@@ -77,6 +84,8 @@ def test_verify_report_is_all_green(flow: dict[str, object]) -> None:
     assert not failed
     assert not skipped  # the flow gives the management token: every check really ran
     checks = (
+        "tls-http",
+        "gossip-encrypted",
         "anonymous-denied",
         "worker-token-allowed",
         "single-holder",

@@ -5,10 +5,11 @@
 
 Runs as its own process inside the run's network namespace (`ip netns exec`), like
 vagrant/cluster-ready: one read of the ledger (`Ledger.records`, through lockctl's own Consul
-client, the token read from its 0600 file), every record written to OUT.json as the tick check
-reads it. With --sessions: which of the sessions named Consul still knows, as a JSON list (the
-scheduler check: every session a stopped scheduler made is gone). Exit 0 written, 1 Consul did
-not answer or refused.
+client, the token read from its 0600 file, the CA and lockctl's client certificate from
+CONSUL_CACERT, CONSUL_CLIENT_CERT and CONSUL_CLIENT_KEY), every record written to OUT.json as the
+tick check reads it. With --sessions: which of the sessions named Consul still knows, as a JSON
+list (the scheduler check: every session a stopped scheduler made is gone). Exit 0 written, 1
+Consul did not answer or refused, or a TLS file the environment names is missing.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from provision.consul import Consul, ConsulError, ConsulSettings, normalize_address
+from provision.consul import Consul, resolve_settings
+from provision.errors import LockctlError
 from provision.ledger.records import TickRecord, tick_name, timestamp
 from provision.ledger.store import Ledger
-from provision.system.secrets import read_secret_file
 
 CALL_TIMEOUT = 10.0
 
@@ -42,11 +43,7 @@ def record_fields(record: TickRecord) -> dict[str, Any]:
 
 
 def consul_at(address: str, token_file: str) -> Consul:
-    settings = ConsulSettings(
-        address=normalize_address(address),
-        token=read_secret_file(Path(token_file)),
-        timeout=CALL_TIMEOUT,
-    )
+    settings = resolve_settings(address=address, token_file=Path(token_file), timeout=CALL_TIMEOUT)
     return Consul(settings)
 
 
@@ -58,7 +55,7 @@ def sessions_left(argv: list[str]) -> int:
             for i in ids
             if consul_at(address, token_file).session.info(i, consistency="consistent")
         ]
-    except ConsulError as exc:
+    except LockctlError as exc:  # Consul's answer, or a TLS file missing
         print(f"ledger-read: {exc}", file=sys.stderr)
         return 1
     Path(out).write_text(json.dumps(left) + "\n", "utf-8")
@@ -75,7 +72,7 @@ def main(argv: list[str]) -> int:
     address, token_file, lock_key, out = argv
     try:
         records = Ledger(consul_at(address, token_file), lock_key).records()
-    except ConsulError as exc:
+    except LockctlError as exc:  # Consul's answer, or a TLS file missing
         print(f"ledger-read: {exc}", file=sys.stderr)
         return 1
     Path(out).write_text(json.dumps([record_fields(r) for r in records], indent=2) + "\n", "utf-8")

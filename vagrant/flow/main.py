@@ -54,8 +54,9 @@ def fresh_artifacts(settings: Settings) -> None:
 
 
 class SecretCheck:
-    """The end-of-run search for the run's token secrets, as an undo: after everything else is
-    torn down, before the run's state (where the secrets are) is removed."""
+    """The end-of-run search for the run's secrets (tokens, TLS private keys, the gossip key), as
+    an undo: after everything else is torn down, before the run's state and the stage (where the
+    secrets are) are removed."""
 
     passed = True
 
@@ -63,7 +64,8 @@ class SecretCheck:
         self.settings = settings
 
     def __call__(self) -> None:
-        self.passed = artifacts.check_no_secret_kept(self.settings.art, self.settings.secrets)
+        s = self.settings
+        self.passed = artifacts.check_no_secret_kept(s.art, s.secrets, s.tls_dir)
 
 
 def run_and_tear_down(settings: Settings, guard: SignalGuard) -> int:

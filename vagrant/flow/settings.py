@@ -12,6 +12,8 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from provision.cluster.layout import CLI_CERT_NAME, HTTPS_PORT
+
 BOX_NAME = "lockctl/bookworm-local"
 JOB = "vagrant-tick"  # the timers' job
 SCHED_JOB = "vagrant-sched"  # the scheduler service's short job (it runs JOB as well)
@@ -116,8 +118,23 @@ class Settings:
         return f"lockctl-{self.run_id}-"
 
     @property
+    def tls_dir(self) -> Path:
+        """The CA, every agent's pair, lockctl's own and the gossip key (vagrant/prepare)."""
+        return self.stage / "tls"
+
+    @property
     def server1(self) -> str:
-        return f"http://{self.subnet}.11:8500"
+        """server-1's API: HTTPS only, on 8501 (the VMs' agents serve no plain HTTP)."""
+        return f"https://{self.subnet}.11:{HTTPS_PORT}"
+
+    def tls_environment(self) -> dict[str, str]:
+        """The `consul` CLI's own variables for lockctl's -cli pair: every host-side lockctl
+        call (bootstrap, apply, verify, cluster-ready, the ledger reads) presents it."""
+        return {
+            "CONSUL_CACERT": str(self.tls_dir / "ca.pem"),
+            "CONSUL_CLIENT_CERT": str(self.tls_dir / f"{CLI_CERT_NAME}.pem"),
+            "CONSUL_CLIENT_KEY": str(self.tls_dir / f"{CLI_CERT_NAME}-key.pem"),
+        }
 
     @property
     def server_names(self) -> list[str]:
@@ -154,6 +171,9 @@ class Settings:
             VAGRANT_NO_COLOR="1",
             LIBVIRT_DEFAULT_URI="qemu:///system",
         )
+        environ.update(self.tls_environment())
+        for name in ("CONSUL_HTTP_ADDR", "CONSUL_HTTP_TOKEN", "CONSUL_HTTP_TOKEN_FILE"):
+            environ.pop(name, None)  # the flow names its address and token file every time
 
 
 def default_box_file(repo: Path) -> Path:

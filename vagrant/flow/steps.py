@@ -1,6 +1,9 @@
-"""The flow's phases, in order: host packages, stage, box, libvirt, VMs, provisioning, lockctl's
-bootstrap and apply, delivery to the workers, timers, verify, ticks, the scheduler service
-(sched_run.py), report.
+"""The flow's phases, in order: host packages, stage, box, libvirt, VMs, the agents' secret files
+into every VM (delivery.py), provisioning, lockctl's bootstrap and apply, delivery to the workers,
+timers, verify, ticks, the scheduler service (sched_run.py), report.
+
+The VMs' cluster runs TLS (HTTPS only on 8501, certificates verified both ways) with encrypted
+gossip; every host-side lockctl call presents lockctl's -cli pair (Settings.tls_environment).
 
 Everything that talks to the VMs runs inside the run's namespace (`self.shell.ns`, `self.ssh`);
 host-side steps (packages, stage, box build, worker-config, the tick check) need no network of it.
@@ -9,13 +12,12 @@ host-side steps (packages, stage, box build, worker-config, the tick check) need
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import re
 import shutil
 import subprocess
-import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from flow import libvirt, sched_run, ticks
@@ -28,9 +30,11 @@ from flow.commands import (
     tail,
     tail_of_failure,
 )
+from flow.delivery import agent_files_tar, worker_files_tar
 from flow.phases import PhaseTimer
 from flow.settings import BOX_NAME, JOB, SCHED_JOB, Settings
 from flow.teardown import UndoStack
+from provision.cluster.layout import HTTPS_PORT
 
 UP_TIMEOUT = 1500.0
 UP_ATTEMPTS = 2
@@ -38,6 +42,7 @@ PROVISION_TIMEOUT = 1200.0
 DESTROY_TIMEOUT = 600.0
 _CLIENT_ADDR = re.compile(r'^client_addr *= *"(.*)"', re.MULTILINE)
 _PROVISION_LINE = re.compile(r"provision-(consul|lockctl):")
+SHOW_MODES = "sudo stat -c '{node}: %n %a %U'"  # what a delivery prints: path, mode, owner
 _LOG_PREFIX = re.compile(r"^[0-9:]* *[^:]*: ")  # "12:00:01     server-1: " of a stamped log
 LOCK_KEY = f"locks/{JOB}/.lock"  # the spec vagrant/prepare writes: its ledger is beside it
 # Up to 60 s for the job's service to end (a run the last timer started completes its tick).
@@ -64,6 +69,7 @@ class Flow:
             ("libvirt start", lambda: libvirt.start(self.s, self.shell, self.stack)),
             ("box add", self.box_add),
             ("vagrant up", self.vagrant_up),
+            ("deliver agent files", self.deliver_agent_files),
             ("provisioning", self.provision),
             ("bootstrap + apply", self.bootstrap_and_apply),
             ("deliver + timers", self.deliver_and_start_timers),
@@ -186,6 +192,36 @@ class Flow:
         if done.returncode != 0:
             print("vagrant destroy failed (see logs/destroy.log); removing what is left directly")
 
+    def deliver(self, nodes: list[str], tar_of: Callable[[str], bytes], then: str) -> None:
+        """Each node's tar stream (delivery.py) through one SSH session, the nodes in parallel,
+        unpacked as root; then the command `then` (its `{node}` filled in), which shows the
+        secret files' modes and owners as the guest has them."""
+        deliveries: list[Child] = []
+        for node in nodes:
+            command = f"sudo tar -xpf - -C / && {then.format(node=node)}"
+            child = self.shell.start(
+                self.ssh(node, command), f"delivery to {node}", stdin=subprocess.PIPE
+            )
+            assert child.popen.stdin is not None
+            with contextlib.suppress(BrokenPipeError):  # ssh gave up: its exit status says so
+                child.popen.stdin.write(tar_of(node))
+                child.popen.stdin.close()
+            deliveries.append(child)
+        statuses = self.shell.wait_all(deliveries, timeout=300)
+        failed = [node for node, status in zip(nodes, statuses, strict=True) if status != 0]
+        if failed:
+            raise FlowFailed(f"delivering to {', '.join(failed)} failed")
+
+    def deliver_agent_files(self) -> None:
+        """Every agent's config (the gossip key in it), ca.pem and its own pair, before
+        `vagrant provision` starts the agents: root's 0600 until provision-consul.sh hands them
+        to the consul user."""
+        self.deliver(
+            self.s.nodes,
+            lambda node: agent_files_tar(self.s, node),
+            f"{SHOW_MODES} /etc/consul.d/agent.hcl /etc/consul.d/tls/{{node}}-key.pem",
+        )
+
     def provision(self) -> None:
         """One `vagrant provision` per VM, in parallel (Vagrant locks each machine, not the
         project)."""
@@ -220,7 +256,7 @@ class Flow:
             found = _CLIENT_ADDR.search((s.stage / "agents" / f"{node}.hcl").read_text("utf-8"))
             if not found:
                 raise FlowFailed(f"stage/agents/{node}.hcl: no client_addr")
-            agents += ["--agent", f"{node}={found.group(1)}:8500"]
+            agents += ["--agent", f"{node}=https://{found.group(1)}:{HTTPS_PORT}"]
         self.shell.run(
             self.shell.ns(
                 [
@@ -270,6 +306,8 @@ class Flow:
                 "/etc/lockctl",
                 "--lockctl",
                 "/usr/local/bin/lockctl",
+                "--tls-dir",
+                "/etc/lockctl/tls",
             ],
             "lockctl worker-config",
         )
@@ -278,22 +316,12 @@ class Flow:
         """Each worker's files as one tar stream through one SSH session, the workers in
         parallel; then the timers, started together right after a tick, so every worker sees
         the same ticks from the next."""
-        deliveries: list[Child] = []
-        for worker in self.s.worker_names:
-            command = (
-                "sudo tar -xpf - -C / && sudo systemctl daemon-reload && "
-                f"sudo stat -c '%n %a %U' /etc/lockctl/{worker}.token"
-            )
-            child = self.shell.start(
-                self.ssh(worker, command), f"delivery to {worker}", stdin=subprocess.PIPE
-            )
-            assert child.popen.stdin is not None
-            with contextlib.suppress(BrokenPipeError):  # ssh gave up: its exit status says so
-                child.popen.stdin.write(worker_files_tar(self.s, worker))
-                child.popen.stdin.close()
-            deliveries.append(child)
-        if any(self.shell.wait_all(deliveries, timeout=300)):
-            raise FlowFailed("delivering to a worker failed")
+        self.deliver(
+            self.s.worker_names,
+            lambda worker: worker_files_tar(self.s, worker),
+            "sudo systemctl daemon-reload && "
+            f"{SHOW_MODES} /etc/lockctl/{{node}}.token /etc/lockctl/tls/{{node}}-key.pem",
+        )
         time.sleep(self.s.period - time.time() % self.s.period)
         timer = f"lockctl-{JOB}.timer"
         starts = [
@@ -407,32 +435,6 @@ class Flow:
             (s.art / "scheduler.txt").read_text(encoding="utf-8").rstrip("\n"),
         ]
         (s.art / "report.txt").write_text("\n".join(text) + "\n", encoding="utf-8")
-
-
-def worker_files_tar(settings: Settings, worker: str) -> bytes:
-    """The worker's config, env file, units and token as a tar of files only (no directory
-    entries: /etc and /etc/lockctl keep their modes in the guest), owned by root; the token
-    0600. In memory: the token never touches another file on the host, nor argv."""
-    made = settings.run / "workers" / worker
-    members = [
-        (settings.secrets / f"{worker}.token", f"etc/lockctl/{worker}.token", 0o600),
-        (made / "lockctl.json", "etc/lockctl/lockctl.json", 0o644),
-        (made / "lockctl.env", "etc/lockctl/lockctl.env", 0o644),
-        *[
-            (unit, f"etc/systemd/system/{unit.name}", 0o644)
-            for unit in sorted((made / "systemd").iterdir())
-        ],
-    ]
-    stream = io.BytesIO()
-    with tarfile.open(fileobj=stream, mode="w") as tar:
-        for source, name, mode in members:
-            data = source.read_bytes()
-            info = tarfile.TarInfo(name)
-            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
-            info.uid = info.gid = 0
-            info.uname = info.gname = "root"
-            tar.addfile(info, io.BytesIO(data))
-    return stream.getvalue()
 
 
 def refuse_shared_libvirt() -> None:
