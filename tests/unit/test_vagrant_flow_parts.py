@@ -462,17 +462,15 @@ def load_prepare() -> ModuleType:
 def test_prepare_makes_the_vms_tls_on_the_host_and_renders_https_gossip_encrypted_configs(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With the real `consul tls` (CONSUL_BIN): the CA, each server's certificate naming
+    """With the real `consul tls`: the CA, each server's certificate naming
     server.dc1.consul, its node and its VM's address, each worker's naming its address,
     lockctl's -cli pair and the gossip key; every key 0600; each agent's config 0600 with HTTPS
     only, verification both ways and the gossip key; the spec and inventory at https://IP:8501."""
     from provision.cluster.agent_config import ConfigDialect
-    from provision.cluster.consul_binary import find_consul
+    from provision.cluster.consul_binary import install_consul
     from provision.cluster.tls import read_gossip_key
 
-    binary = find_consul()
-    if binary is None:
-        pytest.skip("needs CONSUL_BIN for `consul tls`")
+    binary = install_consul()  # the suite's binary: CONSUL_BIN, PATH or the cache `make` fills
     prepare = load_prepare()
     monkeypatch.delenv("VAGRANT_SUBNET", raising=False)
     agents = prepare.layout()

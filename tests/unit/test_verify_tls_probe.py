@@ -1,11 +1,11 @@
 """The probes of provision/consul/probe.py against small servers in threads: a plain-HTTP one, and
 TLS ones that require a client certificate or do not, with certificates made by `consul tls`
-(CONSUL_BIN; skipped without it). What a real 1.8.7 agent answers is in
-tests/integration/test_verify_tls.py; these pin each outcome the judgements rely on."""
+(the binary the suite uses: CONSUL_BIN, PATH or the cache `make` fills). What a real 1.8.7 agent
+answers is in tests/integration/test_verify_tls.py; these pin each outcome the judgements rely
+on."""
 
 from __future__ import annotations
 
-import os
 import socket
 import ssl
 import subprocess
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from provision.cluster.consul_binary import install_consul
 from provision.consul import ConsulSettings
 from provision.consul.probe import (
     ANSWERED,
@@ -27,7 +28,6 @@ from provision.consul.probe import (
     probe_tls,
 )
 
-CONSUL_BIN = os.environ.get("CONSUL_BIN", "")
 ANSWER = b'HTTP/1.1 200 OK\r\nContent-Length: 4\r\nConnection: close\r\n\r\n"ok"'
 
 
@@ -41,8 +41,7 @@ class Material:
 
 @pytest.fixture(scope="module")
 def material(tmp_path_factory: pytest.TempPathFactory) -> Material:
-    if not CONSUL_BIN or not Path(CONSUL_BIN).is_file():
-        pytest.skip("needs CONSUL_BIN for `consul tls`")
+    consul = str(install_consul().path)
     folder = tmp_path_factory.mktemp("tls")
     other = tmp_path_factory.mktemp("other")
     for argv, cwd in [
@@ -51,7 +50,7 @@ def material(tmp_path_factory: pytest.TempPathFactory) -> Material:
         (["tls", "cert", "create", "-client"], folder),
         (["tls", "ca", "create"], other),
     ]:
-        subprocess.run([CONSUL_BIN, *argv], cwd=cwd, check=True, capture_output=True)
+        subprocess.run([consul, *argv], cwd=cwd, check=True, capture_output=True)
     return Material(
         folder / "consul-agent-ca.pem",
         (folder / "dc1-server-consul-0.pem", folder / "dc1-server-consul-0-key.pem"),
