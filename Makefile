@@ -2,7 +2,7 @@
 #   make demo   the main job: install everything, then the whole flow on a local Consul cluster
 #               (cluster up, render, apply, worker configs, two runners competing, verify)
 #   make test   the whole suite: install everything, then lint, format check, types, tests, and
-#               the Vagrant flow on real VMs (root; about 10 more minutes)
+#               the Vagrant flow on real VMs (root; about 8 more minutes)
 #   make check  the same without the VMs, for quick rounds while developing
 PYTHON ?= python3
 VENV   ?= .venv
