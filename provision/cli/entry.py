@@ -147,42 +147,15 @@ def recognize_run(argv: Sequence[str], environ: Mapping[str, str]) -> RunArgs | 
     As Typer's run command (allow_interspersed_args off): options come first, `--` or the first
     word that is not an option starts the command, and everything from there on is the command.
     """
+    from provision.cli.plainargs import scan_flags
     from provision.cli.runjob import RUN_FLAGS, RunArgs
 
-    by_name = {name: flag for flag in RUN_FLAGS for name in flag.names}
-    values: dict[str, object] = {}
-    position = 0
-    while position < len(argv):
-        word = argv[position]
-        if word == "--":
-            position += 1
-            break
-        if not word.startswith("-") or word == "-":
-            break
-        name, has_inline, inline = word.partition("=")
-        flag = by_name.get(name if name.startswith("--") else word)
-        if flag is None or flag.field in values:  # unknown (-h, -jX, ...) or repeated
-            return None
-        if not flag.takes_value:
-            if has_inline:
-                return None
-            values[flag.field] = True
-            position += 1
-            continue
-        if has_inline:
-            value, position = inline, position + 1
-        elif position + 1 < len(argv):
-            value, position = argv[position + 1], position + 2
-        else:
-            return None
-        if not value or value.startswith("-"):  # Typer's reading of these is not ours to guess
-            return None
-        values[flag.field] = value
+    scanned = scan_flags(argv, RUN_FLAGS, environ)
+    if scanned is None:
+        return None
+    values, position = scanned
     command = list(argv[position:])
-    for flag in RUN_FLAGS:
-        if flag.envvar and flag.field not in values and environ.get(flag.envvar):
-            values[flag.field] = environ[flag.envvar]
-    if not command or any(f.required and f.field not in values for f in RUN_FLAGS):
+    if not command:
         return None
     config = values.pop("config")
     assert isinstance(config, str)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from provision.cli.plainargs import Flag
 from provision.errors import InputError, LockctlError
 
 if TYPE_CHECKING:
@@ -26,21 +27,9 @@ if TYPE_CHECKING:
     from provision.workers.config import JobConfig, WorkerConfig
 
 
-@dataclass(frozen=True)
-class RunFlag:
-    """One option of `lockctl run`: its names (long first), help, and how it parses."""
-
-    field: str  # the RunArgs field (and the Typer parameter) it sets
-    names: tuple[str, ...]
-    help: str
-    takes_value: bool  # False: a switch, True when given
-    required: bool = False
-    envvar: str | None = None
-
-
 RUN_FLAGS = (
-    RunFlag("job", ("--job", "-j"), "The job (its name in the spec).", True, required=True),
-    RunFlag(
+    Flag("job", ("--job", "-j"), "The job (its name in the spec).", True, required=True),
+    Flag(
         "config",
         ("--config", "-c"),
         "The worker's lockctl.json.",
@@ -48,18 +37,16 @@ RUN_FLAGS = (
         required=True,
         envvar="LOCKCTL_CONFIG",
     ),
-    RunFlag("wait", ("--wait",), "Wait for the lock instead of skipping this tick.", False),
-    RunFlag("timeout", ("--timeout",), "With --wait: give up after this duration.", True),
-    RunFlag(
-        "min_hold", ("--min-hold",), "Hold the lock at least this long (overrides config).", True
-    ),
-    RunFlag(
+    Flag("wait", ("--wait",), "Wait for the lock instead of skipping this tick.", False),
+    Flag("timeout", ("--timeout",), "With --wait: give up after this duration.", True),
+    Flag("min_hold", ("--min-hold",), "Hold the lock at least this long (overrides config).", True),
+    Flag(
         "allow_unsafe",
         ("--allow-unsafe",),
         "Run even if the timings break the fencing bound.",
         False,
     ),
-    RunFlag(
+    Flag(
         "metrics_textfile",
         ("--metrics-textfile",),
         "Write the job's Prometheus metrics to this *.prom file (node_exporter's textfile "

@@ -17,10 +17,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-CONFIG_NAMES = ("--config", "-c")
-CONFIG_ENV = "LOCKCTL_CONFIG"
-LISTEN = "--listen"
-ALLOW_UNSAFE = "--allow-unsafe"
+from provision.cli.plainargs import Flag, scan_flags
+
+SCHEDULE_FLAGS = (
+    Flag("config", ("--config", "-c"), "The worker's lockctl.json.", True, True, "LOCKCTL_CONFIG"),
+    Flag("listen", ("--listen",), "Serve /metrics and /healthz on HOST:PORT.", True),
+    Flag("allow_unsafe", ("--allow-unsafe",), "Run even if timings break the fencing bound", False),
+)
 
 
 @dataclass(frozen=True)
@@ -35,40 +38,16 @@ class ScheduleArgs:
 def recognize_schedule(argv: Sequence[str], environ: Mapping[str, str]) -> ScheduleArgs | None:
     """The arguments when `argv` (after `schedule`) is a plain, well-formed invocation that
     Typer would parse into the same values; None at the least doubt (Typer then decides)."""
-    values: dict[str, str | bool] = {}
-    position = 0
-    while position < len(argv):
-        word = argv[position]
-        name, has_inline, inline = word.partition("=")
-        if name == ALLOW_UNSAFE:
-            if has_inline or "allow_unsafe" in values:
-                return None
-            values["allow_unsafe"], position = True, position + 1
-            continue
-        field = _field(word if not word.startswith("--") else name)
-        if field is None or field in values:  # unknown (-h, -cX, an argument) or repeated
-            return None
-        if has_inline and word.startswith("--"):
-            value, position = inline, position + 1
-        elif position + 1 < len(argv):
-            value, position = argv[position + 1], position + 2
-        else:
-            return None
-        if not value or value.startswith("-"):  # Typer's reading of these is not ours to guess
-            return None
-        values[field] = value
-    if "config" not in values and environ.get(CONFIG_ENV):
-        values["config"] = environ[CONFIG_ENV]
-    config, listen = values.get("config"), values.get("listen")
-    if not isinstance(config, str) or isinstance(listen, bool):
+    scanned = scan_flags(argv, SCHEDULE_FLAGS, environ)
+    if scanned is None or scanned[1] != len(argv) or "--" in argv:  # it takes no argument
         return None
-    return ScheduleArgs(Path(config), "allow_unsafe" in values, listen)
-
-
-def _field(name: str) -> str | None:
-    if name in CONFIG_NAMES:
-        return "config"
-    return "listen" if name == LISTEN else None
+    values = scanned[0]
+    listen = values.get("listen")
+    return ScheduleArgs(
+        Path(str(values["config"])),
+        "allow_unsafe" in values,
+        None if listen is None else str(listen),
+    )
 
 
 def run_schedule(args: ScheduleArgs) -> int:
