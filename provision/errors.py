@@ -7,6 +7,7 @@ bug and keeps its traceback.
     LockctlError                 1  (base; not raised directly)
     +-- InputError               2  bad flag, spec, config or template
     +-- LocalEnvironmentError    6  missing binary, unusable state folder, failed install
+    +-- Interrupted            130  a stop signal (SIGTERM, SIGINT, SIGHUP) ended the command
     +-- ConsulError              (provision.consul.errors: 3 unavailable, 4 denied, 5 API error)
 
 Messages never contain a token secret: the types that carry secrets mask themselves.
@@ -40,6 +41,12 @@ class LocalEnvironmentError(LockctlError):
     """Something on this machine is missing or in the way (binary, state folder, a process)."""
 
     exit_code = EXIT_ENVIRONMENT
+
+
+class Interrupted(LockctlError):
+    """A stop signal ended the command at a safe point (what was held is released)."""
+
+    exit_code = EXIT_INTERRUPTED
 
 
 # `lockctl run` only; a child's own exit status passes through unchanged.

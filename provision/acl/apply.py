@@ -39,7 +39,7 @@ from provision.acl.plan import (
     policies_to_read,
     workers_with_tokens,
 )
-from provision.acl.serialize import DEFAULT_LOCK_WAIT, apply_lock
+from provision.acl.serialize import DEFAULT_LOCK_WAIT, StopFlag, apply_lock, check_stop
 
 # check_secrets_dir and secret_path are re-exported: rotate and the CLI take them from here.
 from provision.acl.token_files import check_secrets_dir as check_secrets_dir
@@ -53,7 +53,7 @@ from provision.consul import (
     PermissionDenied,
 )
 from provision.consul.models import Policy, Token
-from provision.errors import EXIT_DENIED, LocalEnvironmentError, LockctlError
+from provision.errors import EXIT_DENIED, Interrupted, LocalEnvironmentError, LockctlError
 from provision.system.deadline import Deadline, attempts
 from provision.system.secrets import Secret, is_token_secret
 
@@ -150,15 +150,23 @@ def apply_spec(
     concurrency: int = DEFAULT_CONCURRENCY,
     progress: Progress | None = None,
     lock_wait: float = DEFAULT_LOCK_WAIT,
+    stop: StopFlag | None = None,
 ) -> ApplyResult:
     """Apply the spec, one lockctl at a time: when `planned` (made without the lock) has any
     change, take lockctl's lock, plan again under it (another run may have done the work
-    while this one waited) and apply that plan. A no-op needs no lock."""
+    while this one waited) and apply that plan. A no-op needs no lock.
+
+    `stop` (the CLI's, set by its signal handlers) is asked at safe points: before the lock, as
+    it is taken, before the plan under it and between calls, never within one (a token is not
+    minted without its file written); a stop raises Interrupted, with the lock released."""
+    check_stop(stop, "before apply changed anything")
     if not planned.has_changes:
         return ApplyResult(planned, 0, (), 0.0)
-    with apply_lock(consul, "apply", wait=lock_wait):
+    with apply_lock(consul, "apply", wait=lock_wait, stop=stop):
         fresh = plan_against(consul, desired, secrets_dir, prune=prune, concurrency=concurrency)
-        return apply_plan(consul, fresh, secrets_dir, concurrency=concurrency, progress=progress)
+        return apply_plan(
+            consul, fresh, secrets_dir, concurrency=concurrency, progress=progress, stop=stop
+        )
 
 
 def apply_plan(
@@ -168,8 +176,10 @@ def apply_plan(
     *,
     concurrency: int = DEFAULT_CONCURRENCY,
     progress: Progress | None = None,
+    stop: StopFlag | None = None,
 ) -> ApplyResult:
-    """Execute `plan` phase by phase; on the first failure stop starting calls and raise."""
+    """Execute `plan` phase by phase; on the first failure (or a stop requested) stop starting
+    calls and raise."""
     began = time.monotonic()
     written: list[Path] = []
     written_lock = threading.Lock()
@@ -193,7 +203,7 @@ def apply_plan(
     ]
     for calls in phases:
         try:
-            _run_all(calls, concurrency, counter.tick)
+            _run_all(calls, concurrency, counter.tick, stop)
         except LockctlError as exc:
             raise _failed(exc, counter.done, counter.total) from None
     return ApplyResult(plan, counter.done, tuple(sorted(written)), time.monotonic() - began)
@@ -331,12 +341,15 @@ class _Counter:
 
 
 def _run_all(
-    calls: Sequence[Callable[[], Any]], concurrency: int, tick: Callable[[], None] | None
+    calls: Sequence[Callable[[], Any]],
+    concurrency: int,
+    tick: Callable[[], None] | None,
+    stop: StopFlag | None = None,
 ) -> list[Any]:
     """Run `calls` with at most `concurrency` in flight; results in order.
 
-    On the first failure no further call is started; those in flight finish, then the first
-    error is raised.
+    On the first failure, or once a stop is requested, no further call is started; those in
+    flight finish, then the first error (or Interrupted) is raised.
     """
     if not calls:
         return []
@@ -347,6 +360,8 @@ def _run_all(
         running: dict[Future[Any], int] = {}
 
         def start_next() -> None:
+            if stop is not None and stop.requested:
+                return
             for index, call in pending:
                 running[pool.submit(call)] = index
                 return
@@ -368,6 +383,8 @@ def _run_all(
                     start_next()
     if first_error is not None:
         raise first_error
+    if next(pending, None) is not None:  # a stop kept it from starting every call
+        check_stop(stop, "")
     return results
 
 
@@ -384,6 +401,8 @@ def denied_as(hint: str, what: str) -> Iterator[None]:
 
 def _failed(exc: LockctlError, done: int, total: int) -> LockctlError:
     progress = f"{done} of {total} changes were applied; run apply again to converge"
+    if isinstance(exc, Interrupted):
+        return Interrupted(f"{exc}: {progress}")
     if isinstance(exc, PermissionDenied):
         return ACLPermissionError(
             f"Consul refused an ACL write (403 permission denied): {ACL_WRITE_HINT}; {progress}"

@@ -20,7 +20,7 @@ from provision.acl.apply import (
     real_secret,
     secret_path,
 )
-from provision.acl.serialize import DEFAULT_LOCK_WAIT, apply_lock
+from provision.acl.serialize import DEFAULT_LOCK_WAIT, StopFlag, apply_lock, check_stop
 from provision.acl.token_files import write_token_file
 from provision.consul import Consul, ConsulServerError, ConsulUnavailable, PermissionDenied
 from provision.consul.models import Token
@@ -58,16 +58,23 @@ def rotate_worker_token(
     *,
     read_back_deadline: float = READ_BACK_DEADLINE,
     lock_wait: float = DEFAULT_LOCK_WAIT,
+    stop: StopFlag | None = None,
 ) -> RotateResult:
     """Mint a new token for `worker` with the same policies, write it, read it back from the
-    file and through Consul, and only then revoke the old one(s); under lockctl's lock."""
+    file and through Consul, and only then revoke the old one(s); under lockctl's lock.
+
+    `stop` (the CLI's, set by its signal handlers) is asked up to the mint: a stop by then
+    raises Interrupted with nothing changed. Once the new token exists the rotate finishes (a
+    few calls, the read-back bounded): stopping there would leave the worker two tokens."""
     path = secret_path(secrets_dir, worker)  # checks the name before anything is read
     check_secrets_dir(secrets_dir)
-    with apply_lock(consul, "rotate", wait=lock_wait):
-        return _rotate(consul, worker, path, read_back_deadline)
+    with apply_lock(consul, "rotate", wait=lock_wait, stop=stop):
+        return _rotate(consul, worker, path, read_back_deadline, stop)
 
 
-def _rotate(consul: Consul, worker: str, path: Path, read_back_deadline: float) -> RotateResult:
+def _rotate(
+    consul: Consul, worker: str, path: Path, read_back_deadline: float, stop: StopFlag | None
+) -> RotateResult:
     description = token_description(worker)
     with denied_as(ACL_WRITE_HINT, "list ACL tokens"):
         current = [t for t in consul.acl.list_tokens() if t.description == description]
@@ -76,6 +83,7 @@ def _rotate(consul: Consul, worker: str, path: Path, read_back_deadline: float) 
             f"no lockctl token for worker {worker} in Consul; run `lockctl apply` first"
         )
     policies = sorted(set().union(*(t.policy_names for t in current)))
+    check_stop(stop, f"before rotating the token of {worker} (nothing changed)")
     with denied_as(ACL_WRITE_HINT, "create a token"):
         before = frozenset(t.accessor_id for t in current)
         minted = mint_token(consul, description, policies, before)

@@ -11,6 +11,11 @@ waited for with a bounded timeout (a blocking query, not a poll), and the sessio
 on every exit (which also deletes the key). A holder killed with SIGKILL leaves its session
 until the TTL runs out, unless the waiter runs on the same machine and sees that the holder's
 process is gone: then it destroys the dead holder's session and takes the lock at once.
+
+Signals are the CLI's (provision/cli/signals.py): its handlers only record a stop request, which
+this module asks for at its safe points (before the session is made, at each turn of the wait,
+right after the acquire), ending with Interrupted; the block asks it at its own. So a SIGTERM
+that comes at any moment, even between the acquire and the block, frees the lock at once.
 """
 
 from __future__ import annotations
@@ -25,12 +30,11 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 from provision.consul import Consul, PermissionDenied
 from provision.consul.models import KVEntry
-from provision.errors import EXIT_DENIED, EXIT_ENVIRONMENT, LockctlError
+from provision.errors import EXIT_DENIED, EXIT_ENVIRONMENT, Interrupted, LockctlError
 from provision.system.deadline import Deadline
 
 log = logging.getLogger("provision.acl")
@@ -40,6 +44,7 @@ SESSION_TTL = 15.0  # renewed every TTL/3; a SIGKILLed holder's session lapses a
 DEFAULT_LOCK_WAIT = 60.0
 RETRY_PAUSE = 0.05
 MAX_BLOCKING_WAIT = 10.0  # one blocking query at most this long, so the deadline is kept
+STOP_POLL = 1.0  # with a stop request to heed, one blocking query at most this long
 LOCK_HINT = (
     f'the token needs key "{LOCK_KEY}" and session write (for lockctl\'s own lock) as well as '
     'acl = "write"; a management token has all of them'
@@ -58,9 +63,45 @@ class LockRefused(LockctlError):
     exit_code = EXIT_DENIED
 
 
+class StopFlag(Protocol):
+    """What the core reads of the CLI's stop request (provision.runner.stop.StopRequest)."""
+
+    @property
+    def requested(self) -> bool: ...
+
+    @property
+    def signum(self) -> int | None: ...
+
+
+def check_stop(stop: StopFlag | None, when: str) -> None:
+    """Raise Interrupted ("interrupted by SIGTERM <when>") if a stop was requested."""
+    if stop is not None and stop.requested:
+        raise Interrupted(f"interrupted by {signal_name(stop.signum)} {when}".rstrip())
+
+
+def signal_name(signum: int | None) -> str:
+    try:
+        return signal.Signals(signum or 0).name
+    except ValueError:
+        return f"signal {signum}"
+
+
 @contextlib.contextmanager
-def apply_lock(consul: Consul, command: str, *, wait: float = DEFAULT_LOCK_WAIT) -> Iterator[None]:
-    """Hold lockctl's lock for the block; wait at most `wait` seconds for it."""
+def apply_lock(
+    consul: Consul,
+    command: str,
+    *,
+    wait: float = DEFAULT_LOCK_WAIT,
+    stop: StopFlag | None = None,
+) -> Iterator[None]:
+    """Hold lockctl's lock for the block; wait at most `wait` seconds for it.
+
+    With `stop`, a stop requested before the session is made, during the wait or by the time
+    the lock is taken raises Interrupted (the session destroyed, the lock free); within the
+    block, the caller asks `stop` at its own safe points.
+    """
+    check_stop(stop, f"before taking {LOCK_KEY}")
+    stop_renewing = threading.Event()
     try:
         session_id = consul.session.create(
             name=f"lockctl {command}", ttl=SESSION_TTL, lock_delay=0, behavior="delete"
@@ -70,25 +111,29 @@ def apply_lock(consul: Consul, command: str, *, wait: float = DEFAULT_LOCK_WAIT)
             f"Consul refused to create the session for {LOCK_KEY} (403 permission denied): "
             f"{LOCK_HINT}"
         ) from None
-    stop_renewing = threading.Event()
     try:
-        _acquire(consul, session_id, _holder_record(command), wait)
+        _acquire(consul, session_id, _holder_record(command), wait, stop)
+        check_stop(stop, f"as it took {LOCK_KEY} (released again, nothing changed)")
         renewer = threading.Thread(
             target=_renew, args=(consul, session_id, stop_renewing), daemon=True
         )
         renewer.start()
-        with _terminate_raises():
-            yield
+        yield
     finally:
         stop_renewing.set()
         with contextlib.suppress(Exception):  # the TTL ends it if this fails
             consul.session.destroy(session_id)
 
 
-def _acquire(consul: Consul, session_id: str, record: bytes, wait: float) -> None:
-    """Acquire LOCK_KEY for the session, waiting (blocking queries) at most `wait` seconds."""
+def _acquire(
+    consul: Consul, session_id: str, record: bytes, wait: float, stop: StopFlag | None
+) -> None:
+    """Acquire LOCK_KEY for the session, waiting (blocking queries) at most `wait` seconds;
+    a stop request ends the wait within STOP_POLL seconds."""
     deadline = Deadline(wait)
+    longest = MAX_BLOCKING_WAIT if stop is None else STOP_POLL
     while True:
+        check_stop(stop, f"while waiting for {LOCK_KEY} (nothing changed)")
         try:
             if consul.kv.put(LOCK_KEY, record, acquire=session_id):
                 return
@@ -112,7 +157,7 @@ def _acquire(consul: Consul, session_id: str, record: bytes, wait: float) -> Non
             time.sleep(RETRY_PAUSE)
             continue
         # Wake when the key changes (released, deleted), but never past the deadline.
-        hold = min(MAX_BLOCKING_WAIT, max(deadline.remaining(), 0.1))
+        hold = min(longest, max(deadline.remaining(), 0.1))
         consul.kv.get(LOCK_KEY, index=meta.index or 1, wait=hold)
 
 
@@ -123,27 +168,6 @@ def _renew(consul: Consul, session_id: str, stop: threading.Event) -> None:
         except Exception as exc:  # a failed renewal is tried again at the next tick
             if not stop.is_set():  # (at the end the session is destroyed under a renewal)
                 log.info("renewing the session of %s failed: %s", LOCK_KEY, exc)
-
-
-@contextlib.contextmanager
-def _terminate_raises() -> Iterator[None]:
-    """While the lock is held, SIGTERM and SIGHUP unwind like Ctrl-C, so the session is
-    destroyed and the lock freed at once (signal handlers can only be set in the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def interrupt(_signum: int, _frame: FrameType | None) -> None:
-        raise KeyboardInterrupt
-
-    previous = {
-        signum: signal.signal(signum, interrupt) for signum in (signal.SIGTERM, signal.SIGHUP)
-    }
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 # --- who holds it ---------------------------------------------------------------------------

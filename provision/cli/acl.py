@@ -27,6 +27,7 @@ from provision.system.text import printable
 if TYPE_CHECKING:  # the core is imported lazily: `lockctl run` must start fast
     from provision.acl.plan import Desired, Plan
     from provision.consul import Consul
+    from provision.runner.stop import StopRequest
 
 EXIT_CHANGES_PENDING = 2
 DEFAULT_LOCK_WAIT = 60.0  # the same as acl.serialize's, not imported: the CLI starts lean
@@ -173,6 +174,22 @@ def apply(
     as_json: AsJson = False,
 ) -> None:
     """Create and update the spec's policies and worker tokens; token secrets go to files."""
+    from provision.cli.signals import stop_signals
+
+    # First of all: a stop signal from here on is a request that apply heeds at its safe
+    # points (the lock always released), never a death by signal with lockctl's lock held.
+    with stop_signals() as stop:
+        _apply(connection, flags, concurrency, lock_wait, as_json, stop)
+
+
+def _apply(
+    connection: options.Connection,
+    flags: PlanFlags,
+    concurrency: int,
+    lock_wait: float,
+    as_json: bool,
+    stop: StopRequest,
+) -> None:
     from provision.acl.apply import apply_spec
 
     workers = _concurrency(concurrency)
@@ -187,6 +204,7 @@ def apply(
             concurrency=workers,
             progress=tick,
             lock_wait=_lock_wait(lock_wait),
+            stop=stop,
         )
     computed = result.plan  # planned again under the lock when there was anything to do
     requests_sent = consul.requests_sent
@@ -226,6 +244,21 @@ def rotate(
     as_json: AsJson = False,
 ) -> None:
     """Mint a new token for a worker, write it, read it back, then revoke the old one."""
+    from provision.cli.signals import stop_signals
+
+    with stop_signals() as stop:  # first of all, as in apply
+        _rotate(connection, worker, spec, secrets_dir, lock_wait, as_json, stop)
+
+
+def _rotate(
+    connection: options.Connection,
+    worker: list[str],
+    spec: Path,
+    secrets_dir: Path,
+    lock_wait: float,
+    as_json: bool,
+    stop: StopRequest,
+) -> None:
     from provision.acl.apply import check_secrets_dir
     from provision.acl.rotate import rotate_worker_token
 
@@ -233,7 +266,9 @@ def rotate(
     wait = _lock_wait(lock_wait)
     check_secrets_dir(secrets_dir)
     consul = connection.connect()
-    results = [rotate_worker_token(consul, name, secrets_dir, lock_wait=wait) for name in names]
+    results = [
+        rotate_worker_token(consul, name, secrets_dir, lock_wait=wait, stop=stop) for name in names
+    ]
     if as_json:
         typer.echo(json.dumps([r.to_record() for r in results], indent=2))
         return

@@ -11,13 +11,17 @@ ends in `run_schedule` too, so the two cannot differ in what a scheduler does.
 
 from __future__ import annotations
 
-import signal
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from provision.cli.plainargs import Flag, scan_flags
+
+if TYPE_CHECKING:
+    from provision.cli.signals import ReloadRequest
+    from provision.runner.stop import StopRequest
 
 SCHEDULE_FLAGS = (
     Flag("config", ("--config", "-c"), "The worker's lockctl.json.", True, True, "LOCKCTL_CONFIG"),
@@ -52,21 +56,34 @@ def recognize_schedule(argv: Sequence[str], environ: Mapping[str, str]) -> Sched
 
 def run_schedule(args: ScheduleArgs) -> int:
     """Run the scheduler until a stop signal; 0 after a clean stop. Expected errors raise
-    LockctlError (the caller's error boundary prints them)."""
-    from provision.cli.signals import signals_request_stop
-    from provision.runner.child import become_subreaper
+    LockctlError (the caller's error boundary prints them).
+
+    The signal handlers come first, before the config is read, the config file locked or
+    anything announced: from then on SIGTERM and SIGINT request a stop and SIGHUP a reload,
+    however early they come. A SIGHUP before the config is read is met by that read; one
+    after it is passed to the scheduler once it exists, which reloads as soon as it runs."""
+    from provision.cli.signals import ReloadRequest, signals_request_stop
     from provision.runner.stop import StopRequest
+
+    reload = ReloadRequest()
+    with signals_request_stop(StopRequest(), restore=False, reload=reload) as stop:
+        # we exit right after: a signal after the block is ignored, not a death by signal
+        return _schedule(args, stop, reload)
+
+
+def _schedule(args: ScheduleArgs, stop: StopRequest, reload: ReloadRequest) -> int:
+    from provision.runner.child import become_subreaper
     from provision.scheduler.listen import parse_listen, serving
     from provision.scheduler.service import Scheduler, single_instance
     from provision.workers.config import load_worker_config
 
     address = None if args.listen is None else parse_listen(args.listen)  # refused first
+    reload.clear()  # the config is read now: a SIGHUP until here asked for just that
     worker_config = load_worker_config(args.config, allow_unsafe=args.allow_unsafe)
     with single_instance(args.config):
         become_subreaper()  # the jobs' orphans come back to us: none outlives its lock
-        with signals_request_stop(StopRequest(), restore=False) as stop:  # we exit right after
-            scheduler = Scheduler(worker_config, stop, sys.stderr, allow_unsafe=args.allow_unsafe)
-            # bound before any job starts: a port in use is exit 6 with nothing run
-            with serving(address, scheduler.snapshots, worker_config.worker, scheduler.events):
-                signal.signal(signal.SIGHUP, lambda _s, _f: scheduler.request_reload())
-                return scheduler.run()
+        scheduler = Scheduler(worker_config, stop, sys.stderr, allow_unsafe=args.allow_unsafe)
+        reload.forward_to(scheduler.request_reload)  # a SIGHUP since the read: reload at once
+        # bound before any job starts: a port in use is exit 6 with nothing run
+        with serving(address, scheduler.snapshots, worker_config.worker, scheduler.events):
+            return scheduler.run()

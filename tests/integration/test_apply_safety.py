@@ -3,8 +3,10 @@ and lockctl run several times at once, against the real cluster (issue 13, items
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import random
 import signal
 import stat
 import subprocess
@@ -20,6 +22,7 @@ from provision.errors import EXIT_DENIED, EXIT_ENVIRONMENT, EXIT_INPUT
 from provision.spec.names import token_description
 from provision.system.secrets import read_secret_file
 from tests.conftest import LiveCluster
+from tests.integration.procscan import catches
 from tests.integration.test_apply import Env, _tokens_for
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -291,9 +294,67 @@ def test_sigterm_frees_the_lock_at_once(env: Env) -> None:
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=30)
     assert process.returncode == 130, err
+    assert "interrupted by SIGTERM" in err and err.count("\n") == 1, err
     assert mgmt.session.info(held_by) is None
     assert mgmt.kv.get(LOCK_KEY)[0] is None
     assert env.run("apply", "--lock-wait", "0").exit_code == 0
+
+
+def _lock_sessions(mgmt: Consul) -> list[str]:
+    return [s.id for s in mgmt.session.list() if s.name == "lockctl apply"]
+
+
+def _when(moment: str, process: subprocess.Popen[str], mgmt: Consul) -> None:
+    """Wait (polling as fast as it can) for `moment` of the apply's life, or its end."""
+    give_up_at = time.monotonic() + 60
+    while process.poll() is None and time.monotonic() < give_up_at:
+        if moment == "handler" and catches(process.pid, signal.SIGTERM):
+            return
+        if moment == "session" and _lock_sessions(mgmt):
+            return
+        if moment == "holder":
+            entry, _ = mgmt.kv.get(LOCK_KEY, consistency="consistent")
+            if entry is not None and entry.session:
+                return
+        if moment not in ("handler", "session", "holder"):
+            time.sleep(float(moment))
+            return
+
+
+def test_sigterm_at_any_moment_never_leaves_lockctls_lock_held(env: Env) -> None:
+    """SIGTERM the instant the handlers are in place, the instant the lock's session exists
+    (before the acquire), the instant the lock is held (before the block), and at random
+    moments: however it ends, nothing of lockctl's lock is left (an apply killed while it held
+    the lock once left it to its TTL, and the next apply waited), and from the moment a
+    handler is in place the exit is 0 or 130, never a death by signal."""
+    workers = [f"sa-{n}" for n in range(4)]
+    mgmt = env.cluster.management()
+    random.seed(os.getpid())
+    moments = ["handler", "session", "holder"] * 3 + [
+        f"{random.uniform(0, 1.5):.3f}" for _ in "123"
+    ]
+    for round_number, moment in enumerate(moments):
+        env.write_spec({f"sa{round_number}-{n:02d}": workers for n in range(30)}, workers)
+        process = _start(env, "apply", "--concurrency", "1")
+        try:
+            _when(moment, process, mgmt)
+            caught = catches(process.pid, signal.SIGTERM)
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+            _, err = process.communicate(timeout=60)
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
+        context = (round_number, moment, caught, process.returncode, err)
+        if caught or moment in ("session", "holder"):  # the handlers come before the session
+            assert process.returncode in (0, 130), context
+        else:  # signalled during the interpreter's start: nothing can have been taken yet
+            assert process.returncode in (0, 130, -signal.SIGTERM), context
+        assert mgmt.kv.get(LOCK_KEY, consistency="consistent")[0] is None, context
+        assert _lock_sessions(mgmt) == [], context
+    assert env.run("apply", "--lock-wait", "0").exit_code == 0
+    assert env.run("plan").exit_code == 0
 
 
 def test_a_live_holder_elsewhere_makes_apply_give_up_after_lock_wait(env: Env) -> None:

@@ -10,6 +10,7 @@ import contextlib
 import itertools
 import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -19,10 +20,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from procscan import pids_with
+from procscan import catches, pids_with
 from scheduler_lab import SchedulerProcess
 from workers_lab import minted_workers, spec_text
 
@@ -46,6 +47,7 @@ JOBS = {
     "handover": "2",
     "single": "0.1",
     "reload": "0.1",
+    "hup": "0.1",
     "family-term": "family",
     "family-kill9": "family",
 }
@@ -248,21 +250,27 @@ def test_a_second_scheduler_of_the_same_config_is_refused(
     assert first.stop() == 0
 
 
+def _wait_for_event(scheduler: Scheduler, name: str, timeout: float = WAIT) -> list[dict[str, Any]]:
+    """The scheduler's `name` events once there is one (or [] after `timeout`)."""
+    _wait_until(lambda: scheduler.events(name) or scheduler.process.poll() is not None, timeout)
+    return scheduler.events(name)
+
+
 def test_sighup_with_a_bad_config_keeps_the_old_one(lab: Lab, schedulers: list[Scheduler]) -> None:
     scheduler = Scheduler(lab, "worker-2", "reload")
     schedulers.append(scheduler)
-    time.sleep(1.5)
+    # the config is read and the jobs started: a bad config now is a reload's, not the start's
+    assert _wait_for_event(scheduler, "started"), scheduler.lines
     good = scheduler.config.read_text()
     scheduler.config.write_text("{not json")
     scheduler.process.send_signal(signal.SIGHUP)
-    time.sleep(1.5)
+    refused = _wait_for_event(scheduler, "reload-refused")
     assert scheduler.process.poll() is None
-    refused = scheduler.events("reload-refused")
     assert refused and "not a JSON worker config" in refused[0]["error"], scheduler.lines
     scheduler.config.write_text(good)
     scheduler.process.send_signal(signal.SIGHUP)
-    time.sleep(1.5)
-    assert scheduler.events("reloaded"), scheduler.lines
+    assert _wait_for_event(scheduler, "reloaded"), scheduler.lines
+    assert scheduler.process.poll() is None
     _wait_for_tick_boundary()
     time.sleep(1.0)
     assert scheduler.stop() == 0
@@ -276,6 +284,39 @@ def _wait_until(predicate: Callable[[], object], timeout: float) -> bool:
             return True
         time.sleep(0.05)
     return bool(predicate())
+
+
+def test_a_sighup_at_any_moment_of_the_start_is_a_reload_never_a_stop(
+    lab: Lab, schedulers: list[Scheduler]
+) -> None:
+    """SIGHUP the instant the scheduler has a handler for it (its first act, before the config
+    is read), then again and again, at random moments, until it has started: it never dies of
+    it nor stops (a SIGHUP right after start once killed it); it starts, keeps running, and
+    stops on SIGTERM alone, exit 0. (That the handlers come before the config is read is
+    pinned in-process by tests/unit/test_cli_signals.py.)"""
+    rng = random.Random(os.getpid())
+    for round_number in range(8):
+        scheduler = Scheduler(lab, "worker-3", "hup")
+        schedulers.append(scheduler)
+        pid = scheduler.process.pid
+        give_up_at = time.monotonic() + WAIT
+        while not catches(pid, signal.SIGHUP) and scheduler.process.poll() is None:
+            assert time.monotonic() < give_up_at, scheduler.lines
+            time.sleep(0.0005)
+        sent = 0
+        while not scheduler.events("started") and scheduler.process.poll() is None:
+            scheduler.process.send_signal(signal.SIGHUP)
+            sent += 1
+            time.sleep(rng.uniform(0, 0.05) if round_number % 2 else 0.2)
+        context = (round_number, sent, scheduler.lines)
+        assert scheduler.events("started"), context
+        time.sleep(0.3)  # a reload asked for after the config was read happens now
+        assert scheduler.process.poll() is None, context
+        assert not scheduler.events("stopped"), context
+        assert scheduler.stop(signal.SIGTERM) == 0, context
+        (stopped,) = scheduler.events("stopped")
+        assert stopped["signal"] == signal.SIGTERM, context
+        assert not any("Traceback" in line for line in scheduler.lines), context
 
 
 @pytest.mark.parametrize("ending", ["term", "kill9"])
