@@ -74,15 +74,34 @@ class Expectation:
 
 def expectation_for(spec: Spec, policy_name: str) -> Expectation | None:
     """What the spec says policy `policy_name` needs, or None when it is not a lockctl policy."""
+    return _expectations(spec).get(policy_name)
+
+
+_last_expectations: tuple[Spec, dict[str, Expectation]] | None = None
+
+
+def _expectations(spec: Spec) -> dict[str, Expectation]:
+    """Every lockctl policy of `spec` by name (the first job or worker of a name wins), made
+    once per spec: render and lint ask for each of its policies in turn."""
+    global _last_expectations  # one spec's index, replaced whole
+    last = _last_expectations
+    if last is not None and last[0] is spec:
+        return last[1]
+    found: dict[str, Expectation] = {}
     for job in spec.jobs:
-        if policy_name == lock_policy_name(job.name):
-            rule = Rule("key_prefix", job.prefix, "write")
-            return Expectation(frozenset({rule}), f'job "{job.name}" needs only its prefix')
+        rule = Rule("key_prefix", job.prefix, "write")
+        found.setdefault(
+            lock_policy_name(job.name),
+            Expectation(frozenset({rule}), f'job "{job.name}" needs only its prefix'),
+        )
     for worker in spec.workers:
-        if policy_name == session_policy_name(worker.name):
-            rule = Rule("session", worker.name, "write")
-            return Expectation(frozenset({rule}), f'worker "{worker.name}" needs only its node')
-    return None
+        rule = Rule("session", worker.name, "write")
+        found.setdefault(
+            session_policy_name(worker.name),
+            Expectation(frozenset({rule}), f'worker "{worker.name}" needs only its node'),
+        )
+    _last_expectations = (spec, found)
+    return found
 
 
 def lint_file(

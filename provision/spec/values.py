@@ -4,7 +4,8 @@ lists, schedules and commands. Each `read_*` returns the value, or None after re
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
 from provision.schedule import ScheduleError, check_zone, parse_schedule
@@ -146,6 +147,17 @@ _PREFIX_RULES: tuple[tuple[Callable[[str], bool], str], ...] = (
 )
 
 
+def _plainly_valid(prefix: str) -> bool:
+    """A prefix no rule above refuses, in four checks: the pattern alone excludes everything
+    but '..', a '.' segment and the length."""
+    return (
+        len(prefix) <= MAX_PREFIX
+        and PREFIX_PATTERN.fullmatch(prefix) is not None
+        and ".." not in prefix
+        and "." not in _segments(prefix)
+    )
+
+
 def _segments(prefix: str) -> list[str]:
     """The prefix's segments; the empty one after its trailing '/' is not one."""
     return prefix.removesuffix("/").split("/")
@@ -153,10 +165,52 @@ def _segments(prefix: str) -> list[str]:
 
 def prefix_problem(prefix: str) -> str | None:
     """Why `prefix` cannot be a job's lock prefix, or None when it can."""
+    if _plainly_valid(prefix):
+        return None
     for broken, message in _PREFIX_RULES:
         if broken(prefix):
             return f'"{shown(prefix)}" {message}'
     return None
+
+
+def prefix_relation(prefix: str, other: str) -> str | None:
+    """How `prefix` stands to `other` when they would share keys: the same, inside, contains."""
+    if prefix == other:
+        return "is the same as"
+    if prefix.startswith(other):
+        return "is inside"
+    if other.startswith(prefix):
+        return "contains"
+    return None
+
+
+def prefix_overlaps(jobs: Sequence[tuple[str, str]]) -> list[tuple[int, int, str]]:
+    """Every pair of jobs whose prefixes would share keys, from (name, prefix) in spec order:
+    (later, earlier, relation of the later's prefix to the earlier's), ordered by later, then
+    earlier, as comparing each job with every earlier one would give. A name seen before is
+    left out (a duplicate job, reported on its own).
+
+    Sorted, the prefixes that start with a prefix follow it at once, so each prefix is compared
+    only with those: O(n log n) plus one step per overlap, where comparing all pairs took
+    50 million steps for 10,000 jobs.
+    """
+    first: dict[str, int] = {}
+    for index, (name, _) in enumerate(jobs):
+        first.setdefault(name, index)
+    kept = sorted(first.values(), key=lambda index: jobs[index][1])
+    found: list[tuple[int, int, str]] = []
+    for position, index in enumerate(kept):
+        prefix = jobs[index][1]
+        for next_position in range(position + 1, len(kept)):
+            other = kept[next_position]
+            if not jobs[other][1].startswith(prefix):
+                break
+            later, earlier = max(index, other), min(index, other)
+            relation = prefix_relation(jobs[later][1], jobs[earlier][1])
+            assert relation is not None  # one starts with the other
+            found.append((later, earlier, relation))
+    found.sort()
+    return found
 
 
 # --- job workers, schedule, command ---------------------------------------------------------
@@ -186,7 +240,7 @@ def read_job_workers(
 def _workers_problem(names: tuple[str, ...], declared: set[str]) -> str | None:
     if not names:
         return "must name at least one worker"
-    twice = sorted({name for name in names if names.count(name) > 1})
+    twice = sorted(name for name, count in Counter(names).items() if count > 1)
     if twice:
         return f"names {', '.join(twice)} more than once"
     unknown = [name for name in names if name not in declared]
