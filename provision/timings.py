@@ -22,7 +22,8 @@ SAFETY_MARGIN = 1.0  # seconds: signal delivery, process exit and clock-rate dif
 
 # Inclusive bounds in seconds. TTL and LockDelay are Consul's own limits; the renew interval must
 # also stay below TTL/2 (see renew_problem). start_deadline: how late after its scheduled tick a
-# run may still claim it.
+# run may still claim it. jitter: the most a tick's planned start is put off (provision/ledger/
+# turns.py), the same on every replica; an hour at most.
 BOUNDS: dict[str, tuple[float, float]] = {
     "ttl": (10.0, 86400.0),
     "lock_delay": (0.0, 60.0),
@@ -30,10 +31,17 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "kill_grace": (0.0, 60.0),
     "min_hold": (0.0, 86400.0),
     "start_deadline": (1.0, 86400.0),
+    "jitter": (0.0, 3600.0),
 }
 FIELDS = tuple(BOUNDS)
 # What a spec gets when neither the job nor its defaults block says (Go durations).
-DEFAULTS = {"ttl": "15s", "lock_delay": "15s", "kill_grace": "5s", "start_deadline": "5m"}
+DEFAULTS = {
+    "ttl": "15s",
+    "lock_delay": "15s",
+    "kill_grace": "5s",
+    "start_deadline": "5m",
+    "jitter": "0s",
+}
 
 # Whole numbers, inclusive bounds. history_limit: the tick records the ledger keeps per job; the
 # upper bound keeps pruning and `lockctl history` bounded too.
@@ -95,6 +103,16 @@ def fencing_problem(lock_delay: float, renew_interval: float, kill_grace: float)
         f"kill_grace {kill_grace:g}s + {SAFETY_MARGIN:g}s margin = {needed:g}s, or a lost lock's "
         "job may still run when another worker takes over (raise lock_delay, or lower "
         "renew_interval or kill_grace)"
+    )
+
+
+def jitter_problem(jitter: float, start_deadline: float) -> str | None:
+    """A tick's start may be put off by less than its start deadline, or no run could claim it."""
+    if jitter < start_deadline:
+        return None
+    return (
+        f"jitter {jitter:g}s must be below start_deadline {start_deadline:g}s (a tick's "
+        "planned start must leave time to claim it)"
     )
 
 

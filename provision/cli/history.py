@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from rich.text import Text
 
     from provision.ledger.history import JobHistory, LedgerJob, TickRow
+    from provision.ledger.records import TickRecord
 
 JobOption = Annotated[
     str | None, typer.Option("--job", help="Only this job (default: every job with a schedule).")
@@ -96,12 +97,12 @@ def _print(found: JobHistory) -> None:
     title += f"next tick {tick_name(found.next_tick)}"
     table = Table(title=cell(title, 300), title_justify="left")
     headers = ("tick (UTC)", "worker (as recorded)", "LockIndex", "outcome", "exit")
-    for header in (*headers, "duration", "start lag"):
+    for header in (*headers, "duration", "planned start", "start lag"):
         table.add_column(header, overflow="fold")
     for row in found.rows:
         table.add_row(*_cells(row))
     if not found.rows:
-        table.add_row(cell("-"), cell("no ticks recorded yet"), *[cell("")] * 5)
+        table.add_row(cell("-"), cell("no ticks recorded yet"), *[cell("")] * 6)
     console().print(table)
 
 
@@ -125,5 +126,15 @@ def _cells(row: TickRow) -> list[Text]:
         cell(row.label, style=style),
         shown(None if r is None else r.exit_status),
         seconds(None if r is None else r.duration),
+        _planned(r),
         seconds(None if r is None else r.start_lag),
     ]
+
+
+def _planned(record: TickRecord | None) -> Text:
+    """The tick's planned start, as an offset from its instant (its jitter); `+0s` without."""
+    from provision.durations import format_duration
+
+    if record is None or record.claimed_at is None:
+        return cell("-")
+    return cell("+" + format_duration(record.planned_start or 0.0))

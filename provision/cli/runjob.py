@@ -23,6 +23,7 @@ from provision.errors import InputError, LockctlError
 
 if TYPE_CHECKING:
     from provision.runner.events import EventLog
+    from provision.runner.precheck import ScheduledTick
     from provision.runner.results import RunResult
     from provision.workers.config import JobConfig, WorkerConfig
 
@@ -87,7 +88,7 @@ def run_command(args: RunArgs) -> int:
     Expected errors raise LockctlError (the caller's error boundary prints them)."""
     checked = _check_flags(args)
     from provision.runner.events import EventLog
-    from provision.runner.precheck import tick_taken
+    from provision.runner.precheck import await_turn, scheduled_tick, tick_taken
     from provision.workers.config import load_worker_config
 
     worker_config = load_worker_config(args.config, allow_unsafe=args.allow_unsafe)
@@ -96,9 +97,13 @@ def run_command(args: RunArgs) -> int:
     # Everything up to here is cheap (no HTTP stack loaded): a tick another worker took is
     # settled with one plain read, before the runner and the Consul client are loaded.
     began = time.monotonic()
-    skipped = tick_taken(worker_config, job_config, events)
+    chosen = scheduled_tick(job_config, worker_config.worker)  # this run's tick, chosen once
+    skipped = None
+    if chosen is not None:
+        await_turn(chosen)
+        skipped = tick_taken(worker_config, job_config, chosen.tick, events)
     if skipped is None:
-        return _run(args, checked, worker_config, job_config, events)
+        return _run(args, checked, worker_config, job_config, events, chosen)
     if checked.metrics is not None:
         _write_metrics(checked.metrics, events, skipped, time.monotonic() - began)
     if events.broken:
@@ -128,14 +133,17 @@ def _run(
     worker_config: WorkerConfig,
     job_config: JobConfig,
     events: EventLog,
+    chosen: ScheduledTick | None,
 ) -> int:
     from provision.cli.signals import signals_request_stop
     from provision.consul import Consul, resolve_settings
+    from provision.ledger.store import Ledger
     from provision.runner.child import become_subreaper
     from provision.runner.engine import run_job
     from provision.runner.events import EventLog
     from provision.runner.results import RunOptions
     from provision.runner.stop import StopRequest
+    from provision.runner.tick_lock import job_schedule, plan_tick
 
     settings = resolve_settings(**worker_config.connection())
     options = RunOptions(args.wait, checked.timeout, checked.min_hold)
@@ -147,8 +155,22 @@ def _run(
     began = time.monotonic()
     try:
         with signals_request_stop(StopRequest(), restore=False) as stop:  # we exit right after
+            plan, planned = None, 0.0
+            schedule = job_schedule(job_config)
+            if chosen is not None and schedule is not None:  # the tick chosen at the start
+                ledger = Ledger(consul, job_config.lock_key)
+                plan = plan_tick(ledger, job_config, schedule, chosen.tick, events)
+                planned = chosen.turn.planned
             result = run_job(
-                consul, job_config, worker_config.worker, args.command, options, events, stop
+                consul,
+                job_config,
+                worker_config.worker,
+                args.command,
+                options,
+                events,
+                stop,
+                plan=plan,
+                planned_start=planned,
             )
     except LockctlError:  # Consul unreachable, refused, ...: counted too, as outcome "error"
         if checked.metrics is not None:

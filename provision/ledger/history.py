@@ -137,6 +137,7 @@ class TickRow:
             "exit_status": None if r is None else r.exit_status,
             "duration": None if r is None else r.duration,
             "start_lag": None if r is None else r.start_lag,
+            "planned_start": None if r is None else r.planned_start,
             "claimed_at": _iso(None if r is None else r.claimed_at),
             "finished_at": _iso(None if r is None else r.finished_at),
         }

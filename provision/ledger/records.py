@@ -86,6 +86,7 @@ class TickRecord:
     pid: int | None = None
     claimed_at: datetime | None = None
     start_lag: float | None = None  # claimed_at - tick
+    planned_start: float | None = None  # seconds after the tick its start was planned (jitter)
     lock_index: int | None = None
     finished_at: datetime | None = None
     exit_status: int | None = None
@@ -133,6 +134,7 @@ def decode(tick: datetime, value: bytes | None, modify_index: int = 0) -> TickRe
         pid=_int(raw.get("pid")),
         claimed_at=_time(raw.get("claimed_at")),
         start_lag=_number(raw.get("start_lag")),
+        planned_start=_number(raw.get("planned_start")),
         lock_index=_int(raw.get("lock_index")),
         finished_at=_time(raw.get("finished_at")),
         exit_status=_int(raw.get("exit_status")),

@@ -58,6 +58,18 @@ def choose_tick(
 ) -> TickChoice:
     """The tick a run at `now` (this host's clock) belongs to; `agent_date`: the agent's."""
     tick = schedule.latest_tick_at_or_before(now)
+    return judge_tick(schedule, tick, now, start_deadline, agent_date)
+
+
+def judge_tick(
+    schedule: Schedule,
+    tick: datetime,
+    now: datetime,
+    start_deadline: float,
+    agent_date: datetime | None = None,
+) -> TickChoice:
+    """Whether a run at `now` may claim `tick`, the tick its caller waited for (a scheduler's
+    timer, or `lockctl run`'s own choice): never recomputed from the clock here."""
     wait, skew = 0.0, None
     if agent_date is not None:
         wait = max(0.0, (tick - agent_date).total_seconds())

@@ -28,7 +28,7 @@ from provision.errors import EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT, LocalEnvironment
 from provision.ledger.records import tick_name
 from provision.ledger.store import Ledger
 from provision.ledger.ticks import TickChoice
-from provision.runner.child import Child
+from provision.runner.child import Child, check_program
 from provision.runner.events import EventLog, ms
 from provision.runner.fencing import (
     Action,
@@ -48,6 +48,7 @@ from provision.runner.stop import StopRequest, Wakeup, wait_for
 from provision.runner.tick_lock import (
     TickLock,
     TickSkip,
+    current_tick,
     housekeep,
     job_schedule,
     plan_tick,
@@ -72,23 +73,27 @@ def run_job(
     session: str | None = None,
     plan: TickChoice | TickSkip | None = None,
     housekeeping: bool = True,
+    planned_start: float = 0.0,
 ) -> RunResult:
     """Run `command` under the job's lock; the result says what happened and the exit code.
 
-    `session`: a session the caller keeps across runs (the scheduler's), used and not destroyed;
-    by default the run makes its own and destroys it at the end. `plan` (the tick, planned by
-    the caller) and `housekeeping=False`: a scheduler that does that ledger work less often."""
+    `session`: a session the caller keeps across runs (the scheduler's, shared by its jobs),
+    used and not destroyed; by default the run makes its own and destroys it at the end.
+    `plan`: the caller's judgement of the tick it waited for (plan_tick), which this run claims
+    (without one: the tick of this moment); `planned_start` its jitter, for the record;
+    `housekeeping=False`: a scheduler that does that ledger work less often."""
     schedule = job_schedule(job)
     lock = LockSession(consul, job, worker, clock)
     if schedule is not None:
         if plan is None:
-            plan = plan_tick(Ledger(consul, job.lock_key), job, schedule, events, wall)
+            tick = current_tick(job, schedule, wall)
+            plan = plan_tick(Ledger(consul, job.lock_key), job, schedule, tick, events, wall)
         if isinstance(plan, TickSkip):
             return _tick_skipped(plan, events)
         if plan.wait > 0:  # this host's clock is ahead of the agent's: let the tick come
             events.emit("waiting", tick=tick_name(plan.tick), for_clock_ms=ms(plan.wait))
             stop.sleep(plan.wait)  # a stop meanwhile ends the run before it claims
-        lock = TickLock(consul, job, worker, plan.tick, clock, wall)
+        lock = TickLock(consul, job, worker, plan.tick, clock, wall, planned_start)
         if options.wait:  # wait for the lock, but not past the tick's claim window
             left = max(0.0, plan.window - plan.lag - plan.wait)
             options = replace(options, timeout=min(options.timeout or left, left))
@@ -110,9 +115,12 @@ def _run_locked(
     stop: StopRequest,
     clock: Callable[[], float],
 ) -> RunResult:
-    # Refused here (exit 2) if it cannot start, before any lock is taken for it. Its init starts
-    # in its namespace while we acquire: the hand-over then only says go.
-    child = Child(command, job_environment(os.environ))
+    # Refused here (exit 2) if it cannot start, before any lock is taken for it. For a plain
+    # lock its init starts in its namespace while we acquire: the hand-over then only says go.
+    # A tick's claim is lost by every replica but one, so there nothing starts before it is won.
+    environment = job_environment(os.environ)
+    check_program(command, environment)
+    child = None if isinstance(lock, TickLock) else Child(command, environment)
     try:
         if stop.requested:
             return _interrupted(stop, lock, events)
@@ -125,10 +133,13 @@ def _run_locked(
             lock.finish(Ending(Outcome.INTERRUPTED.value, None, 0.0), release=True)
             return _interrupted(stop, lock, events)
         supervisor = _Supervisor(lock, held, options, events, stop, clock)
+        if child is None:
+            child = Child(command, environment)
         return supervisor.run(child, clock() - began)
     finally:
-        child.abort()  # the prepared init, when the job never started
-        child.close()
+        if child is not None:
+            child.abort()  # the prepared init, when the job never started
+            child.close()
         lock.destroy()  # whatever happened above; a stop request now changes nothing
 
 

@@ -1,5 +1,9 @@
 """The cheap skip of a scheduled run: the tick this run belongs to is already taken.
 
+The tick is chosen once, when the run starts (`ScheduledTick`), and this worker waits for its
+turn at it (provision/ledger/turns.py: the tick's planned start, plus a stagger per rank in the
+claim order) before it looks: the worker first in the order claims, the others find it taken.
+
 Most runs of a scheduled job skip (every worker's timer fires; one claims the tick). Such a run
 is settled by one read of the tick's record, before a session, a child or the HTTP client's
 imports: provision/consul/quick.py reads it with the standard library. When the record is not
@@ -9,13 +13,16 @@ authority (it reads again: the record may have appeared meanwhile).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from provision.consul.quick import quick_get
 from provision.consul.settings import resolve_settings
 from provision.ledger.records import decode, taken_fields, tick_key, tick_name
 from provision.ledger.ticks import choose_tick
+from provision.ledger.turns import Turn, turn
 from provision.runner.events import EventLog
 from provision.runner.fencing import Outcome
 from provision.runner.results import RunResult
@@ -29,15 +36,38 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def tick_taken(
-    worker: WorkerConfig, job: JobConfig, events: EventLog, wall: WallClock = utc_now
-) -> RunResult | None:
-    """A `skipped` result (and its event) when the job's current tick has a record already;
-    None when it has none or the quick read could not tell: run the engine."""
+@dataclass(frozen=True)
+class ScheduledTick:
+    """The tick a `lockctl run` belongs to, and this worker's turn at it."""
+
+    tick: datetime
+    turn: Turn
+
+
+def scheduled_tick(job: JobConfig, worker: str, wall: WallClock = utc_now) -> ScheduledTick | None:
+    """The tick of this moment (None for a job without a schedule) and this worker's turn."""
     if job.schedule is None:
         return None
     schedule = parse_schedule(job.schedule, job.timezone)
-    tick = choose_tick(schedule, wall(), job.start_deadline).tick
+    choice = choose_tick(schedule, wall(), job.start_deadline)
+    mine = turn(job.name, choice.tick, worker, job.workers, job.jitter, choice.window)
+    return ScheduledTick(choice.tick, mine)
+
+
+def await_turn(
+    chosen: ScheduledTick, wall: WallClock = utc_now, sleep: Callable[[float], None] = time.sleep
+) -> None:
+    """Sleep until this worker's turn at the tick (at once when it has come already)."""
+    left = chosen.tick.timestamp() + chosen.turn.delay - wall().timestamp()
+    if left > 0:
+        sleep(left)
+
+
+def tick_taken(
+    worker: WorkerConfig, job: JobConfig, tick: datetime, events: EventLog
+) -> RunResult | None:
+    """A `skipped` result (and its event) when `tick` has a record already; None when it has
+    none or the quick read could not tell: run the engine."""
     settings = resolve_settings(**worker.connection())
     entry = quick_get(settings, tick_key(job.lock_key, tick))
     if entry is None or not entry.exists:

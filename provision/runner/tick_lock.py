@@ -23,7 +23,15 @@ from datetime import datetime
 from provision.consul import Consul, ConsulError
 from provision.ledger.records import TickOutcome, TickRecord, taken_fields, tick_name
 from provision.ledger.store import Ledger
-from provision.ledger.ticks import MISSED_GRACE, TickChoice, choose_tick, missed_ticks, to_prune
+from provision.ledger.ticks import (
+    MISSED_GRACE,
+    TickChoice,
+    choose_tick,
+    judge_tick,
+    missed_ticks,
+    to_prune,
+)
+from provision.ledger.turns import Turn, turn
 from provision.runner.events import EventLog, ms
 from provision.runner.fencing import Outcome
 from provision.runner.lock import Ending, HeldLock, LockSession, holder_record
@@ -39,6 +47,17 @@ def job_schedule(job: JobConfig) -> Schedule | None:
     return None if job.schedule is None else parse_schedule(job.schedule, job.timezone)
 
 
+def current_tick(job: JobConfig, schedule: Schedule, wall: WallClock = utc_now) -> datetime:
+    """The tick a run started now belongs to: `lockctl run`'s one choice, made once."""
+    return choose_tick(schedule, wall(), job.start_deadline).tick
+
+
+def job_turn(job: JobConfig, schedule: Schedule, tick: datetime, worker: str) -> Turn:
+    """This worker's turn at `tick`: when it may claim, and whether it reads first."""
+    window = choose_tick(schedule, tick, job.start_deadline).window
+    return turn(job.name, tick, worker, job.workers, job.jitter, window)
+
+
 @dataclass(frozen=True)
 class TickSkip:
     """This run does not claim its tick: `outcome` is skipped or missed, `fields` the event's."""
@@ -52,23 +71,26 @@ def plan_tick(
     ledger: Ledger,
     job: JobConfig,
     schedule: Schedule,
+    tick: datetime,
     events: EventLog,
     wall: WallClock = utc_now,
     *,
     read: bool = True,
 ) -> TickChoice | TickSkip:
-    """The tick to claim, or why not: taken already, too late, or this host's clock far ahead.
+    """Whether to claim `tick` (the one the caller waited for), or why not: taken already, too
+    late, or this host's clock far ahead.
 
-    `read=False` (a scheduler whose clocks agreed lately, scheduler/cadence.py): no read of the
-    tick's record and the agent's clock; the claim's transaction still refuses a taken tick."""
+    `read=False` (a scheduler whose clocks agreed lately and whose turn is first, scheduler/
+    cadence.py): no read of the tick's record and the agent's clock; the claim's transaction
+    still refuses a taken tick."""
     now = wall()
-    first = choose_tick(schedule, now, job.start_deadline)
+    first = judge_tick(schedule, tick, now, job.start_deadline)
     if not read:
         return _too_late(ledger, job, first, events.worker, now) if first.too_late else first
-    record, agent_date = ledger.read(first.tick)
+    record, agent_date = ledger.read(tick)
     if record is not None:
-        return TickSkip(first.tick, Outcome.SKIPPED, taken_fields(record))
-    choice = choose_tick(schedule, now, job.start_deadline, agent_date)
+        return TickSkip(tick, Outcome.SKIPPED, taken_fields(record))
+    choice = judge_tick(schedule, tick, now, job.start_deadline, agent_date)
     if choice.skew is not None:
         events.emit(
             "clock-skew",
@@ -117,11 +139,13 @@ class TickLock(LockSession):
         tick: datetime,
         clock: Callable[[], float] = time.monotonic,
         wall: WallClock = utc_now,
+        planned_start: float = 0.0,
     ) -> None:
         super().__init__(consul, job, worker, clock)
         self.ledger = Ledger(consul, job.lock_key)
         self.tick = tick
         self.wall = wall
+        self.planned_start = planned_start  # seconds after the tick (jitter): in the record
         self.record: TickRecord | None = None  # ours, once claimed
         self.tick_taken = False  # the claim found the tick taken: retrying cannot help
         self._lock_refusal: str | None = None
@@ -140,6 +164,7 @@ class TickLock(LockSession):
             pid=os.getpid(),
             claimed_at=claimed_at,
             start_lag=max(0.0, (claimed_at - self.tick).total_seconds()),
+            planned_start=self.planned_start or None,
         )
         sent = self._clock()
         claim = self.ledger.claim(record, self._holder_record(), self.session_id)

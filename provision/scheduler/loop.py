@@ -1,8 +1,10 @@
 """One scheduled job inside `lockctl schedule`: wait for each tick, run it through the engine.
 
-    keep a session (made once, renewed between ticks, made again if Consul lost it)
-    -> wait for the next due tick -> `run_job` with that session: the tick's claim, the job in
-    its PID namespace, fencing, the record completed, the release -> the next tick
+    wait for the next due tick, until this replica's turn at it (ledger/turns.py: the planned
+    start, plus a stagger when another worker is first in the claim order)
+    -> `run_job` for THAT tick, under the replica's session for the job's timings (scheduler/
+    sessions.py): a read first unless this replica is first, the claim, the job in its PID
+    namespace, fencing, the record completed, the release -> the next tick
 
 The claim is the same transaction as `lockctl run`'s (runner/tick_lock.py), so a tick runs once
 across every replica's scheduler and every per-tick timer. Consul unreachable: the tick is not
@@ -21,7 +23,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TextIO
 
-from provision.consul import Consul, ConsulError, NotFound
+from provision.consul import Consul, ConsulError
 from provision.errors import LockctlError
 from provision.ledger.records import tick_name
 from provision.ledger.store import Ledger
@@ -29,14 +31,14 @@ from provision.ledger.ticks import TickChoice, choose_tick
 from provision.runner.engine import run_job
 from provision.runner.events import EventLog
 from provision.runner.fencing import Outcome
-from provision.runner.lock import LockSession
 from provision.runner.precheck import WallClock, utc_now
 from provision.runner.results import RunOptions, RunResult
 from provision.runner.stop import StopRequest, Wakeup
-from provision.runner.tick_lock import plan_tick
+from provision.runner.tick_lock import job_turn, plan_tick
 from provision.schedule import parse_schedule
 from provision.scheduler.cadence import Cadence, after_read, after_run, tick_work
 from provision.scheduler.counts import LoopCounts
+from provision.scheduler.sessions import SessionPool
 from provision.workers.config import JobConfig
 
 MAX_WAIT = 1.0  # the longest single wait: a renewal or a stop is never later than this
@@ -55,13 +57,16 @@ def scheduled_run(
     clock: Callable[[], float] = time.monotonic,
     wall: WallClock = utc_now,
 ) -> tuple[RunResult, Cadence]:
-    """The run of tick `due` with the loop's kept session: the engine's, with the read before
-    the claim and the housekeeping after it only as often as `cadence` says."""
+    """The run of tick `due`, the one the loop waited for, under the replica's session: the
+    engine's, with the read before the claim when this replica is not first in the claim order
+    or `cadence` wants the clocks compared, and the housekeeping as often as `cadence` says."""
     schedule = parse_schedule(job.schedule or "", job.timezone)  # cached
     previous = schedule.latest_tick_at_or_before(due - timedelta(seconds=1))
     work = tick_work(cadence, clock(), previous)
+    turn = job_turn(job, schedule, due, worker)
     ledger = Ledger(consul, job.lock_key)
-    plan = plan_tick(ledger, job, schedule, events, wall, read=work.read_first)
+    read = work.read_first or turn.reads_first
+    plan = plan_tick(ledger, job, schedule, due, events, wall, read=read)
     if work.read_first:
         agree = isinstance(plan, TickChoice) and plan.wait == 0 and plan.skew is None
         cadence = after_read(cadence, clock(), clocks_agree=agree)
@@ -78,6 +83,7 @@ def scheduled_run(
         session=session,
         plan=plan,
         housekeeping=work.housekeep,
+        planned_start=turn.planned,
     )
     claimed = result.lock_index is not None
     return result, after_run(cadence, clock(), work, plan.tick, claimed=claimed)
@@ -116,6 +122,7 @@ class JobLoop(threading.Thread):
         wall: WallClock = utc_now,
         clock: Callable[[], float] = time.monotonic,
         counts: LoopCounts | None = None,
+        sessions: SessionPool | None = None,
     ) -> None:
         super().__init__(name=f"lockctl-schedule {job.name}", daemon=True)
         assert job.schedule is not None and job.command
@@ -127,9 +134,11 @@ class JobLoop(threading.Thread):
         # the scheduler's, kept across reloads; `events` should count into it (CountingEventLog)
         self.counts = counts or LoopCounts()
         self.last_result: RunResult | None = None
-        self._session = LockSession(consul, job, worker, clock)
+        # the replica's sessions (the scheduler's, shared by its loops); a loop on its own
+        # (tests) keeps a pool of its own, renewed between its ticks and closed at its end
+        self._own_pool = sessions is None
+        self.sessions = sessions or SessionPool(consul, worker, events, clock)
         self._session_id: str | None = None
-        self._renewed_at = 0.0
         self._last_tick: datetime | None = None
         self._consul_down = False
         self.cadence = Cadence()  # the ledger work beyond claim and completion (cadence.py)
@@ -139,11 +148,13 @@ class JobLoop(threading.Thread):
         try:
             while not self._ending():
                 due = self._next_due()
-                if not self._wait_until(due):
+                turn = job_turn(self.job, self.schedule, due, self.worker)
+                if not self._wait_until(due + timedelta(seconds=turn.delay)):
                     break
                 self._run_tick(due)
         finally:
-            self._drop_session()
+            if self._own_pool:
+                self.sessions.close()
             self.retire.close()
 
     def end(self) -> None:
@@ -190,7 +201,8 @@ class JobLoop(threading.Thread):
             left = (due - self.wall()).total_seconds()
             if left <= 0:
                 return not self._ending()
-            self._keep_session()
+            if self._own_pool:
+                self.sessions.renew_due()
             if self._sleep(min(left, MAX_WAIT, self.job.timings.renew_interval)):
                 return False
 
@@ -236,38 +248,13 @@ class JobLoop(threading.Thread):
 
     # -- the session -----------------------------------------------------------------------
     def _ensure_session(self) -> str:
-        if self._session_id is None:
-            self._session = LockSession(self.consul, self.job, self.worker, self.clock)
-            self._session_id = self._session.open()
-            self._renewed_at = self.clock()
-            self.events.emit("session-created", session=self._session_id)
-        return self._session_id
-
-    def _keep_session(self) -> None:
-        """Renew between ticks; a session Consul no longer knows is made again at the next."""
-        if self._session_id is None:
-            return
-        if self.clock() - self._renewed_at < self.job.timings.renew_interval:
-            return
-        try:
-            self._session.renew()
-        except NotFound:
-            self.events.emit("session-lost", session=self._session_id)
-            self._session_id = None
-            return
-        except ConsulError as exc:
-            self._unavailable(exc, None, renewing=True)
-            return
-        self._renewed_at = self.clock()
-        self.counts.consul_answered()
-        self._recovered()
-
-    def _drop_session(self) -> None:
-        """Destroy the session, so another replica takes the next tick without LockDelay."""
-        if self._session_id is not None:
-            self._session.destroy()
-            self.events.emit("session-destroyed", session=self._session_id)
-            self._session_id = None
+        """The replica's session for this job's timings; this job's metrics learn of a new one
+        (the pool says `session-created` once, in the events of whoever made it)."""
+        session_id = self.sessions.session_for(self.job.timings)
+        if session_id != self._session_id:
+            self._session_id = session_id
+            self.counts.observe("session-created", {"session": session_id}, time.time())
+        return session_id
 
     # -- Consul's availability -------------------------------------------------------------
     def _unavailable(

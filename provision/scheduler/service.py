@@ -1,7 +1,8 @@
 """`lockctl schedule`: every scheduled job of one worker's config, in one long-lived process.
 
-Each replica (a VM, a container, a pod) runs one; each job has its own loop (scheduler/loop.py)
-and its own session, kept across ticks. The process's owner (the CLI) turns signals into calls:
+Each replica (a VM, a container, a pod) runs one; each job has its own loop (scheduler/loop.py);
+every lock is held under the replica's session for the job's (TTL, LockDelay), one per distinct
+pair (scheduler/sessions.py). The process's owner (the CLI) turns signals into calls:
 
     SIGTERM, SIGINT  stop: no new claim; a running job gets the signal and its kill grace, its
                      record is completed, the lock released, every session destroyed; exit 0
@@ -26,6 +27,7 @@ from provision.runner.events import EventLog
 from provision.runner.stop import StopRequest
 from provision.scheduler.counts import CountsSnapshot, LoopCounts
 from provision.scheduler.loop import CountingEventLog, JobLoop
+from provision.scheduler.sessions import SessionPool
 from provision.workers.config import JobConfig, WorkerConfig, load_worker_config
 
 JOIN_POLL = 0.5
@@ -68,6 +70,7 @@ class Scheduler:
         self.events = EventLog(SCHEDULER, config.worker, stream)
         self.loader = loader or (lambda path: load_worker_config(path, allow_unsafe=allow_unsafe))
         self.loops: list[JobLoop] = []
+        self.sessions: SessionPool | None = None
         self.counts: dict[str, LoopCounts] = {}  # by job name: a reload keeps the counters
         self._reload = False  # set by a signal handler: a plain flag, never a lock
 
@@ -88,19 +91,33 @@ class Scheduler:
             if self._reload:
                 self._reload = False
                 self._reload_config()
-        for loop in self.loops:
-            loop.join()
+        self._end_loops()
         self.events.emit("stopped", signal=self.stop.signum)
         return 0
+
+    def _end_loops(self) -> None:
+        """Wait for every loop's current run to end, then destroy the replica's sessions."""
+        for loop in self.loops:
+            loop.join()
+        if self.sessions is not None:
+            self.sessions.close()
+            self.sessions = None
 
     def _start(self, config: WorkerConfig) -> None:
         settings = resolve_settings(**config.connection())
         consul = Consul(settings)
+        sessions = SessionPool(consul, config.worker, self.events)
+        self.sessions = sessions
         self.loops = []
         for job in scheduled_jobs(config):
             counts = self.counts.setdefault(job.name, LoopCounts())
             events = CountingEventLog(job.name, config.worker, self.stream, counts)
-            self.loops.append(JobLoop(consul, job, config.worker, events, self.stop, counts=counts))
+            self.loops.append(
+                JobLoop(
+                    consul, job, config.worker, events, self.stop, counts=counts, sessions=sessions
+                )
+            )
+        sessions.start()
         for loop in self.loops:
             loop.start()
         self.events.emit(
@@ -125,9 +142,8 @@ class Scheduler:
             self.events.emit("reload-refused", error=str(exc), kept=str(self.config.path))
             return
         for loop in self.loops:
-            loop.end()  # each finishes its current run, then destroys its session
-        for loop in self.loops:
-            loop.join()
+            loop.end()  # each finishes its current run
+        self._end_loops()
         self.config = fresh
         self.events.emit("reloaded", jobs=[job.name for job in scheduled_jobs(fresh)])
         self._start(fresh)

@@ -18,6 +18,7 @@ from provision.timings import (
     bound_problem,
     default_renew_interval,
     fencing_problem,
+    jitter_problem,
     renew_problem,
 )
 
@@ -46,6 +47,7 @@ class JobTimings:
     kill_grace: Duration
     min_hold: Duration | None
     start_deadline: Duration
+    jitter: Duration
 
 
 def builtin_settings() -> Settings:
@@ -114,6 +116,7 @@ def final_defaults(settings: Settings, counts: Counts) -> Defaults:
         min_hold=min_hold.value if min_hold else None,
         start_deadline=get("start_deadline"),
         history_limit=counts["history_limit"],
+        jitter=get("jitter"),
     )
 
 
@@ -126,15 +129,23 @@ def job_timings(
         return None
     chosen = {key: own[key] or defaults[key] for key in DURATION_KEYS}
     ttl, lock_delay, kill_grace = chosen["ttl"], chosen["lock_delay"], chosen["kill_grace"]
-    deadline = chosen["start_deadline"]
+    deadline, jitter = chosen["start_deadline"], chosen["jitter"]
     if ttl is None or lock_delay is None or kill_grace is None or deadline is None:
         return None  # the defaults block had an invalid value, already reported there
+    if jitter is None:
+        return None
     renew = _renew_interval(ttl, chosen["renew_interval"], where, problems)
     if renew is None:
         return None
     fencing = fencing_problem(lock_delay.value.seconds, renew.seconds, kill_grace.value.seconds)
     if fencing:
         problems.add(lock_delay.line, f"{where}.lock_delay", fencing)
+        return None
+    late = jitter_problem(jitter.value.seconds, deadline.value.seconds)
+    if late:  # blame the job's own setting, the jitter when both are the job's or the defaults'
+        own_deadline = deadline.where.startswith(where) and not jitter.where.startswith(where)
+        culprit = deadline if own_deadline else jitter
+        problems.add(culprit.line, culprit.where, late)
         return None
     min_hold = chosen["min_hold"]
     return JobTimings(
@@ -144,6 +155,7 @@ def job_timings(
         kill_grace.value,
         min_hold.value if min_hold else None,
         deadline.value,
+        jitter.value,
     )
 
 

@@ -11,6 +11,7 @@ from provision.timings import COUNT_DEFAULTS, DEFAULTS
 DEFAULT_ADDRESS = "http://127.0.0.1:8500"
 DEFAULT_START_DEADLINE = parse_duration(DEFAULTS["start_deadline"])
 DEFAULT_HISTORY_LIMIT = COUNT_DEFAULTS["history_limit"]
+NO_JITTER = parse_duration(DEFAULTS["jitter"])
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,7 @@ class Defaults:
     min_hold: Duration | None
     start_deadline: Duration = DEFAULT_START_DEADLINE
     history_limit: int = DEFAULT_HISTORY_LIMIT
+    jitter: Duration = NO_JITTER
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class Job:
     timezone: str = "UTC"  # the IANA zone `schedule` is read in
     start_deadline: Duration = DEFAULT_START_DEADLINE  # how late after its tick a run may claim it
     history_limit: int = DEFAULT_HISTORY_LIMIT  # tick records kept per job
+    jitter: Duration = NO_JITTER  # the most a tick's planned start is put off (ledger/turns.py)
 
     @property
     def lock_key(self) -> str:

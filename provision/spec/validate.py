@@ -288,6 +288,7 @@ def _job(
         timezone=zone or "UTC",
         start_deadline=timings.start_deadline,
         history_limit=counts["history_limit"],
+        jitter=timings.jitter,
     )
 
 

@@ -29,6 +29,7 @@ from provision.timings import (
     bound_problem,
     count_problem,
     fencing_problem,
+    jitter_problem,
     renew_problem,
 )
 
@@ -52,6 +53,8 @@ class JobConfig:
     start_deadline: float = 300.0  # seconds after its tick a run may still claim it
     history_limit: int = 200  # tick records the ledger keeps for this job
     command: tuple[str, ...] | None = None  # the argv `lockctl schedule` runs; None: it has none
+    jitter: float = 0.0  # seconds: the most a tick's planned start is put off (ledger/turns.py)
+    workers: tuple[str, ...] = ()  # every worker of the job, for the claim order; (): unknown
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,8 @@ def _job_record(job: Job) -> dict[str, Any]:
         "start_deadline": format_duration(job.start_deadline.seconds),
         "history_limit": job.history_limit,
         "command": list(job.command) if job.command else None,
+        "jitter": format_duration(job.jitter.seconds),
+        "workers": list(job.workers),
     }
 
 
@@ -232,6 +237,8 @@ JOB_FIELDS = {
     "start_deadline",
     "history_limit",
     "command",
+    "jitter",
+    "workers",
 }
 
 
@@ -252,6 +259,11 @@ def _job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> JobCon
     deadline = _seconds(raw, "start_deadline", where, problems, default=DEFAULTS["start_deadline"])
     history_limit = _count(raw, "history_limit", where, problems)
     command = _command(raw, where, problems)
+    jitter = _seconds(raw, "jitter", where, problems, default=DEFAULTS["jitter"])
+    workers = _workers(raw, where, problems)
+    late = None if len(problems) > before else jitter_problem(jitter, deadline)
+    if late:
+        problems.append(f"{where}jitter: {late}")
     if len(problems) > before:
         return None
     renew_wrong = renew_problem(renew, ttl)
@@ -263,7 +275,9 @@ def _job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> JobCon
         problems.append(f"{where}lock_delay: {fencing}; --allow-unsafe runs anyway")
         return None
     timings = JobTimings(ttl, delay, renew, grace, min_hold)
-    return JobConfig(name, key, timings, schedule, zone, deadline, history_limit, command)
+    return JobConfig(
+        name, key, timings, schedule, zone, deadline, history_limit, command, jitter, workers
+    )
 
 
 def _schedule(raw: dict[str, Any], where: str, problems: list[str]) -> tuple[str | None, str]:
@@ -287,6 +301,22 @@ def _schedule(raw: dict[str, Any], where: str, problems: list[str]) -> tuple[str
     except ScheduleError as exc:
         problems.append(f"{where}schedule: {exc}")
     return schedule, zone
+
+
+MAX_JOB_WORKERS = 1000
+
+
+def _workers(raw: dict[str, Any], where: str, problems: list[str]) -> tuple[str, ...]:
+    """The job's workers (the claim order is computed over them); () from an older lockctl."""
+    value = raw.get("workers", [])
+    if (
+        not isinstance(value, list)
+        or len(value) > MAX_JOB_WORKERS
+        or not all(isinstance(v, str) and v and len(v) <= 128 for v in value)
+    ):
+        problems.append(f"{where}workers: must be a list of up to {MAX_JOB_WORKERS} worker names")
+        return ()
+    return tuple(value)
 
 
 def _command(raw: dict[str, Any], where: str, problems: list[str]) -> tuple[str, ...] | None:

@@ -386,3 +386,28 @@ def test_the_tls_folder_names_each_worker_s_pair() -> None:
         "key_file": "/etc/lockctl/tls/worker-2-key.pem",
     }
     assert WorkerTLS().record() == {}
+
+
+def test_jitter_and_the_job_s_workers_load_and_default_for_an_older_config(tmp_path: Path) -> None:
+    data = _with(jobs__report__jitter="30s", jobs__report__workers=["worker-1", "worker-2"])
+    report = load_worker_config(_write(tmp_path, data)).job("report")
+    assert (report.jitter, report.workers) == (30.0, ("worker-1", "worker-2"))
+    older = load_worker_config(_write(tmp_path, GOOD)).job("report")
+    assert (older.jitter, older.workers) == (0.0, ())
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("jitter", "90s", "jobs.report.jitter: jitter 90s must be below start_deadline 90s"),
+        ("jitter", "2h", "jobs.report.jitter: 2h is outside 0s..1h"),
+        ("workers", "worker-1", "jobs.report.workers: must be a list of up to 1000 worker names"),
+        ("workers", ["worker-1", 7], "jobs.report.workers: must be a list of up to 1000"),
+        ("workers", ["w"] * 1001, "jobs.report.workers: must be a list of up to 1000"),
+    ],
+)
+def test_a_bad_jitter_or_workers_is_refused_naming_the_field(
+    tmp_path: Path, field: str, value: Any, problem: str
+) -> None:
+    problems = _problems(tmp_path, _with(**{f"jobs__report__{field}": value}))
+    assert len(problems) == 1 and problems[0].startswith(problem), problems

@@ -213,3 +213,43 @@ def test_policy_names_derive_from_job_and_worker_names() -> None:
     assert lock_policy_name("nightly") == "lock-nightly"
     assert session_policy_name("worker-1") == "session-worker-1"
     assert is_valid_name("a") and is_valid_name("a_b-9") and not is_valid_name("a" * 65)
+
+
+def test_jitter_defaults_to_none_and_a_job_s_own_overrides_the_defaults_block() -> None:
+    defaults = 'defaults {\n  jitter = "20s"\n}\n'
+    jobs = _job("a", 'schedule = "* * * * *"', 'jitter = "45s"') + _job("b", 'schedule = "@hourly"')
+    spec = parse_spec('worker "w" {}\n' + defaults + jobs, "s.hcl")
+    assert {job.name: job.jitter.seconds for job in spec.jobs} == {"a": 45.0, "b": 20.0}
+    plain = parse_spec('worker "w" {}\n' + _job("c"), "s.hcl")
+    assert plain.jobs[0].jitter.seconds == 0.0
+
+
+@pytest.mark.parametrize(
+    ("lines", "problem"),
+    [
+        (
+            ['jitter = "5m"'],  # the built-in start_deadline is 5m: the jitter must be below it
+            's.hcl:6: job "a".jitter: jitter 300s must be below start_deadline 300s',
+        ),
+        (
+            ['start_deadline = "10s"', 'jitter = "30s"'],
+            's.hcl:7: job "a".jitter: jitter 30s must be below start_deadline 10s',
+        ),
+        (['jitter = "2h"'], 's.hcl:6: job "a".jitter: 2h is outside 0s..1h'),
+        (['jitter = "-1s"'], 's.hcl:6: job "a".jitter: '),
+    ],
+)
+def test_a_jitter_that_leaves_no_time_to_claim_is_refused_at_its_line(
+    lines: list[str], problem: str
+) -> None:
+    with pytest.raises(SpecError) as caught:
+        parse_spec('worker "w" {}\n' + _job("a", 'schedule = "@hourly"', *lines), "s.hcl")
+    assert str(caught.value.problems[0]).startswith(problem)
+
+
+def test_a_shorter_start_deadline_of_the_job_is_blamed_for_the_defaults_jitter() -> None:
+    defaults = 'defaults {\n  jitter = "30s"\n}\n'
+    with pytest.raises(SpecError) as caught:
+        parse_spec('worker "w" {}\n' + defaults + _job("a", 'start_deadline = "20s"'), "s.hcl")
+    (problem,) = caught.value.problems
+    assert str(problem).startswith('s.hcl:8: job "a".start_deadline: jitter 30s must be below')
