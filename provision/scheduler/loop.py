@@ -1,25 +1,24 @@
-"""One scheduled job inside `lockctl schedule`: wait for each tick, run it through the engine.
+"""One scheduled job inside `lockctl schedule`: its next tick, and the run of that tick.
 
-    wait for the next due tick, until this replica's turn at it (ledger/turns.py: the planned
-    start, plus a stagger when another worker is first in the claim order)
-    -> `run_job` for THAT tick, under the replica's session for the job's timings (scheduler/
-    sessions.py): a read first unless this replica is first, the claim, the job in its PID
-    namespace, fencing, the record completed, the release -> the next tick
+    the next due tick, and this replica's turn at it (ledger/turns.py: the planned start, plus
+    a stagger when another worker is first in the claim order), for the scheduler's one timer
+    (scheduler/timer.py) -> at the turn, `run_job` for THAT tick, under the replica's session for
+    the job's timings (scheduler/sessions.py): a read first unless this replica is first, the
+    claim, the job in its PID namespace, fencing, the record completed, the release
 
 The claim is the same transaction as `lockctl run`'s (runner/tick_lock.py), so a tick runs once
 across every replica's scheduler and every per-tick timer. Consul unreachable: the tick is not
 run (fail closed), said once (`consul-unavailable`) and counted; the next run that gets through
 records it missed. A run still going when its next tick comes (it outlasts its interval) keeps
-the loop busy: the ticks that pass meanwhile are skipped here (`skipped`, reason overlap), and
+the job busy: the ticks that pass meanwhile are skipped here (`skipped`, reason overlap), and
 every other replica skips them too (the lock is held).
 """
 
 from __future__ import annotations
 
-import select
-import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TextIO
 
@@ -33,15 +32,13 @@ from provision.runner.events import EventLog
 from provision.runner.fencing import Outcome
 from provision.runner.precheck import WallClock, utc_now
 from provision.runner.results import RunOptions, RunResult
-from provision.runner.stop import StopRequest, Wakeup
+from provision.runner.stop import StopRequest
 from provision.runner.tick_lock import job_turn, plan_tick
 from provision.schedule import parse_schedule
 from provision.scheduler.cadence import Cadence, after_read, after_run, tick_work
 from provision.scheduler.counts import LoopCounts
 from provision.scheduler.sessions import SessionPool
 from provision.workers.config import JobConfig
-
-MAX_WAIT = 1.0  # the longest single wait: a renewal or a stop is never later than this
 
 
 def scheduled_run(
@@ -108,8 +105,18 @@ class CountingEventLog(EventLog):
         super().emit(event, **fields)
 
 
-class JobLoop(threading.Thread):
-    """The job's ticks, one after the other, until a stop (signals) or a retire (reload)."""
+@dataclass(frozen=True)
+class Turn:
+    """A job's next tick, and the moment this replica's turn at it comes (its wall clock)."""
+
+    tick: datetime
+    at: datetime
+
+
+class JobTicks:
+    """One scheduled job of the scheduler: which tick it runs next, when this replica's turn at
+    it comes, and the run of that tick. Not a thread: the scheduler's one timer (scheduler/
+    timer.py) says when, and a run has a thread only while it lasts."""
 
     def __init__(
         self,
@@ -124,49 +131,27 @@ class JobLoop(threading.Thread):
         counts: LoopCounts | None = None,
         sessions: SessionPool | None = None,
     ) -> None:
-        super().__init__(name=f"lockctl-schedule {job.name}", daemon=True)
         assert job.schedule is not None and job.command
         self.consul, self.job, self.worker, self.events = consul, job, worker, events
         self.stop, self.wall, self.clock = stop, wall, clock
         self.schedule = parse_schedule(job.schedule, job.timezone)
-        self.retire = Wakeup()  # set: finish the current run, then end (a reload)
-        self.retiring = False
         # the scheduler's, kept across reloads; `events` should count into it (CountingEventLog)
         self.counts = counts or LoopCounts()
         self.last_result: RunResult | None = None
-        # the replica's sessions (the scheduler's, shared by its loops); a loop on its own
-        # (tests) keeps a pool of its own, renewed between its ticks and closed at its end
-        self._own_pool = sessions is None
         self.sessions = sessions or SessionPool(consul, worker, events, clock)
         self._session_id: str | None = None
         self._last_tick: datetime | None = None
         self._consul_down = False
         self.cadence = Cadence()  # the ledger work beyond claim and completion (cadence.py)
 
-    # -- the loop --------------------------------------------------------------------------
-    def run(self) -> None:
-        try:
-            while not self._ending():
-                due = self._next_due()
-                turn = job_turn(self.job, self.schedule, due, self.worker)
-                if not self._wait_until(due + timedelta(seconds=turn.delay)):
-                    break
-                self._run_tick(due)
-        finally:
-            if self._own_pool:
-                self.sessions.close()
-            self.retire.close()
-
-    def end(self) -> None:
-        """Finish the current run (if any), then stop: a reload, not a signal to the job."""
-        self.retiring = True
-        self.retire.set()
-
-    def _ending(self) -> bool:
-        return self.stop.requested or self.retiring
+    def next_turn(self) -> Turn:
+        """The tick to run next and when this replica may claim it (ledger/turns.py)."""
+        due = self._next_due()
+        turn = job_turn(self.job, self.schedule, due, self.worker)
+        return Turn(due, due + timedelta(seconds=turn.delay))
 
     def _next_due(self) -> datetime:
-        """The current tick while it can still be claimed and this loop has not tried it, else
+        """The current tick while it can still be claimed and this job has not tried it, else
         the next one. Ticks that passed while a run went on are skipped, and said so."""
         now = self.wall()
         choice = choose_tick(self.schedule, now, self.job.start_deadline)
@@ -195,25 +180,9 @@ class JobLoop(threading.Thread):
             passed.append(tick)
         return passed
 
-    def _wait_until(self, due: datetime) -> bool:
-        """Sleep until `due`, keeping the session alive; False when told to end first."""
-        while True:
-            left = (due - self.wall()).total_seconds()
-            if left <= 0:
-                return not self._ending()
-            if self._own_pool:
-                self.sessions.renew_due()
-            if self._sleep(min(left, MAX_WAIT, self.job.timings.renew_interval)):
-                return False
-
-    def _sleep(self, seconds: float) -> bool:
-        """Sleep, waking at a stop or a retire; True when the loop must end."""
-        if self._ending():
-            return True
-        select.select([self.stop.fileno(), self.retire.fileno()], [], [], max(seconds, 0.0))
-        return self._ending()
-
-    def _run_tick(self, due: datetime) -> None:
+    def run_tick(self, due: datetime) -> None:
+        """Run tick `due` (the one next_turn gave), whatever comes of it: never raises for
+        Consul or the job; the outcome is counted and said in events."""
         self._last_tick = due
         self.counts.tick_due()
         self.events.emit("tick-due", tick=tick_name(due))

@@ -1,8 +1,9 @@
 """`lockctl schedule`: every scheduled job of one worker's config, in one long-lived process.
 
-Each replica (a VM, a container, a pod) runs one; each job has its own loop (scheduler/loop.py);
-every lock is held under the replica's session for the job's (TTL, LockDelay), one per distinct
-pair (scheduler/sessions.py). The process's owner (the CLI) turns signals into calls:
+Each replica (a VM, a container, a pod) runs one: one timer for all its jobs (scheduler/timer.py)
+fires each job's run of its next tick (scheduler/loop.py) at this replica's turn; every lock is
+held under the replica's session for the job's (TTL, LockDelay), one per distinct pair
+(scheduler/sessions.py). The process's owner (the CLI) turns signals into calls:
 
     SIGTERM, SIGINT  stop: no new claim; a running job gets the signal and its kill grace, its
                      record is completed, the lock released, every session destroyed; exit 0
@@ -17,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
@@ -26,8 +28,9 @@ from provision.errors import InputError, LocalEnvironmentError, LockctlError
 from provision.runner.events import EventLog
 from provision.runner.stop import StopRequest
 from provision.scheduler.counts import CountsSnapshot, LoopCounts
-from provision.scheduler.loop import CountingEventLog, JobLoop
+from provision.scheduler.loop import CountingEventLog, JobTicks
 from provision.scheduler.sessions import SessionPool
+from provision.scheduler.timer import TickTimer
 from provision.workers.config import JobConfig, WorkerConfig, load_worker_config
 
 JOIN_POLL = 0.5
@@ -69,8 +72,10 @@ class Scheduler:
         self.config, self.stop, self.stream = config, stop, stream
         self.events = EventLog(SCHEDULER, config.worker, stream)
         self.loader = loader or (lambda path: load_worker_config(path, allow_unsafe=allow_unsafe))
-        self.loops: list[JobLoop] = []
+        self.loops: list[JobTicks] = []
         self.sessions: SessionPool | None = None
+        self.timer: TickTimer | None = None
+        self._timer_thread: threading.Thread | None = None
         self.counts: dict[str, LoopCounts] = {}  # by job name: a reload keeps the counters
         self._reload = False  # set by a signal handler: a plain flag, never a lock
 
@@ -96,9 +101,11 @@ class Scheduler:
         return 0
 
     def _end_loops(self) -> None:
-        """Wait for every loop's current run to end, then destroy the replica's sessions."""
-        for loop in self.loops:
-            loop.join()
+        """Wait for every job's current run to end, then destroy the replica's sessions."""
+        if self.timer is not None and self._timer_thread is not None:
+            self.timer.retire()  # after a stop it has ended already, or ends with its runs
+            self._timer_thread.join()
+            self.timer = self._timer_thread = None
         if self.sessions is not None:
             self.sessions.close()
             self.sessions = None
@@ -113,16 +120,23 @@ class Scheduler:
             counts = self.counts.setdefault(job.name, LoopCounts())
             events = CountingEventLog(job.name, config.worker, self.stream, counts)
             self.loops.append(
-                JobLoop(
+                JobTicks(
                     consul, job, config.worker, events, self.stop, counts=counts, sessions=sessions
                 )
             )
         sessions.start()
-        for loop in self.loops:
-            loop.start()
+        self.timer = TickTimer(self.loops, self.stop, on_error=self._job_failed)
+        self._timer_thread = threading.Thread(target=self.timer.run, name="lockctl-timer")
+        self._timer_thread.daemon = True
+        self._timer_thread.start()
         self.events.emit(
             "started", config=str(config.path), jobs=[loop.job.name for loop in self.loops]
         )
+
+    def _job_failed(self, job: JobTicks, exc: BaseException) -> None:
+        """An unexpected error in one job's run (a bug): said, counted; its next tick comes."""
+        job.events.emit("tick-failed", error=f"unexpected {type(exc).__name__}: {exc}")
+        job.counts.counted("error")
 
     def snapshots(self) -> list[tuple[str, CountsSnapshot]]:
         """Each current job's counts, for the listener's thread (a reload may swap the loops:
@@ -141,9 +155,7 @@ class Scheduler:
         except LockctlError as exc:
             self.events.emit("reload-refused", error=str(exc), kept=str(self.config.path))
             return
-        for loop in self.loops:
-            loop.end()  # each finishes its current run
-        self._end_loops()
+        self._end_loops()  # each job finishes its current run
         self.config = fresh
         self.events.emit("reloaded", jobs=[job.name for job in scheduled_jobs(fresh)])
         self._start(fresh)

@@ -30,6 +30,7 @@ from provision.spec.models import Job, Spec, Worker
 from provision.spec.names import NAME_RULE, is_valid_name
 from provision.spec.problems import Problems, shown
 from provision.spec.values import (
+    prefix_overlaps,
     prefix_problem,
     read_address,
     read_command,
@@ -40,7 +41,7 @@ from provision.spec.values import (
 )
 from provision.system.files import UnreadableFile, read_regular_file
 
-MAX_SPEC_BYTES = 1024 * 1024
+MAX_SPEC_BYTES = 16 * 1024 * 1024  # a 10,000-job spec is about 3 MB
 DEFAULTS_KEYS = (*DURATION_KEYS, *COUNT_KEYS)
 JOB_KEYS = ("prefix", "workers", "schedule", "timezone", "command", *DEFAULTS_KEYS)
 WORKER_KEYS = ("address",)
@@ -316,26 +317,10 @@ def _job_prefixes(blocks: list[Block]) -> list[_JobPrefix]:
 
 def _check_overlaps(jobs: list[_JobPrefix], problems: Problems) -> None:
     """No job's prefix may contain, or lie inside, another's: that would share a lock."""
-    seen: dict[str, _JobPrefix] = {}
-    for job in jobs:
-        if job.name in seen:
-            continue  # reported by _check_duplicates
-        for other in seen.values():
-            relation = _relation(job.prefix, other.prefix)
-            if relation:
-                problems.add(
-                    job.line,
-                    f'job "{job.name}".prefix',
-                    f'"{job.prefix}" {relation} job "{other.name}"\'s prefix "{other.prefix}"',
-                )
-        seen[job.name] = job
-
-
-def _relation(prefix: str, other: str) -> str | None:
-    if prefix == other:
-        return "is the same as"
-    if prefix.startswith(other):
-        return "is inside"
-    if other.startswith(prefix):
-        return "contains"
-    return None
+    for later, earlier, relation in prefix_overlaps([(job.name, job.prefix) for job in jobs]):
+        job, other = jobs[later], jobs[earlier]
+        problems.add(
+            job.line,
+            f'job "{job.name}".prefix',
+            f'"{job.prefix}" {relation} job "{other.name}"\'s prefix "{other.prefix}"',
+        )

@@ -6,6 +6,7 @@ ticks nobody ran as missed at its first run."""
 from __future__ import annotations
 
 import io
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,7 +21,9 @@ from provision.runner import child
 from provision.runner.child import become_subreaper
 from provision.runner.events import EventLog
 from provision.runner.stop import StopRequest
-from provision.scheduler.loop import JobLoop
+from provision.scheduler.loop import JobTicks
+from provision.scheduler.sessions import SessionPool
+from provision.scheduler.timer import TickTimer
 from provision.timings import JobTimings
 from provision.workers.config import JobConfig
 
@@ -79,13 +82,19 @@ def _count_calls(consul: Consul) -> dict[str, int]:
 
 
 def _run_loop(consul: Consul, job: JobConfig, seconds: float) -> str:
+    """One job under the scheduler's timer and session pool, as `lockctl schedule` runs it."""
     stop, stream = StopRequest(), io.StringIO()
-    loop = JobLoop(consul, job, WORKER, EventLog(job.name, WORKER, stream), stop)
-    loop.start()
+    events = EventLog(job.name, WORKER, stream)
+    sessions = SessionPool(consul, WORKER, events)
+    sessions.start()
+    timer = TickTimer([JobTicks(consul, job, WORKER, events, stop, sessions=sessions)], stop)
+    thread = threading.Thread(target=timer.run)
+    thread.start()
     time.sleep(seconds)
     stop.request()
-    loop.join(15)
-    assert not loop.is_alive()
+    thread.join(15)
+    assert not thread.is_alive()
+    sessions.close()
     return stream.getvalue()
 
 

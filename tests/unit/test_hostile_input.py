@@ -172,13 +172,13 @@ def test_every_reader_refuses_a_fifo_and_dev_zero(checkout: Path, fifo: Path, co
 
 
 def test_a_spec_larger_than_the_bound_is_refused_without_reading_all_of_it(checkout: Path) -> None:
-    """A sparse file of 4 GiB: refused after 1 MiB + 1 byte, not read whole (the process may
+    """A sparse file of 4 GiB: refused after 16 MiB + 1 byte, not read whole (the process may
     not even hold it: its memory is bounded)."""
     big = checkout / "big.hcl"
     with big.open("wb") as handle:
         handle.truncate(4 << 30)
     done = lockctl("render", "--spec", str(big), "--out", "out", cwd=checkout, timeout=20)
-    assert_one_line(done, 2, f"{big}:1: file: is over 1048576 bytes; a spec may be at most")
+    assert_one_line(done, 2, f"{big}:1: file: is over 16777216 bytes; a spec may be at most")
 
 
 # --- --out that is a file, or a folder no file can be written into ----------------------------

@@ -35,7 +35,7 @@ from provision.scheduler.counts import (
 )
 from provision.scheduler.exposition import health_verdict, metrics_registry
 from provision.scheduler.listen import ListenAddress, Listener, parse_listen
-from provision.scheduler.loop import CountingEventLog, JobLoop
+from provision.scheduler.loop import CountingEventLog, JobTicks
 from provision.workers.config import JobConfig, JobTimings
 
 TICK = datetime(2026, 12, 1, 13, 0, 5, tzinfo=timezone.utc)
@@ -157,9 +157,9 @@ def test_the_loop_counts_an_overlap_skip_as_skipped_ticks_with_its_reason() -> N
     stream = io.StringIO()
     now = [TICK + timedelta(seconds=10.5)]
     events = CountingEventLog("job-a", "worker-1", stream, counts)
-    loop = JobLoop(None, _job(), "worker-1", events, None, wall=lambda: now[0], counts=counts)  # type: ignore[arg-type]
-    loop._last_tick = TICK  # a run of TICK lasted until now: ticks +3, +6 and +9 s passed
-    loop._next_due()
+    ticks = JobTicks(None, _job(), "worker-1", events, None, wall=lambda: now[0], counts=counts)  # type: ignore[arg-type]
+    ticks._last_tick = TICK  # a run of TICK lasted until now: ticks +3, +6 and +9 s passed
+    ticks.next_turn()
     snap = counts.snapshot()
     assert snap.outcomes == {"skipped": 3}
     assert snap.skips == {OVERLAP: 3}

@@ -1,0 +1,119 @@
+"""One timer for all of a scheduler's jobs: no thread per idle job.
+
+    a heap of (this replica's turn at the job's next tick, the job)
+    -> the earliest turn comes: the job's run of that tick gets a thread of its own
+    -> the run ends: the job's next turn goes into the heap (a tick that passed meanwhile is an
+       overlap, said by the job: scheduler/loop.py)
+
+Between ticks a job costs an entry in the heap; the timer sleeps until the earliest turn, a stop,
+a retire or a run's end, and at most MAX_WAIT (a wall-clock step is noticed within it). A run
+that outlasts its interval keeps only its own job waiting.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import select
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime
+
+from provision.runner.precheck import WallClock, utc_now
+from provision.runner.stop import StopRequest, Wakeup
+from provision.scheduler.loop import JobTicks
+
+MAX_WAIT = 1.0  # seconds: the longest single sleep, so a wall-clock step is seen within it
+
+
+class TickTimer:
+    """Fires each job's run at its turn; ends at a stop (signals) or a retire (a reload), once
+    the runs under way have ended."""
+
+    def __init__(
+        self,
+        jobs: Sequence[JobTicks],
+        stop: StopRequest,
+        *,
+        wall: WallClock = utc_now,
+        on_error: Callable[[JobTicks, BaseException], None] | None = None,
+    ) -> None:
+        self.jobs, self.stop, self.wall = list(jobs), stop, wall
+        self.on_error = on_error
+        self.retired = Wakeup()  # set: start no new run, let the current ones end (a reload)
+        self._retiring = False
+        self._wakeup = Wakeup()  # a run ended: its job's next turn is due in the heap
+        self._ended: list[JobTicks] = []
+        self._ended_lock = threading.Lock()
+        self._runs: dict[JobTicks, threading.Thread] = {}
+        self._order = itertools.count()  # ties in the heap: first in, first out
+        self._heap: list[tuple[datetime, int, datetime, JobTicks]] = []
+
+    def run(self) -> None:
+        """Until a stop or a retire; then wait for every run under way."""
+        try:
+            for job in self.jobs:
+                self._schedule(job)
+            while not self._ending():
+                self._fire_due()
+                self._sleep()
+                self._reschedule_ended()
+        finally:
+            for thread in list(self._runs.values()):
+                thread.join()
+            self._wakeup.close()
+
+    def retire(self) -> None:
+        self._retiring = True
+        self.retired.set()
+
+    @property
+    def running(self) -> int:
+        return len(self._runs)
+
+    def _ending(self) -> bool:
+        return self.stop.requested or self._retiring
+
+    def _schedule(self, job: JobTicks) -> None:
+        turn = job.next_turn()
+        heapq.heappush(self._heap, (turn.at, next(self._order), turn.tick, job))
+
+    def _fire_due(self) -> None:
+        now = self.wall()
+        while self._heap and self._heap[0][0] <= now and not self._ending():
+            _, _, tick, job = heapq.heappop(self._heap)
+            thread = threading.Thread(
+                target=self._run_one, args=(job, tick), name=f"lockctl-run {job.job.name}"
+            )
+            thread.daemon = True  # a run stuck in a hung call never keeps the process alive
+            self._runs[job] = thread
+            thread.start()
+
+    def _run_one(self, job: JobTicks, tick: datetime) -> None:
+        try:
+            job.run_tick(tick)
+        except Exception as exc:  # a bug in one job's run must not stop the others' ticks
+            if self.on_error is not None:
+                self.on_error(job, exc)
+        finally:
+            with self._ended_lock:
+                self._ended.append(job)
+            self._wakeup.set()
+
+    def _reschedule_ended(self) -> None:
+        with self._ended_lock:
+            ended, self._ended = self._ended, []
+        for job in ended:
+            self._runs.pop(job).join()
+            if not self._ending():
+                self._schedule(job)
+
+    def _sleep(self) -> None:
+        wait = MAX_WAIT
+        if self._heap:
+            wait = min(wait, (self._heap[0][0] - self.wall()).total_seconds())
+        fds = [self._wakeup.fileno(), self.retired.fileno()]
+        if not self.stop.requested:
+            fds.append(self.stop.fileno())
+        select.select(fds, [], [], max(wait, 0.0))
+        self._wakeup.clear()

@@ -1,0 +1,118 @@
+"""The scheduler's one timer (provision/scheduler/timer.py), with stand-in jobs: no Consul.
+
+The jobs' real runs are tested on the cluster (tests/integration/test_scheduler*.py); here the
+timer alone: each job's run at its turn, a thread only while a run lasts, one job's slow or
+broken run never holding up the others, and its end at a stop or a retire."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+
+from provision.runner.stop import StopRequest
+from provision.scheduler.loop import Turn
+from provision.scheduler.timer import TickTimer
+
+
+class FakeJob:
+    """A job on `@every <every>s` from its start, whose run takes `run_for` seconds."""
+
+    def __init__(self, name: str, every: float, run_for: float = 0.0, fail: bool = False) -> None:
+        self.name, self.every, self.run_for, self.fail = name, every, run_for, fail
+        self.job = self  # the timer names its threads after job.job.name
+        self.started = datetime.now(timezone.utc)
+        self.ran: list[datetime] = []
+        self.threads: set[str] = set()
+        self.n = 0
+
+    def next_turn(self) -> Turn:
+        self.n += 1
+        tick = self.started + timedelta(seconds=self.every * self.n)
+        return Turn(tick, tick)
+
+    def run_tick(self, tick: datetime) -> None:
+        self.ran.append(tick)
+        self.threads.add(threading.current_thread().name)
+        time.sleep(self.run_for)
+        if self.fail:
+            raise RuntimeError("a bug in this job's run")
+
+
+def run_timer(
+    jobs: list[FakeJob], seconds: float, **kwargs: Callable[..., None]
+) -> tuple[TickTimer, float]:
+    """Run the timer for `seconds`, stop it; how long the stop took to end it."""
+    stop = StopRequest()
+    timer = TickTimer(jobs, stop, **kwargs)  # type: ignore[arg-type]
+    thread = threading.Thread(target=timer.run)
+    thread.start()
+    time.sleep(seconds)
+    stopped = time.monotonic()
+    stop.request()
+    thread.join(10)
+    assert not thread.is_alive()
+    return timer, time.monotonic() - stopped
+
+
+def test_idle_jobs_cost_no_thread() -> None:
+    before = threading.active_count()
+    stop = StopRequest()
+    idle = [FakeJob(f"job-{n}", 3600.0) for n in range(1000)]
+    timer = TickTimer(idle, stop)  # type: ignore[arg-type]
+    thread = threading.Thread(target=timer.run)
+    thread.start()
+    time.sleep(0.3)
+    assert threading.active_count() - before == 1  # the timer's own, for 1,000 jobs
+    stop.request()
+    thread.join(5)
+    assert not any(job.ran for job in idle)
+
+
+def test_hundreds_of_due_jobs_each_run_every_tick_in_order() -> None:
+    jobs = [FakeJob(f"job-{n}", 0.2) for n in range(300)]
+    run_timer(jobs, 1.1)
+    for job in jobs:
+        assert job.ran, job.name
+        assert job.ran == [
+            job.started + timedelta(seconds=0.2 * n) for n in range(1, len(job.ran) + 1)
+        ]
+    assert sum(len(job.ran) for job in jobs) >= 300 * 3
+
+
+def test_a_run_that_outlasts_its_interval_holds_up_only_its_own_job() -> None:
+    slow, quick = FakeJob("slow", 0.1, run_for=0.8), FakeJob("quick", 0.1)
+    run_timer([slow, quick], 1.0)
+    assert len(slow.ran) <= 2
+    assert len(quick.ran) >= 4
+
+
+def test_a_job_whose_run_raises_is_reported_and_still_gets_its_next_ticks() -> None:
+    broken, healthy = FakeJob("broken", 0.1, fail=True), FakeJob("healthy", 0.1)
+    errors: list[str] = []
+    run_timer([broken, healthy], 0.75, on_error=lambda job, exc: errors.append(str(exc)))
+    assert len(broken.ran) >= 3 and len(healthy.ran) >= 3
+    assert errors and set(errors) == {"a bug in this job's run"}
+
+
+def test_a_stop_ends_the_timer_once_the_runs_under_way_end_and_starts_no_new_one() -> None:
+    job = FakeJob("long", 0.1, run_for=0.5)
+    _, took = run_timer([job], 0.3)
+    assert len(job.ran) == 1  # the one under way at the stop; none after it
+    assert 0.1 < took < 3.0  # it waited for that run (0.5 s from its start), not for more
+
+
+def test_a_retire_starts_no_new_run() -> None:
+    job = FakeJob("ticking", 0.1)
+    stop = StopRequest()
+    timer = TickTimer([job], stop)  # type: ignore[list-item]
+    thread = threading.Thread(target=timer.run)
+    thread.start()
+    time.sleep(0.35)
+    timer.retire()
+    thread.join(5)
+    assert not thread.is_alive() and not stop.requested
+    count = len(job.ran)
+    time.sleep(0.3)
+    assert len(job.ran) == count and 1 <= count <= 4
