@@ -263,6 +263,8 @@ class Transport:
         headers = {"X-Consul-Token": token.reveal()} if token else {}
         started = self._clock()
         self.count.add_one()
+        if timeout <= 0:  # the call's deadline passed before it could be sent: no answer in time
+            raise _unavailable(where, requests.exceptions.Timeout("the call's time ran out"))
         try:
             answer = self.session.request(
                 method,
@@ -273,7 +275,7 @@ class Transport:
                 headers=headers,
                 # total: connecting and every read share `timeout`, as a float would give
                 # each of them all of it (the stubs do not know urllib3's Timeout; requests does).
-                timeout=Timeout(total=max(timeout, 0.0)),  # type: ignore[arg-type]
+                timeout=Timeout(total=timeout),  # type: ignore[arg-type]
                 verify=self._tls_verify,
                 cert=self._tls_cert,
                 allow_redirects=False,

@@ -60,8 +60,19 @@ class StopRequest(Wakeup):
     def sleep(self, seconds: float) -> bool:
         """Sleep up to `seconds`, less if a stop is requested; True when it was."""
         if not self.requested:
-            select.select([self.fileno()], [], [], max(seconds, 0.0))
+            wait_readable([self.fileno()], seconds)
         return self.requested
+
+
+def wait_readable(fds: list[int], timeout: float | None) -> None:
+    """Block until one of `fds` is readable or `timeout` (seconds; None: no limit) passes.
+
+    poll, not select: select cannot watch a descriptor numbered 1024 or above, which a scheduler
+    with hundreds of jobs and their connections reaches."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    poller.poll(None if timeout is None else max(0, round(timeout * 1000)))
 
 
 def wait_for(wakeup: Wakeup, stop: StopRequest, timeout: float | None) -> None:
@@ -71,5 +82,5 @@ def wait_for(wakeup: Wakeup, stop: StopRequest, timeout: float | None) -> None:
     already acted on it.
     """
     fds = [wakeup.fileno()] + ([] if stop.requested else [stop.fileno()])
-    select.select(fds, [], [], None if timeout is None else max(timeout, 0.0))
+    wait_readable(fds, timeout)
     wakeup.clear()

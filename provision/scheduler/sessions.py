@@ -49,17 +49,30 @@ class SessionPool:
         self.consul, self.worker, self.events, self.clock = consul, worker, events, clock
         self._kept: dict[tuple[float, float], _Kept] = {}
         self._lock = threading.Lock()  # guards _kept; never held across an HTTP call
+        # held while a session is made: the jobs whose first ticks come together (300 at :00)
+        # wait for one create instead of each making a session and destroying all but one
+        self._creating = threading.Lock()
         self._halt = threading.Event()
         self._renewer: threading.Thread | None = None
 
     def session_for(self, timings: JobTimings) -> str:
         """The session a job with these timings holds its lock under (made when first needed)."""
         pair = (timings.ttl, timings.lock_delay)
+        known = self._known(pair, timings)
+        if known is not None:
+            return known
+        with self._creating:
+            return self._known(pair, timings) or self._create(pair, timings)
+
+    def _known(self, pair: tuple[float, float], timings: JobTimings) -> str | None:
         with self._lock:
             kept = self._kept.get(pair)
-            if kept is not None:
-                kept.renew_every = min(kept.renew_every, timings.renew_interval)
-                return kept.session_id
+            if kept is None:
+                return None
+            kept.renew_every = min(kept.renew_every, timings.renew_interval)
+            return kept.session_id
+
+    def _create(self, pair: tuple[float, float], timings: JobTimings) -> str:
         session_id = self.consul.session.create(  # outside the guard: an HTTP call
             name=f"lockctl schedule on {self.worker} (ttl {timings.ttl:g}s, "
             f"lock-delay {timings.lock_delay:g}s)",
@@ -68,12 +81,7 @@ class SessionPool:
             behavior=SESSION_BEHAVIOR,
         )
         with self._lock:
-            raced = self._kept.get(pair)
-            if raced is None:
-                self._kept[pair] = _Kept(session_id, timings.renew_interval, self.clock())
-        if raced is not None:  # another job's thread made one meanwhile: keep theirs
-            self._destroy(session_id)
-            return raced.session_id
+            self._kept[pair] = _Kept(session_id, timings.renew_interval, self.clock())
         self.events.emit("session-created", session=session_id, ttl=timings.ttl)
         return session_id
 

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import select
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from provision.runner.precheck import WallClock, utc_now
-from provision.runner.stop import StopRequest, Wakeup
+from provision.runner.stop import StopRequest, Wakeup, wait_readable
 from provision.scheduler.loop import JobTicks
 
 MAX_WAIT = 1.0  # seconds: the longest single sleep, so a wall-clock step is seen within it
@@ -115,5 +114,5 @@ class TickTimer:
         fds = [self._wakeup.fileno(), self.retired.fileno()]
         if not self.stop.requested:
             fds.append(self.stop.fileno())
-        select.select(fds, [], [], max(wait, 0.0))
+        wait_readable(fds, wait)
         self._wakeup.clear()

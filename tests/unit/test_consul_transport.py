@@ -1000,3 +1000,14 @@ def test_session_checks_from_old_and_new_answers(
     raw: dict[str, Any], expected: tuple[str, ...]
 ) -> None:
     assert Session.from_api({"ID": SESSION_ID, **raw}).checks == expected
+
+
+def test_a_call_whose_time_ran_out_before_it_was_sent_is_unavailable_not_a_crash(
+    http: RecordingSession, clock: FakeClock
+) -> None:
+    """A deadline passed between two calls (a loaded machine): urllib3 refuses a total timeout
+    of 0 with a ValueError, which once killed a scheduler's job loop; now it is Consul's silence."""
+    transport = make_transport(http, clock)
+    with pytest.raises(ConsulUnavailable, match="no answer within the client timeout"):
+        make_consul(transport).session.renew("5e43f102", timeout=0.0, retry=NO_RETRY)
+    assert http.sent == []
