@@ -47,7 +47,9 @@ DEFAULTS = {
 # upper bound keeps pruning and `lockctl history` bounded too.
 COUNT_BOUNDS: dict[str, tuple[int, int]] = {"history_limit": (10, 10000)}
 COUNT_FIELDS = tuple(COUNT_BOUNDS)
-COUNT_DEFAULTS: dict[str, int] = {"history_limit": 200}
+# 50 keeps 10,000 jobs' ledgers at about a third of Consul's 1 GB guidance (docs/scale.md);
+# raise it per job for a longer history.
+COUNT_DEFAULTS: dict[str, int] = {"history_limit": 50}
 
 
 @dataclass(frozen=True)

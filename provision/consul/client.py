@@ -19,7 +19,9 @@ class Consul:
     """One agent's API, by area: `status`, `agent`, `health`, `acl`, `session`, `kv`, `txn`.
 
     `pool_size`: connections kept open per agent, for callers with that many calls in flight
-    (default: requests' 10). `session`: an injected `requests.Session` (tests).
+    (default: requests' 10). `max_in_flight`: at most that many calls at once, blocking queries
+    aside; the others wait their turn within their timeout. `session`: an injected
+    `requests.Session` (tests).
     """
 
     def __init__(
@@ -29,9 +31,14 @@ class Consul:
         retry: RetryPolicy | None = None,
         pool_size: int | None = None,
         session: requests.Session | None = None,
+        max_in_flight: int | None = None,
     ) -> None:
         transport = Transport(
-            settings, session=session, pool_size=pool_size, retry=retry or RetryPolicy()
+            settings,
+            session=session,
+            pool_size=pool_size,
+            retry=retry or RetryPolicy(),
+            max_in_flight=max_in_flight,
         )
         self._attach(transport)
 

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from email.utils import parsedate_to_datetime
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 from urllib.parse import quote
 
 import requests
@@ -161,6 +161,19 @@ def quote_path(*segments: str) -> str:
     return "/".join(quote(segment, safe="/") for segment in segments)
 
 
+class _Call(NamedTuple):
+    """One HTTP call's arguments, as the retry loop hands them to each attempt."""
+
+    method: str
+    path: str
+    params: Mapping[str, str | int] | None
+    json_body: Any
+    data: bytes | None
+    token: Secret | None
+    redact: tuple[Secret, ...]
+    answers: tuple[int, ...]
+
+
 class Transport:
     """Sends requests to one Consul agent over an injected `requests.Session`, counting them."""
 
@@ -174,8 +187,17 @@ class Transport:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         count: RequestCount | None = None,
+        max_in_flight: int | threading.BoundedSemaphore | None = None,
     ) -> None:
         self.settings = settings
+        # At most this many calls at once (blocking queries aside), the others wait their turn
+        # within their own timeout: a scheduler whose 300 jobs tick at once would otherwise
+        # open 300 connections (TLS handshakes, Consul's 200 per client address) at :00.
+        self._gate = (
+            threading.BoundedSemaphore(max_in_flight)
+            if isinstance(max_in_flight, int)
+            else max_in_flight
+        )
         self.session = session if session is not None else _session_for(settings.address, pool_size)
         self.retry = retry
         self.count = count if count is not None else RequestCount()
@@ -196,6 +218,7 @@ class Transport:
             clock=self._clock,
             sleep=self._sleep,
             count=self.count,
+            max_in_flight=self._gate,
         )
 
     def request(
@@ -258,6 +281,21 @@ class Transport:
         redact: tuple[Secret, ...] = (),
         answers: tuple[int, ...] = (),
     ) -> ConsulResponse:
+        call = _Call(method, path, params, json_body, data, token, redact, answers)
+        blocking = params is not None and "index" in params  # a watch: it holds its connection
+        if self._gate is None or blocking:
+            return self._send(call, timeout)
+        began = self._clock()
+        if not self._gate.acquire(timeout=max(timeout, 0.0)):
+            where = f"{method} {path} on {self.settings.address}"
+            raise _unavailable(where, requests.exceptions.Timeout("no turn within the timeout"))
+        try:
+            return self._send(call, timeout - (self._clock() - began))
+        finally:
+            self._gate.release()
+
+    def _send(self, call: _Call, timeout: float) -> ConsulResponse:
+        method, path, params, json_body, data, token, redact, answers = call
         url = f"{self.settings.address}{path}"
         where = f"{method} {path} on {self.settings.address}"
         headers = {"X-Consul-Token": token.reveal()} if token else {}

@@ -34,6 +34,9 @@ from provision.scheduler.timer import TickTimer
 from provision.workers.config import JobConfig, WorkerConfig, load_worker_config
 
 JOIN_POLL = 0.5
+# Connections kept to the agent, and calls at once (watches of running jobs aside): hundreds of
+# jobs ticking at :00 queue for a turn instead of opening a connection each.
+POOL_SIZE, IN_FLIGHT = 64, 32
 SCHEDULER = "lockctl-schedule"  # the `job` field of the scheduler's own events
 
 
@@ -112,7 +115,7 @@ class Scheduler:
 
     def _start(self, config: WorkerConfig) -> None:
         settings = resolve_settings(**config.connection())
-        consul = Consul(settings)
+        consul = Consul(settings, pool_size=POOL_SIZE, max_in_flight=IN_FLIGHT)
         sessions = SessionPool(consul, config.worker, self.events)
         self.sessions = sessions
         self.loops = []

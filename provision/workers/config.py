@@ -51,7 +51,7 @@ class JobConfig:
     schedule: str | None
     timezone: str = "UTC"  # the IANA zone of `schedule`; configs before it lack it (UTC)
     start_deadline: float = 300.0  # seconds after its tick a run may still claim it
-    history_limit: int = 200  # tick records the ledger keeps for this job
+    history_limit: int = 50  # tick records the ledger keeps for this job (timings.COUNT_DEFAULTS)
     command: tuple[str, ...] | None = None  # the argv `lockctl schedule` runs; None: it has none
     jitter: float = 0.0  # seconds: the most a tick's planned start is put off (ledger/turns.py)
     workers: tuple[str, ...] = ()  # every worker of the job, for the claim order; (): unknown

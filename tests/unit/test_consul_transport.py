@@ -1011,3 +1011,42 @@ def test_a_call_whose_time_ran_out_before_it_was_sent_is_unavailable_not_a_crash
     with pytest.raises(ConsulUnavailable, match="no answer within the client timeout"):
         make_consul(transport).session.renew("5e43f102", timeout=0.0, retry=NO_RETRY)
     assert http.sent == []
+
+
+def test_max_in_flight_makes_calls_wait_their_turn_but_never_a_watch(
+    mocked: responses.RequestsMock,
+) -> None:
+    """At most N calls at once; a blocking query holds its connection for minutes, so it does
+    not take a turn (renewals would queue behind the watches of long runs)."""
+    inside, peak, guard = [0], [0], threading.Lock()
+
+    def slow(request: Any) -> tuple[int, dict[str, str], str]:
+        with guard:
+            inside[0] += 1
+            peak[0] = max(peak[0], inside[0])
+        time.sleep(0.05)
+        with guard:
+            inside[0] -= 1
+        return 200, {}, '"127.0.0.1:8300"'
+
+    mocked.add_callback("GET", ADDRESS + "/v1/status/leader", callback=slow)
+    settings = ConsulSettings(address=ADDRESS, token=None, timeout=TIMEOUT)
+    consul = Consul(settings, retry=NO_RETRY, max_in_flight=3)
+    threads = [threading.Thread(target=consul.status.leader) for _ in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert peak[0] == 3
+    gate = consul.transport._gate
+    assert gate is not None
+    for _ in range(3):
+        gate.acquire()  # every turn taken: a watch still goes out at once
+    try:
+        mocked.add("GET", ADDRESS + "/v1/kv/k", json=[], headers={"X-Consul-Index": "7"})
+        consul.transport.request("GET", "/v1/kv/k", params={"index": 5, "wait": "1s"}, timeout=2)
+        with pytest.raises(ConsulUnavailable, match="no answer within the client timeout"):
+            consul.transport.request("GET", "/v1/status/leader", timeout=0.2)
+    finally:
+        for _ in range(3):
+            gate.release()

@@ -109,9 +109,9 @@ def test_a_good_config_loads(tmp_path: Path) -> None:
 def test_a_config_from_an_older_lockctl_gets_the_ledger_defaults(tmp_path: Path) -> None:
     data = _with(jobs__report__start_deadline=DELETE, jobs__report__history_limit=DELETE)
     report = load_worker_config(_write(tmp_path, data)).job("report")
-    assert (report.start_deadline, report.history_limit) == (300.0, 200)
+    assert (report.start_deadline, report.history_limit) == (300.0, 50)
     ingest = load_worker_config(_write(tmp_path, GOOD)).job("ingest")  # never had them
-    assert (ingest.start_deadline, ingest.history_limit) == (300.0, 200)
+    assert (ingest.start_deadline, ingest.history_limit) == (300.0, 50)
 
 
 def test_job_config_defaults_are_the_spec_defaults() -> None:

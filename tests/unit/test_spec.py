@@ -130,9 +130,9 @@ def _job(name: str, *lines: str) -> str:
     return f'job "{name}" {{\n  prefix = "l/{name}/"\n  workers = ["w"]\n{body}}}\n'
 
 
-def test_start_deadline_and_history_limit_default_to_5m_and_200() -> None:
+def test_start_deadline_and_history_limit_default_to_5m_and_50() -> None:
     settings = _ledger_settings(_job("a", 'schedule = "@hourly"') + _job("b"))
-    assert settings == {"a": (300.0, 200), "b": (300.0, 200)}
+    assert settings == {"a": (300.0, 50), "b": (300.0, 50)}
 
 
 def test_a_job_s_start_deadline_and_history_limit_override_the_defaults_block() -> None:

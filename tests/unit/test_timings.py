@@ -107,7 +107,7 @@ def test_spec_and_worker_config_agree_on_counts(field: str, value: Any, tmp_path
 
 def test_the_new_fields_have_their_documented_bounds_and_defaults() -> None:
     assert (BOUNDS["start_deadline"], DEFAULTS["start_deadline"]) == ((1.0, 86400.0), "5m")
-    assert (COUNT_BOUNDS["history_limit"], COUNT_DEFAULTS["history_limit"]) == ((10, 10000), 200)
+    assert (COUNT_BOUNDS["history_limit"], COUNT_DEFAULTS["history_limit"]) == ((10, 10000), 50)
     assert count_problem("history_limit", 10**200) == "the number is outside 10..10000"
 
 
