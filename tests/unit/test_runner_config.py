@@ -133,7 +133,7 @@ JOBS = (
 @pytest.mark.parametrize(
     ("defaults", "a_has"),
     [
-        ("", (300.0, 200)),  # the built-in defaults
+        ("", (300.0, 50)),  # the built-in defaults
         ('defaults {\n  start_deadline = "2m"\n  history_limit = 30\n}\n', (120.0, 30)),
     ],
 )
