@@ -11,8 +11,20 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from provision.runner import child
+from provision.runner.child import become_subreaper
+
 if TYPE_CHECKING:
     from tests.conftest import LiveCluster
+
+
+@pytest.fixture(scope="module")
+def subreaper() -> Iterator[None]:
+    """As `lockctl run` and `schedule` are: the job's orphans come back to this process, for the
+    modules that run the engine in process (undone afterwards)."""
+    become_subreaper()
+    yield
+    child._prctl(child._PR_SET_CHILD_SUBREAPER, 0)
 
 
 @pytest.fixture(scope="module", autouse=True)

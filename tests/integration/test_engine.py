@@ -24,8 +24,6 @@ import pytest
 from procscan import pids_with
 
 from provision.consul import Consul
-from provision.runner import child
-from provision.runner.child import become_subreaper
 from provision.runner.engine import run_job
 from provision.runner.events import EventLog
 from provision.runner.fencing import Outcome
@@ -37,21 +35,13 @@ from provision.workers.config import JobConfig
 if TYPE_CHECKING:
     from conftest import LiveCluster
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("subreaper")]
 
 WORKER = "worker-1"
 TIMINGS = JobTimings(ttl=10.0, lock_delay=4.0, renew_interval=1.0, kill_grace=1.0, min_hold=0.0)
 RUNS = 1000
 # A script with a child: the child ends with it (no leftovers, so each run is quick).
 SCRIPT_WITH_CHILD = ["sh", "-c", "sleep 0 & wait; exit 3"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def subreaper() -> Iterator[None]:
-    """As `lockctl run` is: the job's orphans come back to this process (undone afterwards)."""
-    become_subreaper()
-    yield
-    child._prctl(child._PR_SET_CHILD_SUBREAPER, 0)
 
 
 @pytest.fixture

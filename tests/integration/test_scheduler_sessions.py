@@ -22,8 +22,6 @@ from procscan import pids_with
 from provision.consul import Consul
 from provision.ledger.records import TickOutcome
 from provision.ledger.store import Ledger
-from provision.runner import child
-from provision.runner.child import become_subreaper
 from provision.runner.events import EventLog
 from provision.runner.stop import StopRequest
 from provision.scheduler.loop import JobTicks
@@ -35,17 +33,10 @@ from provision.workers.config import JobConfig
 if TYPE_CHECKING:
     from conftest import LiveCluster
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("subreaper")]
 
 WORKER = "worker-1"
 TIMINGS = JobTimings(ttl=10.0, lock_delay=4.0, renew_interval=1.0, kill_grace=1.0, min_hold=0.0)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def subreaper() -> Iterator[None]:
-    become_subreaper()
-    yield
-    child._prctl(child._PR_SET_CHILD_SUBREAPER, 0)
 
 
 @pytest.fixture
