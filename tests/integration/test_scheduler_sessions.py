@@ -135,6 +135,7 @@ def test_a_lost_session_fences_the_jobs_holding_a_lock_under_it_and_only_those(
             time.sleep(0.1)
         assert marker.exists(), stream.getvalue()
         (shared,) = pool.sessions  # both jobs' timings are the same: one session
+        time.sleep(1.5 - time.time() % 1)  # mid-second: the quick job's run is usually over
         lost_at = time.time()
         consul.session.destroy(shared)  # what Consul does to a session whose node failed
         time.sleep(4)
@@ -146,11 +147,16 @@ def test_a_lost_session_fences_the_jobs_holding_a_lock_under_it_and_only_those(
     assert pids_with(f"sleep {mark}") == []  # the whole fenced tree, the TERM-ignorer too
     seen = _events(stream)
     fenced = [e for e in seen if e["event"] in ("fenced", "lost")]
-    assert fenced and {e["job"] for e in fenced} == {long_job.name}, fenced
+    assert fenced and long_job.name in {e["job"] for e in fenced}, fenced
     long_records = Ledger(consul, long_job.lock_key).records()
     assert [r.outcome for r in long_records] == [TickOutcome.LOST]
-    # the other job, between its ticks at that moment, runs on under a new session
+    # the other job lost a run only if it held its lock at that moment (a loaded machine can
+    # stretch its `true` to the middle of the second): claimed before, never after
     quick = Ledger(consul, quick_job.lock_key).records()
+    quick_lost = [r for r in quick if r.outcome is TickOutcome.LOST]
+    assert len(quick_lost) <= 1, quick
+    assert all(r.claimed_at and r.claimed_at.timestamp() < lost_at for r in quick_lost), quick
+    # and runs on under a new session
     after = [r for r in quick if r.claimed_at and r.claimed_at.timestamp() > lost_at + 0.5]
     assert len(after) >= 2 and all(r.outcome is TickOutcome.SUCCEEDED for r in after), quick
     assert {r.session for r in after} - {shared}  # a new session
