@@ -88,7 +88,7 @@ def run_command(args: RunArgs) -> int:
     Expected errors raise LockctlError (the caller's error boundary prints them)."""
     checked = _check_flags(args)
     from provision.runner.events import EventLog
-    from provision.runner.precheck import await_turn, scheduled_tick, tick_taken
+    from provision.runner.precheck import await_planned_start, scheduled_tick, tick_taken
     from provision.workers.config import load_worker_config
 
     worker_config = load_worker_config(args.config, allow_unsafe=args.allow_unsafe)
@@ -100,7 +100,7 @@ def run_command(args: RunArgs) -> int:
     chosen = scheduled_tick(job_config, worker_config.worker)  # this run's tick, chosen once
     skipped = None
     if chosen is not None:
-        await_turn(chosen)
+        await_planned_start(chosen)
         skipped = tick_taken(worker_config, job_config, chosen.tick, events)
     if skipped is None:
         return _run(args, checked, worker_config, job_config, events, chosen)

@@ -1,8 +1,9 @@
 """The cheap skip of a scheduled run: the tick this run belongs to is already taken.
 
-The tick is chosen once, when the run starts (`ScheduledTick`), and this worker waits for its
-turn at it (provision/ledger/turns.py: the tick's planned start, plus a stagger per rank in the
-claim order) before it looks: the worker first in the order claims, the others find it taken.
+The tick is chosen once, when the run starts (`ScheduledTick`), and the run waits for the tick's
+planned start (its jitter, provision/ledger/turns.py) before it looks. It does not wait for its
+rank's stagger as a scheduler does: a per-tick process already reads before it claims, and on a
+slow host a second more per run can push a run past its timer's next firing.
 
 Most runs of a scheduled job skip (every worker's timer fires; one claims the tick). Such a run
 is settled by one read of the tick's record, before a session, a child or the HTTP client's
@@ -54,11 +55,11 @@ def scheduled_tick(job: JobConfig, worker: str, wall: WallClock = utc_now) -> Sc
     return ScheduledTick(choice.tick, mine)
 
 
-def await_turn(
+def await_planned_start(
     chosen: ScheduledTick, wall: WallClock = utc_now, sleep: Callable[[float], None] = time.sleep
 ) -> None:
-    """Sleep until this worker's turn at the tick (at once when it has come already)."""
-    left = chosen.tick.timestamp() + chosen.turn.delay - wall().timestamp()
+    """Sleep until the tick's planned start (at once when it has come already)."""
+    left = chosen.tick.timestamp() + chosen.turn.planned - wall().timestamp()
     if left > 0:
         sleep(left)
 
