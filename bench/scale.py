@@ -72,6 +72,7 @@ from provision.consul import Consul, ConsulError, PermissionDenied
 from provision.ledger.records import tick_name
 from provision.ledger.store import Ledger
 from provision.ledger.ticks import claim_window
+from provision.ledger.turns import jitter_offset
 from provision.schedule import Schedule, parse_schedule
 from provision.spec.models import DEFAULT_START_DEADLINE
 from provision.system.secrets import read_secret_file
@@ -188,6 +189,7 @@ class Slot:
     job: str
     tick: datetime
     closes: float  # unix seconds
+    planned: float = 0.0  # seconds after the instant: the tick's jitter (the same everywhere)
 
 
 @dataclass
@@ -218,16 +220,26 @@ def parse_oracle(job: str, text: str) -> list[Run]:
 
 
 def tick_slots(
-    jobs: Iterable[str], schedule: Schedule, start_deadline: float, begin: float, end: float
+    jobs: Iterable[str],
+    schedule: Schedule,
+    start_deadline: float,
+    begin: float,
+    end: float,
+    jitter: float = 0.0,
 ) -> list[Slot]:
-    """Every job's ticks with begin <= instant < end, each with its claim window's close."""
+    """Every job's ticks with begin <= instant < end, each with its claim window's close and
+    its planned start (ledger/turns.py's jitter offset, as every replica derives it)."""
     instants = []
     tick = schedule.next_ticks(_utc(begin) - timedelta(microseconds=1), 1)[0]
     while tick.timestamp() < end:
         instants.append(tick)
         tick = schedule.next_ticks(tick, 1)[0]
-    closes = {t: t.timestamp() + claim_window(schedule, t, start_deadline) for t in instants}
-    return [Slot(job, t, closes[t]) for job in jobs for t in instants]
+    windows = {t: claim_window(schedule, t, start_deadline) for t in instants}
+    return [
+        Slot(job, t, t.timestamp() + windows[t], jitter_offset(job, t, jitter, windows[t]))
+        for job in jobs
+        for t in instants
+    ]
 
 
 def judge(
@@ -261,7 +273,7 @@ def _judge_slot(
     figures.claimed += claimed
     if starts:
         figures.ran += 1
-        figures.lags.append(min(starts) - instant)
+        figures.lags.append(min(starts) - instant - slot.planned)
     elif outcome == "missed":
         figures.recorded_missed += 1
     elif outcome is not None:
@@ -292,11 +304,17 @@ def job_names(count: int) -> list[str]:
 
 
 def spec_text(
-    layout: ClusterLayout, names: Sequence[str], schedule: str, script: Path, oracle: Path
+    layout: ClusterLayout,
+    names: Sequence[str],
+    schedule: str,
+    script: Path,
+    oracle: Path,
+    jitter: float = 0.0,
 ) -> str:
     """The spec: the 3 workers at their agents' addresses; every job on all of them."""
     workers = [agent.name for agent in layout.workers]
-    lines = ["defaults {", *(f'  {k} = "{v}"' for k, v in SPEC_DEFAULTS.items()), "}"]
+    defaults = {**SPEC_DEFAULTS, **({"jitter": f"{jitter:g}s"} if jitter else {})}
+    lines = ["defaults {", *(f'  {k} = "{v}"' for k, v in defaults.items()), "}"]
     for agent in layout.workers:
         lines += [f'worker "{agent.name}" {{', f'  address = "{agent.http_address}"', "}"]
     for name in names:
@@ -432,8 +450,26 @@ def proc_sample(pid: int) -> ProcSample | None:
         return None
     # parse_status_kb reads the first number of a field: a count for Threads
     return ProcSample(
-        cpu.own, cpu.children, parse_status_kb(status, "Threads"), parse_status_kb(status, "VmHWM")
+        cpu.own,
+        cpu.children + _living_children_cpu(pid),
+        parse_status_kb(status, "Threads"),
+        parse_status_kb(status, "VmHWM"),
     )
+
+
+def _living_children_cpu(pid: int) -> int:
+    """Clock ticks of the replica's children still alive, and of the children they reaped: the
+    scheduler's namespace helper (runner/nsserver.py) lives as long as the replica and reaps
+    every job's namespace itself, so the jobs' CPU is in its figures, not yet in the replica's
+    cutime."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):
+            for child in task.read_text().split():
+                with contextlib.suppress(OSError):
+                    cpu = parse_stat(Path(f"/proc/{child}/stat").read_text())
+                    total += cpu.own + cpu.children
+    return total
 
 
 class Sampler(threading.Thread):
@@ -625,7 +661,7 @@ def tick_figures(
     names = job_names(args.jobs)
     schedule = parse_schedule(args.schedule)
     deadline = DEFAULT_START_DEADLINE.seconds
-    slots = tick_slots(names, schedule, deadline, window.begin, window.end)
+    slots = tick_slots(names, schedule, deadline, window.begin, window.end, args.jitter)
     ticks = judge(slots, runs, records, window.end)
     return {
         "ticks_scheduled": ticks.scheduled,
@@ -751,7 +787,7 @@ def measure(scenario: Scenario, args: argparse.Namespace, work: Path) -> dict[st
         layout = up.status.layout
         management = management_of(layout)
         names = job_names(args.jobs)
-        configs, apply_s = prepare(work, layout, names, args.schedule)
+        configs, apply_s = prepare(work, layout, names, args.schedule, args.jitter)
         workers = [agent.name for agent in layout.workers][: args.replicas]
         replicas = [Replica(w, configs[w], work / f"{w}.events") for w in workers]
         sampler = Sampler(management, layout, replicas)
@@ -770,13 +806,13 @@ def measure(scenario: Scenario, args: argparse.Namespace, work: Path) -> dict[st
 
 
 def prepare(
-    work: Path, layout: ClusterLayout, names: list[str], schedule: str
+    work: Path, layout: ClusterLayout, names: list[str], schedule: str, jitter: float = 0.0
 ) -> tuple[dict[str, Path], float]:
     """The job script, the oracle folder, the spec, applied, and the worker configs."""
     oracle, script, spec = work / "oracle", work / "job.sh", work / "scale.hcl"
     oracle.mkdir()
     script.write_text(JOB_SCRIPT)
-    spec.write_text(spec_text(layout, names, schedule, script, oracle))
+    spec.write_text(spec_text(layout, names, schedule, script, oracle, jitter))
     return provision_workers(work, layout, spec)
 
 
@@ -787,6 +823,7 @@ def _header(
         "scenario": scenario.name,
         "jobs": args.jobs,
         "schedule": args.schedule,
+        "jitter_s": args.jitter,
         "replicas": args.replicas,
         "tls": args.tls,
         "duration_s": round(window.end - window.begin, 1),
@@ -870,7 +907,8 @@ def report(scenario: Scenario, now: dict[str, Any], before: dict[str, Any] | Non
     targets = {t.key: t for t in scenario.targets}
     print(
         f"\n{scenario.name}: {now['jobs']} jobs on {now['schedule']!r}, {now['replicas']} "
-        f"replica(s), {'TLS' if now['tls'] else 'plain HTTP'}, {now['duration_s']} s "
+        f"replica(s), {'TLS' if now['tls'] else 'plain HTTP'}, "
+        f"jitter {now.get('jitter_s', 0):g} s, {now['duration_s']} s "
         f"(warm-up {now['warmup_s']} s), {now['cores']} cores, Consul {now['consul']}"
     )
     print(f"now:    {now['code']}, {now['measured_at']}")
@@ -938,6 +976,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[Scenario, argparse.Namesp
     parser.add_argument("--schedule", help="every job's schedule (default: the scenario's)")
     parser.add_argument("--replicas", type=int, help=f"schedulers, 1..{WORKERS}")
     parser.add_argument("--duration", type=float, help="seconds (default: the scenario's)")
+    parser.add_argument(
+        "--jitter",
+        type=float,
+        default=0.0,
+        help="every job's jitter in seconds (default 0: all ticks at the same instant); the "
+        "start lag is then measured from each tick's planned start",
+    )
     parser.add_argument("--warmup", type=float, help="seconds before the steady-state figures")
     parser.add_argument("--subnet", default="127.0.61", help="loopback /24 (default 127.0.61)")
     parser.add_argument("--no-tls", dest="tls", action="store_false", help="plain HTTP cluster")

@@ -44,6 +44,9 @@ class Claim:
     tick_taken: bool = False  # operation 0 failed: someone claimed or recorded the tick
     lock_refusal: str | None = None  # operation 1 failed: Consul's reason
     date: datetime | None = None  # the agent's clock at the answer
+    # when won and asked: whether the schedule's previous tick has a record (run, running, or
+    # recorded missed); read in the claim's own transaction, so it costs no request
+    previous_recorded: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -83,16 +86,26 @@ class Ledger:
         names = (key[len(self.prefix) :] for key in self.consul.kv.keys(self.prefix))
         return {tick for tick in map(parse_tick_name, names) if tick is not None}
 
-    def claim(self, record: TickRecord, holder: bytes, session_id: str) -> Claim:
+    def claim(
+        self,
+        record: TickRecord,
+        holder: bytes,
+        session_id: str,
+        previous: datetime | None = None,
+    ) -> Claim:
+        """Claim the record's tick and take the lock, in one transaction; with `previous`, the
+        answer also says whether that tick has a record (a get-tree of its one key: unlike
+        `get`, it does not fail the transaction when there is none)."""
         key = self.key(record.tick)
-        answer = self.consul.txn.kv(
-            [
-                KVOp("check-not-exists", key),
-                KVOp("lock", self.lock_key, holder, session=session_id),
-                KVOp("set", key, record.encode()),
-                KVOp("get", self.lock_key),
-            ]
-        )
+        ops = [
+            KVOp("check-not-exists", key),
+            KVOp("lock", self.lock_key, holder, session=session_id),
+            KVOp("set", key, record.encode()),
+            KVOp("get", self.lock_key),
+        ]
+        if previous is not None:
+            ops.append(KVOp("get-tree", self.key(previous)))
+        answer = self.consul.txn.kv(ops)
         if not answer.applied:
             refusal = answer.failed(1)
             return Claim(
@@ -103,8 +116,14 @@ class Ledger:
             )
         lock, written = answer.entry(self.lock_key), answer.entry(key)
         assert lock is not None and written is not None  # an applied claim returns both
+        seen = None if previous is None else answer.entry(self.key(previous)) is not None
         return Claim(
-            True, lock.lock_index, lock.modify_index, written.modify_index, date=answer.date
+            True,
+            lock.lock_index,
+            lock.modify_index,
+            written.modify_index,
+            date=answer.date,
+            previous_recorded=seen,
         )
 
     def complete(self, record: TickRecord, session_id: str, *, release: bool) -> Completion:

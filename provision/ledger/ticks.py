@@ -48,6 +48,18 @@ class TickChoice:
         return self.wait > MAX_EARLY_WAIT
 
 
+def clock_skew(sent: datetime, received: datetime, agent_date: datetime) -> float | None:
+    """This host's clock minus the agent's, when they differ by SKEW_REPORTED or more whatever
+    the answer's delay. The agent wrote its Date at some moment between `sent` and `received`
+    (this host's clock), when its own clock lay in [date, date + 1 s): the estimate is the
+    middle of both, and half the round trip is no evidence of skew (a loaded agent answering
+    2 s late has the right clock)."""
+    middle = sent + (received - sent) / 2
+    estimate = (middle - agent_date).total_seconds() - 0.5
+    uncertainty = (received - sent).total_seconds() / 2
+    return estimate if abs(estimate) - uncertainty >= SKEW_REPORTED else None
+
+
 def claim_window(schedule: Schedule, tick: datetime, start_deadline: float) -> float:
     following = schedule.next_ticks(tick, 1)[0]
     return min(start_deadline, (following - tick).total_seconds())
@@ -67,15 +79,16 @@ def judge_tick(
     now: datetime,
     start_deadline: float,
     agent_date: datetime | None = None,
+    answered: datetime | None = None,
 ) -> TickChoice:
     """Whether a run at `now` may claim `tick`, the tick its caller waited for (a scheduler's
-    timer, or `lockctl run`'s own choice): never recomputed from the clock here."""
+    timer, or `lockctl run`'s own choice): never recomputed from the clock here. `agent_date`:
+    the agent's clock in the answer to a read sent at `now` and received at `answered` (this
+    host's clock; default `now`)."""
     wait, skew = 0.0, None
     if agent_date is not None:
         wait = max(0.0, (tick - agent_date).total_seconds())
-        # The agent's clock lies in [date, date + 1s): compare with its middle.
-        difference = (now - agent_date).total_seconds() - 0.5
-        skew = difference if abs(difference) >= SKEW_REPORTED else None
+        skew = clock_skew(now, answered or now, agent_date)
     lag = (now - tick).total_seconds()
     return TickChoice(tick, claim_window(schedule, tick, start_deadline), lag, wait, skew)
 

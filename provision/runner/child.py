@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from provision.errors import InputError
 from provision.runner.containment import (
@@ -31,6 +32,9 @@ from provision.runner.containment import (
     pdeathsig_argv,
     remember_refusal,
 )
+
+if TYPE_CHECKING:
+    from provision.runner.forkserver import ForkServer, KeptProcess
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -51,7 +55,7 @@ def become_subreaper() -> None:
         _prctl(_PR_SET_CHILD_SUBREAPER, 1)
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:  # runs in the child between fork and exec
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
@@ -65,31 +69,40 @@ def check_program(command: Sequence[str], env: Mapping[str, str]) -> None:
 class Child:
     """The job: prepared before the lock, started once it is ours, and every process it makes."""
 
-    def __init__(self, command: Sequence[str], env: Mapping[str, str]) -> None:
+    def __init__(
+        self, command: Sequence[str], env: Mapping[str, str], forks: ForkServer | None = None
+    ) -> None:
+        """`forks`: a long-lived process's namespace helper (runner/forkserver.py), which forks
+        the namespace instead of starting unshare and a Python for it."""
         check_program(command, env)
         self.command, self.env = list(command), dict(env)
-        # Children we already had are not the job's: a long-lived process (a scheduler, a test)
-        # may have others. Whatever becomes our child later was started by the job.
-        self._not_ours = {pid for pid, _ in _our_children()}
         self.containment = PROCESS_GROUP
         self.warning = namespace_refused()  # why the containment is weaker, if it is
-        self.process: subprocess.Popen[bytes] | None = None
+        self._not_ours: set[int] = set()
+        if self.warning is not None:
+            self._note_children()
+        self.process: subprocess.Popen[bytes] | KeptProcess | None = None
+        self._kept: KeptProcess | None = None  # the process, when the helper forked it
         self._control: socket.socket | None = None
         self._init: int | None = None  # a pidfd (or the pid) of the namespace's init
         self._init_pid: int | None = None  # its PID: the one stray a namespaced job can have
         if self.warning is None:
-            self._prepare_namespace()
+            self._prepare_namespace(forks)
 
     @property
     def pid(self) -> int:
         assert self.process is not None, "the job was not started"
         return self.process.pid
 
-    def _prepare_namespace(self) -> None:
+    def _prepare_namespace(self, forks: ForkServer | None) -> None:
         ours, theirs = socket.socketpair()
-        argv, needs_hook = pdeathsig_argv(namespace_argv(theirs.fileno(), self.command))
         try:
-            self.process = self._popen(argv, self.env, needs_hook, pass_fds=(theirs.fileno(),))
+            self._kept = None if forks is None else forks.spawn(self.command, self.env, theirs)
+            if self._kept is None:  # the one-shot way: unshare, and a Python for the init
+                argv, needs_hook = pdeathsig_argv(namespace_argv(theirs.fileno(), self.command))
+                self.process = self._popen(argv, self.env, needs_hook, (theirs.fileno(),))
+            else:
+                self.process = self._kept
         except InputError as exc:
             ours.close()
             self._refuse(str(exc))
@@ -112,7 +125,8 @@ class Child:
             control.settimeout(INIT_START_TIMEOUT)
             if control.recv(64) != b"ready\n":
                 raise OSError("the job's init did not start")
-            self._init_pid = _only_child(self.pid)
+            kept_init = None if self._kept is None else self._kept.init_pid
+            self._init_pid = kept_init or _only_child(self.pid)
             self._init = _open_pidfd(self._init_pid)
             control.sendall(json.dumps({"env": dict(lock_env)}).encode())
             control.shutdown(socket.SHUT_WR)
@@ -132,9 +146,18 @@ class Child:
         self._kill_prepared()
         return "the job's init did not say ready in time"
 
+    def _note_children(self) -> None:
+        """Children we already have are not the job's: a long-lived process (a scheduler, a
+        test) may have others. Whatever becomes our child later was started by the job. Only a
+        job in a process group needs this (a scan of every thread's children: many ms in a
+        scheduler of hundreds of threads)."""
+        self._not_ours = {pid for pid, _ in _our_children()}
+
     def _refuse(self, reason: str) -> None:
         remember_refusal(reason)
-        self.warning, self.containment, self.process = reason, PROCESS_GROUP, None
+        self._note_children()  # before the job starts in its process group
+        self.close()
+        self.warning, self.containment, self.process, self._kept = reason, PROCESS_GROUP, None, None
 
     def abort(self) -> None:
         """The lock was not ours: end what was prepared (the waiting init), leave nothing."""
@@ -146,7 +169,10 @@ class Child:
             self._control = None
 
     def _kill_prepared(self) -> None:
-        if self.process is not None:
+        if self._kept is not None:
+            self._kept.kill()  # its init, which has no go yet, dies with it (PDEATHSIG)
+            self._kept.wait()
+        elif self.process is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait()
@@ -157,6 +183,8 @@ class Child:
             with contextlib.suppress(OSError):
                 os.close(self._init)
         self._init = None
+        if self._kept is not None:
+            self._kept.close()
 
     @staticmethod
     def _popen(
@@ -170,7 +198,7 @@ class Child:
                 env=dict(env),
                 start_new_session=True,
                 pass_fds=pass_fds,
-                preexec_fn=_die_with_parent if needs_hook else None,
+                preexec_fn=die_with_parent if needs_hook else None,
             )
         except OSError as exc:
             raise InputError(f"cannot start {argv[0]!r}: {exc.strerror}") from None
@@ -196,6 +224,8 @@ class Child:
         job's process group gets it, and its orphans that were re-parented to us.
         """
         reached = False
+        if self._kept is not None:
+            return self._signal_kept(self._kept, signum)
         if signum != signal.SIGKILL and self._init is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
                 _send(self._init, signum)
@@ -210,6 +240,18 @@ class Child:
                 reached = True
         return reached
 
+    def _signal_kept(self, kept: KeptProcess, signum: int) -> bool:
+        """A namespace the helper forked: the init gets the signal (SIGKILL too: the kernel then
+        ends the namespace), and the keeper SIGKILL, which it takes for itself."""
+        reached = False
+        if self._init is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+                _send(self._init, signum)
+                reached = True
+        if signum == signal.SIGKILL:
+            kept.kill()
+        return reached or kept.poll() is None
+
     def tree_alive(self) -> bool:
         """Whether any process of the job is alive: its first process, its process group, or a
         descendant re-parented to us. Reaps re-parented zombies on the way."""
@@ -218,6 +260,8 @@ class Child:
             return False
         if self.process.poll() is None:
             return True
+        if self._kept is not None:  # its keeper ends after the last process of the namespace
+            return False
         try:
             os.killpg(self.pid, 0)
         except (ProcessLookupError, PermissionError):
@@ -225,15 +269,19 @@ class Child:
         return True
 
     def _strays(self) -> list[int]:
-        return [pid for pid in stray_descendants() if self._is_stray(pid)]
+        return [pid for pid, state in self._job_children() if state != "Z"]
 
-    def _is_stray(self, pid: int) -> bool:
-        """A child of ours that is this job's. Nothing leaves a PID namespace (its orphans go to
-        its init), so there the one stray is the init itself, re-parented to us once unshare
-        died; any other child is another job's (a scheduler runs several at once)."""
+    def _job_children(self) -> list[tuple[int, str]]:
+        """(pid, state) of the children of ours that are this job's. Nothing leaves a PID
+        namespace (its orphans go to its init), so there the one such child is the init itself,
+        re-parented to us once unshare died (never when the helper forked it: the helper is its
+        subreaper then); any other child is another job's (a scheduler runs several at once)."""
         if self.containment == PID_NAMESPACE:
-            return pid == self._init_pid
-        return pid not in self._not_ours
+            if self._kept is not None or self._init_pid is None:
+                return []
+            state = _child_state(self._init_pid)
+            return [] if state is None else [(self._init_pid, state)]
+        return [(pid, state) for pid, state in _our_children() if pid not in self._not_ours]
 
     def _is_first(self, pid: int) -> bool:
         return self.process is not None and pid == self.process.pid
@@ -245,18 +293,12 @@ class Child:
         waitpid(-1) here could take it first, and subprocess would then report 0). Never a child
         that is not the job's either: its owner wants its status.
         """
-        for pid, state in _our_children():
-            if state == "Z" and self._is_stray(pid) and not self._is_first(pid):
+        for pid, state in self._job_children():
+            if state == "Z" and not self._is_first(pid):
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
                 if pid == self._init_pid:
                     self._init_pid = None  # reaped: its PID may soon be another process's
-
-
-def stray_descendants() -> list[int]:
-    """Living child processes of ours: the job itself while it runs, and descendants that were
-    re-parented to us (we are their subreaper). Zombies are left to `Child._reap_strays`."""
-    return [pid for pid, state in _our_children() if state != "Z"]
 
 
 def _our_children() -> list[tuple[int, str]]:
@@ -277,15 +319,21 @@ def _our_children() -> list[tuple[int, str]]:
         candidates = {int(name) for name in os.listdir("/proc") if name.isdigit()}
     found = []
     for pid in candidates:
-        try:
-            with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[1]) == me:
-            found.append((pid, fields[0]))
+        state = _child_state(pid, me)
+        if state is not None:
+            found.append((pid, state))
     return found
+
+
+def _child_state(pid: int, me: int | None = None) -> str | None:
+    """The state letter of process `pid` if it is a child of ours (Z: a zombie), else None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            stat = handle.read()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return fields[0] if int(fields[1]) == (me or os.getpid()) else None
 
 
 def _only_child(pid: int) -> int:

@@ -22,6 +22,7 @@ import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from datetime import timedelta
 
 from provision.consul import Consul, NotFound
 from provision.errors import EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT, LocalEnvironmentError
@@ -40,6 +41,7 @@ from provision.runner.fencing import (
     outcome_after_release,
     waiting_verdict,
 )
+from provision.runner.forkserver import ForkServer
 from provision.runner.lock import Ending, HeldLock, LockSession
 from provision.runner.monitors import LockMonitors
 from provision.runner.precheck import WallClock, utc_now
@@ -74,6 +76,7 @@ def run_job(
     plan: TickChoice | TickSkip | None = None,
     housekeeping: bool = True,
     planned_start: float = 0.0,
+    forks: ForkServer | None = None,
 ) -> RunResult:
     """Run `command` under the job's lock; the result says what happened and the exit code.
 
@@ -81,7 +84,8 @@ def run_job(
     used and not destroyed; by default the run makes its own and destroys it at the end.
     `plan`: the caller's judgement of the tick it waited for (plan_tick), which this run claims
     (without one: the tick of this moment); `planned_start` its jitter, for the record;
-    `housekeeping=False`: a scheduler that does that ledger work less often."""
+    `housekeeping=False`: a scheduler that does that ledger work less often;
+    `forks`: a long-lived process's namespace helper, which forks the job's namespace."""
     schedule = job_schedule(job)
     lock = LockSession(consul, job, worker, clock)
     if schedule is not None:
@@ -93,16 +97,19 @@ def run_job(
         if plan.wait > 0:  # this host's clock is ahead of the agent's: let the tick come
             events.emit("waiting", tick=tick_name(plan.tick), for_clock_ms=ms(plan.wait))
             stop.sleep(plan.wait)  # a stop meanwhile ends the run before it claims
-        lock = TickLock(consul, job, worker, plan.tick, clock, wall, planned_start)
+        previous = schedule.latest_tick_at_or_before(plan.tick - timedelta(seconds=1))
+        lock = TickLock(consul, job, worker, plan.tick, clock, wall, planned_start, previous)
         if options.wait:  # wait for the lock, but not past the tick's claim window
             left = max(0.0, plan.window - plan.lag - plan.wait)
             options = replace(options, timeout=min(options.timeout or left, left))
     if session is not None:
         lock.adopt(session)
-    result = _run_locked(lock, command, options, events, stop, clock)
+    result = _run_locked(lock, command, options, events, stop, clock, forks)
     if not isinstance(lock, TickLock) or schedule is None:
         return result
-    if lock.record is not None and housekeeping:  # we ran the tick: tidy the ledger after
+    # We ran the tick: tidy the ledger after, when the caller's cadence asks, and at once when
+    # the claim saw the previous tick unrecorded (nobody ran it: it may be missed).
+    if lock.record is not None and (housekeeping or lock.previous_recorded is False):
         housekeep(lock.ledger, job, schedule, worker, events)
     return replace(result, tick=lock.tick)
 
@@ -114,13 +121,14 @@ def _run_locked(
     events: EventLog,
     stop: StopRequest,
     clock: Callable[[], float],
+    forks: ForkServer | None = None,
 ) -> RunResult:
     # Refused here (exit 2) if it cannot start, before any lock is taken for it. For a plain
     # lock its init starts in its namespace while we acquire: the hand-over then only says go.
     # A tick's claim is lost by every replica but one, so there nothing starts before it is won.
     environment = job_environment(os.environ)
     check_program(command, environment)
-    child = None if isinstance(lock, TickLock) else Child(command, environment)
+    child = None if isinstance(lock, TickLock) else Child(command, environment, forks)
     try:
         if stop.requested:
             return _interrupted(stop, lock, events)
@@ -134,7 +142,7 @@ def _run_locked(
             return _interrupted(stop, lock, events)
         supervisor = _Supervisor(lock, held, options, events, stop, clock)
         if child is None:
-            child = Child(command, environment)
+            child = Child(command, environment, forks)
         return supervisor.run(child, clock() - began)
     finally:
         if child is not None:

@@ -17,6 +17,11 @@ from provision.runner.lock import LockSession
 from provision.runner.stop import Wakeup
 
 WATCH_WAIT = 60.0  # seconds per blocking watch; renewals confirm the lock in between anyway
+# The watch starts this long after the acquire. A job that ends sooner (most scheduled jobs)
+# costs Consul no watch and the process no connection held for it: hundreds of such jobs at
+# one tick would otherwise overflow the connection pool (each overflow a new TLS handshake).
+# The watch asks from the acquire's index on, so a change meanwhile is seen the moment it starts.
+WATCH_AFTER = 1.0
 WATCH_ERROR_PAUSE = 0.5
 # How long the end of a run waits for a helper still inside an HTTP call. After a release the
 # watcher returns at once (the key changed); a call to an unreachable Consul ends by its client
@@ -89,6 +94,8 @@ class LockMonitors:
             delay = interval
 
     def _watch(self, index: int) -> None:
+        if self.halt.wait(WATCH_AFTER):
+            return
         while not self.halt.is_set():
             try:
                 held, index = self.lock.watch(index, WATCH_WAIT)

@@ -90,7 +90,7 @@ def plan_tick(
     record, agent_date = ledger.read(tick)
     if record is not None:
         return TickSkip(tick, Outcome.SKIPPED, taken_fields(record))
-    choice = judge_tick(schedule, tick, now, job.start_deadline, agent_date)
+    choice = judge_tick(schedule, tick, now, job.start_deadline, agent_date, wall())
     if choice.skew is not None:
         events.emit(
             "clock-skew",
@@ -140,10 +140,13 @@ class TickLock(LockSession):
         clock: Callable[[], float] = time.monotonic,
         wall: WallClock = utc_now,
         planned_start: float = 0.0,
+        previous: datetime | None = None,
     ) -> None:
         super().__init__(consul, job, worker, clock)
         self.ledger = Ledger(consul, job.lock_key)
         self.tick = tick
+        self.previous = previous  # the schedule's tick before ours: is it recorded?
+        self.previous_recorded: bool | None = None  # the claim's answer to that
         self.wall = wall
         self.planned_start = planned_start  # seconds after the tick (jitter): in the record
         self.record: TickRecord | None = None  # ours, once claimed
@@ -167,11 +170,12 @@ class TickLock(LockSession):
             planned_start=self.planned_start or None,
         )
         sent = self._clock()
-        claim = self.ledger.claim(record, self._holder_record(), self.session_id)
+        claim = self.ledger.claim(record, self._holder_record(), self.session_id, self.previous)
         if not claim.won:
             self.tick_taken, self._lock_refusal = claim.tick_taken, claim.lock_refusal
             return None
         self.confirm(sent)
+        self.previous_recorded = claim.previous_recorded
         self.record = replace(record, lock_index=claim.lock_index, modify_index=claim.record_index)
         return HeldLock(claim.lock_index, claim.lock_modify_index)
 

@@ -12,16 +12,18 @@ ran its previous ticks itself, so it does both less often, and no promise change
                               read (a skew, or the agent's clock not at the tick yet), and
                               otherwise once every CLOCK_CHECK_EVERY
   housekeeping                only by the replica that ran the tick (the engine's rule), at its
-                              first run, at a run whose previous tick it did not run itself
-                              (another replica ran it, or nobody did: Consul was unreachable, an
-                              overlap, a takeover; a missed tick is recorded at once), and
-                              otherwise once every HOUSEKEEP_EVERY
+                              first run, and otherwise once every HOUSEKEEP_EVERY; and, whatever
+                              the cadence, after a run whose claim found the schedule's previous
+                              tick without a record (the engine's rule again: the claim's
+                              transaction reads that record, at no cost): nobody ran it (Consul
+                              was unreachable, an overlap, a takeover), so a missed tick is
+                              recorded at once. A tick another replica ran costs no housekeeping
+                              here: when ticks spread over the replicas, that is most of them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from datetime import datetime
 
 CLOCK_CHECK_EVERY = 300.0  # seconds between two comparisons of the clocks while they agree
 HOUSEKEEP_EVERY = 60.0  # seconds between two housekeepings while this loop runs every tick
@@ -43,20 +45,17 @@ class Cadence:
     clocks_read_at: float | None = None  # the last read that compared the two clocks
     clocks_agree: bool = False  # that read found no skew and no wait for the agent's clock
     housekept_at: float | None = None
-    last_run_tick: datetime | None = None  # the latest tick this loop claimed and ran
 
 
-def tick_work(cadence: Cadence, now: float, previous_tick: datetime) -> TickWork:
-    """The work of the run of a tick whose schedule's previous tick is `previous_tick`."""
+def tick_work(cadence: Cadence, now: float) -> TickWork:
+    """The work of the run of a tick at `now`."""
     read = (
         cadence.clocks_read_at is None
         or not cadence.clocks_agree
         or now - cadence.clocks_read_at >= CLOCK_CHECK_EVERY - SLACK
     )
     housekeep = (
-        cadence.housekept_at is None
-        or cadence.last_run_tick != previous_tick
-        or now - cadence.housekept_at >= HOUSEKEEP_EVERY - SLACK
+        cadence.housekept_at is None or now - cadence.housekept_at >= HOUSEKEEP_EVERY - SLACK
     )
     return TickWork(read, housekeep)
 
@@ -65,11 +64,8 @@ def after_read(cadence: Cadence, now: float, *, clocks_agree: bool) -> Cadence:
     return replace(cadence, clocks_read_at=now, clocks_agree=clocks_agree)
 
 
-def after_run(
-    cadence: Cadence, now: float, work: TickWork, tick: datetime, *, claimed: bool
-) -> Cadence:
+def after_run(cadence: Cadence, now: float, work: TickWork, *, claimed: bool) -> Cadence:
     """A run that claimed its tick ran it here (and housekept, when asked); else nothing."""
-    if not claimed:
+    if not claimed or not work.housekeep:
         return cadence
-    housekept_at = now if work.housekeep else cadence.housekept_at
-    return replace(cadence, housekept_at=housekept_at, last_run_tick=tick)
+    return replace(cadence, housekept_at=now)

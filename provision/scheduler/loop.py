@@ -30,6 +30,7 @@ from provision.ledger.ticks import TickChoice, choose_tick
 from provision.runner.engine import run_job
 from provision.runner.events import EventLog
 from provision.runner.fencing import Outcome
+from provision.runner.forkserver import ForkServer
 from provision.runner.precheck import WallClock, utc_now
 from provision.runner.results import RunOptions, RunResult
 from provision.runner.stop import StopRequest
@@ -53,13 +54,13 @@ def scheduled_run(
     *,
     clock: Callable[[], float] = time.monotonic,
     wall: WallClock = utc_now,
+    forks: ForkServer | None = None,
 ) -> tuple[RunResult, Cadence]:
     """The run of tick `due`, the one the loop waited for, under the replica's session: the
     engine's, with the read before the claim when this replica is not first in the claim order
     or `cadence` wants the clocks compared, and the housekeeping as often as `cadence` says."""
     schedule = parse_schedule(job.schedule or "", job.timezone)  # cached
-    previous = schedule.latest_tick_at_or_before(due - timedelta(seconds=1))
-    work = tick_work(cadence, clock(), previous)
+    work = tick_work(cadence, clock())
     turn = job_turn(job, schedule, due, worker)
     ledger = Ledger(consul, job.lock_key)
     read = work.read_first or turn.reads_first
@@ -81,9 +82,10 @@ def scheduled_run(
         plan=plan,
         housekeeping=work.housekeep,
         planned_start=turn.planned,
+        forks=forks,
     )
     claimed = result.lock_index is not None
-    return result, after_run(cadence, clock(), work, plan.tick, claimed=claimed)
+    return result, after_run(cadence, clock(), work, claimed=claimed)
 
 
 class CountingEventLog(EventLog):
@@ -130,6 +132,7 @@ class JobTicks:
         clock: Callable[[], float] = time.monotonic,
         counts: LoopCounts | None = None,
         sessions: SessionPool | None = None,
+        forks: ForkServer | None = None,
     ) -> None:
         assert job.schedule is not None and job.command
         self.consul, self.job, self.worker, self.events = consul, job, worker, events
@@ -140,6 +143,7 @@ class JobTicks:
         self.last_result: RunResult | None = None
         self.sessions = sessions or SessionPool(consul, worker, events, clock)
         self._session_id: str | None = None
+        self.forks = forks  # the scheduler's namespace helper, shared by its jobs
         self._last_tick: datetime | None = None
         self._consul_down = False
         self.cadence = Cadence()  # the ledger work beyond claim and completion (cadence.py)
@@ -173,6 +177,8 @@ class JobTicks:
         return due
 
     def _passed_ticks(self, last: datetime, due: datetime) -> list[datetime]:
+        if self.schedule.next_ticks(last, 1)[0] >= due:
+            return []  # the common case, for each of hundreds of jobs at each of their ticks
         passed: list[datetime] = []
         for tick in self.schedule.next_ticks(last, 64):
             if tick >= due:
@@ -199,6 +205,7 @@ class JobTicks:
                 self.cadence,
                 clock=self.clock,
                 wall=self.wall,
+                forks=self.forks,
             )
         except ConsulError as exc:
             self._unavailable(exc, due)

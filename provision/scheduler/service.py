@@ -26,6 +26,7 @@ from typing import TextIO
 from provision.consul import Consul, resolve_settings
 from provision.errors import InputError, LocalEnvironmentError, LockctlError
 from provision.runner.events import EventLog
+from provision.runner.forkserver import ForkServer
 from provision.runner.stop import StopRequest
 from provision.scheduler.counts import CountsSnapshot, LoopCounts
 from provision.scheduler.loop import CountingEventLog, JobTicks
@@ -77,6 +78,7 @@ class Scheduler:
         self.loader = loader or (lambda path: load_worker_config(path, allow_unsafe=allow_unsafe))
         self.loops: list[JobTicks] = []
         self.sessions: SessionPool | None = None
+        self.forks = ForkServer()  # one namespace helper for every run of this process
         self.timer: TickTimer | None = None
         self._timer_thread: threading.Thread | None = None
         self.counts: dict[str, LoopCounts] = {}  # by job name: a reload keeps the counters
@@ -93,13 +95,17 @@ class Scheduler:
                 f"{self.config.path}: no job with a schedule and a command for "
                 f"{self.config.worker}: nothing to schedule"
             )
-        self._start(self.config)
-        while not self.stop.requested:
-            self.stop.sleep(JOIN_POLL)
-            if self._reload:
-                self._reload = False
-                self._reload_config()
-        self._end_loops()
+        self.forks.start()
+        try:
+            self._start(self.config)
+            while not self.stop.requested:
+                self.stop.sleep(JOIN_POLL)
+                if self._reload:
+                    self._reload = False
+                    self._reload_config()
+            self._end_loops()
+        finally:
+            self.forks.close()  # after the last run: no job of ours is left to fork or keep
         self.events.emit("stopped", signal=self.stop.signum)
         return 0
 
@@ -124,7 +130,14 @@ class Scheduler:
             events = CountingEventLog(job.name, config.worker, self.stream, counts)
             self.loops.append(
                 JobTicks(
-                    consul, job, config.worker, events, self.stop, counts=counts, sessions=sessions
+                    consul,
+                    job,
+                    config.worker,
+                    events,
+                    self.stop,
+                    counts=counts,
+                    sessions=sessions,
+                    forks=self.forks,
                 )
             )
         sessions.start()

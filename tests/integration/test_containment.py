@@ -25,7 +25,12 @@ SCRIPT = f"""
 import json, os, sys
 sys.path.insert(0, sys.argv[1])
 from provision.runner.child import Child
-child = Child(["sh", "-c", "id -u; setsid sleep {MARK} & exit 0"], dict(os.environ))
+from provision.runner.forkserver import ForkServer
+forks = None
+if sys.argv[2] == "forkserver":  # as `lockctl schedule` makes them: forked by its helper
+    forks = ForkServer()
+    forks.start()
+child = Child(["sh", "-c", "id -u; setsid sleep {MARK} & exit 0"], dict(os.environ), forks)
 child.start({{"LOCK_INDEX": "1"}})
 status = child.wait()
 print(json.dumps({{"containment": child.containment, "warning": child.warning, "status": status}}))
@@ -41,7 +46,8 @@ def shared_tmp() -> Iterator[Path]:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to become nobody")
-def test_a_runner_that_is_not_root_still_gets_a_pid_namespace(shared_tmp: Path) -> None:
+@pytest.mark.parametrize("start", ["unshare", "forkserver"])
+def test_a_runner_that_is_not_root_still_gets_a_pid_namespace(shared_tmp: Path, start: str) -> None:
     package = Path(provision.__file__).parent
     shutil.copytree(package, shared_tmp / "provision", ignore=shutil.ignore_patterns("__pycache__"))
     (shared_tmp / "probe.py").write_text(SCRIPT)
@@ -51,7 +57,7 @@ def test_a_runner_that_is_not_root_still_gets_a_pid_namespace(shared_tmp: Path) 
     assert python is not None, "the system's python3 (Debian's) is needed"
     become_nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
     done = subprocess.run(
-        [*become_nobody, python, "-I", str(shared_tmp / "probe.py"), str(shared_tmp)],
+        [*become_nobody, python, "-I", str(shared_tmp / "probe.py"), str(shared_tmp), start],
         capture_output=True,
         text=True,
         timeout=30,

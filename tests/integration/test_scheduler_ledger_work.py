@@ -112,3 +112,29 @@ def test_a_loop_after_a_gap_records_the_missed_ticks_at_its_first_run(
     outcomes = [r.outcome for r in Ledger(consul, job.lock_key).records()]
     assert outcomes.count(TickOutcome.MISSED) >= 3, outcomes
     assert outcomes.count(TickOutcome.SUCCEEDED) >= 3, outcomes
+
+
+def test_a_loop_whose_claim_finds_the_previous_tick_unrecorded_housekeeps_at_once(
+    consul: Consul, job: JobConfig
+) -> None:
+    """Housekeeping is due only once a minute by the cadence; but when the claim's transaction
+    says the previous tick has no record (nobody ran it: here the lock was held elsewhere for
+    5 s), the run after it records the missed ticks right away."""
+    counting = _count_calls(consul)
+    other = consul.session.create(name="test: holds the lock meanwhile", ttl=30.0, lock_delay=0)
+    try:
+        stream_holder: list[str] = []
+        loop = threading.Thread(target=lambda: stream_holder.append(_run_loop(consul, job, 12)))
+        loop.start()
+        time.sleep(3)  # the loop's first ticks run; it housekeeps at its first
+        assert consul.kv.put(job.lock_key, b"elsewhere", acquire=other)
+        time.sleep(5)  # ticks the loop cannot claim: nobody runs them
+        assert consul.kv.put(job.lock_key, b"", release=other)
+        loop.join(30)
+    finally:
+        consul.session.destroy(other)
+    events = stream_holder[0]
+    outcomes = [r.outcome for r in Ledger(consul, job.lock_key).records()]
+    assert outcomes.count(TickOutcome.MISSED) >= 2, (outcomes, events)
+    assert counting["ledger names"] >= 2, counting  # the first run's, and the one after the gap
+    assert '"housekeeping"' in events and '"missed_recorded"' in events, events

@@ -12,6 +12,7 @@ from provision.ledger.ticks import (
     MISSED_GRACE,
     choose_tick,
     claim_window,
+    clock_skew,
     missed_ticks,
     to_prune,
 )
@@ -121,3 +122,20 @@ def test_retention_prunes_the_oldest_beyond_the_limit() -> None:
     assert to_prune(many, 200) == []  # 200 + 10% = 220 kept before a batch goes
     assert to_prune([*many, at(5 * 220)], 200) == many[:21]  # then back to the newest 200
     assert to_prune([], 10) == []
+
+
+@pytest.mark.parametrize(
+    ("sent", "received", "agent_date", "skew"),
+    [
+        (at(0.2), at(0.2), at(-3), 2.7),  # an answer at once: as judge_tick always judged
+        (at(0.0), at(2.5), at(2), None),  # a loaded agent, 2.5 s to answer: its clock is right
+        (at(0.0), at(2.5), at(-4), 4.75),  # a late answer and a clock 4-5 s behind ours
+        (at(0.0), at(2.0), at(5), pytest.approx(-4.5)),  # this host behind, whatever the delay
+        (at(0.0), at(1.0), at(-2), None),  # 2-3 s ahead by the middle, but 1 s of doubt
+    ],
+)
+def test_the_answers_delay_is_no_evidence_of_skew(sent, received, agent_date, skew) -> None:
+    """A read that waited 2.5 s in a queue answered with a Date 2.5 s after it was sent: before,
+    that was reported as a skew, and a scheduler that saw one read before every claim, which
+    loaded Consul more, which delayed the next answers (seen at 300 jobs on 3 replicas)."""
+    assert clock_skew(sent, received, agent_date) == skew

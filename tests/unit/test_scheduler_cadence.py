@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from datetime import datetime, timedelta, timezone
 
 import pytest
 
@@ -18,11 +17,9 @@ from provision.scheduler.cadence import (
     tick_work,
 )
 
-T0 = datetime(2026, 12, 1, 12, 0, tzinfo=timezone.utc)
-PREVIOUS = T0 - timedelta(minutes=1)  # the schedule's tick before T0
 NOW = 10_000.0  # monotonic
-STEADY = Cadence(  # a loop that ran the previous tick and compared the clocks lately
-    clocks_read_at=NOW - 60, clocks_agree=True, housekept_at=NOW - 20, last_run_tick=PREVIOUS
+STEADY = Cadence(  # a loop that housekept and compared the clocks lately
+    clocks_read_at=NOW - 60, clocks_agree=True, housekept_at=NOW - 20
 )
 LATER = NOW - 60 + CLOCK_CHECK_EVERY  # when STEADY's clocks are due to be compared again
 
@@ -44,17 +41,11 @@ LATER = NOW - 60 + CLOCK_CHECK_EVERY  # when STEADY's clocks are due to be compa
          "a minute schedule's next run, a little under 60 s later, still housekeeps"),
         (STEADY, STEADY.housekept_at + HOUSEKEEP_EVERY - 5, TickWork(False, False),
          "well within the interval: not yet"),
-        (replace(STEADY, last_run_tick=PREVIOUS - timedelta(minutes=1)), NOW,
-         TickWork(False, True),
-         "the previous tick was not run here (another replica, Consul down, an overlap): "
-         "housekeep now, a missed tick is recorded at once"),
-        (replace(STEADY, last_run_tick=None), NOW, TickWork(False, True),
-         "never ran a tick here"),
         (replace(STEADY, housekept_at=None), NOW, TickWork(False, True), "never housekept"),
     ],
 )  # fmt: skip
 def test_tick_work(cadence: Cadence, now: float, work: TickWork, why: str) -> None:
-    assert tick_work(cadence, now, PREVIOUS) == work, why
+    assert tick_work(cadence, now) == work, why
 
 
 def test_a_read_records_when_and_whether_the_clocks_agreed() -> None:
@@ -63,32 +54,30 @@ def test_a_read_records_when_and_whether_the_clocks_agreed() -> None:
     assert not after_read(read, NOW + 1, clocks_agree=False).clocks_agree
 
 
-def test_a_claimed_run_is_this_loops_last_and_housekept_when_asked() -> None:
-    ran = after_run(Cadence(), NOW, TickWork(True, True), T0, claimed=True)
-    assert (ran.housekept_at, ran.last_run_tick) == (NOW, T0)
-    later = after_run(ran, NOW + 5, TickWork(False, False), T0 + timedelta(minutes=1), claimed=True)
-    assert (later.housekept_at, later.last_run_tick) == (NOW, T0 + timedelta(minutes=1))
+def test_a_claimed_run_housekept_when_asked() -> None:
+    ran = after_run(Cadence(), NOW, TickWork(True, True), claimed=True)
+    assert ran.housekept_at == NOW
+    later = after_run(ran, NOW + 5, TickWork(False, False), claimed=True)
+    assert later.housekept_at == NOW
 
 
 def test_a_run_that_did_not_claim_changes_nothing() -> None:
     # skipped (another replica has the tick), missed, Consul refused: no record of ours and no
-    # housekeeping done, so the next run here finds its previous tick not run by it
-    assert after_run(STEADY, NOW, TickWork(True, True), T0, claimed=False) == STEADY
-    assert tick_work(STEADY, NOW + 1, T0).housekeep
-    ours = after_run(STEADY, NOW, TickWork(False, False), T0, claimed=True)
-    assert not tick_work(ours, NOW + 1, T0).housekeep
+    # housekeeping done (whether the previous tick is missed, the next claim here reads)
+    assert after_run(Cadence(), NOW, TickWork(True, True), claimed=False) == Cadence()
+    assert tick_work(Cadence(), NOW + 1).housekeep
 
 
 def test_a_loop_of_a_2s_job_reads_and_housekeeps_a_small_share_of_its_ticks() -> None:
     """Thirty minutes of an `@every 2s` job, every tick run on this replica."""
     cadence, reads, housekeeps, ticks = Cadence(), 0, 0, 900
     for n in range(ticks):
-        now, tick = NOW + 2 * n, T0 + timedelta(seconds=2 * n)
-        work = tick_work(cadence, now, tick - timedelta(seconds=2))
+        now = NOW + 2 * n
+        work = tick_work(cadence, now)
         if work.read_first:
             reads += 1
             cadence = after_read(cadence, now, clocks_agree=True)
         housekeeps += work.housekeep
-        cadence = after_run(cadence, now + 0.05, work, tick, claimed=True)
+        cadence = after_run(cadence, now + 0.05, work, claimed=True)
     assert reads == 6  # once every 5 minutes, not 900 times
     assert housekeeps == 30  # once a minute
