@@ -45,7 +45,7 @@ from provision.runner.forkserver import ForkServer
 from provision.runner.lock import Ending, HeldLock, LockSession
 from provision.runner.monitors import LockMonitors
 from provision.runner.precheck import WallClock, utc_now
-from provision.runner.results import RunOptions, RunResult
+from provision.runner.results import RunOptions, RunResult, SkipReason
 from provision.runner.stop import StopRequest, Wakeup, wait_for
 from provision.runner.tick_lock import (
     TickLock,
@@ -111,7 +111,10 @@ def run_job(
     # the claim saw the previous tick unrecorded (nobody ran it: it may be missed).
     if lock.record is not None and (housekeeping or lock.previous_recorded is False):
         housekeep(lock.ledger, job, schedule, worker, events)
-    return replace(result, tick=lock.tick)
+    lag = None
+    if lock.record is not None and result.duration is not None:  # the job of our claim started
+        lag = lock.record.start_lag
+    return replace(result, tick=lock.tick, start_lag=lag)
 
 
 def _run_locked(
@@ -154,7 +157,7 @@ def _run_locked(
 def _tick_skipped(skip: TickSkip, events: EventLog) -> RunResult:
     """Another worker has this tick, or it is too late for it: nothing ran, exit 0."""
     events.emit(skip.outcome.value, tick=tick_name(skip.tick), **skip.fields)
-    return RunResult(skip.outcome, 0, tick=skip.tick)
+    return RunResult(skip.outcome, 0, tick=skip.tick, skip=skip.skip)
 
 
 def _interrupted(stop: StopRequest, lock: LockSession, events: EventLog) -> RunResult:
@@ -186,9 +189,7 @@ def _acquire(
         if held is not None:
             return held
         if not options.wait or lock.tick_taken:
-            holder = lock.why_not_acquired()
-            events.emit("skipped", session=lock.session_id, **holder.event_fields())
-            return RunResult(Outcome.SKIPPED, 0)
+            return _skipped(lock, events)
         verdict = waiting_verdict(clock(), give_up_at, stop.signum)
         if verdict is Outcome.TIMED_OUT:
             events.emit("timed-out", session=lock.session_id, waited_ms=ms(options.timeout or 0))
@@ -202,6 +203,20 @@ def _acquire(
             _renew_while_waiting(lock)
             renewed_at = clock()
         _wait_turn(lock, None if give_up_at is None else give_up_at - clock())
+
+
+def _skipped(lock: LockSession, events: EventLog) -> RunResult:
+    """Not acquired, and not waiting for it: say who has the lock (or the tick), and why."""
+    fields: Mapping[str, object]
+    if isinstance(lock, TickLock):
+        refusal = lock.why_not_acquired()
+        fields, skip = refusal.event_fields(), refusal.skip
+    else:  # a plain lock: held by another session, or in lock-delay
+        holder = lock.why_not_acquired()
+        fields = holder.event_fields()
+        skip = SkipReason.LOCK_DELAY if holder.in_lock_delay else SkipReason.TAKEN
+    events.emit("skipped", session=lock.session_id, **fields)
+    return RunResult(Outcome.SKIPPED, 0, skip=skip)
 
 
 def _renew_while_waiting(lock: LockSession) -> None:

@@ -3,6 +3,7 @@ skip (runner/precheck.py) reports a result without loading the engine."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -16,6 +17,17 @@ class RunOptions:
     min_hold: float | None = None  # overrides the job's configured min_hold
 
 
+class SkipReason(str, enum.Enum):
+    """Why a run skipped its tick, in a word: decided where the skip is (runner/tick_lock.py,
+    scheduler/loop.py), never read back from the reason's text (it can quote anyone's record).
+    The values are the `reason` label of `lockctl_skips_total` (scheduler/exposition.py)."""
+
+    TAKEN = "taken"  # the tick has a record: another runner has (or had) it
+    OVERLAP = "overlap"  # the job's previous tick still runs (here, or holding the lock)
+    LOCK_DELAY = "lock-delay"  # the lock's last holder's session ended: Consul's lock-delay
+    OTHER = "other"  # held by something else, or the tick has not come on Consul's clock
+
+
 @dataclass(frozen=True)
 class RunResult:
     outcome: Outcome
@@ -23,3 +35,7 @@ class RunResult:
     lock_index: int | None = None
     tick: datetime | None = None  # the scheduled tick this run was for
     duration: float | None = None  # seconds the job ran (None: it did not start)
+    skip: SkipReason | None = None  # why, when the outcome is SKIPPED (None: not said)
+    # seconds from the tick's instant to its claim, as the tick's record says (None: no job
+    # of a tick started)
+    start_lag: float | None = None

@@ -36,6 +36,7 @@ from provision.runner.events import EventLog, ms
 from provision.runner.fencing import Outcome
 from provision.runner.lock import Ending, HeldLock, LockSession, holder_record
 from provision.runner.precheck import WallClock, utc_now
+from provision.runner.results import SkipReason
 from provision.schedule import Schedule, parse_schedule
 from provision.system.text import printable
 from provision.workers.config import JobConfig
@@ -60,11 +61,13 @@ def job_turn(job: JobConfig, schedule: Schedule, tick: datetime, worker: str) ->
 
 @dataclass(frozen=True)
 class TickSkip:
-    """This run does not claim its tick: `outcome` is skipped or missed, `fields` the event's."""
+    """This run does not claim its tick: `outcome` is skipped or missed, `fields` the event's,
+    `skip` why it skipped (None when missed)."""
 
     tick: datetime
     outcome: Outcome  # SKIPPED or MISSED
     fields: dict[str, object]
+    skip: SkipReason | None = None
 
 
 def plan_tick(
@@ -89,7 +92,7 @@ def plan_tick(
         return _too_late(ledger, job, first, events.worker, now) if first.too_late else first
     record, agent_date = ledger.read(tick)
     if record is not None:
-        return TickSkip(tick, Outcome.SKIPPED, taken_fields(record))
+        return TickSkip(tick, Outcome.SKIPPED, taken_fields(record), SkipReason.TAKEN)
     choice = judge_tick(schedule, tick, now, job.start_deadline, agent_date, wall())
     if choice.skew is not None:
         events.emit(
@@ -105,7 +108,7 @@ def plan_tick(
             f"tick {tick_name(choice.tick)} has not come on the Consul agent's clock "
             f"(this host's clock is {choice.wait:.0f}s ahead of it)"
         )
-        return TickSkip(choice.tick, Outcome.SKIPPED, {"reason": reason})
+        return TickSkip(choice.tick, Outcome.SKIPPED, {"reason": reason}, SkipReason.OTHER)
     return choice
 
 
@@ -183,21 +186,25 @@ class TickLock(LockSession):
         if self.tick_taken:
             record, _ = self.ledger.read(self.tick)
             if record is not None:
-                return TickRefusal(self.tick, taken_fields(record))
-        return TickRefusal(self.tick, self._lock_fields())
+                skip = refused_skip(recorded=True, lock_delay=False, running=None)
+                return TickRefusal(self.tick, taken_fields(record), skip)
+        return self._lock_refused()
 
-    def _lock_fields(self) -> dict[str, object]:
+    def _lock_refused(self) -> TickRefusal:
         """The lock is held (the previous tick still runs) or in lock-delay: say which."""
         when = tick_name(self.tick)
+        # Consul's own answer to the claim's lock operation: only it knows of a lock-delay
         if self._lock_refusal is not None and "lock delay" in self._lock_refusal:
             reason = f"tick {when}: the lock is in lock-delay (its last holder's session ended)"
-            return {"reason": reason}
+            skip = refused_skip(recorded=False, lock_delay=True, running=None)
+            return TickRefusal(self.tick, {"reason": reason}, skip)
         try:
             entry, _ = self.consul.kv.get(self.key)
         except ConsulError:
             entry = None
         held = holder_record(entry.value if entry else None)  # bounded, printable
         running, claims = held.get("tick"), held.get("worker", "?")
+        skip = refused_skip(recorded=False, lock_delay=False, running=running)
         if running is not None:
             reason = (
                 f"tick {when}: overlap, tick {running} is still running "
@@ -206,7 +213,11 @@ class TickLock(LockSession):
         else:
             reason = f"tick {when}: the lock is held by another session (claims {claims})"
         holder = entry.session if entry and entry.session else None
-        return {"reason": reason, "holder": None if holder is None else printable(holder, 64)}
+        fields: dict[str, object] = {
+            "reason": reason,
+            "holder": None if holder is None else printable(holder, 64),
+        }
+        return TickRefusal(self.tick, fields, skip)
 
     def finish(self, ending: Ending, *, release: bool) -> bool | None:
         if self.record is None:  # never claimed
@@ -226,11 +237,26 @@ class TickLock(LockSession):
 
 @dataclass(frozen=True)
 class TickRefusal:
+    """Why the claim of `tick` was refused: `fields` for the `skipped` event, `skip` in a word."""
+
     tick: datetime
     fields: dict[str, object]
+    skip: SkipReason
 
     def event_fields(self) -> dict[str, object]:
         return {"tick": tick_name(self.tick), **self.fields}
+
+
+def refused_skip(*, recorded: bool, lock_delay: bool, running: str | None) -> SkipReason:
+    """Why a claim was refused, in a word: the tick has a record (another runner has or had
+    it); Consul refused the lock for its lock-delay; the lock's holder names the tick it runs
+    (TickLock writes it: the job's previous tick still runs, an overlap); else the lock is held
+    by something else (a plain `lockctl run`, a record that names no tick)."""
+    if recorded:
+        return SkipReason.TAKEN
+    if lock_delay:
+        return SkipReason.LOCK_DELAY
+    return SkipReason.OTHER if running is None else SkipReason.OVERLAP
 
 
 def _tick_outcome(ending: Ending, release: bool) -> TickOutcome:

@@ -1,29 +1,29 @@
 """What one job loop of the scheduler saw, for `/metrics` and `/healthz` (scheduler/listen.py).
 
-Writers are the loop's thread and the engine's helper threads (through the events they emit);
-the reader is the listener's thread. The state is one immutable CountsSnapshot, replaced whole
-under a lock at each change: a reader takes it as it is, never half-updated.
+Writers are the loop's thread and the engine's helper threads; the reader is the listener's
+thread. The state is one immutable CountsSnapshot, replaced whole under a lock at each change: a
+reader takes it as it is, never half-updated.
 
-Most of it follows from the events alone (`observe`: a table of event -> change, pure and
-tested as such); what no event says, the loop tells directly (the tick's outcome, a run's
-duration, a success).
+The loop says what it decided (a tick due, its own overlap skips, Consul out of reach, a new
+session) and what each run's RunResult says (the outcome, why it skipped, how long the job ran,
+its start lag): `after_result`, `after_skips`, pure and tested as tables. Only what the engine's
+threads see while a run goes on (the job running, renewals, the housekeeping after the release)
+comes from their events, by the event's name alone (`after_helper_event`; loop.py says why).
 """
 
 from __future__ import annotations
 
 import enum
-import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime
-from typing import Any
 
+from provision.runner.fencing import Outcome
+from provision.runner.results import RunResult, SkipReason
 from provision.system.text import printable
 
-# Skips by reason: a small fixed set, never the reason's text (it can quote Consul's data).
-TAKEN, OVERLAP, LOCK_DELAY, OTHER = "taken", "overlap", "lock-delay", "other"
-SKIP_REASONS = (TAKEN, OVERLAP, LOCK_DELAY, OTHER)
+# Skips by reason: a small fixed set decided where the skip is, never the reason's text.
+SKIP_REASONS = tuple(SkipReason)
 # The tick outcomes as the loop counts them (RunResult's, plus its own two).
 OUTCOMES = ("ran", "skipped", "missed", "lost", "interrupted", "error", "consul-unavailable")
 
@@ -31,25 +31,6 @@ OUTCOMES = ("ran", "skipped", "missed", "lost", "interrupted", "error", "consul-
 DURATION_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0)
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 ERROR_LIMIT = 160  # characters of a Consul error kept for /healthz (printable, bounded)
-
-# The reasons lockctl itself writes (runner/tick_lock.py, scheduler/loop.py), matched at their
-# start: what follows the prefix may quote a lock holder's record, which anyone can write.
-_OVERLAP = re.compile(r"(overlap: |tick \S+: overlap, )")
-_LOCK_DELAY = re.compile(r"tick \S+: the lock is in lock-delay")
-
-
-def skip_reason(fields: Mapping[str, Any]) -> str:
-    """The `skipped` event's fields classified into one of SKIP_REASONS."""
-    if "taken_outcome" in fields:  # the tick has a record: another runner has (or had) it
-        return TAKEN
-    reason = fields.get("reason")
-    if not isinstance(reason, str):
-        return OTHER
-    if _OVERLAP.match(reason):
-        return OVERLAP
-    if _LOCK_DELAY.match(reason):
-        return LOCK_DELAY
-    return OTHER
 
 
 class SessionState(str, enum.Enum):
@@ -86,7 +67,7 @@ class Observations:
 class CountsSnapshot:
     ticks_due: int = 0
     outcomes: Mapping[str, int] = field(default_factory=dict)
-    skips: Mapping[str, int] = field(default_factory=dict)
+    skips: Mapping[SkipReason, int] = field(default_factory=dict)
     consul_unavailable: int = 0
     renew_failures: int = 0
     running: bool = False
@@ -98,40 +79,66 @@ class CountsSnapshot:
     lags: Observations = Observations(LAG_BUCKETS)
 
 
-# Events that show Consul answered this loop's last request, and those that show it did not.
-# A `skipped` event answers too, unless it is the loop's own overlap skip (no request made).
-ANSWERED = ("acquired", "released", "renewed", "missed", "housekeeping")
-UNANSWERED = ("renew-failed", "housekeeping-failed")
-SESSION_EVENTS = {
-    "session-created": SessionState.VALID,
-    "session-lost": SessionState.LOST,
-    "session-destroyed": SessionState.NOT_YET,
-}
+# A result that claimed nothing: the read of the tick's record (or the claim) was its last
+# request, and it was answered (unanswered, the run raises ConsulError instead). A missed tick
+# may be judged without a read (scheduler/cadence.py), which it does only while Consul's recent
+# answers agreed with this host's clock: counted as answered all the same.
+_ANSWERED_BY_PLAN = (Outcome.SKIPPED, Outcome.MISSED)
 
 
-def observed(
-    state: CountsSnapshot, event: str, fields: Mapping[str, Any], now: float
-) -> CountsSnapshot:
-    """`state` after the loop or the engine emitted `event` with `fields` at `now` (Unix time)."""
-    if event in SESSION_EVENTS:
-        state = replace(state, session=SESSION_EVENTS[event])
-        if event == "session-created":
-            state = answered(state)
-    if event in ANSWERED or (event == "skipped" and not _loop_overlap(fields)):
+def after_result(state: CountsSnapshot, result: RunResult, now: float) -> CountsSnapshot:
+    """`state` after a run of the loop's tick ended with `result` at `now` (Unix time)."""
+    state = counted(state, result.outcome.value, 1)
+    if result.outcome is Outcome.SKIPPED:
+        state = skipped(state, result.skip or SkipReason.OTHER, 1)
+    if result.outcome in _ANSWERED_BY_PLAN:
         state = answered(state)
-    if event in UNANSWERED:
-        state = unanswered(state, fields.get("warning") or fields.get("error"))
+    if result.duration is not None:
+        state = replace(state, durations=state.durations.added(result.duration))
+    if result.start_lag is not None:
+        state = replace(state, lags=state.lags.added(result.start_lag))
+    if result.outcome is Outcome.RAN and result.exit_code == 0:
+        state = replace(state, last_success=now)
+    return replace(state, running=False)
+
+
+def after_skips(state: CountsSnapshot, reason: SkipReason, n: int) -> CountsSnapshot:
+    """`state` after the loop itself skipped `n` ticks (no request made: Consul's state stays)."""
+    return skipped(counted(state, Outcome.SKIPPED.value, n), reason, n)
+
+
+# What only the engine's threads see while a run goes on, by the event's name: the acquire
+# and the end under the lock (runner/engine.py), renewals (runner/monitors.py, and the session
+# pool's when it is the job's own), the housekeeping after the release (runner/tick_lock.py).
+HELPER_EVENTS = frozenset(
+    {
+        "acquired",
+        "released",
+        "lost",
+        "renewed",
+        "renew-failed",
+        "housekeeping",
+        "housekeeping-failed",
+        "session-lost",
+        "session-destroyed",
+    }
+)
+_SESSION_EVENTS = {"session-lost": SessionState.LOST, "session-destroyed": SessionState.NOT_YET}
+
+
+def after_helper_event(state: CountsSnapshot, event: str, error: object) -> CountsSnapshot:
+    """`state` after a helper thread emitted `event` (one of HELPER_EVENTS); `error` is its
+    Consul error, for /healthz."""
+    if event in ("acquired", "released", "renewed", "housekeeping"):
+        state = answered(state)
+    if event in ("renew-failed", "housekeeping-failed"):
+        state = unanswered(state, error)
     if event == "renew-failed":
         state = replace(state, renew_failures=state.renew_failures + 1)
-    if event == "skipped":
-        state = skipped(state, skip_reason(fields), _count_field(fields.get("ticks")))
-    if event == "acquired":
-        state = replace(state, running=True)
-        lag = _lag(fields.get("tick"), now)
-        if lag is not None:
-            state = replace(state, lags=state.lags.added(lag))
-    if event in ("released", "lost"):
-        state = replace(state, running=False)
+    if event in ("acquired", "released", "lost"):
+        state = replace(state, running=event == "acquired")
+    if event in _SESSION_EVENTS:
+        state = replace(state, session=_SESSION_EVENTS[event])
     return state
 
 
@@ -144,28 +151,13 @@ def unanswered(state: CountsSnapshot, error: object) -> CountsSnapshot:
     return replace(state, consul_up=False, consul_error=why)
 
 
-def skipped(state: CountsSnapshot, reason: str, n: int) -> CountsSnapshot:
+def counted(state: CountsSnapshot, outcome: str, n: int) -> CountsSnapshot:
+    outcomes = state.outcomes
+    return replace(state, outcomes={**outcomes, outcome: outcomes.get(outcome, 0) + n})
+
+
+def skipped(state: CountsSnapshot, reason: SkipReason, n: int) -> CountsSnapshot:
     return replace(state, skips={**state.skips, reason: state.skips.get(reason, 0) + n})
-
-
-def _loop_overlap(fields: Mapping[str, Any]) -> bool:
-    reason = fields.get("reason")
-    return isinstance(reason, str) and reason.startswith("overlap: ")
-
-
-def _count_field(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
-
-
-def _lag(tick: object, now: float) -> float | None:
-    """Seconds from the tick's instant to `now`; None without a tick lockctl named."""
-    if not isinstance(tick, str) or not tick.endswith("Z"):
-        return None
-    try:
-        instant = datetime.fromisoformat(tick[:-1] + "+00:00").timestamp()
-    except ValueError:
-        return None
-    return max(0.0, now - instant)
 
 
 class LoopCounts:
@@ -179,30 +171,33 @@ class LoopCounts:
         with self._lock:
             return self._state
 
-    def observe(self, event: str, fields: Mapping[str, Any], now: float) -> None:
+    def helper_event(self, event: str, error: object) -> None:
         with self._lock:
-            self._state = observed(self._state, event, fields, now)
+            self._state = after_helper_event(self._state, event, error)
 
     def tick_due(self) -> None:
         with self._lock:
             self._state = replace(self._state, ticks_due=self._state.ticks_due + 1)
 
     def counted(self, outcome: str, n: int = 1) -> None:
+        """A tick's outcome that is the loop's own (an error, Consul unavailable)."""
         with self._lock:
-            outcomes = self._state.outcomes
-            self._state = replace(
-                self._state, outcomes={**outcomes, outcome: outcomes.get(outcome, 0) + n}
-            )
+            self._state = counted(self._state, outcome, n)
 
-    def ran(self, duration: float | None, succeeded_at: float | None) -> None:
-        """A run ended: its duration (None: the job did not start), when it succeeded."""
+    def finished(self, result: RunResult, now: float) -> None:
+        """A run of the loop's tick ended with `result` at `now` (Unix time)."""
         with self._lock:
-            state = self._state
-            if duration is not None:
-                state = replace(state, durations=state.durations.added(duration))
-            if succeeded_at is not None:
-                state = replace(state, last_success=succeeded_at)
-            self._state = replace(state, running=False)
+            self._state = after_result(self._state, result, now)
+
+    def skipped(self, reason: SkipReason, n: int) -> None:
+        """The loop itself skipped `n` ticks (an overlap: they passed while a run went on)."""
+        with self._lock:
+            self._state = after_skips(self._state, reason, n)
+
+    def session_made(self) -> None:
+        """The loop holds its locks under a session Consul just made or knows."""
+        with self._lock:
+            self._state = replace(answered(self._state), session=SessionState.VALID)
 
     def not_running(self) -> None:
         with self._lock:

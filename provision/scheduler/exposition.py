@@ -27,7 +27,8 @@ HELP = {
     TICKS: "Ticks of the job this scheduler handled, by outcome.",
     "lockctl_skips": "Ticks this scheduler skipped, by reason (taken, overlap, lock-delay, other).",
     "lockctl_run_duration_seconds": "How long the job ran under the lock, per run here.",
-    "lockctl_start_lag_seconds": "From the tick's instant to the job's start under the lock.",
+    "lockctl_start_lag_seconds": "From the tick's instant to its claim, when the job then "
+    "started under the lock (the tick record's start_lag).",
     "lockctl_job_running": "1 while the job runs here under the lock (the sum over replicas "
     "is at most 1).",
     "lockctl_renew_failures": "Renewals of the job's session that Consul did not answer.",
@@ -86,7 +87,7 @@ class _Collector:
             for outcome in (*OUTCOMES, *sorted(set(snap.outcomes) - set(OUTCOMES))):
                 ticks.add_metric([*labels, outcome], snap.outcomes.get(outcome, 0))
             for reason in SKIP_REASONS:
-                skips.add_metric([*labels, reason], snap.skips.get(reason, 0))
+                skips.add_metric([*labels, reason.value], snap.skips.get(reason, 0))
             for family, seen in ((durations, snap.durations), (lags, snap.lags)):
                 family.add_metric(labels, seen.cumulative(), seen.total)
             for name, value in _GAUGES.items():

@@ -29,15 +29,14 @@ from provision.ledger.store import Ledger
 from provision.ledger.ticks import TickChoice, choose_tick
 from provision.runner.engine import run_job
 from provision.runner.events import EventLog
-from provision.runner.fencing import Outcome
 from provision.runner.forkserver import ForkServer
 from provision.runner.precheck import WallClock, utc_now
-from provision.runner.results import RunOptions, RunResult
+from provision.runner.results import RunOptions, RunResult, SkipReason
 from provision.runner.stop import StopRequest
 from provision.runner.tick_lock import job_turn, plan_tick
 from provision.schedule import parse_schedule
 from provision.scheduler.cadence import Cadence, after_read, after_run, tick_work
-from provision.scheduler.counts import LoopCounts
+from provision.scheduler.counts import HELPER_EVENTS, LoopCounts
 from provision.scheduler.sessions import SessionPool
 from provision.workers.config import JobConfig
 
@@ -89,21 +88,23 @@ def scheduled_run(
 
 
 class CountingEventLog(EventLog):
-    """The job's events, each also counted (scheduler/counts.py) before it is written."""
+    """The job's events; those only the engine's threads see while a run goes on (counts.py's
+    HELPER_EVENTS: the job running under the lock, renewals, the housekeeping after the release)
+    also change its counts, by their name, before they are written.
 
-    def __init__(
-        self,
-        job: str,
-        worker: str,
-        stream: TextIO | None,
-        counts: LoopCounts,
-        now: Callable[[], float] = time.time,
-    ) -> None:
+    Events, not calls, because they happen inside run_job, whose renewer (runner/monitors.py),
+    supervisor (runner/engine.py) and housekeeping (runner/tick_lock.py) take an EventLog and no
+    hook; the loop hears of the run only from its RunResult, at its end. Everything a RunResult
+    carries (the outcome, why it skipped, the duration, the start lag) is counted from it, in
+    JobTicks.run_tick, and no event's text is read here."""
+
+    def __init__(self, job: str, worker: str, stream: TextIO | None, counts: LoopCounts) -> None:
         super().__init__(job, worker, stream)
-        self.counts, self.now = counts, now
+        self.counts = counts
 
     def emit(self, event: str, **fields: Any) -> None:
-        self.counts.observe(event, fields, self.now())
+        if event in HELPER_EVENTS:
+            self.counts.helper_event(event, fields.get("warning") or fields.get("error"))
         super().emit(event, **fields)
 
 
@@ -173,7 +174,7 @@ class JobTicks:
                     reason=f"overlap: {len(passed)} tick(s) passed while tick "
                     f"{tick_name(self._last_tick)} ran here",
                 )
-                self._count("skipped", len(passed))
+                self.counts.skipped(SkipReason.OVERLAP, len(passed))
         return due
 
     def _passed_ticks(self, last: datetime, due: datetime) -> list[datetime]:
@@ -215,12 +216,11 @@ class JobTicks:
             self._count("error")
             return
         finally:
-            self.counts.not_running()  # the `acquired` event set it, `released`/`lost` clear it
+            # the `acquired` event set it; a run that raised said no `released` or `lost`
+            self.counts.not_running()
         self._recovered()
         self.last_result = result
-        self._count(result.outcome.value)
-        succeeded = result.outcome is Outcome.RAN and result.exit_code == 0
-        self.counts.ran(result.duration, self.wall().timestamp() if succeeded else None)
+        self.counts.finished(result, self.wall().timestamp())
 
     # -- the session -----------------------------------------------------------------------
     def _ensure_session(self) -> str:
@@ -229,7 +229,7 @@ class JobTicks:
         session_id = self.sessions.session_for(self.job.timings)
         if session_id != self._session_id:
             self._session_id = session_id
-            self.counts.observe("session-created", {"session": session_id}, time.time())
+            self.counts.session_made()
         return session_id
 
     # -- Consul's availability -------------------------------------------------------------

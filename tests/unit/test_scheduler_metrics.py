@@ -1,5 +1,6 @@
-"""`lockctl schedule --listen`: the pure parts (skip reasons, counts from events, the health
-verdict, the flag), the loop's own overlap skip counted, and the listener over real sockets."""
+"""`lockctl schedule --listen`: the pure parts (why a claim was refused, counts from results and
+from the engine's helper events, the health verdict, the flag), the loop's own overlap skips
+counted, and the listener over real sockets."""
 
 from __future__ import annotations
 
@@ -11,27 +12,25 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from provision.consul.models import KVEntry
 from provision.errors import EXIT_ENVIRONMENT, EXIT_INPUT, InputError
-from provision.ledger.records import TickOutcome, TickRecord, taken_fields
-from provision.runner.tick_lock import TickLock
+from provision.runner.fencing import Outcome
+from provision.runner.results import RunResult, SkipReason
+from provision.runner.tick_lock import refused_skip
 from provision.scheduler.counts import (
-    LOCK_DELAY,
-    OTHER,
-    OVERLAP,
-    TAKEN,
+    SKIP_REASONS,
     CountsSnapshot,
     LoopCounts,
     Observations,
     SessionState,
-    observed,
-    skip_reason,
+    after_helper_event,
+    after_result,
+    after_skips,
 )
 from provision.scheduler.exposition import health_verdict, metrics_registry
 from provision.scheduler.listen import ListenAddress, Listener, parse_listen
@@ -42,108 +41,160 @@ TICK = datetime(2026, 12, 1, 13, 0, 5, tzinfo=timezone.utc)
 HOST = "127.0.0.1"
 
 
-# -- skip reasons: every reason lockctl writes, classified ----------------------------------
+# -- why a claim was refused: decided where it is, in a word ----------------------------------
 def _job(schedule: str = "@every 3s") -> JobConfig:
     return JobConfig(
         "job-a", "locks/a/.lock", JobTimings(15.0, 15.0, 5.0, 5.0, 0.0), schedule, command=("true",)
     )
 
 
-class _KV:
-    def __init__(self, value: dict[str, str]) -> None:
-        self.value = json.dumps(value).encode()
-
-    def get(self, key: str) -> tuple[KVEntry, int]:
-        return KVEntry(key, self.value, 0, "holder-session", 3, 1, 3), 3
-
-
-class _Consul:
-    def __init__(self, holder: dict[str, str]) -> None:
-        self.kv = _KV(holder)
-
-
-def _engine_refusal(holder: dict[str, str], refusal: str | None = None) -> dict[str, object]:
-    """The `skipped` fields the engine's TickLock writes when the lock refused the claim."""
-    lock = TickLock(_Consul(holder), _job(), "worker-1", TICK)  # type: ignore[arg-type]
-    lock._lock_refusal = refusal
-    return lock._lock_fields()
+@pytest.mark.parametrize(
+    ("recorded", "lock_delay", "running", "skip"),
+    [
+        (True, False, None, SkipReason.TAKEN),  # the tick has a record, whoever holds the lock
+        (True, True, "2026-12-01T13:00:02Z", SkipReason.TAKEN),
+        (False, True, None, SkipReason.LOCK_DELAY),  # Consul said so in the claim's answer
+        (False, True, "2026-12-01T13:00:02Z", SkipReason.LOCK_DELAY),
+        (False, False, "2026-12-01T13:00:02Z", SkipReason.OVERLAP),  # the holder runs a tick
+        (False, False, "overlap, lock-delay", SkipReason.OVERLAP),  # its text means nothing
+        (False, False, None, SkipReason.OTHER),  # held, no tick: a plain `lockctl run`
+    ],
+)
+def test_a_refused_claim_says_why_in_a_word(
+    recorded: bool, lock_delay: bool, running: str | None, skip: SkipReason
+) -> None:
+    assert refused_skip(recorded=recorded, lock_delay=lock_delay, running=running) is skip
 
 
-def _taken(outcome: TickOutcome, worker: str | None = "worker-2") -> dict[str, object]:
-    return taken_fields(TickRecord(TICK, outcome, worker=worker))
+def test_the_skip_reasons_are_the_labels_dashboards_know() -> None:
+    assert [reason.value for reason in SKIP_REASONS] == ["taken", "overlap", "lock-delay", "other"]
+
+
+# -- counts from results -------------------------------------------------------------------
+NOW = TICK.timestamp() + 30.0
+DOWN = replace(CountsSnapshot(), consul_up=False, consul_error="x", running=True)
 
 
 @pytest.mark.parametrize(
-    ("fields", "reason"),
+    ("result", "outcomes", "skips", "consul_up", "last_success"),
     [
-        (_taken(TickOutcome.RUNNING), TAKEN),
-        (_taken(TickOutcome.SUCCEEDED), TAKEN),
-        (_taken(TickOutcome.MISSED), TAKEN),
-        (_taken(TickOutcome.UNREADABLE, None), TAKEN),
-        (_taken(TickOutcome.RUNNING, "overlap: x"), TAKEN),  # a hostile worker name changes nothing
-        (_engine_refusal({"worker": "worker-2", "tick": "2026-12-01T13:00:02Z"}), OVERLAP),
-        (_engine_refusal({"worker": "worker-2"}, "lock delay in effect"), LOCK_DELAY),
-        (_engine_refusal({"worker": "worker-2"}), OTHER),  # held, no tick: a plain `lockctl run`
-        (_engine_refusal({"worker": "x (claims lock-delay) overlap, "}), OTHER),
-        ({"reason": "overlap: 2 tick(s) passed while tick 2026-12-01T13:00:02Z ran here"}, OVERLAP),
-        ({"reason": "tick 2026-12-01T13:00:05Z has not come on the Consul agent's clock"}, OTHER),
-        ({"reason": "tick x: something new"}, OTHER),
-        ({"reason": 42}, OTHER),
-        ({}, OTHER),
+        (RunResult(Outcome.RAN, 0, 7, TICK, 1.5, start_lag=0.008), {"ran": 1}, {}, False, NOW),
+        (RunResult(Outcome.RAN, 3, 7, TICK, 1.5, start_lag=0.008), {"ran": 1}, {}, False, None),
+        (RunResult(Outcome.LOST, 9, 7, TICK, 1.5, start_lag=0.2), {"lost": 1}, {}, False, None),
+        (RunResult(Outcome.INTERRUPTED, 143, None, TICK), {"interrupted": 1}, {}, False, None),
+        (
+            RunResult(Outcome.SKIPPED, 0, tick=TICK, skip=SkipReason.TAKEN),
+            {"skipped": 1},
+            {SkipReason.TAKEN: 1},
+            True,  # the read (or the claim) answered
+            None,
+        ),
+        (
+            RunResult(Outcome.SKIPPED, 0, tick=TICK, skip=SkipReason.LOCK_DELAY),
+            {"skipped": 1},
+            {SkipReason.LOCK_DELAY: 1},
+            True,
+            None,
+        ),
+        (  # the CLI's cheap skip says no reason: counted, as other
+            RunResult(Outcome.SKIPPED, 0, tick=TICK),
+            {"skipped": 1},
+            {SkipReason.OTHER: 1},
+            True,
+            None,
+        ),
+        (RunResult(Outcome.MISSED, 0, tick=TICK), {"missed": 1}, {}, True, None),
     ],
 )
-def test_skip_reason_is_one_of_a_fixed_few(fields: dict[str, object], reason: str) -> None:
-    assert skip_reason(fields) == reason
+def test_a_result_is_counted_by_what_it_says(
+    result: RunResult,
+    outcomes: dict[str, int],
+    skips: dict[SkipReason, int],
+    consul_up: bool,
+    last_success: float | None,
+) -> None:
+    state = after_result(DOWN, result, NOW)
+    assert (state.outcomes, state.skips) == (outcomes, skips)
+    assert (state.consul_up, state.last_success, state.running) == (consul_up, last_success, False)
+    assert state.durations.total == (result.duration or 0.0)
+    assert sum(state.durations.counts) == (result.duration is not None)
+    assert state.lags.total == (result.start_lag or 0.0)
+    assert sum(state.lags.counts) == (result.start_lag is not None)
 
 
-# -- counts from events ------------------------------------------------------------------------
-def _replay(*events: tuple[str, dict[str, Any]], now: float = TICK.timestamp()) -> CountsSnapshot:
+def test_the_start_lag_lands_in_its_bucket() -> None:
+    result = RunResult(Outcome.RAN, 0, 7, TICK, 1.0, start_lag=0.008)
+    lags = after_result(CountsSnapshot(), result, NOW).lags
+    assert lags.cumulative()[:3] == [("0.005", 0), ("0.01", 1), ("0.025", 1)]
+
+
+def test_the_loops_own_skips_count_as_skipped_ticks_and_ask_consul_nothing() -> None:
+    state = after_skips(after_skips(DOWN, SkipReason.OVERLAP, 3), SkipReason.OVERLAP, 1)
+    assert (state.outcomes, state.skips) == ({"skipped": 4}, {SkipReason.OVERLAP: 4})
+    assert not state.consul_up
+
+
+# -- what only the engine's threads see: by the event's name ---------------------------------
+def _replay(*events: tuple[str, object]) -> CountsSnapshot:
     state = CountsSnapshot()
-    for event, fields in events:
-        state = observed(state, event, fields, now)
+    for event, error in events:
+        state = after_helper_event(state, event, error)
     return state
 
 
-def test_acquired_means_running_until_released_or_lost_and_measures_the_start_lag() -> None:
-    acquired = ("acquired", {"tick": "2026-12-01T13:00:05Z"})
-    running = _replay(acquired, now=TICK.timestamp() + 0.008)
-    assert running.running
-    assert running.lags.total == pytest.approx(0.008, abs=1e-5)
-    assert running.lags.cumulative()[:3] == [("0.005", 0), ("0.01", 1), ("0.025", 1)]
-    assert not _replay(acquired, ("released", {})).running
-    assert not _replay(acquired, ("lost", {})).running
-    assert _replay(("acquired", {"tick": "not a tick"})).lags.counts == ()  # no lag, no crash
-
-
-def test_session_events_give_the_session_state() -> None:
-    assert _replay().session is SessionState.NOT_YET
-    assert _replay(("session-created", {})).session is SessionState.VALID
-    assert _replay(("session-created", {}), ("session-lost", {})).session is SessionState.LOST
-    destroyed = _replay(("session-created", {}), ("session-destroyed", {}))
-    assert destroyed.session is SessionState.NOT_YET
-
-
-def test_consul_up_follows_the_last_answer() -> None:
-    failed = _replay(("renew-failed", {"error": "Consul at http://a: no answer in 2s\x1b[2J"}))
-    assert (failed.consul_up, failed.renew_failures) == (False, 1)
-    assert failed.consul_error is not None and "\x1b" not in failed.consul_error
-    assert _replay(("renew-failed", {"error": "x"}), ("renewed", {})).consul_up
-    assert _replay(
-        ("renew-failed", {"error": "x"}), ("skipped", _taken(TickOutcome.RUNNING))
-    ).consul_up
-    # the loop's own overlap skip asks Consul nothing: it says nothing about Consul
-    overlap = {"reason": "overlap: 1 tick(s) passed while tick T ran here", "ticks": 1}
-    assert not _replay(("renew-failed", {"error": "x"}), ("skipped", overlap)).consul_up
-    assert not _replay(("housekeeping-failed", {"warning": "x"})).consul_up
-
-
-def test_skips_count_by_reason_and_by_the_ticks_an_overlap_passed() -> None:
-    state = _replay(
-        ("skipped", _taken(TickOutcome.RUNNING)),
-        ("skipped", {"reason": "overlap: 3 tick(s) passed while tick T ran here", "ticks": 3}),
-        ("skipped", {"reason": "tick x: held", "ticks": True}),  # not a count: one
+@pytest.mark.parametrize(
+    ("events", "running", "consul_up", "renew_failures"),
+    [
+        ((("acquired", None),), True, True, 0),
+        ((("acquired", None), ("released", None)), False, True, 0),
+        ((("acquired", None), ("lost", None)), False, True, 0),
+        ((("acquired", None), ("renew-failed", "x")), True, False, 1),
+        ((("renew-failed", "x"), ("renewed", None)), False, True, 1),
+        ((("renew-failed", "x"), ("renew-failed", "y")), False, False, 2),
+        ((("released", None), ("housekeeping-failed", "x")), False, False, 0),
+        ((("housekeeping-failed", "x"), ("housekeeping", None)), False, True, 0),
+    ],
+)
+def test_helper_events_give_running_consul_up_and_renew_failures(
+    events: tuple[tuple[str, object], ...], running: bool, consul_up: bool, renew_failures: int
+) -> None:
+    state = _replay(*events)
+    assert (state.running, state.consul_up, state.renew_failures) == (
+        running,
+        consul_up,
+        renew_failures,
     )
-    assert state.skips == {TAKEN: 1, OVERLAP: 3, OTHER: 1}
+
+
+def test_session_state_follows_the_loop_and_the_pool() -> None:
+    counts = LoopCounts()
+    assert counts.snapshot().session is SessionState.NOT_YET
+    counts.session_made()
+    assert counts.snapshot().session is SessionState.VALID
+    counts.helper_event("session-lost", None)
+    assert counts.snapshot().session is SessionState.LOST
+    counts.session_made()
+    counts.helper_event("session-destroyed", None)
+    assert counts.snapshot().session is SessionState.NOT_YET
+
+
+def test_a_consul_error_is_kept_printable_and_bounded() -> None:
+    failed = _replay(("renew-failed", "Consul at http://a: no answer in 2s\x1b[2J" + "x" * 900))
+    assert failed.consul_error is not None and failed.consul_error.isprintable()
+    assert len(failed.consul_error) <= 160
+
+
+def test_the_event_log_counts_no_outcome_and_reads_no_text() -> None:
+    """A `skipped` or `missed` event (whatever its reason says) changes no count: the loop
+    counts those from the RunResult."""
+    counts = LoopCounts()
+    events = CountingEventLog("job-a", "worker-1", io.StringIO(), counts)
+    events.emit("skipped", tick="2026-12-01T13:00:05Z", reason="overlap: 3 tick(s)", ticks=3)
+    events.emit("skipped", tick="2026-12-01T13:00:05Z", taken_outcome="running")
+    events.emit("missed", tick="2026-12-01T13:00:05Z", reason="tick x: the lock is in lock-delay")
+    assert counts.snapshot() == CountsSnapshot()
+    events.emit("acquired", tick="2026-12-01T13:00:05Z", session="s")
+    assert counts.snapshot().running and counts.snapshot().lags.counts == ()
 
 
 def test_histogram_buckets_are_cumulative_with_inf() -> None:
@@ -152,23 +203,42 @@ def test_histogram_buckets_are_cumulative_with_inf() -> None:
     assert seen.total == pytest.approx(105.5)
 
 
-def test_the_loop_counts_an_overlap_skip_as_skipped_ticks_with_its_reason() -> None:
+LAST = datetime(2026, 12, 1, 13, 0, 3, tzinfo=timezone.utc)  # a tick of @every 3s (:00, :03...)
+
+
+@pytest.mark.parametrize(
+    ("ran_for", "deadline", "passed"),
+    [
+        (2.5, 300.0, 0),  # ended before the next tick (:06): it is due, nothing passed
+        (3.5, 300.0, 0),  # ended just after :06, which can still be claimed: due, not skipped
+        (10.5, 300.0, 2),  # ended at :13.5: :06 and :09 passed, :12 is due
+        (10.5, 1.0, 3),  # ... and :12 too, 1.5 s late for a 1 s deadline: :15 is due
+        (61.0, 300.0, 19),  # a minute: :06 to 13:01:00 passed
+    ],
+)
+def test_the_loop_counts_its_overlap_skips_as_skipped_ticks(
+    ran_for: float, deadline: float, passed: int
+) -> None:
     counts = LoopCounts()
     stream = io.StringIO()
-    now = [TICK + timedelta(seconds=10.5)]
+    job = replace(_job(), start_deadline=deadline)
     events = CountingEventLog("job-a", "worker-1", stream, counts)
-    ticks = JobTicks(None, _job(), "worker-1", events, None, wall=lambda: now[0], counts=counts)  # type: ignore[arg-type]
-    ticks._last_tick = TICK  # a run of TICK lasted until now: ticks +3, +6 and +9 s passed
+    now = LAST + timedelta(seconds=ran_for)
+    ticks = JobTicks(None, job, "worker-1", events, None, wall=lambda: now, counts=counts)  # type: ignore[arg-type]
+    ticks._last_tick = LAST  # a run of LAST lasted until now
     ticks.next_turn()
     snap = counts.snapshot()
-    assert snap.outcomes == {"skipped": 3}
-    assert snap.skips == {OVERLAP: 3}
-    assert json.loads(stream.getvalue())["ticks"] == 3
+    assert snap.outcomes == ({"skipped": passed} if passed else {})
+    assert snap.skips == ({SkipReason.OVERLAP: passed} if passed else {})
+    said = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [event["ticks"] for event in said] == ([passed] if passed else [])
+    assert snap.consul_up  # the loop asked Consul nothing
 
 
 # -- the health verdict ------------------------------------------------------------------------
 def test_health_is_ok_when_every_loop_is_answered_and_has_a_session_or_needs_none() -> None:
-    assert health_verdict([("a", CountsSnapshot()), ("b", _replay(("session-created", {})))]) == (
+    valid = replace(CountsSnapshot(), session=SessionState.VALID)
+    assert health_verdict([("a", CountsSnapshot()), ("b", valid)]) == (
         health_verdict([("a", CountsSnapshot())])
     )
     verdict = health_verdict([("a", CountsSnapshot())])
@@ -176,8 +246,8 @@ def test_health_is_ok_when_every_loop_is_answered_and_has_a_session_or_needs_non
 
 
 def test_health_says_which_job_and_why_in_one_line_nothing_raw() -> None:
-    down = _replay(("renew-failed", {"error": "connection refused\n\x1b]0;pwned\x07" + "x" * 900}))
-    lost = _replay(("session-created", {}), ("session-lost", {}))
+    down = _replay(("renew-failed", "connection refused\n\x1b]0;pwned\x07" + "x" * 900))
+    lost = _replay(("session-lost", None))
     verdict = health_verdict([("ok-job", CountsSnapshot()), ("a", down), ("b\x1b", lost)])
     assert verdict.status == 503
     assert verdict.text.startswith("a: Consul did not answer its last request (connection refused")
@@ -310,8 +380,9 @@ def _get(listener: Listener, path: str) -> tuple[int, str, str]:
 
 def test_metrics_healthz_and_404(listener: tuple[Listener, LoopCounts]) -> None:
     served, counts = listener
-    counts.observe("session-created", {}, 0.0)
-    counts.observe("acquired", {"tick": "2026-12-01T13:00:05Z"}, TICK.timestamp() + 0.01)
+    counts.session_made()
+    counts.finished(RunResult(Outcome.RAN, 0, 7, TICK, 1.0, start_lag=0.01), NOW)
+    counts.helper_event("acquired", None)  # the next tick's run
     status, content_type, text = _get(served, "/metrics")
     assert (status, content_type.split(";")[0]) == (200, "text/plain")
     assert 'lockctl_job_running{job="job-a",worker="worker-1"} 1.0' in text
