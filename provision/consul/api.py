@@ -223,10 +223,13 @@ class SessionAPI(_Area):
     def renew(
         self, session_id: str, *, timeout: float | None = None, retry: RetryPolicy | None = None
     ) -> Session:
-        """Reset the session's TTL; raises NotFound once the session is gone.
+        """Reset the session's TTL; raises NotFound once the session is gone. Urgent: the
+        fencing clock of every lock under the session waits for it.
         PUT /v1/session/renew/:id"""
         path = "/v1/session/renew/" + quote_path(session_id)
-        answer = self._transport.request("PUT", path, idempotent=True, timeout=timeout, retry=retry)
+        answer = self._transport.request(
+            "PUT", path, idempotent=True, timeout=timeout, retry=retry, urgent=True
+        )
         return Session.from_api(answer.body[0])
 
     def destroy(self, session_id: str, *, token: TokenChoice = DEFAULT_TOKEN) -> bool:

@@ -174,6 +174,46 @@ class _Call(NamedTuple):
     answers: tuple[int, ...]
 
 
+class CallGate:
+    """At most `limit` calls at once; an urgent call (a claim, a renewal) takes the next free
+    turn before any other waiting call. When 300 jobs tick at once, the claims then start their
+    jobs while the completions and reads wait, and a renewal (the fencing clock of every lock
+    under the session) never queues behind either."""
+
+    def __init__(self, limit: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit = max(limit, 1)
+        self._clock = clock
+        self._busy = 0
+        self._urgent_waiting = 0
+        self._lock = threading.Lock()
+        # One condition per class of caller, so a freed turn wakes one waiter, not all of them
+        self._urgent = threading.Condition(self._lock)
+        self._others = threading.Condition(self._lock)
+
+    def enter(self, timeout: float, *, urgent: bool = False) -> bool:
+        """Take a turn within `timeout` seconds; False when none came."""
+        ends_at = self._clock() + timeout
+        with self._lock:
+            if urgent:
+                self._urgent_waiting += 1
+            try:
+                while self._busy >= self.limit or (not urgent and self._urgent_waiting):
+                    left = ends_at - self._clock()
+                    if left <= 0:
+                        return False
+                    (self._urgent if urgent else self._others).wait(left)
+                self._busy += 1
+                return True
+            finally:
+                if urgent:
+                    self._urgent_waiting -= 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._busy -= 1
+            (self._urgent if self._urgent_waiting else self._others).notify()
+
+
 class Transport:
     """Sends requests to one Consul agent over an injected `requests.Session`, counting them."""
 
@@ -187,16 +227,14 @@ class Transport:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         count: RequestCount | None = None,
-        max_in_flight: int | threading.BoundedSemaphore | None = None,
+        max_in_flight: int | CallGate | None = None,
     ) -> None:
         self.settings = settings
         # At most this many calls at once (blocking queries aside), the others wait their turn
         # within their own timeout: a scheduler whose 300 jobs tick at once would otherwise
         # open 300 connections (TLS handshakes, Consul's 200 per client address) at :00.
         self._gate = (
-            threading.BoundedSemaphore(max_in_flight)
-            if isinstance(max_in_flight, int)
-            else max_in_flight
+            CallGate(max_in_flight, clock) if isinstance(max_in_flight, int) else max_in_flight
         )
         self.session = session if session is not None else _session_for(settings.address, pool_size)
         self.retry = retry
@@ -235,13 +273,15 @@ class Transport:
         retry: RetryPolicy | None = None,
         redact: tuple[Secret, ...] = (),
         answers: tuple[int, ...] = (),
+        urgent: bool = False,
     ) -> ConsulResponse:
         """Send one call (with retries where safe); return the answer or raise a ConsulError.
 
         `redact` names secrets sent in the body (not the header): they are scrubbed from any
         error body quoted in an exception, like the token is. `answers`: error statuses that are
         answers to this call (a transaction's 409 carries which operation failed), returned
-        with their decoded body instead of raised.
+        with their decoded body instead of raised. `urgent`: before other waiting calls, when
+        calls at once are limited (CallGate).
         """
         policy = retry if retry is not None else self.retry
         chosen = self.settings.token if isinstance(token, _DefaultToken) else token
@@ -255,9 +295,8 @@ class Transport:
             attempt += 1
             left = ends_at - self._clock()
             try:
-                return self._send_once(
-                    method, path, params, json_body, data, chosen, left, redact, answers
-                )
+                call = _Call(method, path, params, json_body, data, chosen, redact, answers)
+                return self._send_once(call, left, urgent)
             except (ConsulUnavailable, ConsulHTTPError) as exc:
                 if not _retryable(exc, idempotent):
                     raise
@@ -269,30 +308,19 @@ class Transport:
                 self._sleep(pause)
                 backoff *= 2
 
-    def _send_once(
-        self,
-        method: str,
-        path: str,
-        params: Mapping[str, str | int] | None,
-        json_body: Any,
-        data: bytes | None,
-        token: Secret | None,
-        timeout: float,
-        redact: tuple[Secret, ...] = (),
-        answers: tuple[int, ...] = (),
-    ) -> ConsulResponse:
-        call = _Call(method, path, params, json_body, data, token, redact, answers)
+    def _send_once(self, call: _Call, timeout: float, urgent: bool) -> ConsulResponse:
+        params = call.params
         blocking = params is not None and "index" in params  # a watch: it holds its connection
         if self._gate is None or blocking:
             return self._send(call, timeout)
         began = self._clock()
-        if not self._gate.acquire(timeout=max(timeout, 0.0)):
-            where = f"{method} {path} on {self.settings.address}"
+        if not self._gate.enter(max(timeout, 0.0), urgent=urgent):
+            where = f"{call.method} {call.path} on {self.settings.address}"
             raise _unavailable(where, requests.exceptions.Timeout("no turn within the timeout"))
         try:
             return self._send(call, timeout - (self._clock() - began))
         finally:
-            self._gate.release()
+            self._gate.leave()
 
     def _send(self, call: _Call, timeout: float) -> ConsulResponse:
         method, path, params, json_body, data, token, redact, answers = call

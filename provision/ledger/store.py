@@ -105,7 +105,7 @@ class Ledger:
         ]
         if previous is not None:
             ops.append(KVOp("get-tree", self.key(previous)))
-        answer = self.consul.txn.kv(ops)
+        answer = self.consul.txn.kv(ops, urgent=True)  # the job starts once this is answered
         if not answer.applied:
             refusal = answer.failed(1)
             return Claim(

@@ -35,7 +35,7 @@ from provision.consul.errors import (
     PermissionDenied,
 )
 from provision.consul.models import Session
-from provision.consul.transport import NO_RETRY, Transport
+from provision.consul.transport import NO_RETRY, CallGate, Transport
 from provision.errors import EXIT_CONSUL_API, EXIT_DENIED, EXIT_UNAVAILABLE
 from provision.system.secrets import MASK, Secret
 
@@ -1041,7 +1041,7 @@ def test_max_in_flight_makes_calls_wait_their_turn_but_never_a_watch(
     gate = consul.transport._gate
     assert gate is not None
     for _ in range(3):
-        gate.acquire()  # every turn taken: a watch still goes out at once
+        assert gate.enter(1.0)  # every turn taken: a watch still goes out at once
     try:
         mocked.add("GET", ADDRESS + "/v1/kv/k", json=[], headers={"X-Consul-Index": "7"})
         consul.transport.request("GET", "/v1/kv/k", params={"index": 5, "wait": "1s"}, timeout=2)
@@ -1049,4 +1049,38 @@ def test_max_in_flight_makes_calls_wait_their_turn_but_never_a_watch(
             consul.transport.request("GET", "/v1/status/leader", timeout=0.2)
     finally:
         for _ in range(3):
-            gate.release()
+            gate.leave()
+
+
+def test_an_urgent_call_takes_the_next_turn_before_the_calls_that_waited_longer() -> None:
+    """A claim (or a renewal) that arrives behind a queue of completions and reads goes first:
+    with 300 jobs at one tick, the claims start their jobs while the rest waits."""
+    gate = CallGate(1)
+    assert gate.enter(1.0)  # the one turn, held
+    order: list[str] = []
+
+    def wait_turn(name: str, urgent: bool) -> None:
+        assert gate.enter(10.0, urgent=urgent)
+        order.append(name)
+        gate.leave()
+
+    others = [threading.Thread(target=wait_turn, args=(f"other-{n}", False)) for n in range(3)]
+    for thread in others:
+        thread.start()
+    time.sleep(0.1)  # they wait
+    urgent = threading.Thread(target=wait_turn, args=("claim", True))
+    urgent.start()
+    time.sleep(0.1)
+    gate.leave()
+    for thread in [*others, urgent]:
+        thread.join(10)
+    assert order[0] == "claim", order
+    assert sorted(order[1:]) == ["other-0", "other-1", "other-2"]
+
+
+def test_no_turn_within_the_timeout_is_a_refusal_and_frees_nothing() -> None:
+    gate = CallGate(1)
+    assert gate.enter(1.0)
+    assert not gate.enter(0.05) and not gate.enter(0.05, urgent=True)
+    gate.leave()
+    assert gate.enter(0.05)  # the turn came back, once
