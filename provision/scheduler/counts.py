@@ -110,6 +110,8 @@ def after_skips(state: CountsSnapshot, reason: SkipReason, n: int) -> CountsSnap
 # What only the engine's threads see while a run goes on, by the event's name: the acquire
 # and the end under the lock (runner/engine.py), renewals (runner/monitors.py, and the session
 # pool's when it is the job's own), the housekeeping after the release (runner/tick_lock.py).
+# The scheduler's shared pool tells each job loop of its session's news directly
+# (SessionPool.subscribe), with the same event names.
 HELPER_EVENTS = frozenset(
     {
         "acquired",

@@ -142,7 +142,11 @@ class JobTicks:
         # the scheduler's, kept across reloads; `events` should count into it (CountingEventLog)
         self.counts = counts or LoopCounts()
         self.last_result: RunResult | None = None
-        self.sessions = sessions or SessionPool(consul, worker, events, clock)
+        if sessions is None:  # a pool of its own (tests): its events are this job's, counted
+            self.sessions = SessionPool(consul, worker, events, clock)
+        else:  # the scheduler's: its events are the scheduler's, so it tells us what happened
+            self.sessions = sessions
+            sessions.subscribe(self._session_news)
         self._session_id: str | None = None
         self.forks = forks  # the scheduler's namespace helper, shared by its jobs
         self._last_tick: datetime | None = None
@@ -231,6 +235,11 @@ class JobTicks:
             self._session_id = session_id
             self.counts.session_made()
         return session_id
+
+    def _session_news(self, event: str, session_id: str, error: str | None) -> None:
+        """From the pool's renewer: news of a session; ours if this job's locks are under it."""
+        if session_id == self._session_id:
+            self.counts.helper_event(event, error)
 
     # -- Consul's availability -------------------------------------------------------------
     def _unavailable(

@@ -27,6 +27,7 @@ from provision.runner.lock import SESSION_BEHAVIOR
 from provision.timings import JobTimings
 
 POLL = 0.25  # seconds between two looks at which session is due for renewal
+SessionListener = Callable[[str, str, "str | None"], None]  # (event, session id, error)
 
 
 @dataclass
@@ -54,6 +55,17 @@ class SessionPool:
         self._creating = threading.Lock()
         self._halt = threading.Event()
         self._renewer: threading.Thread | None = None
+        self._listeners: list[SessionListener] = []
+
+    def subscribe(self, listener: SessionListener) -> None:
+        """Call `listener(event, session_id, error)` when a session is lost, not renewed or
+        destroyed (`session-lost`, `renew-failed`, `session-destroyed`): the job loops whose
+        locks it holds count it (their /healthz says a lost session). Before `start`."""
+        self._listeners.append(listener)
+
+    def _tell(self, event: str, session_id: str, error: str | None = None) -> None:
+        for listener in self._listeners:
+            listener(event, session_id, error)
 
     def session_for(self, timings: JobTimings) -> str:
         """The session a job with these timings holds its lock under (made when first needed)."""
@@ -117,9 +129,11 @@ class SessionPool:
         except NotFound:
             self._forget(pair, kept)
             self.events.emit("session-lost", session=kept.session_id)
+            self._tell("session-lost", kept.session_id)
             return
         except ConsulError as exc:
             self.events.emit("renew-failed", session=kept.session_id, error=str(exc))
+            self._tell("renew-failed", kept.session_id, str(exc))
             return  # tried again at the next poll: its interval has passed
         kept.renewed_at = self.clock()
 
@@ -139,6 +153,7 @@ class SessionPool:
         for one in kept:
             self._destroy(one.session_id)
             self.events.emit("session-destroyed", session=one.session_id)
+            self._tell("session-destroyed", one.session_id)
 
     def _destroy(self, session_id: str) -> None:
         with contextlib.suppress(ConsulError):

@@ -24,6 +24,8 @@ from provision.ledger.records import TickOutcome
 from provision.ledger.store import Ledger
 from provision.runner.events import EventLog
 from provision.runner.stop import StopRequest
+from provision.scheduler.counts import SessionState
+from provision.scheduler.exposition import health_verdict
 from provision.scheduler.loop import JobTicks
 from provision.scheduler.sessions import SessionPool
 from provision.scheduler.timer import TickTimer
@@ -162,3 +164,32 @@ def test_a_lost_session_fences_the_jobs_holding_a_lock_under_it_and_only_those(
     assert {r.session for r in after} - {shared}  # a new session
     created = [e for e in seen if e["event"] == "session-created"]
     assert len(created) >= 2  # the first, and the one made after the loss
+
+
+def test_a_lost_shared_session_is_counted_by_the_loops_holding_locks_under_it_only(
+    consul: Consul, prefix: str
+) -> None:
+    """The pool's renewer finds the session gone: the job loops under it say so in their
+    counts (what /healthz reads), the loop under the other timings' session does not. Before,
+    the news went to the scheduler's own events only, and /healthz never showed it."""
+    now = [1000.0]
+    pool = SessionPool(consul, WORKER, EventLog("lockctl-schedule", WORKER), clock=lambda: now[0])
+    other = replace(TIMINGS, lock_delay=2.0)
+    jobs = [_job(prefix, "a", "true"), _job(prefix, "b", "true"), _job(prefix, "c", "true", other)]
+    loops = [JobTicks(consul, job, WORKER, EventLog(job.name, WORKER), StopRequest(), sessions=pool)
+             for job in jobs]  # fmt: skip
+    try:
+        for loop in loops:
+            loop._ensure_session()  # what each loop's first tick does before its claim
+        assert {loop.counts.snapshot().session for loop in loops} == {SessionState.VALID}
+        lost = loops[0]._session_id
+        assert lost is not None and lost == loops[1]._session_id != loops[2]._session_id
+        consul.session.destroy(lost)  # as Consul does when the node fails its check
+        now[0] += TIMINGS.renew_interval  # renewals due
+        pool.renew_due()
+        states = [loop.counts.snapshot().session for loop in loops]
+        assert states == [SessionState.LOST, SessionState.LOST, SessionState.VALID]
+        verdict = health_verdict([(loop.job.name, loop.counts.snapshot()) for loop in loops])
+        assert verdict.status == 503 and "session was lost" in verdict.text, verdict
+    finally:
+        pool.close()
