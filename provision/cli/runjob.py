@@ -143,7 +143,7 @@ def _run(
     from provision.runner.events import EventLog
     from provision.runner.results import RunOptions
     from provision.runner.stop import StopRequest
-    from provision.runner.tick_lock import job_schedule, plan_tick
+    from provision.runner.tick_lock import TickRun, job_schedule, plan_tick
 
     settings = resolve_settings(**worker_config.connection())
     options = RunOptions(args.wait, checked.timeout, checked.min_hold)
@@ -155,12 +155,12 @@ def _run(
     began = time.monotonic()
     try:
         with signals_request_stop(StopRequest(), restore=False) as stop:  # we exit right after
-            plan, planned = None, 0.0
+            tick = None
             schedule = job_schedule(job_config)
             if chosen is not None and schedule is not None:  # the tick chosen at the start
                 ledger = Ledger(consul, job_config.lock_key)
                 plan = plan_tick(ledger, job_config, schedule, chosen.tick, events)
-                planned = chosen.turn.planned
+                tick = TickRun(plan, chosen.turn.planned)
             result = run_job(
                 consul,
                 job_config,
@@ -169,8 +169,7 @@ def _run(
                 options,
                 events,
                 stop,
-                plan=plan,
-                planned_start=planned,
+                tick=tick,
             )
     except LockctlError:  # Consul unreachable, refused, ...: counted too, as outcome "error"
         if checked.metrics is not None:

@@ -122,6 +122,33 @@ def missed_ticks(
     return missed
 
 
+def unsettled_ticks(
+    schedule: Schedule,
+    recorded: Collection[datetime],
+    now: datetime,
+    start_deadline: float,
+    before: datetime,
+) -> list[datetime]:
+    """Ticks before `before` (the tick just run) without a record that are not missed yet: their
+    claim window and MISSED_GRACE have not passed at `now`. Nobody may run them any more (a
+    later tick was claimed), so they will be missed, but only a housekeeping after `now` may say
+    so. Newest first; only the last few ticks can be in that state (a window is at most one
+    interval)."""
+    if not recorded:
+        return []
+    since, horizon = min(recorded), now - timedelta(seconds=MISSED_GRACE)
+    unsettled: list[datetime] = []
+    following, tick = before, schedule.latest_tick_at_or_before(before - _SECOND)
+    while tick > since:
+        window = min(start_deadline, (following - tick).total_seconds())
+        if tick + timedelta(seconds=window) < horizon:
+            break  # this one and all older ones are missable now: housekeeping's business
+        if tick not in recorded:
+            unsettled.append(tick)
+        following, tick = tick, schedule.latest_tick_at_or_before(tick - _SECOND)
+    return unsettled
+
+
 PRUNE_SLACK = 0.1  # retention deletes in batches: once the records exceed the limit by 10%
 
 

@@ -28,7 +28,6 @@ from provision.consul import Consul, NotFound
 from provision.errors import EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT, LocalEnvironmentError
 from provision.ledger.records import tick_name
 from provision.ledger.store import Ledger
-from provision.ledger.ticks import TickChoice
 from provision.runner.child import Child, check_program
 from provision.runner.events import EventLog, ms
 from provision.runner.fencing import (
@@ -49,6 +48,7 @@ from provision.runner.results import RunOptions, RunResult, SkipReason
 from provision.runner.stop import StopRequest, Wakeup, wait_for
 from provision.runner.tick_lock import (
     TickLock,
+    TickRun,
     TickSkip,
     current_tick,
     housekeep,
@@ -72,49 +72,49 @@ def run_job(
     stop: StopRequest,
     clock: Callable[[], float] = time.monotonic,
     wall: WallClock = utc_now,
+    tick: TickRun | None = None,
+    *,
     session: str | None = None,
-    plan: TickChoice | TickSkip | None = None,
-    housekeeping: bool = True,
-    planned_start: float = 0.0,
     forks: ForkServer | None = None,
 ) -> RunResult:
     """Run `command` under the job's lock; the result says what happened and the exit code.
 
-    `session`: a session the caller keeps across runs (the scheduler's, shared by its jobs),
-    used and not destroyed; by default the run makes its own and destroys it at the end.
-    `plan`: the caller's judgement of the tick it waited for (plan_tick), which this run claims
-    (without one: the tick of this moment); `planned_start` its jitter, for the record;
-    `housekeeping=False`: a scheduler that does that ledger work less often;
-    `forks`: a long-lived process's namespace helper, which forks the job's namespace."""
+    `tick`: for a job with a schedule, the tick its caller waited for and judged (TickRun),
+    which this run claims (without one: the tick of this moment, judged here). What a
+    long-lived caller keeps across runs: `session`, used and not destroyed (by default the run
+    makes its own and destroys it at the end), and `forks`, its namespace helper."""
     schedule = job_schedule(job)
     lock = LockSession(consul, job, worker, clock)
     if schedule is not None:
-        if plan is None:
-            tick = current_tick(job, schedule, wall)
-            plan = plan_tick(Ledger(consul, job.lock_key), job, schedule, tick, events, wall)
+        if tick is None:
+            now = current_tick(job, schedule, wall)
+            ledger = Ledger(consul, job.lock_key)
+            tick = TickRun(plan_tick(ledger, job, schedule, now, events, wall))
+        plan = tick.plan
         if isinstance(plan, TickSkip):
             return _tick_skipped(plan, events)
         if plan.wait > 0:  # this host's clock is ahead of the agent's: let the tick come
             events.emit("waiting", tick=tick_name(plan.tick), for_clock_ms=ms(plan.wait))
             stop.sleep(plan.wait)  # a stop meanwhile ends the run before it claims
         previous = schedule.latest_tick_at_or_before(plan.tick - timedelta(seconds=1))
-        lock = TickLock(consul, job, worker, plan.tick, clock, wall, planned_start, previous)
+        lock = TickLock(consul, job, worker, plan.tick, clock, wall, tick.planned_start, previous)
         if options.wait:  # wait for the lock, but not past the tick's claim window
             left = max(0.0, plan.window - plan.lag - plan.wait)
             options = replace(options, timeout=min(options.timeout or left, left))
     if session is not None:
         lock.adopt(session)
     result = _run_locked(lock, command, options, events, stop, clock, forks)
-    if not isinstance(lock, TickLock) or schedule is None:
+    if not isinstance(lock, TickLock) or schedule is None or tick is None:
         return result
     # We ran the tick: tidy the ledger after, when the caller's cadence asks, and at once when
     # the claim saw the previous tick unrecorded (nobody ran it: it may be missed).
-    if lock.record is not None and (housekeeping or lock.previous_recorded is False):
-        housekeep(lock.ledger, job, schedule, worker, events)
+    again = False
+    if lock.record is not None and (tick.housekeep or lock.previous_recorded is False):
+        again = housekeep(lock.ledger, job, schedule, worker, events, lock.tick)
     lag = None
     if lock.record is not None and result.duration is not None:  # the job of our claim started
         lag = lock.record.start_lag
-    return replace(result, tick=lock.tick, start_lag=lag)
+    return replace(result, tick=lock.tick, start_lag=lag, housekeep_again=again)
 
 
 def _run_locked(

@@ -39,3 +39,6 @@ class RunResult:
     # seconds from the tick's instant to its claim, as the tick's record says (None: no job
     # of a tick started)
     start_lag: float | None = None
+    # the housekeeping after this run failed, or left a tick unrecorded that is not missed yet:
+    # the next run should housekeep (a scheduler's cadence would otherwise wait a minute)
+    housekeep_again: bool = False

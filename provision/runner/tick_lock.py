@@ -30,6 +30,7 @@ from provision.ledger.ticks import (
     judge_tick,
     missed_ticks,
     to_prune,
+    unsettled_ticks,
 )
 from provision.ledger.turns import Turn, turn
 from provision.runner.events import EventLog, ms
@@ -57,6 +58,18 @@ def job_turn(job: JobConfig, schedule: Schedule, tick: datetime, worker: str) ->
     """This worker's turn at `tick`: when it may claim, and whether it reads first."""
     window = choose_tick(schedule, tick, job.start_deadline).window
     return turn(job.name, tick, worker, job.workers, job.jitter, window)
+
+
+@dataclass(frozen=True)
+class TickRun:
+    """What the caller of a scheduled job's run decided before it: the tick it waited for and
+    its judgement of it (plan_tick: claim it, or why not), when it was planned to start (its
+    jitter, for the record), and whether to housekeep after it (a scheduler: as its cadence
+    says; the claim can still ask for it, runner/engine.py)."""
+
+    plan: TickChoice | TickSkip
+    planned_start: float = 0.0  # seconds after the tick
+    housekeep: bool = True
 
 
 @dataclass(frozen=True)
@@ -268,14 +281,24 @@ def _tick_outcome(ending: Ending, release: bool) -> TickOutcome:
 
 
 def housekeep(
-    ledger: Ledger, job: JobConfig, schedule: Schedule, worker: str, events: EventLog
-) -> None:
-    """After a run: record the ticks nobody ran as missed, delete beyond history_limit. Best
-    effort: a failure here is a warning event; the next run does it again."""
+    ledger: Ledger,
+    job: JobConfig,
+    schedule: Schedule,
+    worker: str,
+    events: EventLog,
+    ran: datetime | None = None,
+) -> bool:
+    """After the run of tick `ran`: record the ticks nobody ran as missed, delete beyond
+    history_limit. Best effort: a failure here is a warning event. Whether it must be done again
+    soon: it failed, or a tick before `ran` has no record and is not missed yet (its window is
+    still open), so only a later housekeeping can record it."""
     try:
         recorded = ledger.ticks()  # names only: the values are not needed here
         now = utc_now()
         missed = missed_ticks(schedule, recorded, now, job.start_deadline, limit=MAX_MISSED_PER_RUN)
+        unsettled = (
+            [] if ran is None else unsettled_ticks(schedule, recorded, now, job.start_deadline, ran)
+        )
         written = ledger.record_missed(
             TickRecord(tick, TickOutcome.MISSED, worker=worker, finished_at=now)
             for tick in reversed(missed)
@@ -283,7 +306,7 @@ def housekeep(
         pruned = ledger.prune(to_prune(sorted(recorded | set(missed)), job.history_limit))
     except ConsulError as exc:
         events.emit("housekeeping-failed", warning=str(exc))
-        return
+        return True
     if written or pruned:
         events.emit(
             "housekeeping",
@@ -291,3 +314,4 @@ def housekeep(
             missed_ticks=[tick_name(t) for t in sorted(missed)][:8] or None,
             pruned=pruned,
         )
+    return bool(unsettled)

@@ -17,8 +17,10 @@ ran its previous ticks itself, so it does both less often, and no promise change
                               tick without a record (the engine's rule again: the claim's
                               transaction reads that record, at no cost): nobody ran it (Consul
                               was unreachable, an overlap, a takeover), so a missed tick is
-                              recorded at once. A tick another replica ran costs no housekeeping
-                              here: when ticks spread over the replicas, that is most of them.
+                              recorded at once; and at the next run again when that housekeeping
+                              failed or found a tick unrecorded whose window was still open. A
+                              tick another replica ran costs no housekeeping here: when ticks
+                              spread over the replicas, that is most of them.
 """
 
 from __future__ import annotations
@@ -64,8 +66,14 @@ def after_read(cadence: Cadence, now: float, *, clocks_agree: bool) -> Cadence:
     return replace(cadence, clocks_read_at=now, clocks_agree=clocks_agree)
 
 
-def after_run(cadence: Cadence, now: float, work: TickWork, *, claimed: bool) -> Cadence:
-    """A run that claimed its tick ran it here (and housekept, when asked); else nothing."""
-    if not claimed or not work.housekeep:
+def after_run(
+    cadence: Cadence, now: float, work: TickWork, *, claimed: bool, again: bool = False
+) -> Cadence:
+    """A run that claimed its tick ran it here (and housekept, when asked); else nothing.
+    `again`: its housekeeping said the next run should housekeep too (it failed, or a tick it
+    could not call missed yet has no record)."""
+    if not claimed:
         return cadence
-    return replace(cadence, housekept_at=now)
+    if again:
+        return replace(cadence, housekept_at=None)
+    return replace(cadence, housekept_at=now) if work.housekeep else cadence

@@ -33,7 +33,7 @@ from provision.runner.forkserver import ForkServer
 from provision.runner.precheck import WallClock, utc_now
 from provision.runner.results import RunOptions, RunResult, SkipReason
 from provision.runner.stop import StopRequest
-from provision.runner.tick_lock import job_turn, plan_tick
+from provision.runner.tick_lock import TickRun, job_turn, plan_tick
 from provision.schedule import parse_schedule
 from provision.scheduler.cadence import Cadence, after_read, after_run, tick_work
 from provision.scheduler.counts import HELPER_EVENTS, LoopCounts
@@ -77,14 +77,12 @@ def scheduled_run(
         stop,
         clock,
         wall,
+        TickRun(plan, turn.planned, housekeep=work.housekeep),
         session=session,
-        plan=plan,
-        housekeeping=work.housekeep,
-        planned_start=turn.planned,
         forks=forks,
     )
     claimed = result.lock_index is not None
-    return result, after_run(cadence, clock(), work, claimed=claimed)
+    return result, after_run(cadence, clock(), work, claimed=claimed, again=result.housekeep_again)
 
 
 class CountingEventLog(EventLog):

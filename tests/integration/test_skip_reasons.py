@@ -24,7 +24,7 @@ from provision.runner.fencing import Outcome
 from provision.runner.lock import LockSession
 from provision.runner.results import RunOptions, RunResult, SkipReason
 from provision.runner.stop import StopRequest
-from provision.runner.tick_lock import TickLock, TickSkip, plan_tick
+from provision.runner.tick_lock import TickLock, TickRun, TickSkip, plan_tick
 from provision.schedule import parse_schedule
 from provision.timings import JobTimings
 from provision.workers.config import JobConfig
@@ -66,7 +66,7 @@ def _events(job: JobConfig) -> EventLog:
 def _claim(consul: Consul, job: JobConfig, plan: TickChoice | TickSkip) -> RunResult:
     """The engine's run of the plan's tick, as the scheduler's (scheduler/loop.py)."""
     return run_job(
-        consul, job, WORKER, ["true"], RunOptions(), _events(job), StopRequest(), plan=plan
+        consul, job, WORKER, ["true"], RunOptions(), _events(job), StopRequest(), tick=TickRun(plan)
     )
 
 

@@ -15,6 +15,7 @@ from provision.ledger.ticks import (
     clock_skew,
     missed_ticks,
     to_prune,
+    unsettled_ticks,
 )
 from provision.schedule import parse_schedule
 
@@ -139,3 +140,26 @@ def test_the_answers_delay_is_no_evidence_of_skew(sent, received, agent_date, sk
     that was reported as a skew, and a scheduler that saw one read before every claim, which
     loaded Consul more, which delayed the next answers (seen at 300 jobs on 3 replicas)."""
     assert clock_skew(sent, received, agent_date) == skew
+
+
+@pytest.mark.parametrize(
+    ("recorded", "now", "before", "unsettled", "why"),
+    [
+        (ticks(-10, 5), at(5.1), at(5), [at(0)],
+         "a tick claimed at once after a gap: 0's window closes at 5, its grace at 7, so it "
+         "cannot be called missed yet (-5 can: housekeeping records it now)"),
+        (ticks(-10, 5), at(12), at(5), [],
+         "later: their windows and the grace have passed, housekeeping records them"),
+        (ticks(-10, -5, 0, 5), at(5.1), at(5), [], "nothing unrecorded"),
+        (ticks(-10, 0, 5), at(9), at(5), [],
+         "-5's window closed at 0, the grace at 2: missable at 9, no longer unsettled"),
+        (ticks(5), at(5.1), at(5), [], "nothing older than the oldest record is judged"),
+        (set(), at(5.1), at(5), [], "an empty ledger"),
+    ],
+)  # fmt: skip
+def test_unsettled_ticks_are_the_unrecorded_ones_not_missable_yet(
+    recorded, now, before, unsettled, why
+) -> None:
+    """After a run, the ticks a later housekeeping must still record (ledger/ticks.py): the
+    scheduler housekeeps again at its next run while there are any, not a minute later."""
+    assert unsettled_ticks(EVERY_5S, recorded, now, 300, before) == unsettled, why

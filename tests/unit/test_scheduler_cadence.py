@@ -81,3 +81,12 @@ def test_a_loop_of_a_2s_job_reads_and_housekeeps_a_small_share_of_its_ticks() ->
         cadence = after_run(cadence, now + 0.05, work, claimed=True)
     assert reads == 6  # once every 5 minutes, not 900 times
     assert housekeeps == 30  # once a minute
+
+
+def test_a_housekeeping_that_left_work_is_done_again_at_the_next_run() -> None:
+    """It failed, or a tick it could not call missed yet has no record: the next run housekeeps,
+    not the one a minute later."""
+    ran = after_run(STEADY, NOW, TickWork(False, True), claimed=True, again=True)
+    assert tick_work(ran, NOW + 1).housekeep
+    settled = after_run(ran, NOW + 1, TickWork(False, True), claimed=True)
+    assert not tick_work(settled, NOW + 2).housekeep
