@@ -15,6 +15,7 @@ from provision.runner import child
 from provision.runner.child import become_subreaper
 
 if TYPE_CHECKING:
+    from provision.consul import Consul
     from tests.conftest import LiveCluster
 
 
@@ -25,6 +26,13 @@ def subreaper() -> Iterator[None]:
     become_subreaper()
     yield
     child._prctl(child._PR_SET_CHILD_SUBREAPER, 0)
+
+
+@pytest.fixture
+def consul(live_cluster: LiveCluster) -> Consul:
+    """A management client through worker-1's agent, where the engine and scheduler tests run
+    their jobs (a module may define its own)."""
+    return live_cluster.management("worker-1")
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -33,7 +33,7 @@ from provision.timings import JobTimings
 from provision.workers.config import JobConfig
 
 if TYPE_CHECKING:
-    from conftest import LiveCluster
+    pass
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("subreaper")]
 
@@ -42,11 +42,6 @@ TIMINGS = JobTimings(ttl=10.0, lock_delay=4.0, renew_interval=1.0, kill_grace=1.
 RUNS = 1000
 # A script with a child: the child ends with it (no leftovers, so each run is quick).
 SCRIPT_WITH_CHILD = ["sh", "-c", "sleep 0 & wait; exit 3"]
-
-
-@pytest.fixture
-def consul(live_cluster: LiveCluster) -> Consul:
-    return live_cluster.management(WORKER)
 
 
 @pytest.fixture

@@ -26,17 +26,12 @@ from provision.timings import JobTimings
 from provision.workers.config import JobConfig
 
 if TYPE_CHECKING:
-    from conftest import LiveCluster
+    pass
 
 pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("subreaper")]
 
 WORKER = "worker-1"
 TIMINGS = JobTimings(ttl=10.0, lock_delay=4.0, renew_interval=1.0, kill_grace=1.0, min_hold=0.0)
-
-
-@pytest.fixture
-def consul(live_cluster: LiveCluster) -> Consul:
-    return live_cluster.management(WORKER)
 
 
 @pytest.fixture
