@@ -127,7 +127,7 @@ class Child:
                 raise OSError("the job's init did not start")
             kept_init = None if self._kept is None else self._kept.init_pid
             self._init_pid = kept_init or _only_child(self.pid)
-            self._init = _open_pidfd(self._init_pid)
+            self._init = open_pidfd(self._init_pid)
             control.sendall(json.dumps({"env": dict(lock_env)}).encode())
             control.shutdown(socket.SHUT_WR)
             return True
@@ -228,7 +228,7 @@ class Child:
             return self._signal_kept(self._kept, signum)
         if signum != signal.SIGKILL and self._init is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
-                _send(self._init, signum)
+                send_signal(self._init, signum)
                 reached = True
         else:
             with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -246,7 +246,7 @@ class Child:
         reached = False
         if self._init is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
-                _send(self._init, signum)
+                send_signal(self._init, signum)
                 reached = True
         if signum == signal.SIGKILL:
             kept.kill()
@@ -343,7 +343,7 @@ def _only_child(pid: int) -> int:
     return int(child)
 
 
-def _open_pidfd(pid: int) -> int:
+def open_pidfd(pid: int) -> int:
     """A pidfd for `pid` (signals to it can never reach a process that reused the PID), or the
     PID itself, negated, where the kernel has no pidfds."""
     try:
@@ -352,8 +352,9 @@ def _open_pidfd(pid: int) -> int:
         return -pid
 
 
-def _send(init: int, signum: int) -> None:
-    if init >= 0:
-        signal.pidfd_send_signal(init, signum)
+def send_signal(process: int, signum: int) -> None:
+    """`signum` to a process by what open_pidfd gave for it."""
+    if process >= 0:
+        signal.pidfd_send_signal(process, signum)
     else:
-        os.kill(-init, signum)
+        os.kill(-process, signum)

@@ -27,7 +27,7 @@ import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from provision.runner.child import die_with_parent
+from provision.runner.child import die_with_parent, open_pidfd, send_signal
 from provision.runner.containment import pdeathsig_argv
 
 NSSERVER = Path(__file__).with_name("nsserver.py")
@@ -43,7 +43,7 @@ class KeptProcess:
         self.init_pid = pid if is_init else None  # else: the keeper's only child
         self.returncode: int | None = None
         self._status = status
-        self._pidfd = _pidfd(pid)
+        self._handle: int | None = open_pidfd(pid)  # None once closed
         self._lock = threading.Lock()
 
     def poll(self) -> int | None:
@@ -74,19 +74,16 @@ class KeptProcess:
 
     def kill(self) -> None:
         """SIGKILL the keeper (through its pidfd: never a process that reused the PID)."""
-        if self.poll() is not None:
+        if self.poll() is not None or self._handle is None:
             return
         with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
-            if self._pidfd >= 0:
-                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-            else:
-                os.kill(self.pid, signal.SIGKILL)
+            send_signal(self._handle, signal.SIGKILL)
 
     def close(self) -> None:
-        if self._pidfd >= 0:
+        if self._handle is not None and self._handle >= 0:
             with contextlib.suppress(OSError):
-                os.close(self._pidfd)
-            self._pidfd = -1
+                os.close(self._handle)
+        self._handle = None
 
 
 class ForkServer:
@@ -170,10 +167,3 @@ class ForkServer:
                 self._process.kill()
                 self._process.wait()
             self._process = None
-
-
-def _pidfd(pid: int) -> int:
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return -1
