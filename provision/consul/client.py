@@ -20,8 +20,9 @@ class Consul:
 
     `pool_size`: connections kept open per agent, for callers with that many calls in flight
     (default: requests' 10). `max_in_flight`: at most that many calls at once, blocking queries
-    aside; the others wait their turn within their timeout. `session`: an injected
-    `requests.Session` (tests).
+    aside; the others wait their turn within their timeout. `batch_txns`: transactions sent
+    with `batch=True` at the same moment are merged (consul/batch.py: a scheduler's claims and
+    completions when many jobs tick at once). `session`: an injected `requests.Session` (tests).
     """
 
     def __init__(
@@ -32,7 +33,9 @@ class Consul:
         pool_size: int | None = None,
         session: requests.Session | None = None,
         max_in_flight: int | None = None,
+        batch_txns: bool = False,
     ) -> None:
+        self._batch_txns = batch_txns
         transport = Transport(
             settings,
             session=session,
@@ -50,7 +53,7 @@ class Consul:
         self.acl = ACLAPI(transport)
         self.session = SessionAPI(transport)
         self.kv = KVAPI(transport)
-        self.txn = TxnAPI(transport)
+        self.txn = TxnAPI(transport, batched=self._batch_txns)
 
     def _over(self, transport: Transport) -> Consul:
         clone = copy.copy(self)

@@ -14,11 +14,12 @@ What a real Consul 1.8.7 answers (measured; docs/consul-facts.md, "Transactions"
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from provision.consul.batch import TxnBatcher
 from provision.consul.errors import PermissionDenied
 from provision.consul.keys import checked_key
 from provision.consul.models import KVEntry
@@ -66,6 +67,7 @@ class TxnAnswer:
     results: tuple[KVEntry, ...]
     errors: tuple[TxnError, ...]
     date: datetime | None  # the answering agent's clock (HTTP Date)
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     def failed(self, op_index: int) -> TxnError | None:
         """The error of operation `op_index`, if it failed."""
@@ -77,8 +79,11 @@ class TxnAnswer:
 
 
 class TxnAPI:
-    def __init__(self, transport: Transport) -> None:
+    """`batched`: calls with `batch=True` at the same moment go out merged (batch.py)."""
+
+    def __init__(self, transport: Transport, *, batched: bool = False) -> None:
         self._transport = transport
+        self._batcher = TxnBatcher(self._send) if batched else None
 
     def kv(
         self,
@@ -86,13 +91,34 @@ class TxnAPI:
         *,
         token: TokenChoice = DEFAULT_TOKEN,
         urgent: bool = False,
+        batch: bool = False,
     ) -> TxnAnswer:
         """Apply KV operations atomically. PermissionDenied when the token may not do one.
-        `urgent`: ahead of other waiting calls (a tick's claim). PUT /v1/txn"""
+        `urgent`: ahead of other waiting calls (a tick's claim). `batch`: may share one
+        transaction with other calls on other keys, for the same answer. PUT /v1/txn"""
         if not 0 < len(operations) <= MAX_OPERATIONS:
             raise ValueError(f"a transaction has 1..{MAX_OPERATIONS} operations")
         for op in operations:
             checked_key(op.key)  # a key in the body must be the one a call by path names
+        if batch and self._batcher is not None and token is DEFAULT_TOKEN:
+            answer: TxnAnswer = self._batcher.kv(operations, urgent)
+        else:
+            answer = self._send(operations, urgent, token)
+        denied = [error.op_index for error in answer.errors if error.what == DENIED]
+        if denied:
+            raise PermissionDenied(
+                f"consul: PUT /v1/txn on {self._transport.settings.address}: 409 {DENIED} "
+                f"(operation {', '.join(map(str, denied))})",
+                status=403,
+                body=DENIED,
+                headers=answer.headers,
+            )
+        return answer
+
+    def _send(
+        self, operations: Sequence[KVOp], urgent: bool, token: TokenChoice = DEFAULT_TOKEN
+    ) -> TxnAnswer:
+        """One transaction, as Consul answered it (errors of denied operations included)."""
         answer = self._transport.request(
             "PUT",
             "/v1/txn",
@@ -103,18 +129,10 @@ class TxnAPI:
         )
         body = answer.body if isinstance(answer.body, dict) else {}
         errors = tuple(_error(raw) for raw in body.get("Errors") or ())
-        if any(error.what == DENIED for error in errors):
-            raise PermissionDenied(
-                f"consul: PUT /v1/txn on {self._transport.settings.address}: 409 {DENIED} "
-                f"(operation {', '.join(str(e.op_index) for e in errors if e.what == DENIED)})",
-                status=403,
-                body=DENIED,
-                headers=answer.headers,
-            )
         results = tuple(
             KVEntry.from_api(raw["KV"]) for raw in body.get("Results") or () if "KV" in raw
         )
-        return TxnAnswer(answer.status == 200, results, errors, answer.date)
+        return TxnAnswer(answer.status == 200, results, errors, answer.date, answer.headers)
 
     def acquire_and_read(
         self, key: str, value: bytes, session_id: str, *, token: TokenChoice = DEFAULT_TOKEN

@@ -64,9 +64,15 @@ class Ledger:
     def key(self, tick: datetime) -> str:
         return tick_key(self.lock_key, tick)
 
-    def read(self, tick: datetime) -> tuple[TickRecord | None, datetime | None]:
-        """The tick's record (None: unclaimed) and the agent's clock at the answer."""
-        entry, meta = self.consul.kv.get(self.key(tick))
+    def read(
+        self, tick: datetime, *, stale: bool = False
+    ) -> tuple[TickRecord | None, datetime | None]:
+        """The tick's record (None: unclaimed) and the agent's clock at the answer. `stale`:
+        from whichever server the agent asks, not the leader; it may miss the latest claim (for
+        a read before a claim, whose transaction decides anyway: never for a read that must see
+        a write it follows)."""
+        consistency = "stale" if stale else "default"
+        entry, meta = self.consul.kv.get(self.key(tick), consistency=consistency)
         if entry is None:
             return None, meta.date
         return decode(tick, entry.value, entry.modify_index), meta.date
@@ -105,7 +111,8 @@ class Ledger:
         ]
         if previous is not None:
             ops.append(KVOp("get-tree", self.key(previous)))
-        answer = self.consul.txn.kv(ops, urgent=True)  # the job starts once this is answered
+        # the job starts once this is answered; claims of jobs ticking together share a transaction
+        answer = self.consul.txn.kv(ops, urgent=True, batch=True)
         if not answer.applied:
             refusal = answer.failed(1)
             return Claim(
@@ -132,7 +139,7 @@ class Ledger:
         cas = KVOp("cas", self.key(record.tick), record.encode(), index=record.modify_index)
         unlock = [KVOp("unlock", self.lock_key, session=session_id)] if release else []
         try:
-            answer = self.consul.txn.kv([cas, *unlock])
+            answer = self.consul.txn.kv([cas, *unlock], batch=True)
             if answer.applied:
                 return Completion(True, release)
             if answer.failed(0) is not None:  # the record was changed under us: unlock alone

@@ -13,6 +13,7 @@ one-shot way instead.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
 import os
@@ -25,6 +26,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from provision.runner.child import die_with_parent, open_pidfd, send_signal
@@ -86,13 +88,26 @@ class KeptProcess:
         self._handle = None
 
 
+@dataclass
+class _Asked:
+    """A request sent to the helper; its answer (pid, is_init) once read."""
+
+    answer: tuple[int, int] | None = None
+
+
 class ForkServer:
     """The helper process, started once; `spawn` from any thread."""
 
     def __init__(self) -> None:
         self._socket: socket.socket | None = None
         self._process: subprocess.Popen[bytes] | None = None
-        self._lock = threading.Lock()  # one request and its answer at a time
+        # Requests are pipelined: a thread writes its request (one at a time), then waits for
+        # the answers in order, the thread reading them handing each to its asker. So the
+        # helper forks 100 jobs that tick at once back to back, without waiting each time for
+        # a busy scheduler thread to come and read its answer.
+        self._send_lock = threading.Lock()
+        self._read_lock = threading.Lock()
+        self._asked: collections.deque[_Asked] = collections.deque()  # sent, not yet answered
 
     def start(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -122,11 +137,16 @@ class ForkServer:
         body = json.dumps({"command": list(command), "env": dict(env)}).encode()
         status_ours, status_theirs = socket.socketpair()
         pid = is_init = 0
+        mine, sent = _Asked(), False
         try:
-            with self._lock:
+            with self._send_lock:
                 if self._socket is not None:
                     fds = [control.fileno(), status_theirs.fileno()]
-                    pid, is_init = self._ask(self._socket, body, fds)
+                    self._ask(self._socket, body, fds)
+                    self._asked.append(mine)
+                    sent = True
+            if sent:
+                pid, is_init = self._await(mine)
         except (OSError, ValueError):
             self._broken()
         finally:
@@ -137,18 +157,27 @@ class ForkServer:
         return KeptProcess(pid, status_ours, is_init=bool(is_init))
 
     @staticmethod
-    def _ask(server: socket.socket, body: bytes, fds: list[int]) -> tuple[int, int]:
+    def _ask(server: socket.socket, body: bytes, fds: list[int]) -> None:
         head = struct.pack("!I", len(body))
         server.sendmsg([head], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("ii", *fds))])
         server.sendall(body)
-        answer = b""
-        while len(answer) < 8:
-            chunk = server.recv(8 - len(answer))
-            if not chunk:
-                raise ValueError("the namespace helper ended")
-            answer += chunk
-        pid, is_init = struct.unpack("!II", answer)
-        return int(pid), int(is_init)
+
+    def _await(self, mine: _Asked) -> tuple[int, int]:
+        """Read answers, in the order their requests were sent, until ours has come."""
+        with self._read_lock:
+            while mine.answer is None:
+                server = self._socket
+                if server is None:
+                    raise ValueError("the namespace helper is gone")
+                answer = b""
+                while len(answer) < 8:
+                    chunk = server.recv(8 - len(answer))
+                    if not chunk:
+                        raise ValueError("the namespace helper ended")
+                    answer += chunk
+                pid, is_init = struct.unpack("!II", answer)
+                self._asked.popleft().answer = (int(pid), int(is_init))
+            return mine.answer
 
     def _broken(self) -> None:
         """The helper is gone (or mistaken): every later run starts the one-shot way."""
@@ -158,7 +187,7 @@ class ForkServer:
 
     def close(self) -> None:
         """End the helper (end of file on its socket) once no run needs it; its jobs are over."""
-        with self._lock:
+        with self._send_lock:
             self._broken()
         if self._process is not None:
             try:

@@ -103,7 +103,8 @@ def plan_tick(
     first = judge_tick(schedule, tick, now, job.start_deadline)
     if not read:
         return _too_late(ledger, job, first, events.worker, now) if first.too_late else first
-    record, agent_date = ledger.read(tick)
+    # stale: off the leader; a claim it missed, the claim's own transaction refuses
+    record, agent_date = ledger.read(tick, stale=True)
     if record is not None:
         return TickSkip(tick, Outcome.SKIPPED, taken_fields(record), SkipReason.TAKEN)
     choice = judge_tick(schedule, tick, now, job.start_deadline, agent_date, wall())

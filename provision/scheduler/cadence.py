@@ -11,8 +11,11 @@ ran its previous ticks itself, so it does both less often, and no promise change
                               loop's first tick, at every tick while they disagreed at the last
                               read (a skew, or the agent's clock not at the tick yet), and
                               otherwise once every CLOCK_CHECK_EVERY
-  housekeeping                only by the replica that ran the tick (the engine's rule), at its
-                              first run, and otherwise once every HOUSEKEEP_EVERY; and, whatever
+  housekeeping                only by the replica that ran the tick (the engine's rule), once
+                              every HOUSEKEEP_EVERY, the first time at a point of the loop's
+                              first HOUSEKEEP_EVERY its job's name places (`starting`: 300 jobs
+                              started together do not all housekeep at their first tick); and,
+                              whatever
                               the cadence, after a run whose claim found the schedule's previous
                               tick without a record (the engine's rule again: the claim's
                               transaction reads that record, at no cost): nobody ran it (Consul
@@ -25,6 +28,7 @@ ran its previous ticks itself, so it does both less often, and no promise change
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, replace
 
 CLOCK_CHECK_EVERY = 300.0  # seconds between two comparisons of the clocks while they agree
@@ -47,6 +51,13 @@ class Cadence:
     clocks_read_at: float | None = None  # the last read that compared the two clocks
     clocks_agree: bool = False  # that read found no skew and no wait for the agent's clock
     housekept_at: float | None = None
+
+
+def starting(now: float, job_name: str) -> Cadence:
+    """A new loop's cadence: as if it had housekept up to HOUSEKEEP_EVERY ago, by a fraction
+    of it that the job's name fixes (the same on every replica and at every start)."""
+    phase = zlib.crc32(job_name.encode()) / 2**32  # in [0, 1)
+    return Cadence(housekept_at=now - phase * HOUSEKEEP_EVERY)
 
 
 def tick_work(cadence: Cadence, now: float) -> TickWork:

@@ -35,7 +35,7 @@ from provision.runner.results import RunOptions, RunResult, SkipReason
 from provision.runner.stop import StopRequest
 from provision.runner.tick_lock import TickRun, job_turn, plan_tick
 from provision.schedule import parse_schedule
-from provision.scheduler.cadence import Cadence, after_read, after_run, tick_work
+from provision.scheduler.cadence import Cadence, after_read, after_run, starting, tick_work
 from provision.scheduler.counts import HELPER_EVENTS, LoopCounts
 from provision.scheduler.sessions import SessionPool
 from provision.workers.config import JobConfig
@@ -149,7 +149,8 @@ class JobTicks:
         self.forks = forks  # the scheduler's namespace helper, shared by its jobs
         self._last_tick: datetime | None = None
         self._consul_down = False
-        self.cadence = Cadence()  # the ledger work beyond claim and completion (cadence.py)
+        # the ledger work beyond claim and completion (cadence.py)
+        self.cadence = starting(clock(), job.name)
 
     def next_turn(self) -> Turn:
         """The tick to run next and when this replica may claim it (ledger/turns.py)."""

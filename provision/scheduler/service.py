@@ -121,7 +121,7 @@ class Scheduler:
 
     def _start(self, config: WorkerConfig) -> None:
         settings = resolve_settings(**config.connection())
-        consul = Consul(settings, pool_size=POOL_SIZE, max_in_flight=IN_FLIGHT)
+        consul = Consul(settings, pool_size=POOL_SIZE, max_in_flight=IN_FLIGHT, batch_txns=True)
         sessions = SessionPool(consul, config.worker, self.events)
         self.sessions = sessions
         self.loops = []

@@ -14,6 +14,7 @@ from provision.scheduler.cadence import (
     TickWork,
     after_read,
     after_run,
+    starting,
     tick_work,
 )
 
@@ -90,3 +91,17 @@ def test_a_housekeeping_that_left_work_is_done_again_at_the_next_run() -> None:
     assert tick_work(ran, NOW + 1).housekeep
     settled = after_run(ran, NOW + 1, TickWork(False, True), claimed=True)
     assert not tick_work(settled, NOW + 2).housekeep
+
+
+def test_a_new_loops_first_housekeeping_comes_within_housekeep_every_spread_by_job() -> None:
+    firsts = []
+    for name in (f"job-{i:03d}" for i in range(300)):
+        cadence = starting(NOW, name)
+        assert cadence == starting(NOW, name)  # the same at every start and on every replica
+        assert not tick_work(cadence, NOW).read_first or cadence.clocks_read_at is None
+        first = next(t for t in range(0, 120) if tick_work(cadence, NOW + t).housekeep)
+        assert first <= HOUSEKEEP_EVERY
+        firsts.append(first)
+    # spread over the interval: no second of it holds more than a tenth of the jobs
+    assert max(firsts.count(second) for second in set(firsts)) < 30
+    assert min(firsts) < 10 and max(firsts) > HOUSEKEEP_EVERY - 10

@@ -1,0 +1,107 @@
+"""Claims and completions merged into shared transactions (consul/batch.py), on the real
+cluster: 60 jobs claim their tick at the same moment through one batched client (as a scheduler's
+jobs do at :00), some of the ticks taken already and one job's lock held by another session;
+each caller gets the answer its own transaction would have had, and Consul saw fewer
+transactions than claims."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from datetime import UTC, datetime
+
+import pytest
+
+from provision.consul import Consul
+from provision.ledger.records import TickOutcome, TickRecord
+from provision.ledger.store import Claim, Ledger
+
+pytestmark = pytest.mark.cluster
+
+TICK = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)
+JOBS = 60
+
+
+@pytest.fixture
+def batched(consul: Consul) -> Consul:
+    return Consul(consul.settings, pool_size=16, max_in_flight=16, batch_txns=True)
+
+
+def record(worker: str) -> TickRecord:
+    return TickRecord(TICK, TickOutcome.RUNNING, worker=worker, claimed_at=TICK)
+
+
+def test_claims_at_once_share_transactions_and_each_gets_its_own_answer(
+    consul: Consul, batched: Consul
+) -> None:
+    root = f"test/batch-{uuid.uuid4().hex[:8]}"
+    ledgers = [Ledger(batched, f"{root}/job-{i:02d}/lock") for i in range(JOBS)]
+    mine = batched.session.create(name="batch-test", ttl=30, lock_delay=0)
+    other = consul.session.create(name="batch-test-other", ttl=30, lock_delay=0)
+    try:
+        taken = set(range(0, JOBS, 7))  # another worker claimed these ticks already
+        for i in taken:
+            assert Ledger(consul, ledgers[i].lock_key).claim(record("worker-2"), b"w2", other).won
+        held = 5  # this job's lock is held by the other session, its tick not claimed
+        assert consul.kv.put(ledgers[held].lock_key, b"w2", acquire=other)
+
+        claims: dict[int, Claim] = {}
+        start = threading.Barrier(JOBS)
+
+        def claim(i: int) -> None:
+            start.wait()
+            claims[i] = ledgers[i].claim(record("worker-1"), b"w1", mine, previous=TICK)
+
+        sent_before = batched.requests_sent
+        threads = [threading.Thread(target=claim, args=(i,)) for i in range(JOBS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        sent = batched.requests_sent - sent_before
+
+        assert len(claims) == JOBS
+        for i, answer in claims.items():
+            if i in taken:
+                assert not answer.won and answer.tick_taken, i
+            elif i == held:
+                assert not answer.won and not answer.tick_taken, i
+                assert answer.lock_refusal and "already held" in answer.lock_refusal
+            else:
+                assert answer.won and answer.lock_index == 1, i
+                assert answer.previous_recorded is True  # its own record, in its own results
+                entry, _ = consul.kv.get(ledgers[i].lock_key)
+                assert entry is not None and entry.session == mine
+        assert sent < JOBS  # merged: at most 12 claims per transaction
+
+        # the completions of the runs that won, at once too: each releases only its own lock
+        won = [i for i, answer in claims.items() if answer.won]
+        done: dict[int, bool] = {}
+
+        def complete(i: int) -> None:
+            finished = TickRecord(
+                TICK,
+                TickOutcome.SUCCEEDED,
+                worker="worker-1",
+                modify_index=claims[i].record_index,
+                finished_at=TICK,
+            )
+            done[i] = ledgers[i].complete(finished, mine, release=True).recorded
+
+        threads = [threading.Thread(target=complete, args=(i,)) for i in won]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert done == {i: True for i in won}
+        for i in won:
+            entry, _ = consul.kv.get(ledgers[i].lock_key)
+            assert entry is not None and entry.session is None
+            (written,) = [r for r in Ledger(consul, ledgers[i].lock_key).records()]
+            assert written.outcome is TickOutcome.SUCCEEDED
+        entry, _ = consul.kv.get(ledgers[held].lock_key)
+        assert entry is not None and entry.session == other  # never touched
+    finally:
+        consul.session.destroy(mine)
+        consul.session.destroy(other)
+        consul.kv.delete(root, recurse=True)
