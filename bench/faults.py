@@ -59,9 +59,9 @@ def scenarios_of(tool: str, scenarios: list[str]) -> list[str]:
     return [s for s in scenarios if tool != scheduler.TOOL or s in scheduler.SCENARIOS]
 
 
-def run_one(lab: FaultLab, scenario: str, tool: str, number: int) -> RunResult:
+def run_one(lab: FaultLab, scenario: str, tool: str, number: int, fleet: int = 0) -> RunResult:
     if tool == scheduler.TOOL:
-        return scheduler.run_scenario(lab, scenario, number)
+        return scheduler.run_scenario(lab, scenario, number, fleet)
     return run_scenario(lab, scenario, tool, number)
 
 
@@ -74,6 +74,12 @@ def main() -> int:
     parser.add_argument("--max-minutes", type=float, default=60.0)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--json", type=Path, default=None, help="write every run here")
+    parser.add_argument(
+        "--fleet",
+        type=int,
+        default=0,
+        help="scheduler: this many more jobs per scheduler beside the short and the long one",
+    )
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("bench/faults.py: needs root (network namespaces)", file=sys.stderr)
@@ -112,7 +118,7 @@ def main() -> int:
                     except queue.Empty:
                         return
                     try:
-                        result = run_one(lab, scenario, tool, number)
+                        result = run_one(lab, scenario, tool, number, args.fleet)
                     except Exception as exc:  # a harness failure: record it, keep soaking
                         with guard:
                             errors.append(f"#{number} {tool} {scenario}: {exc!r}")

@@ -68,6 +68,7 @@ SCENARIOS = ("kill9-runner", "sigstop", "cut-host", "kill-leader", "restart-agen
 EVERY = 5
 SCHEDULE = parse_schedule(f"@every {EVERY}s")
 SHORT, LONG = 1.0, 8.0  # seconds each job works
+FLEET_WORK = 0.5  # seconds each of the `fleet` jobs works
 TIMINGS = LOCKCTL_TIMINGS  # TTL 10 s, LockDelay 5 s, renew 2 s, kill grace 1 s: as for `run`
 # From a fault to the next run of the job: the lock free (2 x TTL + LockDelay), the next tick
 # (one interval), and slack for a loaded machine. The ticks in between are the ones it may miss.
@@ -99,11 +100,18 @@ class SchedulerResult(RunResult):
     def describe(self) -> str:
         """One line: what the fault cost, per job."""
         took = "-" if self.takeover is None else f"{self.takeover:.1f} s"
+        named = [v for v in self.verdicts if _short_name(v.job) != "fleet"]
+        fleet = [v for v in self.verdicts if _short_name(v.job) == "fleet"]
         jobs = "; ".join(
             f"{_short_name(v.job)}: {v.checked} ticks, {v.ran} ran, {v.missed} missed "
             f"({v.missed_by_overlap} by overlap) {' '.join(v.missed_ticks[:8])}"
-            for v in self.verdicts
+            for v in named
         )
+        if fleet:
+            jobs += (
+                f"; {len(fleet)} fleet jobs: {sum(v.checked for v in fleet)} ticks, "
+                f"{sum(v.ran for v in fleet)} ran, {sum(v.missed for v in fleet)} missed"
+            )
         return (
             f"{self.scenario} on {self.holder}: next run {took} after the fault, "
             f"{self.rejections} stale writes refused; {jobs}"
@@ -122,6 +130,8 @@ class SchedulerResult(RunResult):
 
 
 def _short_name(job: str) -> str:
+    if "-fleet-" in job:
+        return "fleet"
     last = job.rsplit("-", 1)[-1]
     return last if last in ("short", "long") else "job"
 
@@ -231,10 +241,13 @@ class SchedulerFleet:
         return exits
 
 
-def run_scenario(lab: FaultLab, scenario: str, number: int = 1) -> SchedulerResult:
-    """One fault of `scenario` against three schedulers; the result carries every check."""
+def run_scenario(lab: FaultLab, scenario: str, number: int = 1, fleet: int = 0) -> SchedulerResult:
+    """One fault of `scenario` against three schedulers; the result carries every check.
+    `fleet`: that many more jobs in every scheduler (short ones, `fleet-NN`), checked alike:
+    a fault then hits a replica that holds many jobs' locks under one session."""
     base = f"sch-{scenario}-{number}-{uuid.uuid4().hex[:6]}"
     jobs = {f"{base}-short": SHORT, f"{base}-long": LONG}
+    jobs |= {f"{base}-fleet-{i:02d}": FLEET_WORK for i in range(fleet)}
     target = f"{base}-long"
     folder = lab.root / "runs" / base
     folder.mkdir(parents=True)

@@ -27,6 +27,7 @@ from provision.consul.transport import DEFAULT_TOKEN, TokenChoice, Transport
 from provision.system.text import printable
 
 MAX_OPERATIONS = 64  # Consul's own limit per transaction
+READ_VERBS = frozenset({"get", "get-tree", "check-index", "check-session", "check-not-exists"})
 ERROR_TEXT_LIMIT = 200
 DENIED = "Permission denied"
 
@@ -84,6 +85,11 @@ class TxnAPI:
     def __init__(self, transport: Transport, *, batched: bool = False) -> None:
         self._transport = transport
         self._batcher = TxnBatcher(self._send) if batched else None
+        self._readers = TxnBatcher(self._send_read) if batched else None
+
+    @property
+    def batched(self) -> bool:
+        return self._batcher is not None
 
     def kv(
         self,
@@ -115,17 +121,51 @@ class TxnAPI:
             )
         return answer
 
+    def read(self, operations: Sequence[KVOp], *, batch: bool = False) -> TxnAnswer:
+        """Read-only operations (get, get-tree, check-*) in one transaction, answered by
+        whichever server the agent asks (stale: Consul serves a read-only transaction without
+        Raft, and lets a follower answer it). `batch`: merged with other reads sent at the same
+        moment. PUT /v1/txn?stale"""
+        if any(op.verb not in READ_VERBS for op in operations):
+            raise ValueError(f"a read-only transaction has only {', '.join(sorted(READ_VERBS))}")
+        if not 0 < len(operations) <= MAX_OPERATIONS:
+            raise ValueError(f"a transaction has 1..{MAX_OPERATIONS} operations")
+        for op in operations:
+            checked_key(op.key)
+        if batch and self._readers is not None:
+            answer: TxnAnswer = self._readers.kv(operations, False)
+        else:
+            answer = self._send_read(operations, False)
+        if any(error.what == DENIED for error in answer.errors):
+            raise PermissionDenied(
+                f"consul: PUT /v1/txn on {self._transport.settings.address}: 409 {DENIED}",
+                status=403,
+                body=DENIED,
+                headers=answer.headers,
+            )
+        return answer
+
+    def _send_read(self, operations: Sequence[KVOp], urgent: bool) -> TxnAnswer:
+        return self._send(operations, urgent, stale=True)
+
     def _send(
-        self, operations: Sequence[KVOp], urgent: bool, token: TokenChoice = DEFAULT_TOKEN
+        self,
+        operations: Sequence[KVOp],
+        urgent: bool,
+        token: TokenChoice = DEFAULT_TOKEN,
+        *,
+        stale: bool = False,
     ) -> TxnAnswer:
         """One transaction, as Consul answered it (errors of denied operations included)."""
         answer = self._transport.request(
             "PUT",
             "/v1/txn",
+            params={"stale": ""} if stale else None,
             json_body=[op.to_api() for op in operations],
             token=token,
             answers=(409,),
             urgent=urgent,
+            idempotent=stale,  # a read-only transaction changes nothing: safe to send again
         )
         body = answer.body if isinstance(answer.body, dict) else {}
         errors = tuple(_error(raw) for raw in body.get("Errors") or ())

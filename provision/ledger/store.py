@@ -71,11 +71,17 @@ class Ledger:
         from whichever server the agent asks, not the leader; it may miss the latest claim (for
         a read before a claim, whose transaction decides anyway: never for a read that must see
         a write it follows)."""
-        consistency = "stale" if stale else "default"
-        entry, meta = self.consul.kv.get(self.key(tick), consistency=consistency)
+        key = self.key(tick)
+        if stale and self.consul.txn.batched:  # a scheduler's: merged with its other jobs' reads
+            answer = self.consul.txn.read([KVOp("get-tree", key)], batch=True)
+            entry, date = next((e for e in answer.results if e.key == key), None), answer.date
+        else:
+            consistency = "stale" if stale else "default"
+            entry, meta = self.consul.kv.get(key, consistency=consistency)
+            date = meta.date
         if entry is None:
-            return None, meta.date
-        return decode(tick, entry.value, entry.modify_index), meta.date
+            return None, date
+        return decode(tick, entry.value, entry.modify_index), date
 
     def records(self) -> list[TickRecord]:
         """Every record, oldest first (one read of the prefix); keys that name no tick are

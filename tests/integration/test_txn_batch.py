@@ -105,3 +105,58 @@ def test_claims_at_once_share_transactions_and_each_gets_its_own_answer(
         consul.session.destroy(mine)
         consul.session.destroy(other)
         consul.kv.delete(root, recurse=True)
+
+
+def test_reads_before_claims_are_merged_read_only_transactions(
+    consul: Consul, batched: Consul
+) -> None:
+    """A scheduler's reads of tick records (ranks after the first, before claiming): stale
+    read-only transactions, merged, each reader getting its own record or None."""
+    root = f"test/batch-read-{uuid.uuid4().hex[:8]}"
+    ledgers = [Ledger(batched, f"{root}/job-{i:02d}/lock") for i in range(JOBS)]
+    session = consul.session.create(name="batch-read-test", ttl=30, lock_delay=0)
+    try:
+        claimed = set(range(0, JOBS, 3))
+        for i in claimed:
+            won = Ledger(consul, ledgers[i].lock_key).claim(record(f"w{i}"), b"w", session)
+            assert won.won
+            assert (
+                Ledger(consul, ledgers[i].lock_key)
+                .complete(
+                    TickRecord(
+                        TICK,
+                        TickOutcome.SUCCEEDED,
+                        worker=f"w{i}",
+                        modify_index=won.record_index,
+                        finished_at=TICK,
+                    ),
+                    session,
+                    release=True,
+                )
+                .recorded
+            )
+        found: dict[int, object] = {}
+        start = threading.Barrier(JOBS)
+
+        def read(i: int) -> None:
+            start.wait()
+            found[i] = ledgers[i].read(TICK, stale=True)
+
+        sent_before = batched.requests_sent
+        threads = [threading.Thread(target=read, args=(i,)) for i in range(JOBS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert batched.requests_sent - sent_before < JOBS
+        for i in range(JOBS):
+            got, date = found[i]  # type: ignore[misc]
+            assert date is not None  # the agent's clock, for the clock check
+            if i in claimed:
+                assert got is not None and got.worker == f"w{i}", i
+                assert got.outcome is TickOutcome.SUCCEEDED
+            else:
+                assert got is None, i
+    finally:
+        consul.session.destroy(session)
+        consul.kv.delete(root, recurse=True)
