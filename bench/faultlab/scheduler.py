@@ -73,6 +73,7 @@ TIMINGS = LOCKCTL_TIMINGS  # TTL 10 s, LockDelay 5 s, renew 2 s, kill grace 1 s:
 # From a fault to the next run of the job: the lock free (2 x TTL + LockDelay), the next tick
 # (one interval), and slack for a loaded machine. The ticks in between are the ones it may miss.
 TAKEOVER_BOUND = TIMINGS.expiry_bound + EVERY + 5.0
+STARTUP_SLACK = 2.0  # seconds of a tick's claim window a scheduler needs to try it at its start
 SETTLE = 45.0  # seconds after the takeover for the ledger to decide every tick before it
 STOP_GRACE = 20.0
 
@@ -266,6 +267,7 @@ def run_scenario(lab: FaultLab, scenario: str, number: int = 1, fleet: int = 0) 
         fault_at = datetime.now(timezone.utc)
         found = _inject(lab, fleet, scenario, holder, session, result)
         excuses.append(_excuse(fault_at, scenario))
+        excuses += _startup_excuse(folder)
         _settle(lab, list(jobs), fault_at + timedelta(seconds=result.takeover or 0.0))
     finally:
         result.runner_exits = fleet.stop_all()
@@ -282,6 +284,21 @@ def _excuse(fault_at: datetime, what: str) -> Excuse:
     """The ticks a fault at `fault_at` may cost: from the one before it to the takeover bound."""
     start = fault_at - timedelta(seconds=EVERY)
     return Excuse(start, fault_at + timedelta(seconds=TAKEOVER_BOUND), what)
+
+
+def _startup_excuse(folder: Path) -> list[Excuse]:
+    """The ticks whose claim window had less than STARTUP_SLACK left when the last scheduler
+    said `started` (the current tick is tried at start: with 50 jobs it can close first)."""
+    started = []
+    for log in folder.glob("*-1.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            if '"event":"started"' in line:
+                started.append(datetime.fromisoformat(json.loads(line)["time"]))
+                break
+    if not started:
+        return []
+    until = max(started) + timedelta(seconds=STARTUP_SLACK - EVERY)
+    return [Excuse(datetime.min.replace(tzinfo=timezone.utc), until, "start-up")]
 
 
 def _wait_for_holder(lab: FaultLab, job: str, timeout: float) -> Holder:
