@@ -8,13 +8,19 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.conftest import LiveCluster
 
 from provision.consul import Consul
 from provision.ledger.records import TickOutcome, TickRecord
 from provision.ledger.store import Claim, Ledger
+from provision.system.deadline import Deadline, attempts
 
 pytestmark = pytest.mark.cluster
 
@@ -25,6 +31,25 @@ JOBS = 60
 @pytest.fixture
 def batched(consul: Consul) -> Consul:
     return Consul(consul.settings, pool_size=16, max_in_flight=16, batch_txns=True)
+
+
+def at_once(client: Consul, work: Callable[[int], None], calls: Iterable[int]) -> int:
+    """`work(i)` for each i, every one in its own thread, all released together; how many
+    requests `client` sent for them."""
+    calls = list(calls)
+    start = threading.Barrier(len(calls))
+
+    def one(i: int) -> None:
+        start.wait()
+        work(i)
+
+    sent_before = client.requests_sent
+    threads = [threading.Thread(target=one, args=(i,)) for i in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    return client.requests_sent - sent_before
 
 
 def record(worker: str) -> TickRecord:
@@ -46,19 +71,11 @@ def test_claims_at_once_share_transactions_and_each_gets_its_own_answer(
         assert consul.kv.put(ledgers[held].lock_key, b"w2", acquire=other)
 
         claims: dict[int, Claim] = {}
-        start = threading.Barrier(JOBS)
 
         def claim(i: int) -> None:
-            start.wait()
             claims[i] = ledgers[i].claim(record("worker-1"), b"w1", mine, previous=TICK)
 
-        sent_before = batched.requests_sent
-        threads = [threading.Thread(target=claim, args=(i,)) for i in range(JOBS)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(30)
-        sent = batched.requests_sent - sent_before
+        sent = at_once(batched, claim, range(JOBS))
 
         assert len(claims) == JOBS
         for i, answer in claims.items():
@@ -88,11 +105,7 @@ def test_claims_at_once_share_transactions_and_each_gets_its_own_answer(
             )
             done[i] = ledgers[i].complete(finished, mine, release=True).recorded
 
-        threads = [threading.Thread(target=complete, args=(i,)) for i in won]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(30)
+        at_once(batched, complete, won)
         assert done == {i: True for i in won}
         for i in won:
             entry, _ = consul.kv.get(ledgers[i].lock_key)
@@ -108,7 +121,7 @@ def test_claims_at_once_share_transactions_and_each_gets_its_own_answer(
 
 
 def test_reads_before_claims_are_merged_read_only_transactions(
-    consul: Consul, batched: Consul
+    consul: Consul, batched: Consul, live_cluster: LiveCluster
 ) -> None:
     """A scheduler's reads of tick records (ranks after the first, before claiming): stale
     read-only transactions, merged, each reader getting its own record or None."""
@@ -135,20 +148,23 @@ def test_reads_before_claims_are_merged_read_only_transactions(
                 )
                 .recorded
             )
+        # A stale read may be answered by a follower that has not applied the last writes yet:
+        # wait until every server has (each applies the log in order), then read.
+        last = Ledger(consul, ledgers[max(claimed)].lock_key).key(TICK)
+        for server in ("server-1", "server-2", "server-3"):
+            direct = live_cluster.management(server)
+            for _ in attempts(Deadline(10), 0.05):
+                entry, _meta = direct.kv.get(last, consistency="stale")
+                if entry is not None and b"succeeded" in (entry.value or b""):
+                    break
+            else:
+                raise AssertionError(f"{server} never applied the last completion")
         found: dict[int, object] = {}
-        start = threading.Barrier(JOBS)
 
         def read(i: int) -> None:
-            start.wait()
             found[i] = ledgers[i].read(TICK, stale=True)
 
-        sent_before = batched.requests_sent
-        threads = [threading.Thread(target=read, args=(i,)) for i in range(JOBS)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(30)
-        assert batched.requests_sent - sent_before < JOBS
+        assert at_once(batched, read, range(JOBS)) < JOBS
         for i in range(JOBS):
             got, date = found[i]  # type: ignore[misc]
             assert date is not None  # the agent's clock, for the clock check
