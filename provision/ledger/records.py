@@ -64,9 +64,21 @@ def parse_tick_name(name: str) -> datetime | None:
     if not _TICK_NAME.fullmatch(name):
         return None
     try:
-        return datetime.strptime(name, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+        tick = datetime.strptime(name, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
     except ValueError:
         return None
+    return tick if believable(tick) else None
+
+
+# A record is data from anyone who may write the job's prefix: a time outside these bounds is
+# not believed (year 9999 overflows the arithmetic of every reader). 1970 is in: `verify`
+# races for scratch ticks of 1970, which never collide with a real one.
+EARLIEST = datetime(1970, 1, 1, tzinfo=timezone.utc)
+LATEST = datetime(2200, 1, 1, tzinfo=timezone.utc)
+
+
+def believable(moment: datetime) -> bool:
+    return EARLIEST <= moment < LATEST
 
 
 def timestamp(moment: datetime) -> str:
@@ -172,9 +184,10 @@ def _time(value: Any) -> datetime | None:
         return None
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
+        utc = moment.astimezone(timezone.utc) if moment.tzinfo is not None else None
+    except (ValueError, OverflowError):  # 9999-12-31T23:59:59-01:00 is past datetime.max in UTC
         return None
-    return moment.astimezone(timezone.utc) if moment.tzinfo is not None else None
+    return utc if utc is not None and believable(utc) else None
 
 
 def taken_fields(record: TickRecord) -> dict[str, object]:

@@ -191,6 +191,10 @@ def _write_hostile(lab: Lab) -> None:
         "lock_index": "NaN",
         "duration": 1e300,
     }
+    # times past the largest datetime once in UTC (astimezone raised OverflowError in every reader)
+    poisoned = {"format": 1, "outcome": "succeeded", "worker": "w"}
+    poisoned |= {"claimed_at": "9999-12-31T23:59:59-01:00", "finished_at": "9999-12-31T23:59:59Z"}
+    lab.worker_1.kv.put(key(4), json.dumps(poisoned).encode())
     lab.worker_1.kv.put(key(3), b"\xff\xfe not json \x1b[2J")
     lab.worker_1.kv.put(key(2), HUGE.encode())
     lab.worker_1.kv.put(key(1), json.dumps({"format": 1, "outcome": "succeeded"}).encode())
@@ -290,7 +294,8 @@ def test_a_running_record_whose_runner_died_is_abandoned(lab: Lab) -> None:
 def test_hostile_records_print_escaped_and_bounded(lab: Lab) -> None:
     ticks = _history_json(lab, "hostile")
     outcomes = [t["outcome"] for t in ticks]
-    assert outcomes == ["failed", "succeeded", "unreadable", "unreadable"]
+    assert outcomes == ["failed", "succeeded", "unreadable", "unreadable", "succeeded"]
+    assert "9999" not in json.dumps(ticks[4])  # its times not believed: shown as unknown
     forged = ticks[0]
     assert forged["worker"].startswith("w\\x1b]0;pwned\\x07[bold red]X[/]\\r\\u202e|evil")
     assert (
