@@ -211,6 +211,23 @@ def test_a_session_left_a_bad_stop_an_error_event_or_a_traceback_fail(evidence: 
     assert not report.passed and report.table()[-1].startswith("scheduler check: FAIL: ")
 
 
+def test_a_tick_missed_at_the_start_is_the_starts_a_tick_missed_later_fails(
+    evidence: Evidence,
+) -> None:
+    ev = copy.deepcopy(evidence)
+    started = T0 - timedelta(seconds=3)
+    before = {"time": iso(started + timedelta(seconds=1.5)), "event": "missed", "job": JOB}
+    before["tick"] = name(started - timedelta(seconds=PERIOD - 1))  # its window closing
+    ev["events"]["worker-1"].insert(1, before)
+    assert check(ev).passed, check(ev).problems  # seen in CI: a 1-vCPU VM started 1.2 s early
+    later = {**before, "tick": name(tick(2)), "time": iso(tick(2) + timedelta(seconds=6))}
+    ev["events"]["worker-2"].insert(3, later)
+    report = check(ev)
+    assert not report.passed
+    assert f"worker-2: error event {JOB}: missed (x1)" in report.problems
+    assert not any(p.startswith("worker-1: error event") for p in report.problems)
+
+
 def test_a_short_window_or_a_scheduler_that_never_started_fails(evidence: Evidence) -> None:
     ev = copy.deepcopy(evidence)
     ev["stop"] = (tick(2) + timedelta(seconds=2.5)).timestamp()
