@@ -52,16 +52,14 @@ class _Call:
     error: BaseException | None = None
     exact: set[str] = field(default_factory=set)
     prefixes: set[str] = field(default_factory=set)
+    value_bytes: int = 0
     # set when answered or handed a sender's turn: one waiter woken, not all of them
     wake: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         for op in self.ops:
             (self.prefixes if op.verb in PREFIX_VERBS else self.exact).add(op.key)
-
-    @property
-    def value_bytes(self) -> int:
-        return sum(len(op.value or b"") for op in self.ops)
+        self.value_bytes = sum(len(op.value or b"") for op in self.ops)
 
     def owns(self, key: str) -> bool:
         return key in self.exact or any(key.startswith(prefix) for prefix in self.prefixes)

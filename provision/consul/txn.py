@@ -19,14 +19,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from provision.consul.batch import TxnBatcher
+from provision.consul.batch import MAX_OPERATIONS, TxnBatcher
 from provision.consul.errors import PermissionDenied
 from provision.consul.keys import checked_key
 from provision.consul.models import KVEntry
 from provision.consul.transport import DEFAULT_TOKEN, TokenChoice, Transport
 from provision.system.text import printable
 
-MAX_OPERATIONS = 64  # Consul's own limit per transaction
 READ_VERBS = frozenset({"get", "get-tree", "check-index", "check-session", "check-not-exists"})
 ERROR_TEXT_LIMIT = 200
 DENIED = "Permission denied"
@@ -102,24 +101,12 @@ class TxnAPI:
         """Apply KV operations atomically. PermissionDenied when the token may not do one.
         `urgent`: ahead of other waiting calls (a tick's claim). `batch`: may share one
         transaction with other calls on other keys, for the same answer. PUT /v1/txn"""
-        if not 0 < len(operations) <= MAX_OPERATIONS:
-            raise ValueError(f"a transaction has 1..{MAX_OPERATIONS} operations")
-        for op in operations:
-            checked_key(op.key)  # a key in the body must be the one a call by path names
+        _check(operations)
         if batch and self._batcher is not None and token is DEFAULT_TOKEN:
             answer: TxnAnswer = self._batcher.kv(operations, urgent)
         else:
             answer = self._send(operations, urgent, token)
-        denied = [error.op_index for error in answer.errors if error.what == DENIED]
-        if denied:
-            raise PermissionDenied(
-                f"consul: PUT /v1/txn on {self._transport.settings.address}: 409 {DENIED} "
-                f"(operation {', '.join(map(str, denied))})",
-                status=403,
-                body=DENIED,
-                headers=answer.headers,
-            )
-        return answer
+        return self._allowed(answer)
 
     def read(self, operations: Sequence[KVOp], *, batch: bool = False) -> TxnAnswer:
         """Read-only operations (get, get-tree, check-*) in one transaction, answered by
@@ -128,17 +115,20 @@ class TxnAPI:
         moment. PUT /v1/txn?stale"""
         if any(op.verb not in READ_VERBS for op in operations):
             raise ValueError(f"a read-only transaction has only {', '.join(sorted(READ_VERBS))}")
-        if not 0 < len(operations) <= MAX_OPERATIONS:
-            raise ValueError(f"a transaction has 1..{MAX_OPERATIONS} operations")
-        for op in operations:
-            checked_key(op.key)
+        _check(operations)
         if batch and self._readers is not None:
             answer: TxnAnswer = self._readers.kv(operations, False)
         else:
             answer = self._send_read(operations, False)
-        if any(error.what == DENIED for error in answer.errors):
+        return self._allowed(answer)
+
+    def _allowed(self, answer: TxnAnswer) -> TxnAnswer:
+        """The answer, or PermissionDenied when the token may not do one of its operations."""
+        denied = [error.op_index for error in answer.errors if error.what == DENIED]
+        if denied:
             raise PermissionDenied(
-                f"consul: PUT /v1/txn on {self._transport.settings.address}: 409 {DENIED}",
+                f"consul: PUT /v1/txn on {self._transport.settings.address}: 409 {DENIED} "
+                f"(operation {', '.join(map(str, denied))})",
                 status=403,
                 body=DENIED,
                 headers=answer.headers,
@@ -183,6 +173,13 @@ class TxnAPI:
         operations = [KVOp("lock", key, value, session=session_id), KVOp("get", key)]
         answer = self.kv(operations, token=token)
         return answer.entry(key) if answer.applied else None
+
+
+def _check(operations: Sequence[KVOp]) -> None:
+    if not 0 < len(operations) <= MAX_OPERATIONS:
+        raise ValueError(f"a transaction has 1..{MAX_OPERATIONS} operations")
+    for op in operations:
+        checked_key(op.key)  # a key in the body must be the one a call by path names
 
 
 def _error(raw: Any) -> TxnError:

@@ -59,17 +59,6 @@ def tick_key(lock_key: str, tick: datetime) -> str:
     return ticks_prefix(lock_key) + tick_name(tick)
 
 
-def parse_tick_name(name: str) -> datetime | None:
-    """The tick a ledger key's last segment names, or None if it names none."""
-    if not _TICK_NAME.fullmatch(name):
-        return None
-    try:
-        tick = datetime.strptime(name, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
-    except ValueError:
-        return None
-    return tick if believable(tick) else None
-
-
 # A record is data from anyone who may write the job's prefix: a time outside these bounds is
 # not believed (year 9999 overflows the arithmetic of every reader). 1970 is in: `verify`
 # races for scratch ticks of 1970, which never collide with a real one.
@@ -79,6 +68,17 @@ LATEST = datetime(2200, 1, 1, tzinfo=timezone.utc)
 
 def believable(moment: datetime) -> bool:
     return EARLIEST <= moment < LATEST
+
+
+def parse_tick_name(name: str) -> datetime | None:
+    """The tick a ledger key's last segment names, or None if it names none."""
+    if not _TICK_NAME.fullmatch(name):
+        return None
+    try:
+        tick = datetime.strptime(name, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    except ValueError:
+        return None
+    return tick if believable(tick) else None
 
 
 def timestamp(moment: datetime) -> str:

@@ -15,15 +15,14 @@ ran its previous ticks itself, so it does both less often, and no promise change
                               every HOUSEKEEP_EVERY, the first time at a point of the loop's
                               first HOUSEKEEP_EVERY its job's name places (`starting`: 300 jobs
                               started together do not all housekeep at their first tick); and,
-                              whatever
-                              the cadence, after a run whose claim found the schedule's previous
-                              tick without a record (the engine's rule again: the claim's
-                              transaction reads that record, at no cost): nobody ran it (Consul
-                              was unreachable, an overlap, a takeover), so a missed tick is
-                              recorded at once; and at the next run again when that housekeeping
-                              failed or found a tick unrecorded whose window was still open. A
-                              tick another replica ran costs no housekeeping here: when ticks
-                              spread over the replicas, that is most of them.
+                              whatever the cadence, after a run whose claim found the
+                              schedule's previous tick without a record (the engine's rule
+                              again: the claim's transaction reads that record, at no cost):
+                              nobody ran it (Consul was unreachable, an overlap, a takeover), so
+                              a missed tick is recorded at once; and at the next run again when
+                              that housekeeping failed or found a tick unrecorded whose window
+                              was still open. A tick another replica ran costs no housekeeping
+                              here: when ticks spread over the replicas, that is most of them.
 """
 
 from __future__ import annotations
