@@ -22,6 +22,10 @@ write) and exits. Measured, over the window from the schedulers' start to the SI
     cutime+cstime, apart), CPU % of a core after --warmup, peak RSS (VmHWM), peak threads (sampled
     each second), `fenced` events in its stderr (JSON lines);
   - the SIGTERM time: from the SIGTERM to every replica to the last one's exit;
+  - the machine's CPU per job tick after --warmup (every process: replicas, jobs, Consul), and
+    the floor of a burst's start lag: before the replicas start, one tick's worth of the job
+    (--jobs copies) started at once by one process, with no lockctl and no Consul; the last
+    start's delay;
   - job loops that died: "Exception in thread" tracebacks in a replica's stderr (a target of
     every scenario: a scheduler whose job threads died measures as idle but runs nothing).
 
@@ -441,6 +445,7 @@ class Sample:
     commit: int | None
     load: float
     procs: dict[str, ProcSample]
+    busy: int = 0  # the machine's busy jiffies so far, every process (/proc/stat)
 
 
 def proc_sample(pid: int) -> ProcSample | None:
@@ -473,6 +478,27 @@ def _living_children_cpu(pid: int) -> int:
     return total
 
 
+def machine_busy() -> int:
+    """Jiffies every core spent busy since boot: /proc/stat's first line less idle and iowait."""
+    fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return sum(fields) - fields[3] - fields[4]
+
+
+def bare_starts(script: Path, count: int, work: Path) -> float | None:
+    """The floor of a burst's start lag: `count` copies of the job started at once by one
+    process, no lockctl, no Consul, on this machine as it is (the cluster up, idle). The last
+    start's delay after the first spawn, from the job's own timestamps."""
+    oracle = work / "bare-starts"
+    env = {**os.environ, "LOCKCTL_TICK": "bare", "LOCKCTL_WORKER": "bare"}
+    began = time.time()
+    pids = [os.posix_spawn("/bin/sh", ["sh", str(script), str(oracle)], env) for _ in range(count)]
+    for pid in pids:
+        os.waitpid(pid, 0)
+    starts = [float(line.split()[2]) for line in oracle.read_text().splitlines()]
+    oracle.unlink()
+    return max(starts) - began if len(starts) == count else None
+
+
 class Sampler(threading.Thread):
     """Each second: sessions, the leader's commit index, the load, each replica's /proc."""
 
@@ -491,6 +517,7 @@ class Sampler(threading.Thread):
             self.commit_index(),
             os.getloadavg()[0],
             {r.worker: s for r in self.replicas if r.alive() and (s := proc_sample(r.pid))},
+            machine_busy(),
         )
         self.samples.append(sample)
         return sample
@@ -702,6 +729,10 @@ def consul_figures(
         "raft_per_tick_steady": _ratio(steady_entries, figures["steady_ticks"]),
         "raft_per_s_steady": _ratio(steady_entries, last.at - steady.at),
         "raft_entries_sigterm": _delta(last.commit, window.commit_after_stop),
+        "machine_cpu_ms_per_tick": _ratio(
+            (last.busy - steady.busy) * 1000 / os.sysconf("SC_CLK_TCK"),
+            figures["steady_ticks"],
+        ),
         "sessions_peak": max(sessions, default=None),
         "sessions_left": window.sessions_left,
         "sigterm_s": _round(window.sigterm_s),
@@ -797,9 +828,11 @@ def measure(scenario: Scenario, args: argparse.Namespace, work: Path) -> dict[st
         configs, apply_s = prepare(work, layout, names, args.schedule, args.jitter)
         workers = [agent.name for agent in layout.workers][: args.replicas]
         replicas = [Replica(w, configs[w], work / f"{w}.events") for w in workers]
+        floor_s = bare_starts(work / "job.sh", len(names), work)  # a tick of every job at once
         sampler = Sampler(management, layout, replicas)
         window = run_window(scenario, args, sampler, replicas)
         figures = _header(scenario, args, up.consul.version, window, apply_s)
+        figures["bare_starts_s"] = _round(floor_s)
         figures["load_before"] = round(load_before, 2)
         runs, records = read_runs(work / "oracle", names), read_records(management, names)
         figures.update(tick_figures(args, window, runs, records))
@@ -860,6 +893,8 @@ ROWS = (
     ("  after the warm-up: p50 (s)", "start_lag_steady_p50_s"),
     ("  after the warm-up: p99 (s)", "start_lag_steady_p99_s"),
     ("start lag max (s)", "start_lag_max_s"),
+    ("  floor: the jobs alone, all at once (s)", "bare_starts_s"),
+    ("machine CPU per tick after warm-up (ms)", "machine_cpu_ms_per_tick"),
     ("Raft entries in the window", "raft_entries"),
     ("Raft entries per tick", "raft_per_tick"),
     ("  per tick claimed", "raft_per_claimed_tick"),
