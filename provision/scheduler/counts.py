@@ -75,6 +75,7 @@ class CountsSnapshot:
     consul_error: str | None = None  # why not (printable, bounded)
     session: SessionState = SessionState.NOT_YET
     last_success: float | None = None  # Unix time
+    failing: str | None = None  # why its last tick failed (not Consul: a refusal, a bug)
     durations: Observations = Observations(DURATION_BUCKETS)
     lags: Observations = Observations(LAG_BUCKETS)
 
@@ -99,7 +100,13 @@ def after_result(state: CountsSnapshot, result: RunResult, now: float) -> Counts
         state = replace(state, lags=state.lags.added(result.start_lag))
     if result.outcome is Outcome.RAN and result.exit_code == 0:
         state = replace(state, last_success=now)
-    return replace(state, running=False)
+    return replace(state, running=False, failing=None)  # a tick went through: not failing
+
+
+def failed(state: CountsSnapshot, why: str) -> CountsSnapshot:
+    """`state` after a tick failed for a reason of lockctl's own (the command cannot start, a
+    refused token, a bug): counted as an error, and said by /healthz until a tick goes through."""
+    return replace(counted(state, "error", 1), failing=printable(why, ERROR_LIMIT), running=False)
 
 
 def after_skips(state: CountsSnapshot, reason: SkipReason, n: int) -> CountsSnapshot:
@@ -185,6 +192,11 @@ class LoopCounts:
         """A tick's outcome that is the loop's own (an error, Consul unavailable)."""
         with self._lock:
             self._state = counted(self._state, outcome, n)
+
+    def failed(self, why: str) -> None:
+        """A tick failed for a reason of lockctl's own (`failed`)."""
+        with self._lock:
+            self._state = failed(self._state, why)
 
     def finished(self, result: RunResult, now: float) -> None:
         """A run of the loop's tick ended with `result` at `now` (Unix time)."""

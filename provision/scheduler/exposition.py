@@ -33,6 +33,8 @@ HELP = {
     "is at most 1).",
     "lockctl_renew_failures": "Renewals of the job's session that Consul did not answer.",
     "lockctl_consul_up": "1 when Consul answered the job loop's last request, else 0.",
+    "lockctl_job_failing": "1 while the job's last tick failed for a reason of lockctl's own "
+    "(its command cannot start, a refused token, a bug), until a tick goes through.",
 }
 HEALTH_LIMIT = 400  # characters of the /healthz line
 
@@ -99,6 +101,7 @@ class _Collector:
 _GAUGES: dict[str, Callable[[CountsSnapshot], float]] = {
     "lockctl_job_running": lambda snap: 1.0 if snap.running else 0.0,
     "lockctl_consul_up": lambda snap: 1.0 if snap.consul_up else 0.0,
+    "lockctl_job_failing": lambda snap: 1.0 if snap.failing is not None else 0.0,
 }
 
 
@@ -122,6 +125,8 @@ def health_verdict(jobs: Sequence[tuple[str, CountsSnapshot]]) -> Health:
 def _unhealthy(snap: CountsSnapshot) -> str | None:
     if not snap.consul_up:
         return f"Consul did not answer its last request ({snap.consul_error or 'no answer'})"
+    if snap.failing is not None:
+        return f"its last tick failed ({snap.failing})"
     if snap.session is SessionState.LOST:
         return "its session was lost (Consul no longer knows it); the next tick makes a new one"
     return None

@@ -17,9 +17,11 @@ every other replica skips them too (the lock is held).
 from __future__ import annotations
 
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any, TextIO
 
 from provision.consul import Consul, ConsulError
@@ -83,6 +85,17 @@ def scheduled_run(
     )
     claimed = result.lock_index is not None
     return result, after_run(cadence, clock(), work, claimed=claimed, again=result.housekeep_again)
+
+
+PACKAGE = str(Path(__file__).resolve().parents[1])  # provision/, for where an error was raised
+
+
+def unexpected(exc: BaseException) -> str:
+    """An error nobody foresaw, in one line: its type, its text and where it was raised (the
+    innermost frame of lockctl's), for the report a bug needs without a traceback."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(PACKAGE)]
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return f"unexpected {type(exc).__name__}{where}: {exc}"
 
 
 class CountingEventLog(EventLog):
@@ -215,8 +228,10 @@ class JobTicks:
             self._unavailable(exc, due)
             return
         except LockctlError as exc:  # the command cannot start, a refused token: say, go on
-            self.events.emit("tick-failed", tick=tick_name(due), error=str(exc))
-            self._count("error")
+            self.tick_failed(str(exc), due)
+            return
+        except Exception as exc:  # a bug, or data it did not foresee: this tick only
+            self.tick_failed(unexpected(exc), due)
             return
         finally:
             # the `acquired` event set it; a run that raised said no `released` or `lost`
@@ -224,6 +239,12 @@ class JobTicks:
         self._recovered()
         self.last_result = result
         self.counts.finished(result, self.wall().timestamp())
+
+    def tick_failed(self, why: str, due: datetime | None = None) -> None:
+        """A tick (or the choice of the next one) failed for a reason of lockctl's own: said,
+        counted, and on /healthz until a tick goes through; the loop goes on."""
+        self.events.emit("tick-failed", tick=None if due is None else tick_name(due), error=why)
+        self.counts.failed(why)
 
     # -- the session -----------------------------------------------------------------------
     def _ensure_session(self) -> str:

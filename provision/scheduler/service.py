@@ -29,7 +29,7 @@ from provision.runner.events import EventLog
 from provision.runner.forkserver import ForkServer
 from provision.runner.stop import StopRequest
 from provision.scheduler.counts import CountsSnapshot, LoopCounts
-from provision.scheduler.loop import CountingEventLog, JobTicks
+from provision.scheduler.loop import CountingEventLog, JobTicks, unexpected
 from provision.scheduler.sessions import SessionPool
 from provision.scheduler.timer import TickTimer
 from provision.workers.config import JobConfig, WorkerConfig, load_worker_config
@@ -151,8 +151,7 @@ class Scheduler:
 
     def _job_failed(self, job: JobTicks, exc: BaseException) -> None:
         """An unexpected error in one job's run (a bug): said, counted; its next tick comes."""
-        job.events.emit("tick-failed", error=f"unexpected {type(exc).__name__}: {exc}")
-        job.counts.counted("error")
+        job.tick_failed(unexpected(exc))
 
     def snapshots(self) -> list[tuple[str, CountsSnapshot]]:
         """Each current job's counts, for the listener's thread (a reload may swap the loops:

@@ -17,13 +17,14 @@ import heapq
 import itertools
 import threading
 from collections.abc import Callable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from provision.runner.precheck import WallClock, utc_now
 from provision.runner.stop import StopRequest, Wakeup, wait_readable
 from provision.scheduler.loop import JobTicks
 
 MAX_WAIT = 1.0  # seconds: the longest single sleep, so a wall-clock step is seen within it
+RETRY_TURN = timedelta(seconds=10)  # a job whose next turn could not be worked out tries again
 
 
 class TickTimer:
@@ -37,9 +38,10 @@ class TickTimer:
         *,
         wall: WallClock = utc_now,
         on_error: Callable[[JobTicks, BaseException], None] | None = None,
+        retry_turn: timedelta = RETRY_TURN,
     ) -> None:
         self.jobs, self.stop, self.wall = list(jobs), stop, wall
-        self.on_error = on_error
+        self.on_error, self.retry_turn = on_error, retry_turn
         self.retired = Wakeup()  # set: start no new run, let the current ones end (a reload)
         self._retiring = False
         self._wakeup = Wakeup()  # a run ended: its job's next turn is due in the heap
@@ -47,7 +49,8 @@ class TickTimer:
         self._ended_lock = threading.Lock()
         self._runs: dict[JobTicks, threading.Event] = {}  # set when the run has ended
         self._order = itertools.count()  # ties in the heap: first in, first out
-        self._heap: list[tuple[datetime, int, datetime, JobTicks]] = []
+        # (when, order, the tick to run then or None: work out the job's next turn again, job)
+        self._heap: list[tuple[datetime, int, datetime | None, JobTicks]] = []
 
     def run(self) -> None:
         """Until a stop or a retire; then wait for every run under way."""
@@ -75,13 +78,26 @@ class TickTimer:
         return self.stop.requested or self._retiring
 
     def _schedule(self, job: JobTicks) -> None:
-        turn = job.next_turn()
+        try:
+            turn = job.next_turn()
+        except Exception as exc:  # one job's schedule must not stop the timer of them all
+            self._report(job, exc)
+            again = self.wall() + self.retry_turn
+            heapq.heappush(self._heap, (again, next(self._order), None, job))
+            return
         heapq.heappush(self._heap, (turn.at, next(self._order), turn.tick, job))
+
+    def _report(self, job: JobTicks, exc: BaseException) -> None:
+        if self.on_error is not None:
+            self.on_error(job, exc)
 
     def _fire_due(self) -> None:
         now = self.wall()
         while self._heap and self._heap[0][0] <= now and not self._ending():
             _, _, tick, job = heapq.heappop(self._heap)
+            if tick is None:  # its turn could not be worked out: try again now
+                self._schedule(job)
+                continue
             ended = threading.Event()
             self._runs[job] = ended
             # A bare thread, not threading.Thread: its start() waits until the new thread has
@@ -94,8 +110,7 @@ class TickTimer:
         try:
             job.run_tick(tick)
         except Exception as exc:  # a bug in one job's run must not stop the others' ticks
-            if self.on_error is not None:
-                self.on_error(job, exc)
+            self._report(job, exc)
         finally:
             with self._ended_lock:
                 self._ended.append(job)

@@ -19,9 +19,11 @@ from pathlib import Path
 import pytest
 
 from provision.errors import EXIT_ENVIRONMENT, EXIT_INPUT, InputError
+from provision.ledger.records import tick_name
 from provision.runner.fencing import Outcome
 from provision.runner.results import RunResult, SkipReason
 from provision.runner.tick_lock import refused_skip
+from provision.scheduler import loop
 from provision.scheduler.counts import (
     SKIP_REASONS,
     CountsSnapshot,
@@ -31,6 +33,7 @@ from provision.scheduler.counts import (
     after_helper_event,
     after_result,
     after_skips,
+    failed,
 )
 from provision.scheduler.exposition import health_verdict, metrics_registry
 from provision.scheduler.listen import ListenAddress, Listener, parse_listen
@@ -235,6 +238,33 @@ def test_the_loop_counts_its_overlap_skips_as_skipped_ticks(
     assert snap.consul_up  # the loop asked Consul nothing
 
 
+class _OneSession:
+    def session_for(self, timings: JobTimings) -> str:
+        return "session-1"
+
+    def subscribe(self, listener: object) -> None:
+        pass
+
+
+def test_an_unexpected_error_in_a_run_fails_that_tick_only_and_says_where(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    counts = LoopCounts()
+    stream = io.StringIO()
+    events = CountingEventLog("job-a", "worker-1", stream, counts)
+    ticks = JobTicks(None, _job(), "worker-1", events, None, counts=counts, sessions=_OneSession())  # type: ignore[arg-type]
+    # a bug deep in the run: a value nobody foresaw reaches lockctl's own code
+    monkeypatch.setattr(loop, "scheduled_run", lambda *args, **kwargs: tick_name(None))  # type: ignore[arg-type]
+    ticks.run_tick(TICK)  # does not raise: the loop goes on at its next tick
+    said = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [e["event"] for e in said] == ["tick-due", "tick-failed"]
+    assert said[-1]["tick"] == "2026-12-01T13:00:05Z"
+    assert said[-1]["error"].startswith("unexpected AttributeError at records.py:"), said[-1]
+    snap = counts.snapshot()
+    assert snap.outcomes == {"error": 1} and not snap.running
+    assert snap.failing == said[-1]["error"]
+
+
 # -- the health verdict ------------------------------------------------------------------------
 def test_health_is_ok_when_every_loop_is_answered_and_has_a_session_or_needs_none() -> None:
     valid = replace(CountsSnapshot(), session=SessionState.VALID)
@@ -255,6 +285,27 @@ def test_health_says_which_job_and_why_in_one_line_nothing_raw() -> None:
     assert verdict.text.isprintable() and len(verdict.text) <= 400
     assert "ok-job" not in verdict.text
     assert health_verdict([]).status == 503
+
+
+def test_a_failing_tick_is_an_error_on_healthz_until_a_tick_goes_through() -> None:
+    state = failed(CountsSnapshot(running=True), "unexpected KeyError at store.py:88: 'x\x1b[2J'")
+    assert state.outcomes == {"error": 1} and not state.running
+    assert state.failing == "unexpected KeyError at store.py:88: 'x\\x1b[2J'"  # printable
+    verdict = health_verdict([("ok-job", CountsSnapshot()), ("bad", state)])
+    assert verdict.status == 503
+    assert verdict.text == "bad: its last tick failed (unexpected KeyError at store.py:88: " + (
+        "'x\\x1b[2J')"
+    )
+    again = failed(state, "cannot start 'job.sh': not found or not executable")
+    assert again.outcomes == {"error": 2} and again.failing is not None
+    assert "cannot start" in again.failing
+    # any tick that ends with a result, whatever its outcome, is lockctl working again
+    for result in (RunResult(Outcome.RAN, 1), RunResult(Outcome.SKIPPED, 0, skip=SkipReason.TAKEN)):
+        back = after_result(again, result, 1.0)
+        assert back.failing is None
+        assert health_verdict([("bad", back)]).status == 200
+    assert failed(CountsSnapshot(), "x" * 5000).failing is not None
+    assert len(failed(CountsSnapshot(), "x" * 5000).failing or "") <= 160
 
 
 # -- the flag ----------------------------------------------------------------------------------

@@ -19,8 +19,11 @@ from provision.scheduler.timer import TickTimer
 class FakeJob:
     """A job on `@every <every>s` from its start, whose run takes `run_for` seconds."""
 
-    def __init__(self, name: str, every: float, run_for: float = 0.0, fail: bool = False) -> None:
+    def __init__(
+        self, name: str, every: float, run_for: float = 0.0, fail: bool = False, lost: int = 0
+    ) -> None:
         self.name, self.every, self.run_for, self.fail = name, every, run_for, fail
+        self.lost = lost  # the first `lost` next_turn calls raise (a schedule it cannot work out)
         self.job = self  # the timer names its threads after job.job.name
         self.started = datetime.now(timezone.utc)
         self.ran: list[datetime] = []
@@ -28,6 +31,9 @@ class FakeJob:
         self.n = 0
 
     def next_turn(self) -> Turn:
+        if self.lost:
+            self.lost -= 1
+            raise OverflowError("date value out of range")
         self.n += 1
         tick = self.started + timedelta(seconds=self.every * self.n)
         return Turn(tick, tick)
@@ -94,6 +100,27 @@ def test_a_job_whose_run_raises_is_reported_and_still_gets_its_next_ticks() -> N
     run_timer([broken, healthy], 0.75, on_error=lambda job, exc: errors.append(str(exc)))
     assert len(broken.ran) >= 3 and len(healthy.ran) >= 3
     assert errors and set(errors) == {"a bug in this job's run"}
+
+
+def test_a_job_whose_next_turn_raises_is_reported_tried_again_and_holds_up_no_other() -> None:
+    lost, healthy = FakeJob("lost", 0.1, lost=2), FakeJob("healthy", 0.1)
+    errors: list[str] = []
+    stop = StopRequest()
+    timer = TickTimer(  # type: ignore[arg-type]
+        [lost, healthy],
+        stop,
+        on_error=lambda job, exc: errors.append(f"{job.name}: {exc}"),
+        retry_turn=timedelta(seconds=0.2),
+    )
+    thread = threading.Thread(target=timer.run)
+    thread.start()
+    time.sleep(1.0)
+    stop.request()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert errors == ["lost: date value out of range"] * 2  # at the start, and tried again
+    assert len(healthy.ran) >= 6  # never held up by the other
+    assert lost.ran  # its turn worked out at the second retry: it runs again
 
 
 def test_a_stop_ends_the_timer_once_the_runs_under_way_end_and_starts_no_new_one() -> None:
