@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from provision.errors import EXIT_INTERRUPTED, LockctlError
+from provision.system.streams import occupy_closed_streams
 
 if TYPE_CHECKING:
     from provision.cli.runjob import RunArgs
@@ -29,6 +30,7 @@ ROOT_SWITCHES = ("-v", "--verbose")  # the root options a plain run may come wit
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point: exits with the command's status."""
+    occupy_closed_streams()  # before any file or socket could take fd 0, 1 or 2
     args = list(sys.argv[1:] if argv is None else argv)
     verbose, run_args = recognize(args, os.environ)
     if run_args is None:

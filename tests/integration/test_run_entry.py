@@ -207,3 +207,29 @@ def test_a_metrics_folder_that_cannot_be_written_keeps_the_jobs_exit_status(lab:
     warning = events[-1]
     assert warning["event"] == "metrics-warning" and warning["path"] == "/proc/lockctl.prom"
     assert str(warning["warning"]).startswith("metrics not written: ")
+
+
+@pytest.mark.parametrize("closed", ["1", "2", "1 2", "0 1 2"])
+def test_a_run_with_its_streams_closed_runs_releases_and_exits_as_the_job(
+    lab: Lab, closed: str
+) -> None:
+    """A timer or a supervisor that starts `lockctl run` with stdout, stderr (or both, or stdin
+    too) closed: the job runs, the lock is released and the session destroyed, and the exit
+    status is the job's. Once, a closed stdout ended a good run in a traceback and a closed
+    stderr in exit 1 with the lock left to its TTL."""
+    ran = lab.tmp / f"closed-{closed.replace(' ', '-')}"
+    argv = [sys.executable, "-m", "provision", "run", "--config", str(lab.configs["worker-2"])]
+    argv += ["--job", lab.job, "--", "sh", "-c", f"echo ran > {ran}; exit 3"]
+    redirects = " ".join(f"{fd}>&-" if fd != "0" else "<&-" for fd in closed.split())
+    shell = f'exec "$@" {redirects}'
+    done = subprocess.run(  # stderr captured when it is not the one closed
+        ["sh", "-c", shell, "sh", *argv], capture_output=True, text=True, timeout=WAIT
+    )
+    assert done.returncode == 3, (done.returncode, done.stderr)
+    assert ran.read_text() == "ran\n"
+    assert "Traceback" not in done.stderr, done.stderr
+    consul = lab.cluster.management("worker-2")
+    entry, _ = consul.kv.get(lab.key)
+    assert entry is None or not entry.session, entry  # released, not left to its TTL
+    node_sessions = [s for s in consul.session.list() if s.name and lab.job in s.name]
+    assert not node_sessions, node_sessions
