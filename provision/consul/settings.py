@@ -116,8 +116,13 @@ def resolve_settings(
     verify_tls: bool | None = None,
     timeout: float | None = None,
     env: Mapping[str, str] | None = None,
+    given_by: Mapping[str, str] | None = None,
 ) -> ConsulSettings:
     """Build settings from explicit values (flags), then Consul's environment variables.
+
+    `given_by`: what to call an explicit TLS file in an error, by argument name (a worker
+    config's `FILE: consul.cert_file`); by default its flag (`--client-cert`). A file that came
+    from the environment is named by its variable.
 
     A token is taken from `token_file`, else CONSUL_HTTP_TOKEN_FILE, else CONSUL_HTTP_TOKEN, as
     the consul CLI does. There is deliberately no way to pass a token secret as a flag: argv is
@@ -149,12 +154,25 @@ def resolve_settings(
         raise InputError(
             f"--timeout {settings.timeout:g}: must be above 0 and at most {MAX_TIMEOUT:g}"
         )
-    for label, tls_file in (
-        ("CONSUL_CACERT", settings.ca_cert),
-        ("CONSUL_CLIENT_CERT", settings.client_cert),
-        ("CONSUL_CLIENT_KEY", settings.client_key),
+    explicit = {"ca_cert": ca_cert, "client_cert": client_cert, "client_key": client_key}
+    for field, tls_file in (
+        ("ca_cert", settings.ca_cert),
+        ("client_cert", settings.client_cert),
+        ("client_key", settings.client_key),
     ):
         # requests would raise a bare OSError on the first call instead of an InputError.
         if tls_file is not None and not tls_file.exists():
+            label = TLS_ENV[field]
+            if explicit[field] is not None:
+                label = (given_by or {}).get(field, TLS_FLAGS[field])
             raise InputError(f"{label} {tls_file}: no such file or folder")
     return settings
+
+
+# Where a TLS file of the settings can come from, for the error that names it.
+TLS_ENV = {
+    "ca_cert": "CONSUL_CACERT",
+    "client_cert": "CONSUL_CLIENT_CERT",
+    "client_key": "CONSUL_CLIENT_KEY",
+}
+TLS_FLAGS = {"ca_cert": "--ca-cert", "client_cert": "--client-cert", "client_key": "--client-key"}

@@ -93,6 +93,11 @@ class WorkerConfig:
             "ca_cert": self.tls.ca_file,
             "client_cert": self.tls.cert_file,
             "client_key": self.tls.key_file,
+            "given_by": {
+                "ca_cert": f"{self.path}: consul.ca_file",
+                "client_cert": f"{self.path}: consul.cert_file",
+                "client_key": f"{self.path}: consul.key_file",
+            },
         }
 
     def job(self, name: str) -> JobConfig:

@@ -101,7 +101,7 @@ def test_every_consul_command_passes_its_ca_cert_to_the_settings(
     missing = tmp_path / "no-such-ca.pem"
     result = runner.invoke(app, [*_args(command, tmp_path), "--ca-cert", str(missing)])
     assert result.exit_code == 2, result.output
-    assert f"CONSUL_CACERT {missing}: no such file or folder" in result.output
+    assert f"--ca-cert {missing}: no such file or folder" in result.output
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from provision.consul import resolve_settings
 from provision.durations import parse_duration
 from provision.errors import EXIT_INPUT, InputError
 from provision.spec import parse_spec
@@ -367,7 +368,13 @@ def test_the_tls_files_reach_the_consul_settings(tmp_path: Path) -> None:
     assert config.tls == WorkerTLS(
         Path("/tls/ca.pem"), Path("/tls/w1.pem"), Path("/tls/w1-key.pem")
     )
-    assert config.connection() == {
+    connection = config.connection()
+    assert connection.pop("given_by") == {
+        "ca_cert": f"{config.path}: consul.ca_file",
+        "client_cert": f"{config.path}: consul.cert_file",
+        "client_key": f"{config.path}: consul.key_file",
+    }
+    assert connection == {
         "address": "https://127.0.0.21:8501",
         "token_file": Path("/etc/lockctl/w1.token"),
         "ca_cert": Path("/tls/ca.pem"),
@@ -376,6 +383,35 @@ def test_the_tls_files_reach_the_consul_settings(tmp_path: Path) -> None:
     }
     plain = load_worker_config(_write(tmp_path, GOOD))
     assert plain.tls == WorkerTLS() and plain.connection()["ca_cert"] is None
+
+
+@pytest.mark.parametrize(
+    ("field", "named"),
+    [
+        ("ca_file", "consul.ca_file"),
+        ("cert_file", "consul.cert_file"),
+        ("key_file", "consul.key_file"),
+    ],
+)
+def test_a_missing_tls_file_of_the_config_is_named_by_its_key(
+    tmp_path: Path, field: str, named: str
+) -> None:
+    (tmp_path / "w1.token").write_text("00000000-0000-0000-0000-000000000001\n")
+    for name in ("ca.pem", "w1.pem", "w1-key.pem"):
+        (tmp_path / name).write_text("x")
+    tls = {
+        "ca_file": str(tmp_path / "ca.pem"),
+        "cert_file": str(tmp_path / "w1.pem"),
+        "key_file": str(tmp_path / "w1-key.pem"),
+    }
+    missing = str(tmp_path / "gone.pem")
+    tls[field] = missing
+    consul = {"address": "https://127.0.0.21:8501", "token_file": str(tmp_path / "w1.token")}
+    config = load_worker_config(_write(tmp_path, _with(consul={**consul, **tls})))
+    env = {"CONSUL_CLIENT_CERT": "/elsewhere.pem"}  # the config's wins, and is the one named
+    with pytest.raises(InputError) as raised:
+        resolve_settings(**config.connection(), env=env)
+    assert str(raised.value) == f"{config.path}: {named} {missing}: no such file or folder"
 
 
 def test_the_tls_folder_names_each_worker_s_pair() -> None:
