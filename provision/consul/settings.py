@@ -33,6 +33,7 @@ class ConsulSettings:
 
     address: str = DEFAULT_ADDRESS  # normalised base URL: scheme://host:port, no trailing slash
     token: Secret | None = None
+    token_file: Path | None = None  # the file the token was read from, if it was
     ca_cert: Path | None = None
     client_cert: Path | None = None
     client_key: Path | None = None
@@ -132,16 +133,17 @@ def resolve_settings(
     force_https = bool(_flag(env.get("CONSUL_HTTP_SSL"), "CONSUL_HTTP_SSL"))
     raw_address = address or env.get("CONSUL_HTTP_ADDR") or DEFAULT_ADDRESS
     token: Secret | None = None
+    if token_file is None and env.get("CONSUL_HTTP_TOKEN_FILE"):
+        token_file = Path(env["CONSUL_HTTP_TOKEN_FILE"])
     if token_file is not None:
         token = read_secret_file(token_file)
-    elif env.get("CONSUL_HTTP_TOKEN_FILE"):
-        token = read_secret_file(Path(env["CONSUL_HTTP_TOKEN_FILE"]))
     elif env.get("CONSUL_HTTP_TOKEN"):
         token = Secret(env["CONSUL_HTTP_TOKEN"].strip())
     env_verify = _flag(env.get("CONSUL_HTTP_SSL_VERIFY"), "CONSUL_HTTP_SSL_VERIFY")
     settings = ConsulSettings(
         address=normalize_address(raw_address, force_https=force_https),
         token=token,
+        token_file=token_file,
         ca_cert=ca_cert or _path(env.get("CONSUL_CACERT")),
         client_cert=client_cert or _path(env.get("CONSUL_CLIENT_CERT")),
         client_key=client_key or _path(env.get("CONSUL_CLIENT_KEY")),

@@ -70,10 +70,15 @@ class Child:
     """The job: prepared before the lock, started once it is ours, and every process it makes."""
 
     def __init__(
-        self, command: Sequence[str], env: Mapping[str, str], forks: ForkServer | None = None
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        forks: ForkServer | None = None,
+        hidden: Sequence[str] = (),
     ) -> None:
         """`forks`: a long-lived process's namespace helper (runner/forkserver.py), which forks
-        the namespace instead of starting unshare and a Python for it."""
+        the namespace instead of starting unshare and a Python for it. `hidden`: files (absolute
+        paths) the job's mount namespace covers with an empty one (the worker's secrets)."""
         check_program(command, env)
         self.command, self.env = list(command), dict(env)
         self.containment = PROCESS_GROUP
@@ -86,6 +91,7 @@ class Child:
         self._control: socket.socket | None = None
         self._init: int | None = None  # a pidfd (or the pid) of the namespace's init
         self._init_pid: int | None = None  # its PID: the one stray a namespaced job can have
+        self.hidden = list(hidden)
         if self.warning is None:
             self._prepare_namespace(forks)
 
@@ -97,9 +103,12 @@ class Child:
     def _prepare_namespace(self, forks: ForkServer | None) -> None:
         ours, theirs = socket.socketpair()
         try:
-            self._kept = None if forks is None else forks.spawn(self.command, self.env, theirs)
+            self._kept = None
+            if forks is not None:
+                self._kept = forks.spawn(self.command, self.env, theirs, self.hidden)
             if self._kept is None:  # the one-shot way: unshare, and a Python for the init
-                argv, needs_hook = pdeathsig_argv(namespace_argv(theirs.fileno(), self.command))
+                ns_argv = namespace_argv(theirs.fileno(), self.command, self.hidden)
+                argv, needs_hook = pdeathsig_argv(ns_argv)
                 self.process = self._popen(argv, self.env, needs_hook, (theirs.fileno(),))
             else:
                 self.process = self._kept

@@ -17,8 +17,10 @@ Two mechanisms, the strongest available is used:
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -48,15 +50,33 @@ def remember_refusal(reason: str) -> None:
     _refused = reason
 
 
-def namespace_argv(control_fd: int, command: Sequence[str]) -> list[str]:
-    """unshare + nsinit around `command`; nsinit talks to the runner on `control_fd`."""
+def namespace_argv(
+    control_fd: int, command: Sequence[str], hidden: Sequence[str] = ()
+) -> list[str]:
+    """unshare + nsinit around `command`; nsinit talks to the runner on `control_fd` and
+    covers the `hidden` files (absolute paths: never `--`) before it says ready."""
     unshare = shutil.which("unshare") or "unshare"
     own = ["--pid"] if os.geteuid() == 0 else ["--user", "--map-current-user", "--pid"]
+    if hidden and os.geteuid() != 0 and _keeps_caps(unshare):
+        # Our uid, mapped to itself, has no capability in the new namespace once unshare execs
+        # the init, so it could not cover the files. The init takes them back off before the
+        # job starts (nsinit._cover): the job has none, and cannot uncover them.
+        own.append("--keep-caps")
     # A /proc of the namespace's own (in a mount namespace of its own), or ps, pgrep and
     # /proc/self inside the job would describe the runner's namespace instead of the job's.
     own.append("--mount-proc")
-    nsinit = [sys.executable, "-I", "-S", str(NSINIT), str(control_fd), "--", *command]
+    nsinit = [sys.executable, "-I", "-S", str(NSINIT), str(control_fd), *hidden, "--", *command]
     return [unshare, *own, "--fork", "--kill-child=SIGKILL", "--", *nsinit]
+
+
+@functools.cache
+def _keeps_caps(unshare: str) -> bool:
+    """Whether this unshare has --keep-caps (util-linux 2.38 and later)."""
+    try:
+        helped = subprocess.run([unshare, "--help"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return "--keep-caps" in helped.stdout
 
 
 def pdeathsig_argv(argv: Sequence[str]) -> tuple[list[str], bool]:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import timedelta
 
-from provision.consul import Consul, NotFound
+from provision.consul import Consul, ConsulSettings, NotFound
 from provision.errors import EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT, LocalEnvironmentError
 from provision.ledger.records import tick_name
 from provision.ledger.store import Ledger
@@ -131,7 +131,8 @@ def _run_locked(
     # A tick's claim is lost by every replica but one, so there nothing starts before it is won.
     environment = job_environment(os.environ)
     check_program(command, environment)
-    child = None if isinstance(lock, TickLock) else Child(command, environment, forks)
+    hidden = credential_files(lock.consul.settings)
+    child = None if isinstance(lock, TickLock) else Child(command, environment, forks, hidden)
     try:
         if stop.requested:
             return _interrupted(stop, lock, events)
@@ -145,7 +146,7 @@ def _run_locked(
             return _interrupted(stop, lock, events)
         supervisor = _Supervisor(lock, held, options, events, stop, clock)
         if child is None:
-            child = Child(command, environment, forks)
+            child = Child(command, environment, forks, hidden)
         return supervisor.run(child, clock() - began)
     finally:
         if child is not None:
@@ -282,7 +283,8 @@ class _Supervisor:
                 session=self.lock.session_id,
                 mode=child.containment,
                 warning=f"no PID namespace ({child.warning}): a process of the job that leaves "
-                "its process group and outlives a killed runner is not contained",
+                "its process group and outlives a killed runner is not contained, and the "
+                "worker's token and TLS key are not hidden from the job",
             )
         wakeup = Wakeup()
         monitors = LockMonitors(
@@ -377,13 +379,26 @@ class _Supervisor:
         return RunResult(outcome, code, self.held.lock_index, duration=duration)
 
 
-# lockctl's own credentials: the job must not act with the runner's token.
-RUNNER_ONLY = ("CONSUL_HTTP_TOKEN", "CONSUL_HTTP_TOKEN_FILE")
+# lockctl's own credentials, and where they are: the job must not act as the worker.
+RUNNER_ONLY = (
+    "CONSUL_HTTP_TOKEN",
+    "CONSUL_HTTP_TOKEN_FILE",
+    "CONSUL_CLIENT_CERT",
+    "CONSUL_CLIENT_KEY",
+    "LOCKCTL_CONFIG",  # names the token file and the TLS pair
+)
 
 
 def job_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """The job's environment: the runner's, less lockctl's own Consul credentials."""
     return {key: value for key, value in environ.items() if key not in RUNNER_ONLY}
+
+
+def credential_files(settings: ConsulSettings) -> tuple[str, ...]:
+    """The worker's own secrets on this host (its token file, its TLS client pair), which the
+    job's mount namespace covers: the job cannot read them, though it runs as the same user."""
+    files = (settings.token_file, settings.client_key, settings.client_cert)
+    return tuple(os.path.abspath(path) for path in files if path is not None)
 
 
 def _lock_env(lock: LockSession, held: HeldLock) -> dict[str, str]:

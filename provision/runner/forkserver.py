@@ -130,11 +130,17 @@ class ForkServer:
         self._socket = ours
 
     def spawn(
-        self, command: Sequence[str], env: Mapping[str, str], control: socket.socket
+        self,
+        command: Sequence[str],
+        env: Mapping[str, str],
+        control: socket.socket,
+        hidden: Sequence[str] = (),
     ) -> KeptProcess | None:
-        """Fork `command`'s namespace, its init talking on `control`'s peer; None when the
-        helper cannot (the caller then starts it the one-shot way)."""
-        body = json.dumps({"command": list(command), "env": dict(env)}).encode()
+        """Fork `command`'s namespace, its init talking on `control`'s peer and covering the
+        `hidden` files; None when the helper cannot (the caller then starts it the one-shot
+        way)."""
+        job = {"command": list(command), "env": dict(env), "hidden": list(hidden)}
+        body = json.dumps(job).encode()
         status_ours, status_theirs = socket.socketpair()
         pid = is_init = 0
         mine, sent = _Asked(), False

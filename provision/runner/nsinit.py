@@ -39,14 +39,20 @@ MAX_GO_BYTES = 1024 * 1024
 
 
 def main(argv: list[str]) -> int:
-    return init(int(argv[1]), argv[3:], dict(os.environ))
+    # nsinit.py FD [HIDDEN ...] -- CMD ...: the files to cover are absolute paths, never "--"
+    end = argv.index("--", 2)
+    return init(int(argv[1]), argv[end + 1 :], dict(os.environ), argv[2:end])
 
 
-def init(control: int, command: list[str], env: dict[str, str]) -> int:
+def init(
+    control: int, command: list[str], env: dict[str, str], hidden: list[str] | None = None
+) -> int:
     """PID 1's whole life: ready, the go, the job, the reaping; CMD's status as a shell has it.
     Also run in a forked process by the scheduler's resident helper (nsserver.py)."""
     for signum in FORWARDED:
         signal.signal(signum, _forward)
+    if hidden:
+        _cover(hidden)
     os.write(control, b"ready\n")
     extra_env = _read_go(control)
     os.close(control)
@@ -54,6 +60,27 @@ def init(control: int, command: list[str], env: dict[str, str]) -> int:
         return 0  # no go: another worker holds the lock
     job = _start(command, {**env, **extra_env})
     return 127 if job is None else _reap_until(job)
+
+
+MS_BIND = 4096
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+
+
+def _cover(paths: list[str]) -> None:
+    """Bind /dev/null over each file, in this init's own mount namespace (private: the host's
+    files are untouched), before the job exists: the worker's token and TLS key read as empty
+    to the job, which runs as the same user as lockctl. A file that cannot be covered is said
+    on stderr, and the job still runs (its environment names none of them)."""
+    import ctypes  # only here: a job without secrets to hide does not pay for it
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for path in paths:
+        if os.path.exists(path) and libc.mount(b"/dev/null", path.encode(), None, MS_BIND, None):
+            why = os.strerror(ctypes.get_errno())
+            os.write(2, f"lockctl: warning: cannot hide {path!r} from the job: {why}\n".encode())
+    # Not root, this init may hold capabilities in its user namespace as ambient ones (unshare
+    # --keep-caps, to mount the covers): the job must not inherit them, or it could uncover.
+    libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
 
 
 def _forward(signum: int, _frame: object) -> None:

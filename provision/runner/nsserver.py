@@ -239,7 +239,8 @@ def _pid1(job: dict[str, Any], control: int) -> None:
         _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         command = [str(part) for part in job["command"]]
         env = {str(key): str(value) for key, value in job["env"].items()}
-        code = nsinit.init(control, command, env)
+        hidden = [str(path) for path in job.get("hidden", ())]
+        code = nsinit.init(control, command, env, hidden)
     except OSError as exc:
         os.write(2, f"lockctl: the job's init failed: {exc.strerror}\n".encode())
     os._exit(code)

@@ -1,5 +1,7 @@
 """Containment without root: a runner that is not root gets a PID namespace of its own through an
-unprivileged user namespace, keeps its uid, and nothing of the job survives its end.
+unprivileged user namespace, keeps its uid, and nothing of the job survives its end. The worker's
+secret files are covered in the job's mount namespace, and the job, though it runs as the same
+user, has no capability left to uncover them (issue 25, item 4).
 
 Run as `nobody` (root only can switch to it: CI runs as root), with the system's Python and a
 copy of the package that `nobody` can read.
@@ -30,7 +32,10 @@ forks = None
 if sys.argv[2] == "forkserver":  # as `lockctl schedule` makes them: forked by its helper
     forks = ForkServer()
     forks.start()
-child = Child(["sh", "-c", "id -u; setsid sleep {MARK} & exit 0"], dict(os.environ), forks)
+secret = os.path.join(sys.argv[1], "secret.token")  # the runner's, as its token file is
+job = "id -u; umount " + secret + " 2>/dev/null; wc -c < " + secret
+job += "; setsid sleep {MARK} & exit 0"
+child = Child(["sh", "-c", job], dict(os.environ), forks, [secret])
 child.start({{"LOCK_INDEX": "1"}})
 status = child.wait()
 print(json.dumps({{"containment": child.containment, "warning": child.warning, "status": status}}))
@@ -51,8 +56,12 @@ def test_a_runner_that_is_not_root_still_gets_a_pid_namespace(shared_tmp: Path, 
     package = Path(provision.__file__).parent
     shutil.copytree(package, shared_tmp / "provision", ignore=shutil.ignore_patterns("__pycache__"))
     (shared_tmp / "probe.py").write_text(SCRIPT)
+    secret = shared_tmp / "secret.token"
+    secret.write_text("00000000-0000-0000-0000-00000000beef\n")
     os.chmod(shared_tmp, 0o755)
     subprocess.run(["chmod", "-R", "a+rX", str(shared_tmp)], check=True)
+    os.chown(secret, NOBODY, NOBODY)
+    secret.chmod(0o600)  # as a token file is: the runner's user alone reads it
     python = shutil.which("python3", path="/usr/bin")
     assert python is not None, "the system's python3 (Debian's) is needed"
     become_nobody = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
@@ -65,8 +74,11 @@ def test_a_runner_that_is_not_root_still_gets_a_pid_namespace(shared_tmp: Path, 
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    uid, report = done.stdout.splitlines()
+    uid, seen, report = done.stdout.splitlines()
     assert uid == str(NOBODY)  # the job keeps the runner's uid inside its user namespace
+    assert seen.strip() == "0", done.stdout  # the secret reads as empty, even after an umount
+    assert "cannot hide" not in done.stderr, done.stderr
+    assert secret.stat().st_size > 0  # outside the job it is whole
     assert '"containment": "pid-namespace"' in report and '"warning": null' in report
     assert '"status": 0' in report
     assert pids_with(MARK) == []  # the setsid'd sleep died with the namespace
