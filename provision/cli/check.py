@@ -43,8 +43,9 @@ def check(
     job: JobOption = None,
     max_intervals: MaxIntervals = 2,
 ) -> None:
-    """Judge each job's ledger: OK, WARNING (the last run failed), CRITICAL (a tick missed, no
-    success in --max-intervals ticks); records the missed ticks it finds when the token may."""
+    """Judge each job's ledger: OK, WARNING (the last run failed, a record dated in the
+    future), CRITICAL (a tick missed, no success in --max-intervals ticks); records the missed
+    ticks it finds when the token may."""
     from provision.ledger.health import worst
 
     try:

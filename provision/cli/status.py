@@ -75,15 +75,21 @@ def _holder(state: LockState) -> Text:
 
 
 def _last_tick(state: LockState) -> Text:
-    """`2026-12-01T02:00:00Z succeeded, worker-1`; `-` for a job without a schedule."""
+    """`2026-12-01T02:00:00Z succeeded, worker-1`; `-` for a job without a schedule; and how
+    many records are dated in the future, which are not the last tick."""
     last = state.last_tick
     if last is None:
-        return cell("-" if state.next_tick is None else "none yet")
-    style = "" if last.outcome in ("succeeded", "running") else "bold red"
-    shown = cell(f"{last.tick} ")
-    shown.append_text(cell(last.outcome, style=style))
-    if last.worker is not None:
-        shown.append_text(cell(f", {last.worker}"))
+        shown = cell("-" if state.next_tick is None else "none yet")
+    else:
+        style = "" if last.outcome in ("succeeded", "running") else "bold red"
+        shown = cell(f"{last.tick} ")
+        shown.append_text(cell(last.outcome, style=style))
+        if last.worker is not None:
+            shown.append_text(cell(f", {last.worker}"))
+    if state.suspect_ticks:
+        shown.append("\n")
+        suspect = f"+{state.suspect_ticks} suspect (dated in the future)"
+        shown.append_text(cell(suspect, style="bold red"))
     return shown
 
 

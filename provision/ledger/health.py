@@ -8,11 +8,14 @@ recent ticks; a tick still inside its window (or running) is not judged yet.
               ticks (the last success is older than K intervals), or none ever did while the
               ledger already holds K closed ticks since its first record
     WARNING   the last finished run did not succeed: failed, lost, interrupted, abandoned (its
-              runner died) or unreadable (a record that is not one)
+              runner died) or unreadable (a record that is not one); or the ledger holds
+              suspect records, dated in the future (ledger/ticks.py)
     OK        otherwise, and for a job with no record at all: "no ticks recorded yet" (the
               ledger starts with a job's first run; before it nothing says the job exists)
 
-Each state lists every reason that applies, worst first.
+Each state lists every reason that applies, worst first. Suspect records are named and make it
+at least a WARNING, nothing more: the rules above judge the other records, as if the suspect
+ones were not there (a record of 2099 saying `succeeded` would be the last success for ever).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from provision.ledger.ticks import MISSED_GRACE, claim_window
 from provision.schedule import Schedule
 
 DEFAULT_MAX_INTERVALS = 2
+SUSPECT_NAMED = 3  # suspect ticks named in check's line; the rest are counted
 _SECOND = timedelta(seconds=1)
 _SETTLED = {
     TickOutcome.SUCCEEDED.value,
@@ -104,11 +108,15 @@ def assess(
     history: JobHistory, start_deadline: float, max_intervals: int = DEFAULT_MAX_INTERVALS
 ) -> JobHealth:
     """The job's state by the rules above, as of `history.now`."""
-    now, rows = history.now, history.rows
+    now, rows = history.now, history.runs
+    suspect = _suspect_problem(history.suspect)
     success = next((r.tick for r in rows if r.outcome == TickOutcome.SUCCEEDED.value), None)
-    if not rows:
-        note = "no ticks recorded yet"
-        return JobHealth(history.job, State.OK, (), None, history.next_tick, now, note)
+    if not rows:  # no record, or suspect ones only: no run to judge
+        if suspect is None:
+            note = "no ticks recorded yet"
+            return JobHealth(history.job, State.OK, (), None, history.next_tick, now, note)
+        note = "no run recorded yet"
+        return JobHealth(history.job, State.WARNING, (suspect,), None, history.next_tick, now, note)
     recent = closed_ticks(history.schedule, now, start_deadline, max_intervals)
     oldest_recent = recent[-1]
     critical = [_missed(row) for row in rows if row.missed and row.tick >= oldest_recent]
@@ -116,9 +124,9 @@ def assess(
         critical.append(f"no success in the last {max_intervals} ticks")
     elif success is None and rows[-1].tick <= oldest_recent:
         critical.append(f"no success since the first record ({tick_name(rows[-1].tick)})")
-    warning = _last_finished_problem(rows)
-    reasons = tuple(critical + ([warning] if warning else []))
-    state = State.CRITICAL if critical else State.WARNING if warning else State.OK
+    warnings = [w for w in (_last_finished_problem(rows), suspect) if w]
+    reasons = tuple(critical + warnings)
+    state = State.CRITICAL if critical else State.WARNING if warnings else State.OK
     return JobHealth(history.job, state, reasons, success, history.next_tick, now)
 
 
@@ -143,6 +151,17 @@ def _last_finished_problem(rows: tuple[TickRow, ...]) -> str | None:
         detail.append(f"on {record.worker}")
     said = f" ({', '.join(detail)})" if detail else ""
     return f"last run {tick_name(last.tick)} {last.outcome}{said}"
+
+
+def _suspect_problem(rows: tuple[TickRow, ...]) -> str | None:
+    """`1 suspect record, dated in the future (2099-01-01T00:00:00Z)`: tick names lockctl
+    formats itself from the keys it parsed, the newest few, so the line stays short."""
+    if not rows:
+        return None
+    named = ", ".join(tick_name(row.tick) for row in rows[:SUSPECT_NAMED])
+    more = f" and {len(rows) - SUSPECT_NAMED} more" if len(rows) > SUSPECT_NAMED else ""
+    records = "record" if len(rows) == 1 else "records"
+    return f"{len(rows)} suspect {records}, dated in the future ({named}{more})"
 
 
 def _ago(seconds: float) -> str:

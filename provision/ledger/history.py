@@ -8,8 +8,10 @@ read of the lock key, which does say 403.
 
 Every record is the writer's word (anyone with write on the prefix writes these keys), decoded
 bounded and printable by provision/ledger/records.py. A `running` record whose session no longer
-holds the lock is shown `abandoned`: its runner died before completing it. Ticks nobody ran
-whose claim window closed are shown `missed` whether or not anyone recorded them yet.
+holds the lock is shown `abandoned`: its runner died before completing it. A record dated in the
+future (ledger/ticks.py `suspect`) is shown `suspect` and is never a run: not the last one, not
+a success. Ticks nobody ran whose claim window closed are shown `missed` whether or not anyone
+recorded them yet.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from provision.ledger.records import (
     ticks_prefix,
 )
 from provision.ledger.store import Ledger
-from provision.ledger.ticks import missed_ticks
+from provision.ledger.ticks import missed_ticks, suspect
 from provision.schedule import Schedule, parse_schedule
 from provision.system.text import printable
 
@@ -40,6 +42,7 @@ if TYPE_CHECKING:
     from provision.spec.models import Job
 
 ABANDONED = "abandoned"  # shown for a `running` record whose session no longer holds the lock
+SUSPECT = "suspect"  # shown for a record dated in the future, whatever it says
 NOTICER = "lockctl check"  # the worker field of the missed records `check` writes
 _DAYS = re.compile(r"(\d{1,5})d")
 
@@ -119,8 +122,15 @@ class TickRow:
         return self.outcome == TickOutcome.MISSED.value
 
     @property
+    def suspect(self) -> bool:
+        return self.outcome == SUSPECT
+
+    @property
     def label(self) -> str:
-        """The outcome for people: says when a missed tick is not in the ledger yet."""
+        """The outcome for people: says when a missed tick is not in the ledger yet, and what
+        a suspect record claims (an outcome lockctl decoded: one of its own words)."""
+        if self.suspect and self.record is not None:
+            return f"suspect: dated in the future (says {self.record.outcome.value})"
         return "missed (not recorded yet)" if self.missed and not self.recorded else self.outcome
 
     def to_record(self) -> dict[str, Any]:
@@ -158,8 +168,19 @@ class JobHistory:
         return [row.tick for row in self.rows if row.missed and not row.recorded]
 
     @property
+    def runs(self) -> tuple[TickRow, ...]:
+        """The rows that may be runs, newest first: all but the suspect ones."""
+        return tuple(row for row in self.rows if not row.suspect)
+
+    @property
+    def suspect(self) -> tuple[TickRow, ...]:
+        """The records dated in the future, newest first."""
+        return tuple(row for row in self.rows if row.suspect)
+
+    @property
     def last(self) -> TickRow | None:
-        return self.rows[0] if self.rows else None
+        """The newest tick that may be a run: a suspect record is never the last run."""
+        return next(iter(self.runs), None)
 
     def since(self, moment: datetime | None) -> JobHistory:
         if moment is None:
@@ -179,9 +200,10 @@ class JobHistory:
 
 
 def build_history(job: LedgerJob, snapshot: LedgerSnapshot, now: datetime) -> JobHistory:
-    """The rows, newest first: every record (a dead runner's `running` shown abandoned) and the
-    ticks the ledger shows nobody ran whose claim window closed (pure)."""
-    rows = [_row(record, snapshot.lock_session) for record in snapshot.records]
+    """The rows, newest first: every record (a dead runner's `running` shown abandoned, one
+    dated in the future suspect) and the ticks the ledger shows nobody ran whose claim window
+    closed (pure)."""
+    rows = [_row(record, snapshot.lock_session, now) for record in snapshot.records]
     recorded = {record.tick for record in snapshot.records}
     missed = missed_ticks(job.schedule, recorded, now, job.start_deadline, limit=job.history_limit)
     rows += [TickRow(tick, TickOutcome.MISSED.value, None) for tick in missed]
@@ -192,7 +214,9 @@ def build_history(job: LedgerJob, snapshot: LedgerSnapshot, now: datetime) -> Jo
     )
 
 
-def _row(record: TickRecord, lock_session: str | None) -> TickRow:
+def _row(record: TickRecord, lock_session: str | None, now: datetime) -> TickRow:
+    if suspect(record.tick, now):
+        return TickRow(record.tick, SUSPECT, record)
     if record.outcome is TickOutcome.RUNNING and (
         record.session is None or record.session != _shown(lock_session)
     ):

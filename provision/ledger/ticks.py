@@ -12,11 +12,15 @@ two are one clock, and the ledger still makes each tick run at most once whateve
 A tick is missed when its window closed (plus MISSED_GRACE, for clocks and timers a second or
 two apart) with no record; only ticks after the oldest record count (before it the job may not
 have existed), and at most `limit` of them are named at a time.
+
+A record dated later than now plus FUTURE_TOLERANCE is suspect: no runner claims a tick that
+far ahead of its clocks, so the record is a forgery or a clock badly wrong. Retention never
+deletes it and never counts it, and the readers never take it for a run (ledger/history.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -149,13 +153,32 @@ def unsettled_ticks(
     return unsettled
 
 
+# Seconds a record's tick may lie ahead of a reader's clock and still be a real run. A runner
+# claims a tick once the agent's clock has reached it (it waits at most MAX_EARLY_WAIT, and
+# skips beyond), or without that read only while its clocks agreed within SKEW_REPORTED; a
+# reader's clock is another host's or agent's (a Date rounds down by up to 1 s). So a real
+# record is a few seconds ahead at most: a minute leaves ten times that, and room for a reader
+# whose clock is tens of seconds behind. Erring either way is cheap: a real record taken for
+# suspect is only kept (never deleted: deleting it would let its tick run again) and warned
+# about until the clock passes it, and a forged one within the minute is soon a past record,
+# which anyone who may write the ledger could write anyway. Far-future ones (2099) are caught.
+FUTURE_TOLERANCE = 60.0
+
+
+def suspect(tick: datetime, now: datetime) -> bool:
+    """Whether a record of `tick` is dated in the future: later than `now` + FUTURE_TOLERANCE."""
+    return tick > now + timedelta(seconds=FUTURE_TOLERANCE)
+
+
 PRUNE_SLACK = 0.1  # retention deletes in batches: once the records exceed the limit by 10%
 
 
-def to_prune(ticks: Sequence[datetime], keep: int) -> list[datetime]:
+def to_prune(ticks: Collection[datetime], keep: int, *, now: datetime) -> list[datetime]:
     """The ticks beyond the newest `keep`, oldest first: what retention deletes. Nothing until
-    they exceed `keep` by PRUNE_SLACK (at least one), so most runs write nothing for it."""
-    ordered = sorted(ticks)
-    if len(ordered) <= keep + max(1, int(keep * PRUNE_SLACK)):
+    they exceed `keep` by PRUNE_SLACK (at least one), so most runs write nothing for it.
+    Suspect ticks (dated in the future at `now`) are neither deleted nor counted: newest by
+    name, they would otherwise push the real records out, the run just recorded first."""
+    real = sorted(tick for tick in ticks if not suspect(tick, now))
+    if len(real) <= keep + max(1, int(keep * PRUNE_SLACK)):
         return []
-    return ordered[: len(ordered) - keep]
+    return real[: len(real) - keep]

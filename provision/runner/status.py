@@ -41,6 +41,7 @@ class LockState:
     modify_index: int | None = None
     last_tick: LastTick | None = None  # jobs with a schedule: the newest tick of the ledger
     next_tick: str | None = None  # jobs with a schedule: when it runs next (UTC)
+    suspect_ticks: int = 0  # records dated in the future: never the last tick (ledger/ticks.py)
 
     @property
     def forged(self) -> bool:
@@ -63,10 +64,15 @@ def _with_ticks(consul: Consul, job: Job, state: LockState) -> LockState:
     if ledger is None:
         return state
     history = read_history(consul, ledger)
-    row = history.last
+    row = history.last  # never a suspect record: a tick of 2099 is not the last run
     worker = None if row is None or row.record is None else row.record.worker
     last = None if row is None else LastTick(tick_name(row.tick), row.label, worker)
-    return replace(state, last_tick=last, next_tick=tick_name(history.next_tick))
+    return replace(
+        state,
+        last_tick=last,
+        next_tick=tick_name(history.next_tick),
+        suspect_ticks=len(history.suspect),
+    )
 
 
 def _state(consul: Consul, job: str, key: str) -> LockState:

@@ -290,9 +290,10 @@ def housekeep(
     ran: datetime | None = None,
 ) -> bool:
     """After the run of tick `ran`: record the ticks nobody ran as missed, delete beyond
-    history_limit. Best effort: a failure here is a warning event. Whether it must be done again
-    soon: it failed, or a tick before `ran` has no record and is not missed yet (its window is
-    still open), so only a later housekeeping can record it."""
+    history_limit (never a record dated in the future: ledger/ticks.py). Best effort: a failure
+    here is a warning event. Whether it must be done again soon: it failed, or a tick before
+    `ran` has no record and is not missed yet (its window is still open), so only a later
+    housekeeping can record it."""
     try:
         recorded = ledger.ticks()  # names only: the values are not needed here
         now = utc_now()
@@ -304,7 +305,9 @@ def housekeep(
             TickRecord(tick, TickOutcome.MISSED, worker=worker, finished_at=now)
             for tick in reversed(missed)
         )
-        pruned = ledger.prune(to_prune(sorted(recorded | set(missed)), job.history_limit))
+        # this host's clock judges what is dated in the future: if it is behind, a peer's real
+        # record may look suspect, and a suspect record is only kept, never deleted
+        pruned = ledger.prune(to_prune(recorded | set(missed), job.history_limit, now=now))
     except ConsulError as exc:
         events.emit("housekeeping-failed", warning=str(exc))
         return True

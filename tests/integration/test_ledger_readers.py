@@ -4,12 +4,14 @@ completions with real sessions through a worker's own token and agent, missed re
 hostile records printed safely.
 
 The jobs are `@daily` (ticks at 00:00 UTC, claim window 5 min), so a test crosses a tick only
-if it runs across midnight UTC; every record is for today's tick T or the days before it.
+if it runs across midnight UTC; every record is for today's tick T or the days before it, but
+the suspect ones (dated in the future) a test writes itself.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import re
@@ -30,8 +32,11 @@ from workers_lab import minted_workers
 from provision.consul import Consul, ConsulError
 from provision.ledger.records import TickOutcome, TickRecord, tick_key, tick_name
 from provision.ledger.store import Ledger
+from provision.runner.events import EventLog
+from provision.runner.tick_lock import housekeep, job_schedule
 from provision.schedule import parse_schedule
 from provision.system.secrets import Secret, write_secret_file
+from provision.workers.config import load_worker_config
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
@@ -40,7 +45,20 @@ pytestmark = pytest.mark.cluster
 
 LOCKCTL = [sys.executable, "-m", "provision"]
 WORKERS = ("worker-1", "worker-2")
-JOBS = ("ok", "failing", "stopped", "abandoned", "running", "hostile", "fresh", "readonly")
+JOBS = (
+    "ok",
+    "failing",
+    "stopped",
+    "abandoned",
+    "running",
+    "hostile",
+    "fresh",
+    "readonly",
+    "future",
+)
+FUTURE_LIMIT = 10  # the `future` job's history_limit (the least the spec takes)
+FUTURE_REAL = 11  # its real records: the limit plus its slack, so retention deletes none
+FAR = datetime(2099, 1, 1, tzinfo=timezone.utc)
 E2E = "e2e"  # run by real `lockctl run` ticks of an @every 3s schedule
 EVERY = 3
 OUTPUT_BOUND = 20_000
@@ -71,7 +89,10 @@ def _spec_text(cluster: LiveCluster, uid: str) -> str:
         lines += [f'worker "{worker}" {{', f'  address = "{cluster.address(worker)}"', "}"]
     for short in JOBS:
         lines += [f'job "{short}-{uid}" {{', f'  prefix   = "test/ledger-{uid}/{short}/"']
-        lines += ['  workers  = ["worker-1", "worker-2"]', '  schedule = "@daily"', "}"]
+        lines += ['  workers  = ["worker-1", "worker-2"]', '  schedule = "@daily"']
+        if short == "future":
+            lines.append(f"  history_limit = {FUTURE_LIMIT}")
+        lines.append("}")
     lines += [f'job "{E2E}-{uid}" {{', f'  prefix   = "test/ledger-{uid}/{E2E}/"']
     lines += ['  workers  = ["worker-1", "worker-2"]', f'  schedule = "@every {EVERY}s"', "}"]
     lines += [f'job "plain-{uid}" {{', f'  prefix  = "test/ledger-{uid}/plain/"']
@@ -176,6 +197,8 @@ def _write_ledgers(lab: Lab) -> None:
     )  # the runner died: the lock is released, the record says running
     _run(lab, "running", 1, TickOutcome.SUCCEEDED)
     _run(lab, "running", 0, None)  # still held by its session
+    for days in range(FUTURE_REAL):
+        _run(lab, "future", days, TickOutcome.SUCCEEDED)
     _write_hostile(lab)
 
 
@@ -306,6 +329,87 @@ def test_hostile_records_print_escaped_and_bounded(lab: Lab) -> None:
     check = lockctl(lab, "check", "--job", lab.jobs["hostile"])
     assert check.returncode == 1, check.stdout  # the last run failed, by its (forged) word
     assert "|" not in check.stdout and len(check.stdout.splitlines()) == 1
+
+
+# --- suspect records: dated in the future --------------------------------------------------------
+
+
+def _write_suspect(lab: Lab) -> datetime:
+    """Two records only a forger or a badly wrong clock writes, as a worker's token may: 2099,
+    and a few minutes ahead (the jobs are @daily: a name off the schedule, which no reader
+    checks). Written here, not in the fixture, so `soon` is still ahead when the test reads."""
+    soon = (datetime.now(timezone.utc) + timedelta(minutes=5)).replace(microsecond=0)
+    forged = {"format": 1, "outcome": "succeeded", "worker": "w\x1b[2J", "exit_status": 0}
+    for tick in (FAR, soon):
+        lab.worker_1.kv.put(tick_key(lab.keys["future"], tick), json.dumps(forged).encode())
+    return soon
+
+
+def _housekeep(lab: Lab) -> str:
+    """The runner's housekeeping after a run of today's tick, as worker-1 with its own config
+    and token. Its events."""
+    config = load_worker_config(lab.configs["worker-1"]).job(lab.jobs["future"])
+    assert config.history_limit == FUTURE_LIMIT
+    events = io.StringIO()
+    log = EventLog(config.name, "worker-1", events)
+    schedule = job_schedule(config)
+    assert schedule is not None
+    housekeep(Ledger(lab.worker_1, config.lock_key), config, schedule, "worker-1", log, lab.today)
+    return events.getvalue()
+
+
+def _ledger_names(lab: Lab) -> set[str]:
+    return {tick_name(tick) for tick in Ledger(lab.worker_1, lab.keys["future"]).ticks()}
+
+
+def test_suspect_records_are_kept_by_retention_and_never_taken_for_a_run(lab: Lab) -> None:
+    """Before, retention kept the newest history_limit names, so the two forged records pushed
+    out the 3 oldest real ones, and `check` said OK, last success 2099, for ever."""
+    soon = _write_suspect(lab)
+    before = _ledger_names(lab)  # FUTURE_REAL real ones (10 after the next test) and 2 suspect
+    assert {tick_name(FAR), tick_name(soon), _days(lab, 0)} <= before
+    events = _housekeep(lab)
+    assert _ledger_names(lab) == before, events  # the real ones are within the slack
+    assert '"pruned"' not in events, events
+
+    ticks = _history_json(lab, "future")
+    shown = [(t["tick"], t["outcome"], t["recorded_outcome"]) for t in ticks[:3]]
+    assert shown == [
+        (tick_name(FAR), "suspect", "succeeded"),
+        (tick_name(soon), "suspect", "succeeded"),
+        (_days(lab, 0), "succeeded", "succeeded"),
+    ]
+    table = lockctl(lab, "history", "--job", lab.jobs["future"]).stdout
+    assert "".join(table.split()).count("suspect:datedinthefuture(sayssucceeded)") == 2, table
+    assert "w\\x1b[2J" in table, table  # the forger's worker, escaped
+
+    check = _check(lab, "future")
+    assert check.returncode == 1, check.stdout
+    expected = (
+        rf"WARNING {lab.jobs['future']}: 2 suspect records, dated in the future "
+        rf"\({tick_name(FAR)}, {tick_name(soon)}\), last success {_days(lab, 0)} "
+        rf"\((\d+h)?(\d+m)?(\d+s)? ago\), next {tick_name(lab.today + timedelta(days=1))}\n"
+    )
+    assert re.fullmatch(expected, check.stdout), check.stdout
+
+    states = {s["job"]: s for s in json.loads(lockctl(lab, "status", "--json").stdout)}
+    future = states[lab.jobs["future"]]
+    assert (future["last_tick"]["tick"], future["suspect_ticks"]) == (_days(lab, 0), 2)
+    status = lockctl(lab, "status").stdout  # its narrow columns wrap the rest of the note
+    assert "+2 suspect (dated" in status, status
+
+
+def test_retention_still_prunes_real_records_beside_suspect_ones(lab: Lab) -> None:
+    """One real record more than the limit and its slack: the oldest real ones go, oldest
+    first, down to history_limit; the suspect ones stay."""
+    _write_suspect(lab)
+    _run(lab, "future", FUTURE_REAL, TickOutcome.SUCCEEDED)  # a 12th real record, the oldest
+    suspect = {name for name in _ledger_names(lab) if name > _days(lab, 0)}
+    assert len(suspect) >= 2  # 2099 and one a few minutes ahead (per test that wrote one)
+    events = _housekeep(lab)
+    kept = {_days(lab, days) for days in range(FUTURE_LIMIT)}
+    assert _ledger_names(lab) == kept | suspect, events
+    assert '"pruned":2' in events, events
 
 
 # --- status --------------------------------------------------------------------------------------

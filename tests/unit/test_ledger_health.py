@@ -168,3 +168,81 @@ def test_since_refuses_anything_else_in_one_line(text: str) -> None:
     with pytest.raises(ValueError, match="neither a duration") as raised:
         parse_since(text, NOW_SINCE)
     assert "\n" not in str(raised.value) and len(str(raised.value)) < 200
+
+
+# --- suspect records: dated in the future ------------------------------------------------------
+
+FAR = datetime(2099, 1, 1, tzinfo=timezone.utc)
+SOON = NOW + timedelta(minutes=5)  # a few minutes ahead: no runner claims that early
+
+
+def dated(tick: datetime, outcome: str) -> TickRecord:
+    return TickRecord(tick, OUTCOMES[outcome], worker="worker-1", session="s-old", exit_status=0)
+
+
+# (records as (hour, outcome), suspect records, expected state, in the line, not in the line)
+SUSPECT_CASES = [
+    ("a 2099 success beside two real ones", [(9, S), (10, S)], [dated(FAR, S)], State.WARNING,
+     ["1 suspect record, dated in the future (2099-01-01T00:00:00Z)",
+      "last success 2026-12-01T10:00:00Z (30m ago)"], ["last success 2099"]),
+    ("a 2099 success hides no stopped runner", [(8, S)], [dated(FAR, S)], State.CRITICAL,
+     ["missed 2026-12-01T10:00:00Z", "no success in the last 2 ticks", "suspect"], []),
+    ("a 2099 success hides no failure", [(9, S), (10, F)], [dated(FAR, S)], State.WARNING,
+     ["last run 2026-12-01T10:00:00Z failed", "suspect"], []),
+    ("a 2099 failure is not the last run", [(9, S), (10, S)], [dated(FAR, F)], State.WARNING,
+     ["suspect", "last success 2026-12-01T10:00:00Z"], ["last run"]),
+    ("a success 5 minutes ahead", [(9, F), (10, F)], [dated(SOON, S)], State.CRITICAL,
+     ["no success since the first record", "1 suspect record"], ["last success"]),
+    ("only a 2099 record", [], [dated(FAR, S)], State.WARNING,
+     ["1 suspect record", "no run recorded yet"], ["last success", "no ticks recorded yet"]),
+    ("many suspect records are counted, a few named", [(9, S), (10, S)],
+     [dated(FAR + timedelta(days=d), S) for d in range(5)], State.WARNING,
+     ["5 suspect records, dated in the future (2099-01-05T00:00:00Z, 2099-01-04T00:00:00Z, "
+      "2099-01-03T00:00:00Z and 2 more)"], ["2099-01-02"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "rows", "future", "state", "present", "absent"),
+    SUSPECT_CASES,
+    ids=[c[0] for c in SUSPECT_CASES],
+)
+def test_check_judges_the_real_records_and_warns_of_suspect_ones(
+    name: str,
+    rows: list[tuple[int, str]],
+    future: list[TickRecord],
+    state: State,
+    present: list[str],
+    absent: list[str],
+) -> None:
+    health = assess(history([record(h, o) for h, o in rows] + future), JOB.start_deadline)
+    line = health.line()
+    assert health.state is state, line
+    for text in present:
+        assert text in line, line
+    for text in absent:
+        assert text not in line, line
+    assert health.last_success is None or health.last_success <= NOW
+
+
+def test_a_record_a_few_seconds_early_is_a_real_run() -> None:
+    """At 10:59:57 a worker whose clock is 3 s ahead claimed the 11:00 tick: a run, not a
+    suspect record (it must not be called one, nor deleted: it would let 11:00 run again)."""
+    early = at(10, 59) + timedelta(seconds=57)
+    found = history([record(9, S), record(10, S), record(11, R)], now=early)
+    assert found.suspect == () and found.last is not None and found.last.tick == at(11)
+    health = assess(found, JOB.start_deadline)
+    assert health.state is State.OK and "suspect" not in health.line(), health.line()
+
+
+def test_history_shows_suspect_records_marked_and_never_as_the_last_run() -> None:
+    found = history([record(9, S), record(10, F), dated(SOON, S), dated(FAR, S)])
+    assert [row.tick for row in found.rows] == [FAR, SOON, at(10), at(9)]
+    assert [row.tick for row in found.suspect] == [FAR, SOON]
+    assert [row.tick for row in found.runs] == [at(10), at(9)]
+    assert found.last is not None and (found.last.tick, found.last.outcome) == (at(10), F)
+    assert found.rows[0].label == "suspect: dated in the future (says succeeded)"
+    json_row = found.to_record()["ticks"][0]
+    assert (json_row["outcome"], json_row["recorded_outcome"]) == ("suspect", "succeeded")
+    assert json_row["tick"] == "2099-01-01T00:00:00Z" and json_row["recorded"] is True
+    assert [row.tick for row in found.since(at(10)).suspect] == [FAR, SOON]

@@ -8,12 +8,14 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from provision.ledger.ticks import (
+    FUTURE_TOLERANCE,
     MAX_EARLY_WAIT,
     MISSED_GRACE,
     choose_tick,
     claim_window,
     clock_skew,
     missed_ticks,
+    suspect,
     to_prune,
     unsettled_ticks,
 )
@@ -24,6 +26,7 @@ T = datetime(2026, 12, 1, 2, 0, 0, tzinfo=UTC)  # a tick of every schedule below
 EVERY_5S = parse_schedule("@every 5s")
 DAILY = parse_schedule("0 2 * * *")
 WEEKDAYS_9_17 = parse_schedule("0 9,17 * * 1-5")
+FAR = datetime(2099, 1, 1, tzinfo=UTC)  # a record anyone with write on the prefix can forge
 
 
 def at(seconds: float) -> datetime:
@@ -97,6 +100,9 @@ def ticks(*seconds: float) -> set[datetime]:
         (ticks(0), at(30), 300, 2, [at(20), at(15)]),  # at most `limit`
         (ticks(0), at(30), 1, 10, [at(25), at(20), at(15), at(10), at(5)]),  # short deadline
         (ticks(10), at(30), 300, 10, [at(20), at(15)]),  # nothing before the oldest record
+        # a far-future record is not the latest tick run: the walk starts at now, not there
+        (ticks(0) | {FAR}, at(30), 300, 10, [at(20), at(15), at(10), at(5)]),
+        ({FAR}, at(30), 300, 10, []),  # nor the oldest: alone it arms no dead-man switch
     ],
 )
 def test_missed_ticks_are_the_unrecorded_ones_whose_window_closed(
@@ -116,13 +122,66 @@ def test_missed_ticks_scan_is_bounded_for_a_long_outage() -> None:
 
 def test_retention_prunes_the_oldest_beyond_the_limit() -> None:
     kept = [at(5 * i) for i in range(12)]
-    assert to_prune(list(reversed(kept)), 10) == kept[:2]
-    assert to_prune(kept, 12) == []
-    assert to_prune(kept[:11], 10) == []  # within the slack: no delete on most runs
+    now = at(60)
+    assert to_prune(list(reversed(kept)), 10, now=now) == kept[:2]
+    assert to_prune(kept, 12, now=now) == []
+    assert to_prune(kept[:11], 10, now=now) == []  # within the slack: no delete on most runs
     many = [at(5 * i) for i in range(220)]
-    assert to_prune(many, 200) == []  # 200 + 10% = 220 kept before a batch goes
-    assert to_prune([*many, at(5 * 220)], 200) == many[:21]  # then back to the newest 200
-    assert to_prune([], 10) == []
+    now = at(5 * 220)
+    assert to_prune(many, 200, now=now) == []  # 200 + 10% = 220 kept before a batch goes
+    assert to_prune([*many, now], 200, now=now) == many[:21]  # then back to the newest 200
+    assert to_prune([], 10, now=now) == []
+
+
+@pytest.mark.parametrize(
+    ("tick", "now", "expected", "why"),
+    [
+        (at(0), at(0), False, "the tick that is due"),
+        (at(-3600), at(0), False, "an old record"),
+        (at(3), at(0), False, "a worker whose clock is 3 s ahead claimed it early: real"),
+        (at(MAX_EARLY_WAIT + 1), at(0), False, "as early as a claim that waited for its agent"),
+        (at(FUTURE_TOLERANCE), at(0), False, "the tolerance itself is still believed"),
+        (at(FUTURE_TOLERANCE + 1), at(0), True, "a second past it"),
+        (at(300), at(0), True, "a few minutes ahead"),
+        (FAR, at(0), True, "2099"),
+    ],
+)  # fmt: skip
+def test_a_tick_later_than_now_plus_the_tolerance_is_suspect(
+    tick: datetime, now: datetime, expected: bool, why: str
+) -> None:
+    assert suspect(tick, now) is expected, why
+
+
+def later(*seconds: float) -> list[datetime]:
+    """Ticks `seconds` after NOW, the retention tables' clock."""
+    return [NOW + timedelta(seconds=s) for s in seconds]
+
+
+NOW = at(5 * 11)  # the eleventh tick after T: REAL's newest
+REAL = [at(5 * i) for i in range(12)]  # T .. NOW, one a tick: 12 records for a limit of 10
+
+
+@pytest.mark.parametrize(
+    ("ticks", "keep", "pruned", "why"),
+    [
+        ([*REAL, FAR], 10, REAL[:2], "a 2099 record is neither deleted nor counted"),
+        ([*REAL[1:], FAR, *later(300)], 10, [],
+         "11 real records are within the slack: the suspect ones evict none of them"),
+        ([*REAL[:2], *later(*range(100, 10_000, 100))], 10, [],
+         "99 future records: the 2 real ones stay, and so do they"),
+        (later(*range(100, 3000, 100)), 10, [], "a ledger of suspect records only: none go"),
+        ([*REAL, *later(3)], 10, REAL[:3],
+         "a record claimed 3 s early by a worker whose clock is ahead is real: kept, counted"),
+        ([*REAL, *later(FUTURE_TOLERANCE)], 10, REAL[:3], "so is one at the tolerance"),
+    ],
+)  # fmt: skip
+def test_retention_never_deletes_or_counts_suspect_records(
+    ticks: list[datetime], keep: int, pruned: list[datetime], why: str
+) -> None:
+    """Before, the newest `keep` by name were kept: records of 2099 pushed the real ledger out,
+    the record of the run that had just ended first of all."""
+    assert to_prune(ticks, keep, now=NOW) == pruned, why
+    assert not any(suspect(tick, NOW) for tick in pruned), why
 
 
 @pytest.mark.parametrize(
@@ -155,6 +214,8 @@ def test_the_answers_delay_is_no_evidence_of_skew(sent, received, agent_date, sk
          "-5's window closed at 0, the grace at 2: missable at 9, no longer unsettled"),
         (ticks(5), at(5.1), at(5), [], "nothing older than the oldest record is judged"),
         (set(), at(5.1), at(5), [], "an empty ledger"),
+        (ticks(-10, 5) | {FAR}, at(5.1), at(5), [at(0)],
+         "a 2099 record changes nothing: the walk goes back from the tick just run"),
     ],
 )  # fmt: skip
 def test_unsettled_ticks_are_the_unrecorded_ones_not_missable_yet(
