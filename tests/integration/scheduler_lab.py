@@ -1,18 +1,27 @@
 """One `lockctl schedule` subprocess for the scheduler tests: its stderr events collected as
-they come, stopped by signal or killed by its PID, its pipe closed at the end."""
+they come, stopped by signal or killed by its PID, its pipe closed at the end; with --listen on a
+free loopback port, its /healthz and /metrics."""
 
 from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 LOCKCTL = [sys.executable, "-m", "provision"]
 WAIT = 30.0
+HOST = "127.0.0.1"
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 class SchedulerProcess:
@@ -54,3 +63,34 @@ class SchedulerProcess:
         self._reader.join(5)
         if not self._reader.is_alive() and self.process.stderr is not None:
             self.process.stderr.close()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind((HOST, 0))
+        return int(probe.getsockname()[1])
+
+
+class ListeningScheduler(SchedulerProcess):
+    """`lockctl schedule --listen` on a free loopback port."""
+
+    def __init__(self, config: Path) -> None:
+        self.port = free_port()
+        super().__init__(config, "--listen", f"{HOST}:{self.port}")
+
+    def get(self, path: str) -> tuple[int, str]:
+        url = f"http://{HOST}:{self.port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    def scrape(self) -> Samples:
+        status, text = self.get("/metrics")
+        assert status == 200, text
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }

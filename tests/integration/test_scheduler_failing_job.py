@@ -8,8 +8,6 @@ again. The scheduler ends with 0 and no traceback."""
 from __future__ import annotations
 
 import json
-import urllib.error
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -17,9 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-from scheduler_lab import SchedulerProcess
-from test_scheduler_listen import HOST, Samples, _eventually, _free_port, _value
+from scheduler_lab import ListeningScheduler
+from test_scheduler_listen import QUICK_DEFAULTS, _eventually, _value
 from workers_lab import minted_workers
 
 if TYPE_CHECKING:
@@ -42,12 +39,7 @@ class Lab:
 
 def _spec_text(cluster: LiveCluster, uid: str, script: Path) -> str:
     lines = [
-        "defaults {",
-        '  ttl            = "10s"',
-        '  lock_delay     = "4s"',
-        '  renew_interval = "1s"',
-        '  kill_grace     = "1s"',
-        "}",
+        *QUICK_DEFAULTS,
         f'worker "{WORKER}" {{',
         f'  address = "{cluster.address(WORKER)}"',
         "}",
@@ -78,26 +70,9 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
         yield Lab(made.configs[WORKER], script, f"broken-{uid}", f"steady-{uid}")
 
 
-class Scheduler(SchedulerProcess):
-    def __init__(self, config: Path) -> None:
-        self.port = _free_port()
-        super().__init__(config, "--listen", f"{HOST}:{self.port}")
-
+class Scheduler(ListeningScheduler):
     def healthz(self) -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(f"http://{HOST}:{self.port}/healthz", timeout=5) as got:
-                return got.status, got.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
-
-    def scrape(self) -> Samples:
-        with urllib.request.urlopen(f"http://{HOST}:{self.port}/metrics", timeout=5) as got:
-            text = got.read().decode()
-        return {
-            (s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-        }
+        return self.get("/healthz")
 
     def ran(self, job: str) -> int:
         return sum(1 for e in self.events("released") if e.get("job") == job)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import sys
 import time
 import urllib.error
@@ -22,8 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-from scheduler_lab import SchedulerProcess
+from scheduler_lab import HOST, ListeningScheduler, Samples, free_port
 from workers_lab import minted_workers
 
 from provision.ledger.records import TickOutcome
@@ -40,10 +38,16 @@ WORKERS = ("worker-1", "worker-2")
 EVERY = 3
 SCHEDULE = parse_schedule(f"@every {EVERY}s")
 SLEEP = "1"  # long enough for scrapes to see it running
-HOST = "127.0.0.1"
 WAIT = 30.0
-
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+# Timings short enough for a test of a few ticks, inside the fencing bound
+QUICK_DEFAULTS = (
+    "defaults {",
+    '  ttl            = "10s"',
+    '  lock_delay     = "4s"',
+    '  renew_interval = "1s"',
+    '  kill_grace     = "1s"',
+    "}",
+)
 
 
 @dataclass(frozen=True)
@@ -58,14 +62,7 @@ class Lab:
 def _spec_text(cluster: LiveCluster, uid: str, log: Path) -> str:
     line = 'echo "$LOCKCTL_TICK $LOCKCTL_WORKER $(date +%s.%N)'
     command = json.dumps(["/bin/sh", "-c", f'{line} start" >> {log}; sleep {SLEEP}'])
-    lines = [
-        "defaults {",
-        '  ttl            = "10s"',
-        '  lock_delay     = "4s"',
-        '  renew_interval = "1s"',
-        '  kill_grace     = "1s"',
-        "}",
-    ]
+    lines = list(QUICK_DEFAULTS)
     for worker in WORKERS:
         lines += [f'worker "{worker}" {{', f'  address = "{cluster.address(worker)}"', "}"]
     lines += [
@@ -90,38 +87,14 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
         yield Lab(tmp, made.configs, f"listen-{uid}", f"{kv}.lock", live_cluster)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind((HOST, 0))
-        return int(probe.getsockname()[1])
-
-
-class Scheduler(SchedulerProcess):
-    """One `lockctl schedule --listen` subprocess on a free loopback port."""
+class Scheduler(ListeningScheduler):
+    """One replica, on a config of its own (a SIGHUP re-reads it)."""
 
     def __init__(self, lab: Lab, worker: str) -> None:
         self.worker = worker
         config = lab.tmp / f"{worker}.json"
         config.write_text(lab.configs[worker].read_text())
-        self.port = _free_port()
-        super().__init__(config, "--listen", f"{HOST}:{self.port}")
-
-    def get(self, path: str) -> tuple[int, str]:
-        url = f"http://{HOST}:{self.port}{path}"
-        try:
-            with urllib.request.urlopen(url, timeout=5) as answer:
-                return answer.status, answer.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
-
-    def scrape(self) -> Samples:
-        status, text = self.get("/metrics")
-        assert status == 200, text
-        return {
-            (s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text)
-            for s in family.samples
-        }
+        super().__init__(config)
 
     def reconfigure(self, address: str) -> None:
         raw = json.loads(self.config.read_text())
@@ -209,7 +182,7 @@ def test_metrics_match_the_ledger_and_healthz_follows_consul(
     # Consul out of reach for one scheduler: 503 and consul_up 0; the other goes on
     before = _value(final[two.worker], "lockctl_ticks_total")
     scheme = lab.cluster.address(two.worker).split("://")[0]  # https with the TLS files
-    two.reconfigure(f"{scheme}://{HOST}:{_free_port()}")  # nothing listens there
+    two.reconfigure(f"{scheme}://{HOST}:{free_port()}")  # nothing listens there
     assert _eventually(lambda: two.get("/healthz")[0] == 503), two.lines
     status, text = two.get("/healthz")
     assert status == 503
