@@ -9,19 +9,23 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo test check consul down clean vagrant-verify
+.PHONY: demo test check consul test-packages down clean vagrant-verify
 
 demo: $(STAMP) consul
 	scripts/demo
 
-test: $(STAMP) consul
+test: $(STAMP) consul test-packages
 	scripts/check
 
-check: $(STAMP) consul
+check: $(STAMP) consul test-packages
 	LOCKCTL_SKIP_VMS=1 scripts/check
 
 consul:
 	scripts/install-consul
+
+# Debian packages the tests use (libfaketime): installed when missing (root, apt-get)
+test-packages:
+	scripts/install-test-packages
 
 # Root, ~10 min: real VMs (libvirt + QEMU in a network namespace), see docs/vagrant.md; `make test`
 # runs it too, through tests/vagrant.

@@ -136,7 +136,7 @@ def _run(
     chosen: ScheduledTick | None,
 ) -> int:
     from provision.cli.signals import signals_request_stop
-    from provision.consul import Consul, resolve_settings
+    from provision.consul import AgentClock, Consul, resolve_settings
     from provision.ledger.store import Ledger
     from provision.runner.child import become_subreaper
     from provision.runner.engine import run_job
@@ -148,7 +148,8 @@ def _run(
     settings = resolve_settings(**worker_config.connection())
     options = RunOptions(args.wait, checked.timeout, checked.min_hold)
     events = EventLog(args.job, worker_config.worker, sys.stderr)
-    consul = Consul(settings)
+    agent_clock = AgentClock()  # every decision about the tick is judged on Consul's clock
+    consul = Consul(settings, agent_clock=agent_clock)
     become_subreaper()  # the job's orphans come back to us, so none of them outlives the lock
     gc.freeze()  # what the imports made stays; the collector no longer walks it
     gc.enable()  # the console script disabled it for the imports (entry.main)
@@ -159,7 +160,7 @@ def _run(
             schedule = job_schedule(job_config)
             if chosen is not None and schedule is not None:  # the tick chosen at the start
                 ledger = Ledger(consul, job_config.lock_key)
-                plan = plan_tick(ledger, job_config, schedule, chosen.tick, events)
+                plan = plan_tick(ledger, job_config, schedule, chosen.tick, events, agent_clock)
                 tick = TickRun(plan, chosen.turn.planned)
             result = run_job(
                 consul,
@@ -169,6 +170,7 @@ def _run(
                 options,
                 events,
                 stop,
+                wall=agent_clock,
                 tick=tick,
             )
     except LockctlError:  # Consul unreachable, refused, ...: counted too, as outcome "error"

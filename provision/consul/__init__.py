@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from provision.consul.clock import AgentClock
 from provision.consul.errors import (
     ConsulError,
     ConsulHTTPError,
@@ -47,6 +48,7 @@ _LAZY = {
 __all__ = [
     "DEFAULT_TOKEN",
     "NO_RETRY",
+    "AgentClock",
     "Consul",
     "ConsulError",
     "ConsulHTTPError",

@@ -37,10 +37,12 @@ class _Area:
 
 
 class StatusAPI(_Area):
-    def leader(self, *, retry: RetryPolicy | None = None) -> str:
+    def leader(self, *, retry: RetryPolicy | None = None, timeout: float | None = None) -> str:
         """The raft leader's address, or "" while there is none.
         GET /v1/status/leader"""
-        answer = self._transport.request("GET", "/v1/status/leader", idempotent=True, retry=retry)
+        answer = self._transport.request(
+            "GET", "/v1/status/leader", idempotent=True, retry=retry, timeout=timeout
+        )
         return str(answer.body or "")
 
     def peers(self) -> list[str]:

@@ -7,6 +7,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from provision.consul.api import ACLAPI, KVAPI, AgentAPI, HealthAPI, SessionAPI, StatusAPI
+from provision.consul.clock import AgentClock
 from provision.consul.settings import ConsulSettings
 from provision.consul.transport import RetryPolicy, Transport
 from provision.consul.txn import TxnAPI
@@ -22,7 +23,8 @@ class Consul:
     (default: requests' 10). `max_in_flight`: at most that many calls at once, blocking queries
     aside; the others wait their turn within their timeout. `batch_txns`: transactions sent
     with `batch=True` at the same moment are merged (consul/batch.py: a scheduler's claims and
-    completions when many jobs tick at once). `session`: an injected `requests.Session` (tests).
+    completions when many jobs tick at once). `agent_clock`: learns the agent's clock from every
+    answer (consul/clock.py). `session`: an injected `requests.Session` (tests).
     """
 
     def __init__(
@@ -34,6 +36,7 @@ class Consul:
         session: requests.Session | None = None,
         max_in_flight: int | None = None,
         batch_txns: bool = False,
+        agent_clock: AgentClock | None = None,
     ) -> None:
         self._batch_txns = batch_txns
         transport = Transport(
@@ -42,6 +45,7 @@ class Consul:
             pool_size=pool_size,
             retry=retry or RetryPolicy(),
             max_in_flight=max_in_flight,
+            agent_clock=agent_clock,
         )
         self._attach(transport)
 
@@ -71,11 +75,17 @@ class Consul:
 
     def with_pool(self, pool_size: int) -> Consul:
         """The same client over a new pool of `pool_size` connections, its count at zero."""
-        return Consul(self.settings, retry=self.retry, pool_size=pool_size)
+        return Consul(
+            self.settings, retry=self.retry, pool_size=pool_size, agent_clock=self.agent_clock
+        )
 
     @property
     def settings(self) -> ConsulSettings:
         return self.transport.settings
+
+    @property
+    def agent_clock(self) -> AgentClock | None:
+        return self.transport.agent_clock
 
     @property
     def retry(self) -> RetryPolicy:

@@ -32,6 +32,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.exceptions import NewConnectionError
 from urllib3.util import Timeout
 
+from provision.consul.clock import AgentClock
 from provision.consul.errors import (
     ConsulHTTPError,
     ConsulNotReached,
@@ -98,12 +99,16 @@ class ConsulResponse:
     @property
     def date(self) -> datetime | None:
         """The answering agent's clock (HTTP Date, whole seconds, rounded down), or None."""
-        value = self.headers.get("Date")
-        try:
-            date = parsedate_to_datetime(value) if value else None
-        except (TypeError, ValueError, IndexError):
-            return None
-        return date if date is not None and date.tzinfo is not None else None
+        return _answer_date(self.headers)
+
+
+def _answer_date(headers: Mapping[str, str]) -> datetime | None:
+    value = headers.get("Date")
+    try:
+        date = parsedate_to_datetime(value) if value else None
+    except (TypeError, ValueError, IndexError):
+        return None
+    return date if date is not None and date.tzinfo is not None else None
 
 
 def _int_header(headers: Mapping[str, str], name: str) -> int | None:
@@ -228,8 +233,10 @@ class Transport:
         sleep: Callable[[float], None] = time.sleep,
         count: RequestCount | None = None,
         max_in_flight: int | CallGate | None = None,
+        agent_clock: AgentClock | None = None,
     ) -> None:
         self.settings = settings
+        self.agent_clock = agent_clock  # learns the agent's clock from every answer's Date
         # At most this many calls at once (blocking queries aside), the others wait their turn
         # within their own timeout: a scheduler whose 300 jobs tick at once would otherwise
         # open 300 connections (TLS handshakes, Consul's 200 per client address) at :00.
@@ -257,6 +264,7 @@ class Transport:
             sleep=self._sleep,
             count=self.count,
             max_in_flight=self._gate,
+            agent_clock=self.agent_clock,
         )
 
     def request(
@@ -348,7 +356,10 @@ class Transport:
             )
         except requests.exceptions.RequestException as exc:
             raise _unavailable(where, exc) from None
-        elapsed_ms = (self._clock() - started) * 1000
+        received = self._clock()
+        if self.agent_clock is not None:  # an error's answer tells the agent's clock too
+            self.agent_clock.observe(started, received, _answer_date(answer.headers))
+        elapsed_ms = (received - started) * 1000
         log.debug("%s -> %d in %.1f ms", where, answer.status_code, elapsed_ms)
         if answer.status_code >= 300 and answer.status_code not in answers:
             body = _excerpt(answer.text, (token, self.settings.token, *redact))

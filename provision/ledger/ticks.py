@@ -3,11 +3,13 @@ the clock (table-tested in tests/unit/test_ledger_ticks.py, no Consul).
 
 A run at `now` belongs to the latest tick T at or before now. It may claim T within T's claim
 window: the job's start deadline, cut at the next tick (a run later than that belongs to the
-next tick). Two clocks are compared when both are known: this host's, and the answering agent's
-(the HTTP Date of its last answer, whole seconds rounded down). The agent's clock is Consul's
-word that T has come: while it is still before T, the run waits for it (this host's clock is
-ahead), so no job starts before its tick on Consul's clock. With the agent on the same host the
-two are one clock, and the ledger still makes each tick run at most once whatever the clocks do.
+next tick). `now` is Consul's clock wherever one is known: the earliest moment the answering
+agent's clock may show (consul/clock.py, learnt from every answer's Date against this process's
+monotonic clock), so a step or a skew of this host's clock moves no decision; before any answer
+it is this host's clock. The agent's Date in the answer to the read just before a claim is
+Consul's word that T has come: while it is still before T, the run waits for it, so no job
+starts before its tick on Consul's clock. This host's clock is only compared with it, for a
+warning (clock_skew). Whatever the clocks do, the ledger still makes each tick run at most once.
 
 A tick is missed when its window closed (plus MISSED_GRACE, for clocks and timers a second or
 two apart) with no record; only ticks after the oldest record count (before it the job may not
@@ -38,9 +40,12 @@ class TickChoice:
 
     tick: datetime
     window: float  # seconds after the tick during which it may be claimed
-    lag: float  # seconds this run is late for it, on this host's clock
+    lag: float  # seconds this run is late for it, on the clock it was judged by
     wait: float  # seconds to wait first: the agent's clock has not reached the tick yet
-    skew: float | None  # this host's clock minus the agent's, when they differ by SKEW_REPORTED
+    skew: float | None = None  # this host's clock minus the agent's, by SKEW_REPORTED or more
+    # at most one later tick has come: a record of this tick is still kept (retention keeps
+    # at least the newest two, to_prune), so "no record" means nobody ran it
+    recent: bool = True
 
     @property
     def too_late(self) -> bool:
@@ -72,7 +77,7 @@ def claim_window(schedule: Schedule, tick: datetime, start_deadline: float) -> f
 def choose_tick(
     schedule: Schedule, now: datetime, start_deadline: float, agent_date: datetime | None = None
 ) -> TickChoice:
-    """The tick a run at `now` (this host's clock) belongs to; `agent_date`: the agent's."""
+    """The tick a run at `now` belongs to; `agent_date`: the agent's Date, if just read."""
     tick = schedule.latest_tick_at_or_before(now)
     return judge_tick(schedule, tick, now, start_deadline, agent_date)
 
@@ -83,18 +88,15 @@ def judge_tick(
     now: datetime,
     start_deadline: float,
     agent_date: datetime | None = None,
-    answered: datetime | None = None,
 ) -> TickChoice:
     """Whether a run at `now` may claim `tick`, the tick its caller waited for (a scheduler's
     timer, or `lockctl run`'s own choice): never recomputed from the clock here. `agent_date`:
-    the agent's clock in the answer to a read sent at `now` and received at `answered` (this
-    host's clock; default `now`)."""
-    wait, skew = 0.0, None
-    if agent_date is not None:
-        wait = max(0.0, (tick - agent_date).total_seconds())
-        skew = clock_skew(now, answered or now, agent_date)
+    the agent's clock in the answer to the read just made, if any."""
+    wait = 0.0 if agent_date is None else max(0.0, (tick - agent_date).total_seconds())
     lag = (now - tick).total_seconds()
-    return TickChoice(tick, claim_window(schedule, tick, start_deadline), lag, wait, skew)
+    following, after = schedule.next_ticks(tick, 2)
+    window = min(start_deadline, (following - tick).total_seconds())
+    return TickChoice(tick, window, lag, wait, recent=after > now)
 
 
 def missed_ticks(

@@ -110,7 +110,7 @@ def run_job(
     # the claim saw the previous tick unrecorded (nobody ran it: it may be missed).
     again = False
     if lock.record is not None and (tick.housekeep or lock.previous_recorded is False):
-        again = housekeep(lock.ledger, job, schedule, worker, events, lock.tick)
+        again = housekeep(lock.ledger, job, schedule, worker, events, lock.tick, wall)
     lag = None
     if lock.record is not None and result.duration is not None:  # the job of our claim started
         lag = lock.record.start_lag

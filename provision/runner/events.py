@@ -29,6 +29,7 @@ EVENTS = (
     "interrupted",
     "missed",
     "clock-skew",
+    "clock-step",
     "housekeeping",
     "housekeeping-failed",
 )

@@ -27,6 +27,7 @@ from provision.ledger.ticks import (
     MISSED_GRACE,
     TickChoice,
     choose_tick,
+    clock_skew,
     judge_tick,
     missed_ticks,
     to_prune,
@@ -94,53 +95,60 @@ def plan_tick(
     read: bool = True,
 ) -> TickChoice | TickSkip:
     """Whether to claim `tick` (the one the caller waited for), or why not: taken already, too
-    late, or this host's clock far ahead.
+    late, or not come yet on the agent's clock. `wall`: the clock every decision is judged by,
+    Consul's where the caller has one (consul/clock.py); its answers teach it, the read's too.
 
     `read=False` (a scheduler whose clocks agreed lately and whose turn is first, scheduler/
     cadence.py): no read of the tick's record and the agent's clock; the claim's transaction
     still refuses a taken tick."""
-    now = wall()
-    first = judge_tick(schedule, tick, now, job.start_deadline)
     if not read:
-        return _too_late(ledger, job, first, events.worker, now) if first.too_late else first
+        first = judge_tick(schedule, tick, wall(), job.start_deadline)
+        return _too_late(ledger, job, first, events.worker, wall) if first.too_late else first
+    sent = utc_now()  # this host's clock, only to warn when it is not the agent's
     # stale: off the leader; a claim it missed, the claim's own transaction refuses
     record, agent_date = ledger.read(tick, stale=True)
+    received = utc_now()
     if record is not None:
         return TickSkip(tick, Outcome.SKIPPED, taken_fields(record), SkipReason.TAKEN)
-    choice = judge_tick(schedule, tick, now, job.start_deadline, agent_date, wall())
+    choice = judge_tick(schedule, tick, wall(), job.start_deadline, agent_date)
+    if agent_date is not None:
+        choice = replace(choice, skew=clock_skew(sent, received, agent_date))
     if choice.skew is not None:
         events.emit(
             "clock-skew",
             tick=tick_name(choice.tick),
             skew_ms=ms(choice.skew),
-            warning="this host's clock and the Consul agent's differ; keep them in sync (NTP)",
+            warning="this host's clock and the Consul agent's differ; lockctl judges ticks "
+            "by the agent's, keep them in sync (NTP)",
         )
     if choice.too_late:
-        return _too_late(ledger, job, choice, events.worker, now)
+        return _too_late(ledger, job, choice, events.worker, wall)
     if choice.too_early:
         reason = (
             f"tick {tick_name(choice.tick)} has not come on the Consul agent's clock "
-            f"(this host's clock is {choice.wait:.0f}s ahead of it)"
+            f"(it is {choice.wait:.0f}s away there)"
         )
         return TickSkip(choice.tick, Outcome.SKIPPED, {"reason": reason}, SkipReason.OTHER)
     return choice
 
 
 def _too_late(
-    ledger: Ledger, job: JobConfig, choice: TickChoice, worker: str, now: datetime
+    ledger: Ledger, job: JobConfig, choice: TickChoice, worker: str, wall: WallClock
 ) -> TickSkip:
     """Later than the claim window: refuse the tick. Record it missed only once it is missed
-    for every clock within MISSED_GRACE of ours (a peer a second behind may still claim it)."""
+    for every clock within MISSED_GRACE of ours (a peer a second behind may still claim it),
+    and only while its record would still be kept (`recent`): an older tick's record may have
+    been deleted by retention, after it ran."""
     recorded = False
-    if choice.lag > choice.window + MISSED_GRACE:
-        missed = TickRecord(choice.tick, TickOutcome.MISSED, worker=worker, finished_at=now)
+    if choice.lag > choice.window + MISSED_GRACE and choice.recent:
+        missed = TickRecord(choice.tick, TickOutcome.MISSED, worker=worker, finished_at=wall())
         try:
             recorded = ledger.record_missed([missed]) == 1
         except ConsulError:
             recorded = False
     reason = (
-        f"tick {tick_name(choice.tick)}: started {choice.lag:.1f}s after it, later than its "
-        f"start deadline ({choice.window:.0f}s); not run"
+        f"tick {tick_name(choice.tick)}: started {choice.lag:.1f}s after it on the Consul "
+        f"agent's clock, later than its start deadline ({choice.window:.0f}s); not run"
     )
     return TickSkip(choice.tick, Outcome.MISSED, {"reason": reason, "recorded": recorded})
 
@@ -288,6 +296,7 @@ def housekeep(
     worker: str,
     events: EventLog,
     ran: datetime | None = None,
+    wall: WallClock = utc_now,
 ) -> bool:
     """After the run of tick `ran`: record the ticks nobody ran as missed, delete beyond
     history_limit (never a record dated in the future: ledger/ticks.py). Best effort: a failure
@@ -296,7 +305,7 @@ def housekeep(
     housekeeping can record it."""
     try:
         recorded = ledger.ticks()  # names only: the values are not needed here
-        now = utc_now()
+        now = wall()  # Consul's clock where the caller has it: what is missed, and suspect
         missed = missed_ticks(schedule, recorded, now, job.start_deadline, limit=MAX_MISSED_PER_RUN)
         unsettled = (
             [] if ran is None else unsettled_ticks(schedule, recorded, now, job.start_deadline, ran)
@@ -305,8 +314,8 @@ def housekeep(
             TickRecord(tick, TickOutcome.MISSED, worker=worker, finished_at=now)
             for tick in reversed(missed)
         )
-        # this host's clock judges what is dated in the future: if it is behind, a peer's real
-        # record may look suspect, and a suspect record is only kept, never deleted
+        # `now` judges what is dated in the future: if it is behind, a peer's real record may
+        # look suspect, and a suspect record is only kept, never deleted
         pruned = ledger.prune(to_prune(recorded | set(missed), job.history_limit, now=now))
     except ConsulError as exc:
         events.emit("housekeeping-failed", warning=str(exc))

@@ -9,7 +9,8 @@ ran its previous ticks itself, so it does both less often, and no promise change
   the read before the claim   whether the tick is taken, the claim's own transaction says
                               (check-not-exists); the read is kept for the clocks: at the
                               loop's first tick, at every tick while they disagreed at the last
-                              read (a skew, or the agent's clock not at the tick yet), and
+                              read (the agent's clock not at the tick yet), after a step of
+                              either clock (scheduler/service.py), and
                               otherwise once every CLOCK_CHECK_EVERY
   housekeeping                only by the replica that ran the tick (the engine's rule), once
                               every HOUSEKEEP_EVERY, the first time at a point of the loop's
@@ -70,6 +71,11 @@ def tick_work(cadence: Cadence, now: float) -> TickWork:
         cadence.housekept_at is None or now - cadence.housekept_at >= HOUSEKEEP_EVERY - SLACK
     )
     return TickWork(read, housekeep)
+
+
+def distrust_clocks(cadence: Cadence) -> Cadence:
+    """A clock stepped: the next run reads the agent's clock before its claim."""
+    return replace(cadence, clocks_agree=False)
 
 
 def after_read(cadence: Cadence, now: float, *, clocks_agree: bool) -> Cadence:

@@ -37,7 +37,14 @@ from provision.runner.results import RunOptions, RunResult, SkipReason
 from provision.runner.stop import StopRequest
 from provision.runner.tick_lock import TickRun, job_turn, plan_tick
 from provision.schedule import parse_schedule
-from provision.scheduler.cadence import Cadence, after_read, after_run, starting, tick_work
+from provision.scheduler.cadence import (
+    Cadence,
+    after_read,
+    after_run,
+    distrust_clocks,
+    starting,
+    tick_work,
+)
 from provision.scheduler.counts import HELPER_EVENTS, LoopCounts
 from provision.scheduler.sessions import SessionPool
 from provision.workers.config import JobConfig
@@ -67,7 +74,8 @@ def scheduled_run(
     read = work.read_first or turn.reads_first
     plan = plan_tick(ledger, job, schedule, due, events, wall, read=read)
     if work.read_first:
-        agree = isinstance(plan, TickChoice) and plan.wait == 0 and plan.skew is None
+        # a skew of this host's clock is only said: every decision is on the agent's clock
+        agree = isinstance(plan, TickChoice) and plan.wait == 0
         cadence = after_read(cadence, clock(), clocks_agree=agree)
     result = run_job(
         consul,
@@ -162,6 +170,7 @@ class JobTicks:
         self.forks = forks  # the scheduler's namespace helper, shared by its jobs
         self._last_tick: datetime | None = None
         self._consul_down = False
+        self._recheck_clocks = False  # a clock stepped: read the agent's before the next claim
         # the ledger work beyond claim and completion (cadence.py)
         self.cadence = starting(clock(), job.name)
 
@@ -180,6 +189,10 @@ class JobTicks:
             due = choice.tick
         else:
             due = self.schedule.next_ticks(now, 1)[0]
+        if self._last_tick is not None and due <= self._last_tick:
+            # Consul's clock stepped back: never a tick again that this loop has had (its
+            # record may be gone by retention), the one after it, when it comes
+            due = self.schedule.next_ticks(self._last_tick, 1)[0]
         if self._last_tick is not None:
             passed = self._passed_ticks(self._last_tick, due)
             if passed:
@@ -209,6 +222,9 @@ class JobTicks:
         self._last_tick = due
         self.counts.tick_due()
         self.events.emit("tick-due", tick=tick_name(due))
+        if self._recheck_clocks:
+            self._recheck_clocks = False
+            self.cadence = distrust_clocks(self.cadence)
         try:
             session = self._ensure_session()
             result, self.cadence = scheduled_run(
@@ -239,6 +255,10 @@ class JobTicks:
         self._recovered()
         self.last_result = result
         self.counts.finished(result, self.wall().timestamp())
+
+    def recheck_clocks(self) -> None:
+        """From the scheduler's thread: a clock stepped; the next run reads before its claim."""
+        self._recheck_clocks = True
 
     def tick_failed(self, why: str, due: datetime | None = None) -> None:
         """A tick (or the choice of the next one) failed for a reason of lockctl's own: said,

@@ -23,9 +23,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-from provision.consul import Consul, resolve_settings
+from provision.consul import NO_RETRY, AgentClock, Consul, ConsulError, resolve_settings
+from provision.consul.clock import WallSteps
 from provision.errors import InputError, LocalEnvironmentError, LockctlError
-from provision.runner.events import EventLog
+from provision.runner.events import EventLog, ms
 from provision.runner.forkserver import ForkServer
 from provision.runner.stop import StopRequest
 from provision.scheduler.counts import CountsSnapshot, LoopCounts
@@ -39,6 +40,7 @@ JOIN_POLL = 0.5
 # jobs ticking at :00 queue for a turn instead of opening a connection each.
 POOL_SIZE, IN_FLIGHT = 64, 32
 SCHEDULER = "lockctl-schedule"  # the `job` field of the scheduler's own events
+CLOCK_PROBE_TIMEOUT = 2.0  # seconds for the first answer at start, for the agent's clock
 
 
 def scheduled_jobs(config: WorkerConfig) -> list[JobConfig]:
@@ -82,6 +84,11 @@ class Scheduler:
         self.timer: TickTimer | None = None
         self._timer_thread: threading.Thread | None = None
         self.counts: dict[str, LoopCounts] = {}  # by job name: a reload keeps the counters
+        # Consul's clock, which every tick decision is judged by (consul/clock.py); kept across
+        # reloads, as the agent's clock does not change with the config
+        self.agent_clock = AgentClock()
+        self.wall_steps = WallSteps()
+        self._clock_known = False  # at the last look: turns worked out before used this host's
         self._reload = False  # set by a signal handler: a plain flag, never a lock
 
     def request_reload(self) -> None:
@@ -100,6 +107,7 @@ class Scheduler:
             self._start(self.config)
             while not self.stop.requested:
                 self.stop.sleep(JOIN_POLL)
+                self._watch_clocks()
                 if self._reload:
                     self._reload = False
                     self._reload_config()
@@ -121,7 +129,13 @@ class Scheduler:
 
     def _start(self, config: WorkerConfig) -> None:
         settings = resolve_settings(**config.connection())
-        consul = Consul(settings, pool_size=POOL_SIZE, max_in_flight=IN_FLIGHT, batch_txns=True)
+        consul = Consul(
+            settings,
+            pool_size=POOL_SIZE,
+            max_in_flight=IN_FLIGHT,
+            batch_txns=True,
+            agent_clock=self.agent_clock,
+        )
         sessions = SessionPool(consul, config.worker, self.events)
         self.sessions = sessions
         self.loops = []
@@ -135,19 +149,62 @@ class Scheduler:
                     config.worker,
                     events,
                     self.stop,
+                    wall=self.agent_clock,
                     counts=counts,
                     sessions=sessions,
                     forks=self.forks,
                 )
             )
         sessions.start()
-        self.timer = TickTimer(self.loops, self.stop, on_error=self._job_failed)
+        self._learn_clock(consul)
+        self.timer = TickTimer(
+            self.loops, self.stop, wall=self.agent_clock, on_error=self._job_failed
+        )
         self._timer_thread = threading.Thread(target=self.timer.run, name="lockctl-timer")
         self._timer_thread.daemon = True
         self._timer_thread.start()
         self.events.emit(
             "started", config=str(config.path), jobs=[loop.job.name for loop in self.loops]
         )
+
+    def _learn_clock(self, consul: Consul) -> None:
+        """Before any turn is worked out: one answer of the agent, for its clock (any answer
+        carries it). Unreachable, the turns start on this host's clock and are worked out again
+        when the first answer comes (_watch_clocks)."""
+        if self.agent_clock.known:
+            return
+        with contextlib.suppress(ConsulError):
+            consul.status.leader(retry=NO_RETRY, timeout=CLOCK_PROBE_TIMEOUT)
+        self._clock_known = self.agent_clock.known
+
+    def _watch_clocks(self) -> None:
+        """A step of this host's wall clock, or of the agent's (seen in its answers), is said
+        at once, and every job reads the agent's clock again before its next claim. Neither
+        moves a decision (they follow the agent's clock on the monotonic one), but an operator
+        wants to know, and a host step often means the agent's clock steps too."""
+        host = self.wall_steps.step()
+        agent = self.agent_clock.take_steps()
+        if host is not None:
+            self.events.emit(
+                "clock-step",
+                clock="host",
+                step_ms=ms(host),
+                detail="this host's wall clock stepped; ticks are judged by the Consul agent's",
+            )
+        for jump in agent:
+            self.events.emit(
+                "clock-step",
+                clock="consul-agent",
+                step_ms=ms(jump),
+                detail="the Consul agent's clock stepped; ticks follow it",
+            )
+        if host is not None or agent:
+            for loop in list(self.loops):
+                loop.recheck_clocks()
+        learnt = self.agent_clock.known and not self._clock_known
+        self._clock_known = self.agent_clock.known
+        if (agent or learnt) and self.timer is not None:
+            self.timer.replan()  # the turns were worked out on a clock that has moved
 
     def _job_failed(self, job: JobTicks, exc: BaseException) -> None:
         """An unexpected error in one job's run (a bug): said, counted; its next tick comes."""

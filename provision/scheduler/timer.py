@@ -51,6 +51,7 @@ class TickTimer:
         self._order = itertools.count()  # ties in the heap: first in, first out
         # (when, order, the tick to run then or None: work out the job's next turn again, job)
         self._heap: list[tuple[datetime, int, datetime | None, JobTicks]] = []
+        self._replan = False  # set from another thread: the clock moved, redo every turn
 
     def run(self) -> None:
         """Until a stop or a retire; then wait for every run under way."""
@@ -61,6 +62,7 @@ class TickTimer:
                 self._fire_due()
                 self._sleep()
                 self._reschedule_ended()
+                self._replan_waiting()
         finally:
             for ended in list(self._runs.values()):
                 ended.wait()
@@ -69,6 +71,20 @@ class TickTimer:
     def retire(self) -> None:
         self._retiring = True
         self.retired.set()
+
+    def replan(self) -> None:
+        """From another thread: the clock the turns were worked out on moved (Consul's clock
+        first learnt, or stepped), so every waiting job's next turn is worked out again."""
+        self._replan = True
+        self._wakeup.set()
+
+    def _replan_waiting(self) -> None:
+        if not self._replan:
+            return
+        self._replan = False
+        waiting, self._heap = [entry[3] for entry in self._heap], []
+        for job in waiting:  # the running ones are scheduled when their runs end, as ever
+            self._schedule(job)
 
     @property
     def running(self) -> int:

@@ -25,10 +25,11 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 class SchedulerProcess:
-    def __init__(self, config: Path, *flags: str) -> None:
+    def __init__(self, config: Path, *flags: str, env: dict[str, str] | None = None) -> None:
         self.config = config
         self.process = subprocess.Popen(
             [*LOCKCTL, "schedule", "--config", str(config), *flags],
+            env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,

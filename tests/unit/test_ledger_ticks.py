@@ -14,6 +14,7 @@ from provision.ledger.ticks import (
     choose_tick,
     claim_window,
     clock_skew,
+    judge_tick,
     missed_ticks,
     suspect,
     to_prune,
@@ -66,23 +67,36 @@ def test_the_window_of_an_irregular_cron_is_cut_at_its_next_tick() -> None:
 
 
 @pytest.mark.parametrize(
-    ("now", "agent_date", "wait", "skew", "too_early"),
+    ("now", "agent_date", "wait", "too_early"),
     [
-        (at(0.3), at(0), 0.0, None, False),  # same clock (Date rounds down)
-        (at(0.3), at(-1), 1.0, None, False),  # agent 0.3..1.3 s behind: wait for its tick
-        (at(0.2), at(-3), 3.0, 2.7, False),  # this host 3 s ahead: wait, and say so
-        (at(0.1), at(-MAX_EARLY_WAIT - 1), MAX_EARLY_WAIT + 1, pytest.approx(5.6), True),
-        (at(0.5), at(3), 0.0, -3.0, False),  # this host behind: no wait, but a warning
+        (at(0.3), at(0), 0.0, False),  # the tick has come there (Date rounds down)
+        (at(0.3), at(-1), 1.0, False),  # agent 0.3..1.3 s behind: wait for its tick
+        (at(0.2), at(-3), 3.0, False),  # `now` 3 s ahead of the agent's Date: wait
+        (at(0.1), at(-MAX_EARLY_WAIT - 1), MAX_EARLY_WAIT + 1, True),  # too far: skip it
+        (at(0.5), at(3), 0.0, False),  # the agent's clock is past the tick: no wait
     ],
 )
-def test_the_agents_clock_says_whether_the_tick_has_come(
-    now, agent_date, wait, skew, too_early
-) -> None:
+def test_the_agents_clock_says_whether_the_tick_has_come(now, agent_date, wait, too_early) -> None:
     choice = choose_tick(EVERY_5S, now, 300, agent_date)
     assert choice.tick == T
     assert choice.wait == wait
-    assert choice.skew == (skew if skew is None else pytest.approx(skew))
+    assert choice.skew is None  # this host's clock is compared by the caller (plan_tick)
     assert choice.too_early is too_early
+
+
+@pytest.mark.parametrize(
+    ("now", "too_late", "recent"),
+    [
+        (at(4.9), False, True),  # in its window
+        (at(5.1), True, True),  # the next tick has come: too late, its record still kept
+        (at(9.9), True, True),  # one later tick has come
+        (at(10), True, False),  # two have: retention may have deleted this tick's record
+        (at(65), True, False),  # a host clock 65 s behind Consul's: never run, never recorded
+    ],
+)
+def test_a_tick_is_recent_while_at_most_one_later_tick_has_come(now, too_late, recent) -> None:
+    choice = judge_tick(EVERY_5S, T, now, 300)
+    assert (choice.too_late, choice.recent) == (too_late, recent)
 
 
 def ticks(*seconds: float) -> set[datetime]:

@@ -238,6 +238,25 @@ def test_the_loop_counts_its_overlap_skips_as_skipped_ticks(
     assert snap.consul_up  # the loop asked Consul nothing
 
 
+@pytest.mark.parametrize(
+    ("back", "due"),
+    [
+        (0.0, LAST + timedelta(seconds=3)),  # no step: the next tick
+        (2.0, LAST + timedelta(seconds=3)),  # 2 s back, into LAST's window: still the next
+        (40.0, LAST + timedelta(seconds=3)),  # 40 s back: never a tick it has had again
+    ],
+)
+def test_a_loop_never_goes_back_to_a_tick_it_had_when_consuls_clock_steps_back(
+    back: float, due: datetime
+) -> None:
+    counts = LoopCounts()
+    events = CountingEventLog("job-a", "worker-1", io.StringIO(), counts)
+    now = LAST + timedelta(seconds=1 - back)  # LAST ran; then the agent's clock stepped back
+    ticks = JobTicks(None, _job(), "worker-1", events, None, wall=lambda: now, counts=counts)  # type: ignore[arg-type]
+    ticks._last_tick = LAST
+    assert ticks.next_turn().tick == due
+
+
 class _OneSession:
     def session_for(self, timings: JobTimings) -> str:
         return "session-1"

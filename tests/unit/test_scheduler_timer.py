@@ -143,3 +143,43 @@ def test_a_retire_starts_no_new_run() -> None:
     count = len(job.ran)
     time.sleep(0.3)
     assert len(job.ran) == count and 1 <= count <= 4
+
+
+class ClockJob(FakeJob):
+    """A job whose turn is worked out on the timer's clock: its next whole 10 s after now."""
+
+    def __init__(self, clock: Callable[[], datetime]) -> None:
+        super().__init__("job-clock", 10.0)
+        self.clock = clock
+
+    def next_turn(self) -> Turn:
+        now = self.clock().timestamp()
+        tick = datetime.fromtimestamp(now - now % 10 + 10, timezone.utc)
+        return Turn(tick, tick)
+
+
+def test_a_replan_works_out_every_waiting_turn_again_on_the_clock_as_it_is_now() -> None:
+    # The turn was worked out on a clock 3 minutes ahead (this host's, before Consul's was
+    # known): without a replan the job would wait 3 minutes for it.
+    offset = [180.0]
+
+    def clock() -> datetime:
+        return datetime.now(timezone.utc) + timedelta(seconds=offset[0])
+
+    job = ClockJob(clock)
+    stop = StopRequest()
+    timer = TickTimer([job], stop, wall=clock)  # type: ignore[list-item]
+    thread = threading.Thread(target=timer.run)
+    thread.start()
+    try:
+        time.sleep(0.2)
+        offset[0] = 0.0  # Consul's clock learnt
+        timer.replan()
+        give_up = time.monotonic() + 15
+        while not job.ran and time.monotonic() < give_up:
+            time.sleep(0.05)
+        assert job.ran  # the turn was worked out again: within 10 s, not 3 minutes
+        assert abs((job.ran[0] - datetime.now(timezone.utc)).total_seconds()) < 2
+    finally:
+        stop.request()
+        thread.join(10)
