@@ -19,6 +19,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from provision.consul.errors import (
+    AnswerTooLarge,
     ConsulError,
     ConsulHTTPError,
     ConsulNotReached,
@@ -47,6 +48,7 @@ _LAZY = {
 __all__ = [
     "DEFAULT_TOKEN",
     "NO_RETRY",
+    "AnswerTooLarge",
     "Consul",
     "ConsulError",
     "ConsulHTTPError",
