@@ -112,14 +112,19 @@ class Ledger:
         """The tick's record (None: unclaimed) and the agent's clock at the answer. `stale`:
         from whichever server the agent asks, not the leader; it may miss the latest claim (for
         a read before a claim, whose transaction decides anyway: never for a read that must see
-        a write it follows)."""
+        a write it follows). A value over RECORD_MAX_BYTES is read no further: `unreadable`
+        (merged with a scheduler's other reads, it comes whole: at most Consul's 512 KB)."""
         key = self.key(tick)
         if stale and self.consul.txn.batched:  # a scheduler's: merged with its other jobs' reads
             answer = self.consul.txn.read([KVOp("get-tree", key)], batch=True)
             entry, date = next((e for e in answer.results if e.key == key), None), answer.date
         else:
             consistency = "stale" if stale else "default"
-            entry, meta = self.consul.kv.get(key, consistency=consistency)
+            try:
+                cap = _answer_bytes(key, RECORD_MAX_BYTES)
+                entry, meta = self.consul.kv.get(key, consistency=consistency, max_bytes=cap)
+            except AnswerTooLarge:  # a record, so the tick is taken; not one to decode
+                return TickRecord(tick, TickOutcome.UNREADABLE), None
             date = meta.date
         if entry is None:
             return None, date
@@ -189,16 +194,19 @@ class Ledger:
         )
 
     def _fetch(self, check: KVOp, ticks: Sequence[datetime]) -> Fetched:
-        """One batch; over its cap, each half on its own, down to the record that is too
-        large (so the others are still read)."""
+        """One batch; over its cap, each record on its own, so the others are still read and
+        the one too large is named. (Each answer cut short costs its connection: one per such
+        record is the least, where halving the batch would cut two or more.)"""
         try:
             return self._read_batch(check, ticks)
         except AnswerTooLarge:
             if len(ticks) == 1:
                 problem = oversized(ticks[0], self.key(ticks[0]))
                 return Fetched((TickRecord(ticks[0], TickOutcome.UNREADABLE),), (problem,))
-        half = len(ticks) // 2
-        return self._fetch(check, ticks[:half]).then(self._fetch(check, ticks[half:]))
+        fetched = Fetched()
+        for tick in ticks:
+            fetched = fetched.then(self._fetch(check, [tick]))
+        return fetched
 
     def _read_batch(self, check: KVOp, ticks: Sequence[datetime]) -> Fetched:
         keys = {self.key(tick): tick for tick in ticks}

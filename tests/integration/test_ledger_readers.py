@@ -418,6 +418,10 @@ def test_readers_read_a_bounded_number_of_records_and_bytes_whatever_is_stored(l
     assert re.search(r"WARNING \S+: \d+ records too large to read \(", check.stdout), check.stdout
     assert f"last success {_days(lab, 0)}" in check.stdout
 
+    # a runner's read of one tick's record (before it claims) stops at the cap too
+    record, _ = Ledger(lab.worker_1, lab.keys["big"]).read(lab.today - timedelta(days=1))
+    assert record is not None and record.outcome is TickOutcome.UNREADABLE
+
     rss, status = _peak_rss(lab, "status", "--json")
     assert status.returncode == 0 and rss < READER_RSS_MB, (rss, status.stderr)
     (big,) = [s for s in json.loads(status.stdout) if s["job"] == job]
