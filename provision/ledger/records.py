@@ -133,7 +133,10 @@ class TickRecord:
 
 
 def decode(tick: datetime, value: bytes | None, modify_index: int = 0) -> TickRecord:
-    """The record stored for `tick` (named by its key, which outranks what the value says)."""
+    """The record stored for `tick` (named by its key, which outranks what the value says); a
+    value over RECORD_MAX_BYTES is not parsed at all (`unreadable`), whoever read it whole."""
+    if value is not None and len(value) > RECORD_MAX_BYTES:
+        return TickRecord(tick, TickOutcome.UNREADABLE, modify_index=modify_index)
     raw = _json_object(value)
     if raw is None or raw.get("format") != RECORD_FORMAT:
         return TickRecord(tick, TickOutcome.UNREADABLE, modify_index=modify_index)
