@@ -19,7 +19,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from provision.consul import AnswerTooLarge, Consul, ConsulError, KVOp
+from provision.consul import (
+    AnswerTooLarge,
+    Consul,
+    ConsulError,
+    ConsulHTTPError,
+    KVOp,
+    PermissionDenied,
+    TxnAnswer,
+)
 from provision.ledger.records import (
     RECORD_MAX_BYTES,
     RecordProblem,
@@ -213,7 +221,7 @@ class Ledger:
         ops = [check, *(KVOp("get", key) for key in keys)]
         cap = 512 + sum(_answer_bytes(key, RECORD_MAX_BYTES) for key in keys)
         while True:
-            answer = self.consul.txn.kv(ops, max_bytes=cap)
+            answer = self._read_txn(ops, cap)
             if answer.applied:
                 break
             if answer.failed(0) is not None:
@@ -237,6 +245,23 @@ class Ledger:
             else:
                 records.append(decode(tick, entry.value, entry.modify_index))
         return Fetched(tuple(records), tuple(problems), date=answer.date)
+
+    def _read_txn(self, ops: list[KVOp], cap: int) -> TxnAnswer:
+        """A read transaction whose error, if any, says which ledger it was reading (Consul's
+        own message names only PUT /v1/txn)."""
+        try:
+            return self.consul.txn.kv(ops, max_bytes=cap)
+        except (AnswerTooLarge, PermissionDenied):
+            raise  # the one is the caller's business; the other names its keys already
+        except ConsulHTTPError as exc:
+            raise type(exc)(
+                f"{exc} (reading the records of {self.prefix})",
+                status=exc.status,
+                body=exc.body,
+                headers=exc.headers,
+            ) from None
+        except ConsulError as exc:
+            raise type(exc)(f"{exc} (reading the records of {self.prefix})") from None
 
     def claim(
         self,

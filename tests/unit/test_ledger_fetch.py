@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from provision.consul import AnswerTooLarge
+from provision.consul import AnswerTooLarge, ConsulServerError
 from provision.consul.models import KVEntry, ReadMeta
 from provision.consul.txn import KVOp, TxnAnswer, TxnError
 from provision.ledger.records import RECORD_MAX_BYTES, TickOutcome, tick_key
@@ -178,3 +178,21 @@ def test_until_stops_after_the_batch_that_satisfies_it() -> None:
     ledger, consul = ledger_of(dict.fromkeys(range(100), GOOD))
     fetched = ledger.fetch([day(n) for n in range(100)], until=lambda read: len(read) >= 20)
     assert len(fetched.records) == 2 * FETCH_BATCH and len(consul.kv.sent) == 3
+
+
+def test_an_error_while_reading_records_names_the_ledger() -> None:
+    """Consul's own message names only `PUT /v1/txn`: the reader adds which ledger."""
+    ledger, consul = ledger_of({0: GOOD})
+
+    def failing(ops: list[KVOp], **_: Any) -> TxnAnswer:
+        raise ConsulServerError(
+            "consul: PUT /v1/txn on x: 500 No cluster leader", status=500, body=""
+        )
+
+    consul.txn.kv = failing  # type: ignore[method-assign]
+    with pytest.raises(ConsulServerError) as raised:
+        ledger.fetch([day(0)])
+    assert str(raised.value) == (
+        "consul: PUT /v1/txn on x: 500 No cluster leader (reading the records of locks/job/ticks/)"
+    )
+    assert raised.value.status == 500
