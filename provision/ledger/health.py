@@ -34,7 +34,6 @@ from provision.schedule import Schedule
 
 DEFAULT_MAX_INTERVALS = 2
 SUSPECT_NAMED = 3  # suspect ticks named in check's line; the rest are counted
-_SECOND = timedelta(seconds=1)
 _SETTLED = {
     TickOutcome.SUCCEEDED.value,
     TickOutcome.FAILED.value,
