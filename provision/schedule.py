@@ -82,6 +82,16 @@ class Schedule:
             return _EPOCH + timedelta(seconds=seconds)
         return next(self._cron_ticks(now, reverse=True))
 
+    def ticks_at_or_before(self, moment: datetime) -> Iterator[datetime]:
+        """The ticks at or before `moment`, newest first, in UTC: one walk, each step one cron
+        step (stepping with `latest_tick_at_or_before(tick - 1 s)` starts each step 3 h ahead,
+        180 cron steps a tick for a per-minute job in a zone with DST)."""
+        if self.every is None:
+            return self._cron_ticks(moment.astimezone(timezone.utc), reverse=True)
+        latest = self.latest_tick_at_or_before(moment)
+        step = timedelta(seconds=self.every)
+        return (latest - step * i for i in itertools.count())
+
     def _cron_ticks(self, start: datetime, reverse: bool) -> Iterator[datetime]:
         """Ticks after `start` (or at or before it, reversed): every local wall-clock time the
         expression matches, once, at its first occurrence; a time that does not exist is none."""

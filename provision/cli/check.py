@@ -78,15 +78,17 @@ def _judge(
 
 def _judge_one(consul: Consul, job: LedgerJob, max_intervals: int) -> tuple[JobHealth, str]:
     """The job's health, after recording the missed ticks found (read again if any were)."""
-    from provision.ledger.health import assess
-    from provision.ledger.history import read_history, record_missed
+    from provision.ledger.health import assess, read_enough
+    from provision.ledger.history import Wanted, read_history, record_missed
 
-    history = read_history(consul, job)
+    enough = read_enough(job.schedule, job.start_deadline, max_intervals)
+    wanted = Wanted(job.history_limit, enough=enough)  # newest first, back to what it judges
+    history = read_history(consul, job, wanted=wanted)
     remark = ""
     if history.unrecorded_missed:
         recording = record_missed(consul, history)
         if recording.written:
-            history = read_history(consul, job, history.now)
+            history = read_history(consul, job, history.now, wanted)
             remark = f" ({recording.written} missed tick(s) recorded now)"
         elif recording.denied:
             remark = " (missed ticks not recorded: this token may not write the ledger)"

@@ -32,6 +32,17 @@ Since = Annotated[
     ),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+Limit = Annotated[
+    int | None,
+    typer.Option(
+        "--limit",
+        min=1,
+        max=10000,
+        help="At most this many ticks per job, the newest (default: the job's history_limit).",
+        show_default=False,
+    ),
+]
+PROBLEMS_SHOWN = 10  # lines about records not read, per job; the rest are counted
 
 
 @options.consul_command
@@ -40,16 +51,23 @@ def history(
     spec_file: options.SpecFile = options.DEFAULT_SPEC,
     job: JobOption = None,
     since: Since = None,
+    limit: Limit = None,
     as_json: AsJson = False,
 ) -> None:
     """Each tick of each job from its ledger: who ran it (the record's word), LockIndex,
     outcome, exit status, duration, start lag, and the ticks nobody ran."""
-    from provision.ledger.history import read_history
+    from provision.ledger.history import Wanted, read_history
 
     start = _since(since)  # refused before the spec or Consul is read
     jobs = scheduled_jobs(spec_file, job)
     consul = connection.connect()
-    histories = [read_history(consul, j).since(start) for j in jobs]
+    histories = []
+    for j in jobs:
+        count = limit or j.history_limit
+        found = read_history(consul, j, wanted=Wanted(count, since=start))
+        histories.append(found.since(start).newest(count))
+    for found in histories:
+        _report_problems(found)
     if as_json:
         typer.echo(json.dumps([h.to_record() for h in histories], indent=2))
         return
@@ -86,6 +104,15 @@ def _since(text: str | None) -> datetime | None:
         return parse_since(text, datetime.now(timezone.utc))
     except ValueError as exc:
         raise InputError(f"--since: {exc}") from None
+
+
+def _report_problems(found: JobHistory) -> None:
+    """One line on stderr per record not read (`key: field: why`), the first few."""
+    for problem in found.problems[:PROBLEMS_SHOWN]:
+        typer.echo(f"lockctl: warning: {problem.line()}", err=True)
+    if len(found.problems) > PROBLEMS_SHOWN:
+        more = len(found.problems) - PROBLEMS_SHOWN
+        typer.echo(f"lockctl: warning: {found.job}: {more} more records not read", err=True)
 
 
 def _print(found: JobHistory) -> None:

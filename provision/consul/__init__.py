@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from provision.consul.clock import AgentClock
 from provision.consul.errors import (
+    AnswerTooLarge,
     ConsulError,
     ConsulHTTPError,
     ConsulNotReached,
@@ -49,6 +50,7 @@ __all__ = [
     "DEFAULT_TOKEN",
     "NO_RETRY",
     "AgentClock",
+    "AnswerTooLarge",
     "Consul",
     "ConsulError",
     "ConsulHTTPError",

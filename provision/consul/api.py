@@ -266,9 +266,11 @@ class KVAPI(_Area):
         index: int | None = None,
         wait: float | None = None,
         token: TokenChoice = DEFAULT_TOKEN,
+        max_bytes: int | None = None,
     ) -> tuple[KVEntry | None, ReadMeta]:
         """Read one key (None if absent) with its consistency headers; with `index`, block until
-        the key changes past that index or `wait` runs out.
+        the key changes past that index or `wait` runs out; `max_bytes`: AnswerTooLarge past
+        that many bytes of answer (a value is base64 in it: 4/3 of its size, plus ~200).
         GET /v1/kv/:key"""
         params = _consistency(consistency)
         timeout = None
@@ -280,7 +282,9 @@ class KVAPI(_Area):
             # Consul adds up to wait/16 of jitter; the client timeout must outlast both.
             timeout = self._transport.settings.timeout + wait * 17 / 16
         try:
-            answer = self._key_request("GET", key, params, token, idempotent=True, timeout=timeout)
+            answer = self._key_request(
+                "GET", key, params, token, idempotent=True, timeout=timeout, max_bytes=max_bytes
+            )
         except NotFound as missing:
             absent = ConsulResponse(404, None, missing.headers)
             return None, _meta(absent)
@@ -298,11 +302,31 @@ class KVAPI(_Area):
     def keys(self, prefix: str, *, token: TokenChoice = DEFAULT_TOKEN) -> list[str]:
         """The names of the keys under `prefix`, without their values ([] when there is none).
         GET /v1/kv/:prefix?keys"""
+        return self.key_names(prefix, token=token)[0]
+
+    def key_names(
+        self,
+        prefix: str,
+        *,
+        separator: str | None = None,
+        max_bytes: int | None = None,
+        token: TokenChoice = DEFAULT_TOKEN,
+    ) -> tuple[list[str], ReadMeta]:
+        """The names under `prefix` ([] when there is none) and the read's headers; with
+        `separator`, a name ends at the first one after the prefix (a folder's keys are one
+        name); `max_bytes`: AnswerTooLarge past that many bytes of answer.
+        GET /v1/kv/:prefix?keys&separator="""
+        params: dict[str, str | int] = {"keys": ""}
+        if separator is not None:
+            params["separator"] = separator
         try:
-            answer = self._key_request("GET", prefix, {"keys": ""}, token, idempotent=True)
-        except NotFound:
-            return []
-        return [str(key) for key in answer.body or ()]
+            answer = self._key_request(
+                "GET", prefix, params, token, idempotent=True, max_bytes=max_bytes
+            )
+        except NotFound as missing:
+            return [], _meta(ConsulResponse(404, None, missing.headers))
+        names = answer.body if isinstance(answer.body, list) else []
+        return [str(key) for key in names], _meta(answer)
 
     def put(
         self,

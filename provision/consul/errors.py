@@ -3,6 +3,7 @@
     ConsulError                      5  base
     +-- ConsulUnavailable            3  connection refused/reset, TLS failure, client timeout
     +-- SpeaksHttps                  2  an http:// address whose port serves HTTPS only
+    +-- AnswerTooLarge               5  an answer read with a byte cap passed it
     +-- ConsulHTTPError(status)      5  Consul answered with an error status
         +-- PermissionDenied         4  403: no token, unknown token, or the token lacks a right
         +-- NotFound                 5  404
@@ -50,6 +51,11 @@ class SpeaksHttps(ConsulError):
     Consul's API, and no retry helps: the address given is wrong (bad input, exit 2)."""
 
     exit_code = EXIT_INPUT
+
+
+class AnswerTooLarge(ConsulError):
+    """An answer read with a byte cap (`max_bytes`) passed it: the rest was not read. Not
+    retried: the same data gives the same answer."""
 
 
 class ConsulHTTPError(ConsulError):

@@ -34,6 +34,7 @@ from urllib3.util import Timeout
 
 from provision.consul.clock import AgentClock
 from provision.consul.errors import (
+    AnswerTooLarge,
     ConsulHTTPError,
     ConsulNotReached,
     ConsulUnavailable,
@@ -48,6 +49,7 @@ log = logging.getLogger("provision.consul")
 BODY_EXCERPT_CHARS = 200
 MIN_ATTEMPT = 0.05  # seconds: no retry is started with less of the call's timeout left
 POOLED_HOSTS = 4  # agents whose connections a sized pool keeps (bootstrap visits a few)
+STREAM_CHUNK = 16 * 1024  # bytes read at a time from an answer read with a byte cap
 PLAIN_HTTP_REFUSAL = "Client sent an HTTP request to an HTTPS server."  # Go's TLS server, 400
 
 
@@ -177,6 +179,7 @@ class _Call(NamedTuple):
     token: Secret | None
     redact: tuple[Secret, ...]
     answers: tuple[int, ...]
+    max_bytes: int | None = None
 
 
 class CallGate:
@@ -282,6 +285,7 @@ class Transport:
         redact: tuple[Secret, ...] = (),
         answers: tuple[int, ...] = (),
         urgent: bool = False,
+        max_bytes: int | None = None,
     ) -> ConsulResponse:
         """Send one call (with retries where safe); return the answer or raise a ConsulError.
 
@@ -289,7 +293,9 @@ class Transport:
         error body quoted in an exception, like the token is. `answers`: error statuses that are
         answers to this call (a transaction's 409 carries which operation failed), returned
         with their decoded body instead of raised. `urgent`: before other waiting calls, when
-        calls at once are limited (CallGate).
+        calls at once are limited (CallGate). `max_bytes`: the answer's body is read as it
+        comes and the call ends with AnswerTooLarge, the connection closed, once it passes that
+        many bytes (Consul has no size filter: a value anyone may write is read whole).
         """
         policy = retry if retry is not None else self.retry
         chosen = self.settings.token if isinstance(token, _DefaultToken) else token
@@ -303,7 +309,9 @@ class Transport:
             attempt += 1
             left = ends_at - self._clock()
             try:
-                call = _Call(method, path, params, json_body, data, chosen, redact, answers)
+                call = _Call(
+                    method, path, params, json_body, data, chosen, redact, answers, max_bytes
+                )
                 return self._send_once(call, left, urgent)
             except (ConsulUnavailable, ConsulHTTPError) as exc:
                 if not _retryable(exc, idempotent):
@@ -331,7 +339,7 @@ class Transport:
             self._gate.leave()
 
     def _send(self, call: _Call, timeout: float) -> ConsulResponse:
-        method, path, params, json_body, data, token, redact, answers = call
+        method, path, params, json_body, data, token, redact, answers, max_bytes = call
         url = f"{self.settings.address}{path}"
         where = f"{method} {path} on {self.settings.address}"
         headers = {"X-Consul-Token": token.reveal()} if token else {}
@@ -353,7 +361,10 @@ class Transport:
                 verify=self._tls_verify,
                 cert=self._tls_cert,
                 allow_redirects=False,
+                stream=max_bytes is not None,
             )
+            if max_bytes is not None:
+                self._read_capped(answer, max_bytes, where, started + timeout)
         except requests.exceptions.RequestException as exc:
             raise _unavailable(where, exc) from None
         received = self._clock()
@@ -373,6 +384,28 @@ class Transport:
                 headers=answer.headers,
             )
         return ConsulResponse(answer.status_code, _decode(answer), answer.headers)
+
+    def _read_capped(
+        self, answer: requests.Response, max_bytes: int, where: str, ends_at: float
+    ) -> None:
+        """Read the streamed body, at most `max_bytes` (decoded: a compressed answer is
+        counted as it unpacks) and until `ends_at` (a socket timeout only bounds each read: a
+        trickle of bytes would outlast it); over either, close the connection and raise."""
+        chunks, size = [], 0
+        try:
+            for chunk in answer.iter_content(STREAM_CHUNK):
+                size += len(chunk)
+                if size > max_bytes:
+                    raise AnswerTooLarge(
+                        f"consul: {where}: answer over {max_bytes} bytes: not read further"
+                    )
+                if self._clock() > ends_at:
+                    raise _unavailable(where, requests.exceptions.Timeout("reading the answer"))
+                chunks.append(chunk)
+        except BaseException:
+            answer.close()
+            raise
+        answer._content = b"".join(chunks)  # what .content, .text and .json() read
 
     def _verify(self) -> bool | str:
         if not self.settings.verify_tls:

@@ -97,15 +97,18 @@ class TxnAPI:
         token: TokenChoice = DEFAULT_TOKEN,
         urgent: bool = False,
         batch: bool = False,
+        max_bytes: int | None = None,
     ) -> TxnAnswer:
         """Apply KV operations atomically. PermissionDenied when the token may not do one.
         `urgent`: ahead of other waiting calls (a tick's claim). `batch`: may share one
-        transaction with other calls on other keys, for the same answer. PUT /v1/txn"""
+        transaction with other calls on other keys, for the same answer. `max_bytes`: the
+        answer is read up to that many bytes, else AnswerTooLarge (never batched). PUT /v1/txn"""
         _check(operations)
-        if batch and self._batcher is not None and token is DEFAULT_TOKEN:
+        if batch and self._batcher is not None and token is DEFAULT_TOKEN and max_bytes is None:
             answer: TxnAnswer = self._batcher.kv(operations, urgent)
         else:
-            answer = self._send(operations, urgent, token)
+            answer = self._send(operations, urgent, token, max_bytes=max_bytes)
+        return self._allowed(answer, operations)
         return self._allowed(answer)
 
     def read(self, operations: Sequence[KVOp], *, batch: bool = False) -> TxnAnswer:
@@ -120,15 +123,16 @@ class TxnAPI:
             answer: TxnAnswer = self._readers.kv(operations, False)
         else:
             answer = self._send_read(operations, False)
-        return self._allowed(answer)
+        return self._allowed(answer, operations)
 
-    def _allowed(self, answer: TxnAnswer) -> TxnAnswer:
-        """The answer, or PermissionDenied when the token may not do one of its operations."""
+    def _allowed(self, answer: TxnAnswer, operations: Sequence[KVOp]) -> TxnAnswer:
+        """The answer, or PermissionDenied when the token may not do one of its operations
+        (named with its verb and key: an operation's number alone says nothing to a reader)."""
         denied = [error.op_index for error in answer.errors if error.what == DENIED]
         if denied:
             raise PermissionDenied(
                 f"consul: PUT /v1/txn on {self._transport.settings.address}: 409 {DENIED} "
-                f"(operation {', '.join(map(str, denied))})",
+                f"({_named(operations, denied)})",
                 status=403,
                 body=DENIED,
                 headers=answer.headers,
@@ -145,6 +149,7 @@ class TxnAPI:
         token: TokenChoice = DEFAULT_TOKEN,
         *,
         stale: bool = False,
+        max_bytes: int | None = None,
     ) -> TxnAnswer:
         """One transaction, as Consul answered it (errors of denied operations included)."""
         answer = self._transport.request(
@@ -156,6 +161,7 @@ class TxnAPI:
             answers=(409,),
             urgent=urgent,
             idempotent=stale,  # a read-only transaction changes nothing: safe to send again
+            max_bytes=max_bytes,
         )
         body = answer.body if isinstance(answer.body, dict) else {}
         errors = tuple(_error(raw) for raw in body.get("Errors") or ())
@@ -180,6 +186,17 @@ def _check(operations: Sequence[KVOp]) -> None:
         raise ValueError(f"a transaction has 1..{MAX_OPERATIONS} operations")
     for op in operations:
         checked_key(op.key)  # a key in the body must be the one a call by path names
+
+
+def _named(operations: Sequence[KVOp], indexes: list[int]) -> str:
+    """`operation 0 (get test/x/ticks/...), 2 (...)`: the first few, keys made printable."""
+    shown = []
+    for index in indexes[:3]:
+        op = operations[index] if 0 <= index < len(operations) else None
+        what = "" if op is None else f" ({op.verb} {printable(op.key, 120)})"
+        shown.append(f"{index}{what}")
+    more = f" and {len(indexes) - 3} more" if len(indexes) > 3 else ""
+    return "operation " + ", ".join(shown) + more
 
 
 def _error(raw: Any) -> TxnError:

@@ -9,7 +9,8 @@ recent ticks; a tick still inside its window (or running) is not judged yet.
               ledger already holds K closed ticks since its first record
     WARNING   the last finished run did not succeed: failed, lost, interrupted, abandoned (its
               runner died) or unreadable (a record that is not one); or the ledger holds
-              suspect records, dated in the future (ledger/ticks.py)
+              suspect records, dated in the future (ledger/ticks.py); or a record read was
+              too large to decode (over RECORD_MAX_BYTES: not lockctl's, never decoded)
     OK        otherwise, and for a job with no record at all: "no ticks recorded yet" (the
               ledger starts with a job's first run; before it nothing says the job exists)
 
@@ -21,18 +22,18 @@ ones were not there (a record of 2099 saying `succeeded` would be the last succe
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from provision.ledger.history import ABANDONED, JobHistory, TickRow
-from provision.ledger.records import TickOutcome, tick_name
-from provision.ledger.ticks import MISSED_GRACE, claim_window
+from provision.ledger.history import ABANDONED, Enough, JobHistory, TickRow
+from provision.ledger.records import RecordProblem, TickOutcome, TickRecord, tick_name
+from provision.ledger.ticks import MISSED_GRACE
 from provision.schedule import Schedule
 
 DEFAULT_MAX_INTERVALS = 2
 SUSPECT_NAMED = 3  # suspect ticks named in check's line; the rest are counted
-_SECOND = timedelta(seconds=1)
 _SETTLED = {
     TickOutcome.SUCCEEDED.value,
     TickOutcome.FAILED.value,
@@ -94,13 +95,15 @@ def closed_ticks(
 ) -> list[datetime]:
     """The newest `count` ticks whose claim window (plus the grace a missed tick gets) closed
     before `now`, newest first."""
-    tick = schedule.latest_tick_at_or_before(now)
+    walk = schedule.ticks_at_or_before(now)  # one walk back: a cron step a tick
+    tick = next(walk)
+    following = schedule.next_ticks(tick, 1)[0]
     found: list[datetime] = []
     while len(found) < count:
-        window = claim_window(schedule, tick, start_deadline) + MISSED_GRACE
+        window = min(start_deadline, (following - tick).total_seconds()) + MISSED_GRACE
         if tick + timedelta(seconds=window) < now:
             found.append(tick)
-        tick = schedule.latest_tick_at_or_before(tick - _SECOND)
+        following, tick = tick, next(walk)
     return found
 
 
@@ -109,7 +112,8 @@ def assess(
 ) -> JobHealth:
     """The job's state by the rules above, as of `history.now`."""
     now, rows = history.now, history.runs
-    suspect = _suspect_problem(history.suspect)
+    suspect = _suspect_problem(history.suspect, history.suspect_count)
+    too_large = _too_large_problem(history.problems)
     success = next((r.tick for r in rows if r.outcome == TickOutcome.SUCCEEDED.value), None)
     if not rows:  # no record, or suspect ones only: no run to judge
         if suspect is None:
@@ -124,7 +128,7 @@ def assess(
         critical.append(f"no success in the last {max_intervals} ticks")
     elif success is None and rows[-1].tick <= oldest_recent:
         critical.append(f"no success since the first record ({tick_name(rows[-1].tick)})")
-    warnings = [w for w in (_last_finished_problem(rows), suspect) if w]
+    warnings = [w for w in (_last_finished_problem(rows), suspect, too_large) if w]
     reasons = tuple(critical + warnings)
     state = State.CRITICAL if critical else State.WARNING if warnings else State.OK
     return JobHealth(history.job, state, reasons, success, history.next_tick, now)
@@ -153,15 +157,42 @@ def _last_finished_problem(rows: tuple[TickRow, ...]) -> str | None:
     return f"last run {tick_name(last.tick)} {last.outcome}{said}"
 
 
-def _suspect_problem(rows: tuple[TickRow, ...]) -> str | None:
+def _suspect_problem(rows: tuple[TickRow, ...], count: int) -> str | None:
     """`1 suspect record, dated in the future (2099-01-01T00:00:00Z)`: tick names lockctl
-    formats itself from the keys it parsed, the newest few, so the line stays short."""
-    if not rows:
+    formats itself from the keys it parsed, the newest few, so the line stays short; `count`:
+    all of them, read or not."""
+    count = max(count, len(rows))
+    if not count:
         return None
     named = ", ".join(tick_name(row.tick) for row in rows[:SUSPECT_NAMED])
-    more = f" and {len(rows) - SUSPECT_NAMED} more" if len(rows) > SUSPECT_NAMED else ""
-    records = "record" if len(rows) == 1 else "records"
-    return f"{len(rows)} suspect {records}, dated in the future ({named}{more})"
+    shown = min(len(rows), SUSPECT_NAMED)
+    more = f" and {count - shown} more" if count > shown else ""
+    records = "record" if count == 1 else "records"
+    return f"{count} suspect {records}, dated in the future ({named}{more})"
+
+
+def _too_large_problem(problems: tuple[RecordProblem, ...]) -> str | None:
+    """`1 record too large to read (locks/x/ticks/2026-12-01T02:00:00Z: value: ...)`: the
+    newest one's line (keys lockctl listed and parsed as tick names), the rest counted."""
+    if not problems:
+        return None
+    newest = max(problems, key=lambda problem: problem.key)
+    records = "record" if len(problems) == 1 else "records"
+    return f"{len(problems)} {records} too large to read ({newest.line()})"
+
+
+def read_enough(schedule: Schedule, start_deadline: float, max_intervals: int) -> Enough:
+    """When check has read enough of a ledger, newest first (pure): back to a success, and
+    back to the oldest of the last `max_intervals` closed ticks (a missed record among them is
+    CRITICAL), all that `assess` looks at; older records change nothing it says."""
+
+    def enough(records: Sequence[TickRecord], now: datetime) -> bool:
+        if not any(record.outcome is TickOutcome.SUCCEEDED for record in records):
+            return False
+        oldest_recent = closed_ticks(schedule, now, start_deadline, max_intervals)[-1]
+        return records[-1].tick <= oldest_recent
+
+    return enough
 
 
 def _ago(seconds: float) -> str:

@@ -1,10 +1,14 @@
 """A job's run history from its tick ledger: what `lockctl history`, `status` and `check` show.
 
-One read per job: a read-only transaction of two get-trees, the ticks and the lock key, so the
-records and the lock's holder are one moment of Consul's state (a run that completes between
-two separate reads would otherwise look abandoned). Consul filters what a token may not read out
-of a transaction's answer instead of refusing it, so an empty answer is confirmed with a plain
-read of the lock key, which does say 403.
+Reads are bounded whatever the ledger holds (ledger/store.py `tick_names`, `fetch`): the key
+names first (names only, up to 4 MiB of them), then only the records a reader needs, newest
+first (history: --limit and --since; status: the newest; check: back to a success and its
+recent ticks), FETCH_BATCH at a time, each answer read up to a cap: a record over
+RECORD_MAX_BYTES is reported in one line (`key: value: why`), counted and shown `unreadable`,
+never decoded. The lock key is read first (a plain GET: it says 403 to a token that may not
+read, where a listing of names is filtered instead) and every batch checks its index, so the
+records and the lock's holder are one moment of Consul's state: a run that completes between
+two separate reads would otherwise look abandoned.
 
 Every record is the writer's word (anyone with write on the prefix writes these keys), decoded
 bounded and printable by provision/ledger/records.py. A `running` record whose session no longer
@@ -18,20 +22,20 @@ from __future__ import annotations
 
 import re
 import socket
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
-from provision.consul import Consul, KVOp, PermissionDenied
+from provision.consul import Consul, PermissionDenied
 from provision.durations import DurationSyntaxError, parse_duration
 from provision.ledger.records import (
     FIELD_LIMIT,
+    RecordProblem,
     TickOutcome,
     TickRecord,
-    decode,
-    parse_tick_name,
+    tick_key,
     tick_name,
-    ticks_prefix,
 )
 from provision.ledger.store import Ledger
 from provision.ledger.ticks import missed_ticks, suspect
@@ -44,6 +48,8 @@ if TYPE_CHECKING:
 ABANDONED = "abandoned"  # shown for a `running` record whose session no longer holds the lock
 SUSPECT = "suspect"  # shown for a record dated in the future, whatever it says
 NOTICER = "lockctl check"  # the worker field of the missed records `check` writes
+SUSPECT_READ = 10  # suspect records (dated in the future) whose values a reader reads; all counted
+TOO_LARGE = "too large: not read"  # the note of a record over RECORD_MAX_BYTES
 _DAYS = re.compile(r"(\d{1,5})d")
 
 
@@ -76,30 +82,71 @@ def ledger_job(job: Job) -> LedgerJob | None:
 
 @dataclass(frozen=True)
 class LedgerSnapshot:
-    """One job's records (oldest first) and who holds its lock, at one moment."""
+    """One job's records (oldest first, the ones read) and who holds its lock, at one moment;
+    `recorded`: every tick the ledger has a key for (None: the records' own)."""
 
     records: tuple[TickRecord, ...]
     lock_session: str | None  # Consul's word: the session on the lock key now
     date: datetime | None  # the agent's clock at the answer
+    recorded: frozenset[datetime] | None = None
+    problems: tuple[RecordProblem, ...] = ()  # records not decoded (over RECORD_MAX_BYTES)
+
+    @property
+    def ticks(self) -> frozenset[datetime]:
+        if self.recorded is not None:
+            return self.recorded
+        return frozenset(record.tick for record in self.records)
 
 
-def read_snapshot(consul: Consul, lock_key: str) -> LedgerSnapshot:
-    """GET the ticks and the lock key in one read-only transaction (PUT /v1/txn); an empty
-    answer is confirmed with GET /v1/kv/<lock key> (403 when the token may not read)."""
-    prefix = ticks_prefix(lock_key)
-    answer = consul.txn.kv([KVOp("get-tree", prefix), KVOp("get-tree", lock_key)])
-    lock = next((entry for entry in answer.results if entry.key == lock_key), None)
-    records = []
-    for entry in answer.results:
-        tick = parse_tick_name(entry.key[len(prefix) :]) if entry.key.startswith(prefix) else None
-        if tick is not None:
-            records.append(decode(tick, entry.value, entry.modify_index))
-    date = answer.date
-    if lock is None and not records:
-        _, meta = consul.kv.get(lock_key)  # raises PermissionDenied where the txn stayed silent
-        date = meta.date or date
-    session = None if lock is None or lock.session is None else lock.session
-    return LedgerSnapshot(tuple(sorted(records, key=lambda r: r.tick)), session, date)
+# Whether the records read so far (newest first) tell a reader enough, at the clock given: it
+# stops there (`check`: once it has read back to a success and past its recent ticks).
+Enough = Callable[[Sequence[TickRecord], datetime], bool]
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """Which records a reader reads: the newest `limit` from `since` on that are not dated in
+    the future (and up to SUSPECT_READ of those), newest first, until `enough` says so."""
+
+    limit: int
+    since: datetime | None = None
+    enough: Enough | None = None
+
+
+def wanted_ticks(
+    ticks: frozenset[datetime], now: datetime, wanted: Wanted
+) -> tuple[list[datetime], list[datetime]]:
+    """The ticks whose records to read, newest first: the real ones, and the suspect ones
+    (newest by name, so thousands of forged ones push no real record out: pure)."""
+    real = sorted((t for t in ticks if not suspect(t, now)), reverse=True)
+    if wanted.since is not None:
+        real = [tick for tick in real if tick >= wanted.since]
+    future = sorted((t for t in ticks if suspect(t, now)), reverse=True)
+    return real[: max(wanted.limit, 0)], future[:SUSPECT_READ]
+
+
+def read_snapshot(consul: Consul, lock_key: str, wanted: Wanted) -> LedgerSnapshot:
+    """The ledger's names (GET ?keys), then the lock key (GET: 403 when the token may not read)
+    and the wanted records at one state of it, in capped read-only transactions (PUT /v1/txn):
+    the real ones newest first until `wanted.enough`, then the suspect ones to show."""
+    ledger = Ledger(consul, lock_key)
+    ticks, date = ledger.tick_names()
+    names = frozenset(ticks)
+    moment = date or datetime.now(timezone.utc)
+    real, future = wanted_ticks(names, moment, wanted)
+    enough = wanted.enough
+    until = None if enough is None else lambda read: enough(_newest_first(read), moment)
+    fetched = ledger.fetch(real, until=until)
+    if future:  # not runs: the lock's state means nothing to them
+        fetched = fetched.then(ledger.fetch(future))
+    records = tuple(sorted(fetched.records, key=lambda r: r.tick))
+    return LedgerSnapshot(
+        records, fetched.lock_session, date or fetched.date, names, fetched.problems
+    )
+
+
+def _newest_first(records: Sequence[TickRecord]) -> list[TickRecord]:
+    return sorted(records, key=lambda record: record.tick, reverse=True)
 
 
 # --- the history ------------------------------------------------------------------------------
@@ -112,6 +159,7 @@ class TickRow:
     tick: datetime
     outcome: str  # a TickOutcome value, or `abandoned`
     record: TickRecord | None
+    note: str | None = None  # lockctl's own word on it: TOO_LARGE
 
     @property
     def recorded(self) -> bool:
@@ -131,6 +179,8 @@ class TickRow:
         a suspect record claims (an outcome lockctl decoded: one of its own words)."""
         if self.suspect and self.record is not None:
             return f"suspect: dated in the future (says {self.record.outcome.value})"
+        if self.note is not None:
+            return f"{self.outcome} ({self.note})"
         return "missed (not recorded yet)" if self.missed and not self.recorded else self.outcome
 
     def to_record(self) -> dict[str, Any]:
@@ -140,6 +190,7 @@ class TickRow:
             "outcome": self.outcome,
             "recorded": self.recorded,
             "recorded_outcome": None if r is None else r.outcome.value,
+            "note": self.note,
             "worker": None if r is None else r.worker,  # the record's own word
             "host": None if r is None else r.host,
             "session": None if r is None else r.session,
@@ -162,6 +213,8 @@ class JobHistory:
     now: datetime  # the clock it was computed at (the agent's, when it answered with one)
     next_tick: datetime
     lock_session: str | None = None
+    suspect_count: int = 0  # every record dated in the future, read or not (by name)
+    problems: tuple[RecordProblem, ...] = ()  # records read but not decoded, one line each
 
     @property
     def unrecorded_missed(self) -> list[datetime]:
@@ -187,6 +240,11 @@ class JobHistory:
             return self
         return replace(self, rows=tuple(row for row in self.rows if row.tick >= moment))
 
+    def newest(self, count: int) -> JobHistory:
+        """The newest `count` rows that may be runs, and the suspect ones read."""
+        kept = set(self.runs[: max(count, 0)]) | set(self.suspect)
+        return replace(self, rows=tuple(row for row in self.rows if row in kept))
+
     def to_record(self) -> dict[str, Any]:
         return {
             "job": self.job,
@@ -196,6 +254,8 @@ class JobHistory:
             "now": _iso(self.now),
             "next_tick": tick_name(self.next_tick),
             "ticks": [row.to_record() for row in self.rows],
+            "suspect_records": self.suspect_count,
+            "problems": [{"key": p.key, "field": p.field, "why": p.why} for p in self.problems],
         }
 
 
@@ -203,20 +263,34 @@ def build_history(job: LedgerJob, snapshot: LedgerSnapshot, now: datetime) -> Jo
     """The rows, newest first: every record (a dead runner's `running` shown abandoned, one
     dated in the future suspect) and the ticks the ledger shows nobody ran whose claim window
     closed (pure)."""
-    rows = [_row(record, snapshot.lock_session, now) for record in snapshot.records]
-    recorded = {record.tick for record in snapshot.records}
+    too_large = {problem.key for problem in snapshot.problems}
+    rows = [_row(job, r, snapshot.lock_session, now, too_large) for r in snapshot.records]
+    recorded = snapshot.ticks  # every name: a record not read is still a tick someone has
     missed = missed_ticks(job.schedule, recorded, now, job.start_deadline, limit=job.history_limit)
     rows += [TickRow(tick, TickOutcome.MISSED.value, None) for tick in missed]
     rows.sort(key=lambda row: row.tick, reverse=True)
     next_tick = job.schedule.next_ticks(now, 1)[0]
+    suspects = sum(1 for tick in recorded if suspect(tick, now))
     return JobHistory(
-        job.name, job.lock_key, job.schedule, tuple(rows), now, next_tick, snapshot.lock_session
+        job.name,
+        job.lock_key,
+        job.schedule,
+        tuple(rows),
+        now,
+        next_tick,
+        snapshot.lock_session,
+        suspects,
+        snapshot.problems,
     )
 
 
-def _row(record: TickRecord, lock_session: str | None, now: datetime) -> TickRow:
+def _row(
+    job: LedgerJob, record: TickRecord, lock_session: str | None, now: datetime, too_large: set[str]
+) -> TickRow:
     if suspect(record.tick, now):
         return TickRow(record.tick, SUSPECT, record)
+    if tick_key(job.lock_key, record.tick) in too_large:
+        return TickRow(record.tick, record.outcome.value, record, TOO_LARGE)
     if record.outcome is TickOutcome.RUNNING and (
         record.session is None or record.session != _shown(lock_session)
     ):
@@ -229,10 +303,13 @@ def _shown(session: str | None) -> str | None:
     return None if session is None else printable(session, FIELD_LIMIT)
 
 
-def read_history(consul: Consul, job: LedgerJob, now: datetime | None = None) -> JobHistory:
+def read_history(
+    consul: Consul, job: LedgerJob, now: datetime | None = None, wanted: Wanted | None = None
+) -> JobHistory:
     """The job's history as of `now`, else the agent's clock (Consul's word, the one the runners
-    compare with), else this host's."""
-    snapshot = read_snapshot(consul, job.lock_key)
+    compare with), else this host's, from the records `wanted` (default: the newest
+    history_limit, what the ledger keeps)."""
+    snapshot = read_snapshot(consul, job.lock_key, wanted or Wanted(job.history_limit))
     moment = now or snapshot.date or datetime.now(timezone.utc)
     return build_history(job, snapshot, moment)
 

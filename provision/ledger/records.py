@@ -26,6 +26,10 @@ from provision.system.text import printable
 RECORD_FORMAT = 1
 TICKS_DIR = "ticks/"
 FIELD_LIMIT = 64  # characters of a name, host or session field
+# Bytes of a record's value a reader decodes. A real record is under 1 KB (bench/ledger_size.py:
+# ~400 bytes with a 64-character host); anyone who may write the prefix may write 512 KB, and
+# 100 of those read whole took 260 MB and 4 s. Larger values are reported, never decoded.
+RECORD_MAX_BYTES = 4096
 _TICK_NAME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
 _MAX_INT = 2**63
 
@@ -129,7 +133,10 @@ class TickRecord:
 
 
 def decode(tick: datetime, value: bytes | None, modify_index: int = 0) -> TickRecord:
-    """The record stored for `tick` (named by its key, which outranks what the value says)."""
+    """The record stored for `tick` (named by its key, which outranks what the value says); a
+    value over RECORD_MAX_BYTES is not parsed at all (`unreadable`), whoever read it whole."""
+    if value is not None and len(value) > RECORD_MAX_BYTES:
+        return TickRecord(tick, TickOutcome.UNREADABLE, modify_index=modify_index)
     raw = _json_object(value)
     if raw is None or raw.get("format") != RECORD_FORMAT:
         return TickRecord(tick, TickOutcome.UNREADABLE, modify_index=modify_index)
@@ -153,6 +160,26 @@ def decode(tick: datetime, value: bytes | None, modify_index: int = 0) -> TickRe
         duration=_number(raw.get("duration")),
         modify_index=modify_index,
     )
+
+
+@dataclass(frozen=True)
+class RecordProblem:
+    """Why a ledger key was not read as a record, in one line: `key: field: why`."""
+
+    key: str
+    field: str
+    why: str
+
+    def line(self) -> str:
+        return f"{printable(self.key)}: {self.field}: {self.why}"
+
+
+def oversized(tick: datetime, key: str, size: int | None = None) -> RecordProblem:
+    """The problem of a record whose value is over RECORD_MAX_BYTES (`size` when known): it
+    still counts as a record (its tick is taken), `unreadable`, and is never decoded."""
+    said = f"{size} bytes" if size is not None else f"more than {RECORD_MAX_BYTES} bytes"
+    why = f"{said}, over the {RECORD_MAX_BYTES}-byte cap of a tick record: not read"
+    return RecordProblem(key, "value", why)
 
 
 def _json_object(value: bytes | None) -> dict[str, Any] | None:

@@ -15,15 +15,26 @@ is one transaction too: the record (cas at the index the claim left) and the unl
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from provision.consul import Consul, ConsulError, KVOp
+from provision.consul import (
+    AnswerTooLarge,
+    Consul,
+    ConsulError,
+    ConsulHTTPError,
+    KVOp,
+    PermissionDenied,
+    TxnAnswer,
+)
 from provision.ledger.records import (
+    RECORD_MAX_BYTES,
+    RecordProblem,
     TickOutcome,
     TickRecord,
     decode,
+    oversized,
     parse_tick_name,
     tick_key,
     ticks_prefix,
@@ -31,6 +42,45 @@ from provision.ledger.records import (
 
 CHUNK = 60  # operations per transaction (Consul takes at most 64)
 MAX_PRUNED_PER_RUN = 2 * CHUNK
+# Bytes of key names a reader takes from one ledger: ~60,000 names, six times the most that
+# history_limit (10,000) and its slack keep. More is not a ledger lockctl wrote: refused.
+NAMES_MAX_BYTES = 4 * 1024 * 1024
+FETCH_BATCH = 16  # records per read transaction: its answer is at most ~90 KB
+LOCK_MAX_BYTES = 1024 * 1024  # the lock key's answer: Consul's 512 KB value cap, in base64
+LOCK_READS = 3  # reads of the lock key a fetch may take while the lock moves under it
+
+
+def _answer_bytes(key: str, value_bytes: int) -> int:
+    """The most a read of `key` holding `value_bytes` adds to an answer: base64 (4/3), the key
+    (JSON may escape it) and the entry's other fields."""
+    return 4 * -(-value_bytes // 3) + 2 * len(key) + 256
+
+
+class LockMoved(ConsulError):
+    """The lock key changed while records were read with it, more than LOCK_READS times."""
+
+
+@dataclass(frozen=True)
+class Fetched:
+    """Records read by name (oversized ones `unreadable`, with their problem), all at one
+    state of the lock key: its session then."""
+
+    records: tuple[TickRecord, ...] = ()
+    problems: tuple[RecordProblem, ...] = ()
+    lock_session: str | None = None
+    date: datetime | None = None
+
+    def then(self, later: Fetched) -> Fetched:
+        return Fetched(
+            self.records + later.records,
+            self.problems + later.problems,
+            self.lock_session,
+            self.date or later.date,
+        )
+
+
+class _Moved(Exception):
+    """The lock key is no longer as read: read it again."""
 
 
 @dataclass(frozen=True)
@@ -70,14 +120,19 @@ class Ledger:
         """The tick's record (None: unclaimed) and the agent's clock at the answer. `stale`:
         from whichever server the agent asks, not the leader; it may miss the latest claim (for
         a read before a claim, whose transaction decides anyway: never for a read that must see
-        a write it follows)."""
+        a write it follows). A value over RECORD_MAX_BYTES is read no further: `unreadable`
+        (merged with a scheduler's other reads, it comes whole: at most Consul's 512 KB)."""
         key = self.key(tick)
         if stale and self.consul.txn.batched:  # a scheduler's: merged with its other jobs' reads
             answer = self.consul.txn.read([KVOp("get-tree", key)], batch=True)
             entry, date = next((e for e in answer.results if e.key == key), None), answer.date
         else:
             consistency = "stale" if stale else "default"
-            entry, meta = self.consul.kv.get(key, consistency=consistency)
+            try:
+                cap = _answer_bytes(key, RECORD_MAX_BYTES)
+                entry, meta = self.consul.kv.get(key, consistency=consistency, max_bytes=cap)
+            except AnswerTooLarge:  # a record, so the tick is taken; not one to decode
+                return TickRecord(tick, TickOutcome.UNREADABLE), None
             date = meta.date
         if entry is None:
             return None, date
@@ -95,8 +150,118 @@ class Ledger:
 
     def ticks(self) -> set[datetime]:
         """The ticks that have a record (their key names only: one cheap read, no values)."""
-        names = (key[len(self.prefix) :] for key in self.consul.kv.keys(self.prefix))
-        return {tick for tick in map(parse_tick_name, names) if tick is not None}
+        return self.tick_names()[0]
+
+    def tick_names(self) -> tuple[set[datetime], datetime | None]:
+        """The ticks that have a record, from their key names alone (up to NAMES_MAX_BYTES of
+        them, else AnswerTooLarge naming the prefix), and the agent's clock at the answer.
+        GET /v1/kv/<prefix>?keys&separator=/: a folder under the prefix is one name."""
+        try:
+            keys, meta = self.consul.kv.key_names(
+                self.prefix, separator="/", max_bytes=NAMES_MAX_BYTES
+            )
+        except AnswerTooLarge:
+            raise AnswerTooLarge(
+                f"ledger {self.prefix}: key names: more than {NAMES_MAX_BYTES} bytes of them "
+                "(a ledger lockctl keeps is far smaller): not read"
+            ) from None
+        names = (key[len(self.prefix) :] for key in keys if key.startswith(self.prefix))
+        return {tick for tick in map(parse_tick_name, names) if tick is not None}, meta.date
+
+    def fetch(
+        self,
+        ticks: Sequence[datetime],
+        until: Callable[[Sequence[TickRecord]], bool] | None = None,
+    ) -> Fetched:
+        """The records of `ticks` (in that order) and the lock's session, all at one state of
+        the lock key: GET it (403 for a token that may not read), then FETCH_BATCH records at a
+        time in read-only transactions that check the lock's index, each answer read up to a
+        cap. A record over RECORD_MAX_BYTES is `unreadable` with its problem, never decoded; one
+        deleted since its name was listed (retention) is left out. The lock moving meanwhile
+        (a run claimed or ended) restarts the read, at most LOCK_READS times. `until`: stop
+        after the batch whose records, with those before, satisfy it."""
+        for _ in range(LOCK_READS):
+            lock, meta = self.consul.kv.get(self.lock_key, max_bytes=LOCK_MAX_BYTES)
+            check = (
+                KVOp("check-not-exists", self.lock_key)
+                if lock is None
+                else KVOp("check-index", self.lock_key, index=lock.modify_index)
+            )
+            fetched = Fetched(lock_session=None if lock is None else lock.session, date=meta.date)
+            try:
+                for start in range(0, len(ticks), FETCH_BATCH):
+                    fetched = fetched.then(self._fetch(check, ticks[start : start + FETCH_BATCH]))
+                    if until is not None and until(fetched.records):
+                        break
+            except _Moved:
+                continue
+            return fetched
+        raise LockMoved(
+            f"ledger {self.prefix}: the lock key {self.lock_key} kept changing "
+            f"while its records were read ({LOCK_READS} times): try again"
+        )
+
+    def _fetch(self, check: KVOp, ticks: Sequence[datetime]) -> Fetched:
+        """One batch; over its cap, each record on its own, so the others are still read and
+        the one too large is named. (Each answer cut short costs its connection: one per such
+        record is the least, where halving the batch would cut two or more.)"""
+        try:
+            return self._read_batch(check, ticks)
+        except AnswerTooLarge:
+            if len(ticks) == 1:
+                problem = oversized(ticks[0], self.key(ticks[0]))
+                return Fetched((TickRecord(ticks[0], TickOutcome.UNREADABLE),), (problem,))
+        fetched = Fetched()
+        for tick in ticks:
+            fetched = fetched.then(self._fetch(check, [tick]))
+        return fetched
+
+    def _read_batch(self, check: KVOp, ticks: Sequence[datetime]) -> Fetched:
+        keys = {self.key(tick): tick for tick in ticks}
+        ops = [check, *(KVOp("get", key) for key in keys)]
+        cap = 512 + sum(_answer_bytes(key, RECORD_MAX_BYTES) for key in keys)
+        while True:
+            answer = self._read_txn(ops, cap)
+            if answer.applied:
+                break
+            if answer.failed(0) is not None:
+                raise _Moved
+            # a `get` of a key that is gone fails the transaction: read again without it
+            gone = {error.op_index for error in answer.errors}
+            if not gone:
+                raise ConsulError(f"ledger {self.prefix}: reading records refused, no reason given")
+            ops = [op for index, op in enumerate(ops) if index not in gone]
+            if len(ops) == 1:
+                return Fetched()
+        records, problems = [], []
+        for entry in answer.results:
+            tick = keys.get(entry.key)
+            if tick is None:
+                continue
+            size = len(entry.value or b"")
+            if size > RECORD_MAX_BYTES:  # within the batch's cap, over a record's
+                problems.append(oversized(tick, entry.key, size))
+                records.append(TickRecord(tick, TickOutcome.UNREADABLE))
+            else:
+                records.append(decode(tick, entry.value, entry.modify_index))
+        return Fetched(tuple(records), tuple(problems), date=answer.date)
+
+    def _read_txn(self, ops: list[KVOp], cap: int) -> TxnAnswer:
+        """A read transaction whose error, if any, says which ledger it was reading (Consul's
+        own message names only PUT /v1/txn)."""
+        try:
+            return self.consul.txn.kv(ops, max_bytes=cap)
+        except (AnswerTooLarge, PermissionDenied):
+            raise  # the one is the caller's business; the other names its keys already
+        except ConsulHTTPError as exc:
+            raise type(exc)(
+                f"{exc} (reading the records of {self.prefix})",
+                status=exc.status,
+                body=exc.body,
+                headers=exc.headers,
+            ) from None
+        except ConsulError as exc:
+            raise type(exc)(f"{exc} (reading the records of {self.prefix})") from None
 
     def claim(
         self,

@@ -13,7 +13,8 @@ warning (clock_skew). Whatever the clocks do, the ledger still makes each tick r
 
 A tick is missed when its window closed (plus MISSED_GRACE, for clocks and timers a second or
 two apart) with no record; only ticks after the oldest record count (before it the job may not
-have existed), and at most `limit` of them are named at a time.
+have existed), at most `limit` of them are named at a time, and only among the newest
+MISSED_WALK ticks: the walk costs the same whatever the ledger holds and history_limit says.
 
 A record dated later than now plus FUTURE_TOLERANCE is suspect: no runner claims a tick that
 far ahead of its clocks, so the record is a forgery or a clock badly wrong. Retention never
@@ -99,6 +100,17 @@ def judge_tick(
     return TickChoice(tick, window, lag, wait, recent=after > now)
 
 
+# The ticks the missed-tick walk looks at, newest first from now: the most a housekeeping
+# records at once (runner/tick_lock.py MAX_MISSED_PER_RUN, 60) and the newest few whose claim
+# window (at most one interval) and grace (MISSED_GRACE: 2 s, three ticks of a 1 s schedule)
+# are still open. Fixed, not tied to history_limit (up to 10,000: each tick a cron step) or to
+# how many records there are: an older gap is not lost, every housekeeping (after each run) and
+# every `lockctl check` recorded it while it was within the walk; only an outage longer than
+# the walk with nobody running or checking leaves its oldest ticks unrecorded, and the newest
+# MISSED_WALK of them still show it (CRITICAL: check judges the last --max-intervals ticks).
+MISSED_WALK = 68
+
+
 def missed_ticks(
     schedule: Schedule,
     recorded: Collection[datetime],
@@ -108,23 +120,23 @@ def missed_ticks(
     limit: int,
 ) -> list[datetime]:
     """Ticks without a record whose claim window closed before `now` (newest first), after the
-    oldest recorded tick, at most `limit` (a bounded walk back from now, however long the gap)."""
+    oldest recorded tick, at most `limit`, among the newest MISSED_WALK ticks at or before `now`
+    (recorded or not: the walk's cost does not grow with the ledger or the limit)."""
     if not recorded or limit <= 0:
         return []
     since = min(recorded)
     horizon = now - timedelta(seconds=MISSED_GRACE)
-    tick = schedule.latest_tick_at_or_before(now)
+    walk = schedule.ticks_at_or_before(now)
+    tick = next(walk)
     following = schedule.next_ticks(tick, 1)[0]
     missed: list[datetime] = []
-    # Recorded ticks and the newest ones, whose windows are still open (a window is at most one
-    # interval, the grace at most a few 1s intervals), are passed over within the budget.
-    for _ in range(limit + len(recorded) + 8):
+    for _ in range(MISSED_WALK):
         if tick <= since or len(missed) >= limit:
             break
         window = min(start_deadline, (following - tick).total_seconds())
         if tick + timedelta(seconds=window) < horizon and tick not in recorded:
             missed.append(tick)
-        following, tick = tick, schedule.latest_tick_at_or_before(tick - _SECOND)
+        following, tick = tick, next(walk)
     return missed
 
 
@@ -139,19 +151,23 @@ def unsettled_ticks(
     claim window and MISSED_GRACE have not passed at `now`. Nobody may run them any more (a
     later tick was claimed), so they will be missed, but only a housekeeping after `now` may say
     so. Newest first; only the last few ticks can be in that state (a window is at most one
-    interval)."""
+    interval), so the walk stops at MISSED_WALK ticks even when `now` is before `before` (a
+    clock stepped back, under which no tick becomes missable)."""
     if not recorded:
         return []
     since, horizon = min(recorded), now - timedelta(seconds=MISSED_GRACE)
     unsettled: list[datetime] = []
-    following, tick = before, schedule.latest_tick_at_or_before(before - _SECOND)
-    while tick > since:
+    walk = schedule.ticks_at_or_before(before - _SECOND)
+    following, tick = before, next(walk)
+    for _ in range(MISSED_WALK):
+        if tick <= since:
+            break
         window = min(start_deadline, (following - tick).total_seconds())
         if tick + timedelta(seconds=window) < horizon:
             break  # this one and all older ones are missable now: housekeeping's business
         if tick not in recorded:
             unsettled.append(tick)
-        following, tick = tick, schedule.latest_tick_at_or_before(tick - _SECOND)
+        following, tick = tick, next(walk)
     return unsettled
 
 

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from provision.consul import Consul, ConsulError
-from provision.ledger.history import ledger_job, read_history
+from provision.ledger.history import Wanted, ledger_job, read_history
 from provision.ledger.records import tick_name
 from provision.runner.lock import CLAIM_LIMIT, claimed_worker, holder_record
 from provision.spec import Job, Spec
@@ -63,7 +63,7 @@ def _with_ticks(consul: Consul, job: Job, state: LockState) -> LockState:
     ledger = ledger_job(job)
     if ledger is None:
         return state
-    history = read_history(consul, ledger)
+    history = read_history(consul, ledger, wanted=Wanted(1))  # the newest record is the last tick
     row = history.last  # never a suspect record: a tick of 2099 is not the last run
     worker = None if row is None or row.record is None else row.record.worker
     last = None if row is None else LastTick(tick_name(row.tick), row.label, worker)
@@ -71,7 +71,7 @@ def _with_ticks(consul: Consul, job: Job, state: LockState) -> LockState:
         state,
         last_tick=last,
         next_tick=tick_name(history.next_tick),
-        suspect_ticks=len(history.suspect),
+        suspect_ticks=history.suspect_count,
     )
 
 

@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import unicodedata
 import uuid
@@ -55,6 +56,7 @@ JOBS = (
     "fresh",
     "readonly",
     "future",
+    "big",
 )
 FUTURE_LIMIT = 10  # the `future` job's history_limit (the least the spec takes)
 FUTURE_REAL = 11  # its real records: the limit plus its slack, so retention deletes none
@@ -63,6 +65,11 @@ E2E = "e2e"  # run by real `lockctl run` ticks of an @every 3s schedule
 EVERY = 3
 OUTPUT_BOUND = 20_000
 HUGE = "\x1b[2J" + "A" * 400_000  # under Consul's 512 KB value limit
+BIG_RECORDS = 60  # the `big` job's records of BIG_VALUE bytes each
+BIG_VALUE = 500_000
+# Peak RSS a reader may reach over that ledger: about 50 MB of Python, requests and rich, and
+# room to spare; reading its 30 MB whole, as they did, took several times that.
+READER_RSS_MB = 120
 
 
 @dataclass
@@ -209,8 +216,9 @@ def _write_hostile(lab: Lab) -> None:
         "tick": "x",
         "outcome": "failed",
         "exit_status": 1,
-        "worker": "w\x1b]0;pwned\x07[bold red]X[/]\r\u202e|evil" + HUGE,
-        "host": "\x9b31m" * 1000,
+        "worker": "w\x1b]0;pwned\x07[bold red]X[/]\r\u202e|evil"
+        + "A" * 2000,  # under the 4 KB cap, over the field bound
+        "host": "\x9b31m" * 100,
         "lock_index": "NaN",
         "duration": 1e300,
     }
@@ -227,19 +235,25 @@ def _write_hostile(lab: Lab) -> None:
 # --- running lockctl ---------------------------------------------------------------------------
 
 
+def _environ() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if not k.startswith(("CONSUL_", "FORCE_COLOR"))}
+
+
+def _connection(lab: Lab, token: Path | None = None, address: str | None = None) -> list[str]:
+    connection = ["--address", address or lab.cluster.address("server-1")]
+    connection += ["--token-file", str(token or lab.management_token)]
+    return connection + lab.cluster.tls_flags()
+
+
 def lockctl(
     lab: Lab, *args: str, token: Path | None = None, address: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("CONSUL_", "FORCE_COLOR"))}
-    connection = ["--address", address or lab.cluster.address("server-1")]
-    connection += ["--token-file", str(token or lab.management_token)]
-    connection += lab.cluster.tls_flags()
     result = subprocess.run(
-        [*LOCKCTL, *args, "--spec", str(lab.spec_path), *connection],
+        [*LOCKCTL, *args, "--spec", str(lab.spec_path), *_connection(lab, token, address)],
         capture_output=True,
         text=True,
         timeout=60,
-        env=environ,
+        env=_environ(),
         check=False,
     )
     for secret in lab.secrets:
@@ -318,6 +332,13 @@ def test_hostile_records_print_escaped_and_bounded(lab: Lab) -> None:
     ticks = _history_json(lab, "hostile")
     outcomes = [t["outcome"] for t in ticks]
     assert outcomes == ["failed", "succeeded", "unreadable", "unreadable", "succeeded"]
+    assert ticks[2]["note"] == "too large: not read" and ticks[3]["note"] is None
+    shown = lockctl(lab, "history", "--job", lab.jobs["hostile"])
+    key = tick_key(lab.keys["hostile"], lab.today - timedelta(days=2))
+    assert shown.stderr == (
+        f"lockctl: warning: {key}: value: more than 4096 bytes, over the 4096-byte cap of a "
+        "tick record: not read\n"
+    )
     assert "9999" not in json.dumps(ticks[4])  # its times not believed: shown as unknown
     forged = ticks[0]
     assert forged["worker"].startswith("w\\x1b]0;pwned\\x07[bold red]X[/]\\r\\u202e|evil")
@@ -329,6 +350,82 @@ def test_hostile_records_print_escaped_and_bounded(lab: Lab) -> None:
     check = lockctl(lab, "check", "--job", lab.jobs["hostile"])
     assert check.returncode == 1, check.stdout  # the last run failed, by its (forged) word
     assert "|" not in check.stdout and len(check.stdout.splitlines()) == 1
+    assert f", 1 record too large to read ({key}: value: more than 4096 bytes" in check.stdout
+
+
+# --- bounded reads --------------------------------------------------------------------------------
+
+
+def _write_big(lab: Lab) -> None:
+    """Today's run, then BIG_RECORDS records of BIG_VALUE bytes, as a worker's token may write
+    them: half look like successes (a reader that decodes them takes them for runs)."""
+    _run(lab, "big", 0, TickOutcome.SUCCEEDED)
+    pad = "A" * BIG_VALUE
+    for days in range(1, BIG_RECORDS + 1):
+        key = tick_key(lab.keys["big"], lab.today - timedelta(days=days))
+        fields = {"format": 1, "outcome": "succeeded", "worker": "w", "pad": pad}
+        value = json.dumps(fields).encode() if days % 2 else b"\x1b[2J" + pad.encode()
+        lab.worker_1.kv.put(key, value[:BIG_VALUE])
+
+
+def _peak_rss(lab: Lab, *args: str) -> tuple[int, subprocess.CompletedProcess[str]]:
+    """`lockctl ARGS` as a child of its own, its peak RSS in MB (wait4: that child's alone,
+    reaped by it, so its output goes to files rather than pipes a reaping wait drains)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        child = subprocess.Popen(
+            [*LOCKCTL, *args, "--spec", str(lab.spec_path), *_connection(lab)],
+            stdout=out,
+            stderr=err,
+            env=_environ(),
+        )
+        _, status, usage = os.wait4(child.pid, 0)
+        child.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        result = subprocess.CompletedProcess(args, child.returncode, out.read(), err.read())
+    assert "Traceback" not in result.stderr, result.stderr
+    return usage.ru_maxrss // 1024, result
+
+
+def test_readers_read_a_bounded_number_of_records_and_bytes_whatever_is_stored(lab: Lab) -> None:
+    """Before, history, status and check read every record whole (100 records of 500 KB: 260 MB
+    and 4 s each), and a forged 500 KB `succeeded` was a run. Now each reads the records it needs,
+    a batch at a time, up to a cap per record: one over it is a line `key: value: why`,
+    counted, `unreadable`, never decoded."""
+    _write_big(lab)
+    job = lab.jobs["big"]
+    rss, history = _peak_rss(lab, "history", "--job", job, "--json")  # the newest 50: its limit
+    assert history.returncode == 0 and rss < READER_RSS_MB, (rss, history.stderr[-500:])
+    (shown,) = json.loads(history.stdout)
+    outcomes = [(t["outcome"], t["note"]) for t in shown["ticks"]]
+    assert outcomes == [("succeeded", None)] + [("unreadable", "too large: not read")] * 49
+    assert len(shown["problems"]) == 49
+    warnings = history.stderr.splitlines()
+    assert (
+        len(warnings) == 11 and warnings[-1] == f"lockctl: warning: {job}: 39 more records not read"
+    )
+    first = tick_key(lab.keys["big"], lab.today - timedelta(days=1))
+    assert warnings[0] == (
+        f"lockctl: warning: {first}: value: more than 4096 bytes, over the 4096-byte cap of a "
+        "tick record: not read"
+    )
+    assert len(_history_json(lab, "big", "--limit", "3")) == 3
+    rss, every = _peak_rss(lab, "history", "--job", job, "--json", "--limit", "100")
+    assert len(json.loads(every.stdout)[0]["ticks"]) == BIG_RECORDS + 1 and rss < READER_RSS_MB
+    assert every.stderr.endswith(f"{job}: {BIG_RECORDS - 10} more records not read\n")
+
+    rss, check = _peak_rss(lab, "check", "--job", job)
+    assert check.returncode == 1 and rss < READER_RSS_MB, (rss, check.stdout)
+    assert re.search(r"WARNING \S+: \d+ records too large to read \(", check.stdout), check.stdout
+    assert f"last success {_days(lab, 0)}" in check.stdout
+
+    # a runner's read of one tick's record (before it claims) stops at the cap too
+    record, _ = Ledger(lab.worker_1, lab.keys["big"]).read(lab.today - timedelta(days=1))
+    assert record is not None and record.outcome is TickOutcome.UNREADABLE
+
+    rss, status = _peak_rss(lab, "status", "--json")
+    assert status.returncode == 0 and rss < READER_RSS_MB, (rss, status.stderr)
+    (big,) = [s for s in json.loads(status.stdout) if s["job"] == job]
+    assert big["last_tick"]["tick"] == _days(lab, 0)
 
 
 # --- suspect records: dated in the future --------------------------------------------------------

@@ -42,6 +42,14 @@ def test_history_refuses_a_bad_since_in_one_line_before_reading_anything(since: 
     assert len(line) < 250
 
 
+@pytest.mark.parametrize("limit", ["0", "10001", "many"])
+def test_history_refuses_a_limit_outside_what_a_ledger_keeps_before_reading_anything(
+    limit: str,
+) -> None:
+    result = runner.invoke(app, ["history", "--spec", "/nonexistent.hcl", "--limit", limit])
+    assert result.exit_code == 2 and "--limit" in result.output
+
+
 def test_history_names_an_unknown_job_and_a_job_without_schedule(spec: Path) -> None:
     result = runner.invoke(app, ["history", "--spec", str(spec), "--job", "nope"])
     assert result.exit_code == 2 and "--job 'nope': no such job" in result.output

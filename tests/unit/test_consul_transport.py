@@ -27,6 +27,7 @@ import responses
 from provision.consul import Consul, ConsulSettings, RetryPolicy
 from provision.consul import transport as transport_module
 from provision.consul.errors import (
+    AnswerTooLarge,
     ConsulError,
     ConsulHTTPError,
     ConsulServerError,
@@ -36,6 +37,7 @@ from provision.consul.errors import (
 )
 from provision.consul.models import Session
 from provision.consul.transport import NO_RETRY, CallGate, Transport
+from provision.consul.txn import KVOp, TxnAPI
 from provision.errors import EXIT_CONSUL_API, EXIT_DENIED, EXIT_UNAVAILABLE
 from provision.system.secrets import MASK, Secret
 
@@ -449,6 +451,46 @@ def test_missing_key_is_none_with_the_index_of_the_404(
     entry, meta = make_consul(make_transport(http, clock)).kv.get("missing")
     assert entry is None
     assert (meta.index, meta.known_leader, meta.last_contact_ms) == (99, False, 0)
+
+
+def test_an_answer_read_with_a_byte_cap_ends_past_it_and_says_where(
+    http: RecordingSession, clock: FakeClock, mocked: responses.RequestsMock
+) -> None:
+    """Consul has no size filter: a value anyone may write (512 KB) is read whole unless the
+    reader stops. Under the cap the answer is the usual one; past it AnswerTooLarge (exit 5,
+    not retried, naming the call), never the body."""
+    big = {**ENTRY, "Value": base64.b64encode(b"\x1b" * 200_000).decode()}
+    mocked.add("GET", ADDRESS + "/v1/kv/big", json=[big])
+    mocked.add("GET", ADDRESS + "/v1/kv/small", json=[ENTRY])
+    consul = make_consul(make_transport(http, clock, retry=RetryPolicy()))
+    with pytest.raises(AnswerTooLarge) as raised:
+        consul.kv.get("big", max_bytes=4096)
+    assert str(raised.value) == (
+        f"consul: GET /v1/kv/big on {ADDRESS}: answer over 4096 bytes: not read further"
+    )
+    assert raised.value.exit_code == EXIT_CONSUL_API and len(http.sent) == 1
+    assert http.sent[0]["stream"] is True
+    entry, _ = consul.kv.get("small", max_bytes=4096)
+    assert entry is not None and entry.value == b"v"
+    entry, _ = consul.kv.get("big", max_bytes=400_000)
+    assert entry is not None and len(entry.value or b"") == 200_000
+
+
+def test_a_denied_transaction_names_the_keys_it_may_not_read(
+    http: RecordingSession, clock: FakeClock, mocked: responses.RequestsMock
+) -> None:
+    """Consul says `Permission denied` per operation (409): the message names each one's verb
+    and key, not its number alone."""
+    errors = [{"OpIndex": 1, "What": "Permission denied"}]
+    mocked.add("PUT", ADDRESS + "/v1/txn", status=409, json={"Errors": errors})
+    consul = make_consul(make_transport(http, clock))
+    consul.txn = TxnAPI(consul.transport)
+    ops = [KVOp("get", "locks/a/.lock"), KVOp("get", "locks/a/ticks/2026-12-01T02:00:00Z")]
+    with pytest.raises(PermissionDenied) as raised:
+        consul.txn.kv(ops)
+    assert str(raised.value).endswith(
+        "409 Permission denied (operation 1 (get locks/a/ticks/2026-12-01T02:00:00Z))"
+    )
 
 
 def test_kv_key_and_ids_are_url_quoted_but_slashes_kept(

@@ -7,16 +7,25 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from provision.ledger.health import State, assess, closed_ticks
+from provision.ledger.health import State, assess, closed_ticks, read_enough
 from provision.ledger.history import (
     ABANDONED,
+    SUSPECT_READ,
     JobHistory,
     LedgerJob,
     LedgerSnapshot,
+    Wanted,
     build_history,
     parse_since,
+    wanted_ticks,
 )
-from provision.ledger.records import TickOutcome, TickRecord, tick_name
+from provision.ledger.records import (
+    RECORD_MAX_BYTES,
+    TickOutcome,
+    TickRecord,
+    oversized,
+    tick_name,
+)
 from provision.schedule import parse_schedule
 
 HOURLY = parse_schedule("@hourly")
@@ -246,3 +255,81 @@ def test_history_shows_suspect_records_marked_and_never_as_the_last_run() -> Non
     assert (json_row["outcome"], json_row["recorded_outcome"]) == ("suspect", "succeeded")
     assert json_row["tick"] == "2099-01-01T00:00:00Z" and json_row["recorded"] is True
     assert [row.tick for row in found.since(at(10)).suspect] == [FAR, SOON]
+
+
+# --- bounded reads: which records a reader reads -------------------------------------------------
+
+
+def hours_back(count: int) -> list[datetime]:
+    return [at(10) - timedelta(hours=h) for h in range(count)]
+
+
+FORGED = [FAR + timedelta(days=d) for d in range(5000)]  # anyone with write may write these
+
+
+@pytest.mark.parametrize(
+    ("names", "wanted", "real", "future", "why"),
+    [
+        (hours_back(300), Wanted(50), hours_back(50), [], "the newest `limit`, newest first"),
+        (hours_back(300), Wanted(50, since=at(8)), hours_back(3), [], "none before --since"),
+        (hours_back(300) + FORGED, Wanted(1), hours_back(1), FORGED[::-1][:SUSPECT_READ],
+         "5,000 forged future names push out no real record; a few are read, all counted"),
+        ([], Wanted(50), [], [], "an empty ledger"),
+    ],
+)  # fmt: skip
+def test_a_reader_reads_the_newest_records_it_needs_whatever_the_ledger_names(
+    names, wanted, real, future, why
+) -> None:
+    """Before, history, status and check read every record whole: 100 records of 500 KB took
+    260 MB and 4 s; now the names are read, then these records only."""
+    assert wanted_ticks(frozenset(names), NOW, wanted) == (real, future), why
+
+
+def newest_first(*rows: tuple[int, str]) -> list[TickRecord]:
+    return [record(h, o) for h, o in rows]
+
+
+@pytest.mark.parametrize(
+    ("read", "enough", "why"),
+    [
+        (newest_first((10, S)), False, "the 9:00 tick is recent too: a missed record there"),
+        (newest_first((10, S), (9, M)), True, "a success, and back to the oldest recent tick"),
+        (newest_first((10, F), (9, F)), False, "no success yet: read on (check names the last)"),
+        (newest_first((10, F), (9, F), (5, S)), True, "the last success, however old"),
+        ([], False, "nothing read yet"),
+    ],
+)
+def test_check_reads_back_to_a_success_and_its_recent_ticks_then_stops(read, enough, why) -> None:
+    """What assess looks at: the recent ticks (missed records among them), the newest settled
+    run and the last success; records older than all three change nothing it says."""
+    assert read_enough(HOURLY, JOB.start_deadline, 2)(read, NOW) is enough, why
+
+
+def test_a_record_too_large_to_read_is_counted_named_and_warns() -> None:
+    key = "locks/nightly/ticks/2026-12-01T08:00:00Z"
+    problem = oversized(at(8), key)
+    assert problem.line() == (
+        f"{key}: value: more than {RECORD_MAX_BYTES} bytes, over the {RECORD_MAX_BYTES}-byte cap "
+        "of a tick record: not read"
+    )
+    records = (record(8, U), record(9, S), record(10, S))
+    found = build_history(JOB, LedgerSnapshot(records, "s-old", NOW, problems=(problem,)), NOW)
+    assert [row.label for row in found.rows] == [
+        "succeeded",
+        "succeeded",
+        "unreadable (too large: not read)",
+    ]
+    assert found.to_record()["problems"] == [{"key": key, "field": "value", "why": problem.why}]
+    health = assess(found, JOB.start_deadline)
+    assert health.state is State.WARNING
+    assert f"1 record too large to read ({key}: value: more than" in health.line()
+
+
+def test_suspect_records_are_counted_by_name_even_those_not_read() -> None:
+    names = frozenset([at(9), at(10), *FORGED])
+    read = (record(9, S), record(10, S), dated(FORGED[-1], S))
+    found = build_history(JOB, LedgerSnapshot(read, "s-old", NOW, names), NOW)
+    assert found.suspect_count == len(FORGED) and len(found.suspect) == 1
+    line = assess(found, JOB.start_deadline).line()
+    assert f"{len(FORGED)} suspect records, dated in the future (" in line, line
+    assert f"and {len(FORGED) - 1} more)" in line, line

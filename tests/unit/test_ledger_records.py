@@ -8,7 +8,13 @@ from datetime import datetime, timezone
 
 import pytest
 
-from provision.ledger.records import TickOutcome, decode, parse_tick_name
+from provision.ledger.records import (
+    RECORD_MAX_BYTES,
+    TickOutcome,
+    TickRecord,
+    decode,
+    parse_tick_name,
+)
 
 TICK = datetime(2026, 12, 2, 6, 0, tzinfo=timezone.utc)
 
@@ -54,3 +60,36 @@ def test_a_records_times_are_believed_only_inside_the_bounds(
 )
 def test_a_key_names_a_tick_only_inside_the_bounds(name: str, expected: datetime | None) -> None:
     assert parse_tick_name(name) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "outcome"),
+    [
+        (stored(pad="A" * (RECORD_MAX_BYTES - 100)), TickOutcome.SUCCEEDED),  # under the cap
+        (stored(pad="A" * RECORD_MAX_BYTES), TickOutcome.UNREADABLE),  # over it, valid JSON
+        (b"[" * 500_000, TickOutcome.UNREADABLE),  # not even parsed: no RecursionError cost
+    ],
+)
+def test_a_value_over_the_record_cap_is_never_decoded(value: bytes, outcome: TickOutcome) -> None:
+    """A real record is under 1 KB; one of 500 KB saying `succeeded` was a run for every reader
+    that read it whole (the quick skip of `lockctl run` reads up to 1 MB)."""
+    assert decode(TICK, value).outcome is outcome
+
+
+def test_a_record_the_runner_writes_is_far_under_the_cap() -> None:
+    longest = TickRecord(
+        TICK,
+        TickOutcome.SUCCEEDED,
+        worker="w" * 64,
+        session="2c1e5f44-3a1b-4c7e-9d9f-0b3b1f6e7a21",
+        host="h" * 64,  # HOST_NAME_MAX
+        pid=4_194_303,
+        claimed_at=TICK,
+        start_lag=1.5,
+        planned_start=17.25,
+        lock_index=2**62,
+        finished_at=TICK,
+        exit_status=255,
+        duration=86400.125,
+    )
+    assert len(longest.encode()) < RECORD_MAX_BYTES // 4

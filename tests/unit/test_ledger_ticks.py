@@ -3,6 +3,7 @@ window, the agent's clock, and which ticks nobody ran. No Consul, no sleeping.""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -11,6 +12,7 @@ from provision.ledger.ticks import (
     FUTURE_TOLERANCE,
     MAX_EARLY_WAIT,
     MISSED_GRACE,
+    MISSED_WALK,
     choose_tick,
     claim_window,
     clock_skew,
@@ -20,7 +22,8 @@ from provision.ledger.ticks import (
     to_prune,
     unsettled_ticks,
 )
-from provision.schedule import parse_schedule
+from provision.runner.tick_lock import MAX_MISSED_PER_RUN
+from provision.schedule import Schedule, parse_schedule
 
 UTC = timezone.utc
 T = datetime(2026, 12, 1, 2, 0, 0, tzinfo=UTC)  # a tick of every schedule below
@@ -134,6 +137,86 @@ def test_missed_ticks_scan_is_bounded_for_a_long_outage() -> None:
     assert missed == sorted(missed, reverse=True)
 
 
+class CountingSchedule:
+    """A schedule that counts the ticks it computes (a cron step each, in a zone with DST)."""
+
+    def __init__(self, schedule: Schedule) -> None:
+        self.schedule, self.steps = schedule, 0
+
+    def latest_tick_at_or_before(self, moment: datetime) -> datetime:
+        self.steps += 1
+        return self.schedule.latest_tick_at_or_before(moment)
+
+    def next_ticks(self, after: datetime, count: int) -> list[datetime]:
+        self.steps += count
+        return self.schedule.next_ticks(after, count)
+
+    def ticks_at_or_before(self, moment: datetime) -> Iterator[datetime]:
+        for tick in self.schedule.ticks_at_or_before(moment):
+            self.steps += 1
+            yield tick
+
+
+BERLIN_MINUTE = parse_schedule("* * * * *", "Europe/Berlin")
+
+
+def minutes_back(now: datetime, count: int) -> list[datetime]:
+    tick = BERLIN_MINUTE.latest_tick_at_or_before(now)
+    return [tick - timedelta(minutes=i) for i in range(count)]
+
+
+@pytest.mark.parametrize(
+    ("recorded", "limit", "named", "why"),
+    [
+        (set(minutes_back(T, 10_000)[::2]), 10_000, MISSED_WALK // 2,
+         "history_limit 10,000, every other minute recorded: only the walk's unrecorded ones"),
+        ({T - timedelta(days=30)}, 10_000, MISSED_WALK - 1,
+         "a month nobody ran: the newest MISSED_WALK ticks, the one still open aside"),
+        ({T - timedelta(days=30)}, 5, 5, "at most `limit`"),
+    ],
+)  # fmt: skip
+def test_the_missed_tick_walk_is_bounded_whatever_the_ledger_and_the_limit(
+    recorded, limit, named, why
+) -> None:
+    """Before, the walk went back limit + len(recorded) + 8 ticks, each a cron step started 3 h
+    ahead: ~10 s of CPU for a per-minute job in Europe/Berlin with history_limit 10,000."""
+    now = T + timedelta(seconds=30)  # the tick T's window (60 s) is still open
+    counting = CountingSchedule(BERLIN_MINUTE)
+    missed = missed_ticks(counting, recorded, now, 300, limit=limit)  # type: ignore[arg-type]
+    assert len(missed) == named, why
+    assert counting.steps <= MISSED_WALK + 2, why  # the walk and the tick after `now`
+    assert missed == sorted(missed, reverse=True) and not set(missed) & set(recorded)
+    assert all(tick > now - timedelta(minutes=MISSED_WALK) for tick in missed)
+
+
+def test_the_walk_covers_what_one_housekeeping_records() -> None:
+    """Housekeeping records up to MAX_MISSED_PER_RUN at once: the walk must reach them past the
+    newest ticks whose windows are still open (at most one interval, plus MISSED_GRACE: three
+    ticks of a 1 s schedule)."""
+    every_second = parse_schedule("@every 1s")
+    missed = missed_ticks(every_second, {T}, at(3600), 300, limit=MAX_MISSED_PER_RUN)
+    assert len(missed) == MAX_MISSED_PER_RUN
+
+
+@pytest.mark.parametrize(
+    ("schedule", "moment"),
+    [
+        (BERLIN_MINUTE, datetime(2026, 10, 25, 1, 30, tzinfo=UTC)),  # 03:30 -> 02:00 CET twice
+        (BERLIN_MINUTE, datetime(2026, 3, 29, 1, 30, tzinfo=UTC)),  # 02:00-03:00 skipped
+        (parse_schedule("30 2 * * *", "Europe/Berlin"), datetime(2026, 3, 31, tzinfo=UTC)),
+        (parse_schedule("*/7 * * * *", "Australia/Lord_Howe"), datetime(2026, 4, 5, tzinfo=UTC)),
+        (EVERY_5S, at(2)),
+    ],
+)
+def test_one_walk_back_matches_stepping_back_tick_by_tick(schedule, moment) -> None:
+    walk = schedule.ticks_at_or_before(moment)
+    stepped, tick = [], schedule.latest_tick_at_or_before(moment)
+    for _ in range(200):
+        stepped.append(tick)
+        tick = schedule.latest_tick_at_or_before(tick - timedelta(seconds=1))
+    assert [next(walk) for _ in range(200)] == stepped
+
+
 def test_retention_prunes_the_oldest_beyond_the_limit() -> None:
     kept = [at(5 * i) for i in range(12)]
     now = at(60)
@@ -230,6 +313,9 @@ def test_the_answers_delay_is_no_evidence_of_skew(sent, received, agent_date, sk
         (set(), at(5.1), at(5), [], "an empty ledger"),
         (ticks(-10, 5) | {FAR}, at(5.1), at(5), [at(0)],
          "a 2099 record changes nothing: the walk goes back from the tick just run"),
+        (ticks(-86400, 5), at(-3600), at(5), [at(5 - 5 * i) for i in range(1, MISSED_WALK + 1)],
+         "a clock stepped back an hour: no tick is missable, the walk still ends (it went "
+         "back through the whole day before)"),
     ],
 )  # fmt: skip
 def test_unsettled_ticks_are_the_unrecorded_ones_not_missable_yet(
