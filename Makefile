@@ -4,12 +4,13 @@
 #   make test   the whole suite: install everything, then lint, format check, types, tests, and
 #               the Vagrant flow on real VMs (root; about 8 more minutes)
 #   make check  the same without the VMs, for quick rounds while developing
+#   make unit   the pure and unit tests only, no cluster (about a minute): the fastest answer
 PYTHON ?= python3
 VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: demo test check consul test-packages down clean vagrant-verify
+.PHONY: demo test check unit consul test-packages down clean vagrant-verify
 
 demo: $(STAMP) consul
 	scripts/demo
@@ -19,6 +20,9 @@ test: $(STAMP) consul test-packages
 
 check: $(STAMP) consul test-packages
 	LOCKCTL_SKIP_VMS=1 scripts/check
+
+unit: $(STAMP)
+	$(BIN)/pytest -q tests/unit -m "not cluster"
 
 consul:
 	scripts/install-consul

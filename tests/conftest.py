@@ -104,3 +104,16 @@ if _SECRETS_OUT:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _SECRETS_OUT:
         Path(_SECRETS_OUT).write_text("".join(f"{s}\n" for s in sorted(_seen_secrets)))
+
+
+# Fixtures that stand for the real local cluster: a test using one, directly or through another
+# fixture, needs the cluster.
+CLUSTER_FIXTURES = frozenset({"live_cluster", "cluster_state_dir"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The `cluster` marker comes from the fixtures a test uses, not from its author: `make unit`
+    (`-m "not cluster"`) then never starts a cluster, whoever forgot a marker."""
+    for item in items:
+        if CLUSTER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.cluster)

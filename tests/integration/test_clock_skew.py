@@ -39,7 +39,6 @@ from provision.schedule import parse_schedule
 if TYPE_CHECKING:
     from conftest import LiveCluster
 
-pytestmark = pytest.mark.cluster
 
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 SHIM = Path(__file__).parent / "faketime_shim"  # time.sleep for libfaketime 0.9.10, see there

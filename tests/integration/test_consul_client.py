@@ -31,7 +31,6 @@ from provision.system.secrets import Secret
 if TYPE_CHECKING:
     from conftest import LiveCluster
 
-pytestmark = pytest.mark.cluster
 
 T = TypeVar("T")
 PROPAGATION = 10.0  # seconds a new token may take to be known by every server

@@ -25,7 +25,6 @@ from workers_lab import minted_workers
 if TYPE_CHECKING:
     from conftest import LiveCluster
 
-pytestmark = pytest.mark.cluster
 
 WORKER = "worker-1"
 WAIT = 30.0

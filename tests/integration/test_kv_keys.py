@@ -19,8 +19,6 @@ from provision.errors import EXIT_INPUT, InputError
 if TYPE_CHECKING:
     from conftest import LiveCluster
 
-pytestmark = pytest.mark.cluster
-
 
 def _calls(session_id: str) -> dict[str, Callable[[Any, str], object]]:
     return {

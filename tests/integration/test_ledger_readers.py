@@ -42,7 +42,6 @@ from provision.workers.config import load_worker_config
 if TYPE_CHECKING:
     from conftest import LiveCluster
 
-pytestmark = pytest.mark.cluster
 
 LOCKCTL = [sys.executable, "-m", "provision"]
 WORKERS = ("worker-1", "worker-2")

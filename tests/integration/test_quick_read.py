@@ -7,14 +7,10 @@ import uuid
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-import pytest
-
 from provision.consul.quick import quick_get
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
-
-pytestmark = pytest.mark.cluster
 
 
 def test_a_key_reads_as_the_full_client_reads_it(live_cluster: LiveCluster) -> None:

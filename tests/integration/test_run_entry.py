@@ -29,7 +29,6 @@ from provision.schedule import parse_schedule
 if TYPE_CHECKING:
     from conftest import LiveCluster
 
-pytestmark = pytest.mark.cluster
 
 WORKERS = ("worker-1", "worker-2")
 WAIT = 30.0

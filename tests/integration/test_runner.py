@@ -35,7 +35,6 @@ from provision.errors import EXIT_DENIED, EXIT_INPUT, EXIT_LOCK_LOST, EXIT_WAIT_
 if TYPE_CHECKING:
     from conftest import LiveCluster
 
-pytestmark = pytest.mark.cluster
 
 LOCKCTL = [sys.executable, "-m", "provision"]
 WORKERS = ("worker-1", "worker-2")

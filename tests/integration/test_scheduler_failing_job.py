@@ -22,7 +22,6 @@ from workers_lab import minted_workers
 if TYPE_CHECKING:
     from conftest import LiveCluster
 
-pytestmark = pytest.mark.cluster
 
 WORKER = "worker-1"
 EVERY = 2

@@ -31,7 +31,6 @@ from provision.system.secrets import Secret
 if TYPE_CHECKING:
     from conftest import LiveCluster
 
-pytestmark = pytest.mark.cluster
 
 LOCKCTL = [sys.executable, "-m", "provision"]
 WORKERS = ("worker-1", "worker-2")

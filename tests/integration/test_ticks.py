@@ -33,7 +33,6 @@ from provision.schedule import parse_schedule
 if TYPE_CHECKING:
     from conftest import LiveCluster
 
-pytestmark = pytest.mark.cluster
 
 LOCKCTL = [sys.executable, "-m", "provision"]
 WORKERS = ("worker-1", "worker-2", "worker-3")

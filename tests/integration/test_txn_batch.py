@@ -22,8 +22,6 @@ from provision.ledger.records import TickOutcome, TickRecord
 from provision.ledger.store import Claim, Ledger
 from provision.system.deadline import Deadline, attempts
 
-pytestmark = pytest.mark.cluster
-
 TICK = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)
 JOBS = 60
 
