@@ -7,16 +7,19 @@ never at import time.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import math
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from provision.errors import InputError
+from provision.system.files import UnreadableFile, read_regular_file
 from provision.system.secrets import Secret, read_secret_file
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8500"
@@ -39,6 +42,8 @@ class ConsulSettings:
     client_key: Path | None = None
     verify_tls: bool = True
     timeout: float = DEFAULT_TIMEOUT
+    # (field, what to call it in an error: where it came from) for each TLS file given
+    tls_labels: tuple[tuple[str, str], ...] = dataclass_field(default=(), compare=False, repr=False)
 
 
 def normalize_address(address: str, *, force_https: bool = False) -> str:
@@ -157,18 +162,70 @@ def resolve_settings(
             f"--timeout {settings.timeout:g}: must be above 0 and at most {MAX_TIMEOUT:g}"
         )
     explicit = {"ca_cert": ca_cert, "client_cert": client_cert, "client_key": client_key}
-    for field, tls_file in (
+    labels = {f: _tls_label(f, explicit[f] is not None, given_by) for f, _ in _tls_files(settings)}
+    for field, tls_file in _tls_files(settings):
+        # requests would raise a bare OSError on the first call instead of an InputError.
+        if not tls_file.exists():
+            raise InputError(f"{labels[field]} {tls_file}: no such file or folder")
+    return dataclasses.replace(settings, tls_labels=tuple(labels.items()))
+
+
+def _tls_files(settings: ConsulSettings) -> list[tuple[str, Path]]:
+    named = (
         ("ca_cert", settings.ca_cert),
         ("client_cert", settings.client_cert),
         ("client_key", settings.client_key),
-    ):
-        # requests would raise a bare OSError on the first call instead of an InputError.
-        if tls_file is not None and not tls_file.exists():
-            label = TLS_ENV[field]
-            if explicit[field] is not None:
-                label = (given_by or {}).get(field, TLS_FLAGS[field])
-            raise InputError(f"{label} {tls_file}: no such file or folder")
-    return settings
+    )
+    return [(field, path) for field, path in named if path is not None]
+
+
+def _tls_label(field: str, explicit: bool, given_by: Mapping[str, str] | None) -> str:
+    """What to call a TLS file in an error: where it came from (the config's key, the flag,
+    or the environment variable)."""
+    if not explicit:
+        return TLS_ENV[field]
+    return (given_by or {}).get(field, TLS_FLAGS[field])
+
+
+MAX_PEM_BYTES = 1 << 20  # a CA bundle, a certificate or a key: far less than this
+
+
+def check_tls_files(settings: ConsulSettings) -> None:
+    """Every TLS file of `settings` is a readable regular file that TLS can use (the CA loads,
+    the certificate goes with its key): an InputError naming the first that is not, by where it
+    came from (the config's key, the flag, the variable).
+
+    For a long-lived caller (`lockctl schedule`, at start and before a reload changes anything):
+    requests opens these files only at its first connection, so a bad one would otherwise fail
+    each call, as if Consul were down, instead of being refused at once."""
+    import ssl  # here, not at the top: `lockctl run`'s cheap skip never needs it
+
+    labels = dict(settings.tls_labels)
+    texts: dict[str, bytes] = {}
+    for field, path in _tls_files(settings):
+        label = labels.get(field, TLS_FLAGS[field])
+        try:
+            texts[field] = read_regular_file(path, MAX_PEM_BYTES)
+        except UnreadableFile as exc:
+            raise InputError(f"{label} {path}: cannot read: {exc}") from None
+        if not texts[field].strip() or len(texts[field]) > MAX_PEM_BYTES:
+            raise InputError(f"{label} {path}: not a PEM file (empty, or more than 1 MiB)")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if settings.ca_cert is not None:
+        try:
+            context.load_verify_locations(cadata=texts["ca_cert"].decode("ascii", "replace"))
+        except (ssl.SSLError, ValueError) as exc:
+            label = labels.get("ca_cert", TLS_FLAGS["ca_cert"])
+            raise InputError(f"{label} {settings.ca_cert}: not a CA certificate ({exc})") from None
+    if settings.client_cert is not None:
+        try:
+            context.load_cert_chain(settings.client_cert, settings.client_key)
+        except (ssl.SSLError, OSError) as exc:
+            label = labels.get("client_cert", TLS_FLAGS["client_cert"])
+            raise InputError(
+                f"{label} {settings.client_cert}: not a certificate that goes with its key "
+                f"({type(exc).__name__})"
+            ) from None
 
 
 # Where a TLS file of the settings can come from, for the error that names it.

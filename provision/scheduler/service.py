@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-from provision.consul import Consul, resolve_settings
+from provision.consul import Consul, ConsulSettings, check_tls_files, resolve_settings
 from provision.errors import InputError, LocalEnvironmentError, LockctlError
 from provision.runner.events import EventLog
 from provision.runner.forkserver import ForkServer
@@ -44,6 +44,20 @@ SCHEDULER = "lockctl-schedule"  # the `job` field of the scheduler's own events
 def scheduled_jobs(config: WorkerConfig) -> list[JobConfig]:
     """The jobs this scheduler runs: those with a schedule and a command."""
     return [job for job in config.jobs if job.schedule is not None and job.command]
+
+
+def checked_connection(config: WorkerConfig) -> ConsulSettings:
+    """How `config` reaches Consul, with every file it names read and checked (the token file
+    holds a token; the CA, the client certificate and its key are readable and load): what
+    the start fails on, and what a reload must know works before it changes anything."""
+    if not scheduled_jobs(config):
+        raise InputError(
+            f"{config.path}: no job with a schedule and a command for {config.worker}: "
+            "nothing to schedule"
+        )
+    settings = resolve_settings(**config.connection())
+    check_tls_files(settings)
+    return settings
 
 
 @contextlib.contextmanager
@@ -89,15 +103,10 @@ class Scheduler:
         self._reload = True
 
     def run(self) -> int:
-        jobs = scheduled_jobs(self.config)
-        if not jobs:
-            raise InputError(
-                f"{self.config.path}: no job with a schedule and a command for "
-                f"{self.config.worker}: nothing to schedule"
-            )
+        settings = checked_connection(self.config)
         self.forks.start()
         try:
-            self._start(self.config)
+            self._start(self.config, settings)
             while not self.stop.requested:
                 self.stop.sleep(JOIN_POLL)
                 if self._reload:
@@ -119,8 +128,7 @@ class Scheduler:
             self.sessions.close()
             self.sessions = None
 
-    def _start(self, config: WorkerConfig) -> None:
-        settings = resolve_settings(**config.connection())
+    def _start(self, config: WorkerConfig, settings: ConsulSettings) -> None:
         consul = Consul(settings, pool_size=POOL_SIZE, max_in_flight=IN_FLIGHT, batch_txns=True)
         sessions = SessionPool(consul, config.worker, self.events)
         self.sessions = sessions
@@ -159,18 +167,19 @@ class Scheduler:
         return [(loop.job.name, loop.counts.snapshot()) for loop in list(self.loops)]
 
     def _reload_config(self) -> None:
+        """Load and check the whole new config, its files included, before anything changes:
+        a config that could not work is refused and the running loops go on untouched."""
         try:
             fresh = self.loader(self.config.path)
             if fresh.worker != self.config.worker:
                 raise InputError(
                     f"{self.config.path}: now for worker {fresh.worker}, not {self.config.worker}"
                 )
-            if not scheduled_jobs(fresh):
-                raise InputError(f"{self.config.path}: no job to schedule any more")
+            settings = checked_connection(fresh)
         except LockctlError as exc:
             self.events.emit("reload-refused", error=str(exc), kept=str(self.config.path))
             return
         self._end_loops()  # each job finishes its current run
         self.config = fresh
         self.events.emit("reloaded", jobs=[job.name for job in scheduled_jobs(fresh)])
-        self._start(fresh)
+        self._start(fresh, settings)

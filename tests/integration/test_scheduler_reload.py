@@ -13,6 +13,7 @@ one `lockctl schedule` on worker-1 (and one `lockctl run`):
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -138,6 +139,38 @@ def test_a_token_consul_refuses_is_tick_failed_not_consul_unavailable(
     assert "403" in failed[0]["error"], failed
     assert not scheduler.events("consul-unavailable"), scheduler.lines
     assert unknown.read_text().strip() not in "\n".join(scheduler.lines)
+    assert scheduler.stop() == 0
+    _no_traceback(scheduler)
+
+
+@pytest.mark.parametrize("broken", ["token-missing", "token-empty", "ca-missing"])
+def test_sighup_with_a_config_whose_files_cannot_work_is_refused_and_the_old_loops_go_on(
+    lab: Lab, started: list[SchedulerProcess], broken: str
+) -> None:
+    config = lab.write_config(f"files-{broken}", ["quick"])
+    good = config.read_text()
+    scheduler = SchedulerProcess(config)
+    started.append(scheduler)
+    assert _eventually(lambda: _ran(scheduler, lab.job("quick"))), scheduler.lines
+    bad_file = lab.tmp / f"{broken}.file"
+    bad_file.unlink(missing_ok=True)
+    if broken == "token-empty":
+        bad_file.write_text("")
+    key = "ca_file" if broken.startswith("ca") else "token_file"
+    raw = json.loads(good)
+    raw["consul"][key] = str(bad_file)
+    config.write_text(json.dumps(raw))
+    scheduler.process.send_signal(signal.SIGHUP)
+    refused = _eventually(lambda: scheduler.events("reload-refused"))
+    assert refused and str(bad_file) in refused[0]["error"], scheduler.lines
+    if key == "ca_file":
+        assert "consul.ca_file" in refused[0]["error"], refused
+    ran_before = len(_ran(scheduler, lab.job("quick")))
+    # the old loop goes on: two more ticks, its session kept, nothing reloaded, no exit
+    assert _eventually(lambda: len(_ran(scheduler, lab.job("quick"))) >= ran_before + 2)
+    assert scheduler.process.poll() is None, scheduler.lines
+    assert not scheduler.events("reloaded") and not scheduler.events("session-destroyed")
+    assert len(scheduler.events("session-created")) == 1, scheduler.lines
     assert scheduler.stop() == 0
     _no_traceback(scheduler)
 

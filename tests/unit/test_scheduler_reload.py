@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
 from provision.consul import (
@@ -9,7 +12,10 @@ from provision.consul import (
     ConsulHTTPError,
     ConsulNotReached,
     ConsulUnavailable,
+    check_tls_files,
+    resolve_settings,
 )
+from provision.errors import InputError
 from provision.scheduler.loop import token_refused
 
 
@@ -37,3 +43,59 @@ def test_only_a_403_is_a_refused_token_and_not_consul_unavailable(
     assert (why is not None) == refused
     if why is not None:
         assert why.startswith("Consul refused the token: ") and "403" in why
+
+
+# --- the TLS files a scheduler checks before it starts or reloads ------------------------------
+@pytest.fixture(scope="module")
+def pem(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A self-signed certificate and its key (openssl), and another key that is not its."""
+    folder = tmp_path_factory.mktemp("pem")
+    for name in ("good", "other"):
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-nodes", "-subj", f"/CN={name}", "-days", "1",
+             "-keyout", str(folder / f"{name}.key"), "-out", str(folder / f"{name}.pem")],
+            check=True, capture_output=True,
+        )  # fmt: skip
+    (folder / "empty.pem").write_text("")
+    (folder / "junk.pem").write_text("-----BEGIN CERTIFICATE-----\nnot base64\n")
+    return {p.name: p for p in folder.iterdir()} | {"folder": folder}
+
+
+LABELS = {"ca_cert": "cfg: consul.ca_file", "client_cert": "cfg: consul.cert_file"}
+
+
+@pytest.mark.parametrize(
+    ("ca", "cert", "key", "problem"),
+    [
+        ("good.pem", "good.pem", "good.key", None),
+        ("good.pem", None, None, None),
+        ("empty.pem", None, None, ("consul.ca_file", "empty.pem", "not a PEM file")),
+        ("junk.pem", None, None, ("consul.ca_file", "junk.pem", "not a CA certificate")),
+        ("folder", None, None, ("consul.ca_file", "folder", "cannot read: a folder")),
+        ("good.pem", "good.pem", "other.key", ("consul.cert_file", "good.pem", "not a certif")),
+        ("good.pem", "junk.pem", "good.key", ("consul.cert_file", "junk.pem", "not a certif")),
+    ],
+)
+def test_check_tls_files_refuses_what_tls_could_not_use_naming_where_it_came_from(
+    pem: dict[str, Path],
+    ca: str,
+    cert: str | None,
+    key: str | None,
+    problem: tuple[str, str, str] | None,
+) -> None:
+    settings = resolve_settings(
+        address="https://127.0.0.1:8501",
+        ca_cert=pem[ca],
+        client_cert=pem[cert] if cert else None,
+        client_key=pem[key] if key else None,
+        env={},
+        given_by=LABELS,
+    )
+    if problem is None:
+        check_tls_files(settings)
+        return
+    with pytest.raises(InputError) as refused:
+        check_tls_files(settings)
+    key_name, file, why = problem
+    assert str(refused.value).startswith(f"cfg: {key_name} {pem[file]}: {why}"), refused.value
