@@ -16,16 +16,22 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
 from scheduler_lab import SchedulerProcess
 from workers_lab import MintedWorkers, minted_workers, spec_text
+
+from provision.consul import PermissionDenied
+from provision.spec.names import token_description
+from provision.system.secrets import Secret
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
@@ -72,12 +78,11 @@ def _command(log: Path, body: str) -> str:
 
 
 def _jobs(tmp: Path, uid: str) -> dict[str, dict[str, str]]:
-    marker = tmp / "long.go"  # the long job ends early once the test creates it
+    wait = "for i in $(seq 600); do [ -e {} ] && break; sleep 0.1; done"  # at most 60 s
     bodies = {
         "quick": "sleep 0.1",
         "added": "sleep 0.1",
-        "long": f"for i in $(seq {LONG * 10}); do [ -e {marker} ] && break; sleep 0.1; done",
-        "rotated": f"for i in $(seq 600); do [ -e {marker}.run ] && break; sleep 0.1; done",
+        "long": wait.format(tmp / "long.go"),  # runs until the test lets it end
     }
     return {
         f"{short}-{uid}": {
@@ -186,3 +191,130 @@ def _run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[st
     return subprocess.run(
         [*LOCKCTL, *args], capture_output=True, text=True, timeout=timeout, check=False
     )
+
+
+# --- a rotated token ----------------------------------------------------------------------------
+def _rotate(lab: Lab) -> str:
+    """`lockctl rotate --worker worker-1` (the real command: a new token written to the worker's
+    file, read back, the old one deleted at once); the old secret, to probe with."""
+    management = lab.cluster.management()
+    old = lab.made.token_ids[-1]  # the live one: each rotate appends its new token
+    token = management.acl.read_token(old)
+    assert token.secret is not None
+    # rotate finds the worker's token by lockctl's description (the lab's carries a uid)
+    management.acl.update_token(old, token_description(WORKER), list(token.policy_names))
+    done = _run_cli(
+        "rotate", "--worker", WORKER, "--spec", str(lab.tmp / "locks.hcl"),
+        "--secrets-dir", str(lab.tmp / "secrets"),
+        "--address", lab.cluster.address("server-1"),
+        "--token-file", str(lab.cluster.layout.management_token_file),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    print(f"\n$ lockctl rotate --worker {WORKER} ...\n{done.stdout}")  # for docs/apply.md
+    lab.made.token_ids.append(done.stdout.split("new token ")[1].split()[0])  # deleted at the end
+    return token.secret.reveal()
+
+
+def _refused_now(lab: Lab, secret: str) -> bool:
+    """The old token is refused through worker-1's agent (where the jobs' calls go)."""
+    try:
+        lab.cluster.client(WORKER, Secret(secret)).acl.read_self_token()
+    except PermissionDenied:
+        return True
+    return False
+
+
+def test_a_session_outlives_the_token_that_made_it_and_the_new_token_renews_and_releases_it(
+    lab: Lab,
+) -> None:
+    """What Consul does when rotate deletes the token a held session was made with: the session
+    and its lock stay; renewals with the old token are refused (403), with the new one they
+    work, and the new one releases the lock. So a holder that switches tokens keeps its lock."""
+    old_secret = (lab.tmp / "secrets" / f"{WORKER}.token").read_text().strip()
+    old = lab.cluster.client(WORKER, Secret(old_secret))
+    session = old.session.create(name="rotate-probe", ttl=10, lock_delay=0)
+    key = f"test/reload-{lab.uid}/quick/probe"
+    assert old.kv.put(key, b"x", acquire=session)
+    assert _rotate(lab) == old_secret
+    new_secret = _secret(lab)
+    assert _eventually(lambda: _refused_now(lab, old_secret), 10)
+    with pytest.raises(PermissionDenied):
+        old.session.renew(session)
+    info = lab.cluster.management().session.info(session, consistency="consistent")
+    assert info is not None, "the session went with its token"
+    new = lab.cluster.client(WORKER, Secret(new_secret))
+    assert new.session.renew(session).id == session
+    entry, _ = new.kv.get(key, consistency="consistent")
+    assert entry is not None and entry.session == session  # still held
+    assert new.kv.put(key, release=session)
+    new.session.destroy(session)
+
+
+def test_a_rotated_token_fences_no_job_of_a_running_lockctl_run(lab: Lab) -> None:
+    marker = lab.tmp / "run.go"
+    marker.unlink(missing_ok=True)
+    config = lab.write_config("rotate-run", ["long"])
+    wait = f"for i in $(seq 600); do [ -e {marker} ] && break; sleep 0.1; done"
+    run = SchedulerProcess.__new__(SchedulerProcess)  # its stderr reader, for `lockctl run`
+    run.config = config
+    run.process = subprocess.Popen(
+        [*LOCKCTL, "run", "--job", lab.job("long"), "--config", str(config), "--",
+         "/bin/sh", "-c", wait],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    run.lines = []
+    run._reader = threading.Thread(target=run._read, daemon=True)
+    run._reader.start()
+    try:
+        assert _eventually(lambda: run.events("acquired")), run.lines
+        old_secret = _rotate(lab)
+        assert _eventually(lambda: _refused_now(lab, old_secret), 10)
+        time.sleep(12)  # longer than the TTL (10 s): renewals with the old token would fence it
+        marker.touch()
+        assert run.process.wait(WAIT) == 0, run.lines  # not 76 (fenced)
+        assert not run.events("fenced") and not run.events("lost"), run.lines
+        (released,) = run.events("released")
+        assert released["released"] is True and released["child_status"] == 0, released
+        assert not [e for e in run.events("renew-failed")], run.lines
+        text = "\n".join(run.lines)
+        assert old_secret not in text and _secret(lab) not in text
+    finally:
+        marker.touch()
+        run.kill()
+
+
+def _secret(lab: Lab) -> str:
+    return (lab.tmp / "secrets" / f"{WORKER}.token").read_text().strip()
+
+
+def test_a_rotated_token_is_picked_up_by_a_running_scheduler_without_fencing_its_job(
+    lab: Lab, started: list[SchedulerProcess]
+) -> None:
+    marker = lab.tmp / "long.go"
+    marker.unlink(missing_ok=True)
+    scheduler = SchedulerProcess(lab.write_config("rotate-schedule", ["quick", "long"]))
+    started.append(scheduler)
+    long_job = lab.job("long")
+    running = lambda: [e for e in scheduler.events("acquired") if e["job"] == long_job]  # noqa: E731
+    assert _eventually(running), scheduler.lines
+    old_secret = _rotate(lab)
+    assert _eventually(lambda: _refused_now(lab, old_secret), 10)
+    refused_at = time.time()
+    time.sleep(12)  # longer than the TTL: renewals under the old token would lose the session
+    marker.touch()
+    assert _eventually(lambda: _ran(scheduler, long_job)), scheduler.lines
+    (released,) = _ran(scheduler, long_job)[:1]
+    assert released["released"] is True and released["child_status"] == 0, released
+    quick_after = [
+        e
+        for e in _ran(scheduler, lab.job("quick"))
+        if datetime.fromisoformat(e["time"]).timestamp() > refused_at + 1
+    ]
+    assert len(quick_after) >= 3, scheduler.lines  # its ticks go on with the new token
+    for name in ("fenced", "lost", "tick-failed", "consul-unavailable", "session-lost"):
+        assert not scheduler.events(name), (name, scheduler.lines)
+    assert len(scheduler.events("session-created")) == 1, scheduler.lines  # the same session
+    assert scheduler.stop() == 0
+    text = "\n".join(scheduler.lines)
+    assert old_secret not in text and _secret(lab) not in text
+    _no_traceback(scheduler)
