@@ -14,6 +14,8 @@ from provision.consul.txn import TxnAPI
 if TYPE_CHECKING:
     import requests
 
+    from provision.system.secrets import Secret
+
 
 class Consul:
     """One agent's API, by area: `status`, `agent`, `health`, `acl`, `session`, `kv`, `txn`.
@@ -72,6 +74,11 @@ class Consul:
     def with_pool(self, pool_size: int) -> Consul:
         """The same client over a new pool of `pool_size` connections, its count at zero."""
         return Consul(self.settings, retry=self.retry, pool_size=pool_size)
+
+    def use_token(self, token: Secret | None) -> None:
+        """Send `token` by default from now on, in this client and every one sharing its token
+        source (a reload read the same token file again)."""
+        self.transport.tokens.replace(token)
 
     @property
     def settings(self) -> ConsulSettings:

@@ -126,9 +126,9 @@ def resolve_settings(
 ) -> ConsulSettings:
     """Build settings from explicit values (flags), then Consul's environment variables.
 
-    `given_by`: what to call an explicit TLS file in an error, by argument name (a worker
-    config's `FILE: consul.cert_file`); by default its flag (`--client-cert`). A file that came
-    from the environment is named by its variable.
+    `given_by`: what to call an explicit TLS file (or the token file) in an error, by argument
+    name (a worker config's `FILE: consul.cert_file`); by default its flag (`--client-cert`). A
+    file that came from the environment is named by its variable.
 
     A token is taken from `token_file`, else CONSUL_HTTP_TOKEN_FILE, else CONSUL_HTTP_TOKEN, as
     the consul CLI does. There is deliberately no way to pass a token secret as a flag: argv is
@@ -138,10 +138,11 @@ def resolve_settings(
     force_https = bool(_flag(env.get("CONSUL_HTTP_SSL"), "CONSUL_HTTP_SSL"))
     raw_address = address or env.get("CONSUL_HTTP_ADDR") or DEFAULT_ADDRESS
     token: Secret | None = None
+    token_label = (given_by or {}).get("token_file") if token_file is not None else None
     if token_file is None and env.get("CONSUL_HTTP_TOKEN_FILE"):
         token_file = Path(env["CONSUL_HTTP_TOKEN_FILE"])
     if token_file is not None:
-        token = read_secret_file(token_file)
+        token = _read_token(token_file, token_label)
     elif env.get("CONSUL_HTTP_TOKEN"):
         token = Secret(env["CONSUL_HTTP_TOKEN"].strip())
     env_verify = _flag(env.get("CONSUL_HTTP_SSL_VERIFY"), "CONSUL_HTTP_SSL_VERIFY")
@@ -168,6 +169,17 @@ def resolve_settings(
         if not tls_file.exists():
             raise InputError(f"{labels[field]} {tls_file}: no such file or folder")
     return dataclasses.replace(settings, tls_labels=tuple(labels.items()))
+
+
+def _read_token(path: Path, label: str | None) -> Secret:
+    """The token in `path`; an error names where the path came from when `label` says (a
+    worker config's `FILE: consul.token_file`)."""
+    try:
+        return read_secret_file(path)
+    except InputError as exc:
+        if label is None:
+            raise
+        raise InputError(f"{label}: {exc}") from None
 
 
 def _tls_files(settings: ConsulSettings) -> list[tuple[str, Path]]:

@@ -175,6 +175,15 @@ class JobTicks:
         # the ledger work beyond claim and completion (cadence.py)
         self.cadence = starting(clock(), job.name)
 
+    def continue_from(self, old: JobTicks) -> None:
+        """Take over from `old`, this job's loop before a reload: the ticks it ran or tried are
+        not tried again, the ticks that pass while its run ends are said as overlap."""
+        self._last_tick = old._last_tick
+
+    def leave(self) -> None:
+        """This loop is retired (a reload removed or replaced it): no more session news."""
+        self.sessions.unsubscribe(self._session_news)
+
     def next_turn(self) -> Turn:
         """The tick to run next and when this replica may claim it (ledger/turns.py)."""
         due = self._next_due()

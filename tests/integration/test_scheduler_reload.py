@@ -168,8 +168,8 @@ def test_sighup_with_a_config_whose_files_cannot_work_is_refused_and_the_old_loo
     scheduler.process.send_signal(signal.SIGHUP)
     refused = _eventually(lambda: scheduler.events("reload-refused"))
     assert refused and str(bad_file) in refused[0]["error"], scheduler.lines
-    if key == "ca_file":
-        assert "consul.ca_file" in refused[0]["error"], refused
+    print("\n" + next(line for line in scheduler.lines if "reload-refused" in line))  # for docs
+    assert f"{config}: consul.{key}" in refused[0]["error"], refused  # the key named
     ran_before = len(_ran(scheduler, lab.job("quick")))
     # the old loop goes on: two more ticks, its session kept, nothing reloaded, no exit
     assert _eventually(lambda: len(_ran(scheduler, lab.job("quick"))) >= ran_before + 2)
@@ -191,6 +191,62 @@ def _run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[st
     return subprocess.run(
         [*LOCKCTL, *args], capture_output=True, text=True, timeout=timeout, check=False
     )
+
+
+def _at(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(event["time"]).timestamp()
+
+
+def test_sighup_changes_only_the_loops_it_changed_and_waits_for_no_long_run(
+    lab: Lab, started: list[SchedulerProcess]
+) -> None:
+    """A long job runs through two reloads: the first adds a job and keeps the others (the
+    short job keeps ticking, the new one starts, nothing waits for the long run); the second
+    removes the long job and points the connection at a copy of the CA (a new connection):
+    the short job goes on at once on a new session, the long run ends under its old one, which
+    is destroyed only then; the long job runs no more."""
+    marker = lab.tmp / "long.go"
+    marker.unlink(missing_ok=True)
+    config = lab.write_config("loops", ["quick", "long"])
+    scheduler = SchedulerProcess(config)
+    started.append(scheduler)
+    long_job, quick, added = lab.job("long"), lab.job("quick"), lab.job("added")
+    running = lambda: [e for e in scheduler.events("acquired") if e["job"] == long_job]  # noqa: E731
+    assert _eventually(running), scheduler.lines
+    lab.write_config("loops", ["quick", "long", "added"])
+    scheduler.process.send_signal(signal.SIGHUP)
+    (reloaded,) = _eventually(lambda: scheduler.events("reloaded"))
+    assert reloaded["kept"] == sorted([long_job, quick]) and reloaded["added"] == [added]
+    after = _at(reloaded)
+    # while the long run goes on: the short job's ticks, and the new job's first ones
+    assert _eventually(lambda: len([e for e in _ran(scheduler, quick) if _at(e) > after]) >= 2)
+    assert _eventually(lambda: _ran(scheduler, added)), scheduler.lines
+    assert not _ran(scheduler, long_job) and len(scheduler.events("session-created")) == 1
+
+    ca_copy = lab.tmp / "ca-copy.pem"
+    ca_copy.write_bytes(Path(lab.config["consul"]["ca_file"]).read_bytes())
+    lab.write_config("loops", ["quick"], ca_file=str(ca_copy))
+    scheduler.process.send_signal(signal.SIGHUP)
+    assert _eventually(lambda: len(scheduler.events("reloaded")) == 2), scheduler.lines
+    second = scheduler.events("reloaded")[1]
+    assert second["removed"] == sorted([added, long_job]) and second["replaced"] == [quick]
+    assert _eventually(lambda: len(scheduler.events("session-created")) == 2), scheduler.lines
+    assert _eventually(lambda: [e for e in _ran(scheduler, quick) if _at(e) > _at(second)])
+    assert not _ran(scheduler, long_job) and not scheduler.events("session-destroyed")
+    marker.touch()  # the long run ends now, under its old session
+    assert _eventually(lambda: _ran(scheduler, long_job)), scheduler.lines
+    (released,) = _ran(scheduler, long_job)
+    assert released["released"] is True and released["child_status"] == 0, released
+    (destroyed,) = _eventually(lambda: scheduler.events("session-destroyed"))
+    assert destroyed["session"] == released["session"] and _at(destroyed) >= _at(released)
+    time.sleep(2 * EVERY)
+    due = [e for e in scheduler.events("tick-due") if e["job"] == long_job]
+    assert all(_at(e) < _at(released) for e in due), due  # removed: no tick after its run
+    assert scheduler.stop() == 0
+    print("\n" + "\n".join(scheduler.lines))  # for docs/scheduler.md
+    for name in ("fenced", "lost", "tick-failed", "consul-unavailable"):
+        assert not scheduler.events(name), (name, scheduler.lines)
+    _no_traceback(scheduler)
 
 
 # --- a rotated token ----------------------------------------------------------------------------

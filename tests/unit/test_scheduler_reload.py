@@ -17,6 +17,9 @@ from provision.consul import (
 )
 from provision.errors import InputError
 from provision.scheduler.loop import token_refused
+from provision.scheduler.reload import plan_reload
+from provision.timings import JobTimings
+from provision.workers.config import JobConfig
 
 
 def _http(status: int, body: str) -> ConsulHTTPError:
@@ -99,3 +102,41 @@ def test_check_tls_files_refuses_what_tls_could_not_use_naming_where_it_came_fro
         check_tls_files(settings)
     key_name, file, why = problem
     assert str(refused.value).startswith(f"cfg: {key_name} {pem[file]}: {why}"), refused.value
+
+
+# --- which loops a reload changes -------------------------------------------------------------
+def _job(name: str, schedule: str = "@every 5s") -> JobConfig:
+    return JobConfig(
+        name,
+        f"locks/{name}/.lock",
+        JobTimings(15.0, 15.0, 5.0, 5.0, 0.0),
+        schedule,
+        command=("true",),
+    )
+
+
+A, B, C = _job("a"), _job("b"), _job("c")
+
+
+@pytest.mark.parametrize(
+    ("running", "fresh", "moved", "plan"),
+    [
+        ([A, B], [A, B], False, ((["a", "b"]), [], [], [])),
+        ([A, B], [A, B, C], False, (["a", "b"], ["c"], [], [])),
+        ([A, B], [A], False, (["a"], [], ["b"], [])),
+        ([A, B], [A, _job("b", "@every 7s")], False, (["a"], [], [], ["b"])),
+        ([A, B], [A, B], True, ([], [], [], ["a", "b"])),  # a new connection: every loop
+        ([A, B], [C], True, ([], ["c"], ["a", "b"], [])),
+        ([A], [_job("a", "@every 7s"), B], False, ([], ["b"], [], ["a"])),
+    ],
+)
+def test_a_reload_changes_only_the_loops_whose_job_or_connection_changed(
+    running: list[JobConfig],
+    fresh: list[JobConfig],
+    moved: bool,
+    plan: tuple[list[str], list[str], list[str], list[str]],
+) -> None:
+    planned = plan_reload({j.name: j for j in running}, {j.name: j for j in fresh}, moved)
+    assert (planned.keep, planned.add, planned.remove, planned.replace) == tuple(
+        tuple(names) for names in plan
+    )
