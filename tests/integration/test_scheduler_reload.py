@@ -249,6 +249,41 @@ def test_sighup_changes_only_the_loops_it_changed_and_waits_for_no_long_run(
     _no_traceback(scheduler)
 
 
+def test_sighup_replaces_a_changed_job_only_when_its_run_ends(
+    lab: Lab, started: list[SchedulerProcess]
+) -> None:
+    """The long job's config changes while it runs: its run goes on (no second run meanwhile,
+    the same session), and the new loop takes the first tick after that run, saying the ticks
+    that passed as overlap."""
+    marker = lab.tmp / "long.go"
+    marker.unlink(missing_ok=True)
+    config = lab.write_config("changed", ["long"])
+    scheduler = SchedulerProcess(config)
+    started.append(scheduler)
+    long_job = lab.job("long")
+    assert _eventually(lambda: scheduler.events("acquired")), scheduler.lines
+    raw = json.loads(config.read_text())
+    raw["jobs"][long_job]["history_limit"] = 17  # a change the loop must take up
+    config.write_text(json.dumps(raw))
+    scheduler.process.send_signal(signal.SIGHUP)
+    reloads = _eventually(lambda: scheduler.events("reloaded"))
+    assert reloads and reloads[0]["replaced"] == [long_job], scheduler.lines
+    time.sleep(2 * EVERY)  # two ticks pass while the old loop's run goes on
+    assert len(scheduler.events("acquired")) == 1, scheduler.lines
+    marker.touch()
+    assert _eventually(lambda: len(scheduler.events("acquired")) == 2), scheduler.lines
+    first, second = scheduler.events("acquired")
+    (released,) = [
+        e for e in scheduler.events("released") if e["lock_index"] == first["lock_index"]
+    ]
+    assert _at(second) >= _at(released) and second["tick"] > first["tick"]
+    assert second["session"] == first["session"]  # the same connection: the same session
+    overlap = [e for e in scheduler.events("skipped") if "overlap" in e["reason"]]
+    assert overlap, scheduler.lines  # the ticks that passed, said by the new loop
+    assert scheduler.stop() == 0
+    _no_traceback(scheduler)
+
+
 # --- a rotated token ----------------------------------------------------------------------------
 def _rotate(lab: Lab) -> str:
     """`lockctl rotate --worker worker-1` (the real command: a new token written to the worker's
