@@ -113,12 +113,16 @@ class TickTimer:
             self._retired(job)
         elif job in self._runs:  # its run goes on; the successor comes when it ends
             self._successors[job] = successor
-        else:
-            self._live.discard(job)  # its heap entry is dropped when it comes up
-            self._retired(job)
-            if successor is not None:
-                self._live.add(successor)
-                self._schedule(successor)
+        else:  # idle: its heap entry is dropped when it comes up
+            self._hand_over(job, successor)
+
+    def _hand_over(self, job: JobTicks, successor: JobTicks | None) -> None:
+        """`job` is out, no run of it left; `successor`, if any, takes its place."""
+        self._live.discard(job)
+        self._retired(job)
+        if successor is not None:
+            self._live.add(successor)
+            self._schedule(successor)
 
     def _retired(self, job: JobTicks) -> None:
         if self.on_retired is not None:
@@ -179,12 +183,7 @@ class TickTimer:
         for job in ended:
             self._runs.pop(job)
             if job in self._successors:  # retired while it ran: out now, its successor in
-                self._live.discard(job)
-                successor = self._successors.pop(job)
-                self._retired(job)
-                if successor is not None:
-                    self._live.add(successor)
-                    self._schedule(successor)
+                self._hand_over(job, self._successors.pop(job))
             elif not self._ending():
                 self._schedule(job)
 

@@ -101,3 +101,13 @@ def test_token_source_refresh_reads_the_file_once_for_many_refused_calls(tmp_pat
     assert source.current == Secret(NEW)
     token_file.unlink()
     assert source.refresh(Secret(NEW)) is None  # gone: the refusal stands
+
+
+def test_use_token_switches_every_client_sharing_the_source(tmp_path: Path) -> None:
+    consul, _ = _client(tmp_path)
+    derived = consul.with_retry(consul.retry)
+    consul.use_token(Secret(NEW))  # a reload read the same file again
+    with responses.RequestsMock() as mocked:
+        _refuse_old(mocked)
+        derived.session.renew("s-1")
+        assert [c.request.headers["X-Consul-Token"] for c in mocked.calls] == [NEW]
