@@ -42,6 +42,11 @@ class ConsulSettings:
     client_key: Path | None = None
     verify_tls: bool = True
     timeout: float = DEFAULT_TIMEOUT
+    # the token as resolve_settings read it from token_file: a client re-reads that file on a 403
+    # only while it sends this token (consul/tokens.py). A copy with another token (a probe with
+    # none, another worker's) keeps token_file but not this link, so it is never retried with
+    # the file's token
+    token_read: Secret | None = dataclass_field(default=None, compare=False, repr=False)
     # (field, what to call it in an error: where it came from) for each TLS file given
     tls_labels: tuple[tuple[str, str], ...] = dataclass_field(default=(), compare=False, repr=False)
 
@@ -168,7 +173,16 @@ def resolve_settings(
         # requests would raise a bare OSError on the first call instead of an InputError.
         if not tls_file.exists():
             raise InputError(f"{labels[field]} {tls_file}: no such file or folder")
-    return dataclasses.replace(settings, tls_labels=tuple(labels.items()))
+    read = token if token_file is not None else None
+    return dataclasses.replace(settings, tls_labels=tuple(labels.items()), token_read=read)
+
+
+def token_file_to_reread(settings: ConsulSettings) -> Path | None:
+    """The file to re-read when Consul refuses the settings' token: its token file, only when
+    the token is the one read from it (never for a token a caller put in its place)."""
+    if settings.token_read is None or settings.token != settings.token_read:
+        return None
+    return settings.token_file
 
 
 def _read_token(path: Path, label: str | None) -> Secret:

@@ -5,7 +5,10 @@ token. A process that read the file before (a `lockctl run` whose job is running
 is refused from then on (403 "ACL not found", once its agent's ACL cache lets the old token go).
 So on a 403 the transport asks `refresh`: when the file now holds another token, that one is
 sent once in the refused call's place, and by every later call of every client sharing this
-source. The token never goes anywhere but the header: not in an error, a log line or argv.
+source. Only a token that was read from that file is ever replaced by the file's
+(settings.token_file_to_reread): a client given another token in its place (verify's probes with
+none, or with another worker's, over settings that name the management token's file) keeps its
+403. The token never goes anywhere but the header: not in an error, a log line or argv.
 """
 
 from __future__ import annotations

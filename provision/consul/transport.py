@@ -39,7 +39,7 @@ from provision.consul.errors import (
     PermissionDenied,
     SpeaksHttps,
 )
-from provision.consul.settings import ConsulSettings
+from provision.consul.settings import ConsulSettings, token_file_to_reread
 from provision.consul.tokens import TokenSource
 from provision.system.secrets import MASK, Secret
 from provision.system.text import printable
@@ -234,7 +234,7 @@ class Transport:
     ) -> None:
         self.settings = settings
         # the token sent by default: the settings' own, until a refusal finds another in its file
-        self.tokens = tokens or TokenSource(settings.token, settings.token_file)
+        self.tokens = tokens or TokenSource(settings.token, token_file_to_reread(settings))
         # At most this many calls at once (blocking queries aside), the others wait their turn
         # within their own timeout: a scheduler whose 300 jobs tick at once would otherwise
         # open 300 connections (TLS handshakes, Consul's 200 per client address) at :00.

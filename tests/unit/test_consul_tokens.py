@@ -3,13 +3,15 @@ what `lockctl rotate` needs from a process that read the old token (no Consul: `
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import responses
 
-from provision.consul import Consul, PermissionDenied, resolve_settings
+from provision.consul import Consul, ConsulSettings, PermissionDenied, resolve_settings
 from provision.consul.tokens import TokenSource, newer_token
 from provision.system.secrets import Secret
 
@@ -111,3 +113,30 @@ def test_use_token_switches_every_client_sharing_the_source(tmp_path: Path) -> N
         _refuse_old(mocked)
         derived.session.renew("s-1")
         assert [c.request.headers["X-Consul-Token"] for c in mocked.calls] == [NEW]
+
+
+@pytest.mark.parametrize(
+    "swap",
+    [
+        lambda s: dataclasses.replace(s, token=None),  # verify's probe without a token
+        lambda s: dataclasses.replace(s, token=Secret(THIRD)),  # another worker's token
+        lambda s: ConsulSettings(address=ADDRESS, token=Secret(THIRD), token_file=s.token_file),
+    ],
+)
+def test_a_token_put_in_place_of_the_files_is_never_retried_with_the_files(
+    tmp_path: Path, swap: Callable[[ConsulSettings], ConsulSettings]
+) -> None:
+    """A copy of the settings with another token keeps the token file's path (verify probes
+    with no token, or with another worker's, over the management settings): a 403 to it must
+    stay a 403, never become a call with the file's token (it would pass every 403 check)."""
+    consul, token_file = _client(tmp_path)
+    token_file.write_text(NEW + "\n")  # the file's token would be accepted
+    probe = Consul(swap(consul.settings))
+    with responses.RequestsMock() as mocked:
+        _refuse_old(mocked)
+        with pytest.raises(PermissionDenied):
+            probe.session.renew("s-1")
+        with pytest.raises(PermissionDenied):
+            consul.with_settings(token=None).session.renew("s-1")
+        assert all(c.request.headers.get("X-Consul-Token") != NEW for c in mocked.calls)
+        assert len(mocked.calls) == 2
