@@ -29,7 +29,12 @@ from provision.consul.errors import (
     NotFound,
     PermissionDenied,
 )
-from provision.consul.settings import ConsulSettings, normalize_address, resolve_settings
+from provision.consul.settings import (
+    ConsulSettings,
+    check_tls_files,
+    normalize_address,
+    resolve_settings,
+)
 
 if TYPE_CHECKING:
     from provision.consul.client import Consul
@@ -64,6 +69,7 @@ __all__ = [
     "RetryPolicy",
     "TxnAnswer",
     "TxnError",
+    "check_tls_files",
     "normalize_address",
     "resolve_settings",
 ]

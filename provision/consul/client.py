@@ -15,6 +15,8 @@ from provision.consul.txn import TxnAPI
 if TYPE_CHECKING:
     import requests
 
+    from provision.system.secrets import Secret
+
 
 class Consul:
     """One agent's API, by area: `status`, `agent`, `health`, `acl`, `session`, `kv`, `txn`.
@@ -78,6 +80,11 @@ class Consul:
         return Consul(
             self.settings, retry=self.retry, pool_size=pool_size, agent_clock=self.agent_clock
         )
+
+    def use_token(self, token: Secret | None) -> None:
+        """Send `token` by default from now on, in this client and every one sharing its token
+        source (a reload read the same token file again)."""
+        self.transport.tokens.replace(token)
 
     @property
     def settings(self) -> ConsulSettings:

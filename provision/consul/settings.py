@@ -7,16 +7,19 @@ never at import time.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import math
 import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from provision.errors import InputError
+from provision.system.files import UnreadableFile, read_regular_file
 from provision.system.secrets import Secret, read_secret_file
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8500"
@@ -39,6 +42,13 @@ class ConsulSettings:
     client_key: Path | None = None
     verify_tls: bool = True
     timeout: float = DEFAULT_TIMEOUT
+    # the token as resolve_settings read it from token_file: a client re-reads that file on a 403
+    # only while it sends this token (consul/tokens.py). A copy with another token (a probe with
+    # none, another worker's) keeps token_file but not this link, so it is never retried with
+    # the file's token
+    token_read: Secret | None = dataclass_field(default=None, compare=False, repr=False)
+    # (field, what to call it in an error: where it came from) for each TLS file given
+    tls_labels: tuple[tuple[str, str], ...] = dataclass_field(default=(), compare=False, repr=False)
 
 
 def normalize_address(address: str, *, force_https: bool = False) -> str:
@@ -121,9 +131,9 @@ def resolve_settings(
 ) -> ConsulSettings:
     """Build settings from explicit values (flags), then Consul's environment variables.
 
-    `given_by`: what to call an explicit TLS file in an error, by argument name (a worker
-    config's `FILE: consul.cert_file`); by default its flag (`--client-cert`). A file that came
-    from the environment is named by its variable.
+    `given_by`: what to call an explicit TLS file (or the token file) in an error, by argument
+    name (a worker config's `FILE: consul.cert_file`); by default its flag (`--client-cert`). A
+    file that came from the environment is named by its variable.
 
     A token is taken from `token_file`, else CONSUL_HTTP_TOKEN_FILE, else CONSUL_HTTP_TOKEN, as
     the consul CLI does. There is deliberately no way to pass a token secret as a flag: argv is
@@ -133,10 +143,11 @@ def resolve_settings(
     force_https = bool(_flag(env.get("CONSUL_HTTP_SSL"), "CONSUL_HTTP_SSL"))
     raw_address = address or env.get("CONSUL_HTTP_ADDR") or DEFAULT_ADDRESS
     token: Secret | None = None
+    token_label = (given_by or {}).get("token_file") if token_file is not None else None
     if token_file is None and env.get("CONSUL_HTTP_TOKEN_FILE"):
         token_file = Path(env["CONSUL_HTTP_TOKEN_FILE"])
     if token_file is not None:
-        token = read_secret_file(token_file)
+        token = _read_token(token_file, token_label)
     elif env.get("CONSUL_HTTP_TOKEN"):
         token = Secret(env["CONSUL_HTTP_TOKEN"].strip())
     env_verify = _flag(env.get("CONSUL_HTTP_SSL_VERIFY"), "CONSUL_HTTP_SSL_VERIFY")
@@ -157,18 +168,90 @@ def resolve_settings(
             f"--timeout {settings.timeout:g}: must be above 0 and at most {MAX_TIMEOUT:g}"
         )
     explicit = {"ca_cert": ca_cert, "client_cert": client_cert, "client_key": client_key}
-    for field, tls_file in (
+    labels = {f: _tls_label(f, explicit[f] is not None, given_by) for f, _ in _tls_files(settings)}
+    for field, tls_file in _tls_files(settings):
+        # requests would raise a bare OSError on the first call instead of an InputError.
+        if not tls_file.exists():
+            raise InputError(f"{labels[field]} {tls_file}: no such file or folder")
+    read = token if token_file is not None else None
+    return dataclasses.replace(settings, tls_labels=tuple(labels.items()), token_read=read)
+
+
+def token_file_to_reread(settings: ConsulSettings) -> Path | None:
+    """The file to re-read when Consul refuses the settings' token: its token file, only when
+    the token is the one read from it (never for a token a caller put in its place)."""
+    if settings.token_read is None or settings.token != settings.token_read:
+        return None
+    return settings.token_file
+
+
+def _read_token(path: Path, label: str | None) -> Secret:
+    """The token in `path`; an error names where the path came from when `label` says (a
+    worker config's `FILE: consul.token_file`)."""
+    try:
+        return read_secret_file(path)
+    except InputError as exc:
+        if label is None:
+            raise
+        raise InputError(f"{label}: {exc}") from None
+
+
+def _tls_files(settings: ConsulSettings) -> list[tuple[str, Path]]:
+    named = (
         ("ca_cert", settings.ca_cert),
         ("client_cert", settings.client_cert),
         ("client_key", settings.client_key),
-    ):
-        # requests would raise a bare OSError on the first call instead of an InputError.
-        if tls_file is not None and not tls_file.exists():
-            label = TLS_ENV[field]
-            if explicit[field] is not None:
-                label = (given_by or {}).get(field, TLS_FLAGS[field])
-            raise InputError(f"{label} {tls_file}: no such file or folder")
-    return settings
+    )
+    return [(field, path) for field, path in named if path is not None]
+
+
+def _tls_label(field: str, explicit: bool, given_by: Mapping[str, str] | None) -> str:
+    """What to call a TLS file in an error: where it came from (the config's key, the flag,
+    or the environment variable)."""
+    if not explicit:
+        return TLS_ENV[field]
+    return (given_by or {}).get(field, TLS_FLAGS[field])
+
+
+MAX_PEM_BYTES = 1 << 20  # a CA bundle, a certificate or a key: far less than this
+
+
+def check_tls_files(settings: ConsulSettings) -> None:
+    """Every TLS file of `settings` is a readable regular file that TLS can use (the CA loads,
+    the certificate goes with its key): an InputError naming the first that is not, by where it
+    came from (the config's key, the flag, the variable).
+
+    For a long-lived caller (`lockctl schedule`, at start and before a reload changes anything):
+    requests opens these files only at its first connection, so a bad one would otherwise fail
+    each call, as if Consul were down, instead of being refused at once."""
+    import ssl  # here, not at the top: `lockctl run`'s cheap skip never needs it
+
+    labels = dict(settings.tls_labels)
+    texts: dict[str, bytes] = {}
+    for field, path in _tls_files(settings):
+        label = labels.get(field, TLS_FLAGS[field])
+        try:
+            texts[field] = read_regular_file(path, MAX_PEM_BYTES)
+        except UnreadableFile as exc:
+            raise InputError(f"{label} {path}: cannot read: {exc}") from None
+        if not texts[field].strip() or len(texts[field]) > MAX_PEM_BYTES:
+            raise InputError(f"{label} {path}: not a PEM file (empty, or more than 1 MiB)")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    if settings.ca_cert is not None:
+        try:
+            context.load_verify_locations(cadata=texts["ca_cert"].decode("ascii", "replace"))
+        except (ssl.SSLError, ValueError) as exc:
+            label = labels.get("ca_cert", TLS_FLAGS["ca_cert"])
+            raise InputError(f"{label} {settings.ca_cert}: not a CA certificate ({exc})") from None
+    if settings.client_cert is not None:
+        try:
+            context.load_cert_chain(settings.client_cert, settings.client_key)
+        except (ssl.SSLError, OSError) as exc:
+            label = labels.get("client_cert", TLS_FLAGS["client_cert"])
+            raise InputError(
+                f"{label} {settings.client_cert}: not a certificate that goes with its key "
+                f"({type(exc).__name__})"
+            ) from None
 
 
 # Where a TLS file of the settings can come from, for the error that names it.

@@ -38,9 +38,11 @@ from provision.consul.errors import (
     ConsulHTTPError,
     ConsulNotReached,
     ConsulUnavailable,
+    PermissionDenied,
     SpeaksHttps,
 )
-from provision.consul.settings import ConsulSettings
+from provision.consul.settings import ConsulSettings, token_file_to_reread
+from provision.consul.tokens import TokenSource
 from provision.system.secrets import MASK, Secret
 from provision.system.text import printable
 
@@ -236,9 +238,12 @@ class Transport:
         sleep: Callable[[float], None] = time.sleep,
         count: RequestCount | None = None,
         max_in_flight: int | CallGate | None = None,
+        tokens: TokenSource | None = None,
         agent_clock: AgentClock | None = None,
     ) -> None:
         self.settings = settings
+        # the token sent by default: the settings' own, until a refusal finds another in its file
+        self.tokens = tokens or TokenSource(settings.token, token_file_to_reread(settings))
         self.agent_clock = agent_clock  # learns the agent's clock from every answer's Date
         # At most this many calls at once (blocking queries aside), the others wait their turn
         # within their own timeout: a scheduler whose 300 jobs tick at once would otherwise
@@ -258,7 +263,12 @@ class Transport:
     def derive(
         self, *, settings: ConsulSettings | None = None, retry: RetryPolicy | None = None
     ) -> Transport:
-        """A transport with other settings or retries over the same pool (and its count)."""
+        """A transport with other settings or retries over the same pool (and its count); with
+        the same token and file, it shares the token source (a token re-read is seen by both)."""
+        same_token = settings is None or (
+            settings.token == self.settings.token
+            and settings.token_file == self.settings.token_file
+        )
         return Transport(
             settings if settings is not None else self.settings,
             session=self.session,
@@ -267,6 +277,7 @@ class Transport:
             sleep=self._sleep,
             count=self.count,
             max_in_flight=self._gate,
+            tokens=self.tokens if same_token else None,
             agent_clock=self.agent_clock,
         )
 
@@ -298,7 +309,8 @@ class Transport:
         many bytes (Consul has no size filter: a value anyone may write is read whole).
         """
         policy = retry if retry is not None else self.retry
-        chosen = self.settings.token if isinstance(token, _DefaultToken) else token
+        default = isinstance(token, _DefaultToken)
+        chosen = self.tokens.current if isinstance(token, _DefaultToken) else token
         budget = timeout if timeout is not None else self.settings.timeout
         started = self._clock()
         ends_at = started + budget  # every attempt, pause and retry ends by then
@@ -313,6 +325,14 @@ class Transport:
                     method, path, params, json_body, data, chosen, redact, answers, max_bytes
                 )
                 return self._send_once(call, left, urgent)
+            except PermissionDenied:
+                # a rotated token: the file holds a new one (once per call, whatever the policy:
+                # a 403 is an answer, refused before anything was applied)
+                fresh = self.tokens.refresh(chosen) if default else None
+                if fresh is None:
+                    raise
+                log.debug("%s %s: token refused; retrying with its file's new one", method, path)
+                chosen, default = fresh, False
             except (ConsulUnavailable, ConsulHTTPError) as exc:
                 if not _retryable(exc, idempotent):
                     raise
@@ -373,7 +393,7 @@ class Transport:
         elapsed_ms = (received - started) * 1000
         log.debug("%s -> %d in %.1f ms", where, answer.status_code, elapsed_ms)
         if answer.status_code >= 300 and answer.status_code not in answers:
-            body = _excerpt(answer.text, (token, self.settings.token, *redact))
+            body = _excerpt(answer.text, (token, self.settings.token, self.tokens.current, *redact))
             if answer.status_code == 400 and PLAIN_HTTP_REFUSAL in body:
                 raise _speaks_https(where, self.settings.address, body)
             # answer.headers stays case-insensitive: a proxy or HTTP/2 may lower-case names.

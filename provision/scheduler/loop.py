@@ -9,9 +9,10 @@
 The claim is the same transaction as `lockctl run`'s (runner/tick_lock.py), so a tick runs once
 across every replica's scheduler and every per-tick timer. Consul unreachable: the tick is not
 run (fail closed), said once (`consul-unavailable`) and counted; the next run that gets through
-records it missed. A run still going when its next tick comes (it outlasts its interval) keeps
-the job busy: the ticks that pass meanwhile are skipped here (`skipped`, reason overlap), and
-every other replica skips them too (the lock is held).
+records it missed. Consul answering 403 (a token it does not know or that lacks a right) is
+not an outage: `tick-failed` with Consul's reason. A run still going when its next tick comes
+(it outlasts its interval) keeps the job busy: the ticks that pass meanwhile are skipped here
+(`skipped`, reason overlap), and every other replica skips them too (the lock is held).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
 
-from provision.consul import Consul, ConsulError
+from provision.consul import Consul, ConsulError, PermissionDenied
 from provision.errors import LockctlError
 from provision.ledger.records import tick_name
 from provision.ledger.store import Ledger
@@ -93,6 +94,15 @@ def scheduled_run(
     )
     claimed = result.lock_index is not None
     return result, after_run(cadence, clock(), work, claimed=claimed, again=result.housekeep_again)
+
+
+def token_refused(exc: ConsulError) -> str | None:
+    """Why the tick failed when Consul answered but refused the token (403: unknown, deleted,
+    or without the right), else None: Consul did not answer. A refusal is not an outage: no
+    retry fixes it, so it is `tick-failed` with Consul's reason, never `consul-unavailable`."""
+    if isinstance(exc, PermissionDenied):
+        return f"Consul refused the token: {exc}"
+    return None
 
 
 PACKAGE = str(Path(__file__).resolve().parents[1])  # provision/, for where an error was raised
@@ -174,6 +184,15 @@ class JobTicks:
         # the ledger work beyond claim and completion (cadence.py)
         self.cadence = starting(clock(), job.name)
 
+    def continue_from(self, old: JobTicks) -> None:
+        """Take over from `old`, this job's loop before a reload: the ticks it ran or tried are
+        not tried again, the ticks that pass while its run ends are said as overlap."""
+        self._last_tick = old._last_tick
+
+    def leave(self) -> None:
+        """This loop is retired (a reload removed or replaced it): no more session news."""
+        self.sessions.unsubscribe(self._session_news)
+
     def next_turn(self) -> Turn:
         """The tick to run next and when this replica may claim it (ledger/turns.py)."""
         due = self._next_due()
@@ -241,9 +260,13 @@ class JobTicks:
                 forks=self.forks,
             )
         except ConsulError as exc:
-            self._unavailable(exc, due)
+            refused = token_refused(exc)
+            if refused is None:
+                self._unavailable(exc, due)
+            else:
+                self.tick_failed(refused, due)
             return
-        except LockctlError as exc:  # the command cannot start, a refused token: say, go on
+        except LockctlError as exc:  # the command cannot start: say, go on
             self.tick_failed(str(exc), due)
             return
         except Exception as exc:  # a bug, or data it did not foresee: this tick only

@@ -7,8 +7,9 @@ held under the replica's session for the job's (TTL, LockDelay), one per distinc
 
     SIGTERM, SIGINT  stop: no new claim; a running job gets the signal and its kill grace, its
                      record is completed, the lock released, every session destroyed; exit 0
-    SIGHUP           reload the worker config: a bad one is refused and the old one kept; a good
-                     one replaces the loops once their current runs end
+    SIGHUP           reload the worker config, checked whole (its files too) before anything
+                     changes: a bad one is refused and the old one kept; a good one changes only
+                     the loops it changed, each as its own run ends (scheduler/reload.py)
 
 One scheduler per worker config and host: the config file is locked (flock) while it runs.
 """
@@ -16,6 +17,7 @@ One scheduler per worker config and host: the config file is locked (flock) whil
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
 import os
 import threading
@@ -23,7 +25,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
-from provision.consul import NO_RETRY, AgentClock, Consul, ConsulError, resolve_settings
+from provision.consul import (
+    NO_RETRY,
+    AgentClock,
+    Consul,
+    ConsulError,
+    ConsulSettings,
+    check_tls_files,
+    resolve_settings,
+)
 from provision.consul.clock import WallSteps
 from provision.errors import InputError, LocalEnvironmentError, LockctlError
 from provision.runner.events import EventLog, ms
@@ -31,6 +41,7 @@ from provision.runner.forkserver import ForkServer
 from provision.runner.stop import StopRequest
 from provision.scheduler.counts import CountsSnapshot, LoopCounts
 from provision.scheduler.loop import CountingEventLog, JobTicks, unexpected
+from provision.scheduler.reload import ReloadPlan, plan_reload
 from provision.scheduler.sessions import SessionPool
 from provision.scheduler.timer import TickTimer
 from provision.workers.config import JobConfig, WorkerConfig, load_worker_config
@@ -46,6 +57,20 @@ CLOCK_PROBE_TIMEOUT = 2.0  # seconds for the first answer at start, for the agen
 def scheduled_jobs(config: WorkerConfig) -> list[JobConfig]:
     """The jobs this scheduler runs: those with a schedule and a command."""
     return [job for job in config.jobs if job.schedule is not None and job.command]
+
+
+def checked_connection(config: WorkerConfig) -> ConsulSettings:
+    """How `config` reaches Consul, with every file it names read and checked (the token file
+    holds a token; the CA, the client certificate and its key are readable and load): what
+    the start fails on, and what a reload must know works before it changes anything."""
+    if not scheduled_jobs(config):
+        raise InputError(
+            f"{config.path}: no job with a schedule and a command for {config.worker}: "
+            "nothing to schedule"
+        )
+    settings = resolve_settings(**config.connection())
+    check_tls_files(settings)
+    return settings
 
 
 @contextlib.contextmanager
@@ -65,6 +90,12 @@ def single_instance(config_path: Path) -> Iterator[int]:
         os.close(fd)
 
 
+def connection_key(settings: ConsulSettings) -> ConsulSettings:
+    """What makes two connections the same for a reload: everything but the token's value (a
+    token re-read from the same file goes to the same client: Consul.use_token)."""
+    return dataclasses.replace(settings, token=None)
+
+
 class Scheduler:
     def __init__(
         self,
@@ -78,8 +109,15 @@ class Scheduler:
         self.config, self.stop, self.stream = config, stop, stream
         self.events = EventLog(SCHEDULER, config.worker, stream)
         self.loader = loader or (lambda path: load_worker_config(path, allow_unsafe=allow_unsafe))
-        self.loops: list[JobTicks] = []
+        self.loops: dict[str, JobTicks] = {}  # the current config's, by job name
+        self.consul: Consul | None = None  # the current connection's client and sessions
         self.sessions: SessionPool | None = None
+        self._connection: ConsulSettings | None = None
+        # every pool still open, and how many loops (running or current) still use it: a pool of
+        # an older connection is closed when its last loop retires
+        self._pools: dict[SessionPool, int] = {}
+        self._pools_lock = threading.Lock()  # the timer thread retires loops, the main reloads
+        self._closing: list[threading.Thread] = []
         self.forks = ForkServer()  # one namespace helper for every run of this process
         self.timer: TickTimer | None = None
         self._timer_thread: threading.Thread | None = None
@@ -96,15 +134,10 @@ class Scheduler:
         self._reload = True
 
     def run(self) -> int:
-        jobs = scheduled_jobs(self.config)
-        if not jobs:
-            raise InputError(
-                f"{self.config.path}: no job with a schedule and a command for "
-                f"{self.config.worker}: nothing to schedule"
-            )
+        settings = checked_connection(self.config)
         self.forks.start()
         try:
-            self._start(self.config)
+            self._start(self.config, settings)
             while not self.stop.requested:
                 self.stop.sleep(JOIN_POLL)
                 self._watch_clocks()
@@ -123,48 +156,63 @@ class Scheduler:
             self.timer.retire()  # after a stop it has ended already, or ends with its runs
             self._timer_thread.join()
             self.timer = self._timer_thread = None
-        if self.sessions is not None:
-            self.sessions.close()
-            self.sessions = None
+        with self._pools_lock:
+            pools, self._pools = list(self._pools), {}
+        for pool in pools:
+            pool.close()
+        for closing in self._closing:
+            closing.join()
+        self.sessions = None
 
-    def _start(self, config: WorkerConfig) -> None:
-        settings = resolve_settings(**config.connection())
+    def _start(self, config: WorkerConfig, settings: ConsulSettings) -> None:
+        self._connect(settings)
+        assert self.consul is not None
+        self._learn_clock(self.consul)  # before any turn is worked out
+        self.loops = {job.name: self._loop(job) for job in scheduled_jobs(config)}
+        self.timer = TickTimer(
+            list(self.loops.values()),
+            self.stop,
+            wall=self.agent_clock,
+            on_error=self._job_failed,
+            on_retired=self._loop_retired,
+        )
+        self._timer_thread = threading.Thread(target=self.timer.run, name="lockctl-timer")
+        self._timer_thread.daemon = True
+        self._timer_thread.start()
+        self.events.emit("started", config=str(config.path), jobs=list(self.loops))
+
+    def _connect(self, settings: ConsulSettings) -> None:
+        """A client and a session pool for this connection; the loops made from now on use it."""
         consul = Consul(
             settings,
             pool_size=POOL_SIZE,
             max_in_flight=IN_FLIGHT,
             batch_txns=True,
-            agent_clock=self.agent_clock,
+            agent_clock=self.agent_clock,  # kept across reloads: another agent's answers correct it
         )
-        sessions = SessionPool(consul, config.worker, self.events)
-        self.sessions = sessions
-        self.loops = []
-        for job in scheduled_jobs(config):
-            counts = self.counts.setdefault(job.name, LoopCounts())
-            events = CountingEventLog(job.name, config.worker, self.stream, counts)
-            self.loops.append(
-                JobTicks(
-                    consul,
-                    job,
-                    config.worker,
-                    events,
-                    self.stop,
-                    wall=self.agent_clock,
-                    counts=counts,
-                    sessions=sessions,
-                    forks=self.forks,
-                )
-            )
-        sessions.start()
-        self._learn_clock(consul)
-        self.timer = TickTimer(
-            self.loops, self.stop, wall=self.agent_clock, on_error=self._job_failed
-        )
-        self._timer_thread = threading.Thread(target=self.timer.run, name="lockctl-timer")
-        self._timer_thread.daemon = True
-        self._timer_thread.start()
-        self.events.emit(
-            "started", config=str(config.path), jobs=[loop.job.name for loop in self.loops]
+        self.consul, self._connection = consul, connection_key(settings)
+        self.sessions = SessionPool(consul, self.config.worker, self.events)
+        with self._pools_lock:
+            self._pools[self.sessions] = 0
+        self.sessions.start()
+
+    def _loop(self, job: JobConfig) -> JobTicks:
+        """A loop for `job` on the current connection, counting into the job's counters."""
+        assert self.consul is not None and self.sessions is not None
+        counts = self.counts.setdefault(job.name, LoopCounts())
+        events = CountingEventLog(job.name, self.config.worker, self.stream, counts)
+        with self._pools_lock:
+            self._pools[self.sessions] += 1
+        return JobTicks(
+            self.consul,
+            job,
+            self.config.worker,
+            events,
+            self.stop,
+            wall=self.agent_clock,
+            counts=counts,
+            sessions=self.sessions,
+            forks=self.forks,
         )
 
     def _learn_clock(self, consul: Consul) -> None:
@@ -199,12 +247,29 @@ class Scheduler:
                 detail="the Consul agent's clock stepped; ticks follow it",
             )
         if host is not None or agent:
-            for loop in list(self.loops):
+            for loop in list(self.loops.values()):
                 loop.recheck_clocks()
         learnt = self.agent_clock.known and not self._clock_known
         self._clock_known = self.agent_clock.known
         if (agent or learnt) and self.timer is not None:
             self.timer.replan()  # the turns were worked out on a clock that has moved
+
+    def _loop_retired(self, loop: JobTicks) -> None:
+        """From the timer: `loop` has no run left. The last loop of an older connection's pool
+        takes the pool with it (its sessions destroyed: they hold no lock any more)."""
+        loop.leave()
+        with self._pools_lock:
+            left = self._pools.get(loop.sessions, 0) - 1
+            done = left <= 0 and loop.sessions is not self.sessions
+            if done:
+                self._pools.pop(loop.sessions, None)
+            elif loop.sessions in self._pools:
+                self._pools[loop.sessions] = left
+        if done:  # HTTP calls: not on the timer's thread
+            closing = threading.Thread(target=loop.sessions.close, name="lockctl-sessions-end")
+            closing.daemon = True
+            self._closing.append(closing)
+            closing.start()
 
     def _job_failed(self, job: JobTicks, exc: BaseException) -> None:
         """An unexpected error in one job's run (a bug): said, counted; its next tick comes."""
@@ -212,22 +277,48 @@ class Scheduler:
 
     def snapshots(self) -> list[tuple[str, CountsSnapshot]]:
         """Each current job's counts, for the listener's thread (a reload may swap the loops:
-        the list is read once)."""
-        return [(loop.job.name, loop.counts.snapshot()) for loop in list(self.loops)]
+        the dict is read once)."""
+        return [(name, loop.counts.snapshot()) for name, loop in list(self.loops.items())]
 
     def _reload_config(self) -> None:
+        """Load and check the whole new config, its files included, before anything changes:
+        a config that could not work is refused and the running loops go on untouched. Then
+        only the loops that changed are changed, each on its own (scheduler/reload.py)."""
         try:
             fresh = self.loader(self.config.path)
             if fresh.worker != self.config.worker:
                 raise InputError(
                     f"{self.config.path}: now for worker {fresh.worker}, not {self.config.worker}"
                 )
-            if not scheduled_jobs(fresh):
-                raise InputError(f"{self.config.path}: no job to schedule any more")
+            settings = checked_connection(fresh)
         except LockctlError as exc:
             self.events.emit("reload-refused", error=str(exc), kept=str(self.config.path))
             return
-        self._end_loops()  # each job finishes its current run
+        assert self.timer is not None and self.consul is not None
+        moved = connection_key(settings) != self._connection
+        running = {name: loop.job for name, loop in self.loops.items()}
+        jobs = {job.name: job for job in scheduled_jobs(fresh)}
+        plan = plan_reload(running, jobs, connection_changed=moved)
         self.config = fresh
-        self.events.emit("reloaded", jobs=[job.name for job in scheduled_jobs(fresh)])
-        self._start(fresh)
+        if moved:
+            self._connect(settings)  # new runs use it; runs under way finish on theirs
+        else:
+            self.consul.use_token(settings.token)  # the token just read: the same file's
+        self._apply(plan, jobs)
+        self.events.emit("reloaded", jobs=sorted(jobs), **plan.event_fields())
+
+    def _apply(self, plan: ReloadPlan, jobs: dict[str, JobConfig]) -> None:
+        """Hand the plan's changes to the timer, each loop on its own; `self.loops` is swapped
+        whole (the listener's thread reads it meanwhile)."""
+        assert self.timer is not None
+        loops = dict(self.loops)
+        for name in plan.remove:
+            self.timer.retire_job(loops.pop(name))
+        for name in plan.replace:
+            old, loops[name] = loops[name], self._loop(jobs[name])
+            loops[name].continue_from(old)
+            self.timer.retire_job(old, successor=loops[name])
+        for name in plan.add:
+            loops[name] = self._loop(jobs[name])
+            self.timer.add(loops[name])
+        self.loops = loops

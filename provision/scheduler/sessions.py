@@ -55,13 +55,21 @@ class SessionPool:
         self._creating = threading.Lock()
         self._halt = threading.Event()
         self._renewer: threading.Thread | None = None
-        self._listeners: list[SessionListener] = []
+        # replaced whole, never changed in place: the renewer iterates one while a reload
+        # adds or removes a job loop's listener
+        self._listeners: tuple[SessionListener, ...] = ()
 
     def subscribe(self, listener: SessionListener) -> None:
         """Call `listener(event, session_id, error)` when a session is lost, not renewed or
         destroyed (`session-lost`, `renew-failed`, `session-destroyed`): the job loops whose
-        locks it holds count it (their /healthz says a lost session). Before `start`."""
-        self._listeners.append(listener)
+        locks it holds count it (their /healthz says a lost session)."""
+        with self._lock:
+            self._listeners = (*self._listeners, listener)
+
+    def unsubscribe(self, listener: SessionListener) -> None:
+        """No more news for `listener` (its job loop was retired by a reload)."""
+        with self._lock:
+            self._listeners = tuple(x for x in self._listeners if x != listener)
 
     def _tell(self, event: str, session_id: str, error: str | None = None) -> None:
         for listener in self._listeners:

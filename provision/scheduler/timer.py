@@ -8,6 +8,11 @@
 Between ticks a job costs an entry in the heap; the timer sleeps until the earliest turn, a stop,
 a retire or a run's end, and at most MAX_WAIT (a wall-clock step is noticed within it). A run
 that outlasts its interval keeps only its own job waiting.
+
+A reload changes the jobs one by one while the timer runs (scheduler/reload.py): `add` puts a
+job in the heap at its next turn; `retire_job` takes one out, at once when it is idle, else when
+its current run ends, and can name the job that takes its place then. So a reload waits for no
+run, and a job it leaves alone keeps its heap entry.
 """
 
 from __future__ import annotations
@@ -39,9 +44,15 @@ class TickTimer:
         wall: WallClock = utc_now,
         on_error: Callable[[JobTicks, BaseException], None] | None = None,
         retry_turn: timedelta = RETRY_TURN,
+        on_retired: Callable[[JobTicks], None] | None = None,
     ) -> None:
         self.jobs, self.stop, self.wall = list(jobs), stop, wall
         self.on_error, self.retry_turn = on_error, retry_turn
+        self.on_retired = on_retired  # a job is out for good: no run of it left (timer thread)
+        self._live = set(self.jobs)  # the jobs in the heap or running; others' entries are stale
+        # a retired job still running -> the job that takes its place when that run ends
+        self._successors: dict[JobTicks, JobTicks | None] = {}
+        self._changes: list[tuple[JobTicks, JobTicks | None, bool]] = []  # (job, successor, add)
         self.retired = Wakeup()  # set: start no new run, let the current ones end (a reload)
         self._retiring = False
         self._wakeup = Wakeup()  # a run ended: its job's next turn is due in the heap
@@ -59,6 +70,7 @@ class TickTimer:
             for job in self.jobs:
                 self._schedule(job)
             while not self._ending():
+                self._apply_changes()
                 self._fire_due()
                 self._sleep()
                 self._reschedule_ended()
@@ -84,7 +96,54 @@ class TickTimer:
         self._replan = False
         waiting, self._heap = [entry[3] for entry in self._heap], []
         for job in waiting:  # the running ones are scheduled when their runs end, as ever
-            self._schedule(job)
+            if job in self._live:  # a retired one's entry goes with it
+                self._schedule(job)
+
+    def add(self, job: JobTicks) -> None:
+        """Run `job` too, from its next turn on (from any thread)."""
+        self._change(job, None, add=True)
+
+    def retire_job(self, job: JobTicks, successor: JobTicks | None = None) -> None:
+        """Take `job` out once it is not running (at once if idle); `successor`, if any, is
+        added then, so the two never run at once (from any thread)."""
+        self._change(job, successor, add=False)
+
+    def _change(self, job: JobTicks, successor: JobTicks | None, *, add: bool) -> None:
+        with self._ended_lock:
+            self._changes.append((job, successor, add))
+        self._wakeup.set()
+
+    def _apply_changes(self) -> None:
+        with self._ended_lock:
+            changes, self._changes = self._changes, []
+        for job, successor, add in changes:
+            if add:
+                self._live.add(job)
+                self._schedule(job)
+            else:
+                self._retire_one(job, successor)
+
+    def _retire_one(self, job: JobTicks, successor: JobTicks | None) -> None:
+        waiting = next((old for old, s in self._successors.items() if s is job), None)
+        if waiting is not None:  # it was to follow a run still going: follow with the new one
+            self._successors[waiting] = successor
+            self._retired(job)
+        elif job in self._runs:  # its run goes on; the successor comes when it ends
+            self._successors[job] = successor
+        else:  # idle: its heap entry is dropped when it comes up
+            self._hand_over(job, successor)
+
+    def _hand_over(self, job: JobTicks, successor: JobTicks | None) -> None:
+        """`job` is out, no run of it left; `successor`, if any, takes its place."""
+        self._live.discard(job)
+        self._retired(job)
+        if successor is not None:
+            self._live.add(successor)
+            self._schedule(successor)
+
+    def _retired(self, job: JobTicks) -> None:
+        if self.on_retired is not None:
+            self.on_retired(job)
 
     @property
     def running(self) -> int:
@@ -111,6 +170,8 @@ class TickTimer:
         now = self.wall()
         while self._heap and self._heap[0][0] <= now and not self._ending():
             _, _, tick, job = heapq.heappop(self._heap)
+            if job not in self._live:  # retired by a reload while it waited
+                continue
             if tick is None:  # its turn could not be worked out: try again now
                 self._schedule(job)
                 continue
@@ -138,7 +199,9 @@ class TickTimer:
             ended, self._ended = self._ended, []
         for job in ended:
             self._runs.pop(job)
-            if not self._ending():
+            if job in self._successors:  # retired while it ran: out now, its successor in
+                self._hand_over(job, self._successors.pop(job))
+            elif not self._ending():
                 self._schedule(job)
 
     def _sleep(self) -> None:

@@ -94,6 +94,7 @@ class WorkerConfig:
             "client_cert": self.tls.cert_file,
             "client_key": self.tls.key_file,
             "given_by": {
+                "token_file": f"{self.path}: consul.token_file",
                 "ca_cert": f"{self.path}: consul.ca_file",
                 "client_cert": f"{self.path}: consul.cert_file",
                 "client_key": f"{self.path}: consul.key_file",

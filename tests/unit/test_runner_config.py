@@ -370,6 +370,7 @@ def test_the_tls_files_reach_the_consul_settings(tmp_path: Path) -> None:
     )
     connection = config.connection()
     assert connection.pop("given_by") == {
+        "token_file": f"{config.path}: consul.token_file",
         "ca_cert": f"{config.path}: consul.ca_file",
         "client_cert": f"{config.path}: consul.cert_file",
         "client_key": f"{config.path}: consul.key_file",

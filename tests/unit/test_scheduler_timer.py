@@ -183,3 +183,31 @@ def test_a_replan_works_out_every_waiting_turn_again_on_the_clock_as_it_is_now()
     finally:
         stop.request()
         thread.join(10)
+
+
+def test_a_reload_changes_one_job_without_waiting_for_the_others_runs() -> None:
+    """While a long run goes on: a job added runs at its turns, an idle job retired runs no
+    more at once, and the long job's successor starts only once the long run has ended; the
+    job nobody touched keeps ticking all along, and `on_retired` hears of each job that left."""
+    quick, idle = FakeJob("quick", 0.1), FakeJob("idle", 0.15)
+    long, after = FakeJob("long", 0.1, run_for=1.0), FakeJob("after", 0.1)
+    added = FakeJob("added", 0.1)
+    retired: list[str] = []
+    stop = StopRequest()
+    timer = TickTimer([quick, idle, long], stop, on_retired=lambda j: retired.append(j.name))  # type: ignore[arg-type,attr-defined,list-item]
+    thread = threading.Thread(target=timer.run)
+    thread.start()
+    time.sleep(0.3)  # the long run is under way
+    assert len(long.ran) == 1
+    timer.retire_job(long, successor=after)  # type: ignore[arg-type]
+    timer.retire_job(idle)  # type: ignore[arg-type]
+    timer.add(added)  # type: ignore[arg-type]
+    time.sleep(0.3)
+    idle_runs, quick_runs = len(idle.ran), len(quick.ran)
+    assert retired == ["idle"] and not after.ran and added.ran  # the long run still goes on
+    time.sleep(0.9)  # the long run has ended: its successor runs, the idle job never again
+    stop.request()
+    thread.join(5)
+    assert retired == ["idle", "long"]
+    assert len(long.ran) == 1 and after.ran and len(idle.ran) == idle_runs
+    assert len(quick.ran) > quick_runs + 5  # never held up by the long run

@@ -199,7 +199,9 @@ def test_the_scheduler_unit_runs_lockctl_schedule_as_a_long_lived_service(tmp_pa
     ]
     assert service["Type"] == "exec"
     assert service["Restart"] == "on-failure"
-    assert service["RestartSec"] == "5"
+    assert service["RestartSec"] == "10"
+    assert "RestartPreventExitStatus" not in service  # a bad config is tried again too
+    assert unit["Unit"]["StartLimitIntervalSec"] == "0"  # and never given up on
     assert service["KillMode"] == "mixed"
     assert service["ExecReload"] == "kill -HUP $MAINPID"  # SIGHUP reloads the config
     assert unit["Install"]["WantedBy"] == "multi-user.target"
