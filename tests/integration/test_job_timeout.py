@@ -9,9 +9,9 @@ timeout 2s, kill_grace 1s, ticks @every 5s. Under `lockctl run`: exit 124, nothi
 survives, the lock key is free the moment it returns, and another worker's run at the next tick
 acquires (an unreleased lock would be in its LockDelay then, as destroying the session starts it),
 the metrics textfile counts `job-timed-out`; a plain lock (no schedule, no record) the same.
-Under `lockctl schedule`: the same record, the lock
-free between ticks (the scheduler's session lives on: an unreleased lock would stay held),
-`/metrics` counts `job-timed-out`, and `lockctl check` says the tick timed out.
+Under `lockctl schedule`: the same record, the lock free between ticks (the scheduler's session
+lives on: an unreleased lock would stay held), `/metrics` counts `job-timed-out`, and `lockctl
+check` says the tick timed out.
 """
 
 from __future__ import annotations
