@@ -52,3 +52,4 @@ class Interrupted(LockctlError):
 # `lockctl run` only; a child's own exit status passes through unchanged.
 EXIT_WAIT_TIMEOUT = 75  # --wait --timeout ran out before the lock was free (EX_TEMPFAIL)
 EXIT_LOCK_LOST = 76  # the lock was lost while the job ran; the job was stopped (fenced)
+EXIT_JOB_TIMEOUT = 124  # the job ran past its `timeout` and was stopped (as coreutils timeout)

@@ -23,7 +23,9 @@ SAFETY_MARGIN = 1.0  # seconds: signal delivery, process exit and clock-rate dif
 # Inclusive bounds in seconds. TTL and LockDelay are Consul's own limits; the renew interval must
 # also stay below TTL/2 (see renew_problem). start_deadline: how late after its scheduled tick a
 # run may still claim it. jitter: the most a tick's planned start is put off (provision/ledger/
-# turns.py), the same on every replica; an hour at most.
+# turns.py), the same on every replica; an hour at most. timeout: how long a job may run, from its
+# start, before it is stopped as a lost lock's job is (runner/fencing.py); no default (no
+# timeout); a week at most, a bound like the others' rather than a run anyone plans for.
 BOUNDS: dict[str, tuple[float, float]] = {
     "ttl": (10.0, 86400.0),
     "lock_delay": (0.0, 60.0),
@@ -32,6 +34,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "min_hold": (0.0, 86400.0),
     "start_deadline": (1.0, 86400.0),
     "jitter": (0.0, 3600.0),
+    "timeout": (1.0, 604800.0),
 }
 FIELDS = tuple(BOUNDS)
 # What a spec gets when neither the job nor its defaults block says (Go durations).

@@ -7,8 +7,9 @@ recent ticks; a tick still inside its window (or running) is not judged yet.
     CRITICAL  a recent tick was missed (recorded or not), or no run succeeded in the recent
               ticks (the last success is older than K intervals), or none ever did while the
               ledger already holds K closed ticks since its first record
-    WARNING   the last finished run did not succeed: failed, lost, interrupted, abandoned (its
-              runner died) or unreadable (a record that is not one); or the ledger holds
+    WARNING   the last finished run did not succeed: failed, lost, interrupted, timed-out
+              (stopped at its timeout), abandoned (its runner died) or unreadable (a record
+              that is not one); or the ledger holds
               suspect records, dated in the future (ledger/ticks.py); or a record read was
               too large to decode (over RECORD_MAX_BYTES: not lockctl's, never decoded)
     OK        otherwise, and for a job with no record at all: "no ticks recorded yet" (the
@@ -39,6 +40,7 @@ _SETTLED = {
     TickOutcome.FAILED.value,
     TickOutcome.LOST.value,
     TickOutcome.INTERRUPTED.value,
+    TickOutcome.TIMED_OUT.value,
     TickOutcome.UNREADABLE.value,
     ABANDONED,
 }

@@ -4,8 +4,8 @@
 
 A record exists once a runner claimed the tick (outcome `running`, in the same transaction as the
 lock) or once someone noticed nobody did within its start deadline (`missed`). The runner that
-ran it completes it (succeeded, failed, lost, interrupted) before it releases the lock. Keys sort
-by time (fixed-width UTC names), so the oldest records are the first keys.
+ran it completes it (succeeded, failed, lost, interrupted, timed-out) before it releases the
+lock. Keys sort by time (fixed-width UTC names), so the oldest records are the first keys.
 
 Pure: encoding and decoding only. Decoding is for untrusted text: anyone with write on the prefix
 writes these keys, so every field is checked, bounded and made printable, and a value that is not
@@ -40,12 +40,19 @@ class TickOutcome(str, enum.Enum):
     FAILED = "failed"  # the job exited non-zero (or by a signal) while the lock was held
     LOST = "lost"  # the lock was lost while the job ran: the job was fenced
     INTERRUPTED = "interrupted"  # the runner was asked to stop (a signal)
+    TIMED_OUT = "timed-out"  # the job ran past its timeout and was stopped; the lock released
     MISSED = "missed"  # nobody claimed the tick within its start deadline
     UNREADABLE = "unreadable"  # the key holds something that is not a tick record
 
 
 FINISHED = frozenset(
-    {TickOutcome.SUCCEEDED, TickOutcome.FAILED, TickOutcome.LOST, TickOutcome.INTERRUPTED}
+    {
+        TickOutcome.SUCCEEDED,
+        TickOutcome.FAILED,
+        TickOutcome.LOST,
+        TickOutcome.INTERRUPTED,
+        TickOutcome.TIMED_OUT,
+    }
 )
 
 

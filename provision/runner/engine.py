@@ -2,8 +2,8 @@
 
     [a job with a schedule: the tick this run is for, unless another worker took it already]
     open session -> acquire once (or --wait) -> start the job in its own PID namespace
-    -> renew every R, watch the key, fence on loss (runner/fencing.py decides) -> the job and
-    its leftovers end -> min-hold -> release -> destroy the session
+    -> renew every R, watch the key, fence on loss or at the job's timeout (runner/fencing.py
+    decides) -> the job and its leftovers end -> min-hold -> release -> destroy the session
 
 For a job with a schedule, acquiring is claiming the tick, in one transaction with the lock,
 and releasing completes the tick's record first (runner/tick_lock.py, provision/ledger/): so a
@@ -25,7 +25,12 @@ from dataclasses import replace
 from datetime import timedelta
 
 from provision.consul import Consul, ConsulSettings, NotFound
-from provision.errors import EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT, LocalEnvironmentError
+from provision.errors import (
+    EXIT_JOB_TIMEOUT,
+    EXIT_LOCK_LOST,
+    EXIT_WAIT_TIMEOUT,
+    LocalEnvironmentError,
+)
 from provision.ledger.records import tick_name
 from provision.ledger.store import Ledger
 from provision.runner.child import Child, check_program
@@ -264,10 +269,14 @@ class _Supervisor:
         self.min_hold = options.min_hold if options.min_hold is not None else timings.min_hold
         self.verdict: Outcome | None = None
         self.terminated_at: float | None = None
+        self.timeout = lock.job.timeout
+        self.timeout_at: float | None = None  # set at the job's start: its timeout counts from it
 
     def run(self, child: Child, waited: float) -> RunResult:
         acquired_at = self.clock()
         child.start(_lock_env(self.lock, self.held))  # before any thread starts
+        if self.timeout is not None:
+            self.timeout_at = self.clock() + self.timeout
         self.events.emit(  # after the start, which is the hand-over's critical path
             "acquired",
             tick=tick_name(self.lock.tick) if isinstance(self.lock, TickLock) else None,
@@ -342,10 +351,21 @@ class _Supervisor:
             verdict=self.verdict,
             terminated_at=self.terminated_at,
             hold_until=hold_until,
+            timeout_at=self.timeout_at,
         )
 
     def _settle(self, decision: Decision, child: Child, monitors: LockMonitors) -> None:
-        """Record the verdict; the moment it becomes LOST, say so once (the `fenced` event)."""
+        """Record the verdict; the moment it becomes LOST, say so once (the `fenced` event), or
+        JOB_TIMED_OUT (the `timed-out` event, with `after_ms`: --wait's has `waited_ms`)."""
+        if decision.verdict is Outcome.JOB_TIMED_OUT and self.verdict is None:
+            tick = self.lock.tick if isinstance(self.lock, TickLock) else None
+            self.events.emit(
+                "timed-out",
+                tick=None if tick is None else tick_name(tick),
+                session=self.lock.session_id,
+                after_ms=ms(self.timeout or 0.0),
+                child_pid=child.pid,
+            )
         if decision.verdict is Outcome.LOST and self.verdict is not Outcome.LOST:
             confirmed = self.lock.confirmed_at
             self.events.emit(
@@ -376,6 +396,8 @@ class _Supervisor:
             return RunResult(outcome, EXIT_LOCK_LOST, self.held.lock_index, duration=duration)
         status = child.exit_status
         code = status if status is not None else 1
+        if outcome is Outcome.JOB_TIMED_OUT:  # its own status is in the event and the record
+            code = EXIT_JOB_TIMEOUT
         return RunResult(outcome, code, self.held.lock_index, duration=duration)
 
 

@@ -4,8 +4,9 @@ While the job runs, the engine gathers facts (the time now, the send time of the
 confirmed the lock, whether Consul said the lock is gone, whether the job and its leftovers are
 alive, whether a stop was requested, when the job got SIGTERM) and asks `decide` what to do next:
 keep going until a given time, SIGTERM or SIGKILL the job's whole tree, release the lock, or
-report it lost. The engine only carries the decision out, so every path can be table-tested
-with a fake clock and no Consul (tests/unit/test_fencing.py).
+report it lost. A job past its `timeout` is stopped the same way (SIGTERM, the kill grace,
+SIGKILL), but its lock was never lost: it is released. The engine only carries the decision
+out, so every path can be table-tested with a fake clock and no Consul (tests/unit/test_fencing.py).
 
 The bounds, counted from the send time of the last confirmation (see provision.timings): SIGTERM
 at `fence_after` (normally D - G - margin), SIGKILL at `kill_after` (D - margin). Nothing of the
@@ -32,6 +33,8 @@ class Outcome(str, enum.Enum):
     LOST = "lost"  # the lock was lost (or could not be confirmed) while the job ran: fenced
     INTERRUPTED = "interrupted"  # a stop was requested (a signal to the runner)
     MISSED = "missed"  # a scheduled tick this run came too late for (its start deadline passed)
+    # the job ran past its `timeout` and was stopped (not `timed-out`: that is --wait's)
+    JOB_TIMED_OUT = "job-timed-out"
 
 
 class Action(str, enum.Enum):
@@ -46,6 +49,7 @@ class Reason(str, enum.Enum):
     LOST = "the lock key no longer names our session"
     UNCONFIRMED = "no confirmation of the lock in time"
     STOP = "stop requested"
+    TIMEOUT = "the job's timeout passed"
     LEFTOVERS = "the job's main process exited; stopping what it left running"
     GRACE_OVER = "the kill grace is over"
     DEADLINE = "nothing of the job may live past LockDelay after the last confirmation"
@@ -88,6 +92,7 @@ class Facts:
     verdict: Outcome | None  # settled by an earlier decision (RAN, LOST or INTERRUPTED)
     terminated_at: float | None  # when the tree was signalled to terminate, if it was
     hold_until: float  # min-hold: keep the (renewed) lock until then
+    timeout_at: float | None = None  # the job's timeout passes then (None: it has none)
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,8 @@ def _judge(facts: Facts, bounds: FenceBounds) -> Outcome | None:
         return Outcome.LOST
     if facts.stop_signal is not None:
         return Outcome.INTERRUPTED
+    if facts.timeout_at is not None and facts.now >= facts.timeout_at:
+        return Outcome.JOB_TIMED_OUT  # the lock is still ours: stopped as fenced, then released
     return None
 
 
@@ -131,8 +138,10 @@ def _contain(facts: Facts, bounds: FenceBounds, verdict: Outcome | None) -> Deci
     if facts.now >= kill_at:
         return Decision(Action.KILL, verdict, signum=signal.SIGKILL, reason=Reason.DEADLINE)
     if verdict is None:
-        fence_at = facts.confirmed_at + bounds.fence_after
-        return Decision(Action.KEEP_GOING, None, wake_at=fence_at)
+        wake_at = facts.confirmed_at + bounds.fence_after
+        if facts.timeout_at is not None:
+            wake_at = min(wake_at, facts.timeout_at)
+        return Decision(Action.KEEP_GOING, None, wake_at=wake_at)
     if facts.terminated_at is None:
         reason, signum = _why_terminate(facts, verdict)
         return Decision(Action.TERMINATE, verdict, signum=signum, reason=reason)
@@ -147,6 +156,8 @@ def _why_terminate(facts: Facts, verdict: Outcome) -> tuple[Reason, int]:
         return (Reason.LOST if facts.lost else Reason.UNCONFIRMED), signal.SIGTERM
     if verdict is Outcome.INTERRUPTED and not facts.job_exited:
         return Reason.STOP, facts.stop_signal or signal.SIGTERM  # forward what we were sent
+    if verdict is Outcome.JOB_TIMED_OUT and not facts.job_exited:
+        return Reason.TIMEOUT, signal.SIGTERM
     return Reason.LEFTOVERS, signal.SIGTERM
 
 

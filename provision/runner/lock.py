@@ -32,7 +32,7 @@ MAX_BLOCKING_WAIT = 300.0  # Consul's own cap on a blocking query's wait
 class Ending:
     """How a run ended, as the engine knows it when it lets the lock go."""
 
-    verdict: str  # the engine's Outcome value: ran, lost, interrupted
+    verdict: str  # the engine's Outcome value: ran, lost, interrupted, job-timed-out
     exit_status: int | None  # the job's main process (negative: killed by that signal)
     duration: float  # seconds from the job's start (0: it never started)
 

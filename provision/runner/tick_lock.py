@@ -246,7 +246,7 @@ class TickLock(LockSession):
             return super().finish(ending, release=release)
         finished_at = self.wall()
         done = self.record.completed(
-            _tick_outcome(ending, release),
+            tick_outcome(ending, release),
             finished_at=finished_at,
             exit_status=ending.exit_status,
             duration=round(ending.duration, 3),
@@ -281,11 +281,14 @@ def refused_skip(*, recorded: bool, lock_delay: bool, running: str | None) -> Sk
     return SkipReason.OTHER if running is None else SkipReason.OVERLAP
 
 
-def _tick_outcome(ending: Ending, release: bool) -> TickOutcome:
+def tick_outcome(ending: Ending, release: bool) -> TickOutcome:
+    """The record's outcome for how the run ended; not releasing means the lock was lost."""
     if not release or ending.verdict == "lost":
         return TickOutcome.LOST
     if ending.verdict == "interrupted":
         return TickOutcome.INTERRUPTED
+    if ending.verdict == Outcome.JOB_TIMED_OUT.value:
+        return TickOutcome.TIMED_OUT
     return TickOutcome.SUCCEEDED if ending.exit_status == 0 else TickOutcome.FAILED
 
 

@@ -25,7 +25,16 @@ from provision.system.text import printable
 # Skips by reason: a small fixed set decided where the skip is, never the reason's text.
 SKIP_REASONS = tuple(SkipReason)
 # The tick outcomes as the loop counts them (RunResult's, plus its own two).
-OUTCOMES = ("ran", "skipped", "missed", "lost", "interrupted", "error", "consul-unavailable")
+OUTCOMES = (
+    "ran",
+    "skipped",
+    "missed",
+    "lost",
+    "interrupted",
+    "job-timed-out",
+    "error",
+    "consul-unavailable",
+)
 
 # Cron jobs run from under a second to hours; a tick starts within ms, or seconds when late.
 DURATION_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0)

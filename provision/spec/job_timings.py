@@ -48,6 +48,7 @@ class JobTimings:
     min_hold: Duration | None
     start_deadline: Duration
     jitter: Duration
+    timeout: Duration | None = None
 
 
 def builtin_settings() -> Settings:
@@ -107,7 +108,7 @@ def final_defaults(settings: Settings, counts: Counts) -> Defaults:
         setting = settings[key]
         return setting.value if setting else parse_duration(DEFAULTS[key])
 
-    renew, min_hold = settings["renew_interval"], settings["min_hold"]
+    renew, min_hold, timeout = (settings[k] for k in ("renew_interval", "min_hold", "timeout"))
     return Defaults(
         ttl=get("ttl"),
         lock_delay=get("lock_delay"),
@@ -117,6 +118,7 @@ def final_defaults(settings: Settings, counts: Counts) -> Defaults:
         start_deadline=get("start_deadline"),
         history_limit=counts["history_limit"],
         jitter=get("jitter"),
+        timeout=timeout.value if timeout else None,
     )
 
 
@@ -147,7 +149,7 @@ def job_timings(
         culprit = deadline if own_deadline else jitter
         problems.add(culprit.line, culprit.where, late)
         return None
-    min_hold = chosen["min_hold"]
+    min_hold, timeout = chosen["min_hold"], chosen["timeout"]
     return JobTimings(
         ttl.value,
         lock_delay.value,
@@ -156,6 +158,7 @@ def job_timings(
         min_hold.value if min_hold else None,
         deadline.value,
         jitter.value,
+        timeout.value if timeout else None,
     )
 
 

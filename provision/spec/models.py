@@ -26,6 +26,7 @@ class Defaults:
     start_deadline: Duration = DEFAULT_START_DEADLINE
     history_limit: int = DEFAULT_HISTORY_LIMIT
     jitter: Duration = NO_JITTER
+    timeout: Duration | None = None  # None: a run may go on as long as it likes
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ class Job:
     start_deadline: Duration = DEFAULT_START_DEADLINE  # how late after its tick a run may claim it
     history_limit: int = DEFAULT_HISTORY_LIMIT  # tick records kept per job
     jitter: Duration = NO_JITTER  # the most a tick's planned start is put off (ledger/turns.py)
+    timeout: Duration | None = None  # how long a run may go on from its start; None: no limit
 
     @property
     def lock_key(self) -> str:

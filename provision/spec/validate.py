@@ -290,6 +290,7 @@ def _job(
         start_deadline=timings.start_deadline,
         history_limit=counts["history_limit"],
         jitter=timings.jitter,
+        timeout=timings.timeout,
     )
 
 

@@ -6,8 +6,8 @@ job the lock key, timings, schedule, tick-ledger settings and the command `lockc
 runs. Loading checks timings and counts with the same functions as the spec validator
 (provision.timings), plus the fencing bound, and reports every problem at once as
 `FILE: path.to.field: message`. A field added after format 1 (timezone, start_deadline,
-history_limit, command) gets its default when an older lockctl left it out. This module imports
-no spec parser: `lockctl run` loads it.
+history_limit, command, timeout) gets its default when an older lockctl left it out. This module
+imports no spec parser: `lockctl run` loads it.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ class JobConfig:
     command: tuple[str, ...] | None = None  # the argv `lockctl schedule` runs; None: it has none
     jitter: float = 0.0  # seconds: the most a tick's planned start is put off (ledger/turns.py)
     workers: tuple[str, ...] = ()  # every worker of the job, for the claim order; (): unknown
+    timeout: float | None = None  # seconds a run may go on from its start; None: no limit
 
 
 @dataclass(frozen=True)
@@ -139,6 +140,9 @@ def config_record(
 
 
 def _job_record(job: Job) -> dict[str, Any]:
+    # `timeout` only when set: a lockctl from before it refuses the field, and without one the
+    # config means the same to it.
+    timeout = {"timeout": format_duration(job.timeout.seconds)} if job.timeout else {}
     return {
         "lock_key": job.lock_key,
         "ttl": format_duration(job.ttl.seconds),
@@ -153,6 +157,7 @@ def _job_record(job: Job) -> dict[str, Any]:
         "command": list(job.command) if job.command else None,
         "jitter": format_duration(job.jitter.seconds),
         "workers": list(job.workers),
+        **timeout,
     }
 
 
@@ -245,6 +250,7 @@ JOB_FIELDS = {
     "command",
     "jitter",
     "workers",
+    "timeout",
 }
 
 
@@ -267,6 +273,7 @@ def _job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> JobCon
     command = _command(raw, where, problems)
     jitter = _seconds(raw, "jitter", where, problems, default=DEFAULTS["jitter"])
     workers = _workers(raw, where, problems)
+    timeout = _timeout(raw, where, problems)
     late = None if len(problems) > before else jitter_problem(jitter, deadline)
     if late:
         problems.append(f"{where}jitter: {late}")
@@ -282,8 +289,25 @@ def _job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> JobCon
         return None
     timings = JobTimings(ttl, delay, renew, grace, min_hold)
     return JobConfig(
-        name, key, timings, schedule, zone, deadline, history_limit, command, jitter, workers
+        name,
+        key,
+        timings,
+        schedule,
+        zone,
+        deadline,
+        history_limit,
+        command,
+        jitter,
+        workers,
+        timeout,
     )
+
+
+def _timeout(raw: dict[str, Any], where: str, problems: list[str]) -> float | None:
+    """The job's timeout in seconds; None (no limit) when null or left out (an older lockctl)."""
+    if raw.get("timeout") is None:
+        return None
+    return _seconds(raw, "timeout", where, problems)
 
 
 def _schedule(raw: dict[str, Any], where: str, problems: list[str]) -> tuple[str | None, str]:

@@ -211,6 +211,73 @@ SIGTERM, SIGKILL, SIGINT = signal.SIGTERM, signal.SIGKILL, signal.SIGINT
             ),
             Decision(Action.KEEP_GOING, Outcome.RAN, wake_at=T0 + 8),
         ),
+        # --- the job's timeout (T0 + 3 in these rows), the lock healthy ------------------
+        (
+            "a timeout before the fence bound: wake at the timeout",
+            facts(timeout_at=T0 + 3),
+            Decision(Action.KEEP_GOING, None, wake_at=T0 + 3),
+        ),
+        (
+            "a timeout after the fence bound: wake at the bound",
+            facts(timeout_at=T0 + 20),
+            Decision(Action.KEEP_GOING, None, wake_at=T0 + 9),
+        ),
+        (
+            "the timeout passes: SIGTERM the tree, verdict job-timed-out",
+            facts(now=T0 + 3, timeout_at=T0 + 3),
+            Decision(
+                Action.TERMINATE, Outcome.JOB_TIMED_OUT, signum=SIGTERM, reason=Reason.TIMEOUT
+            ),
+        ),
+        (
+            "timed out, in the kill grace: wake when it is over",
+            facts(
+                now=T0 + 4, verdict=Outcome.JOB_TIMED_OUT, terminated_at=T0 + 3, timeout_at=T0 + 3
+            ),
+            Decision(Action.KEEP_GOING, Outcome.JOB_TIMED_OUT, wake_at=T0 + 8),
+        ),
+        (
+            "timed out, the job ignores SIGTERM: SIGKILL after the kill grace",
+            facts(
+                now=T0 + 8,
+                confirmed_at=T0 + 5,
+                verdict=Outcome.JOB_TIMED_OUT,
+                terminated_at=T0 + 3,
+                timeout_at=T0 + 3,
+            ),
+            Decision(Action.KILL, Outcome.JOB_TIMED_OUT, signum=SIGKILL, reason=Reason.GRACE_OVER),
+        ),
+        (
+            "timed out, the tree is gone: release at once (min-hold is for a run that ran)",
+            ended(
+                now=T0 + 4,
+                verdict=Outcome.JOB_TIMED_OUT,
+                terminated_at=T0 + 3,
+                timeout_at=T0 + 3,
+                hold_until=T0 + 60,
+            ),
+            Decision(Action.RELEASE, Outcome.JOB_TIMED_OUT),
+        ),
+        (
+            "a lost lock beats the timeout",
+            facts(now=T0 + 3, timeout_at=T0 + 3, lost=True),
+            Decision(Action.TERMINATE, Outcome.LOST, signum=SIGTERM, reason=Reason.LOST),
+        ),
+        (
+            "a stop beats the timeout (its signal is forwarded)",
+            facts(now=T0 + 3, timeout_at=T0 + 3, stop_signal=SIGINT),
+            Decision(Action.TERMINATE, Outcome.INTERRUPTED, signum=SIGINT, reason=Reason.STOP),
+        ),
+        (
+            "the job ended before the timeout was seen: it ran",
+            ended(now=T0 + 3, timeout_at=T0 + 3),
+            Decision(Action.RELEASE, Outcome.RAN),
+        ),
+        (
+            "the main process ended, its leftovers run past the timeout: it ran, stop them",
+            facts(now=T0 + 3, timeout_at=T0 + 2, job_exited=True),
+            Decision(Action.TERMINATE, Outcome.RAN, signum=SIGTERM, reason=Reason.LEFTOVERS),
+        ),
     ],
     ids=lambda value: value if isinstance(value, str) else "",
 )
@@ -219,7 +286,7 @@ def test_decide(row: str, given: Facts, expected: Decision) -> None:
 
 
 def _run_with_renewals(
-    confirmations: list[float], until: float, step: float = 0.05
+    confirmations: list[float], until: float, step: float = 0.05, timeout_at: float | None = None
 ) -> list[tuple[float, Decision]]:
     """Step a fake clock; the job runs throughout; returns every non-keep-going decision."""
     acted = []
@@ -228,7 +295,13 @@ def _run_with_renewals(
     while now < until:
         confirmed = max(c for c in confirmations if c <= now)
         decision = decide(
-            facts(now=now, confirmed_at=confirmed, verdict=verdict, terminated_at=terminated_at),
+            facts(
+                now=now,
+                confirmed_at=confirmed,
+                verdict=verdict,
+                terminated_at=terminated_at,
+                timeout_at=timeout_at,
+            ),
             BOUNDS,
         )
         verdict = decision.verdict
@@ -256,6 +329,15 @@ def test_renewals_that_stop_fence_then_kill_counted_from_the_last_send() -> None
     ]
 
 
+def test_a_timeout_under_healthy_renewals_terms_then_kills_after_the_grace() -> None:
+    renewals = [T0 + 5 * n for n in range(0, 13)]  # healthy throughout
+    acted = _run_with_renewals(renewals, until=T0 + 60, timeout_at=T0 + 30)
+    assert [(round(t - T0, 2), d.action, d.verdict, d.reason) for t, d in acted[:2]] == [
+        (30.0, Action.TERMINATE, Outcome.JOB_TIMED_OUT, Reason.TIMEOUT),
+        (35.0, Action.KILL, Outcome.JOB_TIMED_OUT, Reason.GRACE_OVER),  # 30 + G
+    ]
+
+
 @pytest.mark.parametrize(
     ("verdict", "released", "expected"),
     [
@@ -264,6 +346,8 @@ def test_renewals_that_stop_fence_then_kill_counted_from_the_last_send() -> None
         (Outcome.RAN, None, Outcome.RAN),  # no answer: the TTL frees the key
         (Outcome.INTERRUPTED, True, Outcome.INTERRUPTED),
         (Outcome.INTERRUPTED, False, Outcome.LOST),
+        (Outcome.JOB_TIMED_OUT, True, Outcome.JOB_TIMED_OUT),  # the lock was ours throughout
+        (Outcome.JOB_TIMED_OUT, False, Outcome.LOST),
     ],
 )
 def test_outcome_after_release(verdict: Outcome, released: bool | None, expected: Outcome) -> None:

@@ -32,7 +32,9 @@ HOURLY = parse_schedule("@hourly")
 NOW = datetime(2026, 12, 1, 10, 30, tzinfo=timezone.utc)  # the 10:00 tick's window closed
 JOB = LedgerJob("nightly", "locks/nightly/.lock", HOURLY, 300.0, 200)
 S, F, L, X, M, R, U = "succeeded", "failed", "lost", "interrupted", "missed", "running", "unread"
+T = "timed-out"
 OUTCOMES = {
+    T: TickOutcome.TIMED_OUT,
     S: TickOutcome.SUCCEEDED,
     F: TickOutcome.FAILED,
     L: TickOutcome.LOST,
@@ -48,7 +50,7 @@ def at(hour: int, minute: int = 0) -> datetime:
 
 
 def record(hour: int, outcome: str, session: str | None = "s-old") -> TickRecord:
-    exit_status = {S: 0, F: 3}.get(outcome)
+    exit_status = {S: 0, F: 3, T: 137}.get(outcome)
     return TickRecord(
         at(hour), OUTCOMES[outcome], worker="worker-1", session=session, exit_status=exit_status
     )
@@ -68,6 +70,13 @@ CASES = [
     ("the last run failed", [(8, S), (9, S), (10, F)], State.WARNING, ["last run", "failed"]),
     ("the last run was fenced", [(9, S), (10, L)], State.WARNING, ["lost"]),
     ("the last run was interrupted", [(9, S), (10, X)], State.WARNING, ["interrupted"]),
+    (
+        "the last run timed out (which tick, its exit status)",
+        [(9, S), (10, T)],
+        State.WARNING,
+        ["last run 2026-12-01T10:00:00Z timed-out (exit 137, on worker-1)"],
+    ),
+    ("a timeout then a success", [(9, T), (10, S)], State.OK, []),
     ("the last record is garbage", [(9, S), (10, U)], State.WARNING, ["unreadable"]),
     ("a failure then a success", [(9, F), (10, S)], State.OK, []),
     ("recorded missed among the recent", [(8, S), (9, M), (10, S)], State.CRITICAL, ["missed"]),

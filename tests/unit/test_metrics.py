@@ -90,7 +90,8 @@ def test_a_success_then_skips_and_a_failure(prom: Path) -> None:
         (ran(76, Outcome.LOST), "lost", True),  # the job ran, then was fenced
         (ran(143, Outcome.INTERRUPTED), "interrupted", True),  # stopped while it ran
         (RunResult(Outcome.INTERRUPTED, 143), "interrupted", False),  # before it started
-        (RunResult(Outcome.TIMED_OUT, 75), "timed-out", False),
+        (RunResult(Outcome.TIMED_OUT, 75), "timed-out", False),  # --wait gave up
+        (ran(124, Outcome.JOB_TIMED_OUT), "job-timed-out", True),  # the job's timeout: stopped
         (None, "error", False),  # Consul unreachable, refused, ...
     ],
 )

@@ -107,6 +107,35 @@ def test_a_good_config_loads(tmp_path: Path) -> None:
     assert no_command.job("report").command is None
 
 
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(DELETE, None), (None, None), ("30m", 1800.0), ("2s", 2.0), ("1s", 1.0), ("168h", 604800.0)],
+)
+def test_timeout_is_seconds_or_none_for_no_limit(
+    tmp_path: Path, value: object, expected: float | None
+) -> None:
+    data = GOOD if value is DELETE else _with(jobs__report__timeout=value)  # GOOD has none
+    config = load_worker_config(_write(tmp_path, data))
+    assert config.job("report").timeout == expected
+
+
+def test_the_spec_timeout_reaches_the_worker_config_only_when_set(tmp_path: Path) -> None:
+    text = (
+        'worker "worker-1" { address = "http://127.0.0.21:8500" }\n'
+        'defaults { timeout = "30m" }\n'
+        'job "a" {\n  prefix = "locks/a/"\n  workers = ["worker-1"]\n}\n'
+        'job "b" {\n  prefix = "locks/b/"\n  workers = ["worker-1"]\n  timeout = "2s"\n}\n'
+    )
+    record = config_record(parse_spec(text, "t.hcl"), "worker-1", Path("/t"))
+    assert (record["jobs"]["a"]["timeout"], record["jobs"]["b"]["timeout"]) == ("30m", "2s")
+    loaded = load_worker_config(_write(tmp_path, record))
+    assert (loaded.job("a").timeout, loaded.job("b").timeout) == (1800.0, 2.0)
+    unset = config_record(
+        parse_spec(text.replace('timeout = "30m"', ""), "t.hcl"), "worker-1", Path("/t")
+    )
+    assert "timeout" not in unset["jobs"]["a"]  # an older lockctl refuses fields it does not know
+
+
 def test_a_config_from_an_older_lockctl_gets_the_ledger_defaults(tmp_path: Path) -> None:
     data = _with(jobs__report__start_deadline=DELETE, jobs__report__history_limit=DELETE)
     report = load_worker_config(_write(tmp_path, data)).job("report")
@@ -206,6 +235,10 @@ def test_an_unknown_job_names_the_known_ones(tmp_path: Path) -> None:
         (_with(jobs__report__renew_interval="50ms"), "jobs.report.renew_interval: 50ms is outs"),
         (_with(jobs__report__min_hold="1d"), "jobs.report.min_hold: '1d' is not a duration"),
         (_with(jobs__report__schedule=5), "jobs.report.schedule: must be a string or null"),
+        (_with(jobs__report__timeout=30), "jobs.report.timeout: must be a duration string such"),
+        (_with(jobs__report__timeout="0s"), "jobs.report.timeout: 0s is outside 1s..168h"),
+        (_with(jobs__report__timeout="169h"), "jobs.report.timeout: 169h is outside 1s..168h"),
+        (_with(jobs__report__timeout="soon"), "jobs.report.timeout: 'soon' is not a duration"),
         (_with(jobs__report__start_deadline=300), "jobs.report.start_deadline: must be a dura"),
         (_with(jobs__report__start_deadline=None), "jobs.report.start_deadline: must be a dura"),
         (_with(jobs__report__start_deadline="5 min"), "jobs.report.start_deadline: '5 min' is no"),

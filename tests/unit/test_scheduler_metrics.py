@@ -86,6 +86,13 @@ DOWN = replace(CountsSnapshot(), consul_up=False, consul_error="x", running=True
         (RunResult(Outcome.LOST, 9, 7, TICK, 1.5, start_lag=0.2), {"lost": 1}, {}, False, None),
         (RunResult(Outcome.INTERRUPTED, 143, None, TICK), {"interrupted": 1}, {}, False, None),
         (
+            RunResult(Outcome.JOB_TIMED_OUT, 124, 7, TICK, 2.0),
+            {"job-timed-out": 1},
+            {},
+            False,
+            None,  # not a success: the job did not finish
+        ),
+        (
             RunResult(Outcome.SKIPPED, 0, tick=TICK, skip=SkipReason.TAKEN),
             {"skipped": 1},
             {SkipReason.TAKEN: 1},

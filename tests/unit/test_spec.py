@@ -48,6 +48,7 @@ def _describe(spec: Spec) -> dict[str, Any]:
             "start_deadline": text(job.start_deadline),
             "history_limit": job.history_limit,
             "command": list(job.command) if job.command else None,
+            "timeout": text(job.timeout),
             "line": job.line,
         }
         for job in spec.jobs
