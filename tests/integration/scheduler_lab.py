@@ -10,8 +10,10 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,16 @@ class SchedulerProcess:
         self._reader.join(5)
         if not self._reader.is_alive() and self.process.stderr is not None:
             self.process.stderr.close()
+
+
+def eventually(check: Callable[[], Any], timeout: float = WAIT, pause: float = 0.1) -> Any:
+    """`check()`'s first true result within `timeout` seconds, else its last one."""
+    give_up_at = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result or time.monotonic() > give_up_at:
+            return result
+        time.sleep(pause)
 
 
 def free_port() -> int:

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from scheduler_lab import ListeningScheduler
-from test_scheduler_listen import QUICK_DEFAULTS, _eventually, _value
+from scheduler_lab import ListeningScheduler, eventually
+from test_scheduler_listen import QUICK_DEFAULTS, _value
 from workers_lab import minted_workers
 
 if TYPE_CHECKING:
@@ -80,13 +80,13 @@ class Scheduler(ListeningScheduler):
 def test_a_failing_job_is_named_by_healthz_and_the_others_run_on(lab: Lab) -> None:
     scheduler = Scheduler(lab.config)
     try:
-        assert _eventually(lambda: scheduler.events("listening")), scheduler.lines
-        assert _eventually(lambda: scheduler.healthz() == (200, "ok\n")), scheduler.lines
-        assert _eventually(lambda: scheduler.ran(lab.broken) and scheduler.ran(lab.steady))
+        assert eventually(lambda: scheduler.events("listening")), scheduler.lines
+        assert eventually(lambda: scheduler.healthz() == (200, "ok\n")), scheduler.lines
+        assert eventually(lambda: scheduler.ran(lab.broken) and scheduler.ran(lab.steady))
 
         gone = lab.script.with_suffix(".gone")
         lab.script.rename(gone)  # a deploy removed it
-        assert _eventually(lambda: scheduler.healthz()[0] == 503, WAIT), scheduler.lines
+        assert eventually(lambda: scheduler.healthz()[0] == 503, WAIT), scheduler.lines
         status, text = scheduler.healthz()
         print(f"\n/healthz: {status} {text}")  # for docs/scheduler.md
         assert text.startswith(f"{lab.broken}: its last tick failed (cannot start "), text
@@ -100,11 +100,11 @@ def test_a_failing_job_is_named_by_healthz_and_the_others_run_on(lab: Lab) -> No
 
         # the other job runs on meanwhile: two more of its ticks while the broken one fails
         steady_runs = scheduler.ran(lab.steady)
-        assert _eventually(lambda: scheduler.ran(lab.steady) >= steady_runs + 2, WAIT)
+        assert eventually(lambda: scheduler.ran(lab.steady) >= steady_runs + 2, WAIT)
         assert scheduler.healthz()[0] == 503  # and the failing one still says so
 
         gone.rename(lab.script)  # back: its next tick goes through
-        assert _eventually(lambda: scheduler.healthz() == (200, "ok\n"), WAIT), scheduler.lines
+        assert eventually(lambda: scheduler.healthz() == (200, "ok\n"), WAIT), scheduler.lines
         assert _value(scheduler.scrape(), "lockctl_job_failing", job=lab.broken) == 0.0
         assert scheduler.stop() == 0
         assert not any("Traceback" in line for line in scheduler.lines), scheduler.lines

@@ -18,10 +18,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pytest
-from scheduler_lab import HOST, ListeningScheduler, Samples, free_port
+from scheduler_lab import HOST, ListeningScheduler, Samples, eventually, free_port
 from workers_lab import minted_workers
 
 from provision.ledger.records import TickOutcome
@@ -111,15 +111,6 @@ def _value(samples: Samples, name: str, **labels: str) -> float:
     )
 
 
-def _eventually(check: Any, timeout: float = WAIT) -> Any:
-    give_up_at = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result or time.monotonic() > give_up_at:
-            return result
-        time.sleep(0.25)
-
-
 def _after_next_tick(seconds: float) -> None:
     tick = SCHEDULE.next_ticks(datetime.now(timezone.utc), 1)[0]
     time.sleep(max(0.0, tick.timestamp() - time.time() + seconds))
@@ -138,9 +129,9 @@ def test_metrics_match_the_ledger_and_healthz_follows_consul(
 ) -> None:
     one, two = schedulers
     for scheduler in schedulers:
-        assert _eventually(lambda s=scheduler: s.events("listening")), scheduler.lines
+        assert eventually(lambda s=scheduler: s.events("listening")), scheduler.lines
         # the listener binds before the job loops start: 503 until they run, then 200
-        assert _eventually(lambda s=scheduler: s.get("/healthz") == (200, "ok\n")), scheduler.lines
+        assert eventually(lambda s=scheduler: s.get("/healthz") == (200, "ok\n")), scheduler.lines
         assert scheduler.get("/other")[0] == 404
 
     # a few ticks, scraped every 0.2 s: never two replicas running at once
@@ -182,7 +173,7 @@ def test_metrics_match_the_ledger_and_healthz_follows_consul(
     before = _value(final[two.worker], "lockctl_ticks_total")
     scheme = lab.cluster.address(two.worker).split("://")[0]  # https with the TLS files
     two.reconfigure(f"{scheme}://{HOST}:{free_port()}")  # nothing listens there
-    assert _eventually(lambda: two.get("/healthz")[0] == 503), two.lines
+    assert eventually(lambda: two.get("/healthz")[0] == 503), two.lines
     status, text = two.get("/healthz")
     assert status == 503
     assert text.startswith(f"{lab.job}: Consul did not answer its last request"), text
@@ -195,7 +186,7 @@ def test_metrics_match_the_ledger_and_healthz_follows_consul(
 
     # and back
     two.reconfigure(lab.cluster.address(two.worker))
-    assert _eventually(lambda: two.get("/healthz") == (200, "ok\n")), two.lines
+    assert eventually(lambda: two.get("/healthz") == (200, "ok\n")), two.lines
     assert _value(two.scrape(), "lockctl_consul_up") == 1.0
     assert (
         two.scrape()[("lockctl_ticks_total", _labels(lab.job, two.worker, "consul-unavailable"))]

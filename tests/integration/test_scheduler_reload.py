@@ -19,14 +19,14 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from scheduler_lab import SchedulerProcess
+from scheduler_lab import SchedulerProcess, eventually
 from workers_lab import MintedWorkers, minted_workers, spec_text
 
 from provision.consul import PermissionDenied
@@ -112,15 +112,6 @@ def started() -> Iterator[list[SchedulerProcess]]:
         scheduler.kill()
 
 
-def _eventually(check: Callable[[], Any], timeout: float = WAIT) -> Any:
-    give_up_at = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result or time.monotonic() > give_up_at:
-            return result
-        time.sleep(0.1)
-
-
 def _ran(scheduler: SchedulerProcess, job: str) -> list[dict[str, Any]]:
     return [e for e in scheduler.events("released") if e.get("job") == job]
 
@@ -138,7 +129,7 @@ def test_a_token_consul_refuses_is_tick_failed_not_consul_unavailable(
     config = lab.write_config("refused", ["quick"], token_file=str(unknown))
     scheduler = SchedulerProcess(config)
     started.append(scheduler)
-    failed = _eventually(lambda: scheduler.events("tick-failed"))
+    failed = eventually(lambda: scheduler.events("tick-failed"))
     assert failed, scheduler.lines
     assert failed[0]["error"].startswith("Consul refused the token: consul: "), failed
     assert "403" in failed[0]["error"], failed
@@ -156,7 +147,7 @@ def test_sighup_with_a_config_whose_files_cannot_work_is_refused_and_the_old_loo
     good = config.read_text()
     scheduler = SchedulerProcess(config)
     started.append(scheduler)
-    assert _eventually(lambda: _ran(scheduler, lab.job("quick"))), scheduler.lines
+    assert eventually(lambda: _ran(scheduler, lab.job("quick"))), scheduler.lines
     bad_file = lab.tmp / f"{broken}.file"
     bad_file.unlink(missing_ok=True)
     if broken == "token-empty":
@@ -166,13 +157,13 @@ def test_sighup_with_a_config_whose_files_cannot_work_is_refused_and_the_old_loo
     raw["consul"][key] = str(bad_file)
     config.write_text(json.dumps(raw))
     scheduler.process.send_signal(signal.SIGHUP)
-    refused = _eventually(lambda: scheduler.events("reload-refused"))
+    refused = eventually(lambda: scheduler.events("reload-refused"))
     assert refused and str(bad_file) in refused[0]["error"], scheduler.lines
     print("\n" + next(line for line in scheduler.lines if "reload-refused" in line))  # for docs
     assert f"{config}: consul.{key}" in refused[0]["error"], refused  # the key named
     ran_before = len(_ran(scheduler, lab.job("quick")))
     # the old loop goes on: two more ticks, its session kept, nothing reloaded, no exit
-    assert _eventually(lambda: len(_ran(scheduler, lab.job("quick"))) >= ran_before + 2)
+    assert eventually(lambda: len(_ran(scheduler, lab.job("quick"))) >= ran_before + 2)
     assert scheduler.process.poll() is None, scheduler.lines
     assert not scheduler.events("reloaded") and not scheduler.events("session-destroyed")
     assert len(scheduler.events("session-created")) == 1, scheduler.lines
@@ -212,32 +203,32 @@ def test_sighup_changes_only_the_loops_it_changed_and_waits_for_no_long_run(
     started.append(scheduler)
     long_job, quick, added = lab.job("long"), lab.job("quick"), lab.job("added")
     running = lambda: [e for e in scheduler.events("acquired") if e["job"] == long_job]  # noqa: E731
-    assert _eventually(running), scheduler.lines
+    assert eventually(running), scheduler.lines
     lab.write_config("loops", ["quick", "long", "added"])
     scheduler.process.send_signal(signal.SIGHUP)
-    (reloaded,) = _eventually(lambda: scheduler.events("reloaded"))
+    (reloaded,) = eventually(lambda: scheduler.events("reloaded"))
     assert reloaded["kept"] == sorted([long_job, quick]) and reloaded["added"] == [added]
     after = _at(reloaded)
     # while the long run goes on: the short job's ticks, and the new job's first ones
-    assert _eventually(lambda: len([e for e in _ran(scheduler, quick) if _at(e) > after]) >= 2)
-    assert _eventually(lambda: _ran(scheduler, added)), scheduler.lines
+    assert eventually(lambda: len([e for e in _ran(scheduler, quick) if _at(e) > after]) >= 2)
+    assert eventually(lambda: _ran(scheduler, added)), scheduler.lines
     assert not _ran(scheduler, long_job) and len(scheduler.events("session-created")) == 1
 
     ca_copy = lab.tmp / "ca-copy.pem"
     ca_copy.write_bytes(Path(lab.config["consul"]["ca_file"]).read_bytes())
     lab.write_config("loops", ["quick"], ca_file=str(ca_copy))
     scheduler.process.send_signal(signal.SIGHUP)
-    assert _eventually(lambda: len(scheduler.events("reloaded")) == 2), scheduler.lines
+    assert eventually(lambda: len(scheduler.events("reloaded")) == 2), scheduler.lines
     second = scheduler.events("reloaded")[1]
     assert second["removed"] == sorted([added, long_job]) and second["replaced"] == [quick]
-    assert _eventually(lambda: len(scheduler.events("session-created")) == 2), scheduler.lines
-    assert _eventually(lambda: [e for e in _ran(scheduler, quick) if _at(e) > _at(second)])
+    assert eventually(lambda: len(scheduler.events("session-created")) == 2), scheduler.lines
+    assert eventually(lambda: [e for e in _ran(scheduler, quick) if _at(e) > _at(second)])
     assert not _ran(scheduler, long_job) and not scheduler.events("session-destroyed")
     marker.touch()  # the long run ends now, under its old session
-    assert _eventually(lambda: _ran(scheduler, long_job)), scheduler.lines
+    assert eventually(lambda: _ran(scheduler, long_job)), scheduler.lines
     (released,) = _ran(scheduler, long_job)
     assert released["released"] is True and released["child_status"] == 0, released
-    (destroyed,) = _eventually(lambda: scheduler.events("session-destroyed"))
+    (destroyed,) = eventually(lambda: scheduler.events("session-destroyed"))
     assert destroyed["session"] == released["session"] and _at(destroyed) >= _at(released)
     time.sleep(2 * EVERY)
     due = [e for e in scheduler.events("tick-due") if e["job"] == long_job]
@@ -261,17 +252,17 @@ def test_sighup_replaces_a_changed_job_only_when_its_run_ends(
     scheduler = SchedulerProcess(config)
     started.append(scheduler)
     long_job = lab.job("long")
-    assert _eventually(lambda: scheduler.events("acquired")), scheduler.lines
+    assert eventually(lambda: scheduler.events("acquired")), scheduler.lines
     raw = json.loads(config.read_text())
     raw["jobs"][long_job]["history_limit"] = 17  # a change the loop must take up
     config.write_text(json.dumps(raw))
     scheduler.process.send_signal(signal.SIGHUP)
-    reloads = _eventually(lambda: scheduler.events("reloaded"))
+    reloads = eventually(lambda: scheduler.events("reloaded"))
     assert reloads and reloads[0]["replaced"] == [long_job], scheduler.lines
     time.sleep(2 * EVERY)  # two ticks pass while the old loop's run goes on
     assert len(scheduler.events("acquired")) == 1, scheduler.lines
     marker.touch()
-    assert _eventually(lambda: len(scheduler.events("acquired")) == 2), scheduler.lines
+    assert eventually(lambda: len(scheduler.events("acquired")) == 2), scheduler.lines
     first, second = scheduler.events("acquired")
     (released,) = [
         e for e in scheduler.events("released") if e["lock_index"] == first["lock_index"]
@@ -328,7 +319,7 @@ def test_a_session_outlives_the_token_that_made_it_and_the_new_token_renews_and_
     assert old.kv.put(key, b"x", acquire=session)
     assert _rotate(lab) == old_secret
     new_secret = _secret(lab)
-    assert _eventually(lambda: _refused_now(lab, old_secret), 10)
+    assert eventually(lambda: _refused_now(lab, old_secret), 10)
     with pytest.raises(PermissionDenied):
         old.session.renew(session)
     info = lab.cluster.management().session.info(session, consistency="consistent")
@@ -357,9 +348,9 @@ def test_a_rotated_token_fences_no_job_of_a_running_lockctl_run(lab: Lab) -> Non
     run._reader = threading.Thread(target=run._read, daemon=True)
     run._reader.start()
     try:
-        assert _eventually(lambda: run.events("acquired")), run.lines
+        assert eventually(lambda: run.events("acquired")), run.lines
         old_secret = _rotate(lab)
-        assert _eventually(lambda: _refused_now(lab, old_secret), 10)
+        assert eventually(lambda: _refused_now(lab, old_secret), 10)
         time.sleep(12)  # longer than the TTL (10 s): renewals with the old token would fence it
         marker.touch()
         assert run.process.wait(WAIT) == 0, run.lines  # not 76 (fenced)
@@ -387,13 +378,13 @@ def test_a_rotated_token_is_picked_up_by_a_running_scheduler_without_fencing_its
     started.append(scheduler)
     long_job = lab.job("long")
     running = lambda: [e for e in scheduler.events("acquired") if e["job"] == long_job]  # noqa: E731
-    assert _eventually(running), scheduler.lines
+    assert eventually(running), scheduler.lines
     old_secret = _rotate(lab)
-    assert _eventually(lambda: _refused_now(lab, old_secret), 10)
+    assert eventually(lambda: _refused_now(lab, old_secret), 10)
     refused_at = time.time()
     time.sleep(12)  # longer than the TTL: renewals under the old token would lose the session
     marker.touch()
-    assert _eventually(lambda: _ran(scheduler, long_job)), scheduler.lines
+    assert eventually(lambda: _ran(scheduler, long_job)), scheduler.lines
     (released,) = _ran(scheduler, long_job)[:1]
     assert released["released"] is True and released["child_status"] == 0, released
     quick_after = [
