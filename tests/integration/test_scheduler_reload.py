@@ -336,6 +336,11 @@ def test_a_rotated_token_fences_no_job_of_a_running_lockctl_run(lab: Lab) -> Non
     marker = lab.tmp / "run.go"
     marker.unlink(missing_ok=True)
     config = lab.write_config("rotate-run", ["long"])
+    # a plain lock, no schedule: the run holds the lock whenever it starts (an @every 2s tick
+    # can be missed by a run that a loaded machine starts 2 s late)
+    raw = json.loads(config.read_text())
+    raw["jobs"][lab.job("long")]["schedule"] = None
+    config.write_text(json.dumps(raw))
     wait = f"for i in $(seq 600); do [ -e {marker} ] && break; sleep 0.1; done"
     run = SchedulerProcess.__new__(SchedulerProcess)  # its stderr reader, for `lockctl run`
     run.config = config
