@@ -22,7 +22,7 @@ import time
 import unicodedata
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -80,7 +80,7 @@ class Lab:
     worker_token: Path
     read_token: Path  # read on the whole test prefix, nothing else
     management_token: Path
-    secrets: tuple[str, ...]
+    secrets: tuple[str, ...] = field(repr=False)  # pytest prints a failing test's arguments
     cluster: LiveCluster
     today: datetime  # T: today's tick
     sessions: list[str]

@@ -18,7 +18,7 @@ import sys
 import unicodedata
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,7 +53,7 @@ class Lab:
     job: str
     key: str
     configs: dict[str, Path]  # worker -> its lockctl.json
-    secrets: tuple[str, ...]
+    secrets: tuple[str, ...] = field(repr=False)  # pytest prints a failing test's arguments
     cluster: LiveCluster
 
 

@@ -50,7 +50,7 @@ class MintedWorkers:
     to mint more tokens over the same policies."""
 
     configs: dict[str, Path]
-    secrets: list[str] = field(default_factory=list)
+    secrets: list[str] = field(default_factory=list, repr=False)  # never printed
     policy_names: dict[str, str] = field(default_factory=dict)  # rendered name -> live name
     management: Consul | None = None
     uid: str = ""
