@@ -53,7 +53,10 @@ TLS_VARIABLES = (
     "CONSUL_HTTP_SSL",
     "CONSUL_HTTP_SSL_VERIFY",
 )
-START_DEADLINE = 60.0  # seconds for leader, bootstrap and healthy nodes, on a slow machine
+START_DEADLINE = 120.0  # seconds for leader, bootstrap and healthy nodes, on a slow machine
+# Consul 1.8 agents leave legacy ACL mode only at checks whose gap doubles from 50 ms to 30 s:
+# on a slow machine a follower that missed the leader's switch can wait that long for its next.
+LEGACY_MODE_CHECK_GAP = 30.0
 POLL_PAUSE = 0.1
 PROBE_TIMEOUT = 2.0
 
@@ -301,7 +304,9 @@ def _wait_until_every_agent_accepts(
     for agent in layout.agents:
         client = management.with_settings(address=agent.http_address)
         try:
-            wait_until_management_works(client, deadline=max(1.0, give_up.remaining()))
+            # At least one full check gap: the agent can only be waiting for its next check.
+            wait = max(LEGACY_MODE_CHECK_GAP + 5.0, give_up.remaining())
+            wait_until_management_works(client, deadline=wait)
         except PermissionDenied:
             raise LocalEnvironmentError(
                 f"{agent.name} does not accept the token in {layout.management_token_file}; "
