@@ -8,18 +8,16 @@ import json
 import signal
 import socket
 import subprocess
-import sys
 import threading
-import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-LOCKCTL = [sys.executable, "-m", "provision"]
+from tests.lockctl_process import LOCKCTL
+
 WAIT = 30.0
 HOST = "127.0.0.1"
 
@@ -66,16 +64,6 @@ class SchedulerProcess:
         self._reader.join(5)
         if not self._reader.is_alive() and self.process.stderr is not None:
             self.process.stderr.close()
-
-
-def eventually(check: Callable[[], Any], timeout: float = WAIT, pause: float = 0.1) -> Any:
-    """`check()`'s first true result within `timeout` seconds, else its last one."""
-    give_up_at = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result or time.monotonic() > give_up_at:
-            return result
-        time.sleep(pause)
 
 
 def free_port() -> int:

@@ -36,6 +36,7 @@ from provision.ledger.store import Ledger
 from provision.ledger.ticks import MISSED_GRACE
 from provision.ledger.turns import claim_order
 from provision.schedule import parse_schedule
+from tests.lockctl_process import LOCKCTL
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
 
 LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 SHIM = Path(__file__).parent / "faketime_shim"  # time.sleep for libfaketime 0.9.10, see there
-LOCKCTL = [sys.executable, "-m", "provision"]
 HONEST, SKEWED = "worker-1", "worker-2"
 WORKERS = (HONEST, SKEWED)
 WAIT = 30.0

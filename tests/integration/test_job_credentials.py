@@ -22,13 +22,14 @@ import pytest
 from scheduler_lab import SchedulerProcess
 from workers_lab import minted_workers
 
+from tests.lockctl_process import LOCKCTL
+
 if TYPE_CHECKING:
     from conftest import LiveCluster
 
 
 WORKER = "worker-1"
 WAIT = 30.0
-LOCKCTL = [sys.executable, "-m", "provision"]
 
 # What the job tries, as an attacker that knows the config's paths would: read both files, look
 # at its environment, and write the job's own prefix with the token it read and the client

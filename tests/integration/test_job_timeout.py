@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -38,11 +37,11 @@ from workers_lab import minted_workers, spec_text
 from provision.ledger.records import TickOutcome, tick_name
 from provision.ledger.store import Ledger
 from provision.schedule import parse_schedule
+from tests.lockctl_process import LOCKCTL, run_lockctl
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
 
-LOCKCTL = [sys.executable, "-m", "provision"]
 WORKERS = ("worker-1", "worker-2")
 EVERY = 5
 SCHEDULE = parse_schedule(f"@every {EVERY}s")
@@ -140,15 +139,8 @@ def _lock_holder(lab: Lab, short: str) -> str | None:
 def _lockctl(lab: Lab, *args: str) -> subprocess.CompletedProcess[str]:
     connection = ["--address", lab.cluster.address("server-1")]
     connection += ["--token-file", str(lab.cluster.layout.management_token_file)]
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("CONSUL_", "FORCE_COLOR"))}
-    result = subprocess.run(
-        [*LOCKCTL, *args, "--spec", str(lab.spec_path), *connection, *lab.cluster.tls_flags()],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=environ,
-        check=False,
-    )
+    flags = ["--spec", str(lab.spec_path), *connection, *lab.cluster.tls_flags()]
+    result = run_lockctl(*args, *flags, drop=("CONSUL_", "FORCE_COLOR"))
     assert "Traceback" not in result.stderr, result.stderr
     for secret in lab.secrets:
         assert secret not in result.stdout + result.stderr

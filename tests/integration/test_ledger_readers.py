@@ -16,7 +16,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 import unicodedata
@@ -38,12 +37,12 @@ from provision.runner.tick_lock import housekeep, job_schedule
 from provision.schedule import parse_schedule
 from provision.system.secrets import Secret, write_secret_file
 from provision.workers.config import load_worker_config
+from tests.lockctl_process import LOCKCTL, run_lockctl
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
 
 
-LOCKCTL = [sys.executable, "-m", "provision"]
 WORKERS = ("worker-1", "worker-2")
 JOBS = (
     "ok",
@@ -234,8 +233,11 @@ def _write_hostile(lab: Lab) -> None:
 # --- running lockctl ---------------------------------------------------------------------------
 
 
+FOREIGN = ("CONSUL_", "FORCE_COLOR")  # the caller's: a test sets its own connection and colour
+
+
 def _environ() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("CONSUL_", "FORCE_COLOR"))}
+    return {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN)}
 
 
 def _connection(lab: Lab, token: Path | None = None, address: str | None = None) -> list[str]:
@@ -247,14 +249,8 @@ def _connection(lab: Lab, token: Path | None = None, address: str | None = None)
 def lockctl(
     lab: Lab, *args: str, token: Path | None = None, address: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [*LOCKCTL, *args, "--spec", str(lab.spec_path), *_connection(lab, token, address)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=_environ(),
-        check=False,
-    )
+    connection = _connection(lab, token, address)
+    result = run_lockctl(*args, "--spec", str(lab.spec_path), *connection, drop=FOREIGN)
     for secret in lab.secrets:
         assert secret not in result.stdout and secret not in result.stderr
     assert _raw_controls(result.stdout + result.stderr) == []
@@ -617,10 +613,8 @@ def test_check_is_unknown_when_consul_is_down_or_the_token_unknown(
 
 def _run_at(lab: Lab, worker: str, moment: datetime, command: str) -> None:
     time.sleep(max(0.0, moment.timestamp() + 0.1 - time.time()))
-    argv = [*LOCKCTL, "run", "--config", str(lab.configs[worker]), "--job", f"{E2E}-{lab.uid}"]
-    done = subprocess.run(
-        [*argv, "--", "sh", "-c", command], capture_output=True, text=True, timeout=30, check=False
-    )
+    argv = ["run", "--config", str(lab.configs[worker]), "--job", f"{E2E}-{lab.uid}"]
+    done = run_lockctl(*argv, "--", "sh", "-c", command, timeout=30)
     assert '"event":"acquired"' in done.stderr, done.stderr
 
 

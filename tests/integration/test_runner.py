@@ -16,7 +16,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -31,12 +30,12 @@ from workers_lab import minted_workers
 
 from provision.consul import Consul
 from provision.errors import EXIT_DENIED, EXIT_INPUT, EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT
+from tests.lockctl_process import LOCKCTL, run_lockctl, wait_until
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
 
 
-LOCKCTL = [sys.executable, "-m", "provision"]
 WORKERS = ("worker-1", "worker-2")
 LOCK_DELAY = 4.0  # the fencing bound: 4s > renew 1s + kill grace 1s + 1s margin
 KILL_GRACE = 1.0
@@ -130,15 +129,6 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
 
 
 # --- processes ----------------------------------------------------------------------------------
-
-
-def wait_until(predicate: Any, timeout: float, step: float = 0.01) -> bool:
-    give_up_at = time.monotonic() + timeout
-    while time.monotonic() < give_up_at:
-        if predicate():
-            return True
-        time.sleep(step)
-    return bool(predicate())
 
 
 class Runner:
@@ -249,14 +239,7 @@ def start(
 
 
 def lockctl(*args: str, timeout: float = WAIT, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*LOCKCTL, *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **env},
-        check=False,
-    )
+    return run_lockctl(*args, env=env, timeout=timeout)
 
 
 def timestamp_into(path: Path) -> str:

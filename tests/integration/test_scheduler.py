@@ -13,10 +13,9 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -31,12 +30,12 @@ from provision.errors import EXIT_ENVIRONMENT
 from provision.ledger.records import TickOutcome, tick_name
 from provision.ledger.store import Ledger
 from provision.schedule import parse_schedule
+from tests.lockctl_process import LOCKCTL, wait_until
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
 
 
-LOCKCTL = [sys.executable, "-m", "provision"]
 WORKERS = ("worker-1", "worker-2", "worker-3")
 EVERY = 3
 SCHEDULE = parse_schedule(f"@every {EVERY}s")
@@ -253,7 +252,7 @@ def test_a_second_scheduler_of_the_same_config_is_refused(
 
 def _wait_for_event(scheduler: Scheduler, name: str, timeout: float = WAIT) -> list[dict[str, Any]]:
     """The scheduler's `name` events once there is one (or [] after `timeout`)."""
-    _wait_until(lambda: scheduler.events(name) or scheduler.process.poll() is not None, timeout)
+    wait_until(lambda: scheduler.events(name) or scheduler.process.poll() is not None, timeout)
     return scheduler.events(name)
 
 
@@ -276,15 +275,6 @@ def test_sighup_with_a_bad_config_keeps_the_old_one(lab: Lab, schedulers: list[S
     time.sleep(1.0)
     assert scheduler.stop() == 0
     assert _runs(lab.logs["reload"]), scheduler.lines  # still ticking after the reload
-
-
-def _wait_until(predicate: Callable[[], object], timeout: float) -> bool:
-    give_up_at = time.monotonic() + timeout
-    while time.monotonic() < give_up_at:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return bool(predicate())
 
 
 def test_a_sighup_at_any_moment_of_the_start_is_a_reload_never_a_stop(
@@ -331,11 +321,11 @@ def test_no_process_of_a_job_outlives_its_scheduler(
     mark = MARKS[short]
     scheduler = Scheduler(lab, "worker-1", short)
     schedulers.append(scheduler)
-    assert _wait_until(lambda: len(pids_with(mark)) >= 3, 3 * EVERY + 5), scheduler.lines
+    assert wait_until(lambda: len(pids_with(mark)) >= 3, 3 * EVERY + 5), scheduler.lines
     if ending == "term":
         assert scheduler.stop(signal.SIGTERM) == 0
         released = scheduler.events("released")
         assert released and released[-1]["child_status"] == 128 + signal.SIGTERM, scheduler.lines
     else:
         scheduler.kill()
-    assert _wait_until(lambda: not pids_with(mark), 5.0), pids_with(mark)
+    assert wait_until(lambda: not pids_with(mark), 5.0), pids_with(mark)

@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from scheduler_lab import ListeningScheduler, eventually
+from scheduler_lab import ListeningScheduler
 from test_scheduler_listen import QUICK_DEFAULTS, _value
 from workers_lab import minted_workers
+
+from tests.lockctl_process import eventually
 
 if TYPE_CHECKING:
     from conftest import LiveCluster

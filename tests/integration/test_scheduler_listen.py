@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -21,18 +20,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
-from scheduler_lab import HOST, ListeningScheduler, Samples, eventually, free_port
+from scheduler_lab import HOST, ListeningScheduler, Samples, free_port
 from workers_lab import minted_workers
 
 from provision.ledger.records import TickOutcome
 from provision.ledger.store import Ledger
 from provision.schedule import parse_schedule
+from tests.lockctl_process import eventually
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
 
 
-LOCKCTL = [sys.executable, "-m", "provision"]
 WORKERS = ("worker-1", "worker-2")
 EVERY = 3
 SCHEDULE = parse_schedule(f"@every {EVERY}s")

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -26,12 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from scheduler_lab import SchedulerProcess, eventually
+from scheduler_lab import SchedulerProcess
 from workers_lab import MintedWorkers, minted_workers, spec_text
 
 from provision.consul import PermissionDenied
 from provision.spec.names import token_description
 from provision.system.secrets import Secret
+from tests.lockctl_process import LOCKCTL, eventually, run_lockctl
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
@@ -42,7 +42,6 @@ WORKER = "worker-1"
 EVERY = 2
 LONG = 12  # seconds of the long job: several of the short job's ticks
 WAIT = 30.0
-LOCKCTL = [sys.executable, "-m", "provision"]
 
 
 @dataclass(frozen=True)
@@ -178,12 +177,6 @@ def _starts(log: Path, after: float) -> list[float]:
     return [t for t in times if t >= after]
 
 
-def _run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*LOCKCTL, *args], capture_output=True, text=True, timeout=timeout, check=False
-    )
-
-
 def _at(event: dict[str, Any]) -> float:
     return datetime.fromisoformat(event["time"]).timestamp()
 
@@ -285,11 +278,12 @@ def _rotate(lab: Lab) -> str:
     assert token.secret is not None
     # rotate finds the worker's token by lockctl's description (the lab's carries a uid)
     management.acl.update_token(old, token_description(WORKER), list(token.policy_names))
-    done = _run_cli(
+    done = run_lockctl(
         "rotate", "--worker", WORKER, "--spec", str(lab.tmp / "locks.hcl"),
         "--secrets-dir", str(lab.tmp / "secrets"),
         "--address", lab.cluster.address("server-1"),
         "--token-file", str(lab.cluster.layout.management_token_file),
+        timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     print(f"\n$ lockctl rotate --worker {WORKER} ...\n{done.stdout}")  # for docs/apply.md

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import subprocess
-import sys
 import unicodedata
 import uuid
 from collections.abc import Iterator
@@ -27,12 +25,12 @@ from workers_lab import minted_workers
 
 from provision.consul.errors import ConsulError
 from provision.system.secrets import Secret
+from tests.lockctl_process import run_lockctl
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
 
 
-LOCKCTL = [sys.executable, "-m", "provision"]
 WORKERS = ("worker-1", "worker-2")
 FORGED_WORKER = "worker-1\x1b]0;pwned\x07[bold red]X[/]\r\u202eevil"  # OSC: the window title
 HOSTILE_RECORD = {
@@ -112,15 +110,7 @@ def _worker_token(lab: Lab, worker: str) -> Secret:
 
 
 def lockctl(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "NO_COLOR")}
-    return subprocess.run(
-        [*LOCKCTL, *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env={**environ, **env},
-        check=False,
-    )
+    return run_lockctl(*args, env=env, timeout=30, drop=("FORCE_COLOR", "NO_COLOR"))
 
 
 def _status(lab: Lab, *flags: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import random
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -29,12 +28,12 @@ from provision.ledger.records import TickOutcome, tick_name
 from provision.ledger.store import Ledger
 from provision.ledger.turns import claim_order
 from provision.schedule import parse_schedule
+from tests.lockctl_process import LOCKCTL
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
 
 
-LOCKCTL = [sys.executable, "-m", "provision"]
 WORKERS = ("worker-1", "worker-2", "worker-3")
 EVERY = 3  # seconds between ticks
 SCHEDULE = parse_schedule(f"@every {EVERY}s")

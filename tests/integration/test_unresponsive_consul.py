@@ -8,11 +8,9 @@ answers nothing, and is stopped at the end. No Consul cluster is needed, so none
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -23,6 +21,7 @@ import pytest
 from provision.consul import Consul, ConsulSettings, ConsulUnavailable, RetryPolicy
 from provision.spec import load_spec
 from provision.workers.config import config_record
+from tests.lockctl_process import run_lockctl
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 1.0  # the --timeout every command gets here
@@ -79,15 +78,7 @@ def checkout(tmp_path: Path) -> Path:
 
 def lockctl(*args: str, cwd: Path) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "provision", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={k: v for k, v in os.environ.items() if not k.startswith("CONSUL_HTTP")},
-        check=False,
-    )
+    done = run_lockctl(*args, cwd=cwd, drop=("CONSUL_HTTP",))
     return done, time.monotonic() - started
 
 

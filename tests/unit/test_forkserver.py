@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,7 @@ from provision.runner.child import Child
 from provision.runner.containment import PID_NAMESPACE
 from provision.runner.forkserver import ForkServer
 from tests.integration.procscan import pids_with
+from tests.lockctl_process import wait_until
 
 MARK = f"300.{os.getpid()}7"
 
@@ -32,15 +33,6 @@ def forks() -> Iterator[ForkServer]:
     server.start()
     yield server
     server.close()
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return condition()
 
 
 def started(forks: ForkServer, script: str, **lock_env: str) -> Child:
