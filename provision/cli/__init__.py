@@ -1,7 +1,7 @@
 """The lockctl command line: parse flags, call the core, print results, map errors to exit codes.
 
 No HTTP and no Jinja here. Each command is a few lines; the work happens in the core modules.
-Exit codes (also in the README): 0 ok, 1 a check failed, 2 bad input, 3 Consul unavailable,
+Exit codes (also in docs/reference.md): 0 ok, 1 a check failed, 2 bad input, 3 Consul unavailable,
 4 permission denied, 5 other Consul error, 6 local environment problem, 130 interrupted.
 
 Importing this package loads nothing else: the console script (entry.main) serves a plain

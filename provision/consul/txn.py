@@ -1,6 +1,6 @@
 """Consul's transaction endpoint for KV operations: several operations applied all or none.
 
-What a real Consul 1.8.7 answers (measured; docs/consul-facts.md, "Transactions"):
+What a real Consul 1.8.7 answers (measured; docs/notes/consul-facts.md, "Transactions"):
 - applied: 200, `Results` holds one KV entry per operation that returns one (lock, set, cas,
   get, unlock), in order; check-not-exists, check-index and delete return none.
 - rolled back: 409, `Errors` lists EVERY operation that failed, each with its OpIndex and a

@@ -1,5 +1,6 @@
 """The judgements of tls-http and gossip-encrypted as tables: facts (what the probes got, what
-/v1/agent/self said, in the shapes measured on 1.8.7: docs/consul-facts.md) in, problems out."""
+/v1/agent/self said, in the shapes measured on 1.8.7: docs/notes/consul-facts.md) in, problems
+out."""
 
 from __future__ import annotations
 
