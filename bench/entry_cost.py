@@ -6,7 +6,8 @@ On its own local cluster (started here on --subnet, stopped at the end), both tr
 
   1. skip, tick already taken: worker-1 runs the current tick of an `@every 1h` job; then
      whole `lockctl run` processes on worker-2 that skip it (one read of the tick's record),
-     start to exit, the two trees alternating run by run after one warm-up each.
+     start to exit, and their CPU time (user + system), the two trees alternating run by run
+     after one warm-up each.
   2. the scheduler's RSS: `lockctl schedule` with 10 jobs on `* * * * *` (child /bin/true),
      after each job's first tick and a few seconds more: peak (VmHWM) and current (VmRSS)
      RSS, then SIGTERM; the two trees alternating, one scheduler at a time.
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import subprocess
 import sys
 import tarfile
@@ -42,6 +44,7 @@ SETTLE_SECONDS = 3.0  # after the first ticks: the helper threads and pools are 
 @dataclass
 class Figures:
     skip_ms: dict[str, list[float]] = field(default_factory=lambda: {t: [] for t in TREES})
+    skip_cpu_ms: dict[str, list[float]] = field(default_factory=lambda: {t: [] for t in TREES})
     skip_codes: dict[str, set[int]] = field(default_factory=lambda: {t: set() for t in TREES})
     hwm_mb: dict[str, list[float]] = field(default_factory=lambda: {t: [] for t in TREES})
     rss_mb: dict[str, list[float]] = field(default_factory=lambda: {t: [] for t in TREES})
@@ -59,6 +62,7 @@ class EntryBench(SchedulerBench):
     def lockctl_of(self, tree: str) -> tuple[list[str], dict[str, str]]:
         env = {k: v for k, v in os.environ.items() if k != "LOCKCTL_CONFIG"}
         env["PYTHONPATH"] = str(self.trees[tree])
+        env["PYTHONSAFEPATH"] = "1"  # not the working directory first: it may be a checkout
         return [sys.executable, "-m", "provision"], env
 
 
@@ -105,14 +109,22 @@ def skip_series(bench: EntryBench, runs: int, figures: Figures) -> None:
         for tree in TREES:
             lockctl, env = bench.lockctl_of(tree)
             argv = [*lockctl, "run", "--config", config, "--job", "tick", "--", "touch", str(ran)]
-            began = time.monotonic()
+            cpu_before, began = _children_cpu_ms(), time.monotonic()
             done = subprocess.run(argv, env=env, capture_output=True, timeout=WAIT, check=False)
-            took = (time.monotonic() - began) * 1000
+            took, cpu = (time.monotonic() - began) * 1000, _children_cpu_ms() - cpu_before
             if ran.exists():
                 raise SystemExit(f"bench: the {tree} tree ran the job of a taken tick")
             if attempt > 0:
                 figures.skip_ms[tree].append(took)
+                figures.skip_cpu_ms[tree].append(cpu)
                 figures.skip_codes[tree].add(done.returncode)
+
+
+def _children_cpu_ms() -> float:
+    """User + system CPU of this process's waited-for children: less swayed by a loaded machine
+    than the wall time."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (usage.ru_utime + usage.ru_stime) * 1000
 
 
 def scheduler_rounds(bench: EntryBench, rounds: int, figures: Figures) -> None:
@@ -144,6 +156,7 @@ def report(figures: Figures, runs: int, rounds: int, baseline: str) -> None:
     print(f"{'metric':38}{'before':>10}{'after':>10}{'after/before':>14}")
     rows = (
         (f"skip, tick taken, whole run (ms), {runs}x", figures.skip_ms),
+        ("  its CPU, user + system (ms)", figures.skip_cpu_ms),
         (f"scheduler peak RSS, VmHWM (MB), {rounds}x", figures.hwm_mb),
         (f"scheduler RSS, VmRSS (MB), {rounds}x", figures.rss_mb),
     )
@@ -151,7 +164,7 @@ def report(figures: Figures, runs: int, rounds: int, baseline: str) -> None:
         before, after = _median(series["before"]), _median(series["after"])
         print(f"{label:38}{before:10.1f}{after:10.1f}{after / before:14.2f}")
     spread = {tree: _spread(figures.skip_ms[tree]) for tree in TREES}
-    print(f"{'  skip p10..p90 (ms)':38}{spread['before']:>10}{spread['after']:>10}")
+    print(f"{'  skip p10..p90 (ms)':38}{spread['before']:>14}{spread['after']:>14}")
     codes = {tree: ",".join(map(str, sorted(figures.skip_codes[tree]))) for tree in TREES}
     print(f"{'  skip exit codes':38}{codes['before']:>10}{codes['after']:>10}")
 
