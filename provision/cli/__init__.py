@@ -4,9 +4,9 @@ No HTTP and no Jinja here. Each command is a few lines; the work happens in the 
 Exit codes (also in docs/reference.md): 0 ok, 1 a check failed, 2 bad input, 3 Consul unavailable,
 4 permission denied, 5 other Consul error, 6 local environment problem, 130 interrupted.
 
-Importing this package loads nothing else: the console script (entry.main) serves a plain
-`lockctl run` without Typer. `provision.cli.app` (the module) holds the Typer app with every
-command; `from provision.cli import app` gives that app, loaded when first asked for.
+Importing this package loads nothing else: the console script (entry.main) serves `lockctl run`
+and `lockctl schedule` without Typer. `provision.cli.app` (the module) holds the Typer app with
+every command; `from provision.cli import app` gives that app, loaded when first asked for.
 """
 
 from __future__ import annotations

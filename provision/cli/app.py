@@ -1,18 +1,20 @@
 """The root Typer app, its single error boundary, and every command registered on it.
 
-Loaded for every command but a plain `lockctl run`, which entry.py serves without Typer;
-`run --help` and a malformed `run` come here like everything else.
+Loaded for every command but `run` and `schedule`, which the console script (entry.py) serves
+without Typer. Here they are pass-through commands: listed in `lockctl --help`, their words
+handed untouched to their one parser (argparse, in runjob.py and schedulejob.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import typer
-from typer.core import TyperGroup
+from typer.core import TyperCommand, TyperGroup
 
 from provision import __version__
-from provision.cli.entry import configure_logging, report_expected_error, report_interrupted
+from provision.cli.boundary import configure_logging, report_expected_error, report_interrupted
 from provision.errors import LockctlError
 
 
@@ -31,6 +33,23 @@ class ErrorBoundaryGroup(TyperGroup):
             raise typer.Exit(report_expected_error(exc)) from None
         except KeyboardInterrupt:
             raise typer.Exit(report_interrupted()) from None
+
+
+class PassThroughCommand(TyperCommand):
+    """A command whose words click leaves alone (`--`, `-h` and unknown flags included): its
+    callback parses them itself."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        words = list(args)
+        ctx.args = words
+        return words
+
+
+def _pass_through(name: str, summary: str, serve: Callable[[Sequence[str]], int]) -> None:
+    def command(ctx: typer.Context) -> None:
+        raise typer.Exit(serve(ctx.args))
+
+    app.command(name, cls=PassThroughCommand, help=summary, add_help_option=False)(command)
 
 
 app = typer.Typer(
@@ -78,8 +97,8 @@ from provision.cli import (  # noqa: E402
     history,
     next,
     policies,
-    run,
-    schedule,
+    runjob,
+    schedulejob,
     status,
     verify,
     workers,
@@ -94,8 +113,8 @@ app.command("plan")(acl.plan)
 app.command("apply")(acl.apply)
 app.command("rotate")(acl.rotate)
 app.command("worker-config")(workers.worker_config)
-app.command("run", context_settings={"allow_interspersed_args": False})(run.run)
-app.command("schedule")(schedule.schedule)
+_pass_through("run", runjob.SUMMARY, runjob.serve_run)
+_pass_through("schedule", schedulejob.SUMMARY, schedulejob.serve_schedule)
 app.command("status")(status.status)
 app.command("next")(next.next_ticks)
 app.command("history")(history.history)

@@ -1,62 +1,36 @@
-"""`lockctl run` without Typer: its flags (the one table both parsers are built from) and the run.
+"""`lockctl run`: its one flag parser (argparse) and the run, without Typer.
 
 `run` is started by every worker on every tick, and most of those runs skip, so this module
 imports nothing heavy at the top: the worker's config is read first, and the runner and the
 Consul client (requests: most of a skip's cost) are loaded only once the job is known. It reads
 where Consul is from the worker's config (lockctl.json), not from connection flags.
 
-The Typer command (run.py) and the console script's fast path (entry.py) both take their flags
-from RUN_FLAGS and both end in `run_command`, so the two cannot differ in what a run does.
+The console script (entry.py) serves `lockctl run` from here; the Typer app lists `run` as a
+pass-through command that hands its words to the same `serve_run`.
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from provision.cli.plainargs import Flag
 from provision.errors import InputError, LockctlError
 
 if TYPE_CHECKING:
+    from provision.cli.parsing import CommandParser
     from provision.runner.events import EventLog
     from provision.runner.precheck import ScheduledTick
     from provision.runner.results import RunResult
     from provision.workers.config import JobConfig, WorkerConfig
 
 
-RUN_FLAGS = (
-    Flag("job", ("--job", "-j"), "The job (its name in the spec).", True, required=True),
-    Flag(
-        "config",
-        ("--config", "-c"),
-        "The worker's lockctl.json.",
-        True,
-        required=True,
-        envvar="LOCKCTL_CONFIG",
-    ),
-    Flag("wait", ("--wait",), "Wait for the lock instead of skipping this tick.", False),
-    Flag("timeout", ("--timeout",), "With --wait: give up after this duration.", True),
-    Flag("min_hold", ("--min-hold",), "Hold the lock at least this long (overrides config).", True),
-    Flag(
-        "allow_unsafe",
-        ("--allow-unsafe",),
-        "Run even if the timings break the fencing bound.",
-        False,
-    ),
-    Flag(
-        "metrics_textfile",
-        ("--metrics-textfile",),
-        "Write the job's Prometheus metrics to this *.prom file (node_exporter's textfile "
-        "collector), atomically, after every run.",
-        True,
-    ),
-)
-FLAGS = {flag.field: flag for flag in RUN_FLAGS}
-COMMAND_HELP = "The job's command, after --."
+SUMMARY = "Run COMMAND only if this worker holds the job's lock; skip (exit 0) if another does."
 
 
 @dataclass(frozen=True)
@@ -71,6 +45,82 @@ class RunArgs:
     min_hold: str | None = None
     allow_unsafe: bool = False
     metrics_textfile: str | None = None
+
+
+def serve_run(argv: Sequence[str]) -> int:
+    """`lockctl run` on the words after `run`: its exit status (see run_command)."""
+    return run_command(parse_run(argv))
+
+
+def parse_run(argv: Sequence[str]) -> RunArgs:
+    """The run's arguments. Options come first; `--`, or the first word that is not an option,
+    starts the command, and everything from there on is the command's. A usage error raises
+    InputError; `-h` prints the help and exits 0."""
+    parser = _run_parser()
+    namespace, unknown = parser.parse_known_args(argv)
+    if unknown:  # before the missing ones: `--conf F` is a typo, not a missing --config
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    missing = [flag for flag, value in _REQUIRED.items() if getattr(namespace, value) is None]
+    if missing:
+        parser.error(f"the following arguments are required: {', '.join(missing)}")
+    command = list(namespace.command)
+    if command[:1] == ["--"]:  # argparse keeps the `--` in front of a REMAINDER
+        command = command[1:]
+    if not command:
+        parser.error("no command: put the job's command after --")
+    return RunArgs(
+        command=command,
+        job=namespace.job,
+        config=Path(namespace.config),
+        wait=namespace.wait,
+        timeout=namespace.timeout,
+        min_hold=namespace.min_hold,
+        allow_unsafe=namespace.allow_unsafe,
+        metrics_textfile=namespace.metrics_textfile,
+    )
+
+
+# Checked after the parse, not by argparse: an unknown flag is named first (see parse_run).
+_REQUIRED = {"--job/-j": "job", "--config/-c": "config"}
+
+
+def _run_parser() -> CommandParser:
+    import argparse
+
+    from provision.cli.parsing import CommandParser
+
+    parser = CommandParser(
+        "run",
+        usage="%(prog)s --job JOB --config FILE [options] -- COMMAND [ARG ...]",
+        description=SUMMARY,
+        epilog="--config defaults to $LOCKCTL_CONFIG.",
+    )
+    config_from_env = os.environ.get("LOCKCTL_CONFIG") or None
+    add = parser.add_argument
+    add("--job", "-j", metavar="JOB", help="The job (its name in the spec).")
+    add(
+        "--config", "-c", default=config_from_env, metavar="FILE", help="The worker's lockctl.json."
+    )
+    add("--wait", action="store_true", help="Wait for the lock instead of skipping this tick.")
+    add("--timeout", metavar="DURATION", help="With --wait: give up after this duration.")
+    add(
+        "--min-hold",
+        metavar="DURATION",
+        help="Hold the lock at least this long (overrides config).",
+    )
+    add(
+        "--allow-unsafe",
+        action="store_true",
+        help="Run even if the timings break the fencing bound.",
+    )
+    add(
+        "--metrics-textfile",
+        metavar="FILE",
+        help="Write the job's Prometheus metrics to this *.prom file (node_exporter's textfile "
+        "collector), atomically, after every run.",
+    )
+    add("command", nargs=argparse.REMAINDER, metavar="COMMAND", help="The job's command, after --.")
+    return parser
 
 
 @dataclass(frozen=True)

@@ -1,32 +1,30 @@
-"""`lockctl schedule` without Typer: its flags and the scheduler's life, for both parsers.
+"""`lockctl schedule`: its one flag parser (argparse) and the scheduler's life, without Typer.
 
 A scheduler lives for months, so what it loads at start stays in its memory: Typer 0.29
 checks every parameter with pydantic (~7 MB of RSS), and the Typer app loads click and every
-command's module (~2 MB more), all for three flags read once (bench/scheduler.py: 45 MB
-with Typer against a target of 40). The console script (entry.py) serves a plain
-`lockctl schedule --config F [--listen H:P] [--allow-unsafe]` from here; anything else (`-h`,
-an unknown or repeated flag, a missing value) goes to the Typer command (schedule.py), which
-ends in `run_schedule` too, so the two cannot differ in what a scheduler does.
+command's module (~2 MB more), all for three flags read once (bench/scheduler.py). The console
+script (entry.py) serves `lockctl schedule` from here; the Typer app lists `schedule` as a
+pass-through command that hands its words to the same `serve_schedule`.
 """
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from provision.cli.plainargs import Flag, scan_flags
-
 if TYPE_CHECKING:
+    from provision.cli.parsing import CommandParser
     from provision.cli.signals import ReloadRequest
     from provision.runner.stop import StopRequest
 
-SCHEDULE_FLAGS = (
-    Flag("config", ("--config", "-c"), "The worker's lockctl.json.", True, True, "LOCKCTL_CONFIG"),
-    Flag("listen", ("--listen",), "Serve /metrics and /healthz on HOST:PORT.", True),
-    Flag("allow_unsafe", ("--allow-unsafe",), "Run even if timings break the fencing bound", False),
+SUMMARY = (
+    "Run every job of the config that has a schedule and a command, each tick on exactly one "
+    "replica (the tick claimed in Consul with the lock). SIGTERM: finish cleanly, exit 0; "
+    "SIGHUP: reload the config (a bad one is refused, the old one kept)."
 )
 
 
@@ -39,19 +37,43 @@ class ScheduleArgs:
     listen: str | None = None
 
 
-def recognize_schedule(argv: Sequence[str], environ: Mapping[str, str]) -> ScheduleArgs | None:
-    """The arguments when `argv` (after `schedule`) is a plain, well-formed invocation that
-    Typer would parse into the same values; None at the least doubt (Typer then decides)."""
-    scanned = scan_flags(argv, SCHEDULE_FLAGS, environ)
-    if scanned is None or scanned[1] != len(argv) or "--" in argv:  # it takes no argument
-        return None
-    values = scanned[0]
-    listen = values.get("listen")
-    return ScheduleArgs(
-        Path(str(values["config"])),
-        "allow_unsafe" in values,
-        None if listen is None else str(listen),
+def serve_schedule(argv: Sequence[str]) -> int:
+    """`lockctl schedule` on the words after `schedule`: 0 after a clean stop (run_schedule)."""
+    return run_schedule(parse_schedule(argv))
+
+
+def parse_schedule(argv: Sequence[str]) -> ScheduleArgs:
+    """The scheduler's arguments; a usage error raises InputError, `-h` prints the help and
+    exits 0."""
+    parser = _schedule_parser()
+    namespace = parser.parse_args(argv)
+    if namespace.config is None:
+        parser.error("the following arguments are required: --config/-c")
+    return ScheduleArgs(Path(namespace.config), namespace.allow_unsafe, namespace.listen)
+
+
+def _schedule_parser() -> CommandParser:
+    from provision.cli.parsing import CommandParser
+
+    parser = CommandParser(
+        "schedule", description=SUMMARY, epilog="--config defaults to $LOCKCTL_CONFIG."
     )
+    add = parser.add_argument
+    config_from_env = os.environ.get("LOCKCTL_CONFIG") or None
+    add(
+        "--config", "-c", default=config_from_env, metavar="FILE", help="The worker's lockctl.json."
+    )
+    add(
+        "--allow-unsafe",
+        action="store_true",
+        help="Run even if the timings break the fencing bound.",
+    )
+    add(
+        "--listen",
+        metavar="HOST:PORT",
+        help="Serve /metrics (Prometheus) and /healthz here; PORT alone is 127.0.0.1:PORT.",
+    )
+    return parser
 
 
 def run_schedule(args: ScheduleArgs) -> int:

@@ -63,7 +63,7 @@ NOT_FOR_RUN = (
     "provision.cli.status",
     "provision.cli.verify",
     "provision.cli.workers",
-    "provision.cli.run",
+    "provision.cli.schedulejob",
 )
 
 

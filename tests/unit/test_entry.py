@@ -1,185 +1,115 @@
-"""The console script's fast path for `lockctl run` (provision/cli/entry.py) agrees with the Typer
-command it stands in for: the same flags, flag by flag; the same parse of every argv it accepts
-(and Typer gets every argv it does not); the same messages and exit codes for bad input."""
+"""`lockctl run` as users meet it: its one parser (argparse, provision/cli/runjob.py) reads each
+argv into the run it asks for, and bad input is one line naming the flag, exit 2, no traceback,
+whether the console script serves it or the Typer app's pass-through command (CliRunner)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import typer.main
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from typer.testing import CliRunner
 
-from provision.cli.app import app
-from provision.cli.entry import recognize, recognize_run
-from provision.cli.runjob import RUN_FLAGS, RunArgs
+from provision.cli import app
+from provision.cli.entry import split_root
+from provision.cli.runjob import RunArgs, parse_run
+from provision.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _typer_run_command() -> Any:
-    return typer.main.get_command(app).commands["run"]  # type: ignore[attr-defined]
-
-
-def test_the_table_and_the_typer_command_agree_flag_by_flag() -> None:
-    params = {param.name: param for param in _typer_run_command().params}
-    assert set(params) == {"command"} | {flag.field for flag in RUN_FLAGS}
-    for flag in RUN_FLAGS:
-        param = params[flag.field]
-        assert tuple(param.opts) == flag.names, flag.field
-        assert param.secondary_opts == [], flag.field  # no --no-wait: the table has none
-        assert param.is_flag == (not flag.takes_value), flag.field
-        assert param.required == flag.required, flag.field
-        assert param.envvar == flag.envvar, flag.field
-        assert param.help == flag.help, flag.field
-        assert not param.multiple, flag.field
-        assert param.nargs == 1, flag.field
-    command = params["command"]
-    assert command.required and command.nargs == -1
-    fields = {field.name for field in dataclasses.fields(RunArgs)}
-    assert fields == set(params)
-
-
 @pytest.fixture
-def environ() -> Iterator[dict[str, str]]:
+def config_env() -> Iterator[None]:
+    """LOCKCTL_CONFIG=env.json for the test, restored after it."""
     saved = os.environ.get("LOCKCTL_CONFIG")
-    yield os.environ  # type: ignore[misc]
+    os.environ["LOCKCTL_CONFIG"] = "env.json"
+    yield
     if saved is None:
         os.environ.pop("LOCKCTL_CONFIG", None)
     else:
         os.environ["LOCKCTL_CONFIG"] = saved
 
 
-def _typer_parse(argv: list[str]) -> dict[str, Any] | None:
-    """What Typer's run command makes of `argv` (its parameters), or None if it refuses."""
-    try:
-        context = _typer_run_command().make_context("run", list(argv))
-    except BaseException:  # usage errors, --help's exit: Typer does not run the job
-        return None
-    params = dict(context.params)
-    params["command"] = list(params["command"])
-    return params
-
-
-def _agree(argv: list[str], config_env: str | None) -> RunArgs | None:
-    if config_env is None:
-        os.environ.pop("LOCKCTL_CONFIG", None)
-    else:
-        os.environ["LOCKCTL_CONFIG"] = config_env
-    mine = recognize_run(argv, os.environ)
-    if mine is not None:
-        theirs = _typer_parse(argv)
-        assert theirs is not None, f"fast path accepted what Typer refuses: {argv}"
-        assert dataclasses.asdict(mine) == theirs, argv
-    return mine
-
-
-PLAIN = [
-    ["--config", "/etc/lockctl/lockctl.json", "--job", "nightly", "--", "/usr/bin/ingest", "-v"],
-    ["-c", "w.json", "-j", "nightly", "--", "sh", "-c", "exit 3"],
-    ["--config=w.json", "--job=nightly", "--wait", "--timeout", "5m", "--", "true"],
-    ["--job", "nightly", "--config", "w.json", "true", "--", "x"],  # the command starts at `true`
-    ["--job", "j", "--config", "w.json", "--min-hold", "2s", "--allow-unsafe", "--", "true"],
-    ["--job", "j", "--config", "w.json", "--metrics-textfile", "/var/lib/t/j.prom", "--", "true"],
-    ["--job", "j", "--", "true"],  # config from LOCKCTL_CONFIG
-]
-
-
-@pytest.mark.parametrize("argv", PLAIN)
-def test_plain_runs_take_the_fast_path_and_parse_as_typer_does(
-    argv: list[str], environ: dict[str, str]
-) -> None:
-    assert _agree(argv, "env.json") is not None
+def _args(command: list[str], job: str = "j", config: str = "w.json", **flags: object) -> RunArgs:
+    return RunArgs(command=command, job=job, config=Path(config), **flags)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "expected"),
     [
-        ["--help"],
-        ["-h", "--job", "j", "--", "true"],
-        ["--job", "j", "--config", "w.json", "--help", "--", "true"],
-        ["--job", "j", "--config", "w.json", "--bogus", "--", "true"],
-        ["--job", "j", "--config", "w.json"],  # no command
-        ["--job", "j", "--job", "k", "--config", "w.json", "--", "true"],  # repeated
-        ["--job", "--config", "w.json", "--", "true"],  # a value that looks like a flag
-        ["--job", "j", "--config", "w.json", "--wait=yes", "--", "true"],
-        ["-jj", "--config", "w.json", "--", "true"],
-        ["--job", "j", "--config", "", "--", "true"],
-        ["--job"],
+        (["--config", "/etc/l.json", "--job", "nightly", "--", "/usr/bin/ingest", "-v"],
+         _args(["/usr/bin/ingest", "-v"], "nightly", "/etc/l.json")),
+        (["-c", "w.json", "-j", "j", "--", "sh", "-c", "exit 3"], _args(["sh", "-c", "exit 3"])),
+        (["-cw.json", "-jj", "--", "true"], _args(["true"])),
+        (["--config=w.json", "--job=j", "--wait", "--timeout", "5m", "--", "true"],
+         _args(["true"], wait=True, timeout="5m")),
+        # the command starts at the first word that is not an option: what follows is its own
+        (["--job", "j", "--config", "w.json", "true", "--", "x"], _args(["true", "--", "x"])),
+        (["-j", "j", "-c", "w.json", "true", "-c", "x"], _args(["true", "-c", "x"])),
+        (["-j", "j", "-c", "w.json", "--", "--", "x"], _args(["--", "x"])),
+        (["-j", "j", "-c", "w.json", "--", "-x"], _args(["-x"])),
+        (["-j", "j", "-c", "w.json", "--min-hold", "2s", "--allow-unsafe", "--", "true"],
+         _args(["true"], min_hold="2s", allow_unsafe=True)),
+        (["-j", "j", "-c", "w.json", "--metrics-textfile", "/var/t/j.prom", "--", "true"],
+         _args(["true"], metrics_textfile="/var/t/j.prom")),
+        (["--job", "j", "--", "true"], _args(["true"], config="env.json")),
+        (["--job", "j", "-c", "w.json", "--", "true"], _args(["true"])),  # the flag wins
+    ],
+)  # fmt: skip
+def test_each_argv_is_read_into_the_run_it_asks_for(
+    argv: list[str], expected: RunArgs, config_env: None
+) -> None:
+    assert parse_run(argv) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["-j", "j", "-c", "w.json", "--bogus", "--", "true"], "unrecognized arguments: --bogus"),
+        (["--conf", "w.json", "-j", "j", "--", "true"], "unrecognized arguments: --conf"),
+        (["-j", "j", "-c", "w.json", "--wait=yes", "--", "true"], "argument --wait: ignored"),
+        (["--job", "--config", "w.json", "--", "true"], "argument --job/-j: expected one"),
+        (["-c", "w.json", "--", "true"], "required: --job/-j"),
+        (["-j", "j", "--", "true"], "required: --config/-c"),
+        (["-j", "j", "-c", "w.json"], "no command: put the job's command after --"),
+        (["-j", "j", "-c", "w.json", "--"], "no command: put the job's command after --"),
     ],
 )
-def test_anything_else_goes_to_typer(argv: list[str], environ: dict[str, str]) -> None:
-    assert _agree(argv, "env.json") is None
-
-
-def test_without_config_flag_or_environment_typer_reports_it(environ: dict[str, str]) -> None:
-    for value in (None, ""):
-        assert _agree(["--job", "j", "--", "true"], value) is None
-
-
-# Pieces of argv: well-formed options (so that many draws are accepted and compared) and each
-# kind of doubt the fast path must hand to Typer.
-PIECES = [
-    *([name, "v"] if flag.takes_value else [name] for flag in RUN_FLAGS for name in flag.names),
-    *([f"{flag.names[0]}=v"] for flag in RUN_FLAGS),
-    *([name] for flag in RUN_FLAGS for name in flag.names if flag.takes_value),  # no value
-    *([word] for word in ("--", "-", "-h", "--help", "--no-wait", "--bogus", "-jx", "-v", "")),
-    *([word] for word in ("true", "x=y", "--job=", "--config=-c")),
-]
-
-
-@settings(max_examples=600, deadline=None)
-@given(
-    pieces=st.lists(st.sampled_from(PIECES), max_size=8),
-    command=st.lists(st.sampled_from(["true", "--", "-x", "--job", ""]), max_size=3),
-    config_env=st.sampled_from([None, "", "env.json", " "]),
-)
-def test_any_argv_the_fast_path_accepts_typer_parses_the_same(
-    pieces: list[list[str]], command: list[str], config_env: str | None
-) -> None:
-    argv = [word for piece in pieces for word in piece] + command
-    saved = os.environ.get("LOCKCTL_CONFIG")
+def test_a_usage_error_names_the_flag(argv: list[str], message: str) -> None:
+    saved = os.environ.pop("LOCKCTL_CONFIG", None)
     try:
-        _agree(argv, config_env)
+        with pytest.raises(InputError) as caught:
+            parse_run(argv)
     finally:
-        if saved is None:
-            os.environ.pop("LOCKCTL_CONFIG", None)
-        else:
+        if saved is not None:
             os.environ["LOCKCTL_CONFIG"] = saved
+    assert str(caught.value).startswith("run: ") and message in str(caught.value)
+    assert str(caught.value).endswith("(see lockctl run --help)")
 
 
-def test_only_run_and_verbose_before_it_are_served_without_typer() -> None:
+def test_run_and_verbose_before_it_are_split_from_the_root() -> None:
     plain = ["--config", "w.json", "--job", "j", "--", "true"]
-    assert recognize(["run", *plain], {})[0] is False
-    verbose, args = recognize(["-v", "--verbose", "run", *plain], {})
-    assert verbose and args is not None and args.job == "j"
-    for argv in (["status"], ["--version", "run", *plain], ["-h", "run"], [], ["runx"]):
-        assert recognize(argv, {}) == (False, None), argv
+    assert split_root(["run", *plain]) == (False, "run", plain)
+    assert split_root(["-v", "--verbose", "schedule", "-c", "w"]) == (True, "schedule", ["-c", "w"])
+    for argv in (["--version", "run", *plain], ["-h", "run"], [], ["-v"]):
+        assert split_root(argv) == (False, None, []), argv
 
 
-# --- the same messages and exit codes, whichever entry handles the run -------------------------
+# --- what the user sees, from the console script and from the Typer app alike -----------------
 
-FAST = [sys.executable, "-m", "provision"]
-TYPER_ONLY = [sys.executable, "-c", "from provision.cli.app import main; main()"]
+CONSOLE = [sys.executable, "-m", "provision"]
+runner = CliRunner()
 
 
-def _both(*argv: str) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+def _console(*argv: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "LOCKCTL_CONFIG"}
-    done = [
-        subprocess.run(
-            [*entry, *argv], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env
-        )
-        for entry in (FAST, TYPER_ONLY)
-    ]
-    return done[0], done[1]
+    return subprocess.run(
+        [*CONSOLE, *argv], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env
+    )
 
 
 TIMINGS = {"ttl": "15s", "lock_delay": "15s", "renew_interval": "5s", "kill_grace": "5s"}
@@ -210,57 +140,63 @@ def worker_config(tmp_path: Path) -> Path:
         (["--job", "j", "--metrics-textfile", "{tmp}"], ": is a folder, not a file\n"),
         (["--job", "j", "--metrics-textfile", "{tmp}/no/j.prom"], "/no does not exist\n"),
         (["--job", "j", "--metrics-textfile", "{tmp}/j.txt"], "must end in .prom"),
+        (["--job", "j", "--bogus"], "lockctl: error: run: unrecognized arguments: --bogus"),
+        (["--wait=1"], "lockctl: error: run: argument --wait: ignored explicit argument '1'"),
+        ([], "lockctl: error: run: the following arguments are required: --job/-j"),
     ],
     ids=["timeout-without-wait", "bad-min-hold", "no-such-job", "metrics-folder",
-         "metrics-no-parent", "metrics-not-prom"],
+         "metrics-no-parent", "metrics-not-prom", "unknown-flag", "switch-with-value",
+         "no-job"],
 )  # fmt: skip
-def test_bad_input_reads_the_same_from_both_entries(
+def test_bad_input_is_one_line_and_exit_2_from_both_entries(
     worker_config: Path, extra: list[str], message: str
 ) -> None:
-    argv = [a.replace("{tmp}", str(worker_config.parent)) for a in extra]
-    fast, typer_only = _both("run", "--config", str(worker_config), *argv, "--", "true")
-    assert (fast.returncode, fast.stdout, fast.stderr) == (
-        typer_only.returncode,
-        typer_only.stdout,
-        typer_only.stderr,
-    )
-    assert fast.returncode == 2
-    assert message in fast.stderr and fast.stderr.count("\n") == 1
-    assert "Traceback" not in fast.stderr
+    argv = ["run", "--config", str(worker_config)]
+    argv += [a.replace("{tmp}", str(worker_config.parent)) for a in extra] + ["--", "true"]
+    console = _console(*argv)
+    assert console.returncode == 2
+    assert message in console.stderr and console.stderr.count("\n") == 1
+    assert "Traceback" not in console.stderr and console.stdout == ""
+    typer_app = runner.invoke(app, argv)
+    assert (typer_app.exit_code, typer_app.output) == (2, console.stderr)
 
 
-def test_a_missing_config_file_reads_the_same_from_both_entries(tmp_path: Path) -> None:
-    fast, typer_only = _both("run", "-c", str(tmp_path / "none.json"), "-j", "j", "--", "true")
-    assert (fast.returncode, fast.stderr) == (typer_only.returncode, typer_only.stderr)
-    assert fast.returncode == 2 and fast.stderr.startswith("lockctl: error: ")
+def test_a_missing_config_file_is_exit_2(tmp_path: Path) -> None:
+    done = _console("run", "-c", str(tmp_path / "none.json"), "-j", "j", "--", "true")
+    assert done.returncode == 2 and done.stderr.startswith("lockctl: error: ")
+    assert done.stderr.count("\n") == 1
 
 
-def test_a_config_with_problems_reads_the_same_from_both_entries(worker_config: Path) -> None:
+def test_a_config_with_problems_lists_them_then_one_summary(worker_config: Path) -> None:
     record = json.loads(worker_config.read_text())
     record["jobs"]["j"] = {"lock_key": "x/.lock", "ttl": "15s"}  # three timings missing
     worker_config.write_text(json.dumps(record))
-    fast, typer_only = _both("run", "-c", str(worker_config), "-j", "j", "--", "true")
-    assert (fast.returncode, fast.stderr) == (typer_only.returncode, typer_only.stderr)
-    assert fast.returncode == 2 and fast.stderr.endswith(": 3 problems\n")
+    done = _console("run", "-c", str(worker_config), "-j", "j", "--", "true")
+    assert done.returncode == 2 and done.stderr.endswith(": 3 problems\n")
+    assert done.stderr.count("\n") == 4
 
 
-def test_a_command_that_cannot_start_reads_the_same_from_both_entries(worker_config: Path) -> None:
-    argv = ("run", "-c", str(worker_config), "-j", "j", "--", "/nonexistent/program")
-    fast, typer_only = _both(*argv)
-    assert (fast.returncode, fast.stderr) == (typer_only.returncode, typer_only.stderr)
-    assert (
-        fast.stderr
-        == "lockctl: error: cannot start '/nonexistent/program': not found or not executable\n"
+def test_a_command_that_cannot_start_is_refused_before_any_lock(worker_config: Path) -> None:
+    done = _console("run", "-c", str(worker_config), "-j", "j", "--", "/nonexistent/program")
+    assert (done.returncode, done.stderr) == (
+        2,
+        "lockctl: error: cannot start '/nonexistent/program': not found or not executable\n",
     )
 
 
-def test_run_help_and_bad_flags_are_typers(tmp_path: Path) -> None:
-    fast, typer_only = _both("run", "--help")
-    assert fast.returncode == 0 and fast.stdout == typer_only.stdout
-    assert "--metrics-textfile" in fast.stdout
-    fast, typer_only = _both("run", "--bogus")
-    assert fast.returncode == 2 and (fast.stdout, fast.stderr) == (
-        typer_only.stdout,
-        typer_only.stderr,
-    )
-    assert "No such option: --bogus" in fast.stderr
+def test_run_help_is_the_parsers_from_both_entries() -> None:
+    console = _console("run", "--help")
+    assert console.returncode == 0 and console.stderr == ""
+    assert console.stdout.startswith("usage: lockctl run --job JOB --config FILE")
+    for flag in ("--job", "--config", "--wait", "--timeout", "--min-hold", "--allow-unsafe"):
+        assert f"  {flag} " in console.stdout, flag
+    assert "--metrics-textfile FILE" in console.stdout and "$LOCKCTL_CONFIG" in console.stdout
+    typer_app = runner.invoke(app, ["run", "-h"])
+    assert typer_app.exit_code == 0 and typer_app.output.startswith("usage: lockctl run ")
+
+
+def test_the_root_help_lists_run_and_schedule() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    assert "Run COMMAND only if this worker holds the job's lock" in result.output
+    assert "Run every job of the config that has a schedule" in result.output

@@ -31,6 +31,8 @@ PLANTS = {
     "fencing:": ("provision/runner/fencing.py", "provision.runner.lock"),
     "runner:": ("provision/workers/config.py", "provision.acl.render"),
     "skip:": ("provision/runner/precheck.py", "provision.runner.engine"),
+    "cli tiers:": ("provision/cli/app.py", "provision.cli.entry"),
+    "fast path:": ("provision/cli/runjob.py", "typer"),
     "bench:": ("bench/scale.py", "tests.unit.test_bench_scale"),
 }
 

@@ -90,7 +90,8 @@ NOT_FOR_RUN = (
     "hcl2",
     "provision.cli.app",
     *(f"provision.cli.{name}" for name in ("acl", "cluster", "consul_binary", "next", "options")),
-    *(f"provision.cli.{name}" for name in ("policies", "status", "verify", "workers", "run")),
+    *(f"provision.cli.{name}" for name in ("policies", "status", "verify", "workers")),
+    "provision.cli.schedulejob",
 )
 
 
@@ -120,9 +121,15 @@ def test_run_loads_the_runner_but_not_rich_or_the_other_commands(tmp_path: Path)
     assert loaded == ["provision.runner.engine", "requests"]
 
 
-def test_the_probe_sees_the_whole_cli_when_typer_serves_run() -> None:
-    """The check above can fail: `run --help` goes to the Typer app, and it is seen."""
-    code, loaded = _run_cli("run", "--help", watched=NOT_FOR_RUN)
+def test_run_help_is_served_without_typer_too() -> None:
+    code, loaded = _run_cli("run", "--help", watched=("typer", "click", *NOT_FOR_RUN))
+    assert code == 0
+    assert loaded == []
+
+
+def test_the_probe_sees_the_whole_cli_when_typer_serves_a_command() -> None:
+    """The checks above can fail: `status --help` goes to the Typer app, and it is seen."""
+    code, loaded = _run_cli("status", "--help", watched=NOT_FOR_RUN)
     assert code == 0
     assert "provision.cli.acl" in loaded and "provision.cli.app" in loaded
 

@@ -1,23 +1,40 @@
-"""`lockctl schedule` served without Typer (provision/cli/schedulejob.py, entry.py): a plain
-invocation is parsed as Typer would parse it, anything else goes to Typer, and the scheduler's
-process loads neither Typer's pydantic nor rich nor the other commands (a long-lived process
-keeps what it loads: bench/scheduler.py's RSS)."""
+"""`lockctl schedule` as users meet it: its one parser (argparse, provision/cli/schedulejob.py)
+reads each argv into the scheduler it asks for, bad input is one line naming the flag (exit 2),
+and the scheduler's process loads neither Typer's pydantic nor rich nor the other commands (a
+long-lived process keeps what it loads: bench/scheduler.py's RSS)."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import typer.main
+from typer.testing import CliRunner
 
-from provision.cli.app import app
-from provision.cli.schedulejob import ScheduleArgs, recognize_schedule
+from provision.cli import app
+from provision.cli.schedulejob import ScheduleArgs, parse_schedule
+from provision.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def config_env(request: pytest.FixtureRequest) -> Iterator[None]:
+    """LOCKCTL_CONFIG as the test's `environ` parameter says (unset when absent)."""
+    saved = os.environ.pop("LOCKCTL_CONFIG", None)
+    value = request.node.callspec.params["environ"].get("LOCKCTL_CONFIG")
+    if value is not None:
+        os.environ["LOCKCTL_CONFIG"] = value
+    yield
+    os.environ.pop("LOCKCTL_CONFIG", None)
+    if saved is not None:
+        os.environ["LOCKCTL_CONFIG"] = saved
+
+
 NO_ENV: dict[str, str] = {}
 
 
@@ -27,69 +44,71 @@ NO_ENV: dict[str, str] = {}
         (["--config", "c.json"], NO_ENV, ScheduleArgs(Path("c.json"))),
         (["-c", "c.json"], NO_ENV, ScheduleArgs(Path("c.json"))),
         (["--config=c.json"], NO_ENV, ScheduleArgs(Path("c.json"))),
+        (["-cc.json"], NO_ENV, ScheduleArgs(Path("c.json"))),
         (["--config", "c.json", "--listen", "9100", "--allow-unsafe"], NO_ENV,
          ScheduleArgs(Path("c.json"), True, "9100")),
         (["--listen=127.0.0.1:9100", "-c", "c.json"], NO_ENV,
          ScheduleArgs(Path("c.json"), False, "127.0.0.1:9100")),
         ([], {"LOCKCTL_CONFIG": "e.json"}, ScheduleArgs(Path("e.json"))),
         (["-c", "c.json"], {"LOCKCTL_CONFIG": "e.json"}, ScheduleArgs(Path("c.json"))),
-        # at the least doubt, Typer decides (and prints what it always has)
-        ([], NO_ENV, None),
-        ([], {"LOCKCTL_CONFIG": ""}, None),
-        (["-h"], NO_ENV, None),
-        (["--help"], NO_ENV, None),
-        (["--config"], NO_ENV, None),
-        (["--config", ""], NO_ENV, None),
-        (["--config", "-c"], NO_ENV, None),
-        (["-c=c.json"], NO_ENV, None),
-        (["-cc.json"], NO_ENV, None),
-        (["--config", "a", "--config", "b"], NO_ENV, None),
-        (["--config", "a", "--allow-unsafe", "--allow-unsafe"], NO_ENV, None),
-        (["--config", "a", "--allow-unsafe=yes"], NO_ENV, None),
-        (["--config", "a", "extra"], NO_ENV, None),
-        (["--config", "a", "--listen"], NO_ENV, None),
-        (["--conf", "a"], NO_ENV, None),
     ],
 )  # fmt: skip
-def test_recognize_schedule(
-    argv: list[str], environ: dict[str, str], expected: ScheduleArgs | None
+def test_each_argv_is_read_into_the_scheduler_it_asks_for(
+    argv: list[str], environ: dict[str, str], expected: ScheduleArgs, config_env: None
 ) -> None:
-    assert recognize_schedule(argv, environ) == expected
-
-
-def _typer_parse(argv: list[str]) -> dict[str, Any]:
-    command = typer.main.get_command(app).commands["schedule"]  # type: ignore[attr-defined]
-    with command.make_context("schedule", list(argv)) as context:
-        return dict(context.params)
+    assert parse_schedule(argv) == expected
 
 
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "environ", "message"),
     [
-        ["--config", "c.json"],
-        ["-c", "c.json", "--allow-unsafe"],
-        ["--config=c.json", "--listen", "0.0.0.0:9100"],
-        ["--listen=9100", "--allow-unsafe", "-c", "x y.json"],
+        ([], NO_ENV, "the following arguments are required: --config/-c"),
+        ([], {"LOCKCTL_CONFIG": ""}, "the following arguments are required: --config/-c"),
+        (["--config"], NO_ENV, "argument --config/-c: expected one argument"),
+        (
+            ["--config", "a", "--allow-unsafe=yes"],
+            NO_ENV,
+            "argument --allow-unsafe: ignored explicit argument 'yes'",
+        ),
+        (["--config", "a", "extra"], NO_ENV, "unrecognized arguments: extra"),
+        (["--config", "a", "--listen"], NO_ENV, "argument --listen: expected one argument"),
+        (["--conf", "a"], NO_ENV, "unrecognized arguments: --conf a"),
     ],
 )
-def test_what_it_recognizes_typer_parses_alike(argv: list[str]) -> None:
-    ours = recognize_schedule(argv, NO_ENV)
-    assert ours is not None
-    assert _typer_parse(argv) == {
-        "config": ours.config,
-        "allow_unsafe": ours.allow_unsafe,
-        "listen": ours.listen,
-    }
+def test_a_usage_error_names_the_flag(
+    argv: list[str], environ: dict[str, str], message: str, config_env: None
+) -> None:
+    with pytest.raises(InputError) as caught:
+        parse_schedule(argv)
+    assert str(caught.value) == f"schedule: {message} (see lockctl schedule --help)"
 
 
-def test_the_typer_command_has_exactly_these_flags() -> None:
-    command = typer.main.get_command(app).commands["schedule"]  # type: ignore[attr-defined]
-    flags = {param.name: (tuple(param.opts), param.envvar) for param in command.params}
-    assert flags == {
-        "config": (("--config", "-c"), "LOCKCTL_CONFIG"),
-        "allow_unsafe": (("--allow-unsafe",), None),
-        "listen": (("--listen",), None),
-    }
+def _console(*argv: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "LOCKCTL_CONFIG"}
+    return subprocess.run(
+        [sys.executable, "-m", "provision", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+
+
+def test_a_usage_error_is_one_line_and_exit_2_from_both_entries() -> None:
+    console = _console("schedule", "--config", "c.json", "--bogus")
+    expected = "lockctl: error: schedule: unrecognized arguments: --bogus"
+    assert console.returncode == 2 and console.stderr.startswith(expected)
+    assert console.stderr.count("\n") == 1 and "Traceback" not in console.stderr
+    typer_app = CliRunner().invoke(app, ["schedule", "--config", "c.json", "--bogus"])
+    assert (typer_app.exit_code, typer_app.output) == (2, console.stderr)
+
+
+def test_schedule_help_is_the_parsers() -> None:
+    console = _console("schedule", "-h")
+    assert console.returncode == 0
+    assert console.stdout.startswith("usage: lockctl schedule [-h] [--config FILE]")
+    assert "--listen HOST:PORT" in console.stdout and "--allow-unsafe" in console.stdout
 
 
 # Runs the console script's main in a fresh interpreter (exit_process raises instead of
@@ -155,9 +174,8 @@ def test_a_plain_schedule_loads_the_scheduler_but_not_typers_pydantic_or_rich(
     assert loaded == ["provision.scheduler.service"]
 
 
-def test_the_probe_sees_typer_when_it_serves_schedule(unscheduled_config: Path) -> None:
-    """The check above can fail: a repeated flag goes to the Typer command, and it is seen."""
-    config = str(unscheduled_config)
-    code, loaded = _probe("schedule", "--config", config, "--config", config)
-    assert code == 2
-    assert {"pydantic", "provision.cli.app", "provision.scheduler.service"} <= set(loaded)
+def test_the_probe_sees_typer_when_it_serves_a_command() -> None:
+    """The check above can fail: `status --help` goes to the Typer app, and it is seen."""
+    code, loaded = _probe("status", "--help")
+    assert code == 0
+    assert {"pydantic", "provision.cli.app"} <= set(loaded)
