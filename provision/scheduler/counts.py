@@ -79,6 +79,10 @@ class CountsSnapshot:
     skips: Mapping[SkipReason, int] = field(default_factory=dict)
     consul_unavailable: int = 0
     renew_failures: int = 0
+    # ticks counted here since this replica's last success (or its start): the min over the
+    # replicas is the job's ticks since its last success anywhere
+    ticks_since_success: int = 0
+    run_failures: int = 0  # runs that ended with a non-zero exit status under the lock
     running: bool = False
     consul_up: bool = True  # until a request of this loop goes unanswered
     consul_error: str | None = None  # why not (printable, bounded)
@@ -108,7 +112,9 @@ def after_result(state: CountsSnapshot, result: RunResult, now: float) -> Counts
     if result.start_lag is not None:
         state = replace(state, lags=state.lags.added(result.start_lag))
     if result.outcome is Outcome.RAN and result.exit_code == 0:
-        state = replace(state, last_success=now)
+        state = replace(state, last_success=now, ticks_since_success=0)
+    elif result.outcome is Outcome.RAN:
+        state = replace(state, run_failures=state.run_failures + 1)
     return replace(state, running=False, failing=None)  # a tick went through: not failing
 
 
@@ -171,7 +177,11 @@ def unanswered(state: CountsSnapshot, error: object) -> CountsSnapshot:
 
 def counted(state: CountsSnapshot, outcome: str, n: int) -> CountsSnapshot:
     outcomes = state.outcomes
-    return replace(state, outcomes={**outcomes, outcome: outcomes.get(outcome, 0) + n})
+    return replace(
+        state,
+        outcomes={**outcomes, outcome: outcomes.get(outcome, 0) + n},
+        ticks_since_success=state.ticks_since_success + n,
+    )
 
 
 def skipped(state: CountsSnapshot, reason: SkipReason, n: int) -> CountsSnapshot:
