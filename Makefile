@@ -27,7 +27,7 @@ unit: $(STAMP)
 consul:
 	scripts/install-consul
 
-# Debian packages the tests use (libfaketime): installed when missing (root, apt-get)
+# Debian packages the tests use (libfaketime, Prometheus, Alertmanager): installed when missing (root, apt-get)
 test-packages:
 	scripts/install-test-packages
 

@@ -234,6 +234,9 @@ def test_a_failing_job_reaches_the_webhook(
         assert alert["labels"]["worker"] in WORKERS
         assert alert["annotations"]["summary"].startswith(f"lockctl job {failing}: a run failed")
         assert not webhook.firing("LockctlRunFailed", ok), webhook.alerts()
+        shown = _series(targets[0], ("lockctl_run_failures_total", "lockctl_ticks_since_success"))
+        assert any(failing in line for line in shown), shown
+        print("\n".join(shown))  # for docs/alerts.md
         print(f"\nLockctlRunFailed delivered {took:.1f} s after Prometheus was ready:")
         print(json.dumps(alert, indent=2, sort_keys=True))  # for docs/alerts.md
     finally:
@@ -248,3 +251,10 @@ def _targets_up(prometheus: Daemon) -> int:
         return 0
     active = json.loads(text)["data"]["activeTargets"]
     return sum(1 for target in active if target["health"] == "up")
+
+
+def _series(target: str, names: tuple[str, ...]) -> list[str]:
+    """The lines of a scheduler's /metrics for these names (samples only)."""
+    with urllib.request.urlopen(f"http://{target}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return [line for line in text.splitlines() if line.startswith(names)]
