@@ -31,6 +31,8 @@ HELP = {
     "started under the lock (the tick record's start_lag).",
     "lockctl_job_running": "1 while the job runs here under the lock (the sum over replicas "
     "is at most 1).",
+    "lockctl_missed_ticks_recorded": "Ticks of the job nobody ran that this scheduler recorded "
+    "missed in the ledger (each such tick is recorded by one replica).",
     "lockctl_run_failures": "Runs of the job here that ended with a non-zero exit status "
     "under the lock.",
     "lockctl_renew_failures": "Renewals of the job's session that Consul did not answer.",
@@ -112,6 +114,7 @@ _GAUGES: dict[str, Callable[[CountsSnapshot], float]] = {
 
 _COUNTERS: dict[str, Callable[[CountsSnapshot], float]] = {
     "lockctl_run_failures": lambda snap: snap.run_failures,
+    "lockctl_missed_ticks_recorded": lambda snap: snap.missed_recorded,
     "lockctl_renew_failures": lambda snap: snap.renew_failures,
 }
 

@@ -4,7 +4,8 @@ alerts/lockctl.rules.yml; a real Alertmanager delivers to a webhook in this test
 fails every run reaches the webhook as LockctlRunFailed and LockctlNoSuccess within a bounded
 wait; the job that succeeds never as LockctlRunFailed. Prometheus and Alertmanager are Debian's
 (scripts/install-test-packages), started here on ports of the test's subnet, each with its own
-data folder, and stopped by PID."""
+data folder, and stopped by PID. And the ticks nobody ran while every replica was stopped are
+counted (lockctl_missed_ticks_recorded_total, for LockctlTickMissed) once one is back."""
 
 from __future__ import annotations
 
@@ -18,13 +19,18 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from scheduler_lab import ListeningScheduler, eventually
+from scheduler_lab import ListeningScheduler, Samples, eventually
 from workers_lab import minted_workers, spec_text
+
+from provision.ledger.records import TickOutcome
+from provision.ledger.store import Ledger
+from provision.schedule import parse_schedule
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
@@ -37,6 +43,7 @@ SUBNET = os.environ.get("LOCKCTL_TEST_SUBNET", "127.0.2")  # as tests/conftest.p
 PROMETHEUS_HOST, ALERTMANAGER_HOST = f"{SUBNET}.90", f"{SUBNET}.91"
 DELIVERY_WAIT = 180.0  # seconds: scrapes and evaluations every second, group_wait 1 s
 READY_WAIT = 60.0
+HOUSEKEEPING_WAIT = 180.0  # a restarted loop housekeeps within its first minute (cadence.py)
 
 
 class Webhook:
@@ -258,3 +265,53 @@ def _series(target: str, names: tuple[str, ...]) -> list[str]:
     with urllib.request.urlopen(f"http://{target}/metrics", timeout=5) as answer:
         text = answer.read().decode()
     return [line for line in text.splitlines() if line.startswith(names)]
+
+
+def test_ticks_nobody_ran_are_counted_when_recorded_missed(
+    live_cluster: LiveCluster, tmp_path: Path
+) -> None:
+    uid = uuid.uuid4().hex[:8]
+    kv = f"test/outage-{uid}/"
+    job = {
+        "prefix": f'"{kv}"',
+        "schedule": '"@every 2s"',
+        "start_deadline": '"1s"',
+        "command": '["/bin/sh", "-c", "true"]',
+    }
+    spec_path = tmp_path / "locks.hcl"
+    spec_path.write_text(spec_text(live_cluster, WORKERS[:1], {f"outage-{uid}": job}))
+    with minted_workers(live_cluster, spec_path, WORKERS[:1], tmp_path, uid, kv) as made:
+        config = made.configs[WORKERS[0]]
+        first = ListeningScheduler(config)
+        try:
+            assert eventually(lambda: first.events("listening")), first.lines
+            assert eventually(lambda: _sum(first, "lockctl_ticks_total", "ran") >= 1), first.lines
+        finally:
+            assert first.stop() == 0, first.lines
+        # the outage: every replica stopped while three ticks pass their start deadline
+        ticks = parse_schedule("@every 2s").next_ticks(datetime.now(timezone.utc), 3)
+        time.sleep(max(0.0, ticks[-1].timestamp() + 1.5 - time.time()))
+        back = ListeningScheduler(config)
+        try:
+            assert eventually(lambda: back.events("listening")), back.lines
+            recorded = eventually(
+                lambda: _sum(back, "lockctl_missed_ticks_recorded_total"), HOUSEKEEPING_WAIT
+            )
+            assert recorded >= 3, back.lines
+            missed = [
+                r
+                for r in Ledger(live_cluster.management(), f"{kv}.lock").records()
+                if r.outcome is TickOutcome.MISSED
+            ]
+            assert len(missed) >= recorded, (missed, back.lines)
+        finally:
+            assert back.stop() == 0, back.lines
+
+
+def _sum(scheduler: ListeningScheduler, name: str, outcome: str | None = None) -> float:
+    samples: Samples = scheduler.scrape()
+    return sum(
+        value
+        for (sample, labels), value in samples.items()
+        if sample == name and (outcome is None or ("outcome", outcome) in labels)
+    )

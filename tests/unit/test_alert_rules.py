@@ -39,6 +39,10 @@ def test_each_alert_fires_on_its_series_and_only_there() -> None:
     ("rule", "broken"),
     [
         (
+            "increase(lockctl_missed_ticks_recorded_total[15m])) > 0",
+            "increase(lockctl_missed_ticks_recorded_total[15m])) > 5",
+        ),
+        (
             "increase(lockctl_run_failures_total[15m])) > 0",
             "increase(lockctl_run_failures_total[15m])) > 1",
         ),

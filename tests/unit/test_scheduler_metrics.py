@@ -158,6 +158,16 @@ def test_ticks_since_success_count_every_outcome_until_a_success() -> None:
     assert failed(state, "a bug").ticks_since_success == 1
 
 
+def test_missed_ticks_recorded_are_counted_from_housekeeping_alone() -> None:
+    counts = LoopCounts()
+    events = CountingEventLog("job-a", "worker-1", io.StringIO(), counts)
+    events.emit("housekeeping", missed_recorded=2, missed_ticks=["a", "b"], pruned=0)
+    events.emit("housekeeping", missed_recorded=0, pruned=3)
+    events.emit("housekeeping", missed_recorded="9")  # not lockctl's own: ignored
+    events.emit("released", missed_recorded=5)  # no other event counts it
+    assert counts.snapshot().missed_recorded == 2
+
+
 def test_the_start_lag_lands_in_its_bucket() -> None:
     result = RunResult(Outcome.RAN, 0, 7, TICK, 1.0, start_lag=0.008)
     lags = after_result(CountsSnapshot(), result, NOW).lags
