@@ -21,13 +21,13 @@ test: $(STAMP) consul test-packages
 check: $(STAMP) consul test-packages
 	LOCKCTL_SKIP_VMS=1 scripts/check
 
-unit: $(STAMP)
+unit: $(STAMP) test-packages
 	$(BIN)/pytest -q tests/unit -m "not cluster"
 
 consul:
 	scripts/install-consul
 
-# Debian packages the tests use (libfaketime): installed when missing (root, apt-get)
+# Debian packages the tests use (libfaketime, Prometheus, Alertmanager): installed when missing (root, apt-get)
 test-packages:
 	scripts/install-test-packages
 

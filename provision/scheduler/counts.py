@@ -8,7 +8,8 @@ The loop says what it decided (a tick due, its own overlap skips, Consul out of 
 session) and what each run's RunResult says (the outcome, why it skipped, how long the job ran,
 its start lag): `after_result`, `after_skips`, pure and tested as tables. Only what the engine's
 threads see while a run goes on (the job running, renewals, the housekeeping after the release)
-comes from their events, by the event's name alone (`after_helper_event`; loop.py says why).
+comes from their events, by the event's name alone (`after_helper_event`; loop.py says why),
+and of `housekeeping` the number of ticks it recorded missed.
 """
 
 from __future__ import annotations
@@ -79,6 +80,11 @@ class CountsSnapshot:
     skips: Mapping[SkipReason, int] = field(default_factory=dict)
     consul_unavailable: int = 0
     renew_failures: int = 0
+    # ticks counted here since this replica's last success (or its start): the min over the
+    # replicas is the job's ticks since its last success anywhere
+    ticks_since_success: int = 0
+    missed_recorded: int = 0  # ticks nobody ran, recorded missed by this replica's housekeeping
+    run_failures: int = 0  # runs that ended with a non-zero exit status under the lock
     running: bool = False
     consul_up: bool = True  # until a request of this loop goes unanswered
     consul_error: str | None = None  # why not (printable, bounded)
@@ -108,7 +114,9 @@ def after_result(state: CountsSnapshot, result: RunResult, now: float) -> Counts
     if result.start_lag is not None:
         state = replace(state, lags=state.lags.added(result.start_lag))
     if result.outcome is Outcome.RAN and result.exit_code == 0:
-        state = replace(state, last_success=now)
+        state = replace(state, last_success=now, ticks_since_success=0)
+    elif result.outcome is Outcome.RAN:
+        state = replace(state, run_failures=state.run_failures + 1)
     return replace(state, running=False, failing=None)  # a tick went through: not failing
 
 
@@ -144,9 +152,13 @@ HELPER_EVENTS = frozenset(
 _SESSION_EVENTS = {"session-lost": SessionState.LOST, "session-destroyed": SessionState.NOT_YET}
 
 
-def after_helper_event(state: CountsSnapshot, event: str, error: object) -> CountsSnapshot:
+def after_helper_event(
+    state: CountsSnapshot, event: str, error: object, missed_recorded: int = 0
+) -> CountsSnapshot:
     """`state` after a helper thread emitted `event` (one of HELPER_EVENTS); `error` is its
-    Consul error, for /healthz."""
+    Consul error, for /healthz; `missed_recorded` the ticks a `housekeeping` recorded missed."""
+    if event == "housekeeping":
+        state = replace(state, missed_recorded=state.missed_recorded + missed_recorded)
     if event in ("acquired", "released", "renewed", "housekeeping"):
         state = answered(state)
     if event in ("renew-failed", "housekeeping-failed"):
@@ -171,7 +183,11 @@ def unanswered(state: CountsSnapshot, error: object) -> CountsSnapshot:
 
 def counted(state: CountsSnapshot, outcome: str, n: int) -> CountsSnapshot:
     outcomes = state.outcomes
-    return replace(state, outcomes={**outcomes, outcome: outcomes.get(outcome, 0) + n})
+    return replace(
+        state,
+        outcomes={**outcomes, outcome: outcomes.get(outcome, 0) + n},
+        ticks_since_success=state.ticks_since_success + n,
+    )
 
 
 def skipped(state: CountsSnapshot, reason: SkipReason, n: int) -> CountsSnapshot:
@@ -189,9 +205,9 @@ class LoopCounts:
         with self._lock:
             return self._state
 
-    def helper_event(self, event: str, error: object) -> None:
+    def helper_event(self, event: str, error: object, missed_recorded: int = 0) -> None:
         with self._lock:
-            self._state = after_helper_event(self._state, event, error)
+            self._state = after_helper_event(self._state, event, error, missed_recorded)
 
     def tick_due(self) -> None:
         with self._lock:

@@ -31,8 +31,14 @@ HELP = {
     "started under the lock (the tick record's start_lag).",
     "lockctl_job_running": "1 while the job runs here under the lock (the sum over replicas "
     "is at most 1).",
+    "lockctl_missed_ticks_recorded": "Ticks of the job nobody ran that this scheduler recorded "
+    "missed in the ledger (each such tick is recorded by one replica).",
+    "lockctl_run_failures": "Runs of the job here that ended with a non-zero exit status "
+    "under the lock.",
     "lockctl_renew_failures": "Renewals of the job's session that Consul did not answer.",
     "lockctl_consul_up": "1 when Consul answered the job loop's last request, else 0.",
+    "lockctl_ticks_since_success": "Ticks of the job this scheduler handled since its last "
+    "success here, or since it started (the min over the replicas: since a success anywhere).",
     "lockctl_job_failing": "1 while the job's last tick failed for a reason of lockctl's own "
     "(its command cannot start, a refused token, a bug), until a tick goes through.",
 }
@@ -80,9 +86,9 @@ class _Collector:
             "lockctl_start_lag_seconds", HELP["lockctl_start_lag_seconds"], labels=LABELS
         )
         gauges = {name: GaugeMetricFamily(name, HELP[name], labels=LABELS) for name in _GAUGES}
-        renews = CounterMetricFamily(
-            "lockctl_renew_failures", HELP["lockctl_renew_failures"], labels=LABELS
-        )
+        counters = {
+            name: CounterMetricFamily(name, HELP[name], labels=LABELS) for name in _COUNTERS
+        }
         for labels, snap in jobs:
             if snap.last_success is not None:
                 last.add_metric(labels, snap.last_success)
@@ -94,14 +100,22 @@ class _Collector:
                 family.add_metric(labels, seen.cumulative(), seen.total)
             for name, value in _GAUGES.items():
                 gauges[name].add_metric(labels, value(snap))
-            renews.add_metric(labels, snap.renew_failures)
-        yield from (last, ticks, skips, durations, lags, *gauges.values(), renews)
+            for name, count in _COUNTERS.items():
+                counters[name].add_metric(labels, count(snap))
+        yield from (last, ticks, skips, durations, lags, *gauges.values(), *counters.values())
 
 
 _GAUGES: dict[str, Callable[[CountsSnapshot], float]] = {
     "lockctl_job_running": lambda snap: 1.0 if snap.running else 0.0,
     "lockctl_consul_up": lambda snap: 1.0 if snap.consul_up else 0.0,
     "lockctl_job_failing": lambda snap: 1.0 if snap.failing is not None else 0.0,
+    "lockctl_ticks_since_success": lambda snap: snap.ticks_since_success,
+}
+
+_COUNTERS: dict[str, Callable[[CountsSnapshot], float]] = {
+    "lockctl_run_failures": lambda snap: snap.run_failures,
+    "lockctl_missed_ticks_recorded": lambda snap: snap.missed_recorded,
+    "lockctl_renew_failures": lambda snap: snap.renew_failures,
 }
 
 

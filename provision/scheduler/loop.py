@@ -125,7 +125,8 @@ class CountingEventLog(EventLog):
     supervisor (runner/engine.py) and housekeeping (runner/tick_lock.py) take an EventLog and no
     hook; the loop hears of the run only from its RunResult, at its end. Everything a RunResult
     carries (the outcome, why it skipped, the duration, the start lag) is counted from it, in
-    JobTicks.run_tick, and no event's text is read here."""
+    JobTicks.run_tick, and no event's text is read here (of `housekeeping`, the number of
+    ticks it recorded missed, which lockctl itself puts there)."""
 
     def __init__(self, job: str, worker: str, stream: TextIO | None, counts: LoopCounts) -> None:
         super().__init__(job, worker, stream)
@@ -133,7 +134,12 @@ class CountingEventLog(EventLog):
 
     def emit(self, event: str, **fields: Any) -> None:
         if event in HELPER_EVENTS:
-            self.counts.helper_event(event, fields.get("warning") or fields.get("error"))
+            missed = fields.get("missed_recorded")
+            self.counts.helper_event(
+                event,
+                fields.get("warning") or fields.get("error"),
+                missed if type(missed) is int and missed > 0 else 0,
+            )
         super().emit(event, **fields)
 
 

@@ -132,6 +132,42 @@ def test_a_result_is_counted_by_what_it_says(
     assert sum(state.lags.counts) == (result.start_lag is not None)
 
 
+@pytest.mark.parametrize(
+    ("result", "run_failures"),
+    [
+        (RunResult(Outcome.RAN, 0, tick=TICK, duration=1.0), 0),
+        (RunResult(Outcome.RAN, 3, tick=TICK, duration=1.0), 1),
+        (RunResult(Outcome.LOST, 76, tick=TICK, duration=1.0), 0),  # fenced: counted as lost
+        (RunResult(Outcome.JOB_TIMED_OUT, 124, tick=TICK, duration=1.0), 0),  # as job-timed-out
+        (RunResult(Outcome.SKIPPED, 0, tick=TICK), 0),
+    ],
+)
+def test_only_a_run_that_exited_non_zero_is_a_run_failure(
+    result: RunResult, run_failures: int
+) -> None:
+    assert after_result(CountsSnapshot(), result, NOW).run_failures == run_failures
+
+
+def test_ticks_since_success_count_every_outcome_until_a_success() -> None:
+    state = after_skips(CountsSnapshot(), SkipReason.OVERLAP, 2)
+    state = after_result(state, RunResult(Outcome.SKIPPED, 0, tick=TICK), NOW)
+    state = after_result(state, RunResult(Outcome.RAN, 1, tick=TICK, duration=1.0), NOW)
+    assert state.ticks_since_success == 4
+    state = after_result(state, RunResult(Outcome.RAN, 0, tick=TICK, duration=1.0), NOW)
+    assert state.ticks_since_success == 0
+    assert failed(state, "a bug").ticks_since_success == 1
+
+
+def test_missed_ticks_recorded_are_counted_from_housekeeping_alone() -> None:
+    counts = LoopCounts()
+    events = CountingEventLog("job-a", "worker-1", io.StringIO(), counts)
+    events.emit("housekeeping", missed_recorded=2, missed_ticks=["a", "b"], pruned=0)
+    events.emit("housekeeping", missed_recorded=0, pruned=3)
+    events.emit("housekeeping", missed_recorded="9")  # not lockctl's own: ignored
+    events.emit("released", missed_recorded=5)  # no other event counts it
+    assert counts.snapshot().missed_recorded == 2
+
+
 def test_the_start_lag_lands_in_its_bucket() -> None:
     result = RunResult(Outcome.RAN, 0, 7, TICK, 1.0, start_lag=0.008)
     lags = after_result(CountsSnapshot(), result, NOW).lags
