@@ -47,15 +47,12 @@ MAX_ARGUMENT = 4096
 class JobConfig:
     name: str
     lock_key: str
-    timings: JobTimings
+    timings: JobTimings  # the one the spec settled, read back from the file
     schedule: str | None
     timezone: str = "UTC"  # the IANA zone of `schedule`; configs before it lack it (UTC)
-    start_deadline: float = 300.0  # seconds after its tick a run may still claim it
     history_limit: int = 50  # tick records the ledger keeps for this job (timings.COUNT_DEFAULTS)
     command: tuple[str, ...] | None = None  # the argv `lockctl schedule` runs; None: it has none
-    jitter: float = 0.0  # seconds: the most a tick's planned start is put off (ledger/turns.py)
     workers: tuple[str, ...] = ()  # every worker of the job, for the claim order; (): unknown
-    timeout: float | None = None  # seconds a run may go on from its start; None: no limit
 
 
 @dataclass(frozen=True)
@@ -140,23 +137,30 @@ def config_record(
 
 
 def _job_record(job: Job) -> dict[str, Any]:
-    # `timeout` only when set: a lockctl from before it refuses the field, and without one the
-    # config means the same to it.
-    timeout = {"timeout": format_duration(job.timeout.seconds)} if job.timeout else {}
     return {
         "lock_key": job.lock_key,
-        "ttl": format_duration(job.ttl.seconds),
-        "lock_delay": format_duration(job.lock_delay.seconds),
-        "renew_interval": format_duration(job.renew_interval.seconds),
-        "kill_grace": format_duration(job.kill_grace.seconds),
-        "min_hold": format_duration(job.min_hold.seconds) if job.min_hold else None,
+        **timings_record(job.timings),
         "schedule": job.schedule,
         "timezone": job.timezone,
-        "start_deadline": format_duration(job.start_deadline.seconds),
         "history_limit": job.history_limit,
         "command": list(job.command) if job.command else None,
-        "jitter": format_duration(job.jitter.seconds),
         "workers": list(job.workers),
+    }
+
+
+def timings_record(timings: JobTimings) -> dict[str, str | None]:
+    """The job's timings as the config's duration strings (`_job` reads them back)."""
+    # `timeout` only when set: a lockctl from before it refuses the field, and without one the
+    # config means the same to it.
+    timeout = {"timeout": format_duration(timings.timeout)} if timings.timeout else {}
+    return {
+        "ttl": format_duration(timings.ttl),
+        "lock_delay": format_duration(timings.lock_delay),
+        "renew_interval": format_duration(timings.renew_interval),
+        "kill_grace": format_duration(timings.kill_grace),
+        "min_hold": format_duration(timings.min_hold) if timings.min_hold else None,
+        "start_deadline": format_duration(timings.start_deadline),
+        "jitter": format_duration(timings.jitter),
         **timeout,
     }
 
@@ -287,20 +291,8 @@ def _job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> JobCon
     if fencing and not allow_unsafe:
         problems.append(f"{where}lock_delay: {fencing}; --allow-unsafe runs anyway")
         return None
-    timings = JobTimings(ttl, delay, renew, grace, min_hold)
-    return JobConfig(
-        name,
-        key,
-        timings,
-        schedule,
-        zone,
-        deadline,
-        history_limit,
-        command,
-        jitter,
-        workers,
-        timeout,
-    )
+    timings = JobTimings(ttl, delay, renew, grace, min_hold, deadline, jitter, timeout)
+    return JobConfig(name, key, timings, schedule, zone, history_limit, command, workers)
 
 
 def _timeout(raw: dict[str, Any], where: str, problems: list[str]) -> float | None:
