@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from provision.durations import format_duration
+from provision.durations import format_duration, parse_duration
 
 SAFETY_MARGIN = 1.0  # seconds: signal delivery, process exit and clock-rate differences
 
@@ -53,17 +53,22 @@ COUNT_FIELDS = tuple(COUNT_BOUNDS)
 # 50 keeps 10,000 jobs' ledgers at about a third of Consul's 1 GB guidance (docs/scale.md);
 # raise it per job for a longer history.
 COUNT_DEFAULTS: dict[str, int] = {"history_limit": 50}
+DEFAULT_START_DEADLINE = parse_duration(DEFAULTS["start_deadline"]).seconds
 
 
 @dataclass(frozen=True)
 class JobTimings:
-    """How one job's lock behaves, in seconds."""
+    """How one job's lock and ticks behave, in seconds: the spec settles it (defaults applied,
+    checked) and the worker config carries the same one to the runner and the scheduler."""
 
     ttl: float
     lock_delay: float
     renew_interval: float
     kill_grace: float
-    min_hold: float
+    min_hold: float = 0.0  # 0: no minimum hold
+    start_deadline: float = DEFAULT_START_DEADLINE  # how late after its tick a run may claim it
+    jitter: float = 0.0  # the most a tick's planned start is put off (ledger/turns.py)
+    timeout: float | None = None  # how long a run may go on from its start; None: no limit
 
 
 def default_renew_interval(ttl: float) -> float:

@@ -11,17 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision.acl.apply import (
-    ACL_WRITE_HINT,
-    RETRY_PAUSE,
-    check_secrets_dir,
-    denied_as,
-    mint_token,
-    real_secret,
-    secret_path,
-)
 from provision.acl.serialize import DEFAULT_LOCK_WAIT, StopFlag, apply_lock, check_stop
-from provision.acl.token_files import write_token_file
+from provision.acl.token_files import check_secrets_dir, secret_path, write_token_file
+from provision.acl.writes import ACL_WRITE_HINT, RETRY_PAUSE, denied_as, mint_token, real_secret
 from provision.consul import Consul, ConsulServerError, ConsulUnavailable, PermissionDenied
 from provision.consul.models import Token
 from provision.errors import LocalEnvironmentError

@@ -8,7 +8,8 @@ read-plan-write sequence runs under one Consul lock instead:
     session (TTL 15 s, renewed; LockDelay 0; Behavior delete) + acquire LOCK_KEY
 
 waited for with a bounded timeout (a blocking query, not a poll), and the session is destroyed
-on every exit (which also deletes the key). A holder killed with SIGKILL leaves its session
+on every exit (which also deletes the key). The session is made, renewed and destroyed as the
+runner's is (provision.sessions). A holder killed with SIGKILL leaves its session
 until the TTL runs out, unless the waiter runs on the same machine and sees that the holder's
 process is gone: then it destroys the dead holder's session and takes the lock at once.
 
@@ -32,9 +33,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
-from provision.consul import Consul, PermissionDenied
+from provision.consul import Consul, ConsulError, PermissionDenied
 from provision.consul.models import KVEntry
 from provision.errors import EXIT_DENIED, EXIT_ENVIRONMENT, Interrupted, LockctlError
+from provision.sessions import OwnSession, SessionTerms
 from provision.system.deadline import Deadline
 
 log = logging.getLogger("provision.acl")
@@ -101,28 +103,35 @@ def apply_lock(
     block, the caller asks `stop` at its own safe points.
     """
     check_stop(stop, f"before taking {LOCK_KEY}")
-    stop_renewing = threading.Event()
+    session = OwnSession(consul, _session_terms(command))
     try:
-        session_id = consul.session.create(
-            name=f"lockctl {command}", ttl=SESSION_TTL, lock_delay=0, behavior="delete"
-        )
+        session.create()
     except PermissionDenied:
         raise LockRefused(
             f"Consul refused to create the session for {LOCK_KEY} (403 permission denied): "
             f"{LOCK_HINT}"
         ) from None
+    stop_renewing = threading.Event()
     try:
-        _acquire(consul, session_id, _holder_record(command), wait, stop)
+        _acquire(consul, session.id, _holder_record(command), wait, stop)
         check_stop(stop, f"as it took {LOCK_KEY} (released again, nothing changed)")
-        renewer = threading.Thread(
-            target=_renew, args=(consul, session_id, stop_renewing), daemon=True
-        )
+        renewer = threading.Thread(target=_renew, args=(session, stop_renewing), daemon=True)
         renewer.start()
         yield
     finally:
         stop_renewing.set()
-        with contextlib.suppress(Exception):  # the TTL ends it if this fails
-            consul.session.destroy(session_id)
+        session.destroy()  # which also deletes the key (Behavior delete)
+
+
+def _session_terms(command: str) -> SessionTerms:
+    """No LockDelay: nothing runs on after a lost apply lock that a delay would keep apart."""
+    return SessionTerms(
+        name=f"lockctl {command}",
+        ttl=SESSION_TTL,
+        lock_delay=0.0,
+        behavior="delete",
+        renew_interval=SESSION_TTL / 3,
+    )
 
 
 def _acquire(
@@ -161,11 +170,11 @@ def _acquire(
         consul.kv.get(LOCK_KEY, index=meta.index or 1, wait=hold)
 
 
-def _renew(consul: Consul, session_id: str, stop: threading.Event) -> None:
-    while not stop.wait(SESSION_TTL / 3):
+def _renew(session: OwnSession, stop: threading.Event) -> None:
+    while not stop.wait(session.terms.renew_interval):
         try:
-            consul.session.renew(session_id)
-        except Exception as exc:  # a failed renewal is tried again at the next tick
+            session.renew()
+        except ConsulError as exc:  # a failed renewal is tried again at the next tick
             if not stop.is_set():  # (at the end the session is destroyed under a renewal)
                 log.info("renewing the session of %s failed: %s", LOCK_KEY, exc)
 

@@ -72,7 +72,7 @@ def ledger_job(job: Job) -> LedgerJob | None:
         name=job.name,
         lock_key=job.lock_key,
         schedule=parse_schedule(job.schedule, job.timezone),
-        start_deadline=job.start_deadline.seconds,
+        start_deadline=job.timings.start_deadline,
         history_limit=job.history_limit,
     )
 

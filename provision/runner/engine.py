@@ -269,7 +269,7 @@ class _Supervisor:
         self.min_hold = options.min_hold if options.min_hold is not None else timings.min_hold
         self.verdict: Outcome | None = None
         self.terminated_at: float | None = None
-        self.timeout = lock.job.timeout
+        self.timeout = lock.job.timings.timeout
         self.timeout_at: float | None = None  # set at the job's start: its timeout counts from it
 
     def run(self, child: Child, waited: float) -> RunResult:

@@ -8,7 +8,6 @@ is conservative however late the answer arrived.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket
@@ -18,8 +17,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from provision.consul import NO_RETRY, Consul, ConsulError, RetryPolicy
+from provision.consul import Consul, ConsulError, RetryPolicy
 from provision.consul.models import KVEntry
+from provision.sessions import OwnSession, SessionTerms
 from provision.system.text import printable
 from provision.workers.config import JobConfig
 
@@ -62,49 +62,47 @@ class LockSession:
         self.job = job
         self.worker = worker
         self.key = job.lock_key
-        self.session_id = ""
+        timings = job.timings
+        terms = SessionTerms(
+            name=f"lockctl {job.name} on {worker}",
+            ttl=timings.ttl,
+            lock_delay=timings.lock_delay,
+            behavior=SESSION_BEHAVIOR,
+            renew_interval=timings.renew_interval,
+        )
+        self.session = OwnSession(consul, terms)
         self._clock = clock
         self._confirmed_at = float("-inf")
         self._guard = threading.Lock()
-        self._adopted = False  # the session is someone else's to keep (the scheduler's)
+
+    @property
+    def session_id(self) -> str:
+        return self.session.id
 
     # -- the session -------------------------------------------------------------------------
     def adopt(self, session_id: str) -> None:
         """Use a session kept by someone else across runs (`lockctl schedule` keeps one per job,
         renewed between ticks): open() does not make one, destroy() leaves it."""
-        self.session_id = session_id
-        self._adopted = True
+        self.session.adopt(session_id)
 
     def open(self) -> str:
         """Create the session on the agent we talk to (its node's serfHealth check)."""
-        if self._adopted:
-            return self.session_id
-        timings = self.job.timings
-        self.session_id = self.consul.session.create(
-            name=f"lockctl {self.job.name} on {self.worker}",
-            ttl=timings.ttl,
-            lock_delay=timings.lock_delay,
-            behavior=SESSION_BEHAVIOR,
-        )
-        return self.session_id
+        return self.session.id if self.session.adopted else self.session.create()
 
     @property
     def renew_timeout(self) -> float:
         """The client timeout of one renew: below the renew interval, so renewals never pile up."""
-        return min(self.job.timings.renew_interval / 2, self.consul.settings.timeout)
+        return self.session.renew_timeout
 
     def renew(self) -> None:
         """Renew once, with a client timeout below the renew interval; NotFound if gone."""
         sent = self._clock()
-        self.consul.session.renew(self.session_id, timeout=self.renew_timeout, retry=NO_RETRY)
+        self.session.renew()
         self.confirm(sent)
 
     def destroy(self) -> None:
         """Destroy the session (best effort: the TTL ends it anyway); not an adopted one."""
-        if not self.session_id or self._adopted:
-            return
-        with contextlib.suppress(ConsulError):
-            self.consul.session.destroy(self.session_id)
+        self.session.destroy()
 
     # -- the key -----------------------------------------------------------------------------
     def try_acquire(self) -> HeldLock | None:

@@ -50,8 +50,8 @@ def scheduled_tick(job: JobConfig, worker: str, wall: WallClock = utc_now) -> Sc
     if job.schedule is None:
         return None
     schedule = parse_schedule(job.schedule, job.timezone)
-    choice = choose_tick(schedule, wall(), job.start_deadline)
-    mine = turn(job.name, choice.tick, worker, job.workers, job.jitter, choice.window)
+    choice = choose_tick(schedule, wall(), job.timings.start_deadline)
+    mine = turn(job.name, choice.tick, worker, job.workers, job.timings.jitter, choice.window)
     return ScheduledTick(choice.tick, mine)
 
 

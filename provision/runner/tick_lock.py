@@ -52,13 +52,13 @@ def job_schedule(job: JobConfig) -> Schedule | None:
 
 def current_tick(job: JobConfig, schedule: Schedule, wall: WallClock = utc_now) -> datetime:
     """The tick a run started now belongs to: `lockctl run`'s one choice, made once."""
-    return choose_tick(schedule, wall(), job.start_deadline).tick
+    return choose_tick(schedule, wall(), job.timings.start_deadline).tick
 
 
 def job_turn(job: JobConfig, schedule: Schedule, tick: datetime, worker: str) -> Turn:
     """This worker's turn at `tick`: when it may claim, and whether it reads first."""
-    window = choose_tick(schedule, tick, job.start_deadline).window
-    return turn(job.name, tick, worker, job.workers, job.jitter, window)
+    window = choose_tick(schedule, tick, job.timings.start_deadline).window
+    return turn(job.name, tick, worker, job.workers, job.timings.jitter, window)
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ def plan_tick(
     cadence.py): no read of the tick's record and the agent's clock; the claim's transaction
     still refuses a taken tick."""
     if not read:
-        first = judge_tick(schedule, tick, wall(), job.start_deadline)
+        first = judge_tick(schedule, tick, wall(), job.timings.start_deadline)
         return _too_late(ledger, job, first, events.worker, wall) if first.too_late else first
     sent = utc_now()  # this host's clock, only to warn when it is not the agent's
     # stale: off the leader; a claim it missed, the claim's own transaction refuses
@@ -110,7 +110,7 @@ def plan_tick(
     received = utc_now()
     if record is not None:
         return TickSkip(tick, Outcome.SKIPPED, taken_fields(record), SkipReason.TAKEN)
-    choice = judge_tick(schedule, tick, wall(), job.start_deadline, agent_date)
+    choice = judge_tick(schedule, tick, wall(), job.timings.start_deadline, agent_date)
     if agent_date is not None:
         choice = replace(choice, skew=clock_skew(sent, received, agent_date))
     if choice.skew is not None:
@@ -309,10 +309,9 @@ def housekeep(
     try:
         recorded = ledger.ticks()  # names only: the values are not needed here
         now = wall()  # Consul's clock where the caller has it: what is missed, and suspect
-        missed = missed_ticks(schedule, recorded, now, job.start_deadline, limit=MAX_MISSED_PER_RUN)
-        unsettled = (
-            [] if ran is None else unsettled_ticks(schedule, recorded, now, job.start_deadline, ran)
-        )
+        deadline = job.timings.start_deadline
+        missed = missed_ticks(schedule, recorded, now, deadline, limit=MAX_MISSED_PER_RUN)
+        unsettled = [] if ran is None else unsettled_ticks(schedule, recorded, now, deadline, ran)
         written = ledger.record_missed(
             TickRecord(tick, TickOutcome.MISSED, worker=worker, finished_at=now)
             for tick in reversed(missed)

@@ -209,7 +209,7 @@ class JobTicks:
         """The current tick while it can still be claimed and this job has not tried it, else
         the next one. Ticks that passed while a run went on are skipped, and said so."""
         now = self.wall()
-        choice = choose_tick(self.schedule, now, self.job.start_deadline)
+        choice = choose_tick(self.schedule, now, self.job.timings.start_deadline)
         if (self._last_tick is None or choice.tick > self._last_tick) and not choice.too_late:
             due = choice.tick
         else:

@@ -1,11 +1,12 @@
 """A job's timings and counts from the spec: each duration as set (and where), the job's own over
-the defaults, checked against the bounds and the fencing rule in `provision.timings`."""
+the defaults, checked against the bounds and the fencing rule in `provision.timings`, settled
+into the `JobTimings` (seconds) that the job and its workers' configs carry."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from provision.durations import Duration, DurationSyntaxError, format_duration, parse_duration
+from provision.durations import Duration, DurationSyntaxError, parse_duration
 from provision.spec.hcl import Attribute
 from provision.spec.models import Defaults
 from provision.spec.problems import Problems
@@ -15,6 +16,7 @@ from provision.timings import (
     COUNT_FIELDS,
     DEFAULTS,
     FIELDS,
+    JobTimings,
     bound_problem,
     default_renew_interval,
     fencing_problem,
@@ -37,18 +39,6 @@ class Setting:
 
 Settings = dict[str, Setting | None]  # by duration key; None where the value was invalid
 Counts = dict[str, int]  # by count key
-
-
-@dataclass(frozen=True)
-class JobTimings:
-    ttl: Duration
-    lock_delay: Duration
-    renew_interval: Duration
-    kill_grace: Duration
-    min_hold: Duration | None
-    start_deadline: Duration
-    jitter: Duration
-    timeout: Duration | None = None
 
 
 def builtin_settings() -> Settings:
@@ -139,7 +129,7 @@ def job_timings(
     renew = _renew_interval(ttl, chosen["renew_interval"], where, problems)
     if renew is None:
         return None
-    fencing = fencing_problem(lock_delay.value.seconds, renew.seconds, kill_grace.value.seconds)
+    fencing = fencing_problem(lock_delay.value.seconds, renew, kill_grace.value.seconds)
     if fencing:
         problems.add(lock_delay.line, f"{where}.lock_delay", fencing)
         return None
@@ -151,28 +141,27 @@ def job_timings(
         return None
     min_hold, timeout = chosen["min_hold"], chosen["timeout"]
     return JobTimings(
-        ttl.value,
-        lock_delay.value,
-        renew,
-        kill_grace.value,
-        min_hold.value if min_hold else None,
-        deadline.value,
-        jitter.value,
-        timeout.value if timeout else None,
+        ttl=ttl.value.seconds,
+        lock_delay=lock_delay.value.seconds,
+        renew_interval=renew,
+        kill_grace=kill_grace.value.seconds,
+        min_hold=min_hold.value.seconds if min_hold else 0.0,
+        start_deadline=deadline.value.seconds,
+        jitter=jitter.value.seconds,
+        timeout=timeout.value.seconds if timeout else None,
     )
 
 
 def _renew_interval(
     ttl: Setting, renew: Setting | None, where: str, problems: Problems
-) -> Duration | None:
-    """The renew interval (default TTL/3); it must stay below TTL/2 so one failed renewal can be
-    retried before the session expires."""
+) -> float | None:
+    """The renew interval in seconds (default TTL/3); it must stay below TTL/2 so one failed
+    renewal can be retried before the session expires."""
     if renew is None:
-        third = default_renew_interval(ttl.value.seconds)
-        return Duration(third, format_duration(third))
+        return default_renew_interval(ttl.value.seconds)
     problem = renew_problem(renew.value.seconds, ttl.value.seconds)
     if problem is None:
-        return renew.value
+        return renew.value.seconds
     own_renew, own_ttl = renew.where.startswith(where), ttl.where.startswith(where)
     culprit = renew if own_renew or not own_ttl else ttl
     problems.add(culprit.line, culprit.where, f"renew_interval {renew.value.text} {problem}")

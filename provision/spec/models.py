@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from provision.durations import Duration, parse_duration
 from provision.spec.names import lock_key
-from provision.timings import COUNT_DEFAULTS, DEFAULTS
+from provision.timings import COUNT_DEFAULTS, DEFAULTS, JobTimings
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8500"
 DEFAULT_START_DEADLINE = parse_duration(DEFAULTS["start_deadline"])
@@ -40,25 +40,18 @@ class Worker:
 
 @dataclass(frozen=True)
 class Job:
-    """One singleton job: its lock prefix, the workers that may run it, its lock timings, and
-    its tick ledger's settings (start_deadline matters only with a schedule)."""
+    """One singleton job: its lock prefix, the workers that may run it, its timings (the very
+    JobTimings its workers' configs carry), and its tick ledger's settings."""
 
     name: str
     prefix: str
     workers: tuple[str, ...]
-    ttl: Duration
-    lock_delay: Duration
-    renew_interval: Duration
-    kill_grace: Duration
-    min_hold: Duration | None
+    timings: JobTimings
     schedule: str | None
     command: tuple[str, ...] | None
     line: int
     timezone: str = "UTC"  # the IANA zone `schedule` is read in
-    start_deadline: Duration = DEFAULT_START_DEADLINE  # how late after its tick a run may claim it
     history_limit: int = DEFAULT_HISTORY_LIMIT  # tick records kept per job
-    jitter: Duration = NO_JITTER  # the most a tick's planned start is put off (ledger/turns.py)
-    timeout: Duration | None = None  # how long a run may go on from its start; None: no limit
 
     @property
     def lock_key(self) -> str:

@@ -278,19 +278,12 @@ def _job(
         name=name,
         prefix=prefix,
         workers=workers,
-        ttl=timings.ttl,
-        lock_delay=timings.lock_delay,
-        renew_interval=timings.renew_interval,
-        kill_grace=timings.kill_grace,
-        min_hold=timings.min_hold,
+        timings=timings,
         schedule=schedule,
         command=command,
         line=block.line,
         timezone=zone or "UTC",
-        start_deadline=timings.start_deadline,
         history_limit=counts["history_limit"],
-        jitter=timings.jitter,
-        timeout=timings.timeout,
     )
 
 

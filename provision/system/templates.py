@@ -14,6 +14,7 @@ from typing import Any
 
 import jinja2
 
+from provision.durations import format_duration
 from provision.errors import InputError, LocalEnvironmentError
 
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]  # provision/
@@ -37,8 +38,9 @@ def find_templates_dir(explicit: Path | None = None) -> Path:
 
 
 def make_environment(templates_dir: Path) -> jinja2.Environment:
-    """A strict, deterministic environment: undefined names fail, trailing newlines stay."""
-    return jinja2.Environment(
+    """A strict, deterministic environment: undefined names fail, trailing newlines stay; the
+    `duration` filter shows seconds (a job's timings) as a Go duration, as the spec writes it."""
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(templates_dir)),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
@@ -46,6 +48,8 @@ def make_environment(templates_dir: Path) -> jinja2.Environment:
         lstrip_blocks=True,
         autoescape=False,  # noqa: S701 - output is HCL/JSON/INI, never HTML; values are validated
     )
+    env.filters["duration"] = format_duration
+    return env
 
 
 def render_template(env: jinja2.Environment, name: str, context: Mapping[str, Any]) -> str:

@@ -99,7 +99,7 @@ def check_release_handover(ctx: VerifyContext, ev: Evidence) -> str:
 
 def check_lock_delay(ctx: VerifyContext, ev: Evidence) -> str:
     job = _shared_job(ctx)[0]
-    delay = job.lock_delay.seconds
+    delay = job.timings.lock_delay
     a, session_a, b, session_b, key = _pair(ctx, "lock-delay", lock_delay=delay)
     if not a.kv.put(key, acquire=session_a):
         raise CheckFailed("the first session could not acquire a free key")
@@ -155,7 +155,7 @@ def check_consistency_headers(ctx: VerifyContext, ev: Evidence) -> str:
 
 def check_ttl_expiry(ctx: VerifyContext, ev: Evidence) -> str:
     job, first, second = _shared_job(ctx)
-    delay = job.lock_delay.seconds
+    delay = job.timings.lock_delay
     a, b = ctx.client(first), ctx.client(second)
     key = ctx.cleanup.key(a, ctx.verify_key(job, "ttl-expiry"))
     session_a = verify_session(ctx, a, "ttl-expiry", delay)

@@ -3,59 +3,34 @@
 The file names the agent to talk to, the token FILE (the secret stays in its 0600 file), the
 TLS files when the agent speaks HTTPS (the CA and the worker's client certificate pair), and per
 job the lock key, timings, schedule, tick-ledger settings and the command `lockctl schedule`
-runs. Loading checks timings and counts with the same functions as the spec validator
-(provision.timings), plus the fencing bound, and reports every problem at once as
-`FILE: path.to.field: message`. A field added after format 1 (timezone, start_deadline,
-history_limit, command, timeout) gets its default when an older lockctl left it out. This module
-imports no spec parser: `lockctl run` loads it.
+runs (one job's entry: provision.workers.job_config). Loading checks timings and counts with
+the same functions as the spec validator (provision.timings), plus the fencing bound, and
+reports every problem at once as `FILE: path.to.field: message`. A field added after format 1
+(timezone, start_deadline, history_limit, command, timeout) gets its default when an older
+lockctl left it out. This module imports no spec parser: `lockctl run` loads it.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provision.durations import DurationSyntaxError, format_duration, parse_duration
 from provision.errors import InputError
-from provision.schedule import ScheduleError, check_zone, parse_schedule
 from provision.system.files import UnreadableFile, read_regular_file
-from provision.timings import (
-    COUNT_DEFAULTS,
-    DEFAULTS,
-    JobTimings,
-    bound_problem,
-    count_problem,
-    fencing_problem,
-    jitter_problem,
-    renew_problem,
-)
+
+# JobConfig and JobTimings are re-exported: the runner, the scheduler and the CLI take them here.
+from provision.timings import JobTimings as JobTimings
+from provision.workers.job_config import JobConfig as JobConfig
+from provision.workers.job_config import job_record, read_job, read_text, unknown_fields
 
 if TYPE_CHECKING:
-    from provision.spec import Job, Spec
+    from provision.spec import Spec
 
 CONFIG_FORMAT = 1
 CONFIG_NAME = "lockctl.json"
 MAX_CONFIG_BYTES = 1024 * 1024
-MAX_COMMAND_ARGS = 256  # as the spec bounds a job's command
-MAX_ARGUMENT = 4096
-
-
-@dataclass(frozen=True)
-class JobConfig:
-    name: str
-    lock_key: str
-    timings: JobTimings
-    schedule: str | None
-    timezone: str = "UTC"  # the IANA zone of `schedule`; configs before it lack it (UTC)
-    start_deadline: float = 300.0  # seconds after its tick a run may still claim it
-    history_limit: int = 50  # tick records the ledger keeps for this job (timings.COUNT_DEFAULTS)
-    command: tuple[str, ...] | None = None  # the argv `lockctl schedule` runs; None: it has none
-    jitter: float = 0.0  # seconds: the most a tick's planned start is put off (ledger/turns.py)
-    workers: tuple[str, ...] = ()  # every worker of the job, for the claim order; (): unknown
-    timeout: float | None = None  # seconds a run may go on from its start; None: no limit
 
 
 @dataclass(frozen=True)
@@ -129,35 +104,13 @@ def config_record(
     spec: Spec, worker: str, token_file: Path, tls: WorkerTLS = WorkerTLS()
 ) -> dict[str, Any]:
     """The runner's config for one worker, as the JSON object written to lockctl.json."""
-    jobs = {job.name: _job_record(job) for job in spec.jobs_for(worker)}
+    jobs = {job.name: job_record(job) for job in spec.jobs_for(worker)}
     consul = {"address": spec.worker(worker).address, "token_file": str(token_file)}
     return {
         "format": CONFIG_FORMAT,
         "worker": worker,
         "consul": {**consul, **tls.record()},
         "jobs": jobs,
-    }
-
-
-def _job_record(job: Job) -> dict[str, Any]:
-    # `timeout` only when set: a lockctl from before it refuses the field, and without one the
-    # config means the same to it.
-    timeout = {"timeout": format_duration(job.timeout.seconds)} if job.timeout else {}
-    return {
-        "lock_key": job.lock_key,
-        "ttl": format_duration(job.ttl.seconds),
-        "lock_delay": format_duration(job.lock_delay.seconds),
-        "renew_interval": format_duration(job.renew_interval.seconds),
-        "kill_grace": format_duration(job.kill_grace.seconds),
-        "min_hold": format_duration(job.min_hold.seconds) if job.min_hold else None,
-        "schedule": job.schedule,
-        "timezone": job.timezone,
-        "start_deadline": format_duration(job.start_deadline.seconds),
-        "history_limit": job.history_limit,
-        "command": list(job.command) if job.command else None,
-        "jitter": format_duration(job.jitter.seconds),
-        "workers": list(job.workers),
-        **timeout,
     }
 
 
@@ -183,18 +136,18 @@ def _build(path: Path, raw: Any, allow_unsafe: bool) -> WorkerConfig:
     problems: list[str] = []
     if not isinstance(raw, dict):
         raise ConfigError(path, ["top level must be an object"])
-    _unknown(raw, {"format", "worker", "consul", "jobs"}, "", problems)
+    unknown_fields(raw, {"format", "worker", "consul", "jobs"}, "", problems)
     if type(raw.get("format")) is not int or raw["format"] != CONFIG_FORMAT:  # not True, not 1.0
         problems.append(f"format: must be {CONFIG_FORMAT} (this lockctl reads format 1)")
-    worker = _text(raw, "worker", "", problems)
+    worker = read_text(raw, "worker", "", problems)
     consul: dict[str, Any] = {}
     if isinstance(raw.get("consul"), dict):
         consul = raw["consul"]
     else:
         problems.append("consul: must be an object with address and token_file")
-    _unknown(consul, {"address", "token_file", *TLS_FIELDS}, "consul.", problems)
-    address = _text(consul, "address", "consul.", problems)
-    token_file = _text(consul, "token_file", "consul.", problems)
+    unknown_fields(consul, {"address", "token_file", *TLS_FIELDS}, "consul.", problems)
+    address = read_text(consul, "address", "consul.", problems)
+    token_file = read_text(consul, "token_file", "consul.", problems)
     tls = _tls(consul, address, problems)
     jobs_raw = raw.get("jobs")
     jobs: list[JobConfig] = []
@@ -202,7 +155,7 @@ def _build(path: Path, raw: Any, allow_unsafe: bool) -> WorkerConfig:
         problems.append("jobs: must be a non-empty object of job name -> settings")
     else:
         for name in sorted(jobs_raw):
-            job = _job(name, jobs_raw[name], allow_unsafe, problems)
+            job = read_job(name, jobs_raw[name], allow_unsafe, problems)
             if job is not None:
                 jobs.append(job)
     if problems:
@@ -234,203 +187,3 @@ def _tls(consul: dict[str, Any], address: str, problems: list[str]) -> WorkerTLS
     if given and address and not address.startswith("https://"):
         problems.append(f"consul.{given[0]}: given, but consul.address {address!r} is not https://")
     return WorkerTLS(paths["ca_file"], paths["cert_file"], paths["key_file"])
-
-
-JOB_FIELDS = {
-    "lock_key",
-    "ttl",
-    "lock_delay",
-    "renew_interval",
-    "kill_grace",
-    "min_hold",
-    "schedule",
-    "timezone",
-    "start_deadline",
-    "history_limit",
-    "command",
-    "jitter",
-    "workers",
-    "timeout",
-}
-
-
-def _job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> JobConfig | None:
-    where = f"jobs.{name}."
-    if not isinstance(raw, dict):
-        problems.append(f"jobs.{name}: must be an object")
-        return None
-    before = len(problems)
-    _unknown(raw, JOB_FIELDS, where, problems)
-    key = _text(raw, "lock_key", where, problems)
-    ttl = _seconds(raw, "ttl", where, problems)
-    delay = _seconds(raw, "lock_delay", where, problems)
-    renew = _seconds(raw, "renew_interval", where, problems)
-    grace = _seconds(raw, "kill_grace", where, problems)
-    min_hold = _seconds(raw, "min_hold", where, problems, optional=True)
-    schedule, zone = _schedule(raw, where, problems)
-    deadline = _seconds(raw, "start_deadline", where, problems, default=DEFAULTS["start_deadline"])
-    history_limit = _count(raw, "history_limit", where, problems)
-    command = _command(raw, where, problems)
-    jitter = _seconds(raw, "jitter", where, problems, default=DEFAULTS["jitter"])
-    workers = _workers(raw, where, problems)
-    timeout = _timeout(raw, where, problems)
-    late = None if len(problems) > before else jitter_problem(jitter, deadline)
-    if late:
-        problems.append(f"{where}jitter: {late}")
-    if len(problems) > before:
-        return None
-    renew_wrong = renew_problem(renew, ttl)
-    if renew_wrong:  # as the spec validator: the fencing bound is judged on a valid renewal
-        problems.append(f"{where}renew_interval: {raw['renew_interval']} {renew_wrong}")
-        return None
-    fencing = fencing_problem(delay, renew, grace)
-    if fencing and not allow_unsafe:
-        problems.append(f"{where}lock_delay: {fencing}; --allow-unsafe runs anyway")
-        return None
-    timings = JobTimings(ttl, delay, renew, grace, min_hold)
-    return JobConfig(
-        name,
-        key,
-        timings,
-        schedule,
-        zone,
-        deadline,
-        history_limit,
-        command,
-        jitter,
-        workers,
-        timeout,
-    )
-
-
-def _timeout(raw: dict[str, Any], where: str, problems: list[str]) -> float | None:
-    """The job's timeout in seconds; None (no limit) when null or left out (an older lockctl)."""
-    if raw.get("timeout") is None:
-        return None
-    return _seconds(raw, "timeout", where, problems)
-
-
-def _schedule(raw: dict[str, Any], where: str, problems: list[str]) -> tuple[str | None, str]:
-    """The job's schedule and timezone, checked as the spec checks them."""
-    schedule, zone = raw.get("schedule"), raw.get("timezone", "UTC")
-    if not isinstance(zone, str):
-        problems.append(f"{where}timezone: must be a string")
-        return None, "UTC"
-    try:
-        check_zone(zone)
-    except ScheduleError as exc:
-        problems.append(f"{where}timezone: {exc}")
-        return None, "UTC"
-    if schedule is None:
-        return None, zone
-    if not isinstance(schedule, str):
-        problems.append(f"{where}schedule: must be a string or null")
-        return None, zone
-    try:
-        parse_schedule(schedule, zone)
-    except ScheduleError as exc:
-        problems.append(f"{where}schedule: {exc}")
-    return schedule, zone
-
-
-MAX_JOB_WORKERS = 1000
-
-
-def _workers(raw: dict[str, Any], where: str, problems: list[str]) -> tuple[str, ...]:
-    """The job's workers (the claim order is computed over them); () from an older lockctl."""
-    value = raw.get("workers", [])
-    if (
-        not isinstance(value, list)
-        or len(value) > MAX_JOB_WORKERS
-        or not all(isinstance(v, str) and v and len(v) <= 128 for v in value)
-    ):
-        problems.append(f"{where}workers: must be a list of up to {MAX_JOB_WORKERS} worker names")
-        return ()
-    return tuple(value)
-
-
-def _command(raw: dict[str, Any], where: str, problems: list[str]) -> tuple[str, ...] | None:
-    """The job's argv, or None when it has none (a config from before the field, or a job run
-    only by hand). Checked for what exec needs; the spec checked the rest (absolute, printable)."""
-    value = raw.get("command")
-    if value is None:
-        return None
-    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
-        problems.append(
-            f'{where}command: must be a non-empty list of strings, like ["/bin/x"], or null'
-        )
-        return None
-    problem = _argv_problem(value)
-    if problem:
-        problems.append(f"{where}command: {problem}")
-        return None
-    return tuple(value)
-
-
-def _argv_problem(argv: list[str]) -> str | None:
-    if len(argv) > MAX_COMMAND_ARGS:
-        return f"has {len(argv)} arguments, at most {MAX_COMMAND_ARGS} allowed"
-    if not argv[0]:
-        return "the program (its first item) must not be empty"
-    for number, argument in enumerate(argv):
-        if len(argument) > MAX_ARGUMENT:
-            return f"item {number} is longer than {MAX_ARGUMENT} characters"
-        if "\0" in argument:
-            return f"item {number} contains a NUL character (exec cannot pass it)"
-        try:
-            os.fsencode(argument)
-        except UnicodeEncodeError:  # a lone surrogate such as "\ud800" from a JSON escape
-            return f"item {number} is not valid text (a lone surrogate)"
-    return None
-
-
-def _unknown(raw: dict[str, Any], known: set[str], where: str, problems: list[str]) -> None:
-    for field in sorted(set(raw) - known):
-        problems.append(f"{where}{field}: unknown field (known: {', '.join(sorted(known))})")
-
-
-def _text(raw: dict[str, Any], field: str, where: str, problems: list[str]) -> str:
-    value = raw.get(field)
-    if not isinstance(value, str) or not value:
-        problems.append(f"{where}{field}: must be a non-empty string")
-        return ""
-    return value
-
-
-def _seconds(
-    raw: dict[str, Any],
-    field: str,
-    where: str,
-    problems: list[str],
-    *,
-    optional: bool = False,
-    default: str | None = None,
-) -> float:
-    """The field's duration in seconds; a missing field is 0 when `optional`, `default` if given."""
-    value = raw.get(field)
-    if value is None and optional:
-        return 0.0
-    if field not in raw and default is not None:
-        value = default
-    if not isinstance(value, str):
-        problems.append(f'{where}{field}: must be a duration string such as "15s"')
-        return 0.0
-    try:
-        seconds = parse_duration(value).seconds
-    except DurationSyntaxError as exc:
-        problems.append(f"{where}{field}: {exc}")
-        return 0.0
-    outside = bound_problem(field, seconds)
-    if outside:
-        problems.append(f"{where}{field}: {value} {outside}")
-    return seconds
-
-
-def _count(raw: dict[str, Any], field: str, where: str, problems: list[str]) -> int:
-    """The field's whole number, its default when missing (a config from an older lockctl)."""
-    value = raw.get(field, COUNT_DEFAULTS[field])
-    problem = count_problem(field, value)
-    if problem:
-        problems.append(f"{where}{field}: {problem}")
-        return COUNT_DEFAULTS[field]
-    return int(value)

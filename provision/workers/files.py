@@ -214,7 +214,7 @@ def _render_worker(
             **context,
             "job": job,
             "exec_start": " ".join(systemd_quote(a) for a in [*argv, "--", *job.command]),
-            "stop_timeout": int(job.kill_grace.seconds) + 10,
+            "stop_timeout": int(job.timings.kill_grace) + 10,
             "on_calendar": timer_calendar(job.schedule, job.timezone),
         }
         files[f"systemd/lockctl-{job.name}.service"] = render_template(
@@ -238,17 +238,17 @@ def _scheduler_unit(
             f'job "{clash[0]}": its unit would be {SCHEDULER_UNIT}, the name of the scheduler\'s'
             " own unit; rename the job"
         )
-    longest = max(scheduled, key=lambda job: job.kill_grace.seconds)
+    longest = max(scheduled, key=lambda job: job.timings.kill_grace)
     argv = [placement.lockctl, "schedule", "--config", context["config_path"]]
     unit = {
         **context,
         "jobs": [job.name for job in scheduled],
         "exec_start": " ".join(systemd_quote(a) for a in argv),
         "longest_grace_job": longest.name,
-        "longest_grace": math.ceil(longest.kill_grace.seconds),
+        "longest_grace": math.ceil(longest.timings.kill_grace),
         "stop_margin": SCHEDULER_STOP_MARGIN,
         "client_timeout": int(DEFAULT_TIMEOUT),
-        "stop_timeout": math.ceil(longest.kill_grace.seconds) + SCHEDULER_STOP_MARGIN,
+        "stop_timeout": math.ceil(longest.timings.kill_grace) + SCHEDULER_STOP_MARGIN,
     }
     return render_template(env, "worker/lockctl-scheduler.service.j2", unit)
 

@@ -10,6 +10,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -41,9 +42,8 @@ def job(consul: Consul) -> Iterator[JobConfig]:
     yield JobConfig(
         f"cadence-{uid}",
         prefix + ".lock",
-        TIMINGS,
+        replace(TIMINGS, start_deadline=1.0),
         "@every 1s",
-        start_deadline=1.0,
         command=("true",),
     )
     consul.kv.delete(prefix, recurse=True)

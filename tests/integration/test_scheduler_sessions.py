@@ -52,9 +52,8 @@ def _job(prefix: str, name: str, command: str, timings: JobTimings = TIMINGS) ->
     return JobConfig(
         name,
         f"{prefix}{name}/.lock",
-        timings,
+        replace(timings, start_deadline=1.0),
         "@every 1s",
-        start_deadline=1.0,
         history_limit=20,
         command=("sh", "-c", command),
     )

@@ -71,7 +71,7 @@ def _read_first(consul: Consul, job: JobConfig, tick: datetime) -> TickChoice | 
 
 def _plan(job: JobConfig, tick: datetime) -> TickChoice:
     """The claim without a read first, as a scheduler's whose clocks agreed lately."""
-    return judge_tick(SCHEDULE, tick, tick, job.start_deadline)  # in time, no wait
+    return judge_tick(SCHEDULE, tick, tick, job.timings.start_deadline)  # in time, no wait
 
 
 @pytest.fixture

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import responses
 
-from provision.acl import apply as apply_module
 from provision.acl import rotate as rotate_module
-from provision.acl.apply import ACLPermissionError, ApplyFailed, apply_plan
+from provision.acl import writes as writes_module
+from provision.acl.apply import ApplyFailed, apply_plan
 from provision.acl.plan import Plan, PolicyChange, TokenChange
 from provision.acl.rotate import rotate_worker_token
+from provision.acl.writes import ACLPermissionError
 from provision.consul import Consul, ConsulSettings, RetryPolicy
 from provision.errors import EXIT_DENIED, EXIT_ENVIRONMENT, InputError, LocalEnvironmentError
 from provision.system.secrets import Secret
@@ -26,7 +27,7 @@ NEW_SECRET = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
 
 @pytest.fixture
 def consul(monkeypatch: pytest.MonkeyPatch) -> Consul:
-    monkeypatch.setattr(apply_module, "RETRY_PAUSE", 0.0)
+    monkeypatch.setattr(writes_module, "RETRY_PAUSE", 0.0)
     monkeypatch.setattr(rotate_module, "RETRY_PAUSE", 0.0)
     settings = ConsulSettings(address=ADDRESS, token=Secret(MGMT), timeout=1)
     return Consul(settings, retry=RetryPolicy(deadline=0.0))

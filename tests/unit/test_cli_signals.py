@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import responses
 
-from provision.acl import apply as apply_module
 from provision.acl import rotate as rotate_module
 from provision.acl import serialize
+from provision.acl import writes as writes_module
 from provision.acl.apply import apply_plan
 from provision.acl.plan import Plan, PolicyChange
 from provision.acl.rotate import rotate_worker_token
@@ -51,7 +51,7 @@ class FakeStop:
 
 @pytest.fixture
 def consul(monkeypatch: pytest.MonkeyPatch) -> Consul:
-    monkeypatch.setattr(apply_module, "RETRY_PAUSE", 0.0)
+    monkeypatch.setattr(writes_module, "RETRY_PAUSE", 0.0)
     monkeypatch.setattr(rotate_module, "RETRY_PAUSE", 0.0)
     settings = ConsulSettings(address=ADDRESS, token=Secret("1" * 8), timeout=1)
     return Consul(settings, retry=RetryPolicy(deadline=0.0))

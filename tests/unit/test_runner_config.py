@@ -96,9 +96,9 @@ def test_a_good_config_loads(tmp_path: Path) -> None:
     assert [job.name for job in config.jobs] == ["ingest", "report"]  # sorted
     report = config.job("report")
     assert report.lock_key == "locks/report/.lock"
-    assert report.timings == JobTimings(15.0, 15.0, 5.0, 5.0, 60.0)
+    assert report.timings == JobTimings(15.0, 15.0, 5.0, 5.0, 60.0, start_deadline=90.0)
     assert report.schedule == "@hourly"
-    assert (report.start_deadline, report.history_limit) == (90.0, 50)
+    assert report.history_limit == 50
     assert report.command == ("/usr/local/bin/report", "--hourly", "")  # an empty argument is one
     ingest = config.job("ingest")
     assert ingest.timings.min_hold == 0.0 and ingest.schedule is None
@@ -116,7 +116,7 @@ def test_timeout_is_seconds_or_none_for_no_limit(
 ) -> None:
     data = GOOD if value is DELETE else _with(jobs__report__timeout=value)  # GOOD has none
     config = load_worker_config(_write(tmp_path, data))
-    assert config.job("report").timeout == expected
+    assert config.job("report").timings.timeout == expected
 
 
 def test_the_spec_timeout_reaches_the_worker_config_only_when_set(tmp_path: Path) -> None:
@@ -129,7 +129,7 @@ def test_the_spec_timeout_reaches_the_worker_config_only_when_set(tmp_path: Path
     record = config_record(parse_spec(text, "t.hcl"), "worker-1", Path("/t"))
     assert (record["jobs"]["a"]["timeout"], record["jobs"]["b"]["timeout"]) == ("30m", "2s")
     loaded = load_worker_config(_write(tmp_path, record))
-    assert (loaded.job("a").timeout, loaded.job("b").timeout) == (1800.0, 2.0)
+    assert (loaded.job("a").timings.timeout, loaded.job("b").timings.timeout) == (1800.0, 2.0)
     unset = config_record(
         parse_spec(text.replace('timeout = "30m"', ""), "t.hcl"), "worker-1", Path("/t")
     )
@@ -139,14 +139,14 @@ def test_the_spec_timeout_reaches_the_worker_config_only_when_set(tmp_path: Path
 def test_a_config_from_an_older_lockctl_gets_the_ledger_defaults(tmp_path: Path) -> None:
     data = _with(jobs__report__start_deadline=DELETE, jobs__report__history_limit=DELETE)
     report = load_worker_config(_write(tmp_path, data)).job("report")
-    assert (report.start_deadline, report.history_limit) == (300.0, 50)
+    assert (report.timings.start_deadline, report.history_limit) == (300.0, 50)
     ingest = load_worker_config(_write(tmp_path, GOOD)).job("ingest")  # never had them
-    assert (ingest.start_deadline, ingest.history_limit) == (300.0, 50)
+    assert (ingest.timings.start_deadline, ingest.history_limit) == (300.0, 50)
 
 
 def test_job_config_defaults_are_the_spec_defaults() -> None:
     job = JobConfig("a", "locks/a/.lock", JobTimings(15.0, 15.0, 5.0, 5.0, 0.0), None)
-    assert job.start_deadline == parse_duration(DEFAULTS["start_deadline"]).seconds
+    assert job.timings.start_deadline == parse_duration(DEFAULTS["start_deadline"]).seconds
     assert job.history_limit == COUNT_DEFAULTS["history_limit"]
     assert job.command is None
 
@@ -178,8 +178,8 @@ def test_the_spec_s_ledger_settings_reach_the_runner(
         None,
     )
     config = load_worker_config(_write(tmp_path, record))
-    assert (config.job("a").start_deadline, config.job("a").history_limit) == a_has
-    assert (config.job("b").start_deadline, config.job("b").history_limit) == (10.0, 10000)
+    assert (config.job("a").timings.start_deadline, config.job("a").history_limit) == a_has
+    assert (config.job("b").timings.start_deadline, config.job("b").history_limit) == (10.0, 10000)
     assert (config.job("a").command, config.job("b").command) == (
         ("/bin/sh", "-c", "echo $X"),
         None,
@@ -235,13 +235,31 @@ def test_an_unknown_job_names_the_known_ones(tmp_path: Path) -> None:
         (_with(jobs__report__renew_interval="50ms"), "jobs.report.renew_interval: 50ms is outs"),
         (_with(jobs__report__min_hold="1d"), "jobs.report.min_hold: '1d' is not a duration"),
         (_with(jobs__report__schedule=5), "jobs.report.schedule: must be a string or null"),
-        (_with(jobs__report__timeout=30), "jobs.report.timeout: must be a duration string such"),
+        (
+            _with(jobs__report__timeout=30),
+            "jobs.report.timeout: must be a duration string such",
+        ),
         (_with(jobs__report__timeout="0s"), "jobs.report.timeout: 0s is outside 1s..168h"),
-        (_with(jobs__report__timeout="169h"), "jobs.report.timeout: 169h is outside 1s..168h"),
-        (_with(jobs__report__timeout="soon"), "jobs.report.timeout: 'soon' is not a duration"),
-        (_with(jobs__report__start_deadline=300), "jobs.report.start_deadline: must be a dura"),
-        (_with(jobs__report__start_deadline=None), "jobs.report.start_deadline: must be a dura"),
-        (_with(jobs__report__start_deadline="5 min"), "jobs.report.start_deadline: '5 min' is no"),
+        (
+            _with(jobs__report__timeout="169h"),
+            "jobs.report.timeout: 169h is outside 1s..168h",
+        ),
+        (
+            _with(jobs__report__timeout="soon"),
+            "jobs.report.timeout: 'soon' is not a duration",
+        ),
+        (
+            _with(jobs__report__start_deadline=300),
+            "jobs.report.start_deadline: must be a dura",
+        ),
+        (
+            _with(jobs__report__start_deadline=None),
+            "jobs.report.start_deadline: must be a dura",
+        ),
+        (
+            _with(jobs__report__start_deadline="5 min"),
+            "jobs.report.start_deadline: '5 min' is no",
+        ),
         (
             _with(jobs__report__start_deadline="999ms"),
             "jobs.report.start_deadline: 999ms is outside 1s..24h",
@@ -461,15 +479,19 @@ def test_the_tls_folder_names_each_worker_s_pair() -> None:
 def test_jitter_and_the_job_s_workers_load_and_default_for_an_older_config(tmp_path: Path) -> None:
     data = _with(jobs__report__jitter="30s", jobs__report__workers=["worker-1", "worker-2"])
     report = load_worker_config(_write(tmp_path, data)).job("report")
-    assert (report.jitter, report.workers) == (30.0, ("worker-1", "worker-2"))
+    assert (report.timings.jitter, report.workers) == (30.0, ("worker-1", "worker-2"))
     older = load_worker_config(_write(tmp_path, GOOD)).job("report")
-    assert (older.jitter, older.workers) == (0.0, ())
+    assert (older.timings.jitter, older.workers) == (0.0, ())
 
 
 @pytest.mark.parametrize(
     ("field", "value", "problem"),
     [
-        ("jitter", "90s", "jobs.report.jitter: jitter 90s must be below start_deadline 90s"),
+        (
+            "jitter",
+            "90s",
+            "jobs.report.jitter: jitter 90s must be below start_deadline 90s",
+        ),
         ("jitter", "2h", "jobs.report.jitter: 2h is outside 0s..1h"),
         ("workers", "worker-1", "jobs.report.workers: must be a list of up to 1000 worker names"),
         ("workers", ["worker-1", 7], "jobs.report.workers: must be a list of up to 1000"),

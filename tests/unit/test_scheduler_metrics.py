@@ -267,7 +267,7 @@ def test_the_loop_counts_its_overlap_skips_as_skipped_ticks(
 ) -> None:
     counts = LoopCounts()
     stream = io.StringIO()
-    job = replace(_job(), start_deadline=deadline)
+    job = replace(_job(), timings=replace(_job().timings, start_deadline=deadline))
     events = CountingEventLog("job-a", "worker-1", stream, counts)
     now = LAST + timedelta(seconds=ran_for)
     ticks = JobTicks(None, job, "worker-1", events, None, wall=lambda: now, counts=counts)  # type: ignore[arg-type]

@@ -28,27 +28,24 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "policies" / "locks.hcl"
 
 
 def _describe(spec: Spec) -> dict[str, Any]:
-    """The golden JSON form of a valid spec."""
-
-    def text(duration: Any) -> str | None:
-        return None if duration is None else str(duration.text)
+    """The golden JSON form of a valid spec (timings in seconds, as the job carries them)."""
 
     jobs = [
         {
             "name": job.name,
             "prefix": job.prefix,
             "workers": list(job.workers),
-            "ttl": text(job.ttl),
-            "lock_delay": text(job.lock_delay),
-            "renew_interval": text(job.renew_interval),
-            "kill_grace": text(job.kill_grace),
-            "min_hold": text(job.min_hold),
+            "ttl": job.timings.ttl,
+            "lock_delay": job.timings.lock_delay,
+            "renew_interval": job.timings.renew_interval,
+            "kill_grace": job.timings.kill_grace,
+            "min_hold": job.timings.min_hold,
             "schedule": job.schedule,
             "timezone": job.timezone,
-            "start_deadline": text(job.start_deadline),
+            "start_deadline": job.timings.start_deadline,
             "history_limit": job.history_limit,
             "command": list(job.command) if job.command else None,
-            "timeout": text(job.timeout),
+            "timeout": job.timings.timeout,
             "line": job.line,
         }
         for job in spec.jobs
@@ -115,15 +112,20 @@ def test_example_spec_is_realistic() -> None:
 def test_defaults_fill_in_and_renew_interval_is_a_third_of_the_ttl() -> None:
     spec = parse_spec('worker "w" {}\njob "a" {\n  prefix = "l/a/"\n  workers = ["w"]\n}\n', "s")
     (job,) = spec.jobs
-    assert (job.ttl.seconds, job.lock_delay.seconds, job.kill_grace.seconds) == (15, 15, 5)
-    assert job.renew_interval.seconds == 5 and job.renew_interval.text == "5s"
-    assert job.min_hold is None and job.schedule is None and job.lock_key == "l/a/.lock"
+    timings = job.timings
+    assert (timings.ttl, timings.lock_delay, timings.kill_grace, timings.renew_interval) == (
+        15,
+        15,
+        5,
+        5,
+    )
+    assert timings.min_hold == 0 and job.schedule is None and job.lock_key == "l/a/.lock"
     assert spec.worker("w").address == "http://127.0.0.1:8500"
 
 
 def _ledger_settings(text: str) -> dict[str, tuple[float, int]]:
     spec = parse_spec('worker "w" {}\n' + text, "s.hcl")
-    return {job.name: (job.start_deadline.seconds, job.history_limit) for job in spec.jobs}
+    return {job.name: (job.timings.start_deadline, job.history_limit) for job in spec.jobs}
 
 
 def _job(name: str, *lines: str) -> str:
@@ -220,9 +222,9 @@ def test_jitter_defaults_to_none_and_a_job_s_own_overrides_the_defaults_block() 
     defaults = 'defaults {\n  jitter = "20s"\n}\n'
     jobs = _job("a", 'schedule = "* * * * *"', 'jitter = "45s"') + _job("b", 'schedule = "@hourly"')
     spec = parse_spec('worker "w" {}\n' + defaults + jobs, "s.hcl")
-    assert {job.name: job.jitter.seconds for job in spec.jobs} == {"a": 45.0, "b": 20.0}
+    assert {job.name: job.timings.jitter for job in spec.jobs} == {"a": 45.0, "b": 20.0}
     plain = parse_spec('worker "w" {}\n' + _job("c"), "s.hcl")
-    assert plain.jobs[0].jitter.seconds == 0.0
+    assert plain.jobs[0].timings.jitter == 0.0
 
 
 @pytest.mark.parametrize(

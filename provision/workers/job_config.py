@@ -1,0 +1,260 @@
+"""One job's entry in the worker config (lockctl.json): written from the spec's Job, and read
+back into the JobConfig the runner and the scheduler use, checked as the spec checks it (bounds,
+renew interval, fencing bound, jitter, schedule, command), each problem as `path.to.field:
+message`. The field readers here serve the file's top level too (provision.workers.config).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from provision.durations import DurationSyntaxError, format_duration, parse_duration
+from provision.schedule import ScheduleError, check_zone, parse_schedule
+from provision.timings import (
+    COUNT_DEFAULTS,
+    DEFAULTS,
+    JobTimings,
+    bound_problem,
+    count_problem,
+    fencing_problem,
+    jitter_problem,
+    renew_problem,
+)
+
+if TYPE_CHECKING:
+    from provision.spec import Job
+
+MAX_COMMAND_ARGS = 256  # as the spec bounds a job's command
+MAX_ARGUMENT = 4096
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    name: str
+    lock_key: str
+    timings: JobTimings  # the one the spec settled, read back from the file
+    schedule: str | None
+    timezone: str = "UTC"  # the IANA zone of `schedule`; configs before it lack it (UTC)
+    history_limit: int = 50  # tick records the ledger keeps for this job (timings.COUNT_DEFAULTS)
+    command: tuple[str, ...] | None = None  # the argv `lockctl schedule` runs; None: it has none
+    workers: tuple[str, ...] = ()  # every worker of the job, for the claim order; (): unknown
+
+
+def job_record(job: Job) -> dict[str, Any]:
+    """The job's entry as written to lockctl.json (read_job reads it back)."""
+    return {
+        "lock_key": job.lock_key,
+        **timings_record(job.timings),
+        "schedule": job.schedule,
+        "timezone": job.timezone,
+        "history_limit": job.history_limit,
+        "command": list(job.command) if job.command else None,
+        "workers": list(job.workers),
+    }
+
+
+def timings_record(timings: JobTimings) -> dict[str, str | None]:
+    """The job's timings as the config's duration strings (`_job` reads them back)."""
+    # `timeout` only when set: a lockctl from before it refuses the field, and without one the
+    # config means the same to it.
+    timeout = {"timeout": format_duration(timings.timeout)} if timings.timeout else {}
+    return {
+        "ttl": format_duration(timings.ttl),
+        "lock_delay": format_duration(timings.lock_delay),
+        "renew_interval": format_duration(timings.renew_interval),
+        "kill_grace": format_duration(timings.kill_grace),
+        "min_hold": format_duration(timings.min_hold) if timings.min_hold else None,
+        "start_deadline": format_duration(timings.start_deadline),
+        "jitter": format_duration(timings.jitter),
+        **timeout,
+    }
+
+
+JOB_FIELDS = {
+    "lock_key",
+    "ttl",
+    "lock_delay",
+    "renew_interval",
+    "kill_grace",
+    "min_hold",
+    "schedule",
+    "timezone",
+    "start_deadline",
+    "history_limit",
+    "command",
+    "jitter",
+    "workers",
+    "timeout",
+}
+
+
+def read_job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> JobConfig | None:
+    where = f"jobs.{name}."
+    if not isinstance(raw, dict):
+        problems.append(f"jobs.{name}: must be an object")
+        return None
+    before = len(problems)
+    unknown_fields(raw, JOB_FIELDS, where, problems)
+    key = read_text(raw, "lock_key", where, problems)
+    ttl = _seconds(raw, "ttl", where, problems)
+    delay = _seconds(raw, "lock_delay", where, problems)
+    renew = _seconds(raw, "renew_interval", where, problems)
+    grace = _seconds(raw, "kill_grace", where, problems)
+    min_hold = _seconds(raw, "min_hold", where, problems, optional=True)
+    schedule, zone = _schedule(raw, where, problems)
+    deadline = _seconds(raw, "start_deadline", where, problems, default=DEFAULTS["start_deadline"])
+    history_limit = _count(raw, "history_limit", where, problems)
+    command = _command(raw, where, problems)
+    jitter = _seconds(raw, "jitter", where, problems, default=DEFAULTS["jitter"])
+    workers = _workers(raw, where, problems)
+    timeout = _timeout(raw, where, problems)
+    late = None if len(problems) > before else jitter_problem(jitter, deadline)
+    if late:
+        problems.append(f"{where}jitter: {late}")
+    if len(problems) > before:
+        return None
+    renew_wrong = renew_problem(renew, ttl)
+    if renew_wrong:  # as the spec validator: the fencing bound is judged on a valid renewal
+        problems.append(f"{where}renew_interval: {raw['renew_interval']} {renew_wrong}")
+        return None
+    fencing = fencing_problem(delay, renew, grace)
+    if fencing and not allow_unsafe:
+        problems.append(f"{where}lock_delay: {fencing}; --allow-unsafe runs anyway")
+        return None
+    timings = JobTimings(ttl, delay, renew, grace, min_hold, deadline, jitter, timeout)
+    return JobConfig(name, key, timings, schedule, zone, history_limit, command, workers)
+
+
+def _timeout(raw: dict[str, Any], where: str, problems: list[str]) -> float | None:
+    """The job's timeout in seconds; None (no limit) when null or left out (an older lockctl)."""
+    if raw.get("timeout") is None:
+        return None
+    return _seconds(raw, "timeout", where, problems)
+
+
+def _schedule(raw: dict[str, Any], where: str, problems: list[str]) -> tuple[str | None, str]:
+    """The job's schedule and timezone, checked as the spec checks them."""
+    schedule, zone = raw.get("schedule"), raw.get("timezone", "UTC")
+    if not isinstance(zone, str):
+        problems.append(f"{where}timezone: must be a string")
+        return None, "UTC"
+    try:
+        check_zone(zone)
+    except ScheduleError as exc:
+        problems.append(f"{where}timezone: {exc}")
+        return None, "UTC"
+    if schedule is None:
+        return None, zone
+    if not isinstance(schedule, str):
+        problems.append(f"{where}schedule: must be a string or null")
+        return None, zone
+    try:
+        parse_schedule(schedule, zone)
+    except ScheduleError as exc:
+        problems.append(f"{where}schedule: {exc}")
+    return schedule, zone
+
+
+MAX_JOB_WORKERS = 1000
+
+
+def _workers(raw: dict[str, Any], where: str, problems: list[str]) -> tuple[str, ...]:
+    """The job's workers (the claim order is computed over them); () from an older lockctl."""
+    value = raw.get("workers", [])
+    if (
+        not isinstance(value, list)
+        or len(value) > MAX_JOB_WORKERS
+        or not all(isinstance(v, str) and v and len(v) <= 128 for v in value)
+    ):
+        problems.append(f"{where}workers: must be a list of up to {MAX_JOB_WORKERS} worker names")
+        return ()
+    return tuple(value)
+
+
+def _command(raw: dict[str, Any], where: str, problems: list[str]) -> tuple[str, ...] | None:
+    """The job's argv, or None when it has none (a config from before the field, or a job run
+    only by hand). Checked for what exec needs; the spec checked the rest (absolute, printable)."""
+    value = raw.get("command")
+    if value is None:
+        return None
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        problems.append(
+            f'{where}command: must be a non-empty list of strings, like ["/bin/x"], or null'
+        )
+        return None
+    problem = _argv_problem(value)
+    if problem:
+        problems.append(f"{where}command: {problem}")
+        return None
+    return tuple(value)
+
+
+def _argv_problem(argv: list[str]) -> str | None:
+    if len(argv) > MAX_COMMAND_ARGS:
+        return f"has {len(argv)} arguments, at most {MAX_COMMAND_ARGS} allowed"
+    if not argv[0]:
+        return "the program (its first item) must not be empty"
+    for number, argument in enumerate(argv):
+        if len(argument) > MAX_ARGUMENT:
+            return f"item {number} is longer than {MAX_ARGUMENT} characters"
+        if "\0" in argument:
+            return f"item {number} contains a NUL character (exec cannot pass it)"
+        try:
+            os.fsencode(argument)
+        except UnicodeEncodeError:  # a lone surrogate such as "\ud800" from a JSON escape
+            return f"item {number} is not valid text (a lone surrogate)"
+    return None
+
+
+def unknown_fields(raw: dict[str, Any], known: set[str], where: str, problems: list[str]) -> None:
+    for field in sorted(set(raw) - known):
+        problems.append(f"{where}{field}: unknown field (known: {', '.join(sorted(known))})")
+
+
+def read_text(raw: dict[str, Any], field: str, where: str, problems: list[str]) -> str:
+    value = raw.get(field)
+    if not isinstance(value, str) or not value:
+        problems.append(f"{where}{field}: must be a non-empty string")
+        return ""
+    return value
+
+
+def _seconds(
+    raw: dict[str, Any],
+    field: str,
+    where: str,
+    problems: list[str],
+    *,
+    optional: bool = False,
+    default: str | None = None,
+) -> float:
+    """The field's duration in seconds; a missing field is 0 when `optional`, `default` if given."""
+    value = raw.get(field)
+    if value is None and optional:
+        return 0.0
+    if field not in raw and default is not None:
+        value = default
+    if not isinstance(value, str):
+        problems.append(f'{where}{field}: must be a duration string such as "15s"')
+        return 0.0
+    try:
+        seconds = parse_duration(value).seconds
+    except DurationSyntaxError as exc:
+        problems.append(f"{where}{field}: {exc}")
+        return 0.0
+    outside = bound_problem(field, seconds)
+    if outside:
+        problems.append(f"{where}{field}: {value} {outside}")
+    return seconds
+
+
+def _count(raw: dict[str, Any], field: str, where: str, problems: list[str]) -> int:
+    """The field's whole number, its default when missing (a config from an older lockctl)."""
+    value = raw.get(field, COUNT_DEFAULTS[field])
+    problem = count_problem(field, value)
+    if problem:
+        problems.append(f"{where}{field}: {problem}")
+        return COUNT_DEFAULTS[field]
+    return int(value)
