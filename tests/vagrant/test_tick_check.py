@@ -143,10 +143,7 @@ def test_cpu_times_and_a_services_run_as_systemd_measured_it() -> None:
     )
     assert ticks.cpu_times(journal) == "5.1 s, 0.8 s"
     assert ticks.cpu_times('{"event":"acquired"}\n') == "none logged"
-    shown = ticks.parse_show(
-        "ExecMainStartTimestampMonotonic=100000000\nExecMainExitTimestampMonotonic=107250000\n"
-        "CPUUsageNSec=5900000000\nExecMainStatus=0\n"
-    )
-    assert ticks.run_figures(shown) == "7.2 s, CPU 5.9 s, exit 0"
+    shown = ticks.parse_show("status=0 wall_ms=7250\n")
+    assert ticks.run_figures(shown) == "7.2 s, systemctl start --wait: status 0"
     assert ticks.run_figures(ticks.parse_show("")).startswith("not measured")
-    assert ticks.run_figures({"CPUUsageNSec": "[not set]"}).startswith("not measured")
+    assert ticks.run_figures({"wall_ms": "x"}).startswith("not measured")
