@@ -144,6 +144,6 @@ def test_cpu_times_and_a_services_run_as_systemd_measured_it() -> None:
     assert ticks.cpu_times(journal) == "5.1 s, 0.8 s"
     assert ticks.cpu_times('{"event":"acquired"}\n') == "none logged"
     shown = ticks.parse_show("status=0 wall_ms=7250\n")
-    assert ticks.run_figures(shown) == "7.2 s, systemctl start --wait: status 0"
+    assert ticks.run_figures(shown) == "7.2 s, systemctl start: status 0"
     assert ticks.run_figures(ticks.parse_show("")).startswith("not measured")
     assert ticks.run_figures({"wall_ms": "x"}).startswith("not measured")
