@@ -105,3 +105,45 @@ def test_parsers_skip_what_is_not_theirs() -> None:
     assert ticks.parse_events(journal) == [{"event": "skipped", "tick": "x"}]
     empty = ticks.check_ticks(PERIOD, 1, [], {}, {})
     assert not empty.passed and empty.rows == []
+
+
+def test_the_warm_up_tick_is_left_out_of_the_window(captured: Evidence) -> None:
+    """The warm-up run's tick comes before the timers' first: the window from the next tick
+    leaves its record, its job run and its runners' events out, whatever it came to."""
+    ledger, runs, events = copy.deepcopy(captured)
+    warm_up, first = ledger[0], str(ledger[1]["tick"])
+    warm_up["outcome"] = "missed"  # a slow first run: judged, it would fail the check
+    assert f"tick {warm_up['tick']}: outcome missed" in check((ledger, runs, events)).problems[0]
+    report = check(ticks.in_window(first, ledger, runs, events), min_ticks=5)
+    assert report.passed, report.problems
+    assert report.rows[0]["tick"] == first and len(report.rows) == 5
+    winner = str(warm_up["worker"])
+    assert report.event_counts[winner]["acquired"] == 2  # 3 captured, the warm-up's left out
+    assert sum(counts.get("skipped", 0) for counts in report.event_counts.values()) == 5
+
+
+@pytest.mark.parametrize(
+    ("moment", "first"),
+    [
+        (1_700_000_000.0, "2023-11-14T22:13:30Z"),  # on a tick: the timers fire at the next
+        (1_700_000_000.2, "2023-11-14T22:13:30Z"),
+        (1_700_000_009.9, "2023-11-14T22:13:30Z"),
+    ],
+)
+def test_first_tick_after(moment: float, first: str) -> None:
+    assert ticks.first_tick_after(moment, 10) == first
+
+
+def test_cpu_times_and_a_services_run_as_systemd_measured_it() -> None:
+    journal = (
+        '{"event":"acquired"}\n'
+        "lockctl-vagrant-tick.service: Consumed 5.123s CPU time.\n"
+        "Dec 03 05:50:01.123456 worker-1 systemd[1]: lockctl-vagrant-tick.service: "
+        "Consumed 812ms CPU time.\n"
+    )
+    assert ticks.cpu_times(journal) == "5.1 s, 0.8 s"
+    assert ticks.cpu_times('{"event":"acquired"}\n') == "none logged"
+    shown = ticks.parse_show("status=0 wall_ms=7250\n")
+    assert ticks.run_figures(shown) == "7.2 s, systemctl start: status 0"
+    assert ticks.run_figures(ticks.parse_show("")).startswith("not measured")
+    assert ticks.run_figures({"wall_ms": "x"}).startswith("not measured")

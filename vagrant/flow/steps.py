@@ -1,6 +1,7 @@
 """The flow's phases, in order: host packages, stage, box, libvirt, VMs, the agents' secret files
 into every VM (delivery.py), provisioning, lockctl's bootstrap and apply, delivery to the workers,
-timers, verify, ticks, the scheduler service (sched_run.py), report.
+verify, one warm-up run per worker and the timers, the ticks (tick_run.py), the scheduler
+service (sched_run.py), report.
 
 The VMs' cluster runs TLS (HTTPS only on 8501, certificates verified both ways) with encrypted
 gossip; every host-side lockctl call presents lockctl's -cli pair (Settings.tls_environment).
@@ -12,7 +13,6 @@ host-side steps (packages, stage, box build, worker-config, the tick check) need
 from __future__ import annotations
 
 import contextlib
-import json
 import re
 import shutil
 import subprocess
@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from flow import libvirt, sched_run, ticks
+from flow import libvirt, sched_run, tick_run
 from flow.commands import (
     Child,
     FlowFailed,
@@ -44,12 +44,6 @@ _CLIENT_ADDR = re.compile(r'^client_addr *= *"(.*)"', re.MULTILINE)
 _PROVISION_LINE = re.compile(r"provision-(consul|lockctl):")
 SHOW_MODES = "sudo stat -c '{node}: %n %a %U'"  # what a delivery prints: path, mode, owner
 _LOG_PREFIX = re.compile(r"^[0-9:]* *[^:]*: ")  # "12:00:01     server-1: " of a stamped log
-LOCK_KEY = f"locks/{JOB}/.lock"  # the spec vagrant/prepare writes: its ledger is beside it
-# Up to 60 s for the job's service to end (a run the last timer started completes its tick).
-LAST_RUN_ENDED = (
-    f"for i in $(seq 60); do sudo systemctl is-active --quiet lockctl-{JOB}.service || exit 0; "
-    "sleep 1; done; exit 1"
-)
 
 
 class Flow:
@@ -72,15 +66,18 @@ class Flow:
             ("deliver agent files", self.deliver_agent_files),
             ("provisioning", self.provision),
             ("bootstrap + apply", self.bootstrap_and_apply),
-            ("deliver + timers", self.deliver_and_start_timers),
+            ("deliver to workers", self.deliver_worker_files),
         ]
         for name, step in phases:
             self.timer.start(name)
             step()
-        self.timer.start("verify")
+        self.timer.start("verify")  # before the timers: its load is not the ticks' to bear
         verified = self.verify()
+        self.timer.start("warm-up + timers")
+        tick_run.warm_up(self)
+        tick_run.start_timers(self)
         self.timer.start("ticks")
-        ticked = self.ticks()
+        ticked = tick_run.run_ticks(self)
         self.timer.start("scheduler")
         try:
             scheduled = sched_run.run_scheduler(self)
@@ -312,33 +309,15 @@ class Flow:
             "lockctl worker-config",
         )
 
-    def deliver_and_start_timers(self) -> None:
+    def deliver_worker_files(self) -> None:
         """Each worker's files as one tar stream through one SSH session, the workers in
-        parallel; then the timers, started together right after a tick, so every worker sees
-        the same ticks from the next."""
+        parallel (tick_run.py starts their timers)."""
         self.deliver(
             self.s.worker_names,
             lambda worker: worker_files_tar(self.s, worker),
             "sudo systemctl daemon-reload && "
             f"{SHOW_MODES} /etc/lockctl/{{node}}.token /etc/lockctl/tls/{{node}}-key.pem",
         )
-        time.sleep(self.s.period - time.time() % self.s.period)
-        timer = f"lockctl-{JOB}.timer"
-        starts = [
-            self.shell.start(
-                self.ssh(w, f"sudo systemctl enable --now {timer}"), f"timer on {w}", quiet=True
-            )
-            for w in self.s.worker_names
-        ]
-        if any(self.shell.wait_all(starts, timeout=300)):
-            raise FlowFailed("starting a worker's timer failed")
-        self.timers_started = time.time()
-        for w in self.s.worker_names:
-            active = output_of(self.ssh(w, f"sudo systemctl is-active {timer}")).strip()
-            unit = self.s.run / "workers" / w / "systemd" / timer
-            lines = [ln for ln in unit.read_text(encoding="utf-8").splitlines() if "=" in ln]
-            calendar = [ln.split("=", 1)[1] for ln in lines if ln.startswith("OnCalendar=")]
-            print(f"{w}: {active} {timer} ({len(calendar)} OnCalendar= lines: {calendar[0]}, ...)")
 
     def verify(self) -> bool:
         s = self.s
@@ -369,54 +348,6 @@ class Flow:
             )
             == 0
         )
-
-    def ticks(self) -> bool:
-        """Wait for the ticks, stop the timers, let the last run end, then check each tick ran
-        exactly once: from the ledger, the job's own log and the runners' events."""
-        s, timer = self.s, f"lockctl-{JOB}.timer"
-        shutil.copy2(s.stage / "locks.hcl", s.logs / "spec.hcl")  # the stage goes at the end
-        wait_until = self.timers_started + (s.ticks + 1) * s.period + 5
-        if (left := wait_until - time.time()) > 0:
-            print(f"waiting {left:.0f} s for {s.ticks} ticks", flush=True)
-            time.sleep(left)
-        for w in s.worker_names:
-            self.shell.run(
-                self.ssh(w, f"sudo systemctl disable --now {timer}"),
-                f"stop timer on {w}",
-                quiet=True,
-                check=False,
-            )
-        for w in s.worker_names:  # a run the last tick started completes its record first
-            self.shell.run(self.ssh(w, LAST_RUN_ENDED), f"last run on {w}", check=False)
-        job_runs, events = {}, {}
-        for w in s.worker_names:
-            ticks_log, journal = s.logs / f"ticks-{w}.log", s.logs / f"journal-{w}.log"
-            self.shell.run(
-                self.ssh(w, "cat /var/lib/lockctl-tick/ticks.log 2>/dev/null || true"),
-                f"ticks of {w}",
-                log=ticks_log,
-            )
-            self.shell.run(
-                self.ssh(w, f"sudo journalctl -u lockctl-{JOB}.service -o cat --no-pager"),
-                f"journal of {w}",
-                log=journal,
-            )
-            job_runs[w] = ticks.parse_job_log(ticks_log.read_text(encoding="utf-8"))
-            events[w] = ticks.parse_events(journal.read_text(encoding="utf-8"))
-        ledger_file = s.logs / "ledger.json"
-        read = [s.bin("python"), str(s.repo / "vagrant" / "flow" / "ledger_read.py")]
-        self.shell.run(
-            self.shell.ns([*read, s.server1, str(s.management_token), LOCK_KEY, str(ledger_file)]),
-            "ledger read",
-        )
-        ledger = json.loads(ledger_file.read_text(encoding="utf-8"))
-        report = ticks.check_ticks(s.period, s.ticks, ledger, job_runs, events)
-        lines = report.table()
-        print("\n".join(lines))
-        (s.art / "ticks.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-        record = json.dumps(report.to_record(s.period), indent=2) + "\n"
-        (s.art / "ticks.json").write_text(record, encoding="utf-8")
-        return report.passed
 
     def write_report(self) -> None:
         s = self.s

@@ -19,12 +19,14 @@ last skip); that both fired, close together, is what makes the race real.
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 TICK_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+_CONSUMED = re.compile(r"Consumed ([0-9.]+)(m?s) CPU time")  # systemd's line at a run's end
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,57 @@ def parse_events(text: str) -> list[dict[str, Any]]:
         if isinstance(event, dict) and isinstance(event.get("event"), str):
             events.append(event)
     return events
+
+
+def first_tick_after(moment: float, period: int) -> str:
+    """The first tick of an epoch-anchored `@every period` schedule after `moment`."""
+    tick = (int(moment) // period + 1) * period
+    return datetime.fromtimestamp(tick, timezone.utc).strftime(TICK_FORMAT)
+
+
+def in_window(
+    first: str,
+    ledger: list[dict[str, Any]],
+    job_runs: dict[str, list[JobRun]],
+    events: dict[str, list[dict[str, Any]]],
+) -> tuple[list[dict[str, Any]], dict[str, list[JobRun]], dict[str, list[dict[str, Any]]]]:
+    """The evidence of the ticks from `first` on: the warm-up's earlier tick left out (its
+    record, its run of the job, and its runners' events: the `acquired` of its LockIndex, the
+    `skipped` or `missed` naming it). Tick names compare in time order (one fixed format)."""
+    kept = [r for r in ledger if str(r["tick"]) >= first]
+    early = {r.get("lock_index") for r in ledger if str(r["tick"]) < first} - {None}
+
+    def in_it(event: dict[str, Any]) -> bool:
+        if event["event"] == "acquired":
+            return event.get("lock_index") not in early
+        return event.get("tick") is None or str(event["tick"]) >= first
+
+    runs = {w: [r for r in rs if r.tick >= first] for w, rs in job_runs.items()}
+    return kept, runs, {w: [e for e in evs if in_it(e)] for w, evs in events.items()}
+
+
+def cpu_times(journal: str) -> str:
+    """Each run's CPU time as systemd logged it at the run's end ("Consumed 5.1s CPU time")."""
+    seconds = []
+    for found in _CONSUMED.finditer(journal):
+        value, unit = float(found.group(1)), found.group(2)
+        seconds.append(value / 1000 if unit == "ms" else value)
+    return ", ".join(f"{s:.1f} s" for s in seconds) or "none logged"
+
+
+def parse_show(text: str) -> dict[str, str]:
+    """KEY=VALUE words (the warm-up's `status=0 wall_ms=7250`, `systemctl show`'s lines)."""
+    pairs = (word.split("=", 1) for word in text.split() if "=" in word)
+    return {key: value for key, value in pairs}
+
+
+def run_figures(shown: dict[str, str]) -> str:
+    """One run of a service, timed in the guest: its wall time and `systemctl start`'s status."""
+    try:
+        wall_s = int(shown["wall_ms"]) / 1000
+    except (KeyError, ValueError):
+        return f"not measured ({shown or 'no answer'})"
+    return f"{wall_s:.1f} s, systemctl start: status {shown.get('status', '?')}"
 
 
 def check_ticks(
