@@ -25,12 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from scheduler_lab import ListeningScheduler, Samples, eventually
+from scheduler_lab import ListeningScheduler, Samples
 from workers_lab import minted_workers, spec_text
 
 from provision.ledger.records import TickOutcome
 from provision.ledger.store import Ledger
 from provision.schedule import parse_schedule
+from tests.lockctl_process import eventually
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
