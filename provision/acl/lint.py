@@ -30,7 +30,8 @@ from provision.acl.rules import (
     rule_segment,
 )
 from provision.errors import InputError
-from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError, parse_hcl
+from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError
+from provision.spec.hcl_parse import parse_hcl
 from provision.spec.models import Spec
 from provision.spec.names import lock_policy_name, session_policy_name
 from provision.system.files import UnreadableFile, read_regular_file
