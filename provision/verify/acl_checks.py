@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import uuid
 
-from provision.acl.lint import expectation_for, has_errors, lint_rules
+from provision.acl.expectations import expectation_for
+from provision.acl.lint import has_errors, lint_rules
 from provision.acl.plan import rules_equivalent
 from provision.consul import Consul
 from provision.consul.errors import ConsulHTTPError
