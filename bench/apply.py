@@ -28,8 +28,8 @@ import requests
 from requests.adapters import HTTPAdapter
 
 from provision.acl.apply import DEFAULT_CONCURRENCY, apply_plan, plan_against
-from provision.acl.plan import Desired, desired_from_render
 from provision.acl.render import render_policies
+from provision.acl.state import Desired, desired_from_render
 from provision.cluster.consul_binary import install_consul
 from provision.cluster.local import cluster_down, cluster_up
 from provision.consul import Consul, ConsulSettings

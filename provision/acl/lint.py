@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from provision.acl.expectations import Expectation, Grant, expectation_for, grants, show_rule
 from provision.acl.rules import (
     BASIC,
     EXACT_TO_PREFIX,
@@ -30,9 +31,9 @@ from provision.acl.rules import (
     rule_segment,
 )
 from provision.errors import InputError
-from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError, parse_hcl
+from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError
+from provision.spec.hcl_parse import parse_hcl
 from provision.spec.models import Spec
-from provision.spec.names import lock_policy_name, session_policy_name
 from provision.system.files import UnreadableFile, read_regular_file
 
 Severity = Literal["error", "warning"]
@@ -53,55 +54,6 @@ class Finding:
     def describe(self, path: str) -> str:
         """The one-line form: `FILE:LINE: severity: rule: message (fix: ...)`."""
         return f"{path}:{self.line}: {self.severity}: {self.rule}: {self.message} (fix: {self.fix})"
-
-
-@dataclass(frozen=True)
-class Rule:
-    """What a rule grants, without its position: `key_prefix "locks/a/"` write."""
-
-    resource: str
-    segment: str | None
-    policy: str
-
-
-@dataclass(frozen=True)
-class Expectation:
-    """What one policy may grant, from the spec: exactly `rules` and nothing more."""
-
-    rules: frozenset[Rule]
-    why: str
-
-
-def expectation_for(spec: Spec, policy_name: str) -> Expectation | None:
-    """What the spec says policy `policy_name` needs, or None when it is not a lockctl policy."""
-    return _expectations(spec).get(policy_name)
-
-
-_last_expectations: tuple[Spec, dict[str, Expectation]] | None = None
-
-
-def _expectations(spec: Spec) -> dict[str, Expectation]:
-    """Every lockctl policy of `spec` by name (the first job or worker of a name wins), made
-    once per spec: render and lint ask for each of its policies in turn."""
-    global _last_expectations  # one spec's index, replaced whole
-    last = _last_expectations
-    if last is not None and last[0] is spec:
-        return last[1]
-    found: dict[str, Expectation] = {}
-    for job in spec.jobs:
-        rule = Rule("key_prefix", job.prefix, "write")
-        found.setdefault(
-            lock_policy_name(job.name),
-            Expectation(frozenset({rule}), f'job "{job.name}" needs only its prefix'),
-        )
-    for worker in spec.workers:
-        rule = Rule("session", worker.name, "write")
-        found.setdefault(
-            session_policy_name(worker.name),
-            Expectation(frozenset({rule}), f'worker "{worker.name}" needs only its node'),
-        )
-    _last_expectations = (spec, found)
-    return found
 
 
 def lint_file(
@@ -148,7 +100,7 @@ def lint_rules(
     findings = _name_findings(name)
     findings += _body_findings(body, declared_nodes)
     if expected is not None:
-        findings += _expectation_findings(_grants(body), expected, name)
+        findings += _expectation_findings(grants(body), expected, name)
     return sorted(findings, key=lambda f: (f.line, f.rule, f.message))
 
 
@@ -372,44 +324,20 @@ def _session_node(segment: str, line: int, nodes: Collection[str] | None) -> lis
     return [_finding("error", line, "session-not-a-node", message, fix)]
 
 
-# --- against the spec -----------------------------------------------------------------------
+# --- against the spec (acl/expectations.py) --------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Grant:
-    rule: Rule
-    line: int
-
-
-def _grants(body: Body) -> list[_Grant]:
-    """Every rule in the policy as (resource, segment, policy), unparseable ones as written."""
-    grants = [
-        _Grant(Rule(a.name, None, a.value if isinstance(a.value, str) else "?"), a.line)
-        for a in body.attributes
-    ]
-    for block in body.blocks:
-        policy = rule_policy(block) or "?"
-        grants.append(_Grant(Rule(block.type, rule_segment(block), policy), block.line))
-    return grants
-
-
-def _expectation_findings(grants: list[_Grant], expected: Expectation, name: str) -> list[Finding]:
+def _expectation_findings(found: list[Grant], expected: Expectation, name: str) -> list[Finding]:
     findings: list[Finding] = []
-    for grant in grants:
+    for grant in found:
         if grant.rule not in expected.rules and grant.rule.policy != "deny":
-            shown = _show_rule(grant.rule)
+            shown = show_rule(grant.rule)
             message = f"{shown} is broader than needed: {expected.why}"
-            fix = "grant only " + "; ".join(_show_rule(r) for r in sorted(expected.rules, key=str))
+            fix = "grant only " + "; ".join(show_rule(r) for r in sorted(expected.rules, key=str))
             findings.append(_finding("error", grant.line, "broader-than-needed", message, fix))
-    present = {grant.rule for grant in grants}
+    present = {grant.rule for grant in found}
     for rule in sorted(expected.rules - present, key=str):
-        message = f"{name} lacks {_show_rule(rule)}: {expected.why}"
-        fix = f"add {_show_rule(rule)}"
+        message = f"{name} lacks {show_rule(rule)}: {expected.why}"
+        fix = f"add {show_rule(rule)}"
         findings.append(_finding("error", 1, "missing-grant", message, fix))
     return findings
-
-
-def _show_rule(rule: Rule) -> str:
-    if rule.segment is None:
-        return f'{rule.resource} = "{rule.policy}"'
-    return f'{rule.resource} "{rule.segment}" {{ policy = "{rule.policy}" }}'

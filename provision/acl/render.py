@@ -15,7 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision.acl.lint import Finding, expectation_for, lint_rules
+from provision.acl.expectations import expectation_for
+from provision.acl.lint import Finding, lint_rules
 from provision.errors import InputError
 from provision.spec.models import Spec
 from provision.spec.names import lock_policy_name, session_policy_name, token_description

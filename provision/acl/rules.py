@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError, parse_hcl
+from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError
+from provision.spec.hcl_parse import parse_hcl
 
 BASIC = ("read", "write", "deny")
 KEY_VALUES = ("read", "write", "deny", "list")

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from provision.acl.plan import TokenFileState
+from provision.acl.state import TokenFileState
 from provision.consul import Consul, PermissionDenied
 from provision.errors import InputError, LocalEnvironmentError
 from provision.spec.names import NAME_RULE, is_valid_name

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from provision.consul.answers import ConsulResponse
 from provision.consul.errors import NotFound, PermissionDenied
 from provision.consul.keys import checked_key
 from provision.consul.models import KVEntry, Policy, ReadMeta, Session, Token
 from provision.consul.transport import (
     DEFAULT_TOKEN,
-    ConsulResponse,
     RetryPolicy,
     TokenChoice,
     Transport,

@@ -1,4 +1,5 @@
-"""The one place lockctl speaks HTTP: timeouts, TLS, the token header, retries, error mapping.
+"""The one place lockctl speaks HTTP: timeouts, TLS, the token header, retries (answers.py maps
+what comes back).
 
 Every call has a client-side timeout (a partitioned agent can hold a call open for longer than a
 session's TTL). Calls are retried with capped exponential backoff within a deadline when that is
@@ -18,20 +19,25 @@ from __future__ import annotations
 import logging
 import os
 import random
-import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
-from email.utils import parsedate_to_datetime
+from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 from urllib.parse import quote
 
 import requests
 from requests.adapters import HTTPAdapter
-from urllib3.exceptions import NewConnectionError
 from urllib3.util import Timeout
 
+from provision.consul.answers import (
+    PLAIN_HTTP_REFUSAL,
+    ConsulResponse,
+    answer_date,
+    decode,
+    excerpt,
+    speaks_https,
+    unavailable,
+)
 from provision.consul.clock import AgentClock
 from provision.consul.errors import (
     AnswerTooLarge,
@@ -39,20 +45,17 @@ from provision.consul.errors import (
     ConsulNotReached,
     ConsulUnavailable,
     PermissionDenied,
-    SpeaksHttps,
 )
+from provision.consul.gate import CallGate, RequestCount
 from provision.consul.settings import ConsulSettings, token_file_to_reread
 from provision.consul.tokens import TokenSource
-from provision.system.secrets import MASK, Secret
-from provision.system.text import printable
+from provision.system.secrets import Secret
 
 log = logging.getLogger("provision.consul")
 
-BODY_EXCERPT_CHARS = 200
 MIN_ATTEMPT = 0.05  # seconds: no retry is started with less of the call's timeout left
 POOLED_HOSTS = 4  # agents whose connections a sized pool keeps (bootstrap visits a few)
 STREAM_CHUNK = 16 * 1024  # bytes read at a time from an answer read with a byte cap
-PLAIN_HTTP_REFUSAL = "Client sent an HTTP request to an HTTPS server."  # Go's TLS server, 400
 
 
 class _DefaultToken:
@@ -78,51 +81,6 @@ class RetryPolicy:
 NO_RETRY = RetryPolicy(deadline=0.0)
 
 
-@dataclass(frozen=True)
-class ConsulResponse:
-    """A successful answer: decoded body plus Consul's consistency headers."""
-
-    status: int
-    body: Any
-    headers: Mapping[str, str] = field(repr=False)
-
-    @property
-    def index(self) -> int | None:
-        """X-Consul-Index: the raft index to pass to the next blocking query."""
-        return _int_header(self.headers, "X-Consul-Index")
-
-    @property
-    def known_leader(self) -> bool | None:
-        value = self.headers.get("X-Consul-Knownleader")
-        return None if value is None else value.lower() == "true"
-
-    @property
-    def last_contact_ms(self) -> int | None:
-        return _int_header(self.headers, "X-Consul-Lastcontact")
-
-    @property
-    def date(self) -> datetime | None:
-        """The answering agent's clock (HTTP Date, whole seconds, rounded down), or None."""
-        return _answer_date(self.headers)
-
-
-def _answer_date(headers: Mapping[str, str]) -> datetime | None:
-    value = headers.get("Date")
-    try:
-        date = parsedate_to_datetime(value) if value else None
-    except (TypeError, ValueError, IndexError):
-        return None
-    return date if date is not None and date.tzinfo is not None else None
-
-
-def _int_header(headers: Mapping[str, str], name: str) -> int | None:
-    value = headers.get(name)
-    try:
-        return int(value) if value is not None else None
-    except ValueError:
-        return None
-
-
 def _session_for(address: str, pool_size: int | None = None) -> requests.Session:
     """A session that reads the environment once, not on every request.
 
@@ -142,22 +100,6 @@ def _session_for(address: str, pool_size: int | None = None) -> requests.Session
         session.mount("http://", adapter)
         session.mount("https://", adapter)
     return session
-
-
-class RequestCount:
-    """How many HTTP requests (retries included) went over one pool, from any thread."""
-
-    def __init__(self) -> None:
-        self._value = 0
-        self._lock = threading.Lock()
-
-    def add_one(self) -> None:
-        with self._lock:
-            self._value += 1
-
-    @property
-    def value(self) -> int:
-        return self._value
 
 
 def _environ_ca_bundle() -> str | None:
@@ -182,46 +124,6 @@ class _Call(NamedTuple):
     redact: tuple[Secret, ...]
     answers: tuple[int, ...]
     max_bytes: int | None = None
-
-
-class CallGate:
-    """At most `limit` calls at once; an urgent call (a claim, a renewal) takes the next free
-    turn before any other waiting call. When 300 jobs tick at once, the claims then start their
-    jobs while the completions and reads wait, and a renewal (the fencing clock of every lock
-    under the session) never queues behind either."""
-
-    def __init__(self, limit: int, clock: Callable[[], float] = time.monotonic) -> None:
-        self.limit = max(limit, 1)
-        self._clock = clock
-        self._busy = 0
-        self._urgent_waiting = 0
-        self._lock = threading.Lock()
-        # One condition per class of caller, so a freed turn wakes one waiter, not all of them
-        self._urgent = threading.Condition(self._lock)
-        self._others = threading.Condition(self._lock)
-
-    def enter(self, timeout: float, *, urgent: bool = False) -> bool:
-        """Take a turn within `timeout` seconds; False when none came."""
-        ends_at = self._clock() + timeout
-        with self._lock:
-            if urgent:
-                self._urgent_waiting += 1
-            try:
-                while self._busy >= self.limit or (not urgent and self._urgent_waiting):
-                    left = ends_at - self._clock()
-                    if left <= 0:
-                        return False
-                    (self._urgent if urgent else self._others).wait(left)
-                self._busy += 1
-                return True
-            finally:
-                if urgent:
-                    self._urgent_waiting -= 1
-
-    def leave(self) -> None:
-        with self._lock:
-            self._busy -= 1
-            (self._urgent if self._urgent_waiting else self._others).notify()
 
 
 class Transport:
@@ -352,7 +254,7 @@ class Transport:
         began = self._clock()
         if not self._gate.enter(max(timeout, 0.0), urgent=urgent):
             where = f"{call.method} {call.path} on {self.settings.address}"
-            raise _unavailable(where, requests.exceptions.Timeout("no turn within the timeout"))
+            raise unavailable(where, requests.exceptions.Timeout("no turn within the timeout"))
         try:
             return self._send(call, timeout - (self._clock() - began))
         finally:
@@ -366,7 +268,7 @@ class Transport:
         started = self._clock()
         self.count.add_one()
         if timeout <= 0:  # the call's deadline passed before it could be sent: no answer in time
-            raise _unavailable(where, requests.exceptions.Timeout("the call's time ran out"))
+            raise unavailable(where, requests.exceptions.Timeout("the call's time ran out"))
         try:
             answer = self.session.request(
                 method,
@@ -386,16 +288,16 @@ class Transport:
             if max_bytes is not None:
                 self._read_capped(answer, max_bytes, where, started + timeout)
         except requests.exceptions.RequestException as exc:
-            raise _unavailable(where, exc) from None
+            raise unavailable(where, exc) from None
         received = self._clock()
         if self.agent_clock is not None:  # an error's answer tells the agent's clock too
-            self.agent_clock.observe(started, received, _answer_date(answer.headers))
+            self.agent_clock.observe(started, received, answer_date(answer.headers))
         elapsed_ms = (received - started) * 1000
         log.debug("%s -> %d in %.1f ms", where, answer.status_code, elapsed_ms)
         if answer.status_code >= 300 and answer.status_code not in answers:
-            body = _excerpt(answer.text, (token, self.settings.token, self.tokens.current, *redact))
+            body = excerpt(answer.text, (token, self.settings.token, self.tokens.current, *redact))
             if answer.status_code == 400 and PLAIN_HTTP_REFUSAL in body:
-                raise _speaks_https(where, self.settings.address, body)
+                raise speaks_https(where, self.settings.address, body)
             # answer.headers stays case-insensitive: a proxy or HTTP/2 may lower-case names.
             raise ConsulHTTPError.from_status(
                 f"consul: {where}: {answer.status_code} {body}".rstrip(),
@@ -403,7 +305,7 @@ class Transport:
                 body=body,
                 headers=answer.headers,
             )
-        return ConsulResponse(answer.status_code, _decode(answer), answer.headers)
+        return ConsulResponse(answer.status_code, decode(answer), answer.headers)
 
     def _read_capped(
         self, answer: requests.Response, max_bytes: int, where: str, ends_at: float
@@ -420,7 +322,7 @@ class Transport:
                         f"consul: {where}: answer over {max_bytes} bytes: not read further"
                     )
                 if self._clock() > ends_at:
-                    raise _unavailable(where, requests.exceptions.Timeout("reading the answer"))
+                    raise unavailable(where, requests.exceptions.Timeout("reading the answer"))
                 chunks.append(chunk)
         except BaseException:
             answer.close()
@@ -440,51 +342,9 @@ class Transport:
         return str(self.settings.client_cert) if self.settings.client_cert else None
 
 
-def _unavailable(where: str, exc: requests.exceptions.RequestException) -> ConsulUnavailable:
-    if isinstance(exc, requests.exceptions.ConnectTimeout) or _connection_refused(exc):
-        return ConsulNotReached(f"consul: {where}: cannot connect ({type(exc).__name__})")
-    if isinstance(exc, requests.exceptions.Timeout):
-        return ConsulUnavailable(f"consul: {where}: no answer within the client timeout")
-    if isinstance(exc, requests.exceptions.SSLError):
-        return ConsulUnavailable(f"consul: {where}: TLS failure ({type(exc).__name__})")
-    return ConsulUnavailable(f"consul: {where}: connection failed ({type(exc).__name__})")
-
-
-def _speaks_https(where: str, address: str, body: str) -> SpeaksHttps:
-    """Go's TLS server answered plain HTTP: name the address to give instead."""
-    https = "https://" + address.removeprefix("http://")
-    return SpeaksHttps(f"consul: {where}: 400 {body}: this address speaks HTTPS: use {https}")
-
-
-def _connection_refused(exc: requests.exceptions.RequestException) -> bool:
-    reason = exc.args[0] if exc.args else None
-    inner = getattr(reason, "reason", None)
-    return isinstance(exc, requests.exceptions.ConnectionError) and isinstance(
-        inner, NewConnectionError
-    )
-
-
 def _retryable(exc: Exception, idempotent: bool) -> bool:
     if isinstance(exc, ConsulNotReached):
         return True
     if isinstance(exc, ConsulHTTPError):
         return idempotent and exc.status >= 500
     return idempotent
-
-
-def _excerpt(text: str, secrets: tuple[Secret | None, ...]) -> str:
-    """A short, single-line, secret-free excerpt of an error body, safe to print: whatever the
-    far end sent (an ESC, a bidi override) shows as an escape, never raw."""
-    for secret in secrets:
-        if secret:
-            text = text.replace(secret.reveal(), MASK)
-    return printable(" ".join(text.split()), BODY_EXCERPT_CHARS)
-
-
-def _decode(answer: requests.Response) -> Any:
-    if not answer.content:
-        return None
-    try:
-        return answer.json()
-    except ValueError:
-        return answer.text

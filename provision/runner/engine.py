@@ -3,7 +3,8 @@
     [a job with a schedule: the tick this run is for, unless another worker took it already]
     open session -> acquire once (or --wait) -> start the job in its own PID namespace
     -> renew every R, watch the key, fence on loss or at the job's timeout (runner/fencing.py
-    decides) -> the job and its leftovers end -> min-hold -> release -> destroy the session
+    decides, runner/supervisor.py acts) -> the job and its leftovers end -> min-hold
+    -> release -> destroy the session
 
 For a job with a schedule, acquiring is claiming the tick, in one transaction with the lock,
 and releasing completes the tick's record first (runner/tick_lock.py, provision/ledger/): so a
@@ -25,32 +26,18 @@ from dataclasses import replace
 from datetime import timedelta
 
 from provision.consul import Consul, ConsulSettings, NotFound
-from provision.errors import (
-    EXIT_JOB_TIMEOUT,
-    EXIT_LOCK_LOST,
-    EXIT_WAIT_TIMEOUT,
-    LocalEnvironmentError,
-)
+from provision.errors import EXIT_WAIT_TIMEOUT, LocalEnvironmentError
 from provision.ledger.records import tick_name
 from provision.ledger.store import Ledger
 from provision.runner.child import Child, check_program
 from provision.runner.events import EventLog, ms
-from provision.runner.fencing import (
-    Action,
-    Decision,
-    Facts,
-    Outcome,
-    decide,
-    fence_bounds,
-    outcome_after_release,
-    waiting_verdict,
-)
+from provision.runner.fencing import Outcome, waiting_verdict
 from provision.runner.forkserver import ForkServer
 from provision.runner.lock import Ending, HeldLock, LockSession
-from provision.runner.monitors import LockMonitors
 from provision.runner.precheck import WallClock, utc_now
 from provision.runner.results import RunOptions, RunResult, SkipReason
-from provision.runner.stop import StopRequest, Wakeup, wait_for
+from provision.runner.stop import StopRequest
+from provision.runner.supervisor import Supervisor
 from provision.runner.tick_lock import (
     TickLock,
     TickRun,
@@ -64,7 +51,6 @@ from provision.workers.config import JobConfig
 
 MIN_DELAY_RETRY = 0.1
 STOP_POLL = 1.0  # seconds: the longest blocking wait while waiting for the lock (a stop's delay)
-REAP_POLL = 0.01  # while a signalled tree dies: its leftovers' deaths wake nobody
 
 
 def run_job(
@@ -149,7 +135,7 @@ def _run_locked(
         if stop.requested:  # asked to stop while acquiring: do not start the job
             lock.finish(Ending(Outcome.INTERRUPTED.value, None, 0.0), release=True)
             return _interrupted(stop, lock, events)
-        supervisor = _Supervisor(lock, held, options, events, stop, clock)
+        supervisor = Supervisor(lock, held, options, events, stop, clock)
         if child is None:
             child = Child(command, environment, forks, hidden)
         return supervisor.run(child, clock() - began)
@@ -251,156 +237,6 @@ def _wait_turn(lock: LockSession, remaining: float | None) -> None:
     lock.wait_for_change(index, max(wait, 0.001))
 
 
-class _Supervisor:
-    """One held lock and the job under it, from the job's start to the release."""
-
-    def __init__(
-        self,
-        lock: LockSession,
-        held: HeldLock,
-        options: RunOptions,
-        events: EventLog,
-        stop: StopRequest,
-        clock: Callable[[], float],
-    ) -> None:
-        self.lock, self.held, self.events, self.stop, self.clock = lock, held, events, stop, clock
-        timings = lock.job.timings
-        self.bounds = fence_bounds(timings, lock.renew_timeout)
-        self.min_hold = options.min_hold if options.min_hold is not None else timings.min_hold
-        self.verdict: Outcome | None = None
-        self.terminated_at: float | None = None
-        self.timeout = lock.job.timings.timeout
-        self.timeout_at: float | None = None  # set at the job's start: its timeout counts from it
-
-    def run(self, child: Child, waited: float) -> RunResult:
-        acquired_at = self.clock()
-        child.start(_lock_env(self.lock, self.held))  # before any thread starts
-        if self.timeout is not None:
-            self.timeout_at = self.clock() + self.timeout
-        self.events.emit(  # after the start, which is the hand-over's critical path
-            "acquired",
-            tick=tick_name(self.lock.tick) if isinstance(self.lock, TickLock) else None,
-            session=self.lock.session_id,
-            lock_index=self.held.lock_index,
-            waited_ms=ms(waited),
-            child_pid=child.pid,
-            containment=child.containment,
-        )
-        if child.warning:
-            self.events.emit(
-                "containment",
-                session=self.lock.session_id,
-                mode=child.containment,
-                warning=f"no PID namespace ({child.warning}): a process of the job that leaves "
-                "its process group and outlives a killed runner is not contained, and the "
-                "worker's token and TLS key are not hidden from the job",
-            )
-        wakeup = Wakeup()
-        monitors = LockMonitors(
-            self.lock, child, self.held.modify_index, self.events, wakeup, self.clock
-        )
-        try:
-            monitors.start()
-            decision = self._supervise(child, monitors, wakeup, acquired_at + self.min_hold)
-            # Release first, then stop the helpers: waking the renewer would contend for the
-            # GIL with the release, the hand-over's critical path (~1.5 ms measured).
-            monitors.releasing = True
-            ending = Ending(
-                (decision.verdict or Outcome.LOST).value,
-                child.exit_status,
-                self.clock() - acquired_at,
-            )
-            released = self.lock.finish(ending, release=decision.action is Action.RELEASE)
-        except BaseException:  # an unexpected error: nothing of the job outlives the run
-            child.signal_tree(signal.SIGKILL)
-            raise
-        finally:
-            monitors.stop_and_join()
-            wakeup.close()
-        return self._report(child, decision, released, acquired_at)
-
-    def _supervise(
-        self, child: Child, monitors: LockMonitors, wakeup: Wakeup, hold_until: float
-    ) -> Decision:
-        """Carry out decisions until one says the job is over (release, or report lost)."""
-        while True:
-            facts = self._facts(child, monitors, hold_until)
-            decision = decide(facts, self.bounds)
-            self._settle(decision, child, monitors)
-            if decision.action in (Action.RELEASE, Action.REPORT_LOST):
-                return decision
-            timeout = None if decision.wake_at is None else decision.wake_at - facts.now
-            if decision.action in (Action.TERMINATE, Action.KILL):
-                assert decision.signum is not None
-                child.signal_tree(decision.signum)
-                if self.terminated_at is None:
-                    self.terminated_at = facts.now
-            if facts.tree_alive and (self.terminated_at is not None or facts.job_exited):
-                # a dying tree's last deaths wake nobody: look again soon
-                timeout = REAP_POLL if timeout is None else min(timeout, REAP_POLL)
-            wait_for(wakeup, self.stop, timeout)
-
-    def _facts(self, child: Child, monitors: LockMonitors, hold_until: float) -> Facts:
-        return Facts(
-            now=self.clock(),
-            confirmed_at=self.lock.confirmed_at,
-            lost=monitors.lost is not None,
-            job_exited=child.exit_status is not None,
-            tree_alive=child.tree_alive(),
-            stop_signal=self.stop.signum,
-            verdict=self.verdict,
-            terminated_at=self.terminated_at,
-            hold_until=hold_until,
-            timeout_at=self.timeout_at,
-        )
-
-    def _settle(self, decision: Decision, child: Child, monitors: LockMonitors) -> None:
-        """Record the verdict; the moment it becomes LOST, say so once (the `fenced` event), or
-        JOB_TIMED_OUT (the `timed-out` event, with `after_ms`: --wait's has `waited_ms`)."""
-        if decision.verdict is Outcome.JOB_TIMED_OUT and self.verdict is None:
-            tick = self.lock.tick if isinstance(self.lock, TickLock) else None
-            self.events.emit(
-                "timed-out",
-                tick=None if tick is None else tick_name(tick),
-                session=self.lock.session_id,
-                after_ms=ms(self.timeout or 0.0),
-                child_pid=child.pid,
-            )
-        if decision.verdict is Outcome.LOST and self.verdict is not Outcome.LOST:
-            confirmed = self.lock.confirmed_at
-            self.events.emit(
-                "fenced",
-                session=self.lock.session_id,
-                reason=monitors.lost or "no confirmation of the lock in time",
-                since_confirmed_ms=ms(self.clock() - confirmed),
-                child_status=child.exit_status,
-            )
-        self.verdict = decision.verdict
-
-    def _report(
-        self, child: Child, decision: Decision, released: bool | None, acquired_at: float
-    ) -> RunResult:
-        outcome = Outcome.LOST
-        if decision.action is Action.RELEASE and decision.verdict is not None:
-            outcome = outcome_after_release(decision.verdict, released)
-        self.events.emit(
-            "lost" if outcome is Outcome.LOST else "released",
-            session=self.lock.session_id,
-            lock_index=self.held.lock_index,
-            held_ms=ms(self.clock() - acquired_at),
-            child_status=child.exit_status,
-            released=bool(released),
-        )
-        duration = self.clock() - acquired_at
-        if outcome is Outcome.LOST:
-            return RunResult(outcome, EXIT_LOCK_LOST, self.held.lock_index, duration=duration)
-        status = child.exit_status
-        code = status if status is not None else 1
-        if outcome is Outcome.JOB_TIMED_OUT:  # its own status is in the event and the record
-            code = EXIT_JOB_TIMEOUT
-        return RunResult(outcome, code, self.held.lock_index, duration=duration)
-
-
 # lockctl's own credentials, and where they are: the job must not act as the worker.
 RUNNER_ONLY = (
     "CONSUL_HTTP_TOKEN",
@@ -421,16 +257,3 @@ def credential_files(settings: ConsulSettings) -> tuple[str, ...]:
     job's mount namespace covers: the job cannot read them, though it runs as the same user."""
     files = (settings.token_file, settings.client_key, settings.client_cert)
     return tuple(os.path.abspath(path) for path in files if path is not None)
-
-
-def _lock_env(lock: LockSession, held: HeldLock) -> dict[str, str]:
-    tick = {"LOCKCTL_TICK": tick_name(lock.tick)} if isinstance(lock, TickLock) else {}
-    return {
-        **tick,
-        "LOCK_KEY": lock.key,
-        "LOCK_SESSION": lock.session_id,
-        "LOCK_INDEX": str(held.lock_index),
-        "LOCK_MODIFY_INDEX": str(held.modify_index),
-        "LOCKCTL_JOB": lock.job.name,
-        "LOCKCTL_WORKER": lock.worker,
-    }

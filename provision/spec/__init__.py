@@ -2,7 +2,8 @@
 
 load_spec(path) / parse_spec(text, path) -> Spec, or SpecError listing every problem.
 
-Modules: `hcl` (HCL read with line numbers), `validate` (the walk over blocks, rules across jobs),
+Modules: `hcl_parse` (HCL read with line numbers into the values of `hcl`; `hcl_fast` its fast
+path), `validate` (the walk over blocks, rules across jobs),
 `values` (single values), `job_timings` (a job's durations), `problems` (collector and error),
 `models` (the typed result), `names` (name rules and derived names).
 """

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provision.errors import InputError
-from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError, parse_hcl
+from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError
+from provision.spec.hcl_parse import parse_hcl
 from provision.spec.job_timings import (
     COUNT_KEYS,
     DURATION_KEYS,

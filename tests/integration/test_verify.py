@@ -14,8 +14,8 @@ import pytest
 from typer.testing import CliRunner
 
 from provision.acl.apply import apply_plan, plan_against
-from provision.acl.plan import desired_from_render
 from provision.acl.render import render_policies
+from provision.acl.state import desired_from_render
 from provision.cli import app
 from provision.cluster import tls
 from provision.cluster.local import cluster_down, cluster_up

@@ -24,8 +24,7 @@ import pytest
 import requests
 import responses
 
-from provision.consul import Consul, ConsulSettings, RetryPolicy
-from provision.consul import transport as transport_module
+from provision.consul import Consul, ConsulSettings, RetryPolicy, answers
 from provision.consul.errors import (
     AnswerTooLarge,
     ConsulError,
@@ -35,8 +34,9 @@ from provision.consul.errors import (
     NotFound,
     PermissionDenied,
 )
+from provision.consul.gate import CallGate
 from provision.consul.models import Session
-from provision.consul.transport import NO_RETRY, CallGate, Transport
+from provision.consul.transport import NO_RETRY, Transport
 from provision.consul.txn import KVOp, TxnAPI
 from provision.errors import EXIT_CONSUL_API, EXIT_DENIED, EXIT_UNAVAILABLE
 from provision.system.secrets import MASK, Secret
@@ -799,7 +799,7 @@ def test_long_error_body_is_truncated(
     with pytest.raises(ConsulServerError) as caught:
         make_consul(make_transport(http, clock)).status.leader()
     body = caught.value.body
-    assert len(body) <= transport_module.BODY_EXCERPT_CHARS and body.startswith("x" * 150)
+    assert len(body) <= answers.BODY_EXCERPT_CHARS and body.startswith("x" * 150)
     assert body.endswith(f"...(+{5000 - body.index('.')} chars)")
     assert len(str(caught.value)) < 300
 

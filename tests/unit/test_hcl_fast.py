@@ -1,4 +1,4 @@
-"""The HCL fast path (spec.hcl._fast_body) against python-hcl2: whatever text the fast path reads,
+"""The HCL fast path (spec.hcl_fast.fast_body) against python-hcl2: whatever text it reads,
 python-hcl2 reads too, to the same Body (values, labels, line numbers); anything else is left to
 python-hcl2, so errors keep their messages and positions."""
 
@@ -11,16 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from provision.spec.hcl import (
-    Attribute,
-    Block,
-    Body,
-    HclSyntaxError,
-    Label,
-    _fast_body,
-    hcl2_body,
-    parse_hcl,
-)
+from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError, Label
+from provision.spec.hcl_fast import fast_body
+from provision.spec.hcl_parse import hcl2_body, parse_hcl
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = sorted(
@@ -34,7 +27,7 @@ FILES = sorted(
 
 def _same_as_hcl2(text: str) -> Body | None:
     """The fast path's answer, after checking python-hcl2 agrees with it."""
-    fast = _fast_body(text)
+    fast = fast_body(text)
     if fast is not None:
         assert hcl2_body(text) == fast, text
     return fast
@@ -119,7 +112,7 @@ def test_the_plain_layout_takes_the_fast_path() -> None:
     ],
 )
 def test_anything_else_goes_to_python_hcl2(text: str) -> None:
-    assert _fast_body(text) is None
+    assert fast_body(text) is None
     try:
         expected: Body | str = hcl2_body(text)
     except HclSyntaxError as exc:

@@ -23,8 +23,9 @@ import pytest
 from provision.consul.settings import normalize_address, resolve_settings
 from provision.durations import DurationSyntaxError, format_duration, parse_duration
 from provision.errors import InputError
-from provision.spec import hcl, load_spec
-from provision.spec.hcl import MAX_NESTING, HclTooDeep, parse_hcl
+from provision.spec import hcl_parse, load_spec
+from provision.spec.hcl import MAX_NESTING, HclTooDeep
+from provision.spec.hcl_parse import parse_hcl
 from provision.workers.config import config_record, load_worker_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -121,7 +122,7 @@ def test_a_recursion_error_past_the_scan_is_the_same_one_line_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The scan is the limit; the parser's own recursion is still caught, never a traceback."""
-    monkeypatch.setattr(hcl, "_check_nesting", lambda text: None)
+    monkeypatch.setattr(hcl_parse, "_check_nesting", lambda text: None)
     with pytest.raises(HclTooDeep, match="nested more than"):
         parse_hcl("a = " + "[" * 5000 + "]" * 5000 + "\n")
 

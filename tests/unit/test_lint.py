@@ -6,15 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from provision.acl.lint import (
-    Expectation,
-    Finding,
-    Rule,
-    expectation_for,
-    has_errors,
-    lint_file,
-    lint_rules,
-)
+from provision.acl.expectations import Expectation, Rule, expectation_for
+from provision.acl.lint import Finding, has_errors, lint_file, lint_rules
 from provision.errors import InputError
 from provision.spec import load_spec
 

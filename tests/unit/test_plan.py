@@ -17,7 +17,10 @@ from typing import Any
 
 import pytest
 
-from provision.acl.plan import (
+from provision.acl.plan import plan_changes, policies_to_read
+from provision.acl.render import render_policies
+from provision.acl.rules import rules_equivalent
+from provision.acl.state import (
     Desired,
     DesiredPolicy,
     DesiredToken,
@@ -26,12 +29,8 @@ from provision.acl.plan import (
     LiveToken,
     TokenFileState,
     desired_from_render,
-    plan_changes,
-    policies_to_read,
     policy_hash,
 )
-from provision.acl.render import render_policies
-from provision.acl.rules import rules_equivalent
 from provision.spec import parse_spec
 from provision.system.templates import find_templates_dir
 

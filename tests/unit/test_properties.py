@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from provision.acl.render import render_policies
 from provision.spec import SpecError, parse_spec, prefix_problem
-from provision.spec.hcl import parse_hcl
+from provision.spec.hcl_parse import parse_hcl
 from provision.system.templates import find_templates_dir
 
 TEMPLATES = find_templates_dir()

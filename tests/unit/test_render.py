@@ -16,7 +16,7 @@ from provision.acl.render import (
 )
 from provision.errors import InputError
 from provision.spec import load_spec, parse_spec
-from provision.spec.hcl import parse_hcl
+from provision.spec.hcl_parse import parse_hcl
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATES = ROOT / "templates"

@@ -19,7 +19,8 @@ from provision.spec import (
     parse_duration,
     parse_spec,
 )
-from provision.spec.hcl import Unsupported, parse_hcl
+from provision.spec.hcl import Unsupported
+from provision.spec.hcl_parse import parse_hcl
 from provision.spec.names import is_valid_name, lock_policy_name, session_policy_name
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "spec"

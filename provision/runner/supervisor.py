@@ -1,0 +1,192 @@
+"""One held lock and the job under it, from the job's start to the release: the supervisor
+gathers the facts, runner/fencing.py decides, and the supervisor carries the decision out."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+
+from provision.errors import EXIT_JOB_TIMEOUT, EXIT_LOCK_LOST
+from provision.ledger.records import tick_name
+from provision.runner.child import Child
+from provision.runner.events import EventLog, ms
+from provision.runner.fencing import (
+    Action,
+    Decision,
+    Facts,
+    Outcome,
+    decide,
+    fence_bounds,
+    outcome_after_release,
+)
+from provision.runner.lock import Ending, HeldLock, LockSession
+from provision.runner.monitors import LockMonitors
+from provision.runner.results import RunOptions, RunResult
+from provision.runner.stop import StopRequest, Wakeup, wait_for
+from provision.runner.tick_lock import TickLock
+
+REAP_POLL = 0.01  # while a signalled tree dies: its leftovers' deaths wake nobody
+
+
+class Supervisor:
+    """One held lock and the job under it, from the job's start to the release."""
+
+    def __init__(
+        self,
+        lock: LockSession,
+        held: HeldLock,
+        options: RunOptions,
+        events: EventLog,
+        stop: StopRequest,
+        clock: Callable[[], float],
+    ) -> None:
+        self.lock, self.held, self.events, self.stop, self.clock = lock, held, events, stop, clock
+        timings = lock.job.timings
+        self.bounds = fence_bounds(timings, lock.renew_timeout)
+        self.min_hold = options.min_hold if options.min_hold is not None else timings.min_hold
+        self.verdict: Outcome | None = None
+        self.terminated_at: float | None = None
+        self.timeout = lock.job.timings.timeout
+        self.timeout_at: float | None = None  # set at the job's start: its timeout counts from it
+
+    def run(self, child: Child, waited: float) -> RunResult:
+        acquired_at = self.clock()
+        child.start(lock_env(self.lock, self.held))  # before any thread starts
+        if self.timeout is not None:
+            self.timeout_at = self.clock() + self.timeout
+        self.events.emit(  # after the start, which is the hand-over's critical path
+            "acquired",
+            tick=tick_name(self.lock.tick) if isinstance(self.lock, TickLock) else None,
+            session=self.lock.session_id,
+            lock_index=self.held.lock_index,
+            waited_ms=ms(waited),
+            child_pid=child.pid,
+            containment=child.containment,
+        )
+        if child.warning:
+            self.events.emit(
+                "containment",
+                session=self.lock.session_id,
+                mode=child.containment,
+                warning=f"no PID namespace ({child.warning}): a process of the job that leaves "
+                "its process group and outlives a killed runner is not contained, and the "
+                "worker's token and TLS key are not hidden from the job",
+            )
+        wakeup = Wakeup()
+        monitors = LockMonitors(
+            self.lock, child, self.held.modify_index, self.events, wakeup, self.clock
+        )
+        try:
+            monitors.start()
+            decision = self._supervise(child, monitors, wakeup, acquired_at + self.min_hold)
+            # Release first, then stop the helpers: waking the renewer would contend for the
+            # GIL with the release, the hand-over's critical path (~1.5 ms measured).
+            monitors.releasing = True
+            ending = Ending(
+                (decision.verdict or Outcome.LOST).value,
+                child.exit_status,
+                self.clock() - acquired_at,
+            )
+            released = self.lock.finish(ending, release=decision.action is Action.RELEASE)
+        except BaseException:  # an unexpected error: nothing of the job outlives the run
+            child.signal_tree(signal.SIGKILL)
+            raise
+        finally:
+            monitors.stop_and_join()
+            wakeup.close()
+        return self._report(child, decision, released, acquired_at)
+
+    def _supervise(
+        self, child: Child, monitors: LockMonitors, wakeup: Wakeup, hold_until: float
+    ) -> Decision:
+        """Carry out decisions until one says the job is over (release, or report lost)."""
+        while True:
+            facts = self._facts(child, monitors, hold_until)
+            decision = decide(facts, self.bounds)
+            self._settle(decision, child, monitors)
+            if decision.action in (Action.RELEASE, Action.REPORT_LOST):
+                return decision
+            timeout = None if decision.wake_at is None else decision.wake_at - facts.now
+            if decision.action in (Action.TERMINATE, Action.KILL):
+                assert decision.signum is not None
+                child.signal_tree(decision.signum)
+                if self.terminated_at is None:
+                    self.terminated_at = facts.now
+            if facts.tree_alive and (self.terminated_at is not None or facts.job_exited):
+                # a dying tree's last deaths wake nobody: look again soon
+                timeout = REAP_POLL if timeout is None else min(timeout, REAP_POLL)
+            wait_for(wakeup, self.stop, timeout)
+
+    def _facts(self, child: Child, monitors: LockMonitors, hold_until: float) -> Facts:
+        return Facts(
+            now=self.clock(),
+            confirmed_at=self.lock.confirmed_at,
+            lost=monitors.lost is not None,
+            job_exited=child.exit_status is not None,
+            tree_alive=child.tree_alive(),
+            stop_signal=self.stop.signum,
+            verdict=self.verdict,
+            terminated_at=self.terminated_at,
+            hold_until=hold_until,
+            timeout_at=self.timeout_at,
+        )
+
+    def _settle(self, decision: Decision, child: Child, monitors: LockMonitors) -> None:
+        """Record the verdict; the moment it becomes LOST, say so once (the `fenced` event), or
+        JOB_TIMED_OUT (the `timed-out` event, with `after_ms`: --wait's has `waited_ms`)."""
+        if decision.verdict is Outcome.JOB_TIMED_OUT and self.verdict is None:
+            tick = self.lock.tick if isinstance(self.lock, TickLock) else None
+            self.events.emit(
+                "timed-out",
+                tick=None if tick is None else tick_name(tick),
+                session=self.lock.session_id,
+                after_ms=ms(self.timeout or 0.0),
+                child_pid=child.pid,
+            )
+        if decision.verdict is Outcome.LOST and self.verdict is not Outcome.LOST:
+            confirmed = self.lock.confirmed_at
+            self.events.emit(
+                "fenced",
+                session=self.lock.session_id,
+                reason=monitors.lost or "no confirmation of the lock in time",
+                since_confirmed_ms=ms(self.clock() - confirmed),
+                child_status=child.exit_status,
+            )
+        self.verdict = decision.verdict
+
+    def _report(
+        self, child: Child, decision: Decision, released: bool | None, acquired_at: float
+    ) -> RunResult:
+        outcome = Outcome.LOST
+        if decision.action is Action.RELEASE and decision.verdict is not None:
+            outcome = outcome_after_release(decision.verdict, released)
+        self.events.emit(
+            "lost" if outcome is Outcome.LOST else "released",
+            session=self.lock.session_id,
+            lock_index=self.held.lock_index,
+            held_ms=ms(self.clock() - acquired_at),
+            child_status=child.exit_status,
+            released=bool(released),
+        )
+        duration = self.clock() - acquired_at
+        if outcome is Outcome.LOST:
+            return RunResult(outcome, EXIT_LOCK_LOST, self.held.lock_index, duration=duration)
+        status = child.exit_status
+        code = status if status is not None else 1
+        if outcome is Outcome.JOB_TIMED_OUT:  # its own status is in the event and the record
+            code = EXIT_JOB_TIMEOUT
+        return RunResult(outcome, code, self.held.lock_index, duration=duration)
+
+
+def lock_env(lock: LockSession, held: HeldLock) -> dict[str, str]:
+    """What the job is told of its lock: key, session, indexes, job, worker (and tick)."""
+    tick = {"LOCKCTL_TICK": tick_name(lock.tick)} if isinstance(lock, TickLock) else {}
+    return {
+        **tick,
+        "LOCK_KEY": lock.key,
+        "LOCK_SESSION": lock.session_id,
+        "LOCK_INDEX": str(held.lock_index),
+        "LOCK_MODIFY_INDEX": str(held.modify_index),
+        "LOCKCTL_JOB": lock.job.name,
+        "LOCKCTL_WORKER": lock.worker,
+    }
