@@ -48,6 +48,7 @@ from provision.runner.fencing import (
 from provision.runner.forkserver import ForkServer
 from provision.runner.lock import Ending, HeldLock, LockSession
 from provision.runner.monitors import LockMonitors
+from provision.runner.output import runner_secrets
 from provision.runner.precheck import WallClock, utc_now
 from provision.runner.results import RunOptions, RunResult, SkipReason
 from provision.runner.stop import StopRequest, Wakeup, wait_for
@@ -137,7 +138,10 @@ def _run_locked(
     environment = job_environment(os.environ)
     check_program(command, environment)
     hidden = credential_files(lock.consul.settings)
-    child = None if isinstance(lock, TickLock) else Child(command, environment, forks, hidden)
+    secrets = _secrets(lock.consul.settings)
+    child = None
+    if not isinstance(lock, TickLock):
+        child = Child(command, environment, forks, hidden, secrets)
     try:
         if stop.requested:
             return _interrupted(stop, lock, events)
@@ -151,7 +155,7 @@ def _run_locked(
             return _interrupted(stop, lock, events)
         supervisor = _Supervisor(lock, held, options, events, stop, clock)
         if child is None:
-            child = Child(command, environment, forks, hidden)
+            child = Child(command, environment, forks, hidden, secrets)
         return supervisor.run(child, clock() - began)
     finally:
         if child is not None:
@@ -309,6 +313,7 @@ class _Supervisor:
                 (decision.verdict or Outcome.LOST).value,
                 child.exit_status,
                 self.clock() - acquired_at,
+                *(child.output_tails() if isinstance(self.lock, TickLock) else (None, None)),
             )
             released = self.lock.finish(ending, release=decision.action is Action.RELEASE)
         except BaseException:  # an unexpected error: nothing of the job outlives the run
@@ -421,6 +426,12 @@ def credential_files(settings: ConsulSettings) -> tuple[str, ...]:
     job's mount namespace covers: the job cannot read them, though it runs as the same user."""
     files = (settings.token_file, settings.client_key, settings.client_cert)
     return tuple(os.path.abspath(path) for path in files if path is not None)
+
+
+def _secrets(settings: ConsulSettings) -> list[str]:
+    """What the job's output tail must never show (runner/output.py), read before any lock."""
+    token = None if settings.token is None else settings.token.reveal()
+    return runner_secrets(token, os.environ, settings.client_key)
 
 
 def _lock_env(lock: LockSession, held: HeldLock) -> dict[str, str]:
