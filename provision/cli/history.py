@@ -168,8 +168,10 @@ def _print_tick(job: str, row: TickRow) -> None:
     out = console()
     fields = {k: v for k, v in row.to_record().items() if k not in ("stdout", "stderr")}
     out.print(cell(f"{job} tick {fields.pop('tick')}: {row.label}", 300))
+    if fields["recorded_outcome"] == row.outcome:  # said in the first line already
+        del fields["recorded_outcome"]
     for name, value in fields.items():
-        if value is not None and name not in ("outcome",):
+        if value is not None and name not in ("outcome", "recorded"):
             out.print(Text("  ") + cell(f"{name}: {value}", 300))
     r = row.record
     for name, text in (("stdout", r and r.stdout), ("stderr", r and r.stderr)):

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from provision.system.tails import newest_within, sanitise
+from provision.system.tails import newest_lines_within, newest_within, sanitise
 from provision.system.text import printable
 
 RECORD_FORMAT = 1
@@ -187,7 +187,7 @@ def fit_output(others: int, tails: dict[str, str]) -> dict[str, str]:
     keys = sum(len(f',"{name}":') for name in tails)
     room = RECORD_MAX_BYTES - others - keys
     each = min(OUTPUT_BUDGET, room // max(len(tails), 1))
-    return {name: newest_within(text, each) for name, text in tails.items() if each > 2}
+    return {name: newest_lines_within(text, each) for name, text in tails.items() if each > 2}
 
 
 @dataclass(frozen=True)

@@ -89,3 +89,13 @@ def newest_within(text: str, budget: int) -> str:
         used += cost
         start -= 1
     return text[start:]
+
+
+def newest_lines_within(text: str, budget: int) -> str:
+    """`newest_within`, beginning at a line when that cut one in two (and a later line is
+    kept): a stored tail reads from a line's start."""
+    kept = newest_within(text, budget)
+    if not kept or len(kept) == len(text) or text[-len(kept) - 1] == "\n":
+        return kept
+    first_break = kept.find("\n")
+    return kept[first_break + 1 :] if 0 <= first_break < len(kept) - 1 else kept

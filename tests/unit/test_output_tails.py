@@ -23,6 +23,7 @@ from provision.system.tails import (
     TailBuffer,
     encoded_size,
     mask_secrets,
+    newest_lines_within,
     newest_within,
     output_tail,
     sanitise,
@@ -112,6 +113,20 @@ def test_newest_within_keeps_the_end_that_fits(text: str, budget: int, expected:
     kept = newest_within(text, budget)
     assert kept == expected
     assert encoded_size(kept) <= budget
+
+
+@pytest.mark.parametrize(
+    ("text", "budget", "expected"),
+    [
+        ("one\ntwo\nthree\n", 100, "one\ntwo\nthree\n"),  # all of it fits
+        ("one\ntwo\nthree\n", 13, "three\n"),  # `wo\nthree\n` cut a line: from the next one
+        ("one\ntwo\nthree\n", 15, "two\nthree\n"),  # cut at a line break: kept as it is
+        ("a long line with no break", 10, "no break"),  # one line: its end, nothing dropped
+        ("x\n", 2, ""),
+    ],
+)
+def test_newest_lines_within_starts_at_a_line(text: str, budget: int, expected: str) -> None:
+    assert newest_lines_within(text, budget) == expected
 
 
 @given(st.text(max_size=3000), st.integers(min_value=2, max_value=2000))
