@@ -187,7 +187,8 @@ def fit_output(others: int, tails: dict[str, str]) -> dict[str, str]:
     keys = sum(len(f',"{name}":') for name in tails)
     room = RECORD_MAX_BYTES - others - keys
     each = min(OUTPUT_BUDGET, room // max(len(tails), 1))
-    return {name: newest_lines_within(text, each) for name, text in tails.items() if each > 2}
+    fitted = {name: newest_lines_within(sanitise(text), each) for name, text in tails.items()}
+    return fitted if each > 2 else {}
 
 
 @dataclass(frozen=True)
