@@ -203,9 +203,10 @@ def test_the_timeline_shows_who_ran_each_tick_and_a_gap_for_a_missed_one(lab: La
     assert _run_at(lab, "worker-1", "gaps", first, "echo one").returncode == 0
     assert _run_at(lab, "worker-2", "gaps", third, "echo oops >&2; exit 3").returncode == 3
 
-    def missed() -> bool:
-        row = _tick_json(lab, "gaps", second)
-        return bool(row["outcome"] == "missed")
+    def missed() -> bool:  # no row at all until its window closed: refused, exit 2
+        args = ("history", "--job", f"gaps-{lab.uid}", "--tick", tick_name(second), "--json")
+        shown = lockctl(lab, *args)
+        return shown.returncode == 0 and json.loads(shown.stdout)["outcome"] == "missed"
 
     assert eventually(missed, timeout=60)
     shown = lockctl(lab, "history", "--job", f"gaps-{lab.uid}", "--timeline")
