@@ -16,6 +16,7 @@ from provision.errors import InputError
 if TYPE_CHECKING:
     from rich.text import Text
 
+    from provision.consul import Consul
     from provision.ledger.history import JobHistory, LedgerJob, TickRow
     from provision.ledger.records import TickRecord
 
@@ -42,6 +43,22 @@ Limit = Annotated[
         show_default=False,
     ),
 ]
+TickOption = Annotated[
+    str | None,
+    typer.Option(
+        "--tick",
+        help="With --job: that one tick's record (as history names it, 2026-12-01T02:00:00Z), "
+        "with the end of the run's stdout and stderr.",
+        show_default=False,
+    ),
+]
+TimelineOption = Annotated[
+    bool,
+    typer.Option(
+        "--timeline",
+        help="Per job, a strip per worker of its recent ticks, one character per tick.",
+    ),
+]
 PROBLEMS_SHOWN = 10  # lines about records not read, per job; the rest are counted
 
 
@@ -53,14 +70,20 @@ def history(
     since: Since = None,
     limit: Limit = None,
     as_json: AsJson = False,
+    tick: TickOption = None,
+    show_timeline: TimelineOption = False,
 ) -> None:
     """Each tick of each job from its ledger: who ran it (the record's word), LockIndex,
     outcome, exit status, duration, start lag, and the ticks nobody ran."""
     from provision.ledger.history import Wanted, read_history
 
     start = _since(since)  # refused before the spec or Consul is read
+    wanted_tick = _tick(tick, job, show_timeline)
     jobs = scheduled_jobs(spec_file, job)
     consul = connection.connect()
+    if wanted_tick is not None:
+        _show_tick(consul, jobs[0], wanted_tick, as_json)
+        return
     histories = []
     for j in jobs:
         count = limit or j.history_limit
@@ -70,6 +93,9 @@ def history(
         _report_problems(found)
     if as_json:
         typer.echo(json.dumps([h.to_record() for h in histories], indent=2))
+        return
+    if show_timeline:
+        _print_timelines(histories)
         return
     if not histories:
         typer.echo(f"no job in {spec_file} has a schedule: no ledger to show")
@@ -104,6 +130,75 @@ def _since(text: str | None) -> datetime | None:
         return parse_since(text, datetime.now(timezone.utc))
     except ValueError as exc:
         raise InputError(f"--since: {exc}") from None
+
+
+def _tick(text: str | None, job: str | None, show_timeline: bool) -> datetime | None:
+    from provision.ledger.records import parse_tick_name
+
+    if text is None:
+        return None
+    if job is None:
+        raise InputError("--tick needs --job: a tick is one job's")
+    if show_timeline:
+        raise InputError("--tick and --timeline: one or the other")
+    moment = parse_tick_name(text)
+    if moment is None:
+        raise InputError(f"--tick {text[:64]!r}: not a tick name (like 2026-12-01T02:00:00Z, UTC)")
+    return moment
+
+
+def _show_tick(consul: Consul, job: LedgerJob, tick: datetime, as_json: bool) -> None:
+    from provision.ledger.history import read_tick
+    from provision.ledger.records import tick_name
+
+    found, row = read_tick(consul, job, tick)
+    _report_problems(found)
+    if row is None:
+        raise InputError(f"--tick {tick_name(tick)}: job {job.name!r} has no record of it")
+    if as_json:
+        typer.echo(json.dumps({"job": job.name, **row.to_record()}, indent=2))
+        return
+    _print_tick(job.name, row)
+
+
+def _print_tick(job: str, row: TickRow) -> None:
+    """The record's fields, one a line, then the ends of its output, each line escaped."""
+    from rich.text import Text
+
+    out = console()
+    fields = {k: v for k, v in row.to_record().items() if k not in ("stdout", "stderr")}
+    out.print(cell(f"{job} tick {fields.pop('tick')}: {row.label}", 300))
+    if fields["recorded_outcome"] == row.outcome:  # said in the first line already
+        del fields["recorded_outcome"]
+    for name, value in fields.items():
+        if value is not None and name not in ("outcome", "recorded"):
+            out.print(Text("  ") + cell(f"{name}: {value}", 300))
+    r = row.record
+    for name, text in (("stdout", r and r.stdout), ("stderr", r and r.stderr)):
+        if not text:
+            out.print(cell(f"  {name}: (nothing kept)"))
+            continue
+        out.print(cell(f"  {name} (its end, secrets masked):"))
+        for line in text.rstrip("\n").split("\n"):
+            out.print(Text("    | ") + cell(line, 1000), overflow="fold")
+
+
+def _print_timelines(histories: list[JobHistory]) -> None:
+    from provision.ledger.records import tick_name
+    from provision.ledger.timeline import LEGEND, timeline
+
+    out = console()
+    for found in histories:
+        shown = timeline(found, out.width)
+        span = f"{shown.count} ticks"
+        if shown.first is not None and shown.last is not None:
+            span += f" {tick_name(shown.first)} .. {tick_name(shown.last)}"
+        out.print(cell(f"{found.job}: {found.schedule.text} ({found.schedule.zone}), {span}", 300))
+        width = max(len(strip.worker) for strip in shown.strips)
+        for strip in shown.strips:
+            out.print(cell(f"  {strip.worker:<{width}}  {strip.ticks}", 1000), overflow="ignore")
+    legend = ", ".join(f"{mark} {meaning}" for mark, meaning in LEGEND)
+    out.print(cell(f"legend: {legend}", 1000))
 
 
 def _report_problems(found: JobHistory) -> None:

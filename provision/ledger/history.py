@@ -105,12 +105,14 @@ Enough = Callable[[Sequence[TickRecord], datetime], bool]
 
 @dataclass(frozen=True)
 class Wanted:
-    """Which records a reader reads: the newest `limit` from `since` on that are not dated in
-    the future (and up to SUSPECT_READ of those), newest first, until `enough` says so."""
+    """Which records a reader reads: the newest `limit` from `since` on (to `until`) that are
+    not dated in the future (and up to SUSPECT_READ of those), newest first, until `enough`
+    says so."""
 
     limit: int
     since: datetime | None = None
     enough: Enough | None = None
+    until: datetime | None = None
 
 
 def wanted_ticks(
@@ -121,6 +123,8 @@ def wanted_ticks(
     real = sorted((t for t in ticks if not suspect(t, now)), reverse=True)
     if wanted.since is not None:
         real = [tick for tick in real if tick >= wanted.since]
+    if wanted.until is not None:
+        real = [tick for tick in real if tick <= wanted.until]
     future = sorted((t for t in ticks if suspect(t, now)), reverse=True)
     return real[: max(wanted.limit, 0)], future[:SUSPECT_READ]
 
@@ -201,6 +205,8 @@ class TickRow:
             "planned_start": None if r is None else r.planned_start,
             "claimed_at": _iso(None if r is None else r.claimed_at),
             "finished_at": _iso(None if r is None else r.finished_at),
+            "stdout": None if r is None else r.stdout,  # the end of it, masked and printable
+            "stderr": None if r is None else r.stderr,
         }
 
 
@@ -312,6 +318,13 @@ def read_history(
     snapshot = read_snapshot(consul, job.lock_key, wanted or Wanted(job.history_limit))
     moment = now or snapshot.date or datetime.now(timezone.utc)
     return build_history(job, snapshot, moment)
+
+
+def read_tick(consul: Consul, job: LedgerJob, tick: datetime) -> tuple[JobHistory, TickRow | None]:
+    """One tick's row, its record read alone (None: no record, and not missed either: a tick
+    still to come, or one before the ledger's oldest record), and the history it is from."""
+    found = read_history(consul, job, wanted=Wanted(1, since=tick, until=tick))
+    return found, next((row for row in found.rows if row.tick == tick), None)
 
 
 # --- recording what was missed ------------------------------------------------------------------

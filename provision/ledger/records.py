@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
+from provision.system.tails import newest_lines_within, newest_within, sanitise
 from provision.system.text import printable
 
 RECORD_FORMAT = 1
@@ -30,6 +31,11 @@ FIELD_LIMIT = 64  # characters of a name, host or session field
 # ~400 bytes with a 64-character host); anyone who may write the prefix may write 512 KB, and
 # 100 of those read whole took 260 MB and 4 s. Larger values are reported, never decoded.
 RECORD_MAX_BYTES = 4096
+# The ends of the job's stdout and stderr a record keeps, each at most this many bytes as JSON:
+# two of them and the other fields (~400 bytes, 1 KB with every field at its bound) stay under
+# RECORD_MAX_BYTES, which every reader, of any version, decodes. A longer output's newest part.
+OUTPUT_BUDGET = 1536
+OUTPUT_STREAMS = ("stdout", "stderr")
 _TICK_NAME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
 _MAX_INT = 2**63
 
@@ -114,6 +120,8 @@ class TickRecord:
     finished_at: datetime | None = None
     exit_status: int | None = None
     duration: float | None = None
+    stdout: str | None = None  # the end of the job's output (system/tails.py): printable, masked
+    stderr: str | None = None
     modify_index: int = 0  # Consul's, when read from Consul (the cas index to complete it at)
 
     def encode(self) -> bytes:
@@ -127,7 +135,9 @@ class TickRecord:
                 value = round(value, 3)
             fields[name] = value
         fields["outcome"] = self.outcome.value
-        return json.dumps(fields, separators=(",", ":")).encode()
+        tails = {name: fields.pop(name) for name in OUTPUT_STREAMS if name in fields}
+        fields.update(fit_output(len(json.dumps(fields, separators=(",", ":"))), tails))
+        return json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode()
 
     def completed(
         self, outcome: TickOutcome, *, finished_at: datetime, **fields: Any
@@ -165,8 +175,20 @@ def decode(tick: datetime, value: bytes | None, modify_index: int = 0) -> TickRe
         finished_at=_time(raw.get("finished_at")),
         exit_status=_int(raw.get("exit_status")),
         duration=_number(raw.get("duration")),
+        stdout=_output(raw.get("stdout")),
+        stderr=_output(raw.get("stderr")),
         modify_index=modify_index,
     )
+
+
+def fit_output(others: int, tails: dict[str, str]) -> dict[str, str]:
+    """The output tails cut to their budget: each at most OUTPUT_BUDGET bytes as JSON, and less
+    when the record's `others` bytes leave less (the whole value stays under RECORD_MAX_BYTES)."""
+    keys = sum(len(f',"{name}":') for name in tails)
+    room = RECORD_MAX_BYTES - others - keys
+    each = min(OUTPUT_BUDGET, room // max(len(tails), 1))
+    fitted = {name: newest_lines_within(sanitise(text), each) for name, text in tails.items()}
+    return fitted if each > 2 else {}
 
 
 @dataclass(frozen=True)
@@ -199,6 +221,13 @@ def _json_object(value: bytes | None) -> dict[str, Any] | None:
 
 def _text(value: Any) -> str | None:
     return printable(value, FIELD_LIMIT) if isinstance(value, str) and value else None
+
+
+def _output(value: Any) -> str | None:
+    """A stored output tail: the writer's word, so made printable and bounded again."""
+    if not isinstance(value, str) or not value:
+        return None
+    return newest_within(sanitise(value[-OUTPUT_BUDGET:]), OUTPUT_BUDGET) or None
 
 
 def _int(value: Any) -> int | None:

@@ -32,6 +32,7 @@ from provision.runner.containment import (
     pdeathsig_argv,
     remember_refusal,
 )
+from provision.runner.output import OutputTee
 
 if TYPE_CHECKING:
     from provision.runner.forkserver import ForkServer, KeptProcess
@@ -75,10 +76,12 @@ class Child:
         env: Mapping[str, str],
         forks: ForkServer | None = None,
         hidden: Sequence[str] = (),
+        secrets: Sequence[str] = (),
     ) -> None:
         """`forks`: a long-lived process's namespace helper (runner/forkserver.py), which forks
         the namespace instead of starting unshare and a Python for it. `hidden`: files (absolute
-        paths) the job's mount namespace covers with an empty one (the worker's secrets)."""
+        paths) the job's mount namespace covers with an empty one (the worker's secrets).
+        `secrets`: what the ends of its output kept for the record must not show."""
         check_program(command, env)
         self.command, self.env = list(command), dict(env)
         self.containment = PROCESS_GROUP
@@ -92,8 +95,14 @@ class Child:
         self._init: int | None = None  # a pidfd (or the pid) of the namespace's init
         self._init_pid: int | None = None  # its PID: the one stray a namespaced job can have
         self.hidden = list(hidden)
+        self.output = OutputTee()  # the job's stdout and stderr: tee'd, their ends kept
+        self._secrets = list(secrets)  # what the ends must not show (runner/output.py)
         if self.warning is None:
             self._prepare_namespace(forks)
+
+    def output_tails(self) -> tuple[str | None, str | None]:
+        """The ends of the job's stdout and stderr, masked and printable, once it is over."""
+        return self.output.tails(self._secrets)
 
     @property
     def pid(self) -> int:
@@ -105,11 +114,15 @@ class Child:
         try:
             self._kept = None
             if forks is not None:
-                self._kept = forks.spawn(self.command, self.env, theirs, self.hidden)
+                self._kept = forks.spawn(
+                    self.command, self.env, theirs, self.hidden, self.output.child_fds
+                )
             if self._kept is None:  # the one-shot way: unshare, and a Python for the init
                 ns_argv = namespace_argv(theirs.fileno(), self.command, self.hidden)
                 argv, needs_hook = pdeathsig_argv(ns_argv)
-                self.process = self._popen(argv, self.env, needs_hook, (theirs.fileno(),))
+                self.process = self._popen(
+                    argv, self.env, needs_hook, self.output.child_fds, (theirs.fileno(),)
+                )
             else:
                 self.process = self._kept
         except InputError as exc:
@@ -122,10 +135,11 @@ class Child:
 
     def start(self, lock_env: Mapping[str, str]) -> None:
         """Start the job with the lock's variables added to its environment."""
-        if self._control is not None and self._go(self._control, lock_env):
-            return
-        argv, needs_hook = pdeathsig_argv(self.command)
-        self.process = self._popen(argv, {**self.env, **lock_env}, needs_hook)
+        if self._control is None or not self._go(self._control, lock_env):
+            argv, needs_hook = pdeathsig_argv(self.command)
+            env = {**self.env, **lock_env}
+            self.process = self._popen(argv, env, needs_hook, self.output.child_fds)
+        self.output.start()  # threads only now: the job is forked (its preexec hook is run)
 
     def _go(self, control: socket.socket, lock_env: Mapping[str, str]) -> bool:
         """Wait for the init's ready, send the go; False when no namespace could be made."""
@@ -165,7 +179,7 @@ class Child:
     def _refuse(self, reason: str) -> None:
         remember_refusal(reason)
         self._note_children()  # before the job starts in its process group
-        self.close()
+        self._close_init()  # the output's pipes stay: the job starts with them after all
         self.warning, self.containment, self.process, self._kept = reason, PROCESS_GROUP, None, None
 
     def abort(self) -> None:
@@ -176,6 +190,7 @@ class Child:
             self._kill_prepared()
             self._control.close()
             self._control = None
+        self.output.close()
 
     def _kill_prepared(self) -> None:
         if self._kept is not None:
@@ -187,7 +202,11 @@ class Child:
             self.process.wait()
 
     def close(self) -> None:
-        """Release what the child holds in this process (the init's pidfd)."""
+        """Release what the child holds in this process (the init's pidfd, the output)."""
+        self._close_init()
+        self.output.close()
+
+    def _close_init(self) -> None:
         if self._init is not None and self._init >= 0:
             with contextlib.suppress(OSError):
                 os.close(self._init)
@@ -197,7 +216,11 @@ class Child:
 
     @staticmethod
     def _popen(
-        argv: list[str], env: Mapping[str, str], needs_hook: bool, pass_fds: tuple[int, ...] = ()
+        argv: list[str],
+        env: Mapping[str, str],
+        needs_hook: bool,
+        output: tuple[int, int],
+        pass_fds: tuple[int, ...] = (),
     ) -> subprocess.Popen[bytes]:
         try:
             # argv from the worker's own config, no shell. The preexec fallback is safe because
@@ -205,6 +228,8 @@ class Child:
             return subprocess.Popen(
                 argv,
                 env=dict(env),
+                stdout=output[0],
+                stderr=output[1],
                 start_new_session=True,
                 pass_fds=pass_fds,
                 preexec_fn=die_with_parent if needs_hook else None,

@@ -34,6 +34,7 @@ from provision.runner.events import EventLog, ms
 from provision.runner.fencing import Outcome, waiting_verdict
 from provision.runner.forkserver import ForkServer
 from provision.runner.lock import Ending, HeldLock, LockSession
+from provision.runner.output import runner_secrets
 from provision.runner.precheck import WallClock, utc_now
 from provision.runner.results import RunOptions, RunResult, SkipReason
 from provision.runner.stop import StopRequest
@@ -123,7 +124,10 @@ def _run_locked(
     environment = job_environment(os.environ)
     check_program(command, environment)
     hidden = credential_files(lock.consul.settings)
-    child = None if isinstance(lock, TickLock) else Child(command, environment, forks, hidden)
+    secrets = _secrets(lock.consul.settings)
+    child = None
+    if not isinstance(lock, TickLock):
+        child = Child(command, environment, forks, hidden, secrets)
     try:
         if stop.requested:
             return _interrupted(stop, lock, events)
@@ -137,7 +141,7 @@ def _run_locked(
             return _interrupted(stop, lock, events)
         supervisor = Supervisor(lock, held, options, events, stop, clock)
         if child is None:
-            child = Child(command, environment, forks, hidden)
+            child = Child(command, environment, forks, hidden, secrets)
         return supervisor.run(child, clock() - began)
     finally:
         if child is not None:
@@ -257,3 +261,9 @@ def credential_files(settings: ConsulSettings) -> tuple[str, ...]:
     job's mount namespace covers: the job cannot read them, though it runs as the same user."""
     files = (settings.token_file, settings.client_key, settings.client_cert)
     return tuple(os.path.abspath(path) for path in files if path is not None)
+
+
+def _secrets(settings: ConsulSettings) -> list[str]:
+    """What the job's output tail must never show (runner/output.py), read before any lock."""
+    token = None if settings.token is None else settings.token.reveal()
+    return runner_secrets(token, os.environ, settings.client_key)

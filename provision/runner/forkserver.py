@@ -135,10 +135,11 @@ class ForkServer:
         env: Mapping[str, str],
         control: socket.socket,
         hidden: Sequence[str] = (),
+        output: tuple[int, int] | None = None,
     ) -> KeptProcess | None:
         """Fork `command`'s namespace, its init talking on `control`'s peer and covering the
-        `hidden` files; None when the helper cannot (the caller then starts it the one-shot
-        way)."""
+        `hidden` files, its stdout and stderr the `output` pipes (else the helper's own); None
+        when the helper cannot (the caller then starts it the one-shot way)."""
         job = {"command": list(command), "env": dict(env), "hidden": list(hidden)}
         body = json.dumps(job).encode()
         status_ours, status_theirs = socket.socketpair()
@@ -147,7 +148,7 @@ class ForkServer:
         try:
             with self._send_lock:
                 if self._socket is not None:
-                    fds = [control.fileno(), status_theirs.fileno()]
+                    fds = [control.fileno(), status_theirs.fileno(), *(output or ())]
                     self._ask(self._socket, body, fds)
                     self._asked.append(mine)
                     sent = True
@@ -165,7 +166,8 @@ class ForkServer:
     @staticmethod
     def _ask(server: socket.socket, body: bytes, fds: list[int]) -> None:
         head = struct.pack("!I", len(body))
-        server.sendmsg([head], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("ii", *fds))])
+        rights = struct.pack(f"{len(fds)}i", *fds)
+        server.sendmsg([head], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)])
         server.sendall(body)
 
     def _await(self, mine: _Asked) -> tuple[int, int]:

@@ -35,6 +35,8 @@ class Ending:
     verdict: str  # the engine's Outcome value: ran, lost, interrupted, job-timed-out
     exit_status: int | None  # the job's main process (negative: killed by that signal)
     duration: float  # seconds from the job's start (0: it never started)
+    stdout: str | None = None  # the end of the job's output, safe to store (system/tails.py)
+    stderr: str | None = None
 
 
 @dataclass(frozen=True)

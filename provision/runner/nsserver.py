@@ -21,8 +21,10 @@ As root there is no keeper: the helper unshares the PID namespace for its next c
 forks the init itself (which makes its own mount namespace) and reaps it: one fork per job.
 
 A request is one message on the socket FD: 4 bytes of length, the JSON {"command", "env"}, and
-two descriptors (the control and the status socket) as SCM_RIGHTS. The answer is the PID of
-what was forked (0 when nothing could be) and whether that is the init itself (1) or a keeper.
+two descriptors (the control and the status socket) as SCM_RIGHTS, or four: then also the job's
+stdout and stderr (the runner's pipes, runner/output.py), else the job has the helper's own.
+The answer is the PID of what was forked (0 when nothing could be) and whether that is the init
+itself (1) or a keeper.
 End of file on FD: the scheduler is done, exit (what we forked dies with us: PDEATHSIG).
 Standard library only; run by the runner, never by hand.
 """
@@ -86,12 +88,15 @@ def _serve_one(server: socket.socket, statuses: dict[int, int], ours: tuple[int,
     request = _receive(server)
     if request is None:
         return False
-    job, control, status = request
+    job, control, status, output = request
     theirs = {server.fileno(), *ours, *statuses.values(), status}
+    job["output"] = output
     pid, is_init = (
         _fork_init(job, control, theirs) if _ROOT else (_fork_keeper(job, control, theirs), 0)
     )
     os.close(control)
+    for fd in output:  # the job has them: its end of file must not wait for ours
+        os.close(fd)
     if pid:
         statuses[pid] = status
     else:
@@ -119,7 +124,7 @@ def _fork_init(job: dict[str, Any], control: int, theirs: set[int]) -> tuple[int
             # Our parent is outside our namespace now: getppid() says 0, it cannot be checked.
             # Had the helper died before the PDEATHSIG was set, the end of the control socket
             # (the runner gone with it) still ends this init before any job starts.
-            _leave_the_helper(theirs | {_OWN_PID_NAMESPACE}, check_parent=False)
+            _leave_the_helper(theirs | {_OWN_PID_NAMESPACE}, job["output"], check_parent=False)
             _unshare(CLONE_NEWNS)
         except OSError as exc:
             os.write(2, f"lockctl: cannot make the job's namespace: {exc.strerror}\n".encode())
@@ -147,16 +152,16 @@ def _is_child() -> bool:
     return os.getpid() != _SERVER_PID
 
 
-def _receive(server: socket.socket) -> tuple[dict[str, Any], int, int] | None:
+def _receive(server: socket.socket) -> tuple[dict[str, Any], int, int, list[int]] | None:
     fds = array.array("i")
-    head, ancillary, _, _ = server.recvmsg(4, socket.CMSG_SPACE(2 * fds.itemsize))
+    head, ancillary, _, _ = server.recvmsg(4, socket.CMSG_SPACE(4 * fds.itemsize))
     if len(head) < 4:
         return None
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
     (size,) = struct.unpack("!I", head)
-    if size > MAX_REQUEST or len(fds) != 2:
+    if size > MAX_REQUEST or len(fds) not in (2, 4):
         return None  # not our runner talking: stop serving
     body = b""
     while len(body) < size:
@@ -164,7 +169,7 @@ def _receive(server: socket.socket) -> tuple[dict[str, Any], int, int] | None:
         if not chunk:
             return None
         body += chunk
-    return json.loads(body), fds[0], fds[1]
+    return json.loads(body), fds[0], fds[1], list(fds[2:])
 
 
 def _reap(statuses: dict[int, int]) -> None:
@@ -193,7 +198,7 @@ def _keeper(job: dict[str, Any], control: int, theirs: set[int]) -> None:
     status. Never returns."""
     code = EXIT_NO_NAMESPACE
     try:
-        _leave_the_helper(theirs)
+        _leave_the_helper(theirs, job["output"])
         _enter_namespaces()
         init = os.fork()
         if init == 0:
@@ -205,11 +210,17 @@ def _keeper(job: dict[str, Any], control: int, theirs: set[int]) -> None:
     os._exit(code)
 
 
-def _leave_the_helper(theirs: set[int], *, check_parent: bool = True) -> None:
-    """In a forked child: none of the helper's descriptors or handlers, and death with it."""
+def _leave_the_helper(theirs: set[int], output: list[int], *, check_parent: bool = True) -> None:
+    """In a forked child: none of the helper's descriptors or handlers, and death with it;
+    the job's own stdout and stderr when the runner sent them."""
     signal.set_wakeup_fd(-1)
     for fd in theirs:
         os.close(fd)
+    if output:
+        os.dup2(output[0], 1)
+        os.dup2(output[1], 2)
+        for fd in output:
+            os.close(fd)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _die_with_parent()
     if check_parent and os.getppid() != _SERVER_PID:

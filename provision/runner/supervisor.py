@@ -86,6 +86,7 @@ class Supervisor:
                 (decision.verdict or Outcome.LOST).value,
                 child.exit_status,
                 self.clock() - acquired_at,
+                *(child.output_tails() if isinstance(self.lock, TickLock) else (None, None)),
             )
             released = self.lock.finish(ending, release=decision.action is Action.RELEASE)
         except BaseException:  # an unexpected error: nothing of the job outlives the run

@@ -250,6 +250,8 @@ class TickLock(LockSession):
             finished_at=finished_at,
             exit_status=ending.exit_status,
             duration=round(ending.duration, 3),
+            stdout=ending.stdout,
+            stderr=ending.stderr,
         )
         completion = self.ledger.complete(done, self.session_id, release=release)
         if release and completion.released is None and not completion.recorded:

@@ -1,0 +1,112 @@
+"""The job's stdout and stderr: still where they went before, and their ends kept for the record.
+
+Before, the job inherited the runner's descriptors 1 and 2 (a terminal, the journal of a unit).
+Now each is a pipe, and a thread per pipe copies every chunk to the runner's same descriptor as
+it comes (a tee: nothing is held back or reordered within a stream) and keeps the last bytes
+(system/tails.py). The copy writes as the job did, blocking: a slow journal slows the job as
+it did. A descriptor of ours that is closed or broken is left; the tail is still kept.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from provision.system.tails import MIN_SECRET, TailBuffer, output_tail
+
+DRAIN_TIMEOUT = 2.0  # seconds to read what the job's last processes wrote, once they are gone
+CHUNK = 65536
+KEY_FILE_MAX = 65536  # bytes of a TLS key file read for its lines to mask
+
+
+class _Stream:
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.read_end, self.write_end = os.pipe()
+        self.tail = TailBuffer()
+        self.thread: threading.Thread | None = None
+        self.target_broken = False
+
+    def copy(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.read_end, CHUNK)
+            except OSError:
+                return
+            if not chunk:
+                return
+            self.tail.write(chunk)
+            if not self.target_broken:
+                self._forward(chunk)
+
+    def _forward(self, chunk: bytes) -> None:
+        view = memoryview(chunk)
+        try:
+            while view:
+                view = view[os.write(self.target, view) :]
+        except OSError:  # closed, a broken pipe: the job must not stall or die for it
+            self.target_broken = True
+
+
+class OutputTee:
+    """Pipes for the job's stdout and stderr (`child_fds`), tee'd to ours (1 and 2)."""
+
+    def __init__(self) -> None:
+        self.streams = (_Stream(1), _Stream(2))
+
+    @property
+    def child_fds(self) -> tuple[int, int]:
+        return self.streams[0].write_end, self.streams[1].write_end
+
+    def start(self) -> None:
+        """The job has its ends: close ours (the job's end of file is then the pipe's), copy."""
+        for stream in self.streams:
+            _close(stream.write_end)
+            stream.write_end = -1
+            stream.thread = threading.Thread(
+                target=stream.copy, name=f"lockctl-output-{stream.target}", daemon=True
+            )
+            stream.thread.start()
+
+    def tails(self, secrets: Iterable[str]) -> tuple[str | None, str | None]:
+        """The ends of stdout and stderr, masked and printable (None: the stream said nothing),
+        once the copies read what the job's processes wrote (they are gone: end of file)."""
+        known = list(secrets)
+        found = []
+        for stream in self.streams:
+            if stream.thread is not None:
+                stream.thread.join(DRAIN_TIMEOUT)
+            raw, cut = stream.tail.snapshot()
+            found.append(output_tail(raw, cut, known) or None)
+        return found[0], found[1]
+
+    def close(self) -> None:
+        for stream in self.streams:
+            _close(stream.write_end)
+            stream.write_end = -1
+            if stream.thread is None or not stream.thread.is_alive():
+                _close(stream.read_end)
+                stream.read_end = -1
+            # else: a process outside the job's tree still writes; the daemon thread reads on
+
+
+def _close(fd: int) -> None:
+    if fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def runner_secrets(
+    token: str | None, environ: Mapping[str, str], client_key: Path | None
+) -> list[str]:
+    """What the runner knows that must never reach a record: its token secret (however it was
+    given), and each line of its TLS client key."""
+    found = [token or "", environ.get("CONSUL_HTTP_TOKEN", "").strip()]
+    if client_key is not None:
+        with contextlib.suppress(OSError), open(client_key, "rb") as handle:
+            text = handle.read(KEY_FILE_MAX).decode("utf-8", errors="replace")
+            found += [line.strip() for line in text.splitlines() if "-----" not in line]
+    return [secret for secret in found if len(secret) >= MIN_SECRET]
