@@ -2,7 +2,11 @@
 
 The jobs' real runs are tested on the cluster (tests/integration/test_scheduler*.py); here the
 timer alone: each job's run at its turn, a thread only while a run lasts, one job's slow or
-broken run never holding up the others, and its end at a stop or a retire."""
+broken run never holding up the others, and its end at a stop or a retire.
+
+No test counts what happens in a span of time (a loaded machine runs less in it): each waits,
+within a bound, for what it expects, and a run that must last is held until the test lets it
+end (`hold`)."""
 
 from __future__ import annotations
 
@@ -14,15 +18,23 @@ from datetime import datetime, timedelta, timezone
 from provision.runner.stop import StopRequest
 from provision.scheduler.loop import Turn
 from provision.scheduler.timer import TickTimer
+from tests.lockctl_process import wait_until
+
+WAIT = 30.0  # seconds: the bound on each wait (what is waited for comes in well under a second)
 
 
 class FakeJob:
     """A job on `@every <every>s` from its start, whose run takes `run_for` seconds."""
 
     def __init__(
-        self, name: str, every: float, run_for: float = 0.0, fail: bool = False, lost: int = 0
+        self,
+        name: str,
+        every: float,
+        hold: threading.Event | None = None,
+        fail: bool = False,
+        lost: int = 0,
     ) -> None:
-        self.name, self.every, self.run_for, self.fail = name, every, run_for, fail
+        self.name, self.every, self.hold, self.fail = name, every, hold, fail
         self.lost = lost  # the first `lost` next_turn calls raise (a schedule it cannot work out)
         self.job = self  # the timer names its threads after job.job.name
         self.started = datetime.now(timezone.utc)
@@ -41,25 +53,30 @@ class FakeJob:
     def run_tick(self, tick: datetime) -> None:
         self.ran.append(tick)
         self.threads.add(threading.current_thread().name)
-        time.sleep(self.run_for)
+        if self.hold is not None:  # a long run: it lasts until the test lets it end
+            self.hold.wait(WAIT)
         if self.fail:
             raise RuntimeError("a bug in this job's run")
 
 
 def run_timer(
-    jobs: list[FakeJob], seconds: float, **kwargs: Callable[..., None]
-) -> tuple[TickTimer, float]:
-    """Run the timer for `seconds`, stop it; how long the stop took to end it."""
+    jobs: list[FakeJob], until: Callable[[], bool], **kwargs: Callable[..., None]
+) -> TickTimer:
+    """Run the timer until `until()` holds (asserted, within WAIT), then stop it."""
     stop = StopRequest()
     timer = TickTimer(jobs, stop, **kwargs)  # type: ignore[arg-type]
     thread = threading.Thread(target=timer.run)
     thread.start()
-    time.sleep(seconds)
-    stopped = time.monotonic()
-    stop.request()
-    thread.join(10)
+    try:
+        assert wait_until(until, WAIT), [len(job.ran) for job in jobs]
+    finally:
+        stop.request()
+        for job in jobs:
+            if job.hold is not None:
+                job.hold.set()
+        thread.join(WAIT)
     assert not thread.is_alive()
-    return timer, time.monotonic() - stopped
+    return timer
 
 
 def test_idle_jobs_cost_no_thread() -> None:
@@ -78,27 +95,33 @@ def test_idle_jobs_cost_no_thread() -> None:
 
 def test_hundreds_of_due_jobs_each_run_every_tick_in_order() -> None:
     jobs = [FakeJob(f"job-{n}", 0.2) for n in range(300)]
-    run_timer(jobs, 1.1)
+    run_timer(jobs, until=lambda: all(len(job.ran) >= 3 for job in jobs))
     for job in jobs:
-        assert job.ran, job.name
         assert job.ran == [
             job.started + timedelta(seconds=0.2 * n) for n in range(1, len(job.ran) + 1)
         ]
-    assert sum(len(job.ran) for job in jobs) >= 300 * 3
 
 
 def test_a_run_that_outlasts_its_interval_holds_up_only_its_own_job() -> None:
-    slow, quick = FakeJob("slow", 0.1, run_for=0.8), FakeJob("quick", 0.1)
-    run_timer([slow, quick], 1.0)
-    assert len(slow.ran) <= 2
-    assert len(quick.ran) >= 4
+    slow, quick = FakeJob("slow", 0.1, hold=threading.Event()), FakeJob("quick", 0.1)
+    seen: list[int] = []  # slow's runs when quick had run 4 times
+
+    def quick_ran_four_times() -> bool:
+        seen.append(len(slow.ran))
+        return len(quick.ran) >= 4
+
+    run_timer([slow, quick], until=quick_ran_four_times)
+    assert seen[-1] == 1  # slow's one run went on all along: its next ticks waited, not quick's
 
 
 def test_a_job_whose_run_raises_is_reported_and_still_gets_its_next_ticks() -> None:
     broken, healthy = FakeJob("broken", 0.1, fail=True), FakeJob("healthy", 0.1)
     errors: list[str] = []
-    run_timer([broken, healthy], 0.75, on_error=lambda job, exc: errors.append(str(exc)))
-    assert len(broken.ran) >= 3 and len(healthy.ran) >= 3
+    run_timer(
+        [broken, healthy],
+        until=lambda: len(broken.ran) >= 3 and len(healthy.ran) >= 3,
+        on_error=lambda job, exc: errors.append(str(exc)),
+    )
     assert errors and set(errors) == {"a bug in this job's run"}
 
 
@@ -114,20 +137,29 @@ def test_a_job_whose_next_turn_raises_is_reported_tried_again_and_holds_up_no_ot
     )
     thread = threading.Thread(target=timer.run)
     thread.start()
-    time.sleep(1.0)
+    # never held up by the other; its turn worked out at the second retry: it runs again
+    ran = wait_until(lambda: len(healthy.ran) >= 6 and bool(lost.ran), WAIT)
     stop.request()
-    thread.join(10)
-    assert not thread.is_alive()
+    thread.join(WAIT)
+    assert ran and not thread.is_alive()
     assert errors == ["lost: date value out of range"] * 2  # at the start, and tried again
-    assert len(healthy.ran) >= 6  # never held up by the other
-    assert lost.ran  # its turn worked out at the second retry: it runs again
 
 
 def test_a_stop_ends_the_timer_once_the_runs_under_way_end_and_starts_no_new_one() -> None:
-    job = FakeJob("long", 0.1, run_for=0.5)
-    _, took = run_timer([job], 0.3)
+    job = FakeJob("long", 0.1, hold=threading.Event())
+    stop = StopRequest()
+    timer = TickTimer([job], stop)  # type: ignore[list-item]
+    thread = threading.Thread(target=timer.run)
+    thread.start()
+    assert wait_until(lambda: job.ran, WAIT)
+    stop.request()
+    thread.join(0.3)
+    assert thread.is_alive()  # it waits for the run under way
+    assert job.hold is not None
+    job.hold.set()
+    thread.join(WAIT)
+    assert not thread.is_alive()
     assert len(job.ran) == 1  # the one under way at the stop; none after it
-    assert 0.1 < took < 3.0  # it waited for that run (0.5 s from its start), not for more
 
 
 def test_a_retire_starts_no_new_run() -> None:
@@ -136,13 +168,13 @@ def test_a_retire_starts_no_new_run() -> None:
     timer = TickTimer([job], stop)  # type: ignore[list-item]
     thread = threading.Thread(target=timer.run)
     thread.start()
-    time.sleep(0.35)
+    assert wait_until(lambda: job.ran, WAIT)
     timer.retire()
-    thread.join(5)
+    thread.join(WAIT)
     assert not thread.is_alive() and not stop.requested
     count = len(job.ran)
-    time.sleep(0.3)
-    assert len(job.ran) == count and 1 <= count <= 4
+    time.sleep(0.3)  # three of its intervals: a run not retired would have come
+    assert len(job.ran) == count
 
 
 class ClockJob(FakeJob):
@@ -190,24 +222,29 @@ def test_a_reload_changes_one_job_without_waiting_for_the_others_runs() -> None:
     more at once, and the long job's successor starts only once the long run has ended; the
     job nobody touched keeps ticking all along, and `on_retired` hears of each job that left."""
     quick, idle = FakeJob("quick", 0.1), FakeJob("idle", 0.15)
-    long, after = FakeJob("long", 0.1, run_for=1.0), FakeJob("after", 0.1)
+    hold = threading.Event()
+    long, after = FakeJob("long", 0.1, hold=hold), FakeJob("after", 0.1)
     added = FakeJob("added", 0.1)
     retired: list[str] = []
     stop = StopRequest()
     timer = TickTimer([quick, idle, long], stop, on_retired=lambda j: retired.append(j.name))  # type: ignore[arg-type,attr-defined,list-item]
     thread = threading.Thread(target=timer.run)
     thread.start()
-    time.sleep(0.3)  # the long run is under way
-    assert len(long.ran) == 1
-    timer.retire_job(long, successor=after)  # type: ignore[arg-type]
-    timer.retire_job(idle)  # type: ignore[arg-type]
-    timer.add(added)  # type: ignore[arg-type]
-    time.sleep(0.3)
-    idle_runs, quick_runs = len(idle.ran), len(quick.ran)
-    assert retired == ["idle"] and not after.ran and added.ran  # the long run still goes on
-    time.sleep(0.9)  # the long run has ended: its successor runs, the idle job never again
-    stop.request()
-    thread.join(5)
+    try:
+        assert wait_until(lambda: long.ran and idle.ran, WAIT)  # the long run is under way
+        timer.retire_job(long, successor=after)  # type: ignore[arg-type]
+        timer.retire_job(idle)  # type: ignore[arg-type]
+        timer.add(added)  # type: ignore[arg-type]
+        assert wait_until(lambda: added.ran, WAIT)
+        idle_runs, quick_runs = len(idle.ran), len(quick.ran)
+        # never held up by the long run, which still goes on
+        assert wait_until(lambda: len(quick.ran) > quick_runs + 5, WAIT)
+        assert retired == ["idle"] and not after.ran and len(long.ran) == 1
+        hold.set()  # the long run ends: its successor runs, the idle job never again
+        assert wait_until(lambda: after.ran, WAIT)
+    finally:
+        hold.set()
+        stop.request()
+        thread.join(WAIT)
     assert retired == ["idle", "long"]
-    assert len(long.ran) == 1 and after.ran and len(idle.ran) == idle_runs
-    assert len(quick.ran) > quick_runs + 5  # never held up by the long run
+    assert len(long.ran) == 1 and len(idle.ran) == idle_runs
