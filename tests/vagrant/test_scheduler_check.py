@@ -129,7 +129,7 @@ def test_real_schedulers_pass_each_tick_once_both_stopped_cleanly() -> None:
         JOB, PERIOD, 6, ledger, runs, services, stop["stop_sent"], stop["sessions_left"]
     )
     assert report.passed, report.problems + report.ticks.problems
-    assert len(report.window) == 7 and len(report.ticks.rows) == 8  # the first before both ran
+    assert len(report.window) == 7 and len(report.ticks.rows) == 7  # not the one before both ran
     assert report.ran_by == {"worker-1": 3, "worker-2": 5}
     for row in report.ticks.rows:
         assert sorted(row["fired"].values())[0] == "ran it"
@@ -226,6 +226,28 @@ def test_a_tick_missed_at_the_start_is_the_starts_a_tick_missed_later_fails(
     assert not report.passed
     assert f"worker-2: error event {JOB}: missed (x1)" in report.problems
     assert not any(p.startswith("worker-1: error event") for p in report.problems)
+
+
+def test_a_tick_before_the_window_missed_while_a_scheduler_started_is_not_judged(
+    evidence: Evidence,
+) -> None:
+    ev = copy.deepcopy(evidence)
+    # worker-2 started late, after tick 0: tick 0 came while it was starting, and was missed
+    late = iso(tick(0) + timedelta(seconds=1))
+    for event in ev["events"]["worker-2"]:
+        if event["event"] == "started":
+            event["time"] = late
+    first = ev["ledger"][0]
+    ev["ledger"][0] = {"tick": first["tick"], "outcome": "missed", "recorded_by": "worker-1"}
+    ev["runs"]["worker-1"] = [r for r in ev["runs"]["worker-1"] if r.tick != first["tick"]]
+    ev["events"]["worker-1"] = [  # nobody ran it: no run's events
+        e for e in ev["events"]["worker-1"] if e.get("lock_index") != first["lock_index"]
+    ]
+    report = check(ev)
+    assert report.window[0] == name(tick(1))
+    assert report.passed, report.problems + report.ticks.problems
+    ev["ledger"][1] = {**ev["ledger"][1], "outcome": "missed"}  # inside the window: judged
+    assert not check(ev).passed
 
 
 def test_a_short_window_or_a_scheduler_that_never_started_fails(evidence: Evidence) -> None:

@@ -127,6 +127,8 @@ def check_scheduler(
     }
     judged = [r for r in ledger if str(r["tick"]) not in stopped]
     runs = {w: [run for run in rs if run.tick not in stopped] for w, rs in job_runs.items()}
+    if window:  # a tick before it came while a scheduler was still starting: the start's timing
+        judged, runs, own = ticks.in_window(window[0], judged, runs, own)
     tick_report = ticks.check_ticks(period, 1, judged, runs, own)
     recorded = {str(r["tick"]) for r in ledger}
     problems: list[str] = []
