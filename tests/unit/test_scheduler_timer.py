@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from provision.runner.stop import StopRequest
 from provision.scheduler.loop import Turn
@@ -59,14 +60,20 @@ class FakeJob:
             raise RuntimeError("a bug in this job's run")
 
 
+def started(jobs: list[Any], **kwargs: Any) -> tuple[TickTimer, StopRequest, threading.Thread]:
+    """The timer over `jobs`, running in a thread of its own; its stop request."""
+    stop = StopRequest()
+    timer = TickTimer(jobs, stop, **kwargs)
+    thread = threading.Thread(target=timer.run)
+    thread.start()
+    return timer, stop, thread
+
+
 def run_timer(
     jobs: list[FakeJob], until: Callable[[], bool], **kwargs: Callable[..., None]
 ) -> TickTimer:
     """Run the timer until `until()` holds (asserted, within WAIT), then stop it."""
-    stop = StopRequest()
-    timer = TickTimer(jobs, stop, **kwargs)  # type: ignore[arg-type]
-    thread = threading.Thread(target=timer.run)
-    thread.start()
+    timer, stop, thread = started(jobs, **kwargs)
     try:
         assert wait_until(until, WAIT), [len(job.ran) for job in jobs]
     finally:
@@ -81,11 +88,8 @@ def run_timer(
 
 def test_idle_jobs_cost_no_thread() -> None:
     before = threading.active_count()
-    stop = StopRequest()
     idle = [FakeJob(f"job-{n}", 3600.0) for n in range(1000)]
-    timer = TickTimer(idle, stop)  # type: ignore[arg-type]
-    thread = threading.Thread(target=timer.run)
-    thread.start()
+    _, stop, thread = started(idle)
     time.sleep(0.3)
     assert threading.active_count() - before == 1  # the timer's own, for 1,000 jobs
     stop.request()
@@ -128,15 +132,11 @@ def test_a_job_whose_run_raises_is_reported_and_still_gets_its_next_ticks() -> N
 def test_a_job_whose_next_turn_raises_is_reported_tried_again_and_holds_up_no_other() -> None:
     lost, healthy = FakeJob("lost", 0.1, lost=2), FakeJob("healthy", 0.1)
     errors: list[str] = []
-    stop = StopRequest()
-    timer = TickTimer(  # type: ignore[arg-type]
+    _, stop, thread = started(
         [lost, healthy],
-        stop,
         on_error=lambda job, exc: errors.append(f"{job.name}: {exc}"),
         retry_turn=timedelta(seconds=0.2),
     )
-    thread = threading.Thread(target=timer.run)
-    thread.start()
     # never held up by the other; its turn worked out at the second retry: it runs again
     ran = wait_until(lambda: len(healthy.ran) >= 6 and bool(lost.ran), WAIT)
     stop.request()
@@ -147,10 +147,7 @@ def test_a_job_whose_next_turn_raises_is_reported_tried_again_and_holds_up_no_ot
 
 def test_a_stop_ends_the_timer_once_the_runs_under_way_end_and_starts_no_new_one() -> None:
     job = FakeJob("long", 0.1, hold=threading.Event())
-    stop = StopRequest()
-    timer = TickTimer([job], stop)  # type: ignore[list-item]
-    thread = threading.Thread(target=timer.run)
-    thread.start()
+    _, stop, thread = started([job])
     assert wait_until(lambda: job.ran, WAIT)
     stop.request()
     thread.join(0.3)
@@ -164,10 +161,7 @@ def test_a_stop_ends_the_timer_once_the_runs_under_way_end_and_starts_no_new_one
 
 def test_a_retire_starts_no_new_run() -> None:
     job = FakeJob("ticking", 0.1)
-    stop = StopRequest()
-    timer = TickTimer([job], stop)  # type: ignore[list-item]
-    thread = threading.Thread(target=timer.run)
-    thread.start()
+    timer, stop, thread = started([job])
     assert wait_until(lambda: job.ran, WAIT)
     timer.retire()
     thread.join(WAIT)
@@ -199,10 +193,7 @@ def test_a_replan_works_out_every_waiting_turn_again_on_the_clock_as_it_is_now()
         return datetime.now(timezone.utc) + timedelta(seconds=offset[0])
 
     job = ClockJob(clock)
-    stop = StopRequest()
-    timer = TickTimer([job], stop, wall=clock)  # type: ignore[list-item]
-    thread = threading.Thread(target=timer.run)
-    thread.start()
+    timer, stop, thread = started([job], wall=clock)
     try:
         time.sleep(0.2)
         offset[0] = 0.0  # Consul's clock learnt
@@ -226,10 +217,7 @@ def test_a_reload_changes_one_job_without_waiting_for_the_others_runs() -> None:
     long, after = FakeJob("long", 0.1, hold=hold), FakeJob("after", 0.1)
     added = FakeJob("added", 0.1)
     retired: list[str] = []
-    stop = StopRequest()
-    timer = TickTimer([quick, idle, long], stop, on_retired=lambda j: retired.append(j.name))  # type: ignore[arg-type,attr-defined,list-item]
-    thread = threading.Thread(target=timer.run)
-    thread.start()
+    timer, stop, thread = started([quick, idle, long], on_retired=lambda j: retired.append(j.name))
     try:
         assert wait_until(lambda: long.ran and idle.ran, WAIT)  # the long run is under way
         timer.retire_job(long, successor=after)  # type: ignore[arg-type]
