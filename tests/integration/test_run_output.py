@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from scheduler_lab import SchedulerProcess, eventually
+from scheduler_lab import SchedulerProcess
 from workers_lab import minted_workers, spec_text
 
 from provision.ledger.records import OUTPUT_BUDGET, RECORD_MAX_BYTES, tick_key, tick_name
 from provision.schedule import parse_schedule
 from provision.system.tails import MASKED, encoded_size
+from tests.lockctl_process import eventually
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
