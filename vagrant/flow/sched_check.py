@@ -139,7 +139,7 @@ def check_scheduler(
     for worker, service in sorted(services.items()):
         problems += [f"{worker}: {p}" for p in _service_problems(service, stop_sent)]
     problems += [f"session {s} is still in Consul after the stop" for s in sessions_left]
-    ran_by = dict(Counter(str(r["worker"]) for r in ledger if r.get("outcome") == "succeeded"))
+    ran_by = dict(Counter(str(r["worker"]) for r in judged if r.get("outcome") == "succeeded"))
     for worker in services:
         ran_by.setdefault(worker, 0)
     stops = {w: _stop_text(s.show) for w, s in services.items()}
