@@ -2,7 +2,7 @@
 #   make demo   the main job: install everything, then the whole flow on a local Consul cluster
 #               (cluster up, render, apply, worker configs, two runners competing, verify)
 #   make test   the whole suite: install everything, then lint, format check, types, tests, and
-#               the Vagrant flow on real VMs (root; about 8 more minutes)
+#               the Vagrant flow on real VMs (root; about 13 more minutes)
 #   make check  the same without the VMs, for quick rounds while developing
 #   make unit   the pure and unit tests only, no cluster (about a minute): the fastest answer
 PYTHON ?= python3
