@@ -48,16 +48,7 @@ def sanitise(text: str) -> str:
     The usual output (printable but for its line breaks and tabs) costs C-speed checks only."""
     if text.replace("\n", "").replace("\t", "").isprintable():
         return text
-    return "\n".join(_sanitise_line(line) for line in text.split("\n"))
-
-
-def _sanitise_line(line: str) -> str:
-    if line.isprintable():
-        return line
-    return "\t".join(
-        part if part.isprintable() else "".join(printable(char) for char in part)
-        for part in line.split("\t")
-    )
+    return "".join(char if char in KEPT_CONTROLS else printable(char) for char in text)
 
 
 def mask_secrets(text: str, secrets: Iterable[str]) -> str:
