@@ -279,3 +279,31 @@ def test_parse_show_and_session_ids() -> None:
         )
     }
     assert sched_check.session_ids(services) == ["a", "b"]
+
+
+def test_a_run_the_stop_interrupted_after_the_window_is_not_judged(evidence: Evidence) -> None:
+    """Seen in CI: the stop reached worker-1 just after it acquired the tick after the window;
+    its record says interrupted, and its `acquired` event is that run's, not a run unaccounted."""
+    ev = copy.deepcopy(evidence)
+    ev["stop"] = (tick(6) + timedelta(seconds=1)).timestamp()  # the window ends at tick 5
+    at = tick(6)
+    ev["ledger"].append(
+        {
+            "tick": name(at),
+            "outcome": "interrupted",
+            "worker": "worker-1",
+            "lock_index": 7,
+            "claimed_at": iso(at + timedelta(seconds=0.02)),
+            "finished_at": iso(at + timedelta(seconds=1.2)),
+        }
+    )
+    acquired = {"time": iso(at + timedelta(seconds=0.02)), "event": "acquired", "job": JOB}
+    ev["events"]["worker-1"].insert(-2, {**acquired, "lock_index": 7})
+    report = check(ev)
+    assert report.window[-1] == name(tick(5))
+    assert report.passed, report.problems + report.ticks.problems
+    # an `acquired` no record accounts for is still found
+    ev["events"]["worker-1"].insert(-2, {**acquired, "lock_index": 8})
+    report = check(ev)
+    assert not report.passed
+    assert "worker-1 acquired the lock (LockIndex 8) without a tick record" in report.ticks.problems

@@ -125,10 +125,11 @@ def check_scheduler(
         for r in ledger
         if str(r["tick"]) > last and r.get("outcome") == "interrupted"
     }
-    judged = [r for r in ledger if str(r["tick"]) not in stopped]
-    runs = {w: [run for run in rs if run.tick not in stopped] for w, rs in job_runs.items()}
-    if window:  # a tick before it came while a scheduler was still starting: the start's timing
-        judged, runs, own = ticks.in_window(window[0], judged, runs, own)
+    # A tick before the window came while a scheduler was still starting: the start's timing.
+    first = window[0] if window else ""
+    judged, runs, own = ticks.of_ticks(
+        lambda tick: tick >= first and tick not in stopped, ledger, job_runs, own
+    )
     tick_report = ticks.check_ticks(period, 1, judged, runs, own)
     recorded = {str(r["tick"]) for r in ledger}
     problems: list[str] = []

@@ -24,7 +24,7 @@ DEFAULTS = {
     "VAGRANT_CPUS": "1",
     "VAGRANT_SUBNET": "192.168.56",
     "VAGRANT_LIBVIRT_EMULATION": "1",
-    "LOCKCTL_TICK_PERIOD": "10",
+    "LOCKCTL_TICK_PERIOD": "20",
     "LOCKCTL_SCHED_PERIOD": "5",
 }
 
@@ -65,7 +65,7 @@ class Settings:
             cpus=_whole(env, "VAGRANT_CPUS"),
             subnet=env["VAGRANT_SUBNET"],
             period=_whole(env, "LOCKCTL_TICK_PERIOD"),
-            ticks=_whole({"LOCKCTL_VAGRANT_TICKS": "8", **environ}, "LOCKCTL_VAGRANT_TICKS"),
+            ticks=_whole({"LOCKCTL_VAGRANT_TICKS": "6", **environ}, "LOCKCTL_VAGRANT_TICKS"),
             sched_period=_whole(env, "LOCKCTL_SCHED_PERIOD"),
             sched_window=_whole(
                 {"LOCKCTL_VAGRANT_SCHED_WINDOW": "30", **environ}, "LOCKCTL_VAGRANT_SCHED_WINDOW"

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -108,24 +109,38 @@ def first_tick_after(moment: float, period: int) -> str:
     return datetime.fromtimestamp(tick, timezone.utc).strftime(TICK_FORMAT)
 
 
+Evidence = tuple[list[dict[str, Any]], dict[str, list[JobRun]], dict[str, list[dict[str, Any]]]]
+
+
 def in_window(
     first: str,
     ledger: list[dict[str, Any]],
     job_runs: dict[str, list[JobRun]],
     events: dict[str, list[dict[str, Any]]],
-) -> tuple[list[dict[str, Any]], dict[str, list[JobRun]], dict[str, list[dict[str, Any]]]]:
-    """The evidence of the ticks from `first` on: the warm-up's earlier tick left out (its
-    record, its run of the job, and its runners' events: the `acquired` of its LockIndex, the
-    `skipped` or `missed` naming it). Tick names compare in time order (one fixed format)."""
-    kept = [r for r in ledger if str(r["tick"]) >= first]
-    early = {r.get("lock_index") for r in ledger if str(r["tick"]) < first} - {None}
+) -> Evidence:
+    """The evidence of the ticks from `first` on: the warm-up's earlier tick left out. Tick
+    names compare in time order (one fixed format)."""
+    return of_ticks(lambda tick: tick >= first, ledger, job_runs, events)
+
+
+def of_ticks(
+    keep: Callable[[str], bool],
+    ledger: list[dict[str, Any]],
+    job_runs: dict[str, list[JobRun]],
+    events: dict[str, list[dict[str, Any]]],
+) -> Evidence:
+    """The evidence of the ticks `keep` says yes to: their records, their runs of the job, and
+    their runners' events. A tick left out takes all of its evidence with it: the `acquired` of
+    its LockIndex (that event names no tick), the `skipped` or `missed` naming it."""
+    kept = [r for r in ledger if keep(str(r["tick"]))]
+    dropped = {r.get("lock_index") for r in ledger if not keep(str(r["tick"]))} - {None}
 
     def in_it(event: dict[str, Any]) -> bool:
         if event["event"] == "acquired":
-            return event.get("lock_index") not in early
-        return event.get("tick") is None or str(event["tick"]) >= first
+            return event.get("lock_index") not in dropped
+        return event.get("tick") is None or keep(str(event["tick"]))
 
-    runs = {w: [r for r in rs if r.tick >= first] for w, rs in job_runs.items()}
+    runs = {w: [r for r in rs if keep(r.tick)] for w, rs in job_runs.items()}
     return kept, runs, {w: [e for e in evs if in_it(e)] for w, evs in events.items()}
 
 
