@@ -30,12 +30,43 @@ class Defaults:
 
 
 @dataclass(frozen=True)
+class AuthMethod:
+    """A Consul `jwt` auth method the spec declares (Consul's own field names, snake_cased).
+
+    `claim_mappings` pairs (selector name, claim), sorted by name: Consul's ClaimMappings map
+    is {claim: name}; the spec writes it the other way round, as a claim is no HCL identifier.
+    The public keys are read from `jwt_validation_pub_keys_file` when rendering, not here.
+    """
+
+    name: str
+    type: str
+    bound_issuer: str | None
+    bound_audiences: tuple[str, ...]
+    jwt_validation_pub_keys_file: str
+    max_token_ttl: Duration
+    claim_mappings: tuple[tuple[str, str], ...]
+    line: int
+    keys_line: int  # the line of jwt_validation_pub_keys_file, for errors reading it
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who may log in as a worker: the claims (selector name, value), sorted, a JWT from
+    `auth_method` must carry; a binding rule's selector is built from them."""
+
+    auth_method: str
+    claims: tuple[tuple[str, str], ...]
+    line: int
+
+
+@dataclass(frozen=True)
 class Worker:
     """A Consul node a job may run on, and the HTTP address of its agent."""
 
     name: str
     address: str
     line: int
+    identity: Identity | None = None  # set: the worker may log in through an auth method
 
 
 @dataclass(frozen=True)
@@ -67,6 +98,7 @@ class Spec:
     defaults: Defaults
     workers: tuple[Worker, ...]
     jobs: tuple[Job, ...]
+    auth_methods: tuple[AuthMethod, ...] = ()  # sorted by name
 
     def worker(self, name: str) -> Worker:
         """The worker called `name` (KeyError if it is not declared)."""
