@@ -107,7 +107,8 @@ class Supervisor:
             self._settle(decision, child, monitors)
             if decision.action in (Action.RELEASE, Action.REPORT_LOST):
                 return decision
-            timeout = None if decision.wake_at is None else decision.wake_at - facts.now
+            wake_at = _earliest(decision.wake_at, monitors.run_due(facts.now))
+            timeout = None if wake_at is None else wake_at - facts.now
             if decision.action in (Action.TERMINATE, Action.KILL):
                 assert decision.signum is not None
                 child.signal_tree(decision.signum)
@@ -116,7 +117,7 @@ class Supervisor:
             if facts.tree_alive and (self.terminated_at is not None or facts.job_exited):
                 # a dying tree's last deaths wake nobody: look again soon
                 timeout = REAP_POLL if timeout is None else min(timeout, REAP_POLL)
-            wait_for(wakeup, self.stop, timeout)
+            wait_for(wakeup, self.stop, timeout, monitors.exit_fds(facts.job_exited))
 
     def _facts(self, child: Child, monitors: LockMonitors, hold_until: float) -> Facts:
         return Facts(
@@ -177,6 +178,11 @@ class Supervisor:
         if outcome is Outcome.JOB_TIMED_OUT:  # its own status is in the event and the record
             code = EXIT_JOB_TIMEOUT
         return RunResult(outcome, code, self.held.lock_index, duration=duration)
+
+
+def _earliest(*moments: float | None) -> float | None:
+    known = [moment for moment in moments if moment is not None]
+    return min(known) if known else None
 
 
 def lock_env(lock: LockSession, held: HeldLock) -> dict[str, str]:
