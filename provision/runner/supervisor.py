@@ -52,6 +52,7 @@ class Supervisor:
         self.timeout_at: float | None = None  # set at the job's start: its timeout counts from it
         self.statuses: list[int | None] = []  # each attempt's exit status (runner/retries.py)
         self.cut: str | None = None  # why retries the job still had were not made
+        self.retried = False  # a retry was planned: the record keeps the attempts
         self.next_tick_at: float | None = None  # the next tick's instant, on `clock`
         if isinstance(lock, TickLock) and lock.next_tick is not None:  # on Consul's clock
             self.next_tick_at = clock() + (lock.next_tick - lock.wall()).total_seconds()
@@ -98,7 +99,7 @@ class Supervisor:
                 child.exit_status,
                 self.clock() - acquired_at,
                 *tails,
-                attempts=tuple(self.statuses) if len(self.statuses) > 1 or self.cut else None,
+                attempts=tuple(self.statuses) if self.retried else None,
                 retries_cut=self.cut,
             )
             released = self.lock.finish(ending, release=decision.action is Action.RELEASE)
@@ -144,7 +145,7 @@ class Supervisor:
             )
             if isinstance(plan, Stop):
                 return decision, self._stopped(plan.reason, child)
-            delay = max(0.0, plan.at - self.clock())
+            self.retried, delay = True, max(0.0, plan.at - self.clock())
             self._emit_retry(
                 "retrying", plan.attempt, after_status=child.exit_status, delay_ms=ms(delay)
             )
@@ -164,7 +165,7 @@ class Supervisor:
     def _stopped(self, reason: StopReason, child: Child) -> Child:
         """No further attempt: a cut of retries the job still had is said and recorded."""
         if reason in CUT and self.lock.job.timings.retries:
-            self.cut = reason.value
+            self.cut, self.retried = reason.value, True
             status, attempt = child.exit_status, len(self.statuses)
             self._emit_retry("retries-cut", attempt, after_status=status, reason=reason.value)
         return child
