@@ -16,10 +16,12 @@ plain lock too); the next tick cuts the retries; a timed-out attempt is retried 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -322,11 +324,11 @@ def test_a_timed_out_attempt_is_retried_only_with_retry_on_timeout(lab: Lab) -> 
     assert pids_with(_marker("hang")) == [] and pids_with(_marker("hangretry")) == []
 
 
-def test_a_lock_lost_during_the_delay_ends_the_retries(lab: Lab) -> None:
-    tick = _next_tick(SCHEDULES["fenced"])
-    _at(tick)
-    argv = [*LOCKCTL, "run", "--config", str(lab.configs["worker-1"]), "--job", lab.jobs["fenced"]]
-    command = _command(lab.tmp, lab.script, "fenced")
+def _run_until_retrying(lab: Lab, short: str, act: Callable[[str], None]) -> tuple[int, str]:
+    """`lockctl run` of the job's tick, `act(session)` when it says it is retrying; its exit code
+    and its stderr."""
+    argv = [*LOCKCTL, "run", "--config", str(lab.configs["worker-1"]), "--job", lab.jobs[short]]
+    command = _command(lab.tmp, lab.script, short)
     process = subprocess.Popen(
         [*argv, "--", *command], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
@@ -335,9 +337,8 @@ def test_a_lock_lost_during_the_delay_ends_the_retries(lab: Lab) -> None:
         assert process.stderr is not None
         for line in process.stderr:
             lines.append(line)
-            if '"event": "retrying"' in line or '"event":"retrying"' in line:
-                session = json.loads(line)["session"]
-                lab.cluster.management().session.destroy(session)  # in its 10 s delay
+            if line.startswith("{") and json.loads(line)["event"] == "retrying":
+                act(json.loads(line)["session"])  # in its 10 s delay
                 break
         lines += process.stderr.readlines()
         code = process.wait(WAIT)
@@ -347,9 +348,48 @@ def test_a_lock_lost_during_the_delay_ends_the_retries(lab: Lab) -> None:
             process.wait(WAIT)
         if process.stderr is not None:
             process.stderr.close()
-    text = "".join(lines)
+    return code, "".join(lines)
+
+
+def test_a_lock_lost_during_the_delay_ends_the_retries(lab: Lab) -> None:
+    tick = _next_tick(SCHEDULES["fenced"])
+    _at(tick)
+    code, text = _run_until_retrying(lab, "fenced", lab.cluster.management().session.destroy)
     assert code == EXIT_LOCK_LOST, text
     assert _events(text, "fenced") and not _events(text, "retry-started")
     record = _record(lab, "fenced", tick_name(tick))
     assert record.outcome is TickOutcome.LOST and record.attempts == (FAILED,)
     assert len([a for a in _attempts_log(lab, "fenced") if a[0] == tick_name(tick)]) == 1
+
+
+def test_a_stop_during_the_delay_ends_the_retries_and_releases(lab: Lab) -> None:
+    tick = _next_tick(SCHEDULES["fenced"])
+    _at(tick)
+    stopped: list[int] = []
+
+    def stop(_: str) -> None:
+        (pid,) = [p for p in pids_with(lab.jobs["fenced"]) if _is_runner(p)]
+        os.kill(pid, signal.SIGTERM)
+        stopped.append(pid)
+
+    code, text = _run_until_retrying(lab, "fenced", stop)
+    assert stopped and code == FAILED, text  # the last attempt's status: it failed, not stopped
+    (cut,) = _events(text, "retries-cut")
+    assert cut["reason"] == "stop-requested" and cut["attempt"] == 1
+    (released,) = _events(text, "released")
+    assert released["released"] is True and not _events(text, "retry-started")
+    record = _record(lab, "fenced", tick_name(tick))
+    assert (record.outcome, record.attempts, record.retries_cut) == (
+        TickOutcome.FAILED,
+        (FAILED,),
+        "stop-requested",
+    )
+    assert _lock_holder(lab, "fenced") is None
+
+
+def _is_runner(pid: int) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"run" in argv and b"--job" in argv
