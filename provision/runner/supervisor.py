@@ -133,7 +133,7 @@ class Supervisor:
             decision = self._supervise(child, monitors, wakeup, hold_until)
             self.statuses.append(child.exit_status)
             if decision.action is not Action.RELEASE or next_child is None:
-                return decision, child  # the lock is lost: the run is over
+                return decision, child  # lost, or nothing to retry with: the run is over
             attempt = len(self.statuses)
             plan = next_attempt(
                 decision.verdict,
