@@ -90,6 +90,7 @@ def run_job(
             stop.sleep(plan.wait)  # a stop meanwhile ends the run before it claims
         previous = schedule.latest_tick_at_or_before(plan.tick - timedelta(seconds=1))
         lock = TickLock(consul, job, worker, plan.tick, clock, wall, tick.planned_start, previous)
+        lock.next_tick = schedule.next_ticks(plan.tick, 1)[0]  # no retry starts at or past it
         if options.wait:  # wait for the lock, but not past the tick's claim window
             left = max(0.0, plan.window - plan.lag - plan.wait)
             options = replace(options, timeout=min(options.timeout or left, left))
@@ -140,9 +141,13 @@ def _run_locked(
             lock.finish(Ending(Outcome.INTERRUPTED.value, None, 0.0), release=True)
             return _interrupted(stop, lock, events)
         supervisor = Supervisor(lock, held, options, events, stop, clock)
+
+        def prepare() -> Child:
+            return Child(command, environment, forks, hidden, secrets)
+
         if child is None:
-            child = Child(command, environment, forks, hidden, secrets)
-        return supervisor.run(child, clock() - began)
+            child = prepare()
+        return supervisor.run(child, clock() - began, prepare)
     finally:
         if child is not None:
             child.abort()  # the prepared init, when the job never started

@@ -100,6 +100,14 @@ class LockMonitors:
         self._threads.append(thread)
         thread.start()
 
+    def await_child(self, child: Child) -> None:
+        """Wait for a retry's job too (runner/retries.py): the renewer and the watcher go on."""
+        waiter = threading.Thread(
+            target=self._await, args=(child,), name="lockctl-job-waiter", daemon=True
+        )
+        self._threads.append(waiter)
+        waiter.start()
+
     def stop_and_join(self) -> None:
         self.halt.set()
         for thread in self._threads:

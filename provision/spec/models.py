@@ -12,6 +12,7 @@ DEFAULT_ADDRESS = "http://127.0.0.1:8500"
 DEFAULT_START_DEADLINE = parse_duration(DEFAULTS["start_deadline"])
 DEFAULT_HISTORY_LIMIT = COUNT_DEFAULTS["history_limit"]
 NO_JITTER = parse_duration(DEFAULTS["jitter"])
+DEFAULT_RETRY_DELAY = parse_duration(DEFAULTS["retry_delay"])
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,9 @@ class Defaults:
     history_limit: int = DEFAULT_HISTORY_LIMIT
     jitter: Duration = NO_JITTER
     timeout: Duration | None = None  # None: a run may go on as long as it likes
+    retries: int = 0  # attempts after a failed first one (runner/retries.py)
+    retry_delay: Duration = DEFAULT_RETRY_DELAY
+    retry_on_timeout: bool = False
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from provision.errors import InputError
+from provision.schedule import parse_schedule
 from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError
 from provision.spec.hcl_parse import parse_hcl
 from provision.spec.identity import read_auth_methods, read_identity
@@ -27,6 +28,7 @@ from provision.spec.job_timings import (
     job_timings,
     read_counts,
     read_duration,
+    with_retries,
 )
 from provision.spec.models import AuthMethod, Job, Spec, Worker
 from provision.spec.names import NAME_RULE, is_valid_name
@@ -300,6 +302,9 @@ def _job(
     command = read_command(attributes.get("command"), f"{where}.command", problems)
     timings = job_timings(attributes, where, defaults, problems)
     counts = read_counts(attributes, where, default_counts, problems)
+    if timings is not None and counts is not None:
+        every = None if schedule is None else parse_schedule(schedule, zone).every
+        timings = with_retries(timings, counts, every, attributes, where, problems)
     if name is None or prefix is None or workers is None or timings is None or counts is None:
         return None
     return Job(
