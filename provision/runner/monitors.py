@@ -101,20 +101,24 @@ class LockMonitors:
         thread.start()
 
     def await_child(self, child: Child) -> None:
-        """Wait for a retry's job too (runner/retries.py): the renewer and the watcher go on."""
-        waiter = threading.Thread(
-            target=self._await, args=(child,), name="lockctl-job-waiter", daemon=True
-        )
-        self._threads.append(waiter)
-        waiter.start()
+        """Wait for a retry's job instead (runner/retries.py): the renewer and the watcher go
+        on; the ended attempt's descriptor is let go."""
+        self._close_exit_fd()
+        self._child = child
+        self._exit_fd, self._own_exit_fd = _exit_descriptor(child)
+        self.start()
 
     def stop_and_join(self) -> None:
         self.halt.set()
         for thread in self._threads:
             thread.join(JOIN_TIMEOUT)
+        self._close_exit_fd()
+
+    def _close_exit_fd(self) -> None:
         if self._own_exit_fd and self._exit_fd is not None:
             with contextlib.suppress(OSError):
                 os.close(self._exit_fd)
+        self._exit_fd, self._own_exit_fd = None, False
 
     def _report_lost(self, reason: str) -> None:
         if not self.releasing and not self.halt.is_set() and self.lost is None:

@@ -192,7 +192,9 @@ class Supervisor:
                 )
             if verdict is not None or now >= until:
                 return verdict
-            wait_for(wakeup, self.stop, min(until - now, STOP_POLL))
+            # the renewer and the watcher start when due, here too (runner/monitors.py)
+            wake_at = _earliest(until, monitors.run_due(now), now + STOP_POLL)
+            wait_for(wakeup, self.stop, max(0.0, (wake_at or until) - now))
 
     def _emit_retry(self, event: str, attempt: int, **fields: object) -> None:
         """`retrying` (the attempt to come, after which status, in how long), `retry-started`
