@@ -35,6 +35,7 @@ from provision.consul import (
     resolve_settings,
 )
 from provision.consul.clock import WallSteps
+from provision.consul.login import Login, read_bearer_token
 from provision.errors import InputError, LocalEnvironmentError, LockctlError
 from provision.runner.events import EventLog, ms
 from provision.runner.forkserver import ForkServer
@@ -45,6 +46,7 @@ from provision.scheduler.reload import ReloadPlan, plan_reload
 from provision.scheduler.sessions import SessionPool
 from provision.scheduler.timer import TickTimer
 from provision.workers.config import JobConfig, WorkerConfig, load_worker_config
+from provision.workers.login import open_login
 
 JOIN_POLL = 0.5
 # Connections kept to the agent, and calls at once (watches of running jobs aside): hundreds of
@@ -70,6 +72,8 @@ def checked_connection(config: WorkerConfig) -> ConsulSettings:
         )
     settings = resolve_settings(**config.connection())
     check_tls_files(settings)
+    if config.login is not None:  # the JWT is there now (it is read again for each login)
+        read_bearer_token(config.login.bearer_token_file)
     return settings
 
 
@@ -128,6 +132,9 @@ class Scheduler:
         self.wall_steps = WallSteps()
         self._clock_known = False  # at the last look: turns worked out before used this host's
         self._reload = False  # set by a signal handler: a plain flag, never a lock
+        # one per connection made, when the config logs in (workers/login.py); logged out at
+        # the very end, after the sessions are destroyed
+        self._logins: list[Login] = []
 
     def request_reload(self) -> None:
         """From a signal handler: only a flag, read by the main loop (a lock could deadlock)."""
@@ -147,6 +154,8 @@ class Scheduler:
             self._end_loops()
         finally:
             self.forks.close()  # after the last run: no job of ours is left to fork or keep
+            for login in self._logins:  # the tokens go with the process
+                login.close()
         self.events.emit("stopped", signal=self.stop.signum)
         return 0
 
@@ -191,6 +200,10 @@ class Scheduler:
             agent_clock=self.agent_clock,  # kept across reloads: another agent's answers correct it
         )
         self.consul, self._connection = consul, connection_key(settings)
+        # before the first call: every client sharing this one's token source sends its token
+        login = open_login(consul, self.config, self.events.emit, wait=self.stop.sleep)
+        if login is not None:
+            self._logins.append(login)
         self.sessions = SessionPool(consul, self.config.worker, self.events)
         with self._pools_lock:
             self._pools[self.sessions] = 0
@@ -302,7 +315,7 @@ class Scheduler:
         self.config = fresh
         if moved:
             self._connect(settings)  # new runs use it; runs under way finish on theirs
-        else:
+        elif fresh.login is None:  # (a login keeps its own token: consul/login.py)
             self.consul.use_token(settings.token)  # the token just read: the same file's
         self._apply(plan, jobs)
         self.events.emit("reloaded", jobs=sorted(jobs), **plan.event_fields())
