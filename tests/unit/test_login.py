@@ -320,3 +320,23 @@ def test_a_stop_while_a_login_is_on_its_way_logs_that_token_out(tmp_path: Path) 
     login.login()
     closing.join()
     assert sorted(fake.logged_out) == ["secret-1", "secret-2"]
+
+
+# --- verify's rewritten JWT -----------------------------------------------------------------
+
+
+def test_verify_rewrites_a_jwts_claims_and_keeps_its_signature() -> None:
+    import base64
+
+    from provision.verify.login_checks import rewrite_claims
+
+    def part(data: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(data).encode()).rstrip(b"=").decode()
+
+    claims = {"sub": "a", "kubernetes.io": {"serviceaccount": {"name": "worker-1"}}}
+    jwt = f"{part({'alg': 'RS256'})}.{part(claims)}.c2lnbmF0dXJl"
+    forged = rewrite_claims(jwt, {"/kubernetes.io/serviceaccount/name": "worker-2", "sub": "b"})
+    head, body, signature = forged.reveal().split(".")
+    assert head == jwt.split(".")[0] and signature == "c2lnbmF0dXJl"
+    decoded = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    assert decoded == {"sub": "b", "kubernetes.io": {"serviceaccount": {"name": "worker-2"}}}
