@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from provision.consul.errors import PermissionDenied
 from provision.consul.transport import Transport, quote_path
 from provision.system.secrets import Secret
 
@@ -236,6 +237,18 @@ class IdentityAPI:
             "POST", "/v1/acl/login", json_body=body, token=None, redact=(bearer_token,)
         )
         return LoginToken.from_api(answer.body)
+
+    def token_known(self, token: Secret) -> bool:
+        """Whether the agent knows `token` yet: a login's token reaches the other servers a
+        moment after the one that made it, and is refused (403 "ACL not found") meanwhile.
+        Asked `stale`: answered by the server the agent resolves tokens with, not the leader.
+        GET /v1/acl/token/self?stale"""
+        try:
+            path, stale = "/v1/acl/token/self", {"stale": ""}
+            self._transport.request("GET", path, params=stale, token=token, idempotent=True)
+        except PermissionDenied:
+            return False
+        return True
 
     def logout(self, token: Secret) -> None:
         """Destroy a token that login made, with that token itself.

@@ -43,6 +43,7 @@ MAX_BEARER_BYTES = 64 * 1024  # a projected service-account token is 1-2 KiB
 REASON_CHARS = 200  # Consul's reason, as shown: one bounded line
 RELOGIN_SHARE = 2 / 3  # log in again when this share of the token's life has passed
 UNKNOWN_LIFETIME_RELOGIN = 300.0  # seconds, for a token Consul gave no expiry (none seen)
+KNOWN_WAIT = 10.0  # seconds a new token may take to be known where it is sent
 RETRY_FIRST, RETRY_MAX = 1.0, 10.0  # seconds between re-login attempts after a failure
 # What Consul's 500 says when it refused the JWT, not when it failed (1.8.7's go-jose and its
 # jwt auth method's own messages; see CONSUL_FACTS)
@@ -139,10 +140,11 @@ class Login:
         *,
         emit: Emit | None = None,
         clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._identity, self._tokens, self.config = identity, tokens, config
         self._emit = emit or (lambda *_a, **_k: None)
-        self._clock = clock
+        self._clock, self._sleep = clock, sleep
         self._held: LoginToken | None = None
         self._expires_at: float | None = None  # on the monotonic clock
         self._wake = threading.Event()
@@ -173,6 +175,7 @@ class Login:
                 f"login through auth method {self.config.auth_method!r} refused "
                 f"({exc.status}): {reason}"
             ) from None
+        self._await_known(token)  # before any call sends it (and the old one goes)
         old: LoginToken | None
         with self._lock:
             if self._closed:  # close() came while this login was on its way: undo it
@@ -186,6 +189,22 @@ class Login:
         if old is not None:
             self._logout(old, "relogin")
         return token
+
+    def _await_known(self, token: LoginToken) -> None:
+        """Wait (at most KNOWN_WAIT) until the agent knows the new token: sent at once, it can
+        be refused for a moment (CONSUL_FACTS: a fresh token reaches the followers a moment
+        after the leader). Past the bound it is used all the same; a call refused then fails
+        as any 403 does."""
+        give_up_at = self._clock() + KNOWN_WAIT
+        pause = 0.02
+        while not self._identity.token_known(token.secret):
+            if self._clock() > give_up_at:
+                self._emit(
+                    "login-not-known", accessor=token.accessor_id, waited_ms=KNOWN_WAIT * 1e3
+                )
+                return
+            self._sleep(pause)
+            pause = min(pause * 2, 0.5)
 
     def start(self) -> None:
         """Keep logging in again before the token expires, on a thread of its own."""

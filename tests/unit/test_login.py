@@ -264,6 +264,9 @@ class _FakeIdentity:
         self.made += 1
         return LoginToken(f"accessor-{self.made}", Secret(f"secret-{self.made}"), 60.0)
 
+    def token_known(self, token: Secret) -> bool:
+        return True
+
     def logout(self, token: Secret) -> None:
         self.logged_out.append(token.reveal())
 
