@@ -343,3 +343,34 @@ def test_verify_rewrites_a_jwts_claims_and_keeps_its_signature() -> None:
     assert head == jwt.split(".")[0] and signature == "c2lnbmF0dXJl"
     decoded = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
     assert decoded == {"sub": "b", "kubernetes.io": {"serviceaccount": {"name": "worker-2"}}}
+
+
+def test_worker_config_files_name_the_bearer_token_file_not_a_token_file(tmp_path: Path) -> None:
+    from provision.system.templates import find_templates_dir
+    from provision.workers.files import Placement, write_worker_files
+
+    (tmp_path / "issuer.pem").write_text(_PEM)
+    spec = parse_spec(SPEC, tmp_path / "locks.hcl")
+    bearer = Path("/run/jwt/consul")
+    placement = Placement(None, Path("/etc/lockctl/secrets"), "lockctl", bearer_token_file=bearer)
+    out = tmp_path / "out"
+    write_worker_files(spec, ["worker-1", "worker-2"], out, find_templates_dir(), placement)
+    env_one = (out / "worker-1" / "lockctl.env").read_text()
+    assert "LOCKCTL_AUTH_METHOD=k8s\n" in env_one
+    assert "LOCKCTL_BEARER_TOKEN_FILE=/run/jwt/consul\n" in env_one
+    assert "CONSUL_HTTP_TOKEN_FILE" not in env_one
+    assert load_worker_config(out / "worker-1" / "lockctl.json").login is not None
+    env_two = (out / "worker-2" / "lockctl.env").read_text()
+    assert "CONSUL_HTTP_TOKEN_FILE=/etc/lockctl/secrets/worker-2.token\n" in env_two
+    assert "LOCKCTL_BEARER_TOKEN_FILE" not in env_two
+
+
+def test_verify_bearer_token_flag_is_worker_equals_file(tmp_path: Path) -> None:
+    from provision.cli.verify import _bearer_tokens
+
+    (tmp_path / "jwt").write_text("a.b.c\n")
+    assert _bearer_tokens([f"worker-1={tmp_path / 'jwt'}"]) == {"worker-1": Secret("a.b.c")}
+    with pytest.raises(InputError, match=r"--bearer-token-file 'worker-1': expected WORKER=FILE"):
+        _bearer_tokens(["worker-1"])
+    with pytest.raises(InputError, match="--bearer-token-file w: .*cannot read bearer token"):
+        _bearer_tokens([f"w={tmp_path / 'missing'}"])
