@@ -372,5 +372,5 @@ def test_verify_bearer_token_flag_is_worker_equals_file(tmp_path: Path) -> None:
     assert _bearer_tokens([f"worker-1={tmp_path / 'jwt'}"]) == {"worker-1": Secret("a.b.c")}
     with pytest.raises(InputError, match=r"--bearer-token-file 'worker-1': expected WORKER=FILE"):
         _bearer_tokens(["worker-1"])
-    with pytest.raises(InputError, match="--bearer-token-file w: .*cannot read bearer token"):
+    with pytest.raises(InputError, match=r"--bearer-token-file w: .*cannot read bearer token"):
         _bearer_tokens([f"w={tmp_path / 'missing'}"])
