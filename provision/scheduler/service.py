@@ -174,7 +174,7 @@ class Scheduler:
         self.sessions = None
 
     def _start(self, config: WorkerConfig, settings: ConsulSettings) -> None:
-        self._connect(settings)
+        self._connect(settings, config)
         assert self.consul is not None
         self._learn_clock(self.consul)  # before any turn is worked out
         self.loops = {job.name: self._loop(job) for job in scheduled_jobs(config)}
@@ -190,8 +190,12 @@ class Scheduler:
         self._timer_thread.start()
         self.events.emit("started", config=str(config.path), jobs=list(self.loops))
 
-    def _connect(self, settings: ConsulSettings) -> None:
-        """A client and a session pool for this connection; the loops made from now on use it."""
+    def _connect(
+        self, settings: ConsulSettings, config: WorkerConfig, *, reload: bool = False
+    ) -> None:
+        """A client and a session pool for this connection; the loops made from now on use it.
+        A config that logs in logs in first: at start it waits out Consul being unavailable; on
+        a reload a refusal (or Consul unavailable) is raised before anything changed."""
         consul = Consul(
             settings,
             pool_size=POOL_SIZE,
@@ -199,12 +203,13 @@ class Scheduler:
             batch_txns=True,
             agent_clock=self.agent_clock,  # kept across reloads: another agent's answers correct it
         )
-        self.consul, self._connection = consul, connection_key(settings)
         # before the first call: every client sharing this one's token source sends its token
-        login = open_login(consul, self.config, self.events.emit, wait=self.stop.sleep)
+        wait = None if reload else self.stop.sleep
+        login = open_login(consul, config, self.events.emit, wait=wait)
         if login is not None:
             self._logins.append(login)
-        self.sessions = SessionPool(consul, self.config.worker, self.events)
+        self.consul, self._connection = consul, connection_key(settings)
+        self.sessions = SessionPool(consul, config.worker, self.events)
         with self._pools_lock:
             self._pools[self.sessions] = 0
         self.sessions.start()
@@ -308,14 +313,19 @@ class Scheduler:
             self.events.emit("reload-refused", error=str(exc), kept=str(self.config.path))
             return
         assert self.timer is not None and self.consul is not None
-        moved = connection_key(settings) != self._connection
+        # another auth method or bearer-token file: a new client, which logs in with them
+        moved = connection_key(settings) != self._connection or fresh.login != self.config.login
         running = {name: loop.job for name, loop in self.loops.items()}
         jobs = {job.name: job for job in scheduled_jobs(fresh)}
         plan = plan_reload(running, jobs, connection_changed=moved)
+        if moved:  # new runs use it; runs under way finish on theirs
+            try:
+                self._connect(settings, fresh, reload=True)
+            except LockctlError as exc:  # a refused login: nothing changed yet
+                self.events.emit("reload-refused", error=str(exc), kept=str(self.config.path))
+                return
         self.config = fresh
-        if moved:
-            self._connect(settings)  # new runs use it; runs under way finish on theirs
-        elif fresh.login is None:  # (a login keeps its own token: consul/login.py)
+        if not moved and fresh.login is None:  # (a login keeps its own token: consul/login.py)
             self.consul.use_token(settings.token)  # the token just read: the same file's
         self._apply(plan, jobs)
         self.events.emit("reloaded", jobs=sorted(jobs), **plan.event_fields())

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -306,3 +307,79 @@ def test_each_refused_login_is_one_line_naming_consuls_reason_and_exit_4(
     assert lines[0] == (
         f"lockctl: error: login through auth method '{lab.method}' refused {expected}"
     ), lines
+
+
+def _verify_spec(lab: Lab) -> Path:
+    """The lab's spec with its auth method and each worker's identity, for `lockctl verify`."""
+    text = (lab.tmp / "locks.hcl").read_text()
+    for worker in WORKERS:
+        identity = (
+            f'  identity {{\n    auth_method = "{lab.method}"\n    claims {{\n'
+            f'      namespace = "{NAMESPACE}"\n      service_account = "{worker}-{lab.uid}"\n'
+            "    }\n  }\n"
+        )
+        text = text.replace(f'worker "{worker}" {{\n', f'worker "{worker}" {{\n{identity}', 1)
+    method = (
+        f'auth_method "{lab.method}" {{\n  type = "jwt"\n  bound_issuer = "{ISSUER}"\n'
+        '  bound_audiences = ["consul"]\n  jwt_validation_pub_keys_file = "issuer.pem"\n'
+        '  max_token_ttl = "1m"\n  claim_mappings {\n'
+        '    namespace = "/kubernetes.io/namespace"\n'
+        '    service_account = "/kubernetes.io/serviceaccount/name"\n  }\n}\n'
+    )
+    path = lab.tmp / "verify.hcl"
+    path.write_text(method + text)
+    return path
+
+
+def test_verify_proves_a_login_gets_exactly_its_workers_rights(lab: Lab) -> None:
+    spec = _verify_spec(lab)
+    given = {"worker-1": lab.jwt("worker-1"), "worker-3": lab.jwt("worker-3")}
+    given["stranger"] = sign_jwt(lab.key, NAMESPACE, f"stranger-{lab.uid}")
+    flags = []
+    for name, jwt in given.items():
+        write_jwt(lab.tmp / "jwt" / f"verify-{name}", jwt)
+        flags += ["--bearer-token-file", f"{name}={lab.tmp / 'jwt' / f'verify-{name}'}"]
+    checks = ["--only", "login-confined", "--only", "login-refused", "--only", "login-expiry"]
+    connection = ["--address", lab.cluster.address("server-1"), *lab.cluster.tls_flags()]
+    base = ["verify", "--spec", str(spec), *connection, *checks, "--json"]
+    result = run_lockctl(*base, *flags, drop=("CONSUL_",))
+    assert result.returncode == 0, result.stdout + result.stderr
+    report = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    assert {name: c["status"] for name, c in report.items()} == dict.fromkeys(report, "pass")
+    confined = "\n".join(report["login-confined"]["evidence"])
+    assert "worker-1 (login): session create on worker-2 -> 403" in confined
+    refused = report["login-refused"]["evidence"]
+    assert len(refused) == 3 and "stranger's JWT -> 403 Permission denied" in refused[-1]
+    assert all("no known key successfully validated" in line for line in refused[:2])
+    assert "lives 60.0 s" in report["login-expiry"]["evidence"][0]
+    assert lab.login_tokens() == []  # verify logged out what it logged in
+    without = run_lockctl(*base, drop=("CONSUL_",))
+    skipped = {c["name"]: c for c in json.loads(without.stdout)["checks"]}
+    assert {c["status"] for c in skipped.values()} == {"skip"}, without.stdout
+    assert "give --bearer-token-file WORKER=FILE" in skipped["login-confined"]["summary"]
+
+
+def test_a_reload_to_a_refused_login_is_refused_and_the_old_login_kept(
+    lab: Lab, schedulers: list[SchedulerProcess]
+) -> None:
+    config = lab.login_config("worker-2", lab.jwt("worker-2"), name="reload-worker-2")
+    raw = json.loads(config.read_text())
+    raw["jobs"] = {k: v for k, v in raw["jobs"].items() if k.startswith("steady-")}
+    config.write_text(json.dumps(raw))
+    scheduler = SchedulerProcess(config)
+    schedulers.append(scheduler)
+    assert eventually(lambda: scheduler.events("started")), scheduler.lines
+    stranger = lab.tmp / "jwt" / "reload-stranger"
+    write_jwt(stranger, sign_jwt(lab.key, NAMESPACE, f"stranger-{lab.uid}"))
+    raw["consul"]["login"]["bearer_token_file"] = str(stranger)
+    config.write_text(json.dumps(raw))
+    scheduler.process.send_signal(signal.SIGHUP)
+    refused = eventually(lambda: scheduler.events("reload-refused"))
+    assert refused and "refused (403): Permission denied" in refused[0]["error"], scheduler.lines
+    assert len(scheduler.events("login")) == 1  # the old login stands
+    ran = len(scheduler.events("released"))
+    assert eventually(
+        lambda: len(scheduler.events("released")) > ran or len(lab.login_tokens()) == 1
+    )
+    assert scheduler.stop() == 0
+    assert lab.login_tokens() == []
