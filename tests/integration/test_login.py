@@ -3,7 +3,7 @@ JWT issuer (an RSA key made here; tests/jwt_issuer.py), Consul really verifies t
 
 Three `lockctl schedule` replicas whose configs name no token file log in, run each tick of
 two jobs once, log in again when two thirds of the 1m max_token_ttl have passed, while one of
-them runs a 25 s job, which is not disturbed, and log out on SIGTERM (no token of the auth
+them runs a 30 s job, which is not disturbed, and log out on SIGTERM (no token of the auth
 method is left in Consul). `lockctl run` logs in, runs the job, which cannot read the bearer
 token, and logs out. Each refused login (unknown identity, expired JWT, wrong audience,
 another key) is one line and exit 4. Every login token seen is registered as a Secret, so
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 WORKERS = ("worker-1", "worker-2", "worker-3")
 NAMESPACE = "it-login"
-STEADY, LONG = 3, 30  # seconds between ticks: a short job, and one that runs 25 s of its 30
+STEADY, LONG = 3, 40  # seconds between ticks: a short job, and one that runs 30 s of its 40
 
 
 @dataclass
@@ -107,7 +107,7 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
             "schedule": f'"@every {STEADY}s"',
             "command": _command(logs["steady"], "0.2"),
         },
-        f"long-{uid}": {"schedule": f'"@every {LONG}s"', "command": _command(logs["long"], "25")},
+        f"long-{uid}": {"schedule": f'"@every {LONG}s"', "command": _command(logs["long"], "30")},
         f"run-{uid}": {},
     }
     for name, attributes in jobs.items():
@@ -198,10 +198,11 @@ def test_three_schedulers_log_in_relogin_mid_run_and_log_out_on_sigterm(
         raw["jobs"] = {k: v for k, v in raw["jobs"].items() if not k.startswith("run-")}
         configs[worker] = lab.tmp / f"{worker}-schedule.json"
         configs[worker].write_text(json.dumps(raw))
-    # Start 2-8 s into a long tick: each replica runs that tick at once (late, within its start
-    # deadline), the next from 30 s on, for 25 s; the re-login comes 40 s after the start, so
-    # within that second run, whichever replica runs it.
-    eventually(lambda: 2 <= time.time() % LONG <= 8, timeout=LONG + 5, pause=0.2)
+    # Start 3-6 s into a long tick: one replica runs that tick at once (late, within its start
+    # deadline) for 30 s, over before the next tick; the next runs from 40 s on, for 30 s; the
+    # re-login comes 40 s after the start (43-50 s after the first tick, a replica's start and
+    # its login included), so within that second run, whichever replica runs it.
+    assert eventually(lambda: 3 <= time.time() % LONG <= 6, timeout=LONG + 5, pause=0.2)
     for worker in WORKERS:
         schedulers.append(SchedulerProcess(configs[worker]))
     assert eventually(lambda: all(s.events("login") for s in schedulers)), [
