@@ -177,9 +177,10 @@ class Login:
             ) from None
         self._await_known(token)  # before any call sends it (and the old one goes)
         old: LoginToken | None
+        why = "relogin"
         with self._lock:
             if self._closed:  # close() came while this login was on its way: undo it
-                old = token
+                old, why = token, "stop"
             else:
                 old, self._held = self._held, token
                 # from when the request was sent: the token cannot outlive that
@@ -187,7 +188,7 @@ class Login:
                 self._tokens.replace(token.secret)
         self._emit("login", accessor=token.accessor_id, **_ttl_fields(token))
         if old is not None:
-            self._logout(old, "relogin")
+            self._logout(old, why)
         return token
 
     def _await_known(self, token: LoginToken) -> None:
@@ -197,7 +198,7 @@ class Login:
         as any 403 does."""
         give_up_at = self._clock() + KNOWN_WAIT
         pause = 0.02
-        while not self._identity.token_known(token.secret):
+        while not self._known(token):
             if self._clock() > give_up_at:
                 self._emit(
                     "login-not-known", accessor=token.accessor_id, waited_ms=KNOWN_WAIT * 1e3
@@ -205,6 +206,12 @@ class Login:
                 return
             self._sleep(pause)
             pause = min(pause * 2, 0.5)
+
+    def _known(self, token: LoginToken) -> bool:
+        try:
+            return self._identity.token_known(token.secret)
+        except ConsulError:  # cannot tell now: the token is good, use it
+            return True
 
     def start(self) -> None:
         """Keep logging in again before the token expires, on a thread of its own."""

@@ -374,3 +374,18 @@ def test_verify_bearer_token_flag_is_worker_equals_file(tmp_path: Path) -> None:
         _bearer_tokens(["worker-1"])
     with pytest.raises(InputError, match=r"--bearer-token-file w: .*cannot read bearer token"):
         _bearer_tokens([f"w={tmp_path / 'missing'}"])
+
+
+def test_a_new_token_is_used_once_known_or_when_that_cannot_be_told(tmp_path: Path) -> None:
+    login, fake, tokens, _ = _login(tmp_path)
+    asked: list[str] = []
+
+    def known(token: Secret) -> bool:
+        asked.append(token.reveal())
+        if len(asked) == 1:
+            return False  # not yet on the server the agent asks: wait
+        raise ConsulUnavailable("consul: GET /v1/acl/token/self: connection refused")
+
+    fake.token_known = known  # type: ignore[method-assign]
+    login.login()
+    assert asked == ["secret-1", "secret-1"] and tokens.current == Secret("secret-1")
