@@ -7,10 +7,12 @@ and binding rules come whole from their lists.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from provision.consul.models import Token
+from provision.consul.errors import PermissionDenied
 from provision.consul.transport import Transport, quote_path
 from provision.system.secrets import Secret
 
@@ -77,6 +79,52 @@ class BindingRule:
             bind_type=str(raw.get("BindType") or ""),
             bind_name=str(raw.get("BindName") or ""),
         )
+
+
+@dataclass(frozen=True)
+class LoginToken:
+    """What a login answers: the token (its secret masked), and how long it lives.
+
+    `lifetime`: seconds from its CreateTime to its ExpirationTime, both on Consul's clock (so
+    this host's clock does not enter into it); None when Consul gave no expiry."""
+
+    accessor_id: str
+    secret: Secret = field(repr=False)
+    lifetime: float | None
+    auth_method: str = ""
+
+    @classmethod
+    def from_api(cls, raw: dict[str, Any]) -> LoginToken:
+        return cls(
+            accessor_id=str(raw["AccessorID"]),
+            secret=Secret(str(raw["SecretID"])),
+            lifetime=token_lifetime(raw.get("CreateTime"), raw.get("ExpirationTime")),
+            auth_method=str(raw.get("AuthMethod") or ""),
+        )
+
+
+def token_lifetime(created: object, expires: object) -> float | None:
+    """Seconds from `created` to `expires` (Consul's RFC 3339 times, nanoseconds and all);
+    None when either is missing or unreadable."""
+    try:
+        start = _rfc3339(str(created))
+        end = _rfc3339(str(expires))
+    except ValueError:
+        return None
+    return max((end - start).total_seconds(), 0.0)
+
+
+_RFC3339 = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)")
+
+
+def _rfc3339(text: str) -> datetime:
+    """Consul writes nanoseconds ("...46.7918347Z"); Python reads at most microseconds."""
+    found = _RFC3339.fullmatch(text.strip())
+    if found is None:
+        raise ValueError(f"not an RFC 3339 time: {text[:40]!r}")
+    whole, fraction, zone = found.groups()
+    micro = (fraction or "")[:6].ljust(6, "0")
+    return datetime.fromisoformat(f"{whole}.{micro}{'+00:00' if zone == 'Z' else zone}")
 
 
 class IdentityAPI:
@@ -180,14 +228,27 @@ class IdentityAPI:
 
     # --- login ------------------------------------------------------------------------------
 
-    def login(self, auth_method: str, bearer_token: Secret) -> Token:
-        """Exchange a JWT for a token (no token needed); the answer holds its secret.
+    def login(self, auth_method: str, bearer_token: Secret) -> LoginToken:
+        """Exchange a JWT for a token (no token needed); the answer holds its secret. Never
+        retried on a 5xx (not idempotent: a 500 here is mostly a refused JWT, CONSUL_FACTS).
         POST /v1/acl/login"""
         body = {"AuthMethod": auth_method, "BearerToken": bearer_token.reveal()}
         answer = self._transport.request(
             "POST", "/v1/acl/login", json_body=body, token=None, redact=(bearer_token,)
         )
-        return Token.from_api(answer.body)
+        return LoginToken.from_api(answer.body)
+
+    def token_known(self, token: Secret) -> bool:
+        """Whether the agent knows `token` yet: a login's token reaches the other servers a
+        moment after the one that made it, and is refused (403 "ACL not found") meanwhile.
+        Asked `stale`: answered by the server the agent resolves tokens with, not the leader.
+        GET /v1/acl/token/self?stale"""
+        try:
+            path, stale = "/v1/acl/token/self", {"stale": ""}
+            self._transport.request("GET", path, params=stale, token=token, idempotent=True)
+        except PermissionDenied:
+            return False
+        return True
 
     def logout(self, token: Secret) -> None:
         """Destroy a token that login made, with that token itself.

@@ -48,6 +48,7 @@ from provision.runner.tick_lock import (
     job_schedule,
     plan_tick,
 )
+from provision.system.secrets import Secret
 from provision.workers.config import JobConfig
 
 MIN_DELAY_RETRY = 0.1
@@ -125,7 +126,7 @@ def _run_locked(
     environment = job_environment(os.environ)
     check_program(command, environment)
     hidden = credential_files(lock.consul.settings)
-    secrets = _secrets(lock.consul.settings)
+    secrets = _secrets(lock.consul.settings, lock.consul.transport.tokens.current)
     child = None
     if not isinstance(lock, TickLock):
         child = Child(command, environment, forks, hidden, secrets)
@@ -253,6 +254,7 @@ RUNNER_ONLY = (
     "CONSUL_CLIENT_CERT",
     "CONSUL_CLIENT_KEY",
     "LOCKCTL_CONFIG",  # names the token file and the TLS pair
+    "LOCKCTL_BEARER_TOKEN_FILE",  # the JWT a worker logs in with (lockctl.env)
 )
 
 
@@ -263,12 +265,20 @@ def job_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 def credential_files(settings: ConsulSettings) -> tuple[str, ...]:
     """The worker's own secrets on this host (its token file, its TLS client pair), which the
-    job's mount namespace covers: the job cannot read them, though it runs as the same user."""
-    files = (settings.token_file, settings.client_key, settings.client_cert)
+    job's mount namespace covers: the job cannot read them, though it runs as the same user.
+    A worker that logs in has its bearer-token file (its JWT) covered the same way."""
+    files = (
+        settings.token_file,
+        settings.client_key,
+        settings.client_cert,
+        settings.bearer_token_file,
+    )
     return tuple(os.path.abspath(path) for path in files if path is not None)
 
 
-def _secrets(settings: ConsulSettings) -> list[str]:
-    """What the job's output tail must never show (runner/output.py), read before any lock."""
-    token = None if settings.token is None else settings.token.reveal()
+def _secrets(settings: ConsulSettings, current: Secret | None = None) -> list[str]:
+    """What the job's output tail must never show (runner/output.py), read before any lock:
+    the token sent now too (a login's, which the settings do not hold)."""
+    sent = current if current is not None else settings.token
+    token = None if sent is None else sent.reveal()
     return runner_secrets(token, os.environ, settings.client_key)
