@@ -48,10 +48,12 @@ def _print(states: list[LockState]) -> None:
     headers = ("job", "lock key", "holder (node, from Consul)", "session")
     scheduled = any(s.next_tick is not None for s in states)
     ticks = ("last tick (outcome, worker as recorded)", "next tick") if scheduled else ()
-    for header in (*headers, "record (as written by the holder)", "LockIndex", *ticks):
+    paused = ("paused",) if any(s.paused for s in states) else ()  # only while a job is
+    for header in (*headers, "record (as written by the holder)", "LockIndex", *ticks, *paused):
         table.add_column(header, overflow="fold")  # a narrow table wraps; it never cuts an ID
     for s in states:
         ledger = [_last_tick(s), cell(s.next_tick or "-")] if scheduled else []
+        ledger += [cell(s.paused or "-", RECORD_LIMIT, style="yellow")] if paused else []
         table.add_row(
             cell(s.job),
             cell(s.key),

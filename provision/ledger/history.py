@@ -36,6 +36,7 @@ from provision.ledger.records import (
     TickRecord,
     tick_key,
     tick_name,
+    timestamp,
 )
 from provision.ledger.store import Ledger
 from provision.ledger.ticks import missed_ticks, suspect
@@ -185,6 +186,8 @@ class TickRow:
             return f"suspect: dated in the future (says {self.record.outcome.value})"
         if self.note is not None:
             return f"{self.outcome} ({self.note})"
+        if self.record is not None and self.record.by is not None:
+            return f"{self.outcome} ({operator_said(self.record)})"
         return "missed (not recorded yet)" if self.missed and not self.recorded else self.outcome
 
     def to_record(self) -> dict[str, Any]:
@@ -207,6 +210,10 @@ class TickRow:
             "finished_at": _iso(None if r is None else r.finished_at),
             "stdout": None if r is None else r.stdout,  # the end of it, masked and printable
             "stderr": None if r is None else r.stderr,
+            "by": None if r is None else r.by,  # who paused the job, or asked for this run
+            "reason": None if r is None else r.reason,
+            "asked_at": _iso(None if r is None else r.asked_at),
+            "trigger": None if r is None else r.trigger,
         }
 
 
@@ -355,6 +362,13 @@ def record_missed(consul: Consul, history: JobHistory) -> MissedRecording:
 
 
 # --- --since ------------------------------------------------------------------------------------
+
+
+def operator_said(record: TickRecord) -> str:
+    """`by alice at 2026-12-04T22:00:00.000Z: disk swap`: an operator's word in a record."""
+    when = "" if record.asked_at is None else f" at {timestamp(record.asked_at)}"
+    why = f": {record.reason}" if record.reason else ""
+    return f"by {record.by}{when}{why}"
 
 
 def parse_since(text: str, now: datetime) -> datetime:

@@ -49,6 +49,7 @@ class TickOutcome(str, enum.Enum):
     TIMED_OUT = "timed-out"  # the job ran past its timeout and was stopped; the lock released
     MISSED = "missed"  # nobody claimed the tick within its start deadline
     UNREADABLE = "unreadable"  # the key holds something that is not a tick record
+    PAUSED = "paused"  # the job was paused (lockctl pause) when the tick came: not run
 
 
 FINISHED = frozenset(
@@ -122,6 +123,12 @@ class TickRecord:
     duration: float | None = None
     stdout: str | None = None  # the end of the job's output (system/tails.py): printable, masked
     stderr: str | None = None
+    # an operator's word (ledger/control.py): who paused the job (a `paused` record) or asked
+    # for this run (`lockctl trigger`: a manual run, `trigger` its id), when, why
+    by: str | None = None
+    reason: str | None = None
+    asked_at: datetime | None = None
+    trigger: str | None = None
     modify_index: int = 0  # Consul's, when read from Consul (the cas index to complete it at)
 
     def encode(self) -> bytes:
@@ -177,6 +184,10 @@ def decode(tick: datetime, value: bytes | None, modify_index: int = 0) -> TickRe
         duration=_number(raw.get("duration")),
         stdout=_output(raw.get("stdout")),
         stderr=_output(raw.get("stderr")),
+        by=_text(raw.get("by"), 128),
+        reason=_text(raw.get("reason"), 200),
+        asked_at=_time(raw.get("asked_at")),
+        trigger=_text(raw.get("trigger")),
         modify_index=modify_index,
     )
 
@@ -219,8 +230,8 @@ def _json_object(value: bytes | None) -> dict[str, Any] | None:
     return raw if isinstance(raw, dict) else None
 
 
-def _text(value: Any) -> str | None:
-    return printable(value, FIELD_LIMIT) if isinstance(value, str) and value else None
+def _text(value: Any, limit: int = FIELD_LIMIT) -> str | None:
+    return printable(value, limit) if isinstance(value, str) and value else None
 
 
 def _output(value: Any) -> str | None:
@@ -259,6 +270,8 @@ def taken_fields(record: TickRecord) -> dict[str, object]:
     when = tick_name(record.tick)
     if record.outcome is TickOutcome.MISSED:
         reason = f"tick {when} already recorded missed (noticed by {who})"
+    elif record.outcome is TickOutcome.PAUSED:
+        reason = f"tick {when} already recorded paused (the job is paused, by {record.by})"
     elif record.outcome is TickOutcome.RUNNING:
         reason = f"tick {when} already taken by {who} (running)"
     elif record.outcome is TickOutcome.UNREADABLE:

@@ -184,7 +184,7 @@ def _acquire(
         held = lock.try_acquire()
         if held is not None:
             return held
-        if not options.wait or lock.tick_taken:
+        if not options.wait or (isinstance(lock, TickLock) and lock.final_refusal):
             return _skipped(lock, events)
         verdict = waiting_verdict(clock(), give_up_at, stop.signum)
         if verdict is Outcome.TIMED_OUT:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from provision.consul import Consul, ConsulError
+from provision.ledger.control import ControlNote, decode_note
 from provision.ledger.records import TickOutcome, TickRecord, taken_fields, tick_name
 from provision.ledger.store import Ledger
 from provision.ledger.ticks import (
@@ -40,6 +41,7 @@ from provision.runner.lock import Ending, HeldLock, LockSession, holder_record
 from provision.runner.precheck import WallClock, utc_now
 from provision.runner.results import SkipReason
 from provision.schedule import Schedule, parse_schedule
+from provision.system.control_keys import control_prefix
 from provision.system.text import printable
 from provision.workers.config import JobConfig
 
@@ -109,7 +111,9 @@ def plan_tick(
     record, agent_date = ledger.read(tick, stale=True)
     received = utc_now()
     if record is not None:
-        return TickSkip(tick, Outcome.SKIPPED, taken_fields(record), SkipReason.TAKEN)
+        paused = record.outcome is TickOutcome.PAUSED
+        skip = SkipReason.PAUSED if paused else SkipReason.TAKEN
+        return TickSkip(tick, Outcome.SKIPPED, taken_fields(record), skip)
     choice = judge_tick(schedule, tick, wall(), job.timings.start_deadline, agent_date)
     if agent_date is not None:
         choice = replace(choice, skew=clock_skew(sent, received, agent_date))
@@ -168,7 +172,7 @@ class TickLock(LockSession):
         previous: datetime | None = None,
     ) -> None:
         super().__init__(consul, job, worker, clock)
-        self.ledger = Ledger(consul, job.lock_key)
+        self.ledger = Ledger(consul, job.lock_key, control_prefix(job.name))
         self.tick = tick
         self.previous = previous  # the schedule's tick before ours: is it recorded?
         self.previous_recorded: bool | None = None  # the claim's answer to that
@@ -176,6 +180,7 @@ class TickLock(LockSession):
         self.planned_start = planned_start  # seconds after the tick (jitter): in the record
         self.record: TickRecord | None = None  # ours, once claimed
         self.tick_taken = False  # the claim found the tick taken: retrying cannot help
+        self.paused: TickRecord | None = None  # the claim found the job paused: recorded so
         self._lock_refusal: str | None = None
 
     def _holder_fields(self) -> dict[str, str | int]:
@@ -199,12 +204,39 @@ class TickLock(LockSession):
         if not claim.won:
             self.tick_taken, self._lock_refusal = claim.tick_taken, claim.lock_refusal
             return None
+        claimed = replace(record, lock_index=claim.lock_index, modify_index=claim.record_index)
+        if claim.paused is not None:  # ours, and paused: recorded so, the lock handed back
+            self.paused = self._record_paused(claimed, decode_note(claim.paused))
+            return None
         self.confirm(sent)
         self.previous_recorded = claim.previous_recorded
-        self.record = replace(record, lock_index=claim.lock_index, modify_index=claim.record_index)
+        self.record = claimed
         return HeldLock(claim.lock_index, claim.lock_modify_index)
 
+    def _record_paused(self, claimed: TickRecord, note: ControlNote) -> TickRecord:
+        """Complete our claim of a paused job's tick as `paused` (who paused it, when, why) and
+        release the lock, in one transaction: the job does not start, and the tick is neither
+        run nor missed."""
+        paused = claimed.completed(
+            TickOutcome.PAUSED,
+            finished_at=self.wall(),
+            by=note.by,
+            reason=note.reason,
+            asked_at=note.at,
+        )
+        completion = self.ledger.complete(paused, self.session_id, release=True)
+        if completion.released is None and not completion.recorded:
+            self.release()  # no answer to the transaction: at least free the key
+        return paused
+
+    @property
+    def final_refusal(self) -> bool:
+        """Waiting for the lock cannot help: the tick is taken, or the job is paused."""
+        return self.tick_taken or self.paused is not None
+
     def why_not_acquired(self) -> TickRefusal:  # type: ignore[override]
+        if self.paused is not None:
+            return paused_refusal(self.paused)
         if self.tick_taken:
             record, _ = self.ledger.read(self.tick)
             if record is not None:
@@ -271,13 +303,26 @@ class TickRefusal:
         return {"tick": tick_name(self.tick), **self.fields}
 
 
-def refused_skip(*, recorded: bool, lock_delay: bool, running: str | None) -> SkipReason:
+def paused_refusal(paused: TickRecord) -> TickRefusal:
+    """The skip of a tick recorded paused: who paused the job, and why."""
+    said = f" ({paused.reason})" if paused.reason else ""
+    reason = f"tick {tick_name(paused.tick)}: the job is paused, by {paused.by}{said}: not run"
+    skip = refused_skip(recorded=False, lock_delay=False, running=None, paused=True)
+    return TickRefusal(paused.tick, {"reason": reason, "paused_by": paused.by}, skip)
+
+
+def refused_skip(
+    *, recorded: bool, lock_delay: bool, running: str | None, paused: bool = False
+) -> SkipReason:
     """Why a claim was refused, in a word: the tick has a record (another runner has or had
-    it); Consul refused the lock for its lock-delay; the lock's holder names the tick it runs
+    it); the job is paused (our claim found its paused key: the tick is recorded paused);
+    Consul refused the lock for its lock-delay; the lock's holder names the tick it runs
     (TickLock writes it: the job's previous tick still runs, an overlap); else the lock is held
     by something else (a plain `lockctl run`, a record that names no tick)."""
     if recorded:
         return SkipReason.TAKEN
+    if paused:
+        return SkipReason.PAUSED
     if lock_delay:
         return SkipReason.LOCK_DELAY
     return SkipReason.OTHER if running is None else SkipReason.OVERLAP

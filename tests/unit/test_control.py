@@ -1,0 +1,80 @@
+"""The operators' control keys: their names, what their notes hold (untrusted text), --reason."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+
+from provision.ledger.control import ControlNote, decode_note, reason_problem
+from provision.ledger.records import TickOutcome, TickRecord, decode
+from provision.system.control_keys import CONTROL_ROOT, control_prefix, paused_key, trigger_key
+
+AT = datetime(2026, 12, 4, 22, 0, tzinfo=timezone.utc)
+
+
+def test_the_control_keys_sit_under_one_root_outside_every_job_prefix() -> None:
+    assert CONTROL_ROOT == "lockctl/control/"
+    assert control_prefix("nightly") == "lockctl/control/nightly/"
+    assert paused_key("nightly") == "lockctl/control/nightly/paused"
+    assert trigger_key("nightly") == "lockctl/control/nightly/trigger"
+    # a job whose name starts another's does not reach into its folder
+    assert not paused_key("ab").startswith(control_prefix("a"))
+
+
+def test_a_note_reads_back_as_written() -> None:
+    note = ControlNote("alice (ops)", AT, "disk swap on db-1")
+    assert decode_note(note.encode()) == note
+    assert note.said() == "by alice (ops) at 2026-12-04T22:00:00.000Z: disk swap on db-1"
+    assert ControlNote("bob", None).said() == "by bob"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, ControlNote("unknown", None)),  # a key with no value still pauses
+        (b"", ControlNote("unknown", None)),
+        (b"paused!", ControlNote("unknown", None)),
+        (b"[1, 2]", ControlNote("unknown", None)),
+        (b'{"format": 2, "by": "x"}', ControlNote("unknown", None)),  # a format not ours
+        (b"x" * 5000, ControlNote("unknown", None)),  # over the cap: not parsed at all
+        (b"[" * 100_000, ControlNote("unknown", None)),  # nested too deep: no RecursionError
+        (
+            b'{"format": 1, "by": 7, "at": "9999-12-31T23:59:59-01:00"}',
+            ControlNote("unknown", None),
+        ),
+        (
+            json.dumps({"format": 1, "by": "e\x1b[2J", "reason": "r\u202e" + "y" * 300}).encode(),
+            ControlNote("e\\x1b[2J", None, "r\\u202e" + "y" * 178 + "...(+122 chars)"),
+        ),
+    ],
+)
+def test_a_note_is_untrusted_text(value: bytes | None, expected: ControlNote) -> None:
+    assert decode_note(value) == expected
+
+
+@pytest.mark.parametrize(
+    ("reason", "problem"),
+    [
+        (None, None),
+        ("disk swap", None),
+        ("x" * 200, None),
+        ("", "is empty"),
+        ("   ", "is empty"),
+        ("x" * 201, "is longer than 200 characters"),
+        ("a\nb", "has a control character or a character that is not printable"),
+        ("a\x1b[2Jb", "has a control character or a character that is not printable"),
+        ("\u202eevil", "has a control character or a character that is not printable"),
+    ],
+)
+def test_reason_is_one_printable_bounded_line(reason: str | None, problem: str | None) -> None:
+    assert reason_problem(reason) == problem
+
+
+def test_a_paused_record_keeps_who_when_and_why() -> None:
+    tick = datetime(2026, 12, 4, 22, 1, tzinfo=timezone.utc)
+    record = TickRecord(tick, TickOutcome.PAUSED, worker="worker-1", by="alice", asked_at=AT)
+    record = TickRecord(**{**record.__dict__, "reason": "disk swap"})
+    assert decode(tick, record.encode()) == record
+    assert decode(tick, record.encode()).outcome is TickOutcome.PAUSED
