@@ -96,3 +96,21 @@ def _moment(value: Any) -> datetime | None:
     except (ValueError, OverflowError):
         return None
     return utc if utc is not None and believable(utc) else None
+
+
+TAKEN = "trigger-taken"  # in the job's own prefix, beside its ledger: the last trigger taken
+
+
+def taken_key(lock_key: str) -> str:
+    """`locks/job/.lock` -> `locks/job/trigger-taken`: the id of the last trigger a replica
+    took, written in the claim of its run (the job's workers may write there; retention never
+    deletes it, so a trigger whose run's record was pruned is still known as taken)."""
+    return lock_key.rsplit("/", 1)[0] + "/" + TAKEN
+
+
+def manual_tick(asked_at: datetime) -> datetime:
+    """The instant a manual run is recorded at: when it was asked, to the millisecond, never a
+    whole second (a scheduled tick's name), so its record has a key of its own in the ledger."""
+    at = asked_at.astimezone(timezone.utc)
+    at = at.replace(microsecond=at.microsecond // 1000 * 1000)
+    return at if at.microsecond else at.replace(microsecond=1000)

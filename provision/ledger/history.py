@@ -187,7 +187,8 @@ class TickRow:
         if self.note is not None:
             return f"{self.outcome} ({self.note})"
         if self.record is not None and self.record.by is not None:
-            return f"{self.outcome} ({operator_said(self.record)})"
+            manual = "manual, " if self.record.trigger is not None else ""
+            return f"{self.outcome} ({manual}{operator_said(self.record)})"
         return "missed (not recorded yet)" if self.missed and not self.recorded else self.outcome
 
     def to_record(self) -> dict[str, Any]:

@@ -8,13 +8,17 @@ secret: that is what `status` and `history` show.
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from provision.consul import Consul, PermissionDenied
-from provision.ledger.control import BY_LIMIT, NOTE_MAX_BYTES, ControlNote, decode_note
-from provision.system.control_keys import paused_key
+from provision.consul import Consul, KVOp, PermissionDenied
+from provision.errors import LockctlError
+from provision.ledger.control import BY_LIMIT, NOTE_MAX_BYTES, ControlNote, decode_note, taken_key
+from provision.system.control_keys import paused_key, trigger_key
 from provision.system.text import printable
+
+TRIGGER_TRIES = 3  # the job's control keys changed between the reads and the write: read again
 
 
 @dataclass(frozen=True)
@@ -77,3 +81,49 @@ def readable_pause_state(consul: Consul, job: str) -> PauseState | None:
         return pause_state(consul, job)
     except PermissionDenied:
         return None
+
+
+class TriggerRefused(LockctlError):
+    """`lockctl trigger` refused: the job is paused, or a trigger of it is pending (exit 1)."""
+
+
+def trigger(
+    consul: Consul, job: str, lock_key: str, reason: str | None, now: datetime | None = None
+) -> ControlNote:
+    """Ask the running schedulers to run `job` once now: write its trigger key (who asks, when,
+    why, an id) in one transaction that checks the job is not paused and that the trigger it
+    replaces, if any, was taken already (the job's taken-trigger key names it): at most one
+    pending trigger per job. The note written; TriggerRefused when it is paused or pending."""
+    who = operator_name(consul)
+    for _ in range(TRIGGER_TRIES):
+        paused = pause_state(consul, job).note
+        if paused is not None:
+            raise TriggerRefused(
+                f"job {job} is paused {paused.said()}: not triggered (lockctl resume {job} first)"
+            )
+        current, _ = consul.kv.get(
+            trigger_key(job), consistency="consistent", max_bytes=NOTE_MAX_BYTES * 2
+        )
+        if current is not None:
+            pending = decode_note(current.value)
+            if not _taken(consul, lock_key, pending):
+                raise TriggerRefused(
+                    f"job {job} has a trigger pending, asked {pending.said()}: at most one at "
+                    "a time (a running `lockctl schedule` of the job takes it within seconds)"
+                )
+        note = ControlNote(who, now or datetime.now(timezone.utc), reason, uuid.uuid4().hex[:16])
+        replaced = (
+            KVOp("check-not-exists", trigger_key(job))
+            if current is None
+            else KVOp("check-index", trigger_key(job), index=current.modify_index)
+        )
+        ops = [KVOp("check-not-exists", paused_key(job)), replaced]
+        if consul.txn.kv([*ops, KVOp("set", trigger_key(job), note.encode())]).applied:
+            return note
+    raise TriggerRefused(f"job {job}: its control keys kept changing: not triggered, try again")
+
+
+def _taken(consul: Consul, lock_key: str, note: ControlNote) -> bool:
+    """Whether a replica took the trigger `note` (the job's taken-trigger key names it)."""
+    entry, _ = consul.kv.get(taken_key(lock_key), consistency="consistent")
+    return entry is not None and note.id is not None and entry.value == note.id.encode()

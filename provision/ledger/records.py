@@ -36,7 +36,8 @@ RECORD_MAX_BYTES = 4096
 # RECORD_MAX_BYTES, which every reader, of any version, decodes. A longer output's newest part.
 OUTPUT_BUDGET = 1536
 OUTPUT_STREAMS = ("stdout", "stderr")
-_TICK_NAME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+# a scheduled tick is a whole second; a manual run's (lockctl trigger) has its milliseconds
+_TICK_NAME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{3})?Z")
 _MAX_INT = 2**63
 
 
@@ -70,6 +71,8 @@ def ticks_prefix(lock_key: str) -> str:
 
 
 def tick_name(tick: datetime) -> str:
+    if tick.microsecond:  # a manual run's instant (never a whole second: ledger/control.py)
+        return timestamp(tick)
     return tick.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -92,8 +95,11 @@ def parse_tick_name(name: str) -> datetime | None:
     """The tick a ledger key's last segment names, or None if it names none."""
     if not _TICK_NAME.fullmatch(name):
         return None
+    if name.endswith(".000Z"):  # never written: a whole second's name has no milliseconds
+        return None
+    pattern = "%Y-%m-%dT%H:%M:%S.%fZ" if "." in name else "%Y-%m-%dT%H:%M:%SZ"
     try:
-        tick = datetime.strptime(name, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+        tick = datetime.strptime(name, pattern).replace(tzinfo=timezone.utc)
     except ValueError:
         return None
     return tick if believable(tick) else None

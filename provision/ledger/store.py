@@ -34,6 +34,7 @@ from provision.consul import (
     PermissionDenied,
     TxnAnswer,
 )
+from provision.ledger.control import taken_key
 from provision.ledger.records import (
     RECORD_MAX_BYTES,
     RecordProblem,
@@ -278,10 +279,13 @@ class Ledger:
         holder: bytes,
         session_id: str,
         previous: datetime | None = None,
+        trigger: tuple[str, int] | None = None,
     ) -> Claim:
         """Claim the record's tick and take the lock, in one transaction; with `previous`, the
         answer also says whether that tick has a record (a get-tree of its one key: unlike
-        `get`, it does not fail the transaction when there is none)."""
+        `get`, it does not fail the transaction when there is none). `trigger` (a manual run:
+        the trigger's id, and the index the job's taken-trigger key was read at, 0 when absent):
+        the claim also records that trigger taken, and fails if another took one meanwhile."""
         key = self.key(record.tick)
         ops = [
             KVOp("check-not-exists", key),
@@ -293,13 +297,18 @@ class Ledger:
             ops.append(KVOp("get-tree", self.key(previous)))
         if self.control is not None:  # read-only and never failing: the claim is not refused
             ops.append(KVOp("get-tree", self.control))
+        taken_op = len(ops)
+        if trigger is not None:  # a manual run: the trigger is ours only if nobody took it
+            trigger_id, index = trigger
+            ops.append(KVOp("cas", taken_key(self.lock_key), trigger_id.encode(), index=index))
         # the job starts once this is answered; claims of jobs ticking together share a transaction
         answer = self.consul.txn.kv(ops, urgent=True, batch=True)
         if not answer.applied:
             refusal = answer.failed(1)
             return Claim(
                 False,
-                tick_taken=answer.failed(0) is not None,
+                tick_taken=answer.failed(0) is not None
+                or (trigger is not None and answer.failed(taken_op) is not None),
                 lock_refusal=None if refusal is None else refusal.what,
                 date=answer.date,
             )
@@ -316,6 +325,14 @@ class Ledger:
             previous_recorded=seen,
             paused=None if paused is None else paused.value or b"",
         )
+
+    def untaken_trigger(self, trigger_id: str | None) -> tuple[str, int] | None:
+        """The trigger's id and the index the job's taken-trigger key is at (0: absent), for a
+        manual run's claim to check; None when that key names this trigger: it ran already."""
+        entry, _ = self.consul.kv.get(taken_key(self.lock_key), consistency="consistent")
+        if trigger_id is None or (entry is not None and entry.value == trigger_id.encode()):
+            return None
+        return trigger_id, 0 if entry is None else entry.modify_index
 
     def complete(self, record: TickRecord, session_id: str, *, release: bool) -> Completion:
         """Write how the run ended (cas at the claim's index) and, with `release`, unlock, in one

@@ -88,8 +88,12 @@ def run_job(
         if plan.wait > 0:  # this host's clock is ahead of the agent's: let the tick come
             events.emit("waiting", tick=tick_name(plan.tick), for_clock_ms=ms(plan.wait))
             stop.sleep(plan.wait)  # a stop meanwhile ends the run before it claims
-        previous = schedule.latest_tick_at_or_before(plan.tick - timedelta(seconds=1))
-        lock = TickLock(consul, job, worker, plan.tick, clock, wall, tick.planned_start, previous)
+        previous = None  # a trigger's run: its own instant, outside the schedule
+        if tick.manual is None:
+            previous = schedule.latest_tick_at_or_before(plan.tick - timedelta(seconds=1))
+        lock = TickLock(
+            consul, job, worker, plan.tick, clock, wall, tick.planned_start, previous, tick.manual
+        )
         if options.wait:  # wait for the lock, but not past the tick's claim window
             left = max(0.0, plan.window - plan.lag - plan.wait)
             options = replace(options, timeout=min(options.timeout or left, left))

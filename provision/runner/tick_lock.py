@@ -73,6 +73,7 @@ class TickRun:
     plan: TickChoice | TickSkip
     planned_start: float = 0.0  # seconds after the tick
     housekeep: bool = True
+    manual: ControlNote | None = None  # a trigger's run: its instant is `plan.tick`
 
 
 @dataclass(frozen=True)
@@ -170,8 +171,10 @@ class TickLock(LockSession):
         wall: WallClock = utc_now,
         planned_start: float = 0.0,
         previous: datetime | None = None,
+        manual: ControlNote | None = None,
     ) -> None:
         super().__init__(consul, job, worker, clock)
+        self.manual = manual  # a trigger's run (lockctl trigger): who asked, when, why, its id
         self.ledger = Ledger(consul, job.lock_key, control_prefix(job.name))
         self.tick = tick
         self.previous = previous  # the schedule's tick before ours: is it recorded?
@@ -199,8 +202,20 @@ class TickLock(LockSession):
             start_lag=max(0.0, (claimed_at - self.tick).total_seconds()),
             planned_start=self.planned_start or None,
         )
+        trigger = None
+        if self.manual is not None:
+            trigger = self.ledger.untaken_trigger(self.manual.id)
+            if trigger is None:
+                self.tick_taken = True
+                return None
+            note = self.manual
+            record = replace(
+                record, by=note.by, reason=note.reason, asked_at=note.at, trigger=note.id
+            )
         sent = self._clock()
-        claim = self.ledger.claim(record, self._holder_record(), self.session_id, self.previous)
+        claim = self.ledger.claim(
+            record, self._holder_record(), self.session_id, self.previous, trigger
+        )
         if not claim.won:
             self.tick_taken, self._lock_refusal = claim.tick_taken, claim.lock_refusal
             return None
@@ -237,6 +252,10 @@ class TickLock(LockSession):
     def why_not_acquired(self) -> TickRefusal:  # type: ignore[override]
         if self.paused is not None:
             return paused_refusal(self.paused)
+        if self.tick_taken and self.manual is not None:
+            reason = f"trigger {self.manual.id} already taken (run by another replica)"
+            skip = refused_skip(recorded=True, lock_delay=False, running=None)
+            return TickRefusal(self.tick, {"reason": reason, "trigger": self.manual.id}, skip)
         if self.tick_taken:
             record, _ = self.ledger.read(self.tick)
             if record is not None:

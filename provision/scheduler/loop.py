@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 from provision.consul import Consul, ConsulError, PermissionDenied
 from provision.errors import LockctlError
+from provision.ledger.control import ControlNote
 from provision.ledger.records import tick_name
 from provision.ledger.store import Ledger
 from provision.ledger.ticks import TickChoice, choose_tick
@@ -48,6 +49,7 @@ from provision.scheduler.cadence import (
 )
 from provision.scheduler.counts import HELPER_EVENTS, LoopCounts
 from provision.scheduler.sessions import SessionPool
+from provision.scheduler.triggers import manual_run
 from provision.workers.config import JobConfig
 
 
@@ -282,6 +284,38 @@ class JobTicks:
             # the `acquired` event set it; a run that raised said no `released` or `lost`
             self.counts.not_running()
         self._recovered()
+        self.last_result = result
+        self.counts.finished(result, self.wall().timestamp())
+
+    def run_manual(self, note: ControlNote) -> None:
+        """Run the job once now for an operator's trigger (scheduler/triggers.py heard of it);
+        like run_tick, never raises for Consul or the job."""
+        self.events.emit("trigger", trigger=note.id, by=note.by, reason=note.reason)
+        try:
+            session = self._ensure_session()
+            result = manual_run(
+                self.consul,
+                self.job,
+                self.worker,
+                note,
+                self.events,
+                self.stop,
+                session,
+                clock=self.clock,
+                wall=self.wall,
+                forks=self.forks,
+            )
+        except ConsulError as exc:
+            self.tick_failed(token_refused(exc) or f"trigger {note.id}: {exc}")
+            return
+        except LockctlError as exc:
+            self.tick_failed(str(exc))
+            return
+        except Exception as exc:  # a bug, or data it did not foresee: this trigger only
+            self.tick_failed(unexpected(exc))
+            return
+        finally:
+            self.counts.not_running()
         self.last_result = result
         self.counts.finished(result, self.wall().timestamp())
 

@@ -36,6 +36,7 @@ from provision.consul import (
 )
 from provision.consul.clock import WallSteps
 from provision.errors import InputError, LocalEnvironmentError, LockctlError
+from provision.ledger.control import ControlNote
 from provision.runner.events import EventLog, ms
 from provision.runner.forkserver import ForkServer
 from provision.runner.stop import StopRequest
@@ -44,6 +45,7 @@ from provision.scheduler.loop import CountingEventLog, JobTicks, unexpected
 from provision.scheduler.reload import ReloadPlan, plan_reload
 from provision.scheduler.sessions import SessionPool
 from provision.scheduler.timer import TickTimer
+from provision.scheduler.triggers import TriggerWatch
 from provision.workers.config import JobConfig, WorkerConfig, load_worker_config
 
 JOIN_POLL = 0.5
@@ -128,6 +130,7 @@ class Scheduler:
         self.wall_steps = WallSteps()
         self._clock_known = False  # at the last look: turns worked out before used this host's
         self._reload = False  # set by a signal handler: a plain flag, never a lock
+        self._watch_stop = threading.Event()
 
     def request_reload(self) -> None:
         """From a signal handler: only a flag, read by the main loop (a lock could deadlock)."""
@@ -152,6 +155,7 @@ class Scheduler:
 
     def _end_loops(self) -> None:
         """Wait for every job's current run to end, then destroy the replica's sessions."""
+        self._watch_stop.set()  # its thread ends with its query (a daemon: never waited for)
         if self.timer is not None and self._timer_thread is not None:
             self.timer.retire()  # after a stop it has ended already, or ends with its runs
             self._timer_thread.join()
@@ -179,7 +183,22 @@ class Scheduler:
         self._timer_thread = threading.Thread(target=self.timer.run, name="lockctl-timer")
         self._timer_thread.daemon = True
         self._timer_thread.start()
+        # one blocking query for every job's trigger (scheduler/triggers.py), not one per job
+        self._watch_stop = threading.Event()
+        TriggerWatch(
+            lambda: self.consul,
+            lambda: list(self.loops),
+            self._trigger,
+            self.events,
+            self._watch_stop,
+        ).start()
         self.events.emit("started", config=str(config.path), jobs=list(self.loops))
+
+    def _trigger(self, name: str, note: ControlNote) -> None:
+        """From the trigger watch: run job `name` once now (the timer says when)."""
+        loop, timer = self.loops.get(name), self.timer
+        if loop is not None and timer is not None:
+            timer.trigger(loop, note)
 
     def _connect(self, settings: ConsulSettings) -> None:
         """A client and a session pool for this connection; the loops made from now on use it."""

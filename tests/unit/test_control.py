@@ -7,8 +7,15 @@ from datetime import datetime, timezone
 
 import pytest
 
-from provision.ledger.control import ControlNote, decode_note, reason_problem
-from provision.ledger.records import TickOutcome, TickRecord, decode
+from provision.ledger.control import (
+    ControlNote,
+    decode_note,
+    manual_tick,
+    reason_problem,
+    taken_key,
+)
+from provision.ledger.records import TickOutcome, TickRecord, decode, parse_tick_name, tick_name
+from provision.scheduler.triggers import pending_triggers
 from provision.system.control_keys import CONTROL_ROOT, control_prefix, paused_key, trigger_key
 
 AT = datetime(2026, 12, 4, 22, 0, tzinfo=timezone.utc)
@@ -78,3 +85,48 @@ def test_a_paused_record_keeps_who_when_and_why() -> None:
     record = TickRecord(**{**record.__dict__, "reason": "disk swap"})
     assert decode(tick, record.encode()) == record
     assert decode(tick, record.encode()).outcome is TickOutcome.PAUSED
+
+
+def test_a_manual_run_has_an_instant_of_its_own_never_a_whole_second() -> None:
+    assert manual_tick(AT.replace(microsecond=123456)) == AT.replace(microsecond=123000)
+    assert manual_tick(AT) == AT.replace(microsecond=1000)  # never a scheduled tick's key
+    assert manual_tick(AT.replace(microsecond=999)) == AT.replace(microsecond=1000)
+    tick = manual_tick(AT.replace(microsecond=250000))
+    assert tick_name(tick) == "2026-12-04T22:00:00.250Z"
+    assert parse_tick_name(tick_name(tick)) == tick
+    assert tick_name(AT) == "2026-12-04T22:00:00Z"  # a scheduled tick's name, as ever
+    assert parse_tick_name("2026-12-04T22:00:00.000Z") is None  # never written
+    assert parse_tick_name("2026-12-04T22:00:00.25Z") is None
+    assert taken_key("locks/a/.lock") == "locks/a/trigger-taken"
+
+
+def _note(**fields: object) -> bytes:
+    return json.dumps(
+        {"format": 1, "by": "ops", "at": "2026-12-04T22:00:00.500Z", **fields}
+    ).encode()
+
+
+@pytest.mark.parametrize(
+    ("entries", "expected"),
+    [
+        ([], {}),
+        ([("lockctl/control/a/trigger", _note(id="t1"))], {"a": "t1"}),
+        ([("lockctl/control/a/paused", _note(id="t1"))], {}),  # a pause, not a trigger
+        ([("lockctl/control/z/trigger", _note(id="t1"))], {}),  # not one of this worker's jobs
+        ([("lockctl/control/a/trigger", _note())], {}),  # no id: not a trigger lockctl wrote
+        ([("lockctl/control/a/trigger", b"run it!")], {}),
+        ([("lockctl/control/a/x/trigger", _note(id="t1"))], {}),  # deeper: not the job's key
+        (
+            [
+                ("lockctl/control/a/trigger", _note(id="t1")),
+                ("lockctl/control/b/trigger", _note(id="t2")),
+            ],
+            {"a": "t1", "b": "t2"},
+        ),
+    ],
+)
+def test_the_watch_finds_each_of_its_jobs_trigger(
+    entries: list[tuple[str, bytes]], expected: dict[str, str]
+) -> None:
+    found = pending_triggers(entries, ["a", "b"])
+    assert {job: note.id for job, note in found.items()} == expected
