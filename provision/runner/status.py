@@ -77,7 +77,9 @@ def _with_ticks(consul: Consul, job: Job, state: LockState) -> LockState:
     history = read_history(consul, ledger, wanted=Wanted(1))  # the newest record is the last tick
     row = history.last  # never a suspect record: a tick of 2099 is not the last run
     worker = None if row is None or row.record is None else row.record.worker
-    last = None if row is None else LastTick(tick_name(row.tick), row.label, worker)
+    # a paused tick in a word: who paused it, when and why is the `paused` column's
+    label = None if row is None else "paused" if row.outcome == "paused" else row.label
+    last = None if row is None or label is None else LastTick(tick_name(row.tick), label, worker)
     return replace(
         state,
         last_tick=last,

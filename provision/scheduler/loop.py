@@ -191,6 +191,8 @@ class JobTicks:
         self._recheck_clocks = False  # a clock stepped: read the agent's before the next claim
         # the ledger work beyond claim and completion (cadence.py)
         self.cadence = starting(clock(), job.name)
+        # told when a trigger's run could not be tried (Consul, a bug): it is heard of again
+        self.trigger_failed: Callable[[str, ControlNote], None] | None = None
 
     def continue_from(self, old: JobTicks) -> None:
         """Take over from `old`, this job's loop before a reload: the ticks it ran or tried are
@@ -305,14 +307,13 @@ class JobTicks:
                 wall=self.wall,
                 forks=self.forks,
             )
-        except ConsulError as exc:
-            self.tick_failed(token_refused(exc) or f"trigger {note.id}: {exc}")
-            return
-        except LockctlError as exc:
-            self.tick_failed(str(exc))
-            return
-        except Exception as exc:  # a bug, or data it did not foresee: this trigger only
-            self.tick_failed(unexpected(exc))
+        except Exception as exc:  # Consul, the command, or a bug: said; tried again later
+            if isinstance(exc, ConsulError):
+                self.tick_failed(token_refused(exc) or f"trigger {note.id}: {exc}")
+            else:
+                self.tick_failed(str(exc) if isinstance(exc, LockctlError) else unexpected(exc))
+            if self.trigger_failed is not None:
+                self.trigger_failed(self.job.name, note)
             return
         finally:
             self.counts.not_running()

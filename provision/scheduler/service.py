@@ -131,6 +131,7 @@ class Scheduler:
         self._clock_known = False  # at the last look: turns worked out before used this host's
         self._reload = False  # set by a signal handler: a plain flag, never a lock
         self._watch_stop = threading.Event()
+        self._watch: TriggerWatch | None = None
 
     def request_reload(self) -> None:
         """From a signal handler: only a flag, read by the main loop (a lock could deadlock)."""
@@ -185,13 +186,16 @@ class Scheduler:
         self._timer_thread.start()
         # one blocking query for every job's trigger (scheduler/triggers.py), not one per job
         self._watch_stop = threading.Event()
-        TriggerWatch(
+        self._watch = TriggerWatch(
             lambda: self.consul,
             lambda: list(self.loops),
             self._trigger,
             self.events,
             self._watch_stop,
-        ).start()
+        )
+        for loop in self.loops.values():
+            loop.trigger_failed = self._watch.forget
+        self._watch.start()
         self.events.emit("started", config=str(config.path), jobs=list(self.loops))
 
     def _trigger(self, name: str, note: ControlNote) -> None:
@@ -222,7 +226,7 @@ class Scheduler:
         events = CountingEventLog(job.name, self.config.worker, self.stream, counts)
         with self._pools_lock:
             self._pools[self.sessions] += 1
-        return JobTicks(
+        loop = JobTicks(
             self.consul,
             job,
             self.config.worker,
@@ -233,6 +237,9 @@ class Scheduler:
             sessions=self.sessions,
             forks=self.forks,
         )
+        if self._watch is not None:  # a loop a reload made: its failed triggers too
+            loop.trigger_failed = self._watch.forget
+        return loop
 
     def _learn_clock(self, consul: Consul) -> None:
         """Before any turn is worked out: one answer of the agent, for its clock (any answer

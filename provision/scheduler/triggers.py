@@ -114,6 +114,12 @@ class TriggerWatch:
     def start(self) -> None:
         self.thread.start()
 
+    def forget(self, job: str, note: ControlNote) -> None:
+        """A run of this trigger could not be tried: hand it on again at the next answer (the
+        query's next change, or its wait's end); its claim refuses it if another ran it."""
+        if note.id is not None:
+            self.seen.discard((job, note.id))
+
     def _run(self) -> None:
         index = 0
         while not self.stop.is_set():
