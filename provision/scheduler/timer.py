@@ -73,8 +73,8 @@ class TickTimer:
                 self._schedule(job)
             while not self._ending():
                 self._apply_changes()
+                self._fire_manual()  # first: a trigger waits for a run, not for the next tick
                 self._fire_due()
-                self._fire_manual()
                 self._sleep()
                 self._reschedule_ended()
                 self._replan_waiting()
