@@ -213,9 +213,11 @@ def test_a_worker_token_cannot_pause_resume_or_trigger(applied: Applied, tmp_pat
     )
     management = applied.management
     name = f"verify-test-control-{uuid.uuid4().hex[:6]}"
-    policy = management.acl.create_policy(
-        name, 'key_prefix "lockctl/control/" { policy = "write" }\n'
-    )
+    job = applied.spec.jobs_for("worker-1")[0].name
+    # the same folder as the lock policy's read: Consul takes the longest prefix that matches,
+    # so a grant on lockctl/control/ alone would not widen it
+    rules = f'key_prefix "lockctl/control/{job}/" {{ policy = "write" }}\n'
+    policy = management.acl.create_policy(name, rules)
     rendered = render_policies(applied.spec, find_templates_dir())
     worker_1 = next(t for t in rendered.tokens if t.worker == "worker-1")
     broad = management.acl.create_token(
@@ -229,7 +231,6 @@ def test_a_worker_token_cannot_pause_resume_or_trigger(applied: Applied, tmp_pat
         results = applied.verify("worker-token-control", secrets_dir=tmp_path)
         status, summary = results["worker-token-control"]
         assert status == "fail"
-        job = applied.spec.jobs_for("worker-1")[0].name
         assert "worker-1's token got 200 False, not 403: pause" in summary, summary
         assert "resume" in summary and "trigger" in summary
         # the writes were sent with a cas index no key has: nothing was paused
