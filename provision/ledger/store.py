@@ -279,6 +279,7 @@ class Ledger:
         holder: bytes,
         session_id: str,
         previous: datetime | None = None,
+        *,
         trigger: tuple[str, int] | None = None,
     ) -> Claim:
         """Claim the record's tick and take the lock, in one transaction; with `previous`, the

@@ -92,7 +92,15 @@ def run_job(
         if tick.manual is None:
             previous = schedule.latest_tick_at_or_before(plan.tick - timedelta(seconds=1))
         lock = TickLock(
-            consul, job, worker, plan.tick, clock, wall, tick.planned_start, previous, tick.manual
+            consul,
+            job,
+            worker,
+            plan.tick,
+            clock,
+            wall,
+            tick.planned_start,
+            previous,
+            manual=tick.manual,
         )
         if options.wait:  # wait for the lock, but not past the tick's claim window
             left = max(0.0, plan.window - plan.lag - plan.wait)

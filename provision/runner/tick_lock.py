@@ -171,6 +171,7 @@ class TickLock(LockSession):
         wall: WallClock = utc_now,
         planned_start: float = 0.0,
         previous: datetime | None = None,
+        *,
         manual: ControlNote | None = None,
     ) -> None:
         super().__init__(consul, job, worker, clock)
@@ -214,7 +215,7 @@ class TickLock(LockSession):
             )
         sent = self._clock()
         claim = self.ledger.claim(
-            record, self._holder_record(), self.session_id, self.previous, trigger
+            record, self._holder_record(), self.session_id, self.previous, trigger=trigger
         )
         if not claim.won:
             self.tick_taken, self._lock_refusal = claim.tick_taken, claim.lock_refusal
