@@ -97,20 +97,17 @@ def trigger(
     who = operator_name(consul)
     for _ in range(TRIGGER_TRIES):
         paused = pause_state(consul, job).note
-        if paused is not None:
-            raise TriggerRefused(
-                f"job {job} is paused {paused.said()}: not triggered (lockctl resume {job} first)"
-            )
         current, _ = consul.kv.get(
             trigger_key(job), consistency="consistent", max_bytes=NOTE_MAX_BYTES * 2
         )
-        if current is not None:
-            pending = decode_note(current.value)
-            if not _taken(consul, lock_key, pending):
-                raise TriggerRefused(
-                    f"job {job} has a trigger pending, asked {pending.said()}: at most one at "
-                    "a time (a running `lockctl schedule` of the job takes it within seconds)"
-                )
+        pending = None if current is None else decode_note(current.value)
+        taken = None
+        if paused is None and pending is not None:
+            entry, _ = consul.kv.get(taken_key(lock_key), consistency="consistent")
+            taken = None if entry is None else entry.value
+        refusal = trigger_refusal(job, paused, pending, taken)
+        if refusal is not None:
+            raise TriggerRefused(refusal)
         note = ControlNote(who, now or datetime.now(timezone.utc), reason, uuid.uuid4().hex[:16])
         replaced = (
             KVOp("check-not-exists", trigger_key(job))
@@ -123,7 +120,17 @@ def trigger(
     raise TriggerRefused(f"job {job}: its control keys kept changing: not triggered, try again")
 
 
-def _taken(consul: Consul, lock_key: str, note: ControlNote) -> bool:
-    """Whether a replica took the trigger `note` (the job's taken-trigger key names it)."""
-    entry, _ = consul.kv.get(taken_key(lock_key), consistency="consistent")
-    return entry is not None and note.id is not None and entry.value == note.id.encode()
+def trigger_refusal(
+    job: str, paused: ControlNote | None, pending: ControlNote | None, taken: bytes | None
+) -> str | None:
+    """Why a trigger of `job` is refused, or None (pure): the job is paused; or its trigger
+    key holds a trigger no replica took (the job's taken-trigger key, `taken`, does not name
+    it; a note with no id was never lockctl's, and is pending for good: deleted by hand)."""
+    if paused is not None:
+        return f"job {job} is paused {paused.said()}: not triggered (lockctl resume {job} first)"
+    if pending is not None and (pending.id is None or taken != pending.id.encode()):
+        return (
+            f"job {job} has a trigger pending, asked {pending.said()}: at most one at a time "
+            "(a running `lockctl schedule` of the job takes it within seconds)"
+        )
+    return None

@@ -14,6 +14,7 @@ from provision.ledger.control import (
     reason_problem,
     taken_key,
 )
+from provision.ledger.operator import trigger_refusal
 from provision.ledger.records import TickOutcome, TickRecord, decode, parse_tick_name, tick_name
 from provision.scheduler.triggers import pending_triggers
 from provision.system.control_keys import CONTROL_ROOT, control_prefix, paused_key, trigger_key
@@ -130,3 +131,32 @@ def test_the_watch_finds_each_of_its_jobs_trigger(
 ) -> None:
     found = pending_triggers(entries, ["a", "b"])
     assert {job: note.id for job, note in found.items()} == expected
+
+
+PAUSE = ControlNote("alice", AT, "disk swap")
+PENDING = ControlNote("bob", AT, None, "t1")
+
+
+@pytest.mark.parametrize(
+    ("paused", "pending", "taken", "refused"),
+    [
+        (None, None, None, None),  # nothing pending: triggered
+        (None, PENDING, b"t1", None),  # the last one was taken: replaced
+        (None, PENDING, None, "has a trigger pending, asked by bob at"),  # nobody took it
+        (None, PENDING, b"t0", "has a trigger pending"),  # an older one was taken, not this
+        (None, ControlNote("unknown", None), b"t1", "has a trigger pending"),  # not lockctl's
+        (PAUSE, None, None, "is paused by alice at 2026-12-04T22:00:00.000Z: disk swap"),
+        (PAUSE, PENDING, b"t1", "is paused"),  # paused first, whatever is pending
+    ],
+)
+def test_a_trigger_is_refused_while_paused_or_while_one_is_pending(
+    paused: ControlNote | None,
+    pending: ControlNote | None,
+    taken: bytes | None,
+    refused: str | None,
+) -> None:
+    said = trigger_refusal("nightly", paused, pending, taken)
+    if refused is None:
+        assert said is None
+    else:
+        assert said is not None and said.startswith(f"job nightly {refused}"), said
