@@ -22,7 +22,7 @@ from workers_lab import minted_workers, spec_text
 
 from provision.consul import Consul, PermissionDenied
 from provision.ledger.control import ControlNote
-from provision.ledger.records import TickOutcome, TickRecord
+from provision.ledger.records import TickOutcome, TickRecord, timestamp
 from provision.ledger.store import Ledger
 from provision.system.control_keys import paused_key, trigger_key
 from provision.system.secrets import read_secret_file
@@ -140,6 +140,7 @@ def test_a_paused_job_runs_none_of_its_ticks_until_resumed(lab: Lab) -> None:
         assert {r.outcome for r in later} == {TickOutcome.PAUSED}, later
         record = later[-1]
         assert record.by and record.reason == REASON and record.asked_at is not None
+        when = timestamp(record.asked_at)
         assert record.worker in WORKERS and record.exit_status is None
 
         skips = [e for s in schedulers for e in s.events("skipped")]
@@ -152,6 +153,7 @@ def test_a_paused_job_runs_none_of_its_ticks_until_resumed(lab: Lab) -> None:
         check = lockctl(lab, "check", "--job", lab.job)
         print(f"\n$ lockctl check --job {lab.job}\n{check.stdout}")  # for docs
         assert check.returncode == 0, check.stdout  # paused ticks are no missed runs
+        assert check.stdout.rstrip().endswith(f" (paused by {record.by} at {when}: {REASON})")
         status = lockctl(lab, "status", "--json")
         (state,) = [s for s in json.loads(status.stdout) if s["job"] == lab.job]
         assert state["paused"].startswith(f"by {record.by} at ") and REASON in state["paused"]
