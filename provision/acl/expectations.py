@@ -1,7 +1,8 @@
 """What the spec says each lockctl policy may grant, and what a policy's rules do grant.
 
-A job's lock policy needs exactly its prefix (write), a worker's session policy exactly its node:
-lint holds a policy to this, so a grant broader than needed is an error, not a review comment.
+A job's lock policy needs exactly its prefix (write) and its control keys (read), a worker's
+session policy exactly its node: lint holds a policy to this, so a grant broader than needed is
+an error, not a review comment.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from provision.acl.rules import rule_policy, rule_segment
 from provision.spec.hcl import Body
 from provision.spec.models import Spec
 from provision.spec.names import lock_policy_name, session_policy_name
+from provision.system.control_keys import control_prefix
 
 
 @dataclass(frozen=True)
@@ -49,10 +51,9 @@ def _expectations(spec: Spec) -> dict[str, Expectation]:
     found: dict[str, Expectation] = {}
     for job in spec.jobs:
         rule = Rule("key_prefix", job.prefix, "write")
-        found.setdefault(
-            lock_policy_name(job.name),
-            Expectation(frozenset({rule}), f'job "{job.name}" needs only its prefix'),
-        )
+        control = Rule("key_prefix", control_prefix(job.name), "read")
+        why = f'job "{job.name}" needs only its prefix and read on its control keys'
+        found.setdefault(lock_policy_name(job.name), Expectation(frozenset({rule, control}), why))
     for worker in spec.workers:
         rule = Rule("session", worker.name, "write")
         found.setdefault(

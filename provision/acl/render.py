@@ -21,6 +21,7 @@ from provision.acl.lint import Finding, lint_rules
 from provision.errors import InputError
 from provision.spec.models import Spec
 from provision.spec.names import lock_policy_name, session_policy_name, token_description
+from provision.system.control_keys import control_prefix
 from provision.system.files import PUBLIC_MODE, write_atomically
 from provision.system.templates import make_environment, render_template
 
@@ -89,7 +90,8 @@ def render_policies(spec: Spec, templates_dir: Path) -> RenderResult:
     policies: list[RenderedPolicy] = []
     for job in spec.jobs:
         name = lock_policy_name(job.name)
-        context = {"job": job, "policy_name": name, "spec": spec}
+        control = control_prefix(job.name)
+        context = {"job": job, "policy_name": name, "spec": spec, "control_prefix": control}
         text = render_template(env, LOCK_TEMPLATE, context)
         policies.append(RenderedPolicy(name, text, LOCK_TEMPLATE, f'job "{job.name}"'))
     for worker in spec.workers:

@@ -94,6 +94,7 @@ from provision.cli import (  # noqa: E402
     check,
     cluster,
     consul_binary,
+    control,
     history,
     next,
     policies,
@@ -120,3 +121,6 @@ app.command("next")(next.next_ticks)
 app.command("history")(history.history)
 app.command("check")(check.check)
 app.command("verify")(verify.verify)
+app.command("pause")(control.pause)
+app.command("resume")(control.resume)
+app.command("trigger")(control.trigger)

@@ -92,7 +92,22 @@ def _judge_one(consul: Consul, job: LedgerJob, max_intervals: int) -> tuple[JobH
             remark = f" ({recording.written} missed tick(s) recorded now)"
         elif recording.denied:
             remark = " (missed ticks not recorded: this token may not write the ledger)"
-    return assess(history, job.start_deadline, max_intervals), remark
+    return assess(history, job.start_deadline, max_intervals), remark + _paused(consul, job.name)
+
+
+def _paused(consul: Consul, job: str) -> str:
+    """` (paused by alice at ...: why)` while an operator paused the job (its paused ticks are
+    neither missed nor failed runs); nothing when not, or when this token may not read it."""
+    from provision.consul import ConsulError
+    from provision.ledger.operator import readable_pause_state
+
+    try:
+        state = readable_pause_state(consul, job)
+    except ConsulError:  # the ledger was read: say what it says, without this remark
+        return ""
+    if state is None or state.note is None:
+        return ""
+    return f" (paused {state.note.said()})".replace("|", "\\x7c")  # no Nagios perf data
 
 
 def _summary(state: State, judged: list[tuple[JobHealth, str]]) -> str:

@@ -122,7 +122,7 @@ def scheduled_jobs(spec_file: Path, name: str | None) -> list[LedgerJob]:
 
 
 def _since(text: str | None) -> datetime | None:
-    from provision.ledger.history import parse_since
+    from provision.ledger.since import parse_since
 
     if text is None:
         return None
@@ -234,6 +234,7 @@ def _cells(row: TickRow) -> list[Text]:
 
     r = row.record
     style = "" if row.outcome in ("succeeded", "running") else "bold red"
+    style = "yellow" if row.outcome == "paused" else style  # an operator's hold, not a fault
 
     def shown(value: object) -> Text:
         return cell("-") if value is None else cell(value)

@@ -48,10 +48,12 @@ def _print(states: list[LockState]) -> None:
     headers = ("job", "lock key", "holder (node, from Consul)", "session")
     scheduled = any(s.next_tick is not None for s in states)
     ticks = ("last tick (outcome, worker as recorded)", "next tick") if scheduled else ()
-    for header in (*headers, "record (as written by the holder)", "LockIndex", *ticks):
+    paused = ("paused",) if any(s.paused for s in states) else ()  # only while a job is
+    for header in (*headers, "record (as written by the holder)", "LockIndex", *ticks, *paused):
         table.add_column(header, overflow="fold")  # a narrow table wraps; it never cuts an ID
     for s in states:
         ledger = [_last_tick(s), cell(s.next_tick or "-")] if scheduled else []
+        ledger += [cell(s.paused or "-", RECORD_LIMIT, style="yellow")] if paused else []
         table.add_row(
             cell(s.job),
             cell(s.key),
@@ -82,6 +84,7 @@ def _last_tick(state: LockState) -> Text:
         shown = cell("-" if state.next_tick is None else "none yet")
     else:
         style = "" if last.outcome in ("succeeded", "running") else "bold red"
+        style = "yellow" if last.outcome == "paused" else style  # an operator's hold
         shown = cell(f"{last.tick} ")
         shown.append_text(cell(last.outcome, style=style))
         if last.worker is not None:

@@ -23,7 +23,7 @@ ones were not there (a record of 2099 saying `succeeded` would be the last succe
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -93,17 +93,22 @@ class JobHealth:
 
 
 def closed_ticks(
-    schedule: Schedule, now: datetime, start_deadline: float, count: int
+    schedule: Schedule,
+    now: datetime,
+    start_deadline: float,
+    count: int,
+    paused: Collection[datetime] = (),
 ) -> list[datetime]:
     """The newest `count` ticks whose claim window (plus the grace a missed tick gets) closed
-    before `now`, newest first."""
+    before `now`, newest first; ticks recorded `paused` do not count (an operator held the job:
+    no run was due, so none is missing)."""
     walk = schedule.ticks_at_or_before(now)  # one walk back: a cron step a tick
     tick = next(walk)
     following = schedule.next_ticks(tick, 1)[0]
     found: list[datetime] = []
     while len(found) < count:
         window = min(start_deadline, (following - tick).total_seconds()) + MISSED_GRACE
-        if tick + timedelta(seconds=window) < now:
+        if tick + timedelta(seconds=window) < now and tick not in paused:
             found.append(tick)
         following, tick = tick, next(walk)
     return found
@@ -123,7 +128,8 @@ def assess(
             return JobHealth(history.job, State.OK, (), None, history.next_tick, now, note)
         note = "no run recorded yet"
         return JobHealth(history.job, State.WARNING, (suspect,), None, history.next_tick, now, note)
-    recent = closed_ticks(history.schedule, now, start_deadline, max_intervals)
+    held = {row.tick for row in rows if row.outcome == TickOutcome.PAUSED.value}
+    recent = closed_ticks(history.schedule, now, start_deadline, max_intervals, held)
     oldest_recent = recent[-1]
     critical = [_missed(row) for row in rows if row.missed and row.tick >= oldest_recent]
     if success is not None and success < oldest_recent:
@@ -191,7 +197,8 @@ def read_enough(schedule: Schedule, start_deadline: float, max_intervals: int) -
     def enough(records: Sequence[TickRecord], now: datetime) -> bool:
         if not any(record.outcome is TickOutcome.SUCCEEDED for record in records):
             return False
-        oldest_recent = closed_ticks(schedule, now, start_deadline, max_intervals)[-1]
+        held = {r.tick for r in records if r.outcome is TickOutcome.PAUSED}
+        oldest_recent = closed_ticks(schedule, now, start_deadline, max_intervals, held)[-1]
         return records[-1].tick <= oldest_recent
 
     return enough

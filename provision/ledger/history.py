@@ -20,15 +20,13 @@ recorded them yet.
 
 from __future__ import annotations
 
-import re
 import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 from provision.consul import Consul, PermissionDenied
-from provision.durations import DurationSyntaxError, parse_duration
 from provision.ledger.attempts import attempts_text
 from provision.ledger.records import (
     FIELD_LIMIT,
@@ -37,6 +35,7 @@ from provision.ledger.records import (
     TickRecord,
     tick_key,
     tick_name,
+    timestamp,
 )
 from provision.ledger.store import Ledger
 from provision.ledger.ticks import missed_ticks, suspect
@@ -51,7 +50,6 @@ SUSPECT = "suspect"  # shown for a record dated in the future, whatever it says
 NOTICER = "lockctl check"  # the worker field of the missed records `check` writes
 SUSPECT_READ = 10  # suspect records (dated in the future) whose values a reader reads; all counted
 TOO_LARGE = "too large: not read"  # the note of a record over RECORD_MAX_BYTES
-_DAYS = re.compile(r"(\d{1,5})d")
 
 
 @dataclass(frozen=True)
@@ -186,9 +184,13 @@ class TickRow:
             return f"suspect: dated in the future (says {self.record.outcome.value})"
         if self.note is not None:
             return f"{self.outcome} ({self.note})"
+        r = self.record
+        if r is not None and r.by is not None:
+            manual = "manual, " if r.trigger is not None else ""
+            said = attempts_text(self.outcome, r.attempts, r.retries_cut)
+            return f"{said} ({manual}{operator_said(r)})"
         if self.missed and not self.recorded:
             return "missed (not recorded yet)"
-        r = self.record
         return self.outcome if r is None else attempts_text(self.outcome, r.attempts, r.retries_cut)
 
     def to_record(self) -> dict[str, Any]:
@@ -213,6 +215,10 @@ class TickRow:
             "finished_at": _iso(None if r is None else r.finished_at),
             "stdout": None if r is None else r.stdout,  # the end of it, masked and printable
             "stderr": None if r is None else r.stderr,
+            "by": None if r is None else r.by,  # who paused the job, or asked for this run
+            "reason": None if r is None else r.reason,
+            "asked_at": _iso(None if r is None else r.asked_at),
+            "trigger": None if r is None else r.trigger,
         }
 
 
@@ -363,33 +369,11 @@ def record_missed(consul: Consul, history: JobHistory) -> MissedRecording:
 # --- --since ------------------------------------------------------------------------------------
 
 
-def parse_since(text: str, now: datetime) -> datetime:
-    """`24h`, `90m`, `7d` (back from `now`) or an ISO date or date/time (UTC unless it says
-    otherwise): the earliest tick to show. ValueError, in one line, for anything else."""
-    back = _duration_back(text)
-    if back is not None:
-        return now - back
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        shown = repr(text) if len(text) <= 40 else repr(text[:40]) + "..."
-        raise ValueError(
-            f"{shown} is neither a duration back from now (24h, 90m, 7d) nor an ISO date or "
-            "date/time (2026-12-01, 2026-12-01T02:00:00Z)"
-        ) from None
-    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment
-
-
-def _duration_back(text: str) -> timedelta | None:
-    days = _DAYS.fullmatch(text)
-    if days:
-        return timedelta(days=int(days.group(1)))
-    if text[:1] in "+-":
-        return None  # a sign means a date's offset here, not a duration
-    try:
-        return timedelta(seconds=parse_duration(text).seconds)
-    except (DurationSyntaxError, OverflowError):
-        return None
+def operator_said(record: TickRecord) -> str:
+    """`by alice at 2026-12-04T22:00:00.000Z: disk swap`: an operator's word in a record."""
+    when = "" if record.asked_at is None else f" at {timestamp(record.asked_at)}"
+    why = f": {record.reason}" if record.reason else ""
+    return f"by {record.by}{when}{why}"
 
 
 def _iso(moment: datetime | None) -> str | None:

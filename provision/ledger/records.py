@@ -37,7 +37,8 @@ RECORD_MAX_BYTES = 4096
 # RECORD_MAX_BYTES, which every reader, of any version, decodes. A longer output's newest part.
 OUTPUT_BUDGET = 1536
 OUTPUT_STREAMS = ("stdout", "stderr")
-_TICK_NAME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z")
+# a scheduled tick is a whole second; a manual run's (lockctl trigger) has its milliseconds
+_TICK_NAME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{3})?Z")
 _MAX_INT = 2**63
 
 
@@ -50,6 +51,7 @@ class TickOutcome(str, enum.Enum):
     TIMED_OUT = "timed-out"  # the job ran past its timeout and was stopped; the lock released
     MISSED = "missed"  # nobody claimed the tick within its start deadline
     UNREADABLE = "unreadable"  # the key holds something that is not a tick record
+    PAUSED = "paused"  # the job was paused (lockctl pause) when the tick came: not run
 
 
 FINISHED = frozenset(
@@ -70,6 +72,8 @@ def ticks_prefix(lock_key: str) -> str:
 
 
 def tick_name(tick: datetime) -> str:
+    if tick.microsecond:  # a manual run's instant (never a whole second: ledger/control.py)
+        return timestamp(tick)
     return tick.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -92,8 +96,11 @@ def parse_tick_name(name: str) -> datetime | None:
     """The tick a ledger key's last segment names, or None if it names none."""
     if not _TICK_NAME.fullmatch(name):
         return None
+    if name.endswith(".000Z"):  # never written: a whole second's name has no milliseconds
+        return None
+    pattern = "%Y-%m-%dT%H:%M:%S.%fZ" if "." in name else "%Y-%m-%dT%H:%M:%SZ"
     try:
-        tick = datetime.strptime(name, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+        tick = datetime.strptime(name, pattern).replace(tzinfo=timezone.utc)
     except ValueError:
         return None
     return tick if believable(tick) else None
@@ -127,6 +134,12 @@ class TickRecord:
     retries_cut: str | None = None
     stdout: str | None = None  # the end of the job's output (system/tails.py): printable, masked
     stderr: str | None = None
+    # an operator's word (ledger/control.py): who paused the job (a `paused` record) or asked
+    # for this run (`lockctl trigger`: a manual run, `trigger` its id), when, why
+    by: str | None = None
+    reason: str | None = None
+    asked_at: datetime | None = None
+    trigger: str | None = None
     modify_index: int = 0  # Consul's, when read from Consul (the cas index to complete it at)
 
     def encode(self) -> bytes:
@@ -184,6 +197,10 @@ def decode(tick: datetime, value: bytes | None, modify_index: int = 0) -> TickRe
         retries_cut=decode_cut(raw.get("retries_cut")),
         stdout=_output(raw.get("stdout")),
         stderr=_output(raw.get("stderr")),
+        by=_text(raw.get("by"), 128),
+        reason=_text(raw.get("reason"), 200),
+        asked_at=_time(raw.get("asked_at")),
+        trigger=_text(raw.get("trigger")),
         modify_index=modify_index,
     )
 
@@ -226,8 +243,8 @@ def _json_object(value: bytes | None) -> dict[str, Any] | None:
     return raw if isinstance(raw, dict) else None
 
 
-def _text(value: Any) -> str | None:
-    return printable(value, FIELD_LIMIT) if isinstance(value, str) and value else None
+def _text(value: Any, limit: int = FIELD_LIMIT) -> str | None:
+    return printable(value, limit) if isinstance(value, str) and value else None
 
 
 def _output(value: Any) -> str | None:
@@ -266,6 +283,8 @@ def taken_fields(record: TickRecord) -> dict[str, object]:
     when = tick_name(record.tick)
     if record.outcome is TickOutcome.MISSED:
         reason = f"tick {when} already recorded missed (noticed by {who})"
+    elif record.outcome is TickOutcome.PAUSED:
+        reason = f"tick {when} already recorded paused (the job is paused, by {record.by})"
     elif record.outcome is TickOutcome.RUNNING:
         reason = f"tick {when} already taken by {who} (running)"
     elif record.outcome is TickOutcome.UNREADABLE:

@@ -9,7 +9,13 @@ The claim is one transaction, so exactly one runner wins a tick whatever the tim
     3 get               <prefix>.lock           its LockIndex: the fencing token
 
 Consul applies all four or none, and a refusal names each operation that failed: 0 (the tick is
-taken), 1 (the lock is held: the previous tick still runs, or lock-delay), or both. Completion
+taken), 1 (the lock is held: the previous tick still runs, or lock-delay), or both. For a job its
+operators may pause, one more operation reads the job's control keys (get-tree of
+`lockctl/control/<job>/`, which its workers may read and not write): a claim that finds the
+`paused` key there is completed `paused` at once, and its job never starts. It costs a running
+job nothing (no request, no Raft entry). Not a check-not-exists that would refuse the claim:
+Consul (1.8.7, measured) authorizes check-not-exists as a write, which a worker must not have
+on its control keys; check-index and get fail the other way round (on an absent key). Completion
 is one transaction too: the record (cas at the index the claim left) and the unlock.
 """
 
@@ -28,6 +34,7 @@ from provision.consul import (
     PermissionDenied,
     TxnAnswer,
 )
+from provision.ledger.control import taken_key
 from provision.ledger.records import (
     RECORD_MAX_BYTES,
     RecordProblem,
@@ -39,6 +46,7 @@ from provision.ledger.records import (
     tick_key,
     ticks_prefix,
 )
+from provision.system.control_keys import PAUSED
 
 CHUNK = 60  # operations per transaction (Consul takes at most 64)
 MAX_PRUNED_PER_RUN = 2 * CHUNK
@@ -97,6 +105,7 @@ class Claim:
     # when won and asked: whether the schedule's previous tick has a record (run, running, or
     # recorded missed); read in the claim's own transaction, so it costs no request
     previous_recorded: bool | None = None
+    paused: bytes | None = None  # when won: the paused key's value, if the job is paused
 
 
 @dataclass(frozen=True)
@@ -106,10 +115,11 @@ class Completion:
 
 
 class Ledger:
-    def __init__(self, consul: Consul, lock_key: str) -> None:
+    def __init__(self, consul: Consul, lock_key: str, control: str | None = None) -> None:
         self.consul = consul
         self.lock_key = lock_key
         self.prefix = ticks_prefix(lock_key)
+        self.control = control  # the job's control keys' folder, read by claims (None: not)
 
     def key(self, tick: datetime) -> str:
         return tick_key(self.lock_key, tick)
@@ -269,10 +279,14 @@ class Ledger:
         holder: bytes,
         session_id: str,
         previous: datetime | None = None,
+        *,
+        trigger: tuple[str, int] | None = None,
     ) -> Claim:
         """Claim the record's tick and take the lock, in one transaction; with `previous`, the
         answer also says whether that tick has a record (a get-tree of its one key: unlike
-        `get`, it does not fail the transaction when there is none)."""
+        `get`, it does not fail the transaction when there is none). `trigger` (a manual run:
+        the trigger's id, and the index the job's taken-trigger key was read at, 0 when absent):
+        the claim also records that trigger taken, and fails if another took one meanwhile."""
         key = self.key(record.tick)
         ops = [
             KVOp("check-not-exists", key),
@@ -282,19 +296,27 @@ class Ledger:
         ]
         if previous is not None:
             ops.append(KVOp("get-tree", self.key(previous)))
+        if self.control is not None:  # read-only and never failing: the claim is not refused
+            ops.append(KVOp("get-tree", self.control))
+        taken_op = len(ops)
+        if trigger is not None:  # a manual run: the trigger is ours only if nobody took it
+            trigger_id, index = trigger
+            ops.append(KVOp("cas", taken_key(self.lock_key), trigger_id.encode(), index=index))
         # the job starts once this is answered; claims of jobs ticking together share a transaction
         answer = self.consul.txn.kv(ops, urgent=True, batch=True)
         if not answer.applied:
             refusal = answer.failed(1)
             return Claim(
                 False,
-                tick_taken=answer.failed(0) is not None,
+                tick_taken=answer.failed(0) is not None
+                or (trigger is not None and answer.failed(taken_op) is not None),
                 lock_refusal=None if refusal is None else refusal.what,
                 date=answer.date,
             )
         lock, written = answer.entry(self.lock_key), answer.entry(key)
         assert lock is not None and written is not None  # an applied claim returns both
         seen = None if previous is None else answer.entry(self.key(previous)) is not None
+        paused = None if self.control is None else answer.entry(self.control + PAUSED)
         return Claim(
             True,
             lock.lock_index,
@@ -302,7 +324,16 @@ class Ledger:
             written.modify_index,
             date=answer.date,
             previous_recorded=seen,
+            paused=None if paused is None else paused.value or b"",
         )
+
+    def untaken_trigger(self, trigger_id: str | None) -> tuple[str, int] | None:
+        """The trigger's id and the index the job's taken-trigger key is at (0: absent), for a
+        manual run's claim to check; None when that key names this trigger: it ran already."""
+        entry, _ = self.consul.kv.get(taken_key(self.lock_key), consistency="consistent")
+        if trigger_id is None or (entry is not None and entry.value == trigger_id.encode()):
+            return None
+        return trigger_id, 0 if entry is None else entry.modify_index
 
     def complete(self, record: TickRecord, session_id: str, *, release: bool) -> Completion:
         """Write how the run ended (cas at the claim's index) and, with `release`, unlock, in one

@@ -31,6 +31,7 @@ RAN = {
 }
 OTHERS = "."  # another worker ran it: this one skipped it
 MISSED = " "  # nobody ran it
+PAUSED = "-"  # an operator paused the job (lockctl pause): nobody was to run it
 UNKNOWN = "?"  # a record that is not one (unreadable), or one dated in the future (suspect)
 LEGEND = (
     ("#", "succeeded"),
@@ -42,6 +43,7 @@ LEGEND = (
     ("A", "abandoned"),
     (".", "skipped: another worker ran it"),
     ("' '", "missed: nobody ran it"),
+    ("-", "paused"),
     ("?", "unreadable or suspect"),
 )
 NAME_WIDTH = 24  # characters of a worker's name shown
@@ -90,6 +92,8 @@ def _name(row: TickRow) -> str:
 def _cell(row: TickRow, worker: str | None) -> str:
     if row.outcome == TickOutcome.MISSED.value:
         return MISSED
+    if row.outcome == TickOutcome.PAUSED.value:
+        return PAUSED
     if row.outcome not in RAN:
         return UNKNOWN
     return RAN[row.outcome] if _name(row) == worker else OTHERS

@@ -89,8 +89,20 @@ def run_job(
         if plan.wait > 0:  # this host's clock is ahead of the agent's: let the tick come
             events.emit("waiting", tick=tick_name(plan.tick), for_clock_ms=ms(plan.wait))
             stop.sleep(plan.wait)  # a stop meanwhile ends the run before it claims
-        previous = schedule.latest_tick_at_or_before(plan.tick - timedelta(seconds=1))
-        lock = TickLock(consul, job, worker, plan.tick, clock, wall, tick.planned_start, previous)
+        previous = None  # a trigger's run: its own instant, outside the schedule
+        if tick.manual is None:
+            previous = schedule.latest_tick_at_or_before(plan.tick - timedelta(seconds=1))
+        lock = TickLock(
+            consul,
+            job,
+            worker,
+            plan.tick,
+            clock,
+            wall,
+            tick.planned_start,
+            previous,
+            manual=tick.manual,
+        )
         lock.next_tick = schedule.next_ticks(plan.tick, 1)[0]  # no retry starts at or past it
         if options.wait:  # wait for the lock, but not past the tick's claim window
             left = max(0.0, plan.window - plan.lag - plan.wait)
@@ -190,7 +202,7 @@ def _acquire(
         held = lock.try_acquire()
         if held is not None:
             return held
-        if not options.wait or lock.tick_taken:
+        if not options.wait or (isinstance(lock, TickLock) and lock.final_refusal):
             return _skipped(lock, events)
         verdict = waiting_verdict(clock(), give_up_at, stop.signum)
         if verdict is Outcome.TIMED_OUT:

@@ -25,6 +25,7 @@ class SkipReason(str, enum.Enum):
     TAKEN = "taken"  # the tick has a record: another runner has (or had) it
     OVERLAP = "overlap"  # the job's previous tick still runs (here, or holding the lock)
     LOCK_DELAY = "lock-delay"  # the lock's last holder's session ended: Consul's lock-delay
+    PAUSED = "paused"  # the job is paused (lockctl pause): its tick is recorded paused
     OTHER = "other"  # held by something else, or the tick has not come on Consul's clock
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from provision.consul import Consul, ConsulError
 from provision.ledger.history import Wanted, ledger_job, read_history
+from provision.ledger.operator import readable_pause_state
 from provision.ledger.records import tick_name
 from provision.runner.lock import CLAIM_LIMIT, claimed_worker, holder_record
 from provision.spec import Job, Spec
@@ -42,6 +43,7 @@ class LockState:
     last_tick: LastTick | None = None  # jobs with a schedule: the newest tick of the ledger
     next_tick: str | None = None  # jobs with a schedule: when it runs next (UTC)
     suspect_ticks: int = 0  # records dated in the future: never the last tick (ledger/ticks.py)
+    paused: str | None = None  # `by alice at ...: why` while an operator paused the job
 
     @property
     def forged(self) -> bool:
@@ -56,7 +58,16 @@ class LockState:
 def lock_states(consul: Consul, spec: Spec) -> list[LockState]:
     """One consistent read per job's lock key, plus the holding session's node and, for a job
     with a schedule, one read of its ledger."""
-    return [_with_ticks(consul, job, _state(consul, job.name, job.lock_key)) for job in spec.jobs]
+    states = [_with_ticks(consul, job, _state(consul, job.name, job.lock_key)) for job in spec.jobs]
+    return [_with_pause(consul, state) for state in states]
+
+
+def _with_pause(consul: Consul, state: LockState) -> LockState:
+    """Who paused the job, when and why (a token that may not read its control keys: not said)."""
+    pause = readable_pause_state(consul, state.job)
+    if pause is None or pause.note is None:
+        return state
+    return replace(state, paused=pause.note.said())
 
 
 def _with_ticks(consul: Consul, job: Job, state: LockState) -> LockState:
@@ -66,7 +77,9 @@ def _with_ticks(consul: Consul, job: Job, state: LockState) -> LockState:
     history = read_history(consul, ledger, wanted=Wanted(1))  # the newest record is the last tick
     row = history.last  # never a suspect record: a tick of 2099 is not the last run
     worker = None if row is None or row.record is None else row.record.worker
-    last = None if row is None else LastTick(tick_name(row.tick), row.label, worker)
+    # a paused tick in a word: who paused it, when and why is the `paused` column's
+    label = None if row is None else "paused" if row.outcome == "paused" else row.label
+    last = None if row is None or label is None else LastTick(tick_name(row.tick), label, worker)
     return replace(
         state,
         last_tick=last,

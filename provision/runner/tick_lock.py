@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from provision.consul import Consul, ConsulError
+from provision.ledger.control import ControlNote, decode_note
 from provision.ledger.records import TickOutcome, TickRecord, taken_fields, tick_name
 from provision.ledger.store import Ledger
 from provision.ledger.ticks import (
@@ -39,7 +40,9 @@ from provision.runner.fencing import Outcome
 from provision.runner.lock import Ending, HeldLock, LockSession, holder_record
 from provision.runner.precheck import WallClock, utc_now
 from provision.runner.results import SkipReason
+from provision.runner.tick_verdicts import TickRefusal, paused_refusal, refused_skip, tick_outcome
 from provision.schedule import Schedule, parse_schedule
+from provision.system.control_keys import control_prefix
 from provision.system.text import printable
 from provision.workers.config import JobConfig
 
@@ -71,6 +74,7 @@ class TickRun:
     plan: TickChoice | TickSkip
     planned_start: float = 0.0  # seconds after the tick
     housekeep: bool = True
+    manual: ControlNote | None = None  # a trigger's run: its instant is `plan.tick`
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,9 @@ def plan_tick(
     record, agent_date = ledger.read(tick, stale=True)
     received = utc_now()
     if record is not None:
-        return TickSkip(tick, Outcome.SKIPPED, taken_fields(record), SkipReason.TAKEN)
+        paused = record.outcome is TickOutcome.PAUSED
+        skip = SkipReason.PAUSED if paused else SkipReason.TAKEN
+        return TickSkip(tick, Outcome.SKIPPED, taken_fields(record), skip)
     choice = judge_tick(schedule, tick, wall(), job.timings.start_deadline, agent_date)
     if agent_date is not None:
         choice = replace(choice, skew=clock_skew(sent, received, agent_date))
@@ -166,9 +172,12 @@ class TickLock(LockSession):
         wall: WallClock = utc_now,
         planned_start: float = 0.0,
         previous: datetime | None = None,
+        *,
+        manual: ControlNote | None = None,
     ) -> None:
         super().__init__(consul, job, worker, clock)
-        self.ledger = Ledger(consul, job.lock_key)
+        self.manual = manual  # a trigger's run (lockctl trigger): who asked, when, why, its id
+        self.ledger = Ledger(consul, job.lock_key, control_prefix(job.name))
         self.tick = tick
         self.previous = previous  # the schedule's tick before ours: is it recorded?
         self.previous_recorded: bool | None = None  # the claim's answer to that
@@ -177,6 +186,7 @@ class TickLock(LockSession):
         self.planned_start = planned_start  # seconds after the tick (jitter): in the record
         self.record: TickRecord | None = None  # ours, once claimed
         self.tick_taken = False  # the claim found the tick taken: retrying cannot help
+        self.paused: TickRecord | None = None  # the claim found the job paused: recorded so
         self._lock_refusal: str | None = None
 
     def _holder_fields(self) -> dict[str, str | int]:
@@ -195,17 +205,60 @@ class TickLock(LockSession):
             start_lag=max(0.0, (claimed_at - self.tick).total_seconds()),
             planned_start=self.planned_start or None,
         )
+        trigger = None
+        if self.manual is not None:
+            trigger = self.ledger.untaken_trigger(self.manual.id)
+            if trigger is None:
+                self.tick_taken = True
+                return None
+            note = self.manual
+            record = replace(
+                record, by=note.by, reason=note.reason, asked_at=note.at, trigger=note.id
+            )
         sent = self._clock()
-        claim = self.ledger.claim(record, self._holder_record(), self.session_id, self.previous)
+        claim = self.ledger.claim(
+            record, self._holder_record(), self.session_id, self.previous, trigger=trigger
+        )
         if not claim.won:
             self.tick_taken, self._lock_refusal = claim.tick_taken, claim.lock_refusal
             return None
+        claimed = replace(record, lock_index=claim.lock_index, modify_index=claim.record_index)
+        if claim.paused is not None:  # ours, and paused: recorded so, the lock handed back
+            self.paused = self._record_paused(claimed, decode_note(claim.paused))
+            return None
         self.confirm(sent)
         self.previous_recorded = claim.previous_recorded
-        self.record = replace(record, lock_index=claim.lock_index, modify_index=claim.record_index)
+        self.record = claimed
         return HeldLock(claim.lock_index, claim.lock_modify_index)
 
+    def _record_paused(self, claimed: TickRecord, note: ControlNote) -> TickRecord:
+        """Complete our claim of a paused job's tick as `paused` (who paused it, when, why) and
+        release the lock, in one transaction: the job does not start, and the tick is neither
+        run nor missed."""
+        paused = claimed.completed(
+            TickOutcome.PAUSED,
+            finished_at=self.wall(),
+            by=note.by,
+            reason=note.reason,
+            asked_at=note.at,
+        )
+        completion = self.ledger.complete(paused, self.session_id, release=True)
+        if completion.released is None and not completion.recorded:
+            self.release()  # no answer to the transaction: at least free the key
+        return paused
+
+    @property
+    def final_refusal(self) -> bool:
+        """Waiting for the lock cannot help: the tick is taken, or the job is paused."""
+        return self.tick_taken or self.paused is not None
+
     def why_not_acquired(self) -> TickRefusal:  # type: ignore[override]
+        if self.paused is not None:
+            return paused_refusal(self.paused)
+        if self.tick_taken and self.manual is not None:
+            reason = f"trigger {self.manual.id} already taken (run by another replica)"
+            skip = refused_skip(recorded=True, lock_delay=False, running=None)
+            return TickRefusal(self.tick, {"reason": reason, "trigger": self.manual.id}, skip)
         if self.tick_taken:
             record, _ = self.ledger.read(self.tick)
             if record is not None:
@@ -260,41 +313,6 @@ class TickLock(LockSession):
         if release and completion.released is None and not completion.recorded:
             return self.release()  # no answer to the transaction: at least free the key
         return completion.released
-
-
-@dataclass(frozen=True)
-class TickRefusal:
-    """Why the claim of `tick` was refused: `fields` for the `skipped` event, `skip` in a word."""
-
-    tick: datetime
-    fields: dict[str, object]
-    skip: SkipReason
-
-    def event_fields(self) -> dict[str, object]:
-        return {"tick": tick_name(self.tick), **self.fields}
-
-
-def refused_skip(*, recorded: bool, lock_delay: bool, running: str | None) -> SkipReason:
-    """Why a claim was refused, in a word: the tick has a record (another runner has or had
-    it); Consul refused the lock for its lock-delay; the lock's holder names the tick it runs
-    (TickLock writes it: the job's previous tick still runs, an overlap); else the lock is held
-    by something else (a plain `lockctl run`, a record that names no tick)."""
-    if recorded:
-        return SkipReason.TAKEN
-    if lock_delay:
-        return SkipReason.LOCK_DELAY
-    return SkipReason.OTHER if running is None else SkipReason.OVERLAP
-
-
-def tick_outcome(ending: Ending, release: bool) -> TickOutcome:
-    """The record's outcome for how the run ended; not releasing means the lock was lost."""
-    if not release or ending.verdict == "lost":
-        return TickOutcome.LOST
-    if ending.verdict == "interrupted":
-        return TickOutcome.INTERRUPTED
-    if ending.verdict == Outcome.JOB_TIMED_OUT.value:
-        return TickOutcome.TIMED_OUT
-    return TickOutcome.SUCCEEDED if ending.exit_status == 0 else TickOutcome.FAILED
 
 
 def housekeep(

@@ -25,7 +25,8 @@ LAST_SUCCESS = "lockctl_job_last_success_timestamp_seconds"  # as runner/metrics
 HELP = {
     LAST_SUCCESS: "When the job last ended with exit status 0 under the lock here (Unix time).",
     TICKS: "Ticks of the job this scheduler handled, by outcome.",
-    "lockctl_skips": "Ticks this scheduler skipped, by reason (taken, overlap, lock-delay, other).",
+    "lockctl_skips": "Ticks this scheduler skipped, by reason "
+    "(taken, overlap, lock-delay, paused, other).",
     "lockctl_run_duration_seconds": "How long the job ran under the lock, per run here.",
     "lockctl_start_lag_seconds": "From the tick's instant to its claim, when the job then "
     "started under the lock (the tick record's start_lag).",

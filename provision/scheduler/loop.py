@@ -27,6 +27,7 @@ from typing import Any, TextIO
 
 from provision.consul import Consul, ConsulError, PermissionDenied
 from provision.errors import LockctlError
+from provision.ledger.control import ControlNote
 from provision.ledger.records import tick_name
 from provision.ledger.store import Ledger
 from provision.ledger.ticks import TickChoice, choose_tick
@@ -48,6 +49,7 @@ from provision.scheduler.cadence import (
 )
 from provision.scheduler.counts import HELPER_EVENTS, LoopCounts
 from provision.scheduler.sessions import SessionPool
+from provision.scheduler.triggers import manual_run
 from provision.workers.config import JobConfig
 
 
@@ -189,6 +191,8 @@ class JobTicks:
         self._recheck_clocks = False  # a clock stepped: read the agent's before the next claim
         # the ledger work beyond claim and completion (cadence.py)
         self.cadence = starting(clock(), job.name)
+        # told when a trigger's run could not be tried (Consul, a bug): it is heard of again
+        self.trigger_failed: Callable[[str, ControlNote], None] | None = None
 
     def continue_from(self, old: JobTicks) -> None:
         """Take over from `old`, this job's loop before a reload: the ticks it ran or tried are
@@ -282,6 +286,37 @@ class JobTicks:
             # the `acquired` event set it; a run that raised said no `released` or `lost`
             self.counts.not_running()
         self._recovered()
+        self.last_result = result
+        self.counts.finished(result, self.wall().timestamp())
+
+    def run_manual(self, note: ControlNote) -> None:
+        """Run the job once now for an operator's trigger (scheduler/triggers.py heard of it);
+        like run_tick, never raises for Consul or the job."""
+        self.events.emit("trigger", trigger=note.id, by=note.by, reason=note.reason)
+        try:
+            session = self._ensure_session()
+            result = manual_run(
+                self.consul,
+                self.job,
+                self.worker,
+                note,
+                self.events,
+                self.stop,
+                session,
+                clock=self.clock,
+                wall=self.wall,
+                forks=self.forks,
+            )
+        except Exception as exc:  # Consul, the command, or a bug: said; tried again later
+            if isinstance(exc, ConsulError):
+                self.tick_failed(token_refused(exc) or f"trigger {note.id}: {exc}")
+            else:
+                self.tick_failed(str(exc) if isinstance(exc, LockctlError) else unexpected(exc))
+            if self.trigger_failed is not None:
+                self.trigger_failed(self.job.name, note)
+            return
+        finally:
+            self.counts.not_running()
         self.last_result = result
         self.counts.finished(result, self.wall().timestamp())
 

@@ -37,6 +37,7 @@ from provision.consul import (
 from provision.consul.clock import WallSteps
 from provision.consul.login import Login, read_bearer_token
 from provision.errors import InputError, LocalEnvironmentError, LockctlError
+from provision.ledger.control import ControlNote
 from provision.runner.events import EventLog, ms
 from provision.runner.forkserver import ForkServer
 from provision.runner.stop import StopRequest
@@ -45,6 +46,7 @@ from provision.scheduler.loop import CountingEventLog, JobTicks, unexpected
 from provision.scheduler.reload import ReloadPlan, plan_reload
 from provision.scheduler.sessions import SessionPool
 from provision.scheduler.timer import TickTimer
+from provision.scheduler.triggers import TriggerWatch
 from provision.workers.config import JobConfig, WorkerConfig, load_worker_config
 from provision.workers.login import open_login
 
@@ -135,6 +137,8 @@ class Scheduler:
         # one per connection made, when the config logs in (workers/login.py); logged out at
         # the very end, after the sessions are destroyed
         self._logins: list[Login] = []
+        self._watch_stop = threading.Event()
+        self._watch: TriggerWatch | None = None
 
     def request_reload(self) -> None:
         """From a signal handler: only a flag, read by the main loop (a lock could deadlock)."""
@@ -161,6 +165,7 @@ class Scheduler:
 
     def _end_loops(self) -> None:
         """Wait for every job's current run to end, then destroy the replica's sessions."""
+        self._watch_stop.set()  # its thread ends with its query (a daemon: never waited for)
         if self.timer is not None and self._timer_thread is not None:
             self.timer.retire()  # after a stop it has ended already, or ends with its runs
             self._timer_thread.join()
@@ -188,7 +193,25 @@ class Scheduler:
         self._timer_thread = threading.Thread(target=self.timer.run, name="lockctl-timer")
         self._timer_thread.daemon = True
         self._timer_thread.start()
+        # one blocking query for every job's trigger (scheduler/triggers.py), not one per job
+        self._watch_stop = threading.Event()
+        self._watch = TriggerWatch(
+            lambda: self.consul,
+            lambda: list(self.loops),
+            self._trigger,
+            self.events,
+            self._watch_stop,
+        )
+        for loop in self.loops.values():
+            loop.trigger_failed = self._watch.forget
+        self._watch.start()
         self.events.emit("started", config=str(config.path), jobs=list(self.loops))
+
+    def _trigger(self, name: str, note: ControlNote) -> None:
+        """From the trigger watch: run job `name` once now (the timer says when)."""
+        loop, timer = self.loops.get(name), self.timer
+        if loop is not None and timer is not None:
+            timer.trigger(loop, note)
 
     def _connect(
         self, settings: ConsulSettings, config: WorkerConfig, *, reload: bool = False
@@ -221,7 +244,7 @@ class Scheduler:
         events = CountingEventLog(job.name, self.config.worker, self.stream, counts)
         with self._pools_lock:
             self._pools[self.sessions] += 1
-        return JobTicks(
+        loop = JobTicks(
             self.consul,
             job,
             self.config.worker,
@@ -232,6 +255,9 @@ class Scheduler:
             sessions=self.sessions,
             forks=self.forks,
         )
+        if self._watch is not None:  # a loop a reload made: its failed triggers too
+            loop.trigger_failed = self._watch.forget
+        return loop
 
     def _learn_clock(self, consul: Consul) -> None:
         """Before any turn is worked out: one answer of the agent, for its clock (any answer

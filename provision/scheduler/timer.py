@@ -24,6 +24,7 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
+from provision.ledger.control import ControlNote
 from provision.runner.precheck import WallClock, utc_now
 from provision.runner.stop import StopRequest, Wakeup, wait_readable
 from provision.scheduler.loop import JobTicks
@@ -63,6 +64,7 @@ class TickTimer:
         # (when, order, the tick to run then or None: work out the job's next turn again, job)
         self._heap: list[tuple[datetime, int, datetime | None, JobTicks]] = []
         self._replan = False  # set from another thread: the clock moved, redo every turn
+        self._manual: list[tuple[JobTicks, ControlNote]] = []  # triggers, each run once
 
     def run(self) -> None:
         """Until a stop or a retire; then wait for every run under way."""
@@ -71,6 +73,7 @@ class TickTimer:
                 self._schedule(job)
             while not self._ending():
                 self._apply_changes()
+                self._fire_manual()  # first: a trigger waits for a run, not for the next tick
                 self._fire_due()
                 self._sleep()
                 self._reschedule_ended()
@@ -183,9 +186,38 @@ class TickTimer:
             # the process's exit (a run stuck in a hung call keeps nothing alive).
             _thread.start_new_thread(self._run_one, (job, tick, ended))
 
-    def _run_one(self, job: JobTicks, tick: datetime, ended: threading.Event) -> None:
+    def trigger(self, job: JobTicks, note: ControlNote) -> None:
+        """Run `job` once now for an operator's trigger: at once when it is idle here, else
+        right after its run (from any thread: scheduler/triggers.py)."""
+        with self._ended_lock:
+            self._manual.append((job, note))
+        self._wakeup.set()
+
+    def _fire_manual(self) -> None:
+        with self._ended_lock:
+            manual, self._manual = self._manual, []
+        waiting = []
+        for job, note in manual:
+            if job not in self._live or self._ending():
+                continue  # retired by a reload: its successor's replica hears of it again
+            if job in self._runs:  # its run goes on: the trigger's comes right after it
+                waiting.append((job, note))
+                continue
+            # its heap entry out: the job's next turn is worked out again when this run ends
+            self._heap = [entry for entry in self._heap if entry[3] is not job]
+            heapq.heapify(self._heap)
+            ended = threading.Event()
+            self._runs[job] = ended
+            _thread.start_new_thread(self._run_one, (job, note, ended))
+        with self._ended_lock:
+            self._manual[:0] = waiting
+
+    def _run_one(self, job: JobTicks, tick: datetime | ControlNote, ended: threading.Event) -> None:
         try:
-            job.run_tick(tick)
+            if isinstance(tick, ControlNote):
+                job.run_manual(tick)
+            else:
+                job.run_tick(tick)
         except Exception as exc:  # a bug in one job's run must not stop the others' ticks
             self._report(job, exc)
         finally:

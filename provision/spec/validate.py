@@ -36,6 +36,7 @@ from provision.spec.problems import Problems, shown
 from provision.spec.values import (
     prefix_overlaps,
     prefix_problem,
+    prefix_relation,
     read_address,
     read_command,
     read_job_workers,
@@ -43,6 +44,7 @@ from provision.spec.values import (
     read_schedule,
     read_timezone,
 )
+from provision.system.control_keys import CONTROL_ROOT
 from provision.system.files import UnreadableFile, read_regular_file
 
 MAX_SPEC_BYTES = 16 * 1024 * 1024  # a 10,000-job spec is about 3 MB
@@ -112,6 +114,7 @@ def _build(body: Body, problems: Problems) -> Spec:
     jobs = [_job(block, defaults, counts, declared, problems) for block in blocks["job"]]
     named_jobs = [job for job in jobs if job is not None]
     _check_overlaps(_job_prefixes(blocks["job"]), problems)
+    _check_control_root(_job_prefixes(blocks["job"]), problems)
     _check_not_empty(blocks["worker"], blocks["job"], problems)
     return Spec(
         path=problems.path,
@@ -351,3 +354,17 @@ def _check_overlaps(jobs: list[_JobPrefix], problems: Problems) -> None:
             f'job "{job.name}".prefix',
             f'"{job.prefix}" {relation} job "{other.name}"\'s prefix "{other.prefix}"',
         )
+
+
+def _check_control_root(jobs: list[_JobPrefix], problems: Problems) -> None:
+    """No job's prefix may touch the control keys' root: its workers, who may write all of
+    their prefix, could then pause or trigger jobs (the control keys are read-only to them)."""
+    for job in jobs:
+        relation = prefix_relation(job.prefix, CONTROL_ROOT)
+        if relation is not None:
+            problems.add(
+                job.line,
+                f'job "{job.name}".prefix',
+                f'"{job.prefix}" {relation} "{CONTROL_ROOT}", where lockctl keeps the operators\' '
+                "pause and trigger keys: choose a prefix outside it",
+            )

@@ -101,7 +101,7 @@ def check_anonymous_denied(ctx: VerifyContext, ev: Evidence) -> str:
     return "403 for session create and acquire without a token and with an unknown one"
 
 
-def _workers_with_tokens(ctx: VerifyContext) -> list[WorkerAccess]:
+def workers_with_tokens(ctx: VerifyContext) -> list[WorkerAccess]:
     workers = ctx.with_token()
     if not workers:
         raise CheckSkipped("no worker token found (give --secrets-dir)")
@@ -109,7 +109,7 @@ def _workers_with_tokens(ctx: VerifyContext) -> list[WorkerAccess]:
 
 
 def check_worker_token_allowed(ctx: VerifyContext, ev: Evidence) -> str:
-    workers = _workers_with_tokens(ctx)
+    workers = workers_with_tokens(ctx)
     problems = []
     for worker in workers:
         client = ctx.client(worker.name)
@@ -133,7 +133,7 @@ def check_worker_token_allowed(ctx: VerifyContext, ev: Evidence) -> str:
 
 
 def check_worker_token_confined(ctx: VerifyContext, ev: Evidence) -> str:
-    workers = _workers_with_tokens(ctx)
+    workers = workers_with_tokens(ctx)
     problems = []
     for worker in workers:
         client = ctx.client(worker.name)

@@ -1,8 +1,8 @@
 """The named checks of `lockctl verify`, in the order of the report. Each proves one promise on
 the live cluster and returns its evidence (status codes, bodies, measured times). A check raises
 `CheckFailed` with a message that names the problem; anything it creates is registered for
-cleanup first. The checks themselves live in acl_checks.py, tls_checks.py, lock_checks.py and
-tick_checks.py."""
+cleanup first. The checks themselves live in acl_checks.py, control_checks.py, tls_checks.py,
+lock_checks.py and tick_checks.py."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from provision.verify.acl_checks import (
     check_worker_token_allowed,
     check_worker_token_confined,
 )
+from provision.verify.control_checks import check_worker_token_control
 from provision.verify.evidence import CheckFunction
 from provision.verify.lock_checks import (
     check_consistency_headers,
@@ -53,6 +54,11 @@ CHECKS = (
     Check("login-confined", check_login_confined, what="a login gets its worker's rights only"),
     Check("login-refused", check_login_refused, what="a JWT of an unknown identity is refused"),
     Check("login-expiry", check_login_expiry, what="login tokens expire by max_token_ttl"),
+    Check(
+        "worker-token-control",
+        check_worker_token_control,
+        what="worker tokens cannot pause, resume or trigger",
+    ),
     Check("single-holder", check_single_holder, what="one of two racing sessions wins"),
     Check("release-handover", check_release_handover, what="release hands over at once"),
     Check("lock-delay", check_lock_delay, what="destroy hands over after LockDelay"),

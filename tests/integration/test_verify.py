@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+from workers_lab import eventually_usable
 
 from provision.acl.apply import apply_plan, plan_against
 from provision.acl.render import render_policies
@@ -200,6 +201,43 @@ def test_worker_token_with_key_prefix_everything_fails_confined(
         status, summary = results["worker-token-confined"]
         assert status == "fail"
         assert "worker-1's token got 200 True, not 403" in summary
+    finally:
+        management.acl.delete_token(broad.accessor_id)
+        management.acl.delete_policy(policy.id)
+
+
+def test_a_worker_token_cannot_pause_resume_or_trigger(applied: Applied, tmp_path: Path) -> None:
+    """Green with the rendered policies (read on the job's control keys, no write); red for a
+    token that may also write them, which could pause, resume or trigger its jobs."""
+    status, summary = applied.verify("worker-token-control")["worker-token-control"]
+    assert (status, summary) == (
+        "pass",
+        "worker tokens read their jobs' control keys and get 403 on pause, resume, trigger",
+    )
+    management = applied.management
+    name = f"verify-test-control-{uuid.uuid4().hex[:6]}"
+    job = applied.spec.jobs_for("worker-1")[0].name
+    # the same folder as the lock policy's read: Consul takes the longest prefix that matches,
+    # so a grant on lockctl/control/ alone would not widen it
+    rules = f'key_prefix "lockctl/control/{job}/" {{ policy = "write" }}\n'
+    policy = management.acl.create_policy(name, rules)
+    rendered = render_policies(applied.spec, find_templates_dir())
+    worker_1 = next(t for t in rendered.tokens if t.worker == "worker-1")
+    broad = management.acl.create_token(
+        "verify test: worker-1 that may write control keys", [*worker_1.policies, name]
+    )
+    try:
+        assert broad.secret is not None
+        write_secret_file(tmp_path / "worker-1.token", broad.secret)
+        # a fresh token reaches the followers a moment after the leader (CONSUL_FACTS.md)
+        eventually_usable(applied.cluster.client("worker-1", broad.secret))
+        results = applied.verify("worker-token-control", secrets_dir=tmp_path)
+        status, summary = results["worker-token-control"]
+        assert status == "fail"
+        assert "worker-1's token got 200 False, not 403: pause" in summary, summary
+        assert "resume" in summary and "trigger" in summary
+        # the writes were sent with a cas index no key has: nothing was paused
+        assert management.kv.get(f"lockctl/control/{job}/paused")[0] is None
     finally:
         management.acl.delete_token(broad.accessor_id)
         management.acl.delete_policy(policy.id)

@@ -283,6 +283,7 @@ def test_lock_state_record_is_every_field() -> None:
         "last_tick",  # jobs with a schedule: the ledger's newest tick
         "next_tick",
         "suspect_ticks",  # records dated in the future: never the last tick
+        "paused",  # who paused the job, when, why (None: not paused)
     ]
 
 

@@ -22,6 +22,7 @@ OUTCOMES = {
     "M": TickOutcome.MISSED,
     "R": TickOutcome.RUNNING,
     "U": TickOutcome.UNREADABLE,
+    "P": TickOutcome.PAUSED,
 }
 
 
@@ -53,6 +54,11 @@ def strips(records: list[tuple[int, str, str | None]], width: int = 80) -> dict[
         ([(8, "S", "w1"), (9, "M", "lockctl check"), (10, "L", "w1")], {"w1": "# L"}),
         # an unreadable record: `?` in every strip
         ([(8, "S", "w1"), (9, "U", None), (10, "S", "w1")], {"w1": "#?#"}),
+        # paused by an operator: `-` in every strip (the replica that recorded it ran nothing)
+        (
+            [(7, "S", "w1"), (8, "P", "w2"), (9, "P", "w1"), (10, "S", "w2")],
+            {"w1": "#--.", "w2": ".--#"},
+        ),
         # nobody ran anything yet: one strip, of the gaps
         ([(9, "M", "lockctl check")], {"(nobody ran)": "  "}),
     ],

@@ -16,7 +16,6 @@ from provision.ledger.history import (
     LedgerSnapshot,
     Wanted,
     build_history,
-    parse_since,
     wanted_ticks,
 )
 from provision.ledger.records import (
@@ -26,14 +25,16 @@ from provision.ledger.records import (
     oversized,
     tick_name,
 )
+from provision.ledger.since import parse_since
 from provision.schedule import parse_schedule
 
 HOURLY = parse_schedule("@hourly")
 NOW = datetime(2026, 12, 1, 10, 30, tzinfo=timezone.utc)  # the 10:00 tick's window closed
 JOB = LedgerJob("nightly", "locks/nightly/.lock", HOURLY, 300.0, 200)
 S, F, L, X, M, R, U = "succeeded", "failed", "lost", "interrupted", "missed", "running", "unread"
-T = "timed-out"
+T, P = "timed-out", "paused"
 OUTCOMES = {
+    P: TickOutcome.PAUSED,
     T: TickOutcome.TIMED_OUT,
     S: TickOutcome.SUCCEEDED,
     F: TickOutcome.FAILED,
@@ -88,6 +89,13 @@ CASES = [
     ("first record is the running tick", [(10, R)], State.OK, []),
     ("first record failed, one tick", [(10, F)], State.WARNING, ["failed"]),
     ("never a success over 2 ticks", [(9, F), (10, F)], State.CRITICAL, ["no success since"]),
+    # an operator paused the job: its paused ticks are no run due, so none is missing
+    ("paused for the last three ticks", [(7, S), (8, P), (9, P), (10, P)], State.OK, []),
+    ("paused since the first record", [(8, P), (9, P), (10, P)], State.OK, []),
+    ("a failure, then paused", [(6, S), (7, F), (8, P), (9, P), (10, P)], State.WARNING, ["7"]),
+    ("paused, then a failure", [(7, S), (8, P), (9, P), (10, F)], State.WARNING, ["failed"]),
+    ("paused, resumed, failing", [(6, S), (7, P), (8, P), (9, F), (10, F)], State.CRITICAL, []),
+    ("paused, but a tick missed", [(7, S), (8, P), (9, M), (10, P)], State.CRITICAL, ["missed"]),
 ]
 
 

@@ -121,7 +121,10 @@ def test_given_the_spec_anything_broader_than_the_job_needs_is_an_error() -> Non
     spec = load_spec(ROOT / "policies" / "locks.hcl")
     expected = expectation_for(spec, "lock-nightly-ingest")
     assert expected is not None
-    assert expected.rules == {Rule("key_prefix", "locks/nightly-ingest/", "write")}
+    assert expected.rules == {
+        Rule("key_prefix", "locks/nightly-ingest/", "write"),
+        Rule("key_prefix", "lockctl/control/nightly-ingest/", "read"),
+    }
     wider = 'key_prefix "locks/" {\n  policy = "write"\n}\n'
     findings = lint_rules(
         wider, name="lock-nightly-ingest", declared_nodes=NODES, expected=expected
@@ -129,13 +132,18 @@ def test_given_the_spec_anything_broader_than_the_job_needs_is_an_error() -> Non
     assert _summary(findings) == [
         ("error", 1, "broader-than-needed"),
         ("error", 1, "missing-grant"),
+        ("error", 1, "missing-grant"),
     ]
     read_too = (
         'key_prefix "locks/nightly-ingest/" {\n  policy = "write"\n}\n'
+        'key_prefix "lockctl/control/nightly-ingest/" {\n  policy = "read"\n}\n'
         'session "worker-1" {\n  policy = "write"\n}\n'
     )
     findings = lint_rules(read_too, name="x", declared_nodes=NODES, expected=expected)
-    assert _summary(findings) == [("error", 4, "broader-than-needed")]
+    assert _summary(findings) == [("error", 7, "broader-than-needed")]
+    writes_control = read_too.replace('policy = "read"', 'policy = "write"')
+    findings = lint_rules(writes_control, name="x", declared_nodes=NODES, expected=expected)
+    assert ("error", 4, "broader-than-needed") in _summary(findings)
 
 
 def test_expectations_exist_only_for_lockctl_policies() -> None:

@@ -22,7 +22,7 @@ from provision.errors import EXIT_ENVIRONMENT, EXIT_INPUT, InputError
 from provision.ledger.records import tick_name
 from provision.runner.fencing import Outcome
 from provision.runner.results import RunResult, SkipReason
-from provision.runner.tick_lock import refused_skip
+from provision.runner.tick_verdicts import refused_skip
 from provision.scheduler import loop
 from provision.scheduler.counts import (
     SKIP_REASONS,
@@ -52,25 +52,37 @@ def _job(schedule: str = "@every 3s") -> JobConfig:
 
 
 @pytest.mark.parametrize(
-    ("recorded", "lock_delay", "running", "skip"),
+    ("recorded", "lock_delay", "running", "paused", "skip"),
     [
-        (True, False, None, SkipReason.TAKEN),  # the tick has a record, whoever holds the lock
-        (True, True, "2026-12-01T13:00:02Z", SkipReason.TAKEN),
-        (False, True, None, SkipReason.LOCK_DELAY),  # Consul said so in the claim's answer
-        (False, True, "2026-12-01T13:00:02Z", SkipReason.LOCK_DELAY),
-        (False, False, "2026-12-01T13:00:02Z", SkipReason.OVERLAP),  # the holder runs a tick
-        (False, False, "overlap, lock-delay", SkipReason.OVERLAP),  # its text means nothing
-        (False, False, None, SkipReason.OTHER),  # held, no tick: a plain `lockctl run`
+        (True, False, None, False, SkipReason.TAKEN),  # the tick has a record, whoever holds it
+        (True, True, "2026-12-01T13:00:02Z", False, SkipReason.TAKEN),
+        (False, True, None, False, SkipReason.LOCK_DELAY),  # Consul said so in the claim's answer
+        (False, True, "2026-12-01T13:00:02Z", False, SkipReason.LOCK_DELAY),
+        (False, False, "2026-12-01T13:00:02Z", False, SkipReason.OVERLAP),  # the holder runs one
+        (False, False, "overlap, lock-delay", False, SkipReason.OVERLAP),  # its text means nothing
+        (False, False, None, False, SkipReason.OTHER),  # held, no tick: a plain `lockctl run`
+        # paused: the claim's pause check failed and the tick was recorded paused
+        (False, False, None, True, SkipReason.PAUSED),
+        (False, True, None, True, SkipReason.PAUSED),  # paused outranks the lock's state
+        (False, False, "2026-12-01T13:00:02Z", True, SkipReason.PAUSED),
+        (True, False, None, True, SkipReason.TAKEN),  # a record exists: that is what counts
     ],
 )
 def test_a_refused_claim_says_why_in_a_word(
-    recorded: bool, lock_delay: bool, running: str | None, skip: SkipReason
+    recorded: bool, lock_delay: bool, running: str | None, paused: bool, skip: SkipReason
 ) -> None:
-    assert refused_skip(recorded=recorded, lock_delay=lock_delay, running=running) is skip
+    decided = refused_skip(recorded=recorded, lock_delay=lock_delay, running=running, paused=paused)
+    assert decided is skip
 
 
 def test_the_skip_reasons_are_the_labels_dashboards_know() -> None:
-    assert [reason.value for reason in SKIP_REASONS] == ["taken", "overlap", "lock-delay", "other"]
+    assert [reason.value for reason in SKIP_REASONS] == [
+        "taken",
+        "overlap",
+        "lock-delay",
+        "paused",
+        "other",
+    ]
 
 
 # -- counts from results -------------------------------------------------------------------

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from provision.ledger.control import ControlNote
 from provision.runner.stop import StopRequest
 from provision.scheduler.loop import Turn
 from provision.scheduler.timer import TickTimer
@@ -236,3 +237,48 @@ def test_a_reload_changes_one_job_without_waiting_for_the_others_runs() -> None:
         thread.join(WAIT)
     assert retired == ["idle", "long"]
     assert len(long.ran) == 1 and len(idle.ran) == idle_runs
+
+
+class TriggeredJob(FakeJob):
+    """A FakeJob that records its manual runs (a trigger's) among its runs, in order."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.order: list[str] = []
+
+    def run_tick(self, tick: datetime) -> None:
+        self.order.append("tick")
+        super().run_tick(tick)
+
+    def run_manual(self, note: ControlNote) -> None:
+        self.order.append(f"manual {note.id}")
+
+
+NOTE = ControlNote("ops", datetime(2026, 12, 4, 22, 0, tzinfo=timezone.utc), None, "t1")
+
+
+def test_a_trigger_runs_at_once_when_its_job_is_idle() -> None:
+    job = TriggeredJob("idle", every=3600)
+    timer, stop, thread = started([job])
+    try:
+        timer.trigger(job, NOTE)  # type: ignore[arg-type]
+        assert wait_until(lambda: job.order == ["manual t1"], WAIT), job.order
+    finally:
+        stop.request()
+        thread.join(WAIT)
+
+
+def test_a_trigger_during_its_job_s_run_comes_right_after_it() -> None:
+    hold = threading.Event()
+    job = TriggeredJob("busy", every=0.05, hold=hold)
+    timer, stop, thread = started([job])
+    try:
+        assert wait_until(lambda: job.order == ["tick"], WAIT)  # held: its run goes on
+        timer.trigger(job, NOTE)  # type: ignore[arg-type]
+        hold.set()  # the run ends: the trigger's run is next, before the job's next tick
+        assert wait_until(lambda: len(job.order) >= 3, WAIT), job.order
+        assert job.order[:3] == ["tick", "manual t1", "tick"]
+    finally:
+        hold.set()
+        stop.request()
+        thread.join(WAIT)

@@ -189,6 +189,13 @@ def test_status_shows_a_hostile_record_escaped_literal_and_flagged(
     entry = {"Key": "locks/j/.lock", "Value": value, "Session": "s-1", "LockIndex": 3}
     responses.get(f"{address}/v1/kv/locks/j/.lock", json=[entry])
     responses.get(f"{address}/v1/session/info/s-1", json=[{"ID": "s-1", "Node": "worker-2"}])
+    note = {"format": 1, "by": "ops\x1b[2J", "reason": "[red]x[/]\r\u202e" * 50, "at": "x"}
+    paused = base64.b64encode(json.dumps(note).encode()).decode()
+    paused_url = f"{address}/v1/kv/lockctl/control/j/paused"
+    if as_json:  # a hostile pause note too (in the table, a column more would wrap the record)
+        responses.get(paused_url, json=[{"Key": "lockctl/control/j/paused", "Value": paused}])
+    else:
+        responses.get(paused_url, status=404)
     args = ["status", "--spec", str(spec), "--address", address, *(["--json"] if as_json else [])]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
@@ -197,6 +204,7 @@ def test_status_shows_a_hostile_record_escaped_literal_and_flagged(
     if as_json:
         (state,) = json.loads(result.stdout)
         assert state["node"] == "worker-2" and state["claim_matches_node"] is False
+        assert state["paused"].startswith("by ops\\x1b[2J: [red]x[/]\\r\\u202e")
         assert (
             state["claims"]["worker"] == "worker-1\\x1b]0;pwned\\x07[bold red]RED[/]\\r\\u202eevil"
         )

@@ -7,7 +7,7 @@ import pytest
 from provision.ledger.records import TickOutcome
 from provision.runner.fencing import Outcome
 from provision.runner.lock import Ending
-from provision.runner.tick_lock import tick_outcome
+from provision.runner.tick_verdicts import tick_outcome
 
 
 @pytest.mark.parametrize(

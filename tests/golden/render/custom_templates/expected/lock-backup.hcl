@@ -3,3 +3,6 @@
 key_prefix "service/backup/" {
   policy = "write"
 }
+key_prefix "lockctl/control/backup/" {
+  policy = "read"
+}

@@ -3,3 +3,6 @@
 key_prefix "service/billing/locks/close/" {
   policy = "write"
 }
+key_prefix "lockctl/control/billing-close/" {
+  policy = "read"
+}

@@ -1,0 +1,101 @@
+"""`lockctl pause JOB`, `lockctl resume JOB`: an operator's hold on a job's ticks; `lockctl
+trigger JOB`: one run now, outside the schedule. Kept in Consul under the job's control keys
+(provision/ledger/operator.py), written with the operator's token, never a worker's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from provision.cli import options
+from provision.errors import InputError
+
+if TYPE_CHECKING:
+    from provision.ledger.operator import PauseChange
+    from provision.spec import Job
+
+JobArgument = Annotated[str, typer.Argument(help="The job's name, as in the spec.", metavar="JOB")]
+Reason = Annotated[
+    str | None,
+    typer.Option("--reason", help="Why (shown by status and history; at most 200 characters)."),
+]
+
+
+@options.consul_command
+def pause(
+    connection: options.Connection,
+    job: JobArgument,
+    reason: Reason = None,
+    spec_file: options.SpecFile = options.DEFAULT_SPEC,
+) -> None:
+    """Pause JOB: every replica refuses its ticks, each recorded `paused` (not missed), until
+    `lockctl resume JOB`. Needs a token that may write lockctl/control/JOB/ (not a worker's)."""
+    from provision.ledger.control import reason_problem
+    from provision.ledger.operator import pause as pause_job
+
+    _known_job(spec_file, job)
+    problem = reason_problem(reason)
+    if problem is not None:
+        raise InputError(f"--reason {problem}")
+    _say(pause_job(connection.connect(), job, reason), "paused")
+
+
+@options.consul_command
+def resume(
+    connection: options.Connection,
+    job: JobArgument,
+    spec_file: options.SpecFile = options.DEFAULT_SPEC,
+) -> None:
+    """Resume JOB: its next tick is claimed and run as usual."""
+    from provision.ledger.operator import resume as resume_job
+
+    _known_job(spec_file, job)
+    _say(resume_job(connection.connect(), job), "resumed")
+
+
+@options.consul_command
+def trigger(
+    connection: options.Connection,
+    job: JobArgument,
+    reason: Reason = None,
+    spec_file: options.SpecFile = options.DEFAULT_SPEC,
+) -> None:
+    """Run JOB once now, outside its schedule, on one replica of the running `lockctl
+    schedule`s (right after its run, if one is going on), recorded as a manual run. Refused
+    (exit 1) while JOB is paused or a trigger of it is pending."""
+    from provision.ledger.control import manual_tick, reason_problem
+    from provision.ledger.operator import trigger as trigger_job
+    from provision.ledger.records import tick_name
+
+    known = _known_job(spec_file, job)
+    problem = reason_problem(reason)
+    if problem is not None:
+        raise InputError(f"--reason {problem}")
+    if known.schedule is None:
+        raise InputError(f"job {job} has no schedule: no `lockctl schedule` runs it")
+    note = trigger_job(connection.connect(), job, known.lock_key, reason)
+    assert note.at is not None
+    typer.echo(f"job {job} triggered {note.said()} (trigger {note.id})")
+    typer.echo(f"its run is recorded at {tick_name(manual_tick(note.at))} in its history")
+
+
+def _known_job(spec_file: Path, job: str) -> Job:
+    """JOB must be a job of the spec (a typo must not pause nothing)."""
+    from provision.spec import load_spec
+
+    found = [known for known in load_spec(spec_file).jobs if known.name == job]
+    if not found:
+        raise InputError(f"job {job!r} is not in {spec_file}")
+    return found[0]
+
+
+def _say(change: PauseChange, done: str) -> None:
+    note, job = change.state.note, change.state.job
+    if done == "paused":
+        assert note is not None
+        line = f"job {job} paused {note.said()}"
+        typer.echo(line if change.changed else f"job {job} was already paused {note.said()}")
+    else:
+        typer.echo(f"job {job} resumed" if change.changed else f"job {job} was not paused")

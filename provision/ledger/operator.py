@@ -1,0 +1,136 @@
+"""The operators' actions on a job: pause, resume, and what the job's control keys say now.
+
+An operator's token (CONSUL_HTTP_TOKEN / _FILE, as `apply` uses) writes the keys; the job's
+workers may only read them (the rendered lock policy), so a worker cannot pause, resume or
+trigger. Who asked is the operator token's Description (GET /v1/acl/token/self), never its
+secret: that is what `status` and `history` show.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from provision.consul import Consul, KVOp, PermissionDenied
+from provision.errors import LockctlError
+from provision.ledger.control import BY_LIMIT, NOTE_MAX_BYTES, ControlNote, decode_note, taken_key
+from provision.system.control_keys import paused_key, trigger_key
+from provision.system.text import printable
+
+TRIGGER_TRIES = 3  # the job's control keys changed between the reads and the write: read again
+
+
+@dataclass(frozen=True)
+class PauseState:
+    """Whether `job` is paused, and the note of who paused it (None: not paused)."""
+
+    job: str
+    note: ControlNote | None
+
+    @property
+    def paused(self) -> bool:
+        return self.note is not None
+
+
+@dataclass(frozen=True)
+class PauseChange:
+    """What `pause` or `resume` did: `changed` False when the job already was as asked."""
+
+    state: PauseState
+    changed: bool
+
+
+def operator_name(consul: Consul) -> str:
+    """Who the token in use is, in words: its Description, else its accessor ID (never the
+    secret). GET /v1/acl/token/self"""
+    token = consul.acl.read_self_token()
+    said = token.description.strip() or f"token {token.accessor_id}"
+    return printable(said, BY_LIMIT)
+
+
+def pause_state(consul: Consul, job: str) -> PauseState:
+    """The job's paused key, as a consistent read sees it."""
+    entry, _ = consul.kv.get(
+        paused_key(job), consistency="consistent", max_bytes=NOTE_MAX_BYTES * 2
+    )
+    return PauseState(job, None if entry is None else decode_note(entry.value))
+
+
+def pause(consul: Consul, job: str, reason: str | None, now: datetime | None = None) -> PauseChange:
+    """Pause `job`: write its paused key (cas index 0: only if it is not paused already, so
+    the first pause's note is kept). Every claim of its ticks fails from then on."""
+    note = ControlNote(operator_name(consul), now or datetime.now(timezone.utc), reason)
+    if consul.kv.put(paused_key(job), note.encode(), cas=0):
+        return PauseChange(PauseState(job, note), True)
+    return PauseChange(pause_state(consul, job), False)
+
+
+def resume(consul: Consul, job: str) -> PauseChange:
+    """Resume `job`: delete its paused key (its next tick is claimed as usual)."""
+    before = pause_state(consul, job)
+    if not before.paused:
+        return PauseChange(before, False)
+    consul.kv.delete(paused_key(job))
+    return PauseChange(PauseState(job, None), True)
+
+
+def readable_pause_state(consul: Consul, job: str) -> PauseState | None:
+    """`pause_state`, or None when this token may not read it (status with a narrow token)."""
+    try:
+        return pause_state(consul, job)
+    except PermissionDenied:
+        return None
+
+
+class TriggerRefused(LockctlError):
+    """`lockctl trigger` refused: the job is paused, or a trigger of it is pending (exit 1)."""
+
+
+def trigger(
+    consul: Consul, job: str, lock_key: str, reason: str | None, now: datetime | None = None
+) -> ControlNote:
+    """Ask the running schedulers to run `job` once now: write its trigger key (who asks, when,
+    why, an id) in one transaction that checks the job is not paused and that the trigger it
+    replaces, if any, was taken already (the job's taken-trigger key names it): at most one
+    pending trigger per job. The note written; TriggerRefused when it is paused or pending."""
+    who = operator_name(consul)
+    for _ in range(TRIGGER_TRIES):
+        paused = pause_state(consul, job).note
+        current, _ = consul.kv.get(
+            trigger_key(job), consistency="consistent", max_bytes=NOTE_MAX_BYTES * 2
+        )
+        pending = None if current is None else decode_note(current.value)
+        taken = None
+        if paused is None and pending is not None:
+            entry, _ = consul.kv.get(taken_key(lock_key), consistency="consistent")
+            taken = None if entry is None else entry.value
+        refusal = trigger_refusal(job, paused, pending, taken)
+        if refusal is not None:
+            raise TriggerRefused(refusal)
+        note = ControlNote(who, now or datetime.now(timezone.utc), reason, uuid.uuid4().hex[:16])
+        replaced = (
+            KVOp("check-not-exists", trigger_key(job))
+            if current is None
+            else KVOp("check-index", trigger_key(job), index=current.modify_index)
+        )
+        ops = [KVOp("check-not-exists", paused_key(job)), replaced]
+        if consul.txn.kv([*ops, KVOp("set", trigger_key(job), note.encode())]).applied:
+            return note
+    raise TriggerRefused(f"job {job}: its control keys kept changing: not triggered, try again")
+
+
+def trigger_refusal(
+    job: str, paused: ControlNote | None, pending: ControlNote | None, taken: bytes | None
+) -> str | None:
+    """Why a trigger of `job` is refused, or None (pure): the job is paused; or its trigger
+    key holds a trigger no replica took (the job's taken-trigger key, `taken`, does not name
+    it; a note with no id was never lockctl's, and is pending for good: deleted by hand)."""
+    if paused is not None:
+        return f"job {job} is paused {paused.said()}: not triggered (lockctl resume {job} first)"
+    if pending is not None and (pending.id is None or taken != pending.id.encode()):
+        return (
+            f"job {job} has a trigger pending, asked {pending.said()}: at most one at a time "
+            "(a running `lockctl schedule` of the job takes it within seconds)"
+        )
+    return None

@@ -1,0 +1,60 @@
+"""A scheduled run's words for how its tick went, pure: why its claim was refused (in a word,
+for the metrics, and in the `skipped` event's fields) and what its record says once it ended."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from provision.ledger.records import TickOutcome, TickRecord, tick_name
+from provision.runner.fencing import Outcome
+from provision.runner.lock import Ending
+from provision.runner.results import SkipReason
+
+
+@dataclass(frozen=True)
+class TickRefusal:
+    """Why the claim of `tick` was refused: `fields` for the `skipped` event, `skip` in a word."""
+
+    tick: datetime
+    fields: dict[str, object]
+    skip: SkipReason
+
+    def event_fields(self) -> dict[str, object]:
+        return {"tick": tick_name(self.tick), **self.fields}
+
+
+def paused_refusal(paused: TickRecord) -> TickRefusal:
+    """The skip of a tick recorded paused: who paused the job, and why."""
+    said = f" ({paused.reason})" if paused.reason else ""
+    reason = f"tick {tick_name(paused.tick)}: the job is paused, by {paused.by}{said}: not run"
+    skip = refused_skip(recorded=False, lock_delay=False, running=None, paused=True)
+    return TickRefusal(paused.tick, {"reason": reason, "paused_by": paused.by}, skip)
+
+
+def refused_skip(
+    *, recorded: bool, lock_delay: bool, running: str | None, paused: bool = False
+) -> SkipReason:
+    """Why a claim was refused, in a word: the tick has a record (another runner has or had
+    it); the job is paused (our claim found its paused key: the tick is recorded paused);
+    Consul refused the lock for its lock-delay; the lock's holder names the tick it runs
+    (TickLock writes it: the job's previous tick still runs, an overlap); else the lock is held
+    by something else (a plain `lockctl run`, a record that names no tick)."""
+    if recorded:
+        return SkipReason.TAKEN
+    if paused:
+        return SkipReason.PAUSED
+    if lock_delay:
+        return SkipReason.LOCK_DELAY
+    return SkipReason.OTHER if running is None else SkipReason.OVERLAP
+
+
+def tick_outcome(ending: Ending, release: bool) -> TickOutcome:
+    """The record's outcome for how the run ended; not releasing means the lock was lost."""
+    if not release or ending.verdict == "lost":
+        return TickOutcome.LOST
+    if ending.verdict == "interrupted":
+        return TickOutcome.INTERRUPTED
+    if ending.verdict == Outcome.JOB_TIMED_OUT.value:
+        return TickOutcome.TIMED_OUT
+    return TickOutcome.SUCCEEDED if ending.exit_status == 0 else TickOutcome.FAILED

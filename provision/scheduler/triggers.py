@@ -1,0 +1,149 @@
+"""The operators' triggers (`lockctl trigger JOB`) inside `lockctl schedule`: heard of with ONE
+blocking query per scheduler, on every job's control keys at once, and run at once.
+
+    TriggerWatch   a thread: GET lockctl/control/?recurse&index=N (scheduler/../consul/watch.py),
+                   which Consul filters to this worker's jobs (its token reads only those); each
+                   trigger not seen before goes to the timer, for the job it names
+    the timer      runs it on its own thread, right after the job's run when one is going on
+                   here (scheduler/timer.py)
+    manual_run     the run: claimed like a tick at the trigger's own instant (ledger/control.py
+                   manual_tick), waiting for the lock while a run of the job goes on anywhere
+
+Every replica hears of a trigger and tries it; the claim (one transaction: the instant's record,
+the lock, and the job's taken-trigger key at the index read) lets exactly one run it, and a
+trigger taken once is never run again, even after retention deleted its run's record.
+A query, not a watch per job: issue 20's hundreds of jobs cost one thread and one connection.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from provision.consul import Consul, ConsulError
+from provision.consul.watch import watch_tree
+from provision.ledger.control import ControlNote, decode_note, manual_tick
+from provision.ledger.ticks import TickChoice
+from provision.runner.engine import run_job
+from provision.runner.events import EventLog
+from provision.runner.forkserver import ForkServer
+from provision.runner.precheck import WallClock, utc_now
+from provision.runner.results import RunOptions, RunResult
+from provision.runner.stop import StopRequest
+from provision.runner.tick_lock import TickRun
+from provision.system.control_keys import CONTROL_ROOT, TRIGGER
+from provision.workers.config import JobConfig
+
+BLOCKING_WAIT = 300.0  # seconds a query waits for a change (Consul's default)
+MIN_PAUSE = 0.5  # seconds between two queries: a change storm, or an index that misleads
+ERROR_PAUSE = 5.0  # after an error (Consul unreachable): the loops say so; this waits
+WATCH_MAX_BYTES = 16 * 1024 * 1024  # every control key a worker may read, with room
+# How long a trigger's run may wait for the job's lock (a run of it still going here or on
+# another replica): it runs right after that run, within this bound.
+TRIGGER_WINDOW = 24 * 3600.0
+
+
+def manual_run(
+    consul: Consul,
+    job: JobConfig,
+    worker: str,
+    note: ControlNote,
+    events: EventLog,
+    stop: StopRequest,
+    session: str,
+    *,
+    clock: Callable[[], float] = time.monotonic,
+    wall: WallClock = utc_now,
+    forks: ForkServer | None = None,
+) -> RunResult:
+    """The run an operator's trigger asks for (lockctl trigger), at its own instant outside the
+    schedule: claimed like a tick (exactly once: the claim also records the trigger taken),
+    waiting for the lock while a run of the job goes on, recorded as a manual run."""
+    assert note.at is not None
+    tick = manual_tick(note.at)
+    plan = TickChoice(tick, TRIGGER_WINDOW, 0.0, 0.0)
+    return run_job(
+        consul,
+        job,
+        worker,
+        list(job.command or ()),
+        RunOptions(wait=True),
+        events,
+        stop,
+        clock,
+        wall,
+        TickRun(plan, housekeep=False, manual=note),
+        session=session,
+        forks=forks,
+    )
+
+
+def pending_triggers(
+    entries: Iterable[tuple[str, bytes | None]], jobs: Iterable[str]
+) -> dict[str, ControlNote]:
+    """The trigger of each of `jobs` under the control root, from the watch's answer (pure):
+    notes without an id or a time are not triggers lockctl wrote, and are left alone."""
+    wanted = set(jobs)
+    found: dict[str, ControlNote] = {}
+    for key, value in entries:
+        job, _, name = key.removeprefix(CONTROL_ROOT).partition("/")
+        if key.startswith(CONTROL_ROOT) and name == TRIGGER and job in wanted:
+            note = decode_note(value)
+            if note.id is not None and note.at is not None:
+                found[job] = note
+    return found
+
+
+class TriggerWatch:
+    """One thread per scheduler: hands each new trigger of its jobs to `fire(job, note)`."""
+
+    def __init__(
+        self,
+        consul: Callable[[], Consul | None],
+        jobs: Callable[[], Iterable[str]],
+        fire: Callable[[str, ControlNote], None],
+        events: EventLog,
+        stop: threading.Event,
+    ) -> None:
+        self.consul, self.jobs, self.fire, self.events = consul, jobs, fire, events
+        self.stop = stop
+        self.seen: set[tuple[str, str]] = set()  # (job, trigger id) handed on already
+        self.thread = threading.Thread(target=self._run, name="lockctl-triggers", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def forget(self, job: str, note: ControlNote) -> None:
+        """A run of this trigger could not be tried: hand it on again at the next answer (the
+        query's next change, or its wait's end); its claim refuses it if another ran it."""
+        if note.id is not None:
+            self.seen.discard((job, note.id))
+
+    def _run(self) -> None:
+        index = 0
+        while not self.stop.is_set():
+            began, consul = time.monotonic(), self.consul()
+            if consul is None:  # between two connections (a reload)
+                self.stop.wait(MIN_PAUSE)
+                continue
+            try:
+                entries, index = watch_tree(
+                    consul.transport,
+                    CONTROL_ROOT,
+                    index,
+                    BLOCKING_WAIT,
+                    max_bytes=WATCH_MAX_BYTES,
+                )
+            except ConsulError as exc:
+                self.events.emit("trigger-watch-failed", warning=str(exc))
+                self.stop.wait(ERROR_PAUSE)
+                index = 0
+                continue
+            pairs = ((entry.key, entry.value) for entry in entries)
+            for job, note in pending_triggers(pairs, self.jobs()).items():
+                assert note.id is not None
+                if (job, note.id) not in self.seen:
+                    self.seen.add((job, note.id))
+                    self.fire(job, note)
+            self.stop.wait(max(0.0, MIN_PAUSE - (time.monotonic() - began)))

@@ -1,0 +1,29 @@
+"""Where lockctl keeps the operators' control keys of each job in Consul (pause, trigger): one
+naming rule for every layer (the spec refuses prefixes over it, the renderer grants read on it,
+the runner checks it in each claim, the operator's commands write it).
+
+They live under one root outside every job's prefix: a job's workers may write all of their own
+prefix, and may only read these (the rendered lock policy), so a worker cannot pause, resume or
+trigger a job.
+"""
+
+from __future__ import annotations
+
+CONTROL_ROOT = "lockctl/control/"
+PAUSED = "paused"  # the key's name in the job's folder
+TRIGGER = "trigger"
+
+
+def control_prefix(job: str) -> str:
+    """The folder of job `job`'s control keys: `lockctl/control/<job>/` (its workers read it)."""
+    return f"{CONTROL_ROOT}{job}/"
+
+
+def paused_key(job: str) -> str:
+    """The key whose existence pauses job `job`: every claim checks it is absent."""
+    return f"{control_prefix(job)}{PAUSED}"
+
+
+def trigger_key(job: str) -> str:
+    """The key an operator's pending `lockctl trigger` waits in, until a replica takes it."""
+    return f"{control_prefix(job)}{TRIGGER}"

@@ -1,0 +1,47 @@
+"""The control-key check of `lockctl verify`: a worker's token reads its jobs' control keys
+(every claim does: a paused job's tick is recorded paused) and cannot write them, so a worker
+cannot pause, resume or trigger a job (issue 21); nor read another job's."""
+
+from __future__ import annotations
+
+from provision.system.control_keys import paused_key, trigger_key
+from provision.verify.acl_checks import workers_with_tokens
+from provision.verify.context import VerifyContext
+from provision.verify.evidence import CheckFailed, Evidence, status_of
+
+# The writes are sent with a cas index no key ever has: denied, they prove the token may not
+# write; allowed (a policy too broad), they still change nothing, so verify never pauses a job.
+NEVER_INDEX = 2**62
+
+
+def check_worker_token_control(ctx: VerifyContext, ev: Evidence) -> str:
+    workers = workers_with_tokens(ctx)
+    problems = []
+    for worker in workers:
+        client = ctx.client(worker.name)
+        own = ctx.spec.jobs_for(worker.name)
+        for job in own:
+            status, _ = status_of(client.kv.get, paused_key(job.name))
+            ev.add(f"{worker.name}: GET {paused_key(job.name)} -> {status}")
+            if status != 200:
+                problems.append(f"{worker.name}'s token cannot read {paused_key(job.name)}")
+            writes = (
+                ("pause", client.kv.put, paused_key(job.name)),
+                ("trigger", client.kv.put, trigger_key(job.name)),
+                ("resume", client.kv.delete, paused_key(job.name)),
+            )
+            for action, call, key in writes:
+                method = "PUT" if action != "resume" else "DELETE"
+                status, body = status_of(call, key, cas=NEVER_INDEX)
+                ev.add(f"{worker.name}: {method} {key} ({action}) -> {status}")
+                if status != 403:
+                    problems.append(f"{worker.name}'s token got {status} {body}, not 403: {action}")
+        names = {job.name for job in own}
+        for job in (job for job in ctx.spec.jobs if job.name not in names):
+            status, _ = status_of(client.kv.get, paused_key(job.name))
+            ev.add(f"{worker.name}: GET {paused_key(job.name)} (not its job) -> {status}")
+            if status != 403:
+                problems.append(f"{worker.name}'s token read another job's control key")
+    if problems:
+        raise CheckFailed("; ".join(problems))
+    return "worker tokens read their jobs' control keys and get 403 on pause, resume, trigger"

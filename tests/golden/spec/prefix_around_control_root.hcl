@@ -1,0 +1,5 @@
+worker "worker-1" {}
+job "around" {
+  prefix  = "lockctl/"
+  workers = ["worker-1"]
+}

@@ -1,0 +1,160 @@
+"""`lockctl trigger` on the real cluster (issue 21, item 5): three `lockctl schedule` replicas
+of an hourly job (no scheduled tick comes during the test) whose command is a process tree;
+a trigger runs it once, on one replica, within 5 s, recorded as a manual run (who asked, why);
+a trigger while a run goes on runs right after it; a second pending trigger is refused, and so
+is a trigger of a paused job."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from scheduler_lab import SchedulerProcess
+from workers_lab import minted_workers, spec_text
+
+from provision.ledger.records import TickOutcome, TickRecord
+from provision.ledger.store import Ledger
+from tests.lockctl_process import LOCKCTL, eventually
+
+if TYPE_CHECKING:
+    from conftest import LiveCluster
+
+WORKERS = ("worker-1", "worker-2", "worker-3")
+WAIT = 40.0
+
+
+@dataclass
+class Lab:
+    cluster: LiveCluster
+    spec_path: Path
+    job: str
+    lock_key: str
+    configs: dict[str, Path]
+    runs: Path  # a file per run of the job, named after its LockIndex
+    hold: Path  # while it exists, a run goes on
+    secrets: list[str] = field(default_factory=list, repr=False)  # never printed
+
+
+@pytest.fixture(scope="module")
+def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    tmp = tmp_path_factory.mktemp("trigger")
+    uid = uuid.uuid4().hex[:8]
+    job, runs, hold = f"trigger-{uid}", tmp / "runs", tmp / "hold"
+    runs.mkdir()
+    # a process tree: a child in the background that lasts while `hold` exists
+    script = f'touch {runs}/"$LOCK_INDEX"; (while [ -e {hold} ]; do sleep 0.05; done) & wait'
+    attributes = {
+        "prefix": f'"test/trigger-{uid}/"',
+        "schedule": '"@hourly"',
+        "command": json.dumps(["/bin/sh", "-c", script]),
+    }
+    spec_path = tmp / "locks.hcl"
+    spec_path.write_text(spec_text(live_cluster, WORKERS, {job: attributes}))
+    kv = f"test/trigger-{uid}/"
+    with minted_workers(live_cluster, spec_path, WORKERS, tmp, uid, kv) as made:
+        lab = Lab(
+            live_cluster, spec_path, job, f"{kv}.lock", made.configs, runs, hold, made.secrets
+        )
+        try:
+            yield lab
+        finally:
+            live_cluster.management().kv.delete(f"lockctl/control/{job}/", recurse=True)
+
+
+def lockctl(lab: Lab, *args: str) -> subprocess.CompletedProcess[str]:
+    """An operator's command, with the management token."""
+    flags = ["--spec", str(lab.spec_path), "--address", lab.cluster.address("server-1")]
+    flags += ["--token-file", str(lab.cluster.layout.management_token_file)]
+    result = subprocess.run(
+        [*LOCKCTL, *args, *flags, *lab.cluster.tls_flags()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    secrets = [*lab.secrets, lab.cluster.management_token.reveal()]
+    assert not any(secret in result.stdout + result.stderr for secret in secrets)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def manual(lab: Lab, trigger_id: str) -> list[TickRecord]:
+    records = Ledger(lab.cluster.management(), lab.lock_key).records()
+    return [r for r in records if r.trigger == trigger_id]
+
+
+def trigger_id(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode == 0, result.stderr
+    return result.stdout.split("(trigger ", 1)[1].split(")", 1)[0]
+
+
+def test_trigger_runs_the_job_once_within_5s_and_after_a_run_in_progress(lab: Lab) -> None:
+    schedulers = [SchedulerProcess(lab.configs[worker]) for worker in WORKERS]
+    try:
+        assert eventually(lambda: all(s.events("started") for s in schedulers), WAIT)
+        lab.hold.touch()  # the first run lasts until the test lets it end
+        asked = time.monotonic()
+        first = lockctl(lab, "trigger", lab.job, "--reason", "backfill after the fix")
+        print(f"\n$ lockctl trigger {lab.job} --reason 'backfill after the fix'\n{first.stdout}")
+        first_id = trigger_id(first)
+        assert eventually(lambda: manual(lab, first_id), 5.0), [s.lines for s in schedulers]
+        assert time.monotonic() - asked < 5.0
+        assert eventually(lambda: len(list(lab.runs.iterdir())) == 1, WAIT)
+        (running,) = manual(lab, first_id)
+        assert running.outcome is TickOutcome.RUNNING and running.reason == "backfill after the fix"
+        assert running.by and running.tick.microsecond  # its own instant, not a tick's
+
+        # during the run: a second trigger is accepted (the first was taken), a third refused
+        second_id = trigger_id(lockctl(lab, "trigger", lab.job))
+        third = lockctl(lab, "trigger", lab.job)
+        print(f"\n$ lockctl trigger {lab.job}\n{third.stderr}")  # for docs
+        assert third.returncode == 1
+        assert third.stderr.startswith(f"lockctl: error: job {lab.job} has a trigger pending")
+        assert manual(lab, second_id) == []  # not while the first runs
+
+        lab.hold.unlink()  # the first run ends: the second runs right after it
+        released = time.monotonic()
+        assert eventually(lambda: manual(lab, second_id), 5.0), [s.lines for s in schedulers]
+        assert time.monotonic() - released < 5.0
+        assert eventually(
+            lambda: [r.outcome for r in manual(lab, second_id)] == [TickOutcome.SUCCEEDED], WAIT
+        ), [s.lines for s in schedulers]
+        (done,) = manual(lab, first_id)
+        (after,) = manual(lab, second_id)
+        assert done.outcome is TickOutcome.SUCCEEDED and done.lock_index is not None
+        # the very next holder of the lock (records' times are each replica's idea of Consul's
+        # clock, whole seconds apart at worst: the LockIndex orders them)
+        assert after.lock_index == done.lock_index + 1
+        assert len(list(lab.runs.iterdir())) == 2  # each trigger once, across three replicas
+
+        history = lockctl(lab, "history", "--job", lab.job)
+        print(f"\n$ lockctl history --job {lab.job}\n{history.stdout}")  # for docs
+        assert history.stdout.count("succeeded (manual, by ") == 2, history.stdout
+
+        # paused: refused, nothing written
+        assert lockctl(lab, "pause", lab.job).returncode == 0
+        refused = lockctl(lab, "trigger", lab.job)
+        print(f"\n$ lockctl trigger {lab.job}\n{refused.stderr}")  # for docs
+        assert refused.returncode == 1
+        assert refused.stderr.startswith(f"lockctl: error: job {lab.job} is paused by ")
+        assert lockctl(lab, "resume", lab.job).returncode == 0
+        for scheduler in schedulers:
+            assert scheduler.stop() == 0, scheduler.lines
+            assert not any("Traceback" in line for line in scheduler.lines), scheduler.lines
+        # a restarted replica takes no trigger again: each was taken once
+        again = SchedulerProcess(lab.configs["worker-1"])
+        schedulers.append(again)
+        assert eventually(lambda: again.events("trigger"), WAIT), again.lines
+        assert eventually(lambda: again.events("skipped"), WAIT), again.lines
+        assert len(list(lab.runs.iterdir())) == 2
+    finally:
+        lab.hold.unlink(missing_ok=True)
+        for scheduler in schedulers:
+            scheduler.kill()
