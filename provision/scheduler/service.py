@@ -44,6 +44,7 @@ from provision.scheduler.loop import CountingEventLog, JobTicks, unexpected
 from provision.scheduler.reload import ReloadPlan, plan_reload
 from provision.scheduler.sessions import SessionPool
 from provision.scheduler.timer import TickTimer
+from provision.sessions import agentless_node, deregister_node
 from provision.workers.config import JobConfig, WorkerConfig, load_worker_config
 
 JOIN_POLL = 0.5
@@ -128,6 +129,8 @@ class Scheduler:
         self.wall_steps = WallSteps()
         self._clock_known = False  # at the last look: turns worked out before used this host's
         self._reload = False  # set by a signal handler: a plain flag, never a lock
+        # no local agent: the catalog node its TTL-only sessions live on (kept across reloads)
+        self.node = agentless_node(config.worker, config.agentless, os.environ)
 
     def request_reload(self) -> None:
         """From a signal handler: only a flag, read by the main loop (a lock could deadlock)."""
@@ -163,6 +166,15 @@ class Scheduler:
         for closing in self._closing:
             closing.join()
         self.sessions = None
+        self._deregister()
+
+    def _deregister(self) -> None:
+        """An agentless worker's node leaves the catalog at a clean stop, after its sessions
+        (none is left to end with it); best effort: a node left behind holds nothing."""
+        if self.node is None or self.consul is None:
+            return
+        error = deregister_node(self.consul, self.node)
+        self.events.emit("node-deregistered", node=self.node.name, error=error)
 
     def _start(self, config: WorkerConfig, settings: ConsulSettings) -> None:
         self._connect(settings)
@@ -191,7 +203,7 @@ class Scheduler:
             agent_clock=self.agent_clock,  # kept across reloads: another agent's answers correct it
         )
         self.consul, self._connection = consul, connection_key(settings)
-        self.sessions = SessionPool(consul, self.config.worker, self.events)
+        self.sessions = SessionPool(consul, self.config.worker, self.events, node=self.node)
         with self._pools_lock:
             self._pools[self.sessions] = 0
         self.sessions.start()
@@ -286,6 +298,8 @@ class Scheduler:
         only the loops that changed are changed, each on its own (scheduler/reload.py)."""
         try:
             fresh = self.loader(self.config.path)
+            if fresh.agentless != self.config.agentless:
+                raise InputError(f"{self.config.path}: agentless changed: restart to change it")
             if fresh.worker != self.config.worker:
                 raise InputError(
                     f"{self.config.path}: now for worker {fresh.worker}, not {self.config.worker}"

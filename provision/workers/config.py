@@ -59,6 +59,9 @@ class WorkerConfig:
     token_file: Path
     jobs: tuple[JobConfig, ...]
     tls: WorkerTLS = WorkerTLS()
+    # no local agent (a pod): `address` is a server's; lockctl registers `worker` as a catalog
+    # node and makes TTL-only sessions on it (provision/sessions.py)
+    agentless: bool = False
 
     def connection(self) -> dict[str, Any]:
         """The arguments of `provision.consul.resolve_settings` for this worker's agent: what the
@@ -106,9 +109,13 @@ def config_record(
     """The runner's config for one worker, as the JSON object written to lockctl.json."""
     jobs = {job.name: job_record(job) for job in spec.jobs_for(worker)}
     consul = {"address": spec.worker(worker).address, "token_file": str(token_file)}
+    # only when set: a lockctl from before the field refuses it, and the files of workers with
+    # an agent stay as they were
+    agentless = {"agentless": True} if spec.worker(worker).agentless else {}
     return {
         "format": CONFIG_FORMAT,
         "worker": worker,
+        **agentless,
         "consul": {**consul, **tls.record()},
         "jobs": jobs,
     }
@@ -136,10 +143,13 @@ def _build(path: Path, raw: Any, allow_unsafe: bool) -> WorkerConfig:
     problems: list[str] = []
     if not isinstance(raw, dict):
         raise ConfigError(path, ["top level must be an object"])
-    unknown_fields(raw, {"format", "worker", "consul", "jobs"}, "", problems)
+    unknown_fields(raw, {"format", "worker", "agentless", "consul", "jobs"}, "", problems)
     if type(raw.get("format")) is not int or raw["format"] != CONFIG_FORMAT:  # not True, not 1.0
         problems.append(f"format: must be {CONFIG_FORMAT} (this lockctl reads format 1)")
     worker = read_text(raw, "worker", "", problems)
+    agentless = raw.get("agentless", False)
+    if type(agentless) is not bool:
+        problems.append("agentless: must be true or false")
     consul: dict[str, Any] = {}
     if isinstance(raw.get("consul"), dict):
         consul = raw["consul"]
@@ -160,7 +170,7 @@ def _build(path: Path, raw: Any, allow_unsafe: bool) -> WorkerConfig:
                 jobs.append(job)
     if problems:
         raise ConfigError(path, problems)
-    return WorkerConfig(path, worker, address, Path(token_file), tuple(jobs), tls)
+    return WorkerConfig(path, worker, address, Path(token_file), tuple(jobs), tls, agentless)
 
 
 TLS_FIELDS = ("ca_file", "cert_file", "key_file")
