@@ -9,7 +9,9 @@ node invalidates every session on it.
 
 from __future__ import annotations
 
-from provision.consul.transport import Transport
+from typing import Any
+
+from provision.consul.transport import Transport, quote_path
 
 
 class CatalogAPI:
@@ -28,3 +30,10 @@ class CatalogAPI:
         PUT /v1/catalog/deregister"""
         body = {"Node": node}
         self._transport.request("PUT", "/v1/catalog/deregister", json_body=body, idempotent=True)
+
+    def node(self, node: str) -> dict[str, Any] | None:
+        """The node's catalog entry (Node, Address, ...), or None when it is not registered.
+        GET /v1/catalog/node/:node"""
+        path = "/v1/catalog/node/" + quote_path(node)
+        answer = self._transport.request("GET", path, idempotent=True)
+        return dict(answer.body["Node"]) if answer.body else None
