@@ -163,6 +163,36 @@ def test_a_scheduler_without_an_agent_runs_ticks_on_ttl_only_sessions_and_leaves
         assert management.session.list(node="pod-0") == []
 
 
+def test_lockctl_run_without_an_agent_registers_its_node_and_holds_a_ttl_only_session(
+    own_cluster: LiveCluster, tmp_path: Path
+) -> None:
+    spec = _spec(tmp_path, own_cluster, {"pod-1": "server-3"}, 1)
+    management = own_cluster.management()
+    seen = tmp_path / "session"
+    # The job says its session, and runs until the test has looked at it.
+    script = f'echo "$LOCK_SESSION" > {seen}; while [ ! -e {seen}.read ]; do sleep 0.1; done'
+    with minted_workers(own_cluster, spec, ["pod-1"], tmp_path, "r", "locks/agentless/") as made:
+        argv = [*LOCKCTL, "run", "--config", str(made.configs["pod-1"]), "--job", "report"]
+        env = {**os.environ, "LOCKCTL_NODE_ADDRESS": "10.9.0.7"}
+        run = subprocess.Popen(
+            [*argv, "--", "/bin/sh", "-c", script], env=env, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            assert eventually(lambda: seen.exists() and seen.read_text().strip(), 60)
+            info = management.session.info(seen.read_text().strip())
+            assert info is not None and info.node == "pod-1" and info.checks == ()
+            node = management.catalog.node("pod-1")
+            assert node is not None and node["Address"] == "10.9.0.7"
+        finally:
+            (tmp_path / "session.read").touch()
+            _, err = run.communicate(timeout=60)
+        assert run.returncode == 0, err
+        assert management.session.list(node="pod-1") == []  # destroyed at the end
+        # left registered: another run of this worker may hold a session on it right now
+        assert management.catalog.node("pod-1") is not None
+        management.catalog.deregister_node("pod-1")
+
+
 def test_the_server_a_holder_s_session_was_made_on_is_killed(
     own_cluster: LiveCluster, tmp_path: Path
 ) -> None:
