@@ -170,7 +170,8 @@ def _build(path: Path, raw: Any, allow_unsafe: bool) -> WorkerConfig:
                 jobs.append(job)
     if problems:
         raise ConfigError(path, problems)
-    return WorkerConfig(path, worker, address, Path(token_file), tuple(jobs), tls, agentless)
+    jobs_found, token = tuple(jobs), Path(token_file)
+    return WorkerConfig(path, worker, address, token, jobs_found, tls, agentless=agentless)
 
 
 TLS_FIELDS = ("ca_file", "cert_file", "key_file")
