@@ -84,7 +84,8 @@ def worker_config(
     if all_workers == bool(worker):
         raise InputError("give --worker NAME (repeatable) or --all, not both or neither")
     if kubernetes:
-        _kubernetes(spec, list(worker or []), out, image, namespace, tls_dir, templates_dir)
+        chosen = list(worker or [])
+        _kubernetes(spec, chosen, out, (image, namespace, lockctl_bin), tls_dir, templates_dir)
         return
     names = [w.name for w in spec.workers] if all_workers else list(worker or [])
     placement = Placement(
@@ -119,8 +120,7 @@ def _kubernetes(
     spec: Spec,
     chosen: list[str],
     out: Path,
-    image: str,
-    namespace: str,
+    pod: tuple[str, str, str],  # --image, --namespace, --lockctl
     tls_dir: Path | None,
     templates_dir: Path | None,
 ) -> None:
@@ -137,6 +137,7 @@ def _kubernetes(
         raise InputError(f"{what} in {spec.path}")
     require_writable_folders("--out", [out])
     tls = tls_dir.absolute() if tls_dir else None
+    image, namespace, lockctl = pod
     for path in write_kubernetes(
         spec,
         names,
@@ -145,5 +146,6 @@ def _kubernetes(
         image=image,
         namespace=namespace,
         tls_dir=tls,
+        lockctl=lockctl,
     ):
         typer.echo(f"wrote {path}")

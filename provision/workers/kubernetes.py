@@ -34,6 +34,7 @@ PORT = 9464  # /metrics and /healthz (lockctl schedule --listen)
 TEMPLATES = ("serviceaccount.yaml.j2", "configmap.yaml.j2", "statefulset.yaml.j2")
 _MEMBER = re.compile(r"^(?P<set>[a-z0-9]([a-z0-9-]*[a-z0-9])?)-(?P<ordinal>0|[1-9][0-9]*)$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_PROGRAM = re.compile(r"^(/[A-Za-z0-9._+-]+)+$|^[A-Za-z0-9._+-]+$")
 _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]{0,254}$")
 
 
@@ -108,7 +109,14 @@ def pod_config(spec: Spec, worker: str, tls_dir: Path | None) -> dict[str, Any]:
 
 
 def render_set(
-    spec: Spec, worker_set: WorkerSet, env: Any, *, image: str, namespace: str, tls_dir: Path | None
+    spec: Spec,
+    worker_set: WorkerSet,
+    env: Any,
+    *,
+    image: str,
+    namespace: str,
+    tls_dir: Path | None,
+    lockctl: str = "lockctl",
 ) -> str:
     """The set's ServiceAccount, ConfigMap and StatefulSet, one YAML stream."""
     first = spec.worker(worker_set.workers[0])
@@ -127,6 +135,7 @@ def render_set(
         "set": worker_set,
         "namespace": namespace,
         "image": image,
+        "lockctl": lockctl,
         "labels": _yaml_map(labels),
         "selector": _yaml_map(selector),
         "configs": [(w, pod_config(spec, w, tls_dir)) for w in worker_set.workers],
@@ -151,7 +160,9 @@ def _yaml_map(values: dict[str, str]) -> str:
     return "\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(values.items()))
 
 
-def check_flags(image: str, namespace: str) -> None:
+def check_flags(image: str, namespace: str, lockctl: str) -> None:
+    if not _PROGRAM.match(lockctl) or ".." in lockctl.split("/"):
+        raise InputError(f"--lockctl {lockctl!r}: an absolute path or a program name in the image")
     if not _IMAGE.match(image):
         raise InputError(f"--image {image!r}: not an image reference (like registry/app:1.2.3)")
     if not _DNS_LABEL.match(namespace):
@@ -170,14 +181,15 @@ def write_kubernetes(
     image: str,
     namespace: str,
     tls_dir: Path | None = None,
+    lockctl: str = "lockctl",
 ) -> list[Path]:
     """Write `<set>.yaml` for every set the named workers form: all of them, or none."""
-    check_flags(image, namespace)
+    check_flags(image, namespace, lockctl)
     sets = worker_sets(spec, names)
     env = make_environment(templates_dir)
     files = {
         Path(f"{s.name}.yaml"): render_set(
-            spec, s, env, image=image, namespace=namespace, tls_dir=tls_dir
+            spec, s, env, image=image, namespace=namespace, tls_dir=tls_dir, lockctl=lockctl
         )
         for s in sets
     }

@@ -70,7 +70,12 @@ def test_what_the_stateful_set_promises() -> None:
     graces = [job.timings.kill_grace for job in spec.jobs_for("report-0")]
     assert pod["terminationGracePeriodSeconds"] > max(graces)
     (container,) = pod["containers"]
-    assert container["args"][:3] == ["schedule", "--config", "/etc/lockctl/$(POD_NAME).json"]
+    assert container["command"][:4] == [
+        "/usr/local/bin/lockctl",  # --lockctl's default, as for the systemd units
+        "schedule",
+        "--config",
+        "/etc/lockctl/$(POD_NAME).json",
+    ]
     assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
     (projected,) = [v for v in pod["volumes"] if "projected" in v]
     (source,) = projected["projected"]["sources"]
@@ -134,6 +139,7 @@ def test_the_order_of_the_spec_does_not_change_the_manifests(tmp_path: Path) -> 
         (('bound_audiences              = ["consul"]\n', ""), ["--all"], "has no bound_audiences"),
         (None, ["--all", "--image", "a b"], "--image 'a b': not an image reference"),
         (None, ["--all", "--namespace", "Prod"], "--namespace 'Prod': a Kubernetes namespace"),
+        (None, ["--all", "--lockctl", "../lockctl"], "--lockctl '../lockctl': an absolute path"),
     ],
 )
 def test_refusals_are_one_line_exit_2_and_write_nothing(
