@@ -1,8 +1,9 @@
 """What the spec says each lockctl policy may grant, and what a policy's rules do grant.
 
 A job's lock policy needs exactly its prefix (write) and its control keys (read), a worker's
-session policy exactly its node: lint holds a policy to this, so a grant broader than needed is
-an error, not a review comment.
+session policy exactly its node (session write; an agentless worker node write too, to register
+that node and nothing else): lint holds a policy to this, so a grant broader than needed is an
+error, not a review comment.
 """
 
 from __future__ import annotations
@@ -55,11 +56,12 @@ def _expectations(spec: Spec) -> dict[str, Expectation]:
         why = f'job "{job.name}" needs only its prefix and read on its control keys'
         found.setdefault(lock_policy_name(job.name), Expectation(frozenset({rule, control}), why))
     for worker in spec.workers:
-        rule = Rule("session", worker.name, "write")
-        found.setdefault(
-            session_policy_name(worker.name),
-            Expectation(frozenset({rule}), f'worker "{worker.name}" needs only its node'),
-        )
+        rules = {Rule("session", worker.name, "write")}
+        why = f'worker "{worker.name}" needs only its node'
+        if worker.agentless:  # it registers its own catalog node, and only that one
+            rules.add(Rule("node", worker.name, "write"))
+            why += " (sessions on it, and registering it: agentless)"
+        found.setdefault(session_policy_name(worker.name), Expectation(frozenset(rules), why))
     _last_expectations = (spec, found)
     return found
 

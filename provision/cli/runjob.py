@@ -196,6 +196,7 @@ def _run(
     from provision.runner.results import RunOptions
     from provision.runner.stop import StopRequest
     from provision.runner.tick_lock import TickRun, job_schedule, plan_tick
+    from provision.sessions import agentless_node
     from provision.workers.login import open_login
 
     settings = resolve_settings(**worker_config.connection())
@@ -232,6 +233,7 @@ def _run(
                 stop,
                 wall=agent_clock,
                 tick=tick,
+                node=agentless_node(worker_config.worker, worker_config.agentless, os.environ),
             )
     except LockctlError:  # Consul unreachable, refused, ...: counted too, as outcome "error"
         if checked.metrics is not None:

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from provision.cli import options
 from provision.errors import InputError
+
+if TYPE_CHECKING:
+    from provision.spec import Spec
 
 OldTokenDir = Annotated[
     Path | None,
@@ -61,6 +64,20 @@ def worker_config(
         ),
     ] = None,
     templates_dir: options.TemplatesDir = None,
+    kubernetes: Annotated[
+        bool,
+        typer.Option(
+            "--kubernetes",
+            help="Instead: per set of agentless workers <set>-0..N-1, <set>.yaml with a "
+            "StatefulSet of `lockctl schedule`, its ServiceAccount and ConfigMap.",
+        ),
+    ] = False,
+    image: Annotated[
+        str, typer.Option("--image", help="With --kubernetes: the image that has lockctl.")
+    ] = "lockctl:latest",
+    namespace: Annotated[
+        str, typer.Option("--namespace", help="With --kubernetes: the pods' namespace.")
+    ] = "default",
 ) -> None:
     """Write each worker's runner config, env file and systemd units (no secrets in them).
 
@@ -76,6 +93,10 @@ def worker_config(
     spec = load_spec(spec_file)
     if all_workers == bool(worker):
         raise InputError("give --worker NAME (repeatable) or --all, not both or neither")
+    if kubernetes:
+        chosen = list(worker or [])
+        _kubernetes(spec, chosen, out, (image, namespace, lockctl_bin), tls_dir, templates_dir)
+        return
     names = [w.name for w in spec.workers] if all_workers else list(worker or [])
     placement = Placement(
         config_dir, on_worker.absolute(), lockctl_bin, tls_dir.absolute() if tls_dir else None
@@ -105,3 +126,38 @@ def _secrets_dir_on_worker(ctx: typer.Context, secrets_dir: Path, token_dir: Pat
         raise InputError(f"--secrets-dir {secrets_dir} and --token-dir {token_dir}: give one")
     typer.echo("lockctl: warning: --token-dir is deprecated: use --secrets-dir", err=True)
     return token_dir
+
+
+def _kubernetes(
+    spec: Spec,
+    chosen: list[str],
+    out: Path,
+    pod: tuple[str, str, str],  # --image, --namespace, --lockctl
+    tls_dir: Path | None,
+    templates_dir: Path | None,
+) -> None:
+    """--kubernetes: the manifests of the chosen workers' sets (--all: every agentless one)."""
+    from provision.system.files import require_writable_folders
+    from provision.system.templates import find_templates_dir
+    from provision.workers.kubernetes import write_kubernetes
+
+    names = chosen or [w.name for w in spec.workers if w.agentless]
+    known = {w.name for w in spec.workers}
+    unknown = [name for name in names if name not in known]
+    if unknown or not names:
+        what = f"--worker {unknown[0]}: not a worker" if unknown else "no agentless worker"
+        raise InputError(f"{what} in {spec.path}")
+    require_writable_folders("--out", [out])
+    tls = tls_dir.absolute() if tls_dir else None
+    image, namespace, lockctl = pod
+    for path in write_kubernetes(
+        spec,
+        names,
+        out,
+        find_templates_dir(templates_dir),
+        image=image,
+        namespace=namespace,
+        tls_dir=tls,
+        lockctl=lockctl,
+    ):
+        typer.echo(f"wrote {path}")

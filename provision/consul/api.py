@@ -212,6 +212,8 @@ class SessionAPI(_Area):
             "Behavior": behavior,
             "Checks": list(checks),
         }
+        if not checks:  # a TTL-only session: 1.8.7 honours either field; newer ones NodeChecks
+            body["NodeChecks"] = []
         if node is not None:
             body["Node"] = node
         # Retried like an idempotent call: a repeat at worst leaves one unused session behind,

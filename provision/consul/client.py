@@ -7,6 +7,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from provision.consul.api import ACLAPI, KVAPI, AgentAPI, HealthAPI, SessionAPI, StatusAPI
+from provision.consul.catalog import CatalogAPI
 from provision.consul.clock import AgentClock
 from provision.consul.identity import IdentityAPI
 from provision.consul.settings import ConsulSettings
@@ -20,7 +21,8 @@ if TYPE_CHECKING:
 
 
 class Consul:
-    """One agent's API, by area: `status`, `agent`, `health`, `acl`, `session`, `kv`, `txn`.
+    """One agent's API, by area: `status`, `agent`, `health`, `acl`, `session`, `catalog`, `kv`,
+    `txn`.
 
     `pool_size`: connections kept open per agent, for callers with that many calls in flight
     (default: requests' 10). `max_in_flight`: at most that many calls at once, blocking queries
@@ -60,6 +62,7 @@ class Consul:
         self.acl = ACLAPI(transport)
         self.identity = IdentityAPI(transport)  # auth methods, roles, binding rules, login
         self.session = SessionAPI(transport)
+        self.catalog = CatalogAPI(transport)  # a worker without an agent: its node
         self.kv = KVAPI(transport)
         self.txn = TxnAPI(transport, batched=self._batch_txns)
 

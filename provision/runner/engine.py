@@ -48,6 +48,7 @@ from provision.runner.tick_lock import (
     job_schedule,
     plan_tick,
 )
+from provision.sessions import AgentlessNode
 from provision.system.secrets import Secret
 from provision.workers.config import JobConfig
 
@@ -69,13 +70,16 @@ def run_job(
     *,
     session: str | None = None,
     forks: ForkServer | None = None,
+    node: AgentlessNode | None = None,
 ) -> RunResult:
     """Run `command` under the job's lock; the result says what happened and the exit code.
 
     `tick`: for a job with a schedule, the tick its caller waited for and judged (TickRun),
     which this run claims (without one: the tick of this moment, judged here). What a
     long-lived caller keeps across runs: `session`, used and not destroyed (by default the run
-    makes its own and destroys it at the end), and `forks`, its namespace helper."""
+    makes its own and destroys it at the end), and `forks`, its namespace helper. `node`: an
+    agentless worker's catalog node, registered and left registered (another run of the same
+    worker may hold a session on it: deregistering would end that session)."""
     schedule = job_schedule(job)
     lock = LockSession(consul, job, worker, clock)
     if schedule is not None:
@@ -107,6 +111,8 @@ def run_job(
         if options.wait:  # wait for the lock, but not past the tick's claim window
             left = max(0.0, plan.window - plan.lag - plan.wait)
             options = replace(options, timeout=min(options.timeout or left, left))
+    if node is not None:  # an agentless worker: its session is TTL-only, on its own node
+        lock.place_on(node)
     if session is not None:
         lock.adopt(session)
     result = _run_locked(lock, command, options, events, stop, clock, forks)

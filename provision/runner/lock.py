@@ -14,12 +14,12 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 
 from provision.consul import Consul, ConsulError, RetryPolicy
 from provision.consul.models import KVEntry
-from provision.sessions import OwnSession, SessionTerms
+from provision.sessions import AgentlessNode, OwnSession, SessionTerms
 from provision.system.text import printable
 from provision.workers.config import JobConfig
 
@@ -89,8 +89,14 @@ class LockSession:
         renewed between ticks): open() does not make one, destroy() leaves it."""
         self.session.adopt(session_id)
 
+    def place_on(self, node: AgentlessNode) -> None:
+        """Make the session on `node`, an agentless worker's catalog node (registered first),
+        TTL-only: no agent of ours runs a check Consul could invalidate it by."""
+        self.session.terms = replace(self.session.terms, node=node)
+
     def open(self) -> str:
-        """Create the session on the agent we talk to (its node's serfHealth check)."""
+        """Create the session on the agent we talk to (its node's serfHealth check), or on the
+        agentless worker's node (place_on)."""
         return self.session.id if self.session.adopted else self.session.create()
 
     @property

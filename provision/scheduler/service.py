@@ -47,6 +47,7 @@ from provision.scheduler.reload import ReloadPlan, plan_reload
 from provision.scheduler.sessions import SessionPool
 from provision.scheduler.timer import TickTimer
 from provision.scheduler.triggers import TriggerWatch
+from provision.sessions import agentless_node, deregister_node
 from provision.workers.config import JobConfig, WorkerConfig, load_worker_config
 from provision.workers.login import open_login
 
@@ -139,6 +140,8 @@ class Scheduler:
         self._logins: list[Login] = []
         self._watch_stop = threading.Event()
         self._watch: TriggerWatch | None = None
+        # no local agent: the catalog node its TTL-only sessions live on (kept across reloads)
+        self.node = agentless_node(config.worker, config.agentless, os.environ)
 
     def request_reload(self) -> None:
         """From a signal handler: only a flag, read by the main loop (a lock could deadlock)."""
@@ -177,6 +180,15 @@ class Scheduler:
         for closing in self._closing:
             closing.join()
         self.sessions = None
+        self._deregister()
+
+    def _deregister(self) -> None:
+        """An agentless worker's node leaves the catalog at a clean stop, after its sessions
+        (none is left to end with it); best effort: a node left behind holds nothing."""
+        if self.node is None or self.consul is None:
+            return
+        error = deregister_node(self.consul, self.node)
+        self.events.emit("node-deregistered", node=self.node.name, error=error)
 
     def _start(self, config: WorkerConfig, settings: ConsulSettings) -> None:
         self._connect(settings, config)
@@ -232,7 +244,7 @@ class Scheduler:
         if login is not None:
             self._logins.append(login)
         self.consul, self._connection = consul, connection_key(settings)
-        self.sessions = SessionPool(consul, config.worker, self.events)
+        self.sessions = SessionPool(consul, config.worker, self.events, node=self.node)
         with self._pools_lock:
             self._pools[self.sessions] = 0
         self.sessions.start()
@@ -330,6 +342,8 @@ class Scheduler:
         only the loops that changed are changed, each on its own (scheduler/reload.py)."""
         try:
             fresh = self.loader(self.config.path)
+            if fresh.agentless != self.config.agentless:
+                raise InputError(f"{self.config.path}: agentless changed: restart to change it")
             if fresh.worker != self.config.worker:
                 raise InputError(
                     f"{self.config.path}: now for worker {fresh.worker}, not {self.config.worker}"

@@ -9,6 +9,10 @@ own monitors (runner/monitors.py), as with a session of its own. So a lost sessi
 job of this replica that holds a lock under it at that moment, and only those: the others hold
 no lock between their ticks.
 
+An agentless worker's sessions (`node`) are TTL-only, on the catalog node registered for it
+(provision/sessions.py): Consul invalidates one only when its TTL runs out, not when the
+replica's host goes away.
+
 Sessions are destroyed at the scheduler's end, after the last run: another replica then takes
 the next tick at once, without LockDelay.
 """
@@ -24,6 +28,7 @@ from dataclasses import dataclass
 from provision.consul import NO_RETRY, Consul, ConsulError, NotFound
 from provision.runner.events import EventLog
 from provision.runner.lock import SESSION_BEHAVIOR
+from provision.sessions import AgentlessNode, create_session
 from provision.timings import JobTimings
 
 POLL = 0.25  # seconds between two looks at which session is due for renewal
@@ -46,8 +51,11 @@ class SessionPool:
         worker: str,
         events: EventLog,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        node: AgentlessNode | None = None,
     ) -> None:
         self.consul, self.worker, self.events, self.clock = consul, worker, events, clock
+        self.node = node  # an agentless worker's catalog node: TTL-only sessions on it
         self._kept: dict[tuple[float, float], _Kept] = {}
         self._lock = threading.Lock()  # guards _kept; never held across an HTTP call
         # held while a session is made: the jobs whose first ticks come together (300 at :00)
@@ -93,16 +101,19 @@ class SessionPool:
             return kept.session_id
 
     def _create(self, pair: tuple[float, float], timings: JobTimings) -> str:
-        session_id = self.consul.session.create(  # outside the guard: an HTTP call
+        session_id = create_session(  # outside the guard: HTTP calls
+            self.consul,
             name=f"lockctl schedule on {self.worker} (ttl {timings.ttl:g}s, "
             f"lock-delay {timings.lock_delay:g}s)",
             ttl=timings.ttl,
             lock_delay=timings.lock_delay,
             behavior=SESSION_BEHAVIOR,
+            node=self.node,
         )
         with self._lock:
             self._kept[pair] = _Kept(session_id, timings.renew_interval, self.clock())
-        self.events.emit("session-created", session=session_id, ttl=timings.ttl)
+        ttl_only = {"ttl_only": True, "node": self.node.name} if self.node else {}
+        self.events.emit("session-created", session=session_id, ttl=timings.ttl, **ttl_only)
         return session_id
 
     @property

@@ -65,12 +65,16 @@ class Identity:
 
 @dataclass(frozen=True)
 class Worker:
-    """A Consul node a job may run on, and the HTTP address of its agent."""
+    """A Consul node a job may run on, and the HTTP address of its agent (of a server, when
+    it has no agent of its own)."""
 
     name: str
     address: str
     line: int
     identity: Identity | None = None  # set: the worker may log in through an auth method
+    # no local agent (a pod): `address` is a Consul server's; the worker is registered as a
+    # catalog node of its own name and its sessions are TTL-only (docs/identity.md)
+    agentless: bool = False
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from provision.spec.values import (
     prefix_problem,
     prefix_relation,
     read_address,
+    read_bool,
     read_command,
     read_job_workers,
     read_prefix,
@@ -50,7 +51,7 @@ from provision.system.files import UnreadableFile, read_regular_file
 MAX_SPEC_BYTES = 16 * 1024 * 1024  # a 10,000-job spec is about 3 MB
 DEFAULTS_KEYS = (*DURATION_KEYS, *COUNT_KEYS)
 JOB_KEYS = ("prefix", "workers", "schedule", "timezone", "command", *DEFAULTS_KEYS)
-WORKER_KEYS = ("address",)
+WORKER_KEYS = ("address", "agentless")
 BLOCK_TYPES = ("defaults", "worker", "job", "auth_method")
 
 
@@ -261,9 +262,10 @@ def _workers(
         if name is None:
             continue
         address = read_address(attributes.get("address"), f"{where}.address", problems)
+        agentless = read_bool(attributes.get("agentless"), f"{where}.agentless", problems)
         if name in workers:
             continue  # reported by _check_duplicates
-        workers[name] = Worker(name, address, block.line, identity)
+        workers[name] = Worker(name, address, block.line, identity, agentless)
     return list(workers.values())
 
 

@@ -45,6 +45,16 @@ def read_checked_string(
     return text
 
 
+def read_bool(attribute: Attribute | None, where: str, problems: Problems) -> bool:
+    """The attribute's true or false (False when absent); anything else is a problem."""
+    if attribute is None:
+        return False
+    if isinstance(attribute.value, bool):
+        return attribute.value
+    problems.add(attribute.line, where, f"must be true or false, not {_kind(attribute.value)}")
+    return False
+
+
 def read_count(attribute: Attribute, field: str, where: str, problems: Problems) -> int | None:
     """A whole number within the field's bounds (`provision.timings.COUNT_BOUNDS`), or None."""
     value = attribute.value

@@ -78,6 +78,9 @@ class WorkerConfig:
     jobs: tuple[JobConfig, ...]
     tls: WorkerTLS = WorkerTLS()
     login: WorkerLogin | None = None
+    # no local agent (a pod): `address` is a server's; lockctl registers `worker` as a catalog
+    # node and makes TTL-only sessions on it (provision/sessions.py)
+    agentless: bool = False
 
     def connection(self) -> dict[str, Any]:
         """The arguments of `provision.consul.resolve_settings` for this worker's agent: what the
@@ -141,9 +144,13 @@ def config_record(
     if identity is not None and bearer_token_file is not None:
         credential = {"login": WorkerLogin(identity.auth_method, bearer_token_file).record()}
     consul = {"address": spec.worker(worker).address, **credential}
+    # only when set: a lockctl from before the field refuses it, and the files of workers with
+    # an agent stay as they were
+    agentless = {"agentless": True} if spec.worker(worker).agentless else {}
     return {
         "format": CONFIG_FORMAT,
         "worker": worker,
+        **agentless,
         "consul": {**consul, **tls.record()},
         "jobs": jobs,
     }
@@ -171,10 +178,13 @@ def _build(path: Path, raw: Any, allow_unsafe: bool) -> WorkerConfig:
     problems: list[str] = []
     if not isinstance(raw, dict):
         raise ConfigError(path, ["top level must be an object"])
-    unknown_fields(raw, {"format", "worker", "consul", "jobs"}, "", problems)
+    unknown_fields(raw, {"format", "worker", "agentless", "consul", "jobs"}, "", problems)
     if type(raw.get("format")) is not int or raw["format"] != CONFIG_FORMAT:  # not True, not 1.0
         problems.append(f"format: must be {CONFIG_FORMAT} (this lockctl reads format 1)")
     worker = read_text(raw, "worker", "", problems)
+    agentless = raw.get("agentless", False)
+    if type(agentless) is not bool:
+        problems.append("agentless: must be true or false")
     consul: dict[str, Any] = {}
     if isinstance(raw.get("consul"), dict):
         consul = raw["consul"]
@@ -197,7 +207,9 @@ def _build(path: Path, raw: Any, allow_unsafe: bool) -> WorkerConfig:
     if problems:
         raise ConfigError(path, problems)
     token_path = None if token_file is None else Path(token_file)
-    return WorkerConfig(path, worker, address, token_path, tuple(jobs), tls, login)
+    return WorkerConfig(
+        path, worker, address, token_path, tuple(jobs), tls, login, agentless=agentless
+    )
 
 
 _METHOD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
