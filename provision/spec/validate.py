@@ -16,6 +16,7 @@ from provision.errors import InputError
 from provision.schedule import parse_schedule
 from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError
 from provision.spec.hcl_parse import parse_hcl
+from provision.spec.http_block import read_http
 from provision.spec.identity import read_auth_methods, read_identity
 from provision.spec.job_timings import (
     COUNT_KEYS,
@@ -44,6 +45,7 @@ from provision.spec.values import (
     read_timezone,
 )
 from provision.system.files import UnreadableFile, read_regular_file
+from provision.system.http_call import HttpCall
 
 MAX_SPEC_BYTES = 16 * 1024 * 1024  # a 10,000-job spec is about 3 MB
 DEFAULTS_KEYS = (*DURATION_KEYS, *COUNT_KEYS)
@@ -171,9 +173,14 @@ def _check_not_empty(workers: list[Block], jobs: list[Block], problems: Problems
 
 
 def _attributes(
-    block: Block, where: str, allowed: tuple[str, ...], problems: Problems
+    block: Block,
+    where: str,
+    allowed: tuple[str, ...],
+    problems: Problems,
+    blocks: tuple[str, ...] = (),
 ) -> dict[str, Attribute]:
-    """The block's attributes by name, reporting unknown and duplicate ones and nested blocks."""
+    """The block's attributes by name, reporting unknown and duplicate ones and nested blocks
+    (but those of a type in `blocks`, which the caller reads)."""
     found: dict[str, Attribute] = {}
     for attribute in block.body.attributes:
         if attribute.name not in allowed:
@@ -193,7 +200,8 @@ def _attributes(
         else:
             found[attribute.name] = attribute
     for nested in block.body.blocks:
-        problems.add(nested.line, f"{where}.{nested.type}", "unexpected block inside " + where)
+        if nested.type not in blocks:
+            problems.add(nested.line, f"{where}.{nested.type}", "unexpected block inside " + where)
     return found
 
 
@@ -294,7 +302,7 @@ def _job(
 ) -> Job | None:
     name = _labels(block, "job", 1, problems)
     where = _display(block, "job")
-    attributes = _attributes(block, where, JOB_KEYS, problems)
+    attributes = _attributes(block, where, JOB_KEYS, problems, blocks=("http",))
     prefix = read_prefix(attributes.get("prefix"), f"{where}.prefix", block.line, problems)
     workers = read_job_workers(attributes.get("workers"), where, block.line, declared, problems)
     zone = read_timezone(attributes.get("timezone"), f"{where}.timezone", problems)
@@ -302,8 +310,11 @@ def _job(
     command = read_command(attributes.get("command"), f"{where}.command", problems)
     timings = job_timings(attributes, where, defaults, problems)
     counts = read_counts(attributes, where, default_counts, problems)
+    every = None if schedule is None else parse_schedule(schedule, zone).every
+    http = _http(block, where, attributes, command, every, problems)
+    if timings is not None and http is not None:  # the request's timeout is the job's
+        timings = replace(timings, timeout=http.timeout)
     if timings is not None and counts is not None:
-        every = None if schedule is None else parse_schedule(schedule, zone).every
         timings = with_retries(timings, counts, every, attributes, where, problems)
     if name is None or prefix is None or workers is None or timings is None or counts is None:
         return None
@@ -315,9 +326,33 @@ def _job(
         schedule=schedule,
         command=command,
         line=block.line,
+        http=http,
         timezone=zone or "UTC",
         history_limit=counts["history_limit"],
     )
+
+
+def _http(
+    block: Block,
+    where: str,
+    attributes: dict[str, Attribute],
+    command: tuple[str, ...] | None,
+    every: float | None,
+    problems: Problems,
+) -> HttpCall | None:
+    """The job's `http` block (spec/http_block.py): exactly one of it and `command`, and its
+    own `timeout` rather than the job's."""
+    blocks = [nested for nested in block.body.blocks if nested.type == "http"]
+    http = read_http(blocks, where, every, problems)
+    if blocks and "command" in attributes:
+        line = attributes["command"].line
+        problems.add(line, f"{where}.command", "a job has a command or an http block, not both")
+        return None
+    if blocks and "timeout" in attributes:
+        line = attributes["timeout"].line
+        problems.add(line, f"{where}.timeout", "an HTTP job sets its timeout in http.timeout")
+        return None
+    return http
 
 
 # --- across jobs ----------------------------------------------------------------------------
