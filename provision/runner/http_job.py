@@ -27,7 +27,7 @@ from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
 from provision.system.http_call import HttpCall
-from provision.system.tails import output_tail
+from provision.system.tails import mask_secrets, output_tail
 from provision.system.text import printable
 
 CONTAINMENT = "http"  # what the `acquired` event says of an HTTP job's containment
@@ -121,7 +121,8 @@ class HttpJob:
 
     def output_tails(self) -> tuple[str | None, str | None]:
         body = output_tail(self._body, False, self._secrets) or None
-        return body, self._reason
+        reason = None if self._reason is None else mask_secrets(self._reason, self._secrets)
+        return body, reason
 
     def abort(self) -> None:
         """Nothing is prepared before the lock is ours."""

@@ -229,7 +229,8 @@ def test_a_request_past_its_timeout_is_aborted_as_timed_out(lab: Lab) -> None:
     finally:
         replica.kill()
     record = next(iter(_records(lab, "hang").values()))
-    assert record.outcome is TickOutcome.TIMED_OUT, record
+    assert record.outcome is TickOutcome.TIMED_OUT and record.exit_status == 143, record
+    assert record.stderr == "aborted: the request was cut off by lockctl"
     hung = [r for r in app.got("/hang") if r.headers.get("X-Lockctl-Job") == job]
     assert eventually(lambda: hung[0].aborted_after is not None, 10)
     aborted_after = hung[0].aborted_after
@@ -254,7 +255,7 @@ def test_a_lost_lock_aborts_the_request_and_the_record_says_lost(lab: Lab) -> No
     aborted_after = _hung(app, job)[0].aborted_after
     assert aborted_after is not None and aborted_after < 15  # well before its 20s timeout
     record = _records(lab, "lost")[_tick(acquired["tick"])]
-    assert record.outcome is TickOutcome.LOST, record
+    assert record.outcome is TickOutcome.LOST and record.exit_status == 143, record
     assert replica.events("fenced") and replica.events("lost")
 
 
