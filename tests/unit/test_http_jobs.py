@@ -10,13 +10,18 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
+from provision.cli.runjob import RunArgs, _check_command
+from provision.errors import InputError
 from provision.runner.http_job import HttpJob, request_headers
 from provision.spec import SpecError, parse_spec
 from provision.system.http_call import HttpCall, url_problem
+from provision.timings import JobTimings
+from provision.workers.config import JobConfig
 from provision.workers.job_config import job_record, read_job
 
 HEAD = """worker "w1" {
@@ -273,3 +278,22 @@ def test_an_abort_ends_the_call_at_once_as_a_signal_would(app: str) -> None:
     assert job.output_tails()[1] == "aborted: the request was cut off by lockctl"
     assert job.signal_tree(signal.SIGKILL) is False  # nothing left to stop
     job.close()
+
+
+def test_run_wants_a_command_except_for_an_http_job() -> None:
+    timings = JobTimings(15.0, 15.0, 5.0, 5.0, 0.0, 300.0, 0.0, 5.0)
+    plain = JobConfig("a", "locks/a/.lock", timings, None)
+    http = JobConfig("a", "locks/a/.lock", timings, None, http=HttpCall("http://h:1/", "POST", 5))
+
+    def args(*command: str) -> RunArgs:
+        return RunArgs(list(command), "a", Path("w.json"))
+
+    _check_command(args("/bin/true"), plain)
+    _check_command(args(), http)
+    for argv, job, says in (
+        ((), plain, "run: no command: put the job's command after --"),
+        (("/bin/true",), http, "run: job a is an HTTP job (it calls its app): give it no command"),
+    ):
+        with pytest.raises(InputError) as caught:
+            _check_command(args(*argv), job)
+        assert str(caught.value).startswith(says), caught.value
