@@ -234,7 +234,8 @@ def test_a_request_past_its_timeout_is_aborted_as_timed_out(lab: Lab) -> None:
     hung = [r for r in app.got("/hang") if r.headers.get("X-Lockctl-Job") == job]
     assert eventually(lambda: hung[0].aborted_after is not None, 10)
     aborted_after = hung[0].aborted_after
-    assert aborted_after is not None and 1.5 <= aborted_after < 6, aborted_after  # 2s timeout
+    # aborted at the 2s timeout by the supervisor, not by the socket's own (2s + 5s slack)
+    assert aborted_after is not None and 1.5 <= aborted_after < 7, aborted_after
     assert [e for e in replica.events("timed-out") if e.get("job") == job]
 
 
