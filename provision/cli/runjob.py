@@ -67,8 +67,7 @@ def parse_run(argv: Sequence[str]) -> RunArgs:
     command = list(namespace.command)
     if command[:1] == ["--"]:  # argparse keeps the `--` in front of a REMAINDER
         command = command[1:]
-    if not command:
-        parser.error("no command: put the job's command after --")
+    # No command is right for an HTTP job only, which the config says (run_command checks).
     return RunArgs(
         command=command,
         job=namespace.job,
@@ -120,7 +119,12 @@ def _run_parser() -> CommandParser:
         help="Write the job's Prometheus metrics to this *.prom file (node_exporter's textfile "
         "collector), atomically, after every run.",
     )
-    add("command", nargs=argparse.REMAINDER, metavar="COMMAND", help="The job's command, after --.")
+    add(
+        "command",
+        nargs=argparse.REMAINDER,
+        metavar="COMMAND",
+        help="The job's command, after -- (none for an HTTP job: it calls its app).",
+    )
     return parser
 
 
@@ -144,6 +148,7 @@ def run_command(args: RunArgs) -> int:
 
     worker_config = load_worker_config(args.config, allow_unsafe=args.allow_unsafe)
     job_config = worker_config.job(args.job)
+    _check_command(args, job_config)
     events = EventLog(args.job, worker_config.worker, sys.stderr)
     # Everything up to here is cheap (no HTTP stack loaded): a tick another worker took is
     # settled with one plain read, before the runner and the Consul client are loaded.
@@ -161,6 +166,17 @@ def run_command(args: RunArgs) -> int:
     if events.broken:
         _report_broken_stream(events)
     return skipped.exit_code
+
+
+def _check_command(args: RunArgs, job: JobConfig) -> None:
+    """A command after --, except for an HTTP job, whose call is in the config."""
+    if job.http is not None and args.command:
+        raise InputError(
+            f"run: job {args.job} is an HTTP job (it calls its app): give it no command "
+            "(see lockctl run --help)"
+        )
+    if job.http is None and not args.command:
+        raise InputError("run: no command: put the job's command after -- (see lockctl run --help)")
 
 
 def _check_flags(args: RunArgs) -> _Checked:

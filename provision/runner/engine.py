@@ -29,10 +29,12 @@ from provision.consul import Consul, ConsulSettings, NotFound
 from provision.errors import EXIT_WAIT_TIMEOUT, LocalEnvironmentError
 from provision.ledger.records import tick_name
 from provision.ledger.store import Ledger
+from provision.runner.body import JobBody
 from provision.runner.child import Child, check_program
 from provision.runner.events import EventLog, ms
 from provision.runner.fencing import Outcome, waiting_verdict
 from provision.runner.forkserver import ForkServer
+from provision.runner.http_job import HttpJob
 from provision.runner.lock import Ending, HeldLock, LockSession
 from provision.runner.output import runner_secrets
 from provision.runner.precheck import WallClock, utc_now
@@ -141,12 +143,16 @@ def _run_locked(
     # Refused here (exit 2) if it cannot start, before any lock is taken for it. For a plain
     # lock its init starts in its namespace while we acquire: the hand-over then only says go.
     # A tick's claim is lost by every replica but one, so there nothing starts before it is won.
+    # An HTTP job (runner/http_job.py) has no command: its body is a call to the app, made
+    # when the lock is ours, so nothing is prepared for it before.
     environment = job_environment(os.environ)
-    check_program(command, environment)
+    http = lock.job.http
+    if http is None:
+        check_program(command, environment)
     hidden = credential_files(lock.consul.settings)
     secrets = _secrets(lock.consul.settings, lock.consul.transport.tokens.current)
-    child = None
-    if not isinstance(lock, TickLock):
+    child: JobBody | None = None
+    if not isinstance(lock, TickLock) and http is None:
         child = Child(command, environment, forks, hidden, secrets)
     try:
         if stop.requested:
@@ -161,7 +167,9 @@ def _run_locked(
             return _interrupted(stop, lock, events)
         supervisor = Supervisor(lock, held, options, events, stop, clock)
 
-        def prepare() -> Child:
+        def prepare() -> JobBody:
+            if http is not None:
+                return HttpJob(http, secrets)
             return Child(command, environment, forks, hidden, secrets)
 
         if child is None:

@@ -172,7 +172,7 @@ class JobTicks:
         sessions: SessionPool | None = None,
         forks: ForkServer | None = None,
     ) -> None:
-        assert job.schedule is not None and job.command
+        assert job.schedule is not None and (job.command or job.http)
         self.consul, self.job, self.worker, self.events = consul, job, worker, events
         self.stop, self.wall, self.clock = stop, wall, clock
         self.schedule = parse_schedule(job.schedule, job.timezone)

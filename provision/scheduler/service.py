@@ -60,8 +60,8 @@ CLOCK_PROBE_TIMEOUT = 2.0  # seconds for the first answer at start, for the agen
 
 
 def scheduled_jobs(config: WorkerConfig) -> list[JobConfig]:
-    """The jobs this scheduler runs: those with a schedule and a command."""
-    return [job for job in config.jobs if job.schedule is not None and job.command]
+    """The jobs this scheduler runs: those with a schedule and a command (or an http call)."""
+    return [job for job in config.jobs if job.schedule is not None and (job.command or job.http)]
 
 
 def checked_connection(config: WorkerConfig) -> ConsulSettings:

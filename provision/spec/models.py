@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from provision.durations import Duration, parse_duration
 from provision.spec.names import lock_key
+from provision.system.http_call import HttpCall
 from provision.timings import COUNT_DEFAULTS, DEFAULTS, JobTimings
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8500"
@@ -91,6 +92,7 @@ class Job:
     line: int
     timezone: str = "UTC"  # the IANA zone `schedule` is read in
     history_limit: int = DEFAULT_HISTORY_LIMIT  # tick records kept per job
+    http: HttpCall | None = None  # an HTTP job's call, instead of `command` (spec/http_block.py)
 
     @property
     def lock_key(self) -> str:

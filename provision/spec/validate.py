@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from provision.errors import InputError
 from provision.schedule import parse_schedule
 from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError
 from provision.spec.hcl_parse import parse_hcl
+from provision.spec.http_block import read_http
 from provision.spec.identity import read_auth_methods, read_identity
 from provision.spec.job_timings import (
     COUNT_KEYS,
@@ -32,11 +33,9 @@ from provision.spec.job_timings import (
 )
 from provision.spec.models import AuthMethod, Job, Spec, Worker
 from provision.spec.names import NAME_RULE, is_valid_name
+from provision.spec.prefixes import check_job_prefixes
 from provision.spec.problems import Problems, shown
 from provision.spec.values import (
-    prefix_overlaps,
-    prefix_problem,
-    prefix_relation,
     read_address,
     read_bool,
     read_command,
@@ -45,8 +44,8 @@ from provision.spec.values import (
     read_schedule,
     read_timezone,
 )
-from provision.system.control_keys import CONTROL_ROOT
 from provision.system.files import UnreadableFile, read_regular_file
+from provision.system.http_call import HttpCall
 
 MAX_SPEC_BYTES = 16 * 1024 * 1024  # a 10,000-job spec is about 3 MB
 DEFAULTS_KEYS = (*DURATION_KEYS, *COUNT_KEYS)
@@ -114,8 +113,7 @@ def _build(body: Body, problems: Problems) -> Spec:
     declared = {worker.name for worker in workers}
     jobs = [_job(block, defaults, counts, declared, problems) for block in blocks["job"]]
     named_jobs = [job for job in jobs if job is not None]
-    _check_overlaps(_job_prefixes(blocks["job"]), problems)
-    _check_control_root(_job_prefixes(blocks["job"]), problems)
+    check_job_prefixes(blocks["job"], problems)
     _check_not_empty(blocks["worker"], blocks["job"], problems)
     return Spec(
         path=problems.path,
@@ -175,9 +173,14 @@ def _check_not_empty(workers: list[Block], jobs: list[Block], problems: Problems
 
 
 def _attributes(
-    block: Block, where: str, allowed: tuple[str, ...], problems: Problems
+    block: Block,
+    where: str,
+    allowed: tuple[str, ...],
+    problems: Problems,
+    blocks: tuple[str, ...] = (),
 ) -> dict[str, Attribute]:
-    """The block's attributes by name, reporting unknown and duplicate ones and nested blocks."""
+    """The block's attributes by name, reporting unknown and duplicate ones and nested blocks
+    (but those of a type in `blocks`, which the caller reads)."""
     found: dict[str, Attribute] = {}
     for attribute in block.body.attributes:
         if attribute.name not in allowed:
@@ -197,7 +200,8 @@ def _attributes(
         else:
             found[attribute.name] = attribute
     for nested in block.body.blocks:
-        problems.add(nested.line, f"{where}.{nested.type}", "unexpected block inside " + where)
+        if nested.type not in blocks:
+            problems.add(nested.line, f"{where}.{nested.type}", "unexpected block inside " + where)
     return found
 
 
@@ -299,7 +303,7 @@ def _job(
 ) -> Job | None:
     name = _labels(block, "job", 1, problems)
     where = _display(block, "job")
-    attributes = _attributes(block, where, JOB_KEYS, problems)
+    attributes = _attributes(block, where, JOB_KEYS, problems, blocks=("http",))
     prefix = read_prefix(attributes.get("prefix"), f"{where}.prefix", block.line, problems)
     workers = read_job_workers(attributes.get("workers"), where, block.line, declared, problems)
     zone = read_timezone(attributes.get("timezone"), f"{where}.timezone", problems)
@@ -307,8 +311,11 @@ def _job(
     command = read_command(attributes.get("command"), f"{where}.command", problems)
     timings = job_timings(attributes, where, defaults, problems)
     counts = read_counts(attributes, where, default_counts, problems)
+    every = None if schedule is None else parse_schedule(schedule, zone).every
+    http = _http(block, where, attributes, command, every, problems)
+    if timings is not None and http is not None:  # the request's timeout is the job's
+        timings = replace(timings, timeout=http.timeout)
     if timings is not None and counts is not None:
-        every = None if schedule is None else parse_schedule(schedule, zone).every
         timings = with_retries(timings, counts, every, attributes, where, problems)
     if name is None or prefix is None or workers is None or timings is None or counts is None:
         return None
@@ -320,53 +327,30 @@ def _job(
         schedule=schedule,
         command=command,
         line=block.line,
+        http=http,
         timezone=zone or "UTC",
         history_limit=counts["history_limit"],
     )
 
 
-# --- across jobs ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _JobPrefix:
-    name: str
-    prefix: str
-    line: int
-
-
-def _job_prefixes(blocks: list[Block]) -> list[_JobPrefix]:
-    """Each named job's valid prefix, even when the job has other problems."""
-    found: list[_JobPrefix] = []
-    for block in blocks:
-        name = block.labels[0].text if len(block.labels) == 1 else None
-        values = [a.value for a in block.body.attributes if a.name == "prefix"]
-        prefix = values[0] if values else None
-        if name and isinstance(prefix, str) and prefix_problem(prefix) is None:
-            found.append(_JobPrefix(name, prefix, block.line))
-    return found
-
-
-def _check_overlaps(jobs: list[_JobPrefix], problems: Problems) -> None:
-    """No job's prefix may contain, or lie inside, another's: that would share a lock."""
-    for later, earlier, relation in prefix_overlaps([(job.name, job.prefix) for job in jobs]):
-        job, other = jobs[later], jobs[earlier]
-        problems.add(
-            job.line,
-            f'job "{job.name}".prefix',
-            f'"{job.prefix}" {relation} job "{other.name}"\'s prefix "{other.prefix}"',
-        )
-
-
-def _check_control_root(jobs: list[_JobPrefix], problems: Problems) -> None:
-    """No job's prefix may touch the control keys' root: its workers, who may write all of
-    their prefix, could then pause or trigger jobs (the control keys are read-only to them)."""
-    for job in jobs:
-        relation = prefix_relation(job.prefix, CONTROL_ROOT)
-        if relation is not None:
-            problems.add(
-                job.line,
-                f'job "{job.name}".prefix',
-                f'"{job.prefix}" {relation} "{CONTROL_ROOT}", where lockctl keeps the operators\' '
-                "pause and trigger keys: choose a prefix outside it",
-            )
+def _http(
+    block: Block,
+    where: str,
+    attributes: dict[str, Attribute],
+    command: tuple[str, ...] | None,
+    every: float | None,
+    problems: Problems,
+) -> HttpCall | None:
+    """The job's `http` block (spec/http_block.py): exactly one of it and `command`, and its
+    own `timeout` rather than the job's."""
+    blocks = [nested for nested in block.body.blocks if nested.type == "http"]
+    http = read_http(blocks, where, every, problems)
+    if blocks and "command" in attributes:
+        line = attributes["command"].line
+        problems.add(line, f"{where}.command", "a job has a command or an http block, not both")
+        return None
+    if blocks and "timeout" in attributes:
+        line = attributes["timeout"].line
+        problems.add(line, f"{where}.timeout", "an HTTP job sets its timeout in http.timeout")
+        return None
+    return http

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from provision.durations import DurationSyntaxError, format_duration, parse_duration
 from provision.schedule import ScheduleError, check_zone, parse_schedule
+from provision.system.http_call import HttpCall, method_problem, url_problem
 from provision.timings import (
     COUNT_DEFAULTS,
     DEFAULTS,
@@ -41,6 +42,7 @@ class JobConfig:
     history_limit: int = 50  # tick records the ledger keeps for this job (timings.COUNT_DEFAULTS)
     command: tuple[str, ...] | None = None  # the argv `lockctl schedule` runs; None: it has none
     workers: tuple[str, ...] = ()  # every worker of the job, for the claim order; (): unknown
+    http: HttpCall | None = None  # an HTTP job's call, instead of `command` (runner/http_job.py)
 
 
 def job_record(job: Job) -> dict[str, Any]:
@@ -53,7 +55,14 @@ def job_record(job: Job) -> dict[str, Any]:
         "history_limit": job.history_limit,
         "command": list(job.command) if job.command else None,
         "workers": list(job.workers),
+        **http_record(job.http),
     }
+
+
+def http_record(http: HttpCall | None) -> dict[str, dict[str, str]]:
+    """An HTTP job's call, only for one (a lockctl from before it refuses the field); its
+    timeout is the job's `timeout`, written with the timings."""
+    return {} if http is None else {"http": {"url": http.url, "method": http.method}}
 
 
 def timings_record(timings: JobTimings) -> dict[str, str | int | bool | None]:
@@ -104,6 +113,7 @@ JOB_FIELDS = {
     "retries",
     "retry_delay",
     "retry_on_timeout",
+    "http",
 }
 
 
@@ -130,6 +140,7 @@ def read_job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> Jo
     retries = _count(raw, "retries", where, problems)
     retry_delay = _seconds(raw, "retry_delay", where, problems, default=DEFAULTS["retry_delay"])
     on_timeout = _flag(raw, "retry_on_timeout", where, problems)
+    http = _http(raw, where, command, timeout, problems)
     late = None if len(problems) > before else jitter_problem(jitter, deadline)
     if late:
         problems.append(f"{where}jitter: {late}")
@@ -147,7 +158,32 @@ def read_job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> Jo
     timings = replace(
         timings, retries=retries, retry_delay=retry_delay, retry_on_timeout=on_timeout
     )
-    return JobConfig(name, key, timings, schedule, zone, history_limit, command, workers)
+    return JobConfig(name, key, timings, schedule, zone, history_limit, command, workers, http)
+
+
+def _http(
+    raw: dict[str, Any],
+    where: str,
+    command: tuple[str, ...] | None,
+    timeout: float | None,
+    problems: list[str],
+) -> HttpCall | None:
+    """An HTTP job's call, checked as the spec checks it (system/http_call.py); its timeout is
+    the job's, which it must have."""
+    value = raw.get("http")
+    if value is None:
+        return None
+    url, method = (value.get(k) if isinstance(value, dict) else None for k in ("url", "method"))
+    if not isinstance(url, str) or not isinstance(method, str) or len(value) != 2:
+        problems.append(f'{where}http: must be {{"url": "...", "method": "POST"}} or left out')
+        return None
+    problem = url_problem(url) or method_problem(method)
+    if command is not None or timeout is None:
+        problem = "a job with http has no command and has a timeout"
+    if problem or timeout is None:
+        problems.append(f"{where}http: {problem}")
+        return None
+    return HttpCall(url, method, timeout)
 
 
 def _timeout(raw: dict[str, Any], where: str, problems: list[str]) -> float | None:
