@@ -1,35 +1,37 @@
 """The test suite as a JWT issuer (a Kubernetes cluster's service-account signer does the same):
-an RSA key made with openssl, RS256 tokens with a projected service-account token's claims,
-signed with `openssl dgst -sha256 -sign`. Consul really verifies them; no JWT library needed."""
+an RSA key it makes, RS256 tokens with a projected service-account token's claims, signed with
+PyJWT. Consul really verifies them."""
 
 from __future__ import annotations
 
-import base64
-import json
-import shutil
-import subprocess
 import time
 from pathlib import Path
 
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+
 ISSUER = "https://issuer.test"
-OPENSSL = shutil.which("openssl")
 
 
 def make_key(folder: Path, name: str = "issuer") -> tuple[Path, Path]:
-    """A new RSA key and its public key (PEM), as `folder/name.key` and `folder/name.pem`."""
-    assert OPENSSL, "openssl makes the issuer's key"
+    """A new RSA key and its public key (PEM), as `folder/name.key` (0600) and `folder/name.pem`."""
+    private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     key, public = folder / f"{name}.key", folder / f"{name}.pem"
-    subprocess.run([OPENSSL, "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
-    subprocess.run(
-        [OPENSSL, "rsa", "-in", str(key), "-pubout", "-out", str(public)],
-        check=True,
-        capture_output=True,
+    key.write_bytes(
+        private.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    key.chmod(0o600)
+    public.write_bytes(
+        private.public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
     )
     return key, public
-
-
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
 
 def sign_jwt(
@@ -43,7 +45,6 @@ def sign_jwt(
 ) -> str:
     """An RS256 JWT with a projected service-account token's claims, signed by `key`; it
     expired already when `issued_ago` is above `lifetime`."""
-    assert OPENSSL, "openssl signs the token"
     now = int(time.time()) - issued_ago
     claims = {
         "iss": ISSUER,
@@ -54,15 +55,7 @@ def sign_jwt(
         "exp": now + lifetime,
         "kubernetes.io": {"namespace": namespace, "serviceaccount": {"name": account}},
     }
-    header = {"alg": "RS256", "typ": "JWT"}
-    signed = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
-    signature = subprocess.run(
-        [OPENSSL, "dgst", "-sha256", "-sign", str(key)],
-        input=signed.encode(),
-        check=True,
-        capture_output=True,
-    ).stdout
-    return f"{signed}.{_b64(signature)}"
+    return jwt.encode(claims, key.read_bytes(), algorithm="RS256")
 
 
 def write_jwt(path: Path, token: str) -> None:

@@ -1,15 +1,11 @@
 """Workload identity on the real cluster: apply creates the auth method, roles and binding rules,
 a second apply changes nothing, a changed claim updates only its binding rule, --prune deletes
 only lockctl's own; and a JWT the test signs (as a service-account issuer would, RS256 with a
-key made here by openssl) logs in as worker-1 with exactly its privileges."""
+key made here, a JWT signed with PyJWT) logs in as worker-1 with exactly its privileges."""
 
 from __future__ import annotations
 
-import base64
 import json
-import shutil
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -19,9 +15,7 @@ from provision.consul.errors import ConsulError
 from provision.system.secrets import Secret
 from tests.conftest import LiveCluster
 from tests.integration.test_apply import Env
-
-ISSUER = "https://issuer.test"
-OPENSSL = shutil.which("openssl")
+from tests.jwt_issuer import ISSUER, make_key, sign_jwt
 
 
 def _spec(workers: dict[str, str], method: str = "it-k8s") -> str:
@@ -48,16 +42,9 @@ def _spec(workers: dict[str, str], method: str = "it-k8s") -> str:
 
 @pytest.fixture
 def env(tmp_path: Path, live_cluster: LiveCluster, monkeypatch: pytest.MonkeyPatch) -> Env:
-    assert OPENSSL, "openssl makes the issuer's key"
     for name in ("CONSUL_HTTP_TOKEN", "CONSUL_HTTP_TOKEN_FILE", "CONSUL_HTTP_ADDR"):
         monkeypatch.delenv(name, raising=False)
-    key = tmp_path / "issuer.key"
-    subprocess.run([OPENSSL, "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
-    subprocess.run(
-        [OPENSSL, "rsa", "-in", str(key), "-pubout", "-out", str(tmp_path / "issuer.pem")],
-        check=True,
-        capture_output=True,
-    )
+    make_key(tmp_path)  # issuer.key, issuer.pem
     return Env(tmp_path, live_cluster)
 
 
@@ -119,32 +106,9 @@ def test_apply_creates_then_changes_nothing_then_updates_a_claim_then_prunes(env
 # --- login with a JWT the test signs --------------------------------------------------------
 
 
-def _b64(data: bytes) -> str:
-    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
-
-
 def _jwt(key: Path, namespace: str, account: str) -> Secret:
     """An RS256 JWT with a projected service-account token's claims, signed by `key`."""
-    now = int(time.time())
-    claims = {
-        "iss": ISSUER,
-        "aud": ["consul"],
-        "sub": f"system:serviceaccount:{namespace}:{account}",
-        "iat": now,
-        "nbf": now - 5,
-        "exp": now + 300,
-        "kubernetes.io": {"namespace": namespace, "serviceaccount": {"name": account}},
-    }
-    header = {"alg": "RS256", "typ": "JWT"}
-    signed = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
-    assert OPENSSL
-    signature = subprocess.run(
-        [OPENSSL, "dgst", "-sha256", "-sign", str(key)],
-        input=signed.encode(),
-        check=True,
-        capture_output=True,
-    ).stdout
-    return Secret(f"{signed}.{_b64(signature)}")
+    return Secret(sign_jwt(key, namespace, account, lifetime=300))
 
 
 def test_a_login_as_worker_1_gets_exactly_its_privileges_and_a_stranger_none(env: Env) -> None:
@@ -168,9 +132,5 @@ def test_a_login_as_worker_1_gets_exactly_its_privileges_and_a_stranger_none(env
     with pytest.raises(PermissionDenied):  # no binding rule selects this identity
         anonymous.identity.login("it-login", _jwt(env.tmp / "issuer.key", "it", "sa-9"))
     with pytest.raises(ConsulError):  # Consul answers 500 for a bad signature (CONSUL_FACTS)
-        other = env.tmp / "other.key"
-        assert OPENSSL
-        subprocess.run(
-            [OPENSSL, "genrsa", "-out", str(other), "2048"], check=True, capture_output=True
-        )
+        other, _ = make_key(env.tmp, "other")
         anonymous.identity.login("it-login", _jwt(other, "it", "sa-1"))
