@@ -188,6 +188,7 @@ def _run(
     from provision.cli.signals import signals_request_stop
     from provision.consul import AgentClock, Consul, resolve_settings
     from provision.ledger.store import Ledger
+    from provision.runner.catchup import run_catchup
     from provision.runner.child import become_subreaper
     from provision.runner.engine import run_job
     from provision.runner.events import EventLog
@@ -209,6 +210,18 @@ def _run(
             tick = None
             schedule = job_schedule(job_config)
             if chosen is not None and schedule is not None:  # the tick chosen at the start
+                # catchup = "latest": the newest tick nobody ran first (its result is in its
+                # events and record; the exit status is this tick's)
+                run_catchup(
+                    consul,
+                    job_config,
+                    worker_config.worker,
+                    args.command,
+                    options,
+                    events,
+                    stop,
+                    wall=agent_clock,
+                )
                 ledger = Ledger(consul, job_config.lock_key)
                 plan = plan_tick(ledger, job_config, schedule, chosen.tick, events, agent_clock)
                 tick = TickRun(plan, chosen.turn.planned)

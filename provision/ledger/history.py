@@ -185,6 +185,8 @@ class TickRow:
             return f"suspect: dated in the future (says {self.record.outcome.value})"
         if self.note is not None:
             return f"{self.outcome} ({self.note})"
+        if self.record is not None and self.record.catchup:
+            return f"{self.outcome} (catch-up)"
         return "missed (not recorded yet)" if self.missed and not self.recorded else self.outcome
 
     def to_record(self) -> dict[str, Any]:
@@ -207,6 +209,7 @@ class TickRow:
             "finished_at": _iso(None if r is None else r.finished_at),
             "stdout": None if r is None else r.stdout,  # the end of it, masked and printable
             "stderr": None if r is None else r.stderr,
+            "catchup": None if r is None else r.catchup,
         }
 
 

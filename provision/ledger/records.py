@@ -122,6 +122,7 @@ class TickRecord:
     duration: float | None = None
     stdout: str | None = None  # the end of the job's output (system/tails.py): printable, masked
     stderr: str | None = None
+    catchup: bool | None = None  # True: run as the catch-up of a tick nobody ran (catchup.py)
     modify_index: int = 0  # Consul's, when read from Consul (the cas index to complete it at)
 
     def encode(self) -> bytes:
@@ -177,6 +178,7 @@ def decode(tick: datetime, value: bytes | None, modify_index: int = 0) -> TickRe
         duration=_number(raw.get("duration")),
         stdout=_output(raw.get("stdout")),
         stderr=_output(raw.get("stderr")),
+        catchup=True if raw.get("catchup") is True else None,
         modify_index=modify_index,
     )
 

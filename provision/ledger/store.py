@@ -269,13 +269,17 @@ class Ledger:
         holder: bytes,
         session_id: str,
         previous: datetime | None = None,
+        over: int = 0,
     ) -> Claim:
         """Claim the record's tick and take the lock, in one transaction; with `previous`, the
         answer also says whether that tick has a record (a get-tree of its one key: unlike
-        `get`, it does not fail the transaction when there is none)."""
+        `get`, it does not fail the transaction when there is none). `over`: the ModifyIndex
+        of the tick's `missed` record a catch-up claims over (ledger/catchup.py): the claim
+        wins only while that record is as read, so it and a later one cannot both win."""
         key = self.key(record.tick)
+        unclaimed = KVOp("check-index", key, index=over) if over else KVOp("check-not-exists", key)
         ops = [
-            KVOp("check-not-exists", key),
+            unclaimed,
             KVOp("lock", self.lock_key, holder, session=session_id),
             KVOp("set", key, record.encode()),
             KVOp("get", self.lock_key),

@@ -89,7 +89,17 @@ def run_job(
             events.emit("waiting", tick=tick_name(plan.tick), for_clock_ms=ms(plan.wait))
             stop.sleep(plan.wait)  # a stop meanwhile ends the run before it claims
         previous = schedule.latest_tick_at_or_before(plan.tick - timedelta(seconds=1))
-        lock = TickLock(consul, job, worker, plan.tick, clock, wall, tick.planned_start, previous)
+        lock = TickLock(
+            consul,
+            job,
+            worker,
+            plan.tick,
+            clock,
+            wall,
+            tick.planned_start,
+            previous,
+            tick.catchup_over,
+        )
         if options.wait:  # wait for the lock, but not past the tick's claim window
             left = max(0.0, plan.window - plan.lag - plan.wait)
             options = replace(options, timeout=min(options.timeout or left, left))

@@ -71,6 +71,9 @@ class TickRun:
     plan: TickChoice | TickSkip
     planned_start: float = 0.0  # seconds after the tick
     housekeep: bool = True
+    # a catch-up (runner/catchup.py): the ModifyIndex of the tick's `missed` record it claims
+    # over, 0 when the tick has no record; None: the tick's own run
+    catchup_over: int | None = None
 
 
 @dataclass(frozen=True)
@@ -166,6 +169,7 @@ class TickLock(LockSession):
         wall: WallClock = utc_now,
         planned_start: float = 0.0,
         previous: datetime | None = None,
+        catchup_over: int | None = None,
     ) -> None:
         super().__init__(consul, job, worker, clock)
         self.ledger = Ledger(consul, job.lock_key)
@@ -174,6 +178,7 @@ class TickLock(LockSession):
         self.previous_recorded: bool | None = None  # the claim's answer to that
         self.wall = wall
         self.planned_start = planned_start  # seconds after the tick (jitter): in the record
+        self.catchup_over = catchup_over  # a catch-up's (TickRun): claims over a missed record
         self.record: TickRecord | None = None  # ours, once claimed
         self.tick_taken = False  # the claim found the tick taken: retrying cannot help
         self._lock_refusal: str | None = None
@@ -193,9 +198,13 @@ class TickLock(LockSession):
             claimed_at=claimed_at,
             start_lag=max(0.0, (claimed_at - self.tick).total_seconds()),
             planned_start=self.planned_start or None,
+            catchup=True if self.catchup_over is not None else None,
         )
         sent = self._clock()
-        claim = self.ledger.claim(record, self._holder_record(), self.session_id, self.previous)
+        over = self.catchup_over or 0
+        claim = self.ledger.claim(
+            record, self._holder_record(), self.session_id, self.previous, over
+        )
         if not claim.won:
             self.tick_taken, self._lock_refusal = claim.tick_taken, claim.lock_refusal
             return None

@@ -27,9 +27,11 @@ from typing import Any, TextIO
 
 from provision.consul import Consul, ConsulError, PermissionDenied
 from provision.errors import LockctlError
+from provision.ledger.catchup import LATEST
 from provision.ledger.records import tick_name
 from provision.ledger.store import Ledger
 from provision.ledger.ticks import TickChoice, choose_tick
+from provision.runner.catchup import run_catchup
 from provision.runner.engine import run_job
 from provision.runner.events import EventLog
 from provision.runner.forkserver import ForkServer
@@ -187,6 +189,9 @@ class JobTicks:
         self._last_tick: datetime | None = None
         self._consul_down = False
         self._recheck_clocks = False  # a clock stepped: read the agent's before the next claim
+        # catchup = "latest": look for a tick nobody ran before the next run, at the start and
+        # after Consul was unreachable, never in the steady state (one read: runner/catchup.py)
+        self._catchup_look = job.catchup == LATEST
         # the ledger work beyond claim and completion (cadence.py)
         self.cadence = starting(clock(), job.name)
 
@@ -194,6 +199,7 @@ class JobTicks:
         """Take over from `old`, this job's loop before a reload: the ticks it ran or tried are
         not tried again, the ticks that pass while its run ends are said as overlap."""
         self._last_tick = old._last_tick
+        self._catchup_look = self._catchup_look and old._catchup_look
 
     def leave(self) -> None:
         """This loop is retired (a reload removed or replaced it): no more session news."""
@@ -252,6 +258,8 @@ class JobTicks:
             self.cadence = distrust_clocks(self.cadence)
         try:
             session = self._ensure_session()
+            if self._catchup_look:
+                self._catch_up(session)
             result, self.cadence = scheduled_run(
                 self.consul,
                 self.job,
@@ -285,6 +293,27 @@ class JobTicks:
         self.last_result = result
         self.counts.finished(result, self.wall().timestamp())
 
+    def _catch_up(self, session: str) -> None:
+        """Run the newest tick nobody ran, if there is one (before the tick that is due): the
+        look is done once Consul answered it; a ConsulError leaves it for the next run."""
+        result = run_catchup(
+            self.consul,
+            self.job,
+            self.worker,
+            list(self.job.command or ()),
+            RunOptions(),
+            self.events,
+            self.stop,
+            self.clock,
+            self.wall,
+            session=session,
+            forks=self.forks,
+        )
+        self._catchup_look = False
+        if result is not None:
+            self.counts.not_running()
+            self.counts.finished(result, self.wall().timestamp())
+
     def recheck_clocks(self) -> None:
         """From the scheduler's thread: a clock stepped; the next run reads before its claim."""
         self._recheck_clocks = True
@@ -317,6 +346,7 @@ class JobTicks:
         self.counts.consul_failed(str(exc), renewing=renewing)
         if due is not None:
             self._count("consul-unavailable")
+            self._catchup_look = self.job.catchup == LATEST  # the tick may need catching up
         if not self._consul_down or due is not None:
             self.events.emit(
                 "consul-unavailable",

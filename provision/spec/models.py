@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from provision.durations import Duration, parse_duration
 from provision.spec.names import lock_key
-from provision.timings import COUNT_DEFAULTS, DEFAULTS, JobTimings
+from provision.timings import COUNT_DEFAULTS, DEFAULT_CATCHUP, DEFAULTS, JobTimings
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8500"
 DEFAULT_START_DEADLINE = parse_duration(DEFAULTS["start_deadline"])
@@ -27,6 +27,7 @@ class Defaults:
     history_limit: int = DEFAULT_HISTORY_LIMIT
     jitter: Duration = NO_JITTER
     timeout: Duration | None = None  # None: a run may go on as long as it likes
+    catchup: str = DEFAULT_CATCHUP  # "skip" or "latest" (ledger/catchup.py)
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class Job:
     line: int
     timezone: str = "UTC"  # the IANA zone `schedule` is read in
     history_limit: int = DEFAULT_HISTORY_LIMIT  # tick records kept per job
+    catchup: str = DEFAULT_CATCHUP  # after a time nobody ran it: "skip", or run the "latest"
 
     @property
     def lock_key(self) -> str:

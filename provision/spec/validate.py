@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from provision.errors import InputError
@@ -31,9 +31,11 @@ from provision.spec.models import Job, Spec, Worker
 from provision.spec.names import NAME_RULE, is_valid_name
 from provision.spec.problems import Problems, shown
 from provision.spec.values import (
+    CHOICE_KEYS,
     prefix_overlaps,
     prefix_problem,
     read_address,
+    read_catchup,
     read_command,
     read_job_workers,
     read_prefix,
@@ -41,9 +43,10 @@ from provision.spec.values import (
     read_timezone,
 )
 from provision.system.files import UnreadableFile, read_regular_file
+from provision.timings import DEFAULT_CATCHUP
 
 MAX_SPEC_BYTES = 16 * 1024 * 1024  # a 10,000-job spec is about 3 MB
-DEFAULTS_KEYS = (*DURATION_KEYS, *COUNT_KEYS)
+DEFAULTS_KEYS = (*DURATION_KEYS, *COUNT_KEYS, *CHOICE_KEYS)
 JOB_KEYS = ("prefix", "workers", "schedule", "timezone", "command", *DEFAULTS_KEYS)
 WORKER_KEYS = ("address",)
 BLOCK_TYPES = ("defaults", "worker", "job")
@@ -102,16 +105,16 @@ def _build(body: Body, problems: Problems) -> Spec:
     blocks = _known_blocks(body.blocks, problems)
     _check_duplicates(blocks["worker"], "worker", problems)
     _check_duplicates(blocks["job"], "job", problems)
-    defaults, counts = _defaults(blocks["defaults"], problems)
+    defaults, counts, catchup = _defaults(blocks["defaults"], problems)
     workers = _workers(blocks["worker"], problems)
     declared = {worker.name for worker in workers}
-    jobs = [_job(block, defaults, counts, declared, problems) for block in blocks["job"]]
+    jobs = [_job(block, defaults, counts, catchup, declared, problems) for block in blocks["job"]]
     named_jobs = [job for job in jobs if job is not None]
     _check_overlaps(_job_prefixes(blocks["job"]), problems)
     _check_not_empty(blocks["worker"], blocks["job"], problems)
     return Spec(
         path=problems.path,
-        defaults=final_defaults(defaults, counts),
+        defaults=replace(final_defaults(defaults, counts), catchup=catchup),
         workers=tuple(sorted(workers, key=lambda w: w.name)),
         jobs=tuple(sorted(named_jobs, key=lambda j: j.name)),
     )
@@ -219,12 +222,12 @@ def _display(block: Block, kind: str) -> str:
 # --- defaults -------------------------------------------------------------------------------
 
 
-def _defaults(blocks: list[Block], problems: Problems) -> tuple[Settings, Counts]:
-    """The durations and counts every job inherits; an invalid count is reported and the
-    built-in one stands in (the spec is refused anyway)."""
+def _defaults(blocks: list[Block], problems: Problems) -> tuple[Settings, Counts, str]:
+    """The durations, counts and catchup every job inherits; an invalid count or catchup is
+    reported and the built-in one stands in (the spec is refused anyway)."""
     settings, counts = builtin_settings(), builtin_counts()
     if not blocks:
-        return settings, counts
+        return settings, counts, DEFAULT_CATCHUP
     block = blocks[0]
     _labels(block, "defaults", 0, problems)
     attributes = _attributes(block, "defaults", DEFAULTS_KEYS, problems)
@@ -232,7 +235,8 @@ def _defaults(blocks: list[Block], problems: Problems) -> tuple[Settings, Counts
         if key in attributes:
             settings[key] = read_duration(attributes, key, "defaults", problems)
     own_counts = read_counts(attributes, "defaults", counts, problems)
-    return settings, counts if own_counts is None else own_counts
+    catchup = read_catchup(attributes.get("catchup"), "defaults.catchup", DEFAULT_CATCHUP, problems)
+    return settings, counts if own_counts is None else own_counts, catchup or DEFAULT_CATCHUP
 
 
 # --- workers --------------------------------------------------------------------------------
@@ -260,6 +264,7 @@ def _job(
     block: Block,
     defaults: Settings,
     default_counts: Counts,
+    default_catchup: str,
     declared: set[str],
     problems: Problems,
 ) -> Job | None:
@@ -273,7 +278,10 @@ def _job(
     command = read_command(attributes.get("command"), f"{where}.command", problems)
     timings = job_timings(attributes, where, defaults, problems)
     counts = read_counts(attributes, where, default_counts, problems)
+    catchup = read_catchup(attributes.get("catchup"), f"{where}.catchup", default_catchup, problems)
     if name is None or prefix is None or workers is None or timings is None or counts is None:
+        return None
+    if catchup is None:
         return None
     return Job(
         name=name,
@@ -285,6 +293,7 @@ def _job(
         line=block.line,
         timezone=zone or "UTC",
         history_limit=counts["history_limit"],
+        catchup=catchup,
     )
 
 

@@ -14,9 +14,11 @@ from provision.durations import DurationSyntaxError, format_duration, parse_dura
 from provision.schedule import ScheduleError, check_zone, parse_schedule
 from provision.timings import (
     COUNT_DEFAULTS,
+    DEFAULT_CATCHUP,
     DEFAULTS,
     JobTimings,
     bound_problem,
+    catchup_problem,
     count_problem,
     fencing_problem,
     jitter_problem,
@@ -40,6 +42,7 @@ class JobConfig:
     history_limit: int = 50  # tick records the ledger keeps for this job (timings.COUNT_DEFAULTS)
     command: tuple[str, ...] | None = None  # the argv `lockctl schedule` runs; None: it has none
     workers: tuple[str, ...] = ()  # every worker of the job, for the claim order; (): unknown
+    catchup: str = DEFAULT_CATCHUP  # "latest": run the newest tick nobody ran (ledger/catchup.py)
 
 
 def job_record(job: Job) -> dict[str, Any]:
@@ -52,6 +55,8 @@ def job_record(job: Job) -> dict[str, Any]:
         "history_limit": job.history_limit,
         "command": list(job.command) if job.command else None,
         "workers": list(job.workers),
+        # only when set: a lockctl from before it refuses the field; without it, "skip"
+        **({"catchup": job.catchup} if job.catchup != DEFAULT_CATCHUP else {}),
     }
 
 
@@ -87,6 +92,7 @@ JOB_FIELDS = {
     "jitter",
     "workers",
     "timeout",
+    "catchup",
 }
 
 
@@ -110,6 +116,9 @@ def read_job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> Jo
     jitter = _seconds(raw, "jitter", where, problems, default=DEFAULTS["jitter"])
     workers = _workers(raw, where, problems)
     timeout = _timeout(raw, where, problems)
+    catchup = raw.get("catchup", DEFAULT_CATCHUP)
+    if catchup_problem(catchup):
+        problems.append(f"{where}catchup: {catchup_problem(catchup)}")
     late = None if len(problems) > before else jitter_problem(jitter, deadline)
     if late:
         problems.append(f"{where}jitter: {late}")
@@ -124,7 +133,7 @@ def read_job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> Jo
         problems.append(f"{where}lock_delay: {fencing}; --allow-unsafe runs anyway")
         return None
     timings = JobTimings(ttl, delay, renew, grace, min_hold, deadline, jitter, timeout)
-    return JobConfig(name, key, timings, schedule, zone, history_limit, command, workers)
+    return JobConfig(name, key, timings, schedule, zone, history_limit, command, workers, catchup)
 
 
 def _timeout(raw: dict[str, Any], where: str, problems: list[str]) -> float | None:
