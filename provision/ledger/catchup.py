@@ -13,6 +13,7 @@ at (ledger/store.py), so a catch-up and the recording of the tick as missed cann
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 
 from provision.ledger.records import TickOutcome, TickRecord
@@ -24,9 +25,20 @@ LATEST = "latest"
 _WALK = 3
 
 
-def catchup_tick(schedule: Schedule, now: datetime, start_deadline: float) -> datetime | None:
+def catchup_tick(
+    schedule: Schedule, now: datetime, start_deadline: float, recorded: Collection[datetime]
+) -> datetime | None:
     """The tick a catch-up at `now` would run: the newest whose claim window has closed, if
-    `now` is still within its start deadline; else None."""
+    `now` is still within its start deadline and the ledger (`recorded`: its ticks) has a
+    record older than it, as the missed-tick rule asks (ticks.py: before the oldest record
+    the job may not have existed); else None."""
+    if not recorded:
+        return None
+    candidate = _newest_closed(schedule, now, start_deadline)
+    return candidate if candidate is not None and min(recorded) < candidate else None
+
+
+def _newest_closed(schedule: Schedule, now: datetime, start_deadline: float) -> datetime | None:
     walk = schedule.ticks_at_or_before(now)
     tick = next(walk)
     following = schedule.next_ticks(tick, 1)[0]

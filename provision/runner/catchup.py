@@ -1,7 +1,8 @@
 """A catch-up run (`catchup = "latest"`, ledger/catchup.py): after a time nobody ran the job,
 the newest tick nobody ran, once, while within its start deadline. `lockctl run` looks before
 its own tick; a scheduler at its start and after Consul was unreachable (scheduler/loop.py),
-never in its steady state: the look is one read, of the one candidate tick's record.
+never in its steady state: the look reads the ledger's key names (and the candidate tick's
+record, when it has one).
 
 The run is the engine's, for that tick (runner/engine.py): its claim is the tick's claim
 transaction, over no record or over the `missed` record at the ModifyIndex just read
@@ -34,16 +35,18 @@ def plan_catchup(
     ledger: Ledger, job: JobConfig, events: EventLog, wall: WallClock = utc_now
 ) -> TickRun | None:
     """The catch-up to run now, or None: the job does not ask for one, no tick's window closed
-    within its start deadline, or that tick has a record other than `missed`. One read (a
-    consistent one: the claim over a missed record needs the index the leader has)."""
+    within its start deadline, or that tick has a record other than `missed`. One read of the
+    ledger's key names, and of the tick's record when it has one (a default read: the claim
+    over a missed record needs the index the leader has; a stale one only loses the claim)."""
     schedule = job_schedule(job)
     if job.catchup != LATEST or schedule is None:
         return None
     deadline = job.timings.start_deadline
-    candidate = catchup_tick(schedule, wall(), deadline)
+    recorded = ledger.ticks()  # names only
+    candidate = catchup_tick(schedule, wall(), deadline, recorded)
     if candidate is None:
         return None
-    record, _ = ledger.read(candidate)
+    record = ledger.read(candidate)[0] if candidate in recorded else None
     if not may_catch_up(record):
         return None
     lag = (wall() - candidate).total_seconds()

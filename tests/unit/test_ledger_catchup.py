@@ -48,7 +48,24 @@ def at(seconds: float, base: datetime = T) -> datetime:
 def test_the_catchup_tick_is_the_newest_whose_window_closed_within_its_deadline(
     schedule: Schedule, now: datetime, deadline: float, expected: datetime | None
 ) -> None:
-    assert catchup_tick(schedule, now, deadline) == expected
+    long_ago = now - timedelta(days=30)  # a ledger whose oldest record is older than all
+    assert catchup_tick(schedule, now, deadline, {long_ago}) == expected
+
+
+@pytest.mark.parametrize(
+    ("recorded", "expected"),
+    [
+        (set(), None),  # an empty ledger: the job may not have existed then
+        ({at(-10)}, None),  # the oldest record is the candidate itself (recorded missed)
+        ({at(-5)}, None),  # only newer ones: nothing says the job existed at T-10
+        ({at(-20)}, at(-10)),
+        ({at(-20), at(-10)}, at(-10)),  # its record decides (may_catch_up), not this rule
+    ],
+)
+def test_a_catchup_needs_an_older_record(
+    recorded: set[datetime], expected: datetime | None
+) -> None:
+    assert catchup_tick(EVERY_10S, at(5), 30, recorded) == expected
 
 
 @pytest.mark.parametrize(

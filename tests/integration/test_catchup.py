@@ -1,0 +1,258 @@
+"""`catchup = "latest"` on the real cluster (issue 21, item 3): after a time with no replica
+running, the first one back runs the newest tick nobody ran, once, recorded as a catch-up;
+older ticks stay missed; `catchup = "skip"` runs none of them.
+
+Two jobs on @every 5s with a start_deadline of 20s (above the interval: only then can a tick
+whose window closed still be run), one "latest" and one "skip", each a process tree (a shell, a
+child in the background and one it waits for) that logs the tick it ran ($LOCKCTL_TICK). Three
+`lockctl schedule` replicas run both; all are stopped for a few ticks and restarted at once:
+the latest job's newest gap tick runs once (one `acquired` across the three, one log line), its
+older gap ticks are recorded missed, and the skip job's gap ticks are all missed. `lockctl run`
+does the same with two runs started at once after a gap.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+from scheduler_lab import SchedulerProcess
+from workers_lab import minted_workers, spec_text
+
+from provision.ledger.records import TickOutcome, TickRecord, tick_name
+from provision.ledger.store import Ledger
+from provision.schedule import parse_schedule
+from tests.lockctl_process import LOCKCTL, eventually, run_lockctl
+
+if TYPE_CHECKING:
+    from conftest import LiveCluster
+
+WORKERS = ("worker-1", "worker-2", "worker-3")
+EVERY = 5
+SCHEDULE = parse_schedule(f"@every {EVERY}s")
+DEADLINE = "20s"
+WAIT = 60.0
+GAP = 4  # ticks with no replica running
+JOBS = ("latest", "skip", "run")
+
+
+def _command(log: Path) -> str:
+    """A process tree: the shell, a background child, and a child it waits for."""
+    line = f'echo "$LOCKCTL_TICK $LOCKCTL_WORKER" >> {log}'
+    return json.dumps(["/bin/sh", "-c", f"sleep 0.2 & (sleep 0.3; {line}) ; wait"])
+
+
+@dataclass(frozen=True)
+class Lab:
+    tmp: Path
+    configs: dict[str, Path]
+    spec_path: Path
+    jobs: dict[str, str]  # short -> job name
+    keys: dict[str, str]  # short -> lock key
+    logs: dict[str, Path]
+    cluster: LiveCluster
+    secrets: tuple[str, ...] = field(repr=False)  # pytest prints a failing test's arguments
+
+
+@pytest.fixture(scope="module")
+def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    tmp = tmp_path_factory.mktemp("catchup")
+    uid = uuid.uuid4().hex[:8]
+    kv = f"test/catchup-{uid}/"
+    logs = {short: tmp / f"{short}.log" for short in JOBS}
+    jobs: dict[str, dict[str, str]] = {}
+    for short in JOBS:
+        jobs[f"{short}-{uid}"] = {
+            "prefix": f'"{kv}{short}/"',
+            "schedule": f'"@every {EVERY}s"',
+            "start_deadline": f'"{DEADLINE}"',
+            "catchup": '"skip"' if short == "skip" else '"latest"',
+        }
+        if short != "run":  # `lockctl schedule` runs only the jobs with a command
+            jobs[f"{short}-{uid}"]["command"] = _command(logs[short])
+    spec_path = tmp / "locks.hcl"
+    spec_path.write_text(spec_text(live_cluster, WORKERS, jobs))
+    with minted_workers(live_cluster, spec_path, WORKERS, tmp, uid, kv) as made:
+        yield Lab(
+            tmp,
+            made.configs,
+            spec_path,
+            {short: f"{short}-{uid}" for short in JOBS},
+            {short: f"{kv}{short}/.lock" for short in JOBS},
+            logs,
+            live_cluster,
+            tuple(made.secrets),
+        )
+
+
+def _records(lab: Lab, short: str) -> dict[datetime, TickRecord]:
+    ledger = Ledger(lab.cluster.management(), lab.keys[short])
+    return {record.tick: record for record in ledger.records()}
+
+
+def _finished(lab: Lab, short: str) -> list[datetime]:
+    return sorted(t for t, r in _records(lab, short).items() if r.finished)
+
+
+def _logged(lab: Lab, short: str) -> list[str]:
+    path = lab.logs[short]
+    return path.read_text().split("\n")[:-1] if path.exists() else []
+
+
+def _at(tick: datetime, offset: float = 0.05) -> None:
+    time.sleep(max(0.0, tick.timestamp() + offset - time.time()))
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _acquired(schedulers: list[SchedulerProcess], job: str, tick: datetime) -> list[str]:
+    return [
+        e["worker"]
+        for s in schedulers
+        for e in s.events("acquired")
+        if e.get("job") == job and e.get("tick") == tick_name(tick)
+    ]
+
+
+def _lockctl(lab: Lab, *args: str) -> subprocess.CompletedProcess[str]:
+    connection = ["--address", lab.cluster.address("server-1")]
+    connection += ["--token-file", str(lab.cluster.layout.management_token_file)]
+    flags = ["--spec", str(lab.spec_path), *connection, *lab.cluster.tls_flags()]
+    result = run_lockctl(*args, *flags, drop=("CONSUL_", "FORCE_COLOR"))
+    assert "Traceback" not in result.stderr, result.stderr
+    for secret in lab.secrets:
+        assert secret not in result.stdout + result.stderr
+    return result
+
+
+def _shown(lab: Lab, job: str) -> dict[str, str]:
+    """Each tick's outcome as `lockctl history --json` says it (a missed tick whether or not
+    a housekeeping has recorded it yet)."""
+    history = _lockctl(lab, "history", "--job", job, "--json")
+    assert history.returncode in (0, 1), history.stderr
+    (found,) = json.loads(history.stdout)
+    return {row["tick"]: row["outcome"] for row in found["ticks"]}
+
+
+def _start_all(lab: Lab) -> list[SchedulerProcess]:
+    return [SchedulerProcess(lab.configs[worker]) for worker in WORKERS]
+
+
+def _stop_all(schedulers: list[SchedulerProcess]) -> None:
+    for scheduler in schedulers:
+        if scheduler.process.poll() is None:
+            scheduler.process.send_signal(15)
+    for scheduler in schedulers:
+        assert scheduler.stop() == 0, scheduler.lines[-5:]
+
+
+def test_an_outage_of_every_replica_runs_the_latest_missed_tick_once(lab: Lab) -> None:
+    latest, skip = lab.jobs["latest"], lab.jobs["skip"]
+    first = _start_all(lab)
+    try:
+        ran = eventually(lambda: len(_finished(lab, "latest")) >= 2, WAIT)
+        assert ran and eventually(lambda: len(_finished(lab, "skip")) >= 2, WAIT)
+    finally:
+        _stop_all(first)
+    last = {short: max(_records(lab, short)) for short in ("latest", "skip")}
+    # nobody runs them for GAP ticks; then all three come back at once, just after a tick
+    back_at = SCHEDULE.next_ticks(max(last.values()) + timedelta(seconds=EVERY * GAP), 1)[0]
+    _at(back_at, 0.5)
+    second = _start_all(lab)
+    try:
+        after = SCHEDULE.next_ticks(back_at, 1)[0]  # a tick run by the replicas back
+
+        def settled() -> bool:
+            done = {short: _finished(lab, short) for short in ("latest", "skip")}
+            return all(after in ticks for ticks in done.values())
+
+        assert eventually(settled, WAIT), (_records(lab, "latest"), second[0].lines[-20:])
+    finally:
+        _stop_all(second)
+    schedulers = first + second
+
+    # the latest job: the newest gap tick (the one before the tick of the restart) ran once,
+    # as a catch-up; every older gap tick is missed
+    records = _records(lab, "latest")
+    caught = [tick for tick, record in records.items() if record.catchup]
+    gap = [t for t in SCHEDULE.next_ticks(last["latest"], 64) if t < back_at]
+    assert caught == [gap[-1]], {tick_name(t): r.outcome for t, r in records.items()}
+    assert records[gap[-1]].outcome is TickOutcome.SUCCEEDED
+    assert len(_acquired(schedulers, latest, gap[-1])) == 1  # one replica of three
+    assert _logged(lab, "latest").count(tick_name(gap[-1]) + " " + records[gap[-1]].worker) == 1
+    catchups = [e for s in second for e in s.events("catch-up") if e.get("job") == latest]
+    assert {e["tick"] for e in catchups} == {tick_name(gap[-1])}
+    older = [t for t in gap[:-1] if t > last["latest"]]
+    assert older and all(_shown(lab, latest)[tick_name(t)] == "missed" for t in older)
+    assert records[back_at].outcome is TickOutcome.SUCCEEDED  # the tick of the restart, late
+
+    # the skip job: none of its gap ticks ran; each is missed (recorded, or soon to be)
+    skipped = [t for t in SCHEDULE.next_ticks(last["skip"], 64) if t < back_at]
+    assert all(_shown(lab, skip)[tick_name(t)] == "missed" for t in skipped)
+    records = _records(lab, "skip")
+    assert not [t for t in skipped if t in records and records[t].outcome is not TickOutcome.MISSED]
+    assert not [r for r in records.values() if r.catchup]
+    assert not [e for s in schedulers for e in s.events("catch-up") if e.get("job") == skip]
+    assert not [line for line in _logged(lab, "skip") if line.split()[0] in map(tick_name, skipped)]
+
+    history = _lockctl(lab, "history", "--job", latest)
+    print(f"\nlockctl history --job {latest}\n{history.stdout}")  # for docs/history.md
+    assert history.returncode in (0, 1), history.stdout
+    assert "succeeded (catch-up)" in history.stdout
+    assert "Traceback" not in "\n".join(line for s in schedulers for line in s.lines)
+
+
+def _run(lab: Lab, worker: str) -> subprocess.CompletedProcess[str]:
+    argv = [*LOCKCTL, "run", "--config", str(lab.configs[worker]), "--job", lab.jobs["run"]]
+    return subprocess.run(
+        [*argv, "--", *json.loads(_command(lab.logs["run"]))],
+        capture_output=True,
+        text=True,
+        timeout=WAIT,
+        check=False,
+    )
+
+
+def _events(text: str, name: str) -> list[dict[str, Any]]:
+    found = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    return [event for event in found if event["event"] == name]
+
+
+def test_lockctl_run_catches_up_once_when_two_come_back_at_once(lab: Lab) -> None:
+    tick = SCHEDULE.next_ticks(_now(), 1)[0]
+    _at(tick)
+    first = _run(lab, "worker-1")
+    assert first.returncode == 0, first.stderr
+    assert _events(first.stderr, "acquired")[0]["tick"] == tick_name(tick)
+    assert not _events(first.stderr, "catch-up")  # the tick before it was nobody's: no ledger
+    back_at = tick + timedelta(seconds=EVERY * GAP)
+    _at(back_at)
+    with ThreadPoolExecutor(2) as pool:
+        runs = list(pool.map(lambda worker: _run(lab, worker), ("worker-2", "worker-3")))
+    for run in runs:
+        print(f"\nlockctl run: exit {run.returncode}\n{run.stderr}")  # for docs/runner.md
+        assert run.returncode == 0, run.stderr
+    previous = back_at - timedelta(seconds=EVERY)
+    acquired = [e["tick"] for run in runs for e in _events(run.stderr, "acquired")]
+    assert sorted(acquired) == [tick_name(previous), tick_name(back_at)], acquired
+    records = _records(lab, "run")
+    assert records[previous].catchup is True
+    assert records[previous].outcome is TickOutcome.SUCCEEDED
+    assert records[back_at].outcome is TickOutcome.SUCCEEDED and not records[back_at].catchup
+    logged = [line.split()[0] for line in _logged(lab, "run")]
+    assert logged.count(tick_name(previous)) == 1 and logged.count(tick_name(back_at)) == 1
+    older = [tick + timedelta(seconds=EVERY * n) for n in range(1, GAP - 1)]
+    assert eventually(lambda: all(t in _records(lab, "run") for t in older), WAIT)
+    records = _records(lab, "run")
+    assert all(records[t].outcome is TickOutcome.MISSED for t in older), records
