@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -74,7 +75,7 @@ def lint(
     ] = False,
 ) -> None:
     """Check ACL policy files for rules that grant nothing or too much; exit 1 on findings."""
-    from provision.acl.lint import has_errors, lint_file
+    from provision.acl.lint import has_errors, lint_file, spec_findings
     from provision.spec import load_spec
 
     default = options.DEFAULT_SPEC
@@ -88,6 +89,11 @@ def lint(
         findings += found
         for finding in found:
             typer.echo(finding.describe(str(path)))
+    if loaded:  # the spec's own settings that have no effect
+        found = spec_findings(loaded, datetime.now(timezone.utc))
+        findings += found
+        for finding in found:
+            typer.echo(finding.describe(loaded.path))
     typer.echo(_lint_summary(findings, len(files)), err=bool(findings))
     if has_errors(findings) or (findings and not errors_only):
         raise typer.Exit(EXIT_FAILED)
