@@ -31,6 +31,7 @@ from workers_lab import minted_workers, spec_text
 from provision.ledger.records import TickOutcome, TickRecord, tick_name
 from provision.ledger.store import Ledger
 from provision.schedule import parse_schedule
+from provision.system.secrets import Secret
 from tests.lockctl_process import LOCKCTL, eventually, run_lockctl
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ SCHEDULE = parse_schedule(f"@every {EVERY}s")
 DEADLINE = "20s"
 WAIT = 60.0
 GAP = 4  # ticks with no replica running
-JOBS = ("latest", "skip", "run")
+JOBS = ("latest", "skip", "run", "over")
 
 
 def _command(log: Path) -> str:
@@ -77,7 +78,7 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
             "start_deadline": f'"{DEADLINE}"',
             "catchup": '"skip"' if short == "skip" else '"latest"',
         }
-        if short != "run":  # `lockctl schedule` runs only the jobs with a command
+        if short in ("latest", "skip"):  # `lockctl schedule` runs only the jobs with a command
             jobs[f"{short}-{uid}"]["command"] = _command(logs[short])
     spec_path = tmp / "locks.hcl"
     spec_path.write_text(spec_text(live_cluster, WORKERS, jobs))
@@ -213,10 +214,10 @@ def test_an_outage_of_every_replica_runs_the_latest_missed_tick_once(lab: Lab) -
     assert "Traceback" not in "\n".join(line for s in schedulers for line in s.lines)
 
 
-def _run(lab: Lab, worker: str) -> subprocess.CompletedProcess[str]:
-    argv = [*LOCKCTL, "run", "--config", str(lab.configs[worker]), "--job", lab.jobs["run"]]
+def _run(lab: Lab, worker: str, short: str = "run") -> subprocess.CompletedProcess[str]:
+    argv = [*LOCKCTL, "run", "--config", str(lab.configs[worker]), "--job", lab.jobs[short]]
     return subprocess.run(
-        [*argv, "--", *json.loads(_command(lab.logs["run"]))],
+        [*argv, "--", *json.loads(_command(lab.logs[short]))],
         capture_output=True,
         text=True,
         timeout=WAIT,
@@ -256,3 +257,41 @@ def test_lockctl_run_catches_up_once_when_two_come_back_at_once(lab: Lab) -> Non
     assert eventually(lambda: all(t in _records(lab, "run") for t in older), WAIT)
     records = _records(lab, "run")
     assert all(records[t].outcome is TickOutcome.MISSED for t in older), records
+
+
+def test_a_catchup_claims_over_a_missed_record_at_its_index_only(lab: Lab) -> None:
+    """The tick was recorded missed (a housekeeping, `lockctl check`): the catch-up claims over
+    that record, at the ModifyIndex it read; a claim at an older index (the record changed
+    since: another replica's catch-up won) is refused by the transaction."""
+    tick = SCHEDULE.next_ticks(_now(), 1)[0]
+    _at(tick)
+    assert _run(lab, "worker-1", "over").returncode == 0
+    missed = tick + timedelta(seconds=EVERY)
+    ledger = Ledger(lab.cluster.management(), lab.keys["over"])
+    _at(missed + timedelta(seconds=EVERY))  # its window closed: nobody ran it
+    assert ledger.record_missed([TickRecord(missed, TickOutcome.MISSED, worker="worker-3")]) == 1
+    before = ledger.read(missed)[0]
+    assert before is not None and before.outcome is TickOutcome.MISSED
+    run = _run(lab, "worker-2", "over")
+    print(f"\nlockctl run: exit {run.returncode}\n{run.stderr}")  # for docs/runner.md
+    assert run.returncode == 0, run.stderr
+    (catchup,) = _events(run.stderr, "catch-up")
+    assert catchup["tick"] == tick_name(missed) and catchup["recorded_missed"] is True
+    after = ledger.read(missed)[0]
+    assert after is not None and after.catchup is True
+    assert (after.outcome, after.worker) == (TickOutcome.SUCCEEDED, "worker-2")
+    assert [line.split()[0] for line in _logged(lab, "over")].count(tick_name(missed)) == 1
+
+    secret = (lab.tmp / "secrets" / "worker-3.token").read_text().strip()
+    worker_3 = lab.cluster.client("worker-3", Secret(secret))
+    session = worker_3.session.create(name="catch-up test", ttl=30, lock_delay=0)
+    try:
+        again = TickRecord(missed, TickOutcome.RUNNING, worker="worker-3", catchup=True)
+        holder = json.dumps({"worker": "worker-3", "tick": tick_name(missed)}).encode()
+        claim = Ledger(worker_3, lab.keys["over"]).claim(
+            again, holder, session, over=before.modify_index
+        )
+        assert not claim.won and claim.tick_taken
+    finally:
+        worker_3.session.destroy(session)
+    assert ledger.read(missed)[0] == after  # untouched
