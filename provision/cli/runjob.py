@@ -210,18 +210,6 @@ def _run(
             tick = None
             schedule = job_schedule(job_config)
             if chosen is not None and schedule is not None:  # the tick chosen at the start
-                # catchup = "latest": the newest tick nobody ran first (its result is in its
-                # events and record; the exit status is this tick's)
-                run_catchup(
-                    consul,
-                    job_config,
-                    worker_config.worker,
-                    args.command,
-                    options,
-                    events,
-                    stop,
-                    wall=agent_clock,
-                )
                 ledger = Ledger(consul, job_config.lock_key)
                 plan = plan_tick(ledger, job_config, schedule, chosen.tick, events, agent_clock)
                 tick = TickRun(plan, chosen.turn.planned)
@@ -236,6 +224,18 @@ def _run(
                 wall=agent_clock,
                 tick=tick,
             )
+            if tick is not None:  # catchup = "latest": then the newest tick nobody ran (its
+                # result is in its events and record; the exit status is this tick's)
+                run_catchup(
+                    consul,
+                    job_config,
+                    worker_config.worker,
+                    args.command,
+                    options,
+                    events,
+                    stop,
+                    wall=agent_clock,
+                )
     except LockctlError:  # Consul unreachable, refused, ...: counted too, as outcome "error"
         if checked.metrics is not None:
             _write_metrics(checked.metrics, events, None, time.monotonic() - began)

@@ -1,8 +1,8 @@
 """A catch-up run (`catchup = "latest"`, ledger/catchup.py): after a time nobody ran the job,
-the newest tick nobody ran, once, while within its start deadline. `lockctl run` looks before
-its own tick; a scheduler at its start and after Consul was unreachable (scheduler/loop.py),
-never in its steady state: the look reads the ledger's key names (and the candidate tick's
-record, when it has one).
+the newest tick nobody ran, once, while within its start deadline. `lockctl run` looks after
+its own tick (run first: its window is the shorter); a scheduler after its first tick and
+after its first tick once Consul answers again (scheduler/loop.py), never in its steady state.
+The look reads the ledger's key names, and the candidate tick's record when it has one.
 
 The run is the engine's, for that tick (runner/engine.py): its claim is the tick's claim
 transaction, over no record or over the `missed` record at the ModifyIndex just read

@@ -189,8 +189,8 @@ class JobTicks:
         self._last_tick: datetime | None = None
         self._consul_down = False
         self._recheck_clocks = False  # a clock stepped: read the agent's before the next claim
-        # catchup = "latest": look for a tick nobody ran before the next run, at the start and
-        # after Consul was unreachable, never in the steady state (one read: runner/catchup.py)
+        # catchup = "latest": look for a tick nobody ran after the next run, at the start and
+        # after Consul was unreachable, never in the steady state (runner/catchup.py)
         self._catchup_look = job.catchup == LATEST
         # the ledger work beyond claim and completion (cadence.py)
         self.cadence = starting(clock(), job.name)
@@ -258,8 +258,6 @@ class JobTicks:
             self.cadence = distrust_clocks(self.cadence)
         try:
             session = self._ensure_session()
-            if self._catchup_look:
-                self._catch_up(session)
             result, self.cadence = scheduled_run(
                 self.consul,
                 self.job,
@@ -273,6 +271,11 @@ class JobTicks:
                 wall=self.wall,
                 forks=self.forks,
             )
+            caught = self._catch_up(session) if self._catchup_look else None
+            if caught is not None:  # the due tick's run is counted first, then the catch-up
+                self.counts.not_running()
+                self.counts.finished(result, self.wall().timestamp())
+                result = caught
         except ConsulError as exc:
             refused = token_refused(exc)
             if refused is None:
@@ -293,26 +296,30 @@ class JobTicks:
         self.last_result = result
         self.counts.finished(result, self.wall().timestamp())
 
-    def _catch_up(self, session: str) -> None:
-        """Run the newest tick nobody ran, if there is one (before the tick that is due): the
-        look is done once Consul answered it; a ConsulError leaves it for the next run."""
-        result = run_catchup(
-            self.consul,
-            self.job,
-            self.worker,
-            list(self.job.command or ()),
-            RunOptions(),
-            self.events,
-            self.stop,
-            self.clock,
-            self.wall,
-            session=session,
-            forks=self.forks,
-        )
+    def _catch_up(self, session: str) -> RunResult | None:
+        """Run the newest tick nobody ran, if there is one (after the tick that was due: a
+        catch-up first could push that one out of its window, which its start deadline does not
+        do to the catch-up): the look is done once Consul answered it; a ConsulError leaves it
+        for the next run, without saying the due tick was not run (it was)."""
+        try:
+            result = run_catchup(
+                self.consul,
+                self.job,
+                self.worker,
+                list(self.job.command or ()),
+                RunOptions(),
+                self.events,
+                self.stop,
+                self.clock,
+                self.wall,
+                session=session,
+                forks=self.forks,
+            )
+        except ConsulError as exc:
+            self._unavailable(exc, None)
+            return None
         self._catchup_look = False
-        if result is not None:
-            self.counts.not_running()
-            self.counts.finished(result, self.wall().timestamp())
+        return result
 
     def recheck_clocks(self) -> None:
         """From the scheduler's thread: a clock stepped; the next run reads before its claim."""
