@@ -14,6 +14,7 @@ does the same with two runs started at once after a gap.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import time
 import uuid
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from scheduler_lab import SchedulerProcess
+from scheduler_lab import SchedulerProcess, free_port
 from workers_lab import minted_workers, spec_text
 
 from provision.ledger.records import TickOutcome, TickRecord, tick_name
@@ -43,7 +44,7 @@ SCHEDULE = parse_schedule(f"@every {EVERY}s")
 DEADLINE = "20s"
 WAIT = 60.0
 GAP = 4  # ticks with no replica running
-JOBS = ("latest", "skip", "run", "over")
+JOBS = ("latest", "skip", "run", "over", "outage")
 
 
 def _command(log: Path) -> str:
@@ -78,7 +79,7 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
             "start_deadline": f'"{DEADLINE}"',
             "catchup": '"skip"' if short == "skip" else '"latest"',
         }
-        if short in ("latest", "skip"):  # `lockctl schedule` runs only the jobs with a command
+        if short in ("latest", "skip", "outage"):  # `lockctl schedule` runs only these
             jobs[f"{short}-{uid}"]["command"] = _command(logs[short])
     spec_path = tmp / "locks.hcl"
     spec_path.write_text(spec_text(live_cluster, WORKERS, jobs))
@@ -144,6 +145,15 @@ def _shown(lab: Lab, job: str) -> dict[str, str]:
     assert history.returncode in (0, 1), history.stderr
     (found,) = json.loads(history.stdout)
     return {row["tick"]: row["outcome"] for row in found["ticks"]}
+
+
+def _config_of(lab: Lab, worker: str, short: str) -> Path:
+    """A copy of the worker's config with only that job, beside it (its paths are absolute)."""
+    raw = json.loads(lab.configs[worker].read_text())
+    raw["jobs"] = {lab.jobs[short]: raw["jobs"][lab.jobs[short]]}
+    path = lab.configs[worker].with_name(f"{short}.json")
+    path.write_text(json.dumps(raw))
+    return path
 
 
 def _start_all(lab: Lab) -> list[SchedulerProcess]:
@@ -282,7 +292,7 @@ def test_a_catchup_claims_over_a_missed_record_at_its_index_only(lab: Lab) -> No
     assert (after.outcome, after.worker) == (TickOutcome.SUCCEEDED, "worker-2")
     assert [line.split()[0] for line in _logged(lab, "over")].count(tick_name(missed)) == 1
 
-    secret = (lab.tmp / "secrets" / "worker-3.token").read_text().strip()
+    secret = (lab.tmp / "secrets" / "worker-3.token").read_text().strip()  # never printed
     worker_3 = lab.cluster.client("worker-3", Secret(secret))
     session = worker_3.session.create(name="catch-up test", ttl=30, lock_delay=0)
     try:
@@ -295,3 +305,55 @@ def test_a_catchup_claims_over_a_missed_record_at_its_index_only(lab: Lab) -> No
     finally:
         worker_3.session.destroy(session)
     assert ledger.read(missed)[0] == after  # untouched
+
+
+def test_a_scheduler_catches_up_after_consul_was_unreachable(lab: Lab) -> None:
+    """Consul out of reach of the only replica (its address points where nothing listens,
+    reloaded with SIGHUP) for a few ticks, then back: the first tick after it runs, and then
+    the newest tick the outage cost, once, as a catch-up; the older ones are missed."""
+    job = lab.jobs["outage"]
+    config = _config_of(lab, "worker-1", "outage")
+    scheduler = SchedulerProcess(config)
+    address = json.loads(config.read_text())["consul"]["address"]
+
+    def reconfigure(to: str) -> None:
+        raw = json.loads(config.read_text())
+        raw["consul"]["address"] = to
+        config.write_text(json.dumps(raw))
+        scheduler.process.send_signal(signal.SIGHUP)
+
+    def failed() -> list[str]:
+        return [e["tick"] for e in scheduler.events("consul-unavailable") if e.get("tick")]
+
+    try:
+        assert eventually(lambda: len(_finished(lab, "outage")) >= 2, WAIT), scheduler.lines
+        reconfigure(f"{address.split('://')[0]}://127.0.0.1:{free_port()}")  # nobody there
+        assert eventually(lambda: len(failed()) >= 3, WAIT), scheduler.lines[-10:]
+        reconfigure(address)
+        assert eventually(lambda: scheduler.events("catch-up"), WAIT), scheduler.lines[-10:]
+        caught_at = scheduler.events("catch-up")[0]["tick"]
+        assert eventually(
+            lambda: any(tick_name(t) == caught_at for t in _finished(lab, "outage")), WAIT
+        )
+        assert scheduler.stop() == 0
+    finally:
+        scheduler.kill()
+    # the outage's ticks: after the last one run before it, before the first one run after it
+    # (ticks a failing run spent retrying were skipped as overlap: the outage cost them too)
+    records = _records(lab, "outage")
+    before = max(t for t in records if tick_name(t) < failed()[0])
+    first_back = min(t for t, r in records.items() if tick_name(t) > failed()[-1] and not r.catchup)
+    gap = [t for t in SCHEDULE.next_ticks(before, 64) if t < first_back]
+    caught = [tick for tick, record in records.items() if record.catchup]
+    assert caught == [gap[-1]] and tick_name(gap[-1]) == caught_at, (caught, gap, failed())
+    assert records[gap[-1]].outcome is TickOutcome.SUCCEEDED
+    assert records[first_back].outcome is TickOutcome.SUCCEEDED
+    (catchup,) = scheduler.events("catch-up")
+    assert catchup["job"] == job
+    # after the first tick that went through again, which ran as usual
+    acquired = {e["tick"]: e["time"] for e in scheduler.events("acquired")}
+    assert acquired[tick_name(first_back)] < acquired[caught_at]
+    assert all(_shown(lab, job)[tick_name(t)] == "missed" for t in gap[:-1])
+    logged = [line.split()[0] for line in _logged(lab, "outage")]
+    assert logged.count(caught_at) == 1 and len(logged) == len(set(logged))
+    assert "Traceback" not in "\n".join(scheduler.lines)
