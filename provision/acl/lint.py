@@ -84,7 +84,7 @@ def lint_file(
     return lint_rules(text, name=name, declared_nodes=nodes, expected=expected)
 
 
-def spec_findings(spec: Spec, now: datetime) -> list[Finding]:
+def catchup_findings(spec: Spec, now: datetime) -> list[Finding]:
     """What in the spec itself has no effect: a job with catchup = "latest" whose
     start_deadline is not above its schedule's interval never catches a tick up."""
     found = []

@@ -75,7 +75,7 @@ def lint(
     ] = False,
 ) -> None:
     """Check ACL policy files for rules that grant nothing or too much; exit 1 on findings."""
-    from provision.acl.lint import has_errors, lint_file, spec_findings
+    from provision.acl.lint import has_errors, lint_file
     from provision.spec import load_spec
 
     default = options.DEFAULT_SPEC
@@ -90,7 +90,9 @@ def lint(
         for finding in found:
             typer.echo(finding.describe(str(path)))
     if loaded:  # the spec's own settings that have no effect
-        found = spec_findings(loaded, datetime.now(timezone.utc))
+        from provision.acl.lint import catchup_findings
+
+        found = catchup_findings(loaded, datetime.now(timezone.utc))
         findings += found
         for finding in found:
             typer.echo(finding.describe(loaded.path))

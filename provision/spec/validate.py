@@ -105,7 +105,8 @@ def _build(body: Body, problems: Problems) -> Spec:
     blocks = _known_blocks(body.blocks, problems)
     _check_duplicates(blocks["worker"], "worker", problems)
     _check_duplicates(blocks["job"], "job", problems)
-    defaults, counts, catchup = _defaults(blocks["defaults"], problems)
+    catchup = _default_catchup(blocks["defaults"], problems)
+    defaults, counts = _defaults(blocks["defaults"], problems)
     workers = _workers(blocks["worker"], problems)
     declared = {worker.name for worker in workers}
     jobs = [_job(block, defaults, counts, catchup, declared, problems) for block in blocks["job"]]
@@ -222,12 +223,22 @@ def _display(block: Block, kind: str) -> str:
 # --- defaults -------------------------------------------------------------------------------
 
 
-def _defaults(blocks: list[Block], problems: Problems) -> tuple[Settings, Counts, str]:
-    """The durations, counts and catchup every job inherits; an invalid count or catchup is
-    reported and the built-in one stands in (the spec is refused anyway)."""
+def _default_catchup(blocks: list[Block], problems: Problems) -> str:
+    """The catchup every job inherits; an invalid one is reported (its block's other problems
+    are _defaults'), and the built-in one stands in: the spec is refused anyway."""
+    found = [a for block in blocks[:1] for a in block.body.attributes if a.name == "catchup"]
+    chosen = read_catchup(
+        found[0] if found else None, "defaults.catchup", DEFAULT_CATCHUP, problems
+    )
+    return chosen or DEFAULT_CATCHUP
+
+
+def _defaults(blocks: list[Block], problems: Problems) -> tuple[Settings, Counts]:
+    """The durations and counts every job inherits; an invalid count is reported and the
+    built-in one stands in (the spec is refused anyway)."""
     settings, counts = builtin_settings(), builtin_counts()
     if not blocks:
-        return settings, counts, DEFAULT_CATCHUP
+        return settings, counts
     block = blocks[0]
     _labels(block, "defaults", 0, problems)
     attributes = _attributes(block, "defaults", DEFAULTS_KEYS, problems)
@@ -235,8 +246,7 @@ def _defaults(blocks: list[Block], problems: Problems) -> tuple[Settings, Counts
         if key in attributes:
             settings[key] = read_duration(attributes, key, "defaults", problems)
     own_counts = read_counts(attributes, "defaults", counts, problems)
-    catchup = read_catchup(attributes.get("catchup"), "defaults.catchup", DEFAULT_CATCHUP, problems)
-    return settings, counts if own_counts is None else own_counts, catchup or DEFAULT_CATCHUP
+    return settings, counts if own_counts is None else own_counts
 
 
 # --- workers --------------------------------------------------------------------------------
