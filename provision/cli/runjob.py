@@ -24,9 +24,11 @@ from provision.errors import InputError, LockctlError
 
 if TYPE_CHECKING:
     from provision.cli.parsing import CommandParser
+    from provision.consul import AgentClock, Consul
     from provision.runner.events import EventLog
     from provision.runner.precheck import ScheduledTick
-    from provision.runner.results import RunResult
+    from provision.runner.results import RunOptions, RunResult
+    from provision.runner.stop import StopRequest
     from provision.workers.config import JobConfig, WorkerConfig
 
 
@@ -188,7 +190,6 @@ def _run(
     from provision.cli.signals import signals_request_stop
     from provision.consul import AgentClock, Consul, resolve_settings
     from provision.ledger.store import Ledger
-    from provision.runner.catchup import run_catchup
     from provision.runner.child import become_subreaper
     from provision.runner.engine import run_job
     from provision.runner.events import EventLog
@@ -224,18 +225,9 @@ def _run(
                 wall=agent_clock,
                 tick=tick,
             )
-            if tick is not None:  # catchup = "latest": then the newest tick nobody ran (its
-                # result is in its events and record; the exit status is this tick's)
-                run_catchup(
-                    consul,
-                    job_config,
-                    worker_config.worker,
-                    args.command,
-                    options,
-                    events,
-                    stop,
-                    wall=agent_clock,
-                )
+            if tick is not None and not stop.requested:
+                worker = worker_config.worker
+                _catch_up(consul, job_config, worker, args, options, events, stop, agent_clock)
     except LockctlError:  # Consul unreachable, refused, ...: counted too, as outcome "error"
         if checked.metrics is not None:
             _write_metrics(checked.metrics, events, None, time.monotonic() - began)
@@ -245,6 +237,28 @@ def _run(
     if events.broken:
         _report_broken_stream(events)
     return result.exit_code
+
+
+def _catch_up(
+    consul: Consul,
+    job: JobConfig,
+    worker: str,
+    args: RunArgs,
+    options: RunOptions,
+    events: EventLog,
+    stop: StopRequest,
+    wall: AgentClock,
+) -> None:
+    """catchup = "latest": after this run's tick, the newest tick nobody ran. Its result is in
+    its events and record; the exit status stays this tick's, so a Consul error here is said
+    (`catch-up-failed`), not raised: the tick itself ran."""
+    from provision.consul import ConsulError
+    from provision.runner.catchup import run_catchup
+
+    try:
+        run_catchup(consul, job, worker, args.command, options, events, stop, wall=wall)
+    except ConsulError as exc:
+        events.emit("catch-up-failed", warning=str(exc))
 
 
 def _write_metrics(path: Path, events: EventLog, result: RunResult | None, elapsed: float) -> None:
