@@ -66,7 +66,11 @@ def sample_records() -> dict[str, TickRecord]:
     missed = _record(
         tick=tick, outcome=TickOutcome.MISSED, worker=WORKER, host=HOST, finished_at=claimed
     )
-    return {"running": running, "succeeded": succeeded, "missed": missed}
+    # the most attempts a run may make (retries = 10), each a 3-digit status
+    retried = dataclasses.replace(
+        succeeded, outcome=TickOutcome.FAILED, exit_status=255, attempts=(255,) * 11
+    )
+    return {"running": running, "succeeded": succeeded, "missed": missed, "retried": retried}
 
 
 def holder_value() -> bytes:
@@ -101,12 +105,13 @@ def main() -> None:
         size = len(record.encode())
         print(f"{name:12}{size:>12}{size + len(key):>13}")
     largest = max(len(r.encode()) for r in records.values())
+    common = len(records["succeeded"].encode())  # the fleet's ledgers: every record succeeded
     print(
         f"(a value's cap is {VALUE_CAP} bytes: the largest record uses {largest / VALUE_CAP:.3%})"
     )
     print()
     for limit in sorted({args.history_limit, 50, 100, 200, 1000, COUNT_BOUNDS["history_limit"][1]}):
-        fleet_table(limit, len(key), len(lock), largest)
+        fleet_table(limit, len(key), len(lock), common)
     print(
         f"\nretention deletes in transactions of at most {TXN_OPS} operations (lockctl: 60), once "
         f"a job's records exceed history_limit by {PRUNE_SLACK:.0%}: no write per tick for it"
@@ -114,8 +119,9 @@ def main() -> None:
 
 
 def fleet_table(limit: int, key_bytes: int, lock_bytes: int, record_bytes: int) -> None:
-    """Keys and bytes of N jobs' ledgers at history_limit `limit` (all records the largest kind,
-    and the pruning slack full: the most a ledger holds between two prunes)."""
+    """Keys and bytes of N jobs' ledgers at history_limit `limit` (all records `succeeded`, the
+    common kind; a retried run's is 56 bytes more), and the pruning slack full: the most a
+    ledger holds between two prunes."""
     kept = limit + max(1, int(limit * PRUNE_SLACK))
     per_job_data = kept * (key_bytes + record_bytes) + lock_bytes + len(holder_value())
     per_job_total = per_job_data + (kept + 1) * PER_KEY_OVERHEAD

@@ -26,6 +26,8 @@ SAFETY_MARGIN = 1.0  # seconds: signal delivery, process exit and clock-rate dif
 # turns.py), the same on every replica; an hour at most. timeout: how long a job may run, from its
 # start, before it is stopped as a lost lock's job is (runner/fencing.py); no default (no
 # timeout); a week at most, a bound like the others' rather than a run anyone plans for.
+# retry_delay: the pause between a failed attempt's end and the next (runner/retries.py), the
+# lock held meanwhile; an hour at most: a retry never starts at or past the next tick anyway.
 BOUNDS: dict[str, tuple[float, float]] = {
     "ttl": (10.0, 86400.0),
     "lock_delay": (0.0, 60.0),
@@ -35,6 +37,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "start_deadline": (1.0, 86400.0),
     "jitter": (0.0, 3600.0),
     "timeout": (1.0, 604800.0),
+    "retry_delay": (0.0, 3600.0),
 }
 FIELDS = tuple(BOUNDS)
 # What a spec gets when neither the job nor its defaults block says (Go durations).
@@ -44,15 +47,20 @@ DEFAULTS = {
     "kill_grace": "5s",
     "start_deadline": "5m",
     "jitter": "0s",
+    "retry_delay": "10s",
 }
 
 # Whole numbers, inclusive bounds. history_limit: the tick records the ledger keeps per job; the
 # upper bound keeps pruning and `lockctl history` bounded too.
-COUNT_BOUNDS: dict[str, tuple[int, int]] = {"history_limit": (10, 10000)}
+# retries: the attempts after a failed first one (runner/retries.py), 0 by default (none).
+COUNT_BOUNDS: dict[str, tuple[int, int]] = {"history_limit": (10, 10000), "retries": (0, 10)}
 COUNT_FIELDS = tuple(COUNT_BOUNDS)
 # 50 keeps 10,000 jobs' ledgers at about a third of Consul's 1 GB guidance (docs/scale.md);
 # raise it per job for a longer history.
-COUNT_DEFAULTS: dict[str, int] = {"history_limit": 50}
+COUNT_DEFAULTS: dict[str, int] = {"history_limit": 50, "retries": 0}
+# true or false. retry_on_timeout: an attempt stopped at its timeout is retried too.
+FLAG_DEFAULTS: dict[str, bool] = {"retry_on_timeout": False}
+FLAG_FIELDS = tuple(FLAG_DEFAULTS)
 DEFAULT_START_DEADLINE = parse_duration(DEFAULTS["start_deadline"]).seconds
 
 # What a job does after a time nobody ran it (ledger/catchup.py): "skip" leaves the ticks it
@@ -81,6 +89,9 @@ class JobTimings:
     start_deadline: float = DEFAULT_START_DEADLINE  # how late after its tick a run may claim it
     jitter: float = 0.0  # the most a tick's planned start is put off (ledger/turns.py)
     timeout: float | None = None  # how long a run may go on from its start; None: no limit
+    retries: int = 0  # attempts after a failed first one, same lock and tick (runner/retries.py)
+    retry_delay: float = 10.0  # seconds between an attempt's end and the next one's start
+    retry_on_timeout: bool = False  # an attempt stopped at its timeout is retried too
 
 
 def default_renew_interval(ttl: float) -> float:
@@ -135,6 +146,18 @@ def jitter_problem(jitter: float, start_deadline: float) -> str | None:
     return (
         f"jitter {jitter:g}s must be below start_deadline {start_deadline:g}s (a tick's "
         "planned start must leave time to claim it)"
+    )
+
+
+def retry_problem(retry_delay: float, retries: int, every: float | None) -> str | None:
+    """A job retried on an `@every` schedule must wait less than the interval between its ticks,
+    or no retry could ever start before the next tick (runner/retries.py cuts it there). For a
+    cron schedule the gap varies: there the next tick cuts the retries at run time."""
+    if not retries or every is None or retry_delay < every:
+        return None
+    return (
+        f"retry_delay {_text(retry_delay)} must be below the schedule's interval "
+        f"{_text(every)}, or no retry could start before the next tick"
     )
 
 

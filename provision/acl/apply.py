@@ -5,7 +5,9 @@ differs), so a no-op run costs two requests whatever the size of the spec. Write
 phases, each with at most `concurrency` calls in flight (give a client pooled for as many,
 `consul.with_pool(concurrency)`):
 
-    policies create/update -> tokens create/update/write-secret -> token deletes -> policy deletes
+    policies create/update -> auth methods, roles, binding rules create/update -> binding
+    rules, roles, auth methods delete -> tokens create/update/write-secret -> token deletes ->
+    policy deletes
 
 Every step is safe to interrupt: a re-run adopts what exists by name (policies) or marker
 (tokens), re-reads a token whose file was not written (or holds anything but the worker's live
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.acl.concurrency import DEFAULT_CONCURRENCY
+from provision.acl.identity_apply import identity_phases, read_live_identity
 from provision.acl.plan import (
     Desired,
     LivePolicy,
@@ -71,8 +74,11 @@ class ApplyFailed(LockctlError):
 # --- reading --------------------------------------------------------------------------------
 
 
-def read_live_state(consul: Consul, desired: Desired, concurrency: int) -> LiveState:
-    """Policies and tokens from the list endpoints; rules only where the hash differs."""
+def read_live_state(
+    consul: Consul, desired: Desired, concurrency: int, *, prune: bool = False
+) -> LiveState:
+    """Policies and tokens from the list endpoints; rules only where the hash differs. The
+    identity objects too when the spec has any, or for --prune (it may delete managed ones)."""
     with denied_as(ACL_READ_HINT, "list ACL policies and tokens"):
         policies = consul.acl.list_policies()
         tokens = consul.acl.list_tokens()
@@ -82,6 +88,9 @@ def read_live_state(consul: Consul, desired: Desired, concurrency: int) -> LiveS
             LiveToken(t.accessor_id, t.description, t.policy_names, t.create_index) for t in tokens
         ),
     )
+    if desired.identity or prune:
+        methods = {m.name for m in desired.identity.methods}
+        live = replace(live, identity=read_live_identity(consul, methods))
     to_read = set(policies_to_read(desired, live))
     if not to_read:
         return live
@@ -93,7 +102,7 @@ def read_live_state(consul: Consul, desired: Desired, concurrency: int) -> LiveS
         )
     rules = {policy.id: policy.rules for policy in read}
     with_rules = tuple(replace(p, rules=rules.get(p.id, p.rules)) for p in live.policies)
-    return LiveState(with_rules, live.tokens)
+    return replace(live, policies=with_rules)
 
 
 def plan_against(
@@ -105,7 +114,7 @@ def plan_against(
     concurrency: int = DEFAULT_CONCURRENCY,
 ) -> Plan:
     """Read the live state and check the token files against it, and plan. Changes nothing."""
-    live = read_live_state(consul, desired, concurrency)
+    live = read_live_state(consul, desired, concurrency, prune=prune)
     workers = workers_with_tokens(desired, live)
     files = read_token_files(consul, secrets_dir, workers, concurrency)
     return plan_changes(desired, live, token_files=files, prune=prune)
@@ -165,7 +174,7 @@ def apply_plan(
     began = time.monotonic()
     written: list[Path] = []
     written_lock = threading.Lock()
-    counter = _Counter(len(plan.policies) + len(plan.tokens), progress)
+    counter = _Counter(len(plan.policies) + len(plan.tokens) + len(plan.identity), progress)
 
     def secret_to_file(worker: str, secret: Secret | None) -> None:
         path = secret_path(secrets_dir, worker)
@@ -173,8 +182,11 @@ def apply_plan(
         with written_lock:
             written.append(path)
 
+    identity_writes, identity_deletes = identity_phases(consul, plan.identity)
     phases: list[list[Callable[[], None]]] = [
         [_policy_call(consul, c) for c in plan.policies if c.action in ("create", "update")],
+        *identity_writes,  # after the policies a role links, before the tokens
+        *identity_deletes,  # before the policies a deleted role linked are deleted
         [
             _token_call(consul, c, secret_to_file)
             for c in plan.tokens

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from provision.acl.identity_plan import IdentityChange, plan_identity
 from provision.acl.rules import rules_equivalent
 from provision.acl.state import (
     POLICY_DESCRIPTION_PREFIX,
@@ -62,14 +63,16 @@ class Plan:
     unchanged_policies: int
     unchanged_tokens: int
     not_pruned: tuple[str, ...] = ()  # managed objects no longer in the spec, kept (no --prune)
+    identity: tuple[IdentityChange, ...] = ()  # auth methods, roles, binding rules
+    unchanged_identity: int = 0
 
     @property
     def has_changes(self) -> bool:
-        return bool(self.policies or self.tokens)
+        return bool(self.policies or self.tokens or self.identity)
 
     def count(self, action: Action) -> int:
         actions = [c.action for c in self.policies] + [c.action for c in self.tokens]
-        return actions.count(action)
+        return (actions + [c.action for c in self.identity]).count(action)
 
     def to_record(self) -> dict[str, Any]:
         """A JSON-able view (no rules text, no secrets), for --json and golden tests."""
@@ -90,6 +93,15 @@ class Plan:
             ],
             "unchanged": {"policies": self.unchanged_policies, "tokens": self.unchanged_tokens},
             "not_pruned": list(self.not_pruned),
+        } | self._identity_record()
+
+    def _identity_record(self) -> dict[str, Any]:
+        """The identity part, only for a plan that has one (older plans' records unchanged)."""
+        if not (self.identity or self.unchanged_identity):
+            return {}
+        return {
+            "identity": [c.to_record() for c in self.identity],
+            "unchanged_identity": self.unchanged_identity,
         }
 
 
@@ -144,12 +156,15 @@ def plan_changes(
     else:
         not_pruned = [f"token {t.description!r}" for t in stale_tokens]
         not_pruned += [f"policy {p.name}" for p in stale_policies]
+    identity = plan_identity(desired.identity, live.identity, prune=prune)
     return Plan(
         tuple(policy_changes),
         tuple(token_changes),
         same_policies,
         same_tokens,
-        tuple(not_pruned),
+        tuple(not_pruned) + identity.not_pruned,
+        identity.changes,
+        identity.unchanged,
     )
 
 

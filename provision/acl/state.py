@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from provision.acl.identity import NO_IDENTITY, DesiredIdentity
+from provision.acl.identity_plan import NO_LIVE_IDENTITY, LiveIdentity
 from provision.spec.names import (
     LOCK_POLICY_PREFIX,
     MANAGED_MARKER,
@@ -50,6 +52,7 @@ class DesiredToken:
 class Desired:
     policies: tuple[DesiredPolicy, ...]
     tokens: tuple[DesiredToken, ...]
+    identity: DesiredIdentity = NO_IDENTITY  # auth methods, roles, binding rules
 
 
 def policy_description(source: str) -> str:
@@ -65,7 +68,7 @@ def desired_from_render(result: RenderResult) -> Desired:
     tokens = tuple(
         DesiredToken(t.worker, t.description, tuple(sorted(t.policies))) for t in result.tokens
     )
-    return Desired(policies, tokens)
+    return Desired(policies, tokens, result.identity)
 
 
 def policy_hash(name: str, description: str, rules: str) -> str:
@@ -126,6 +129,7 @@ class LiveToken:
 class LiveState:
     policies: tuple[LivePolicy, ...]
     tokens: tuple[LiveToken, ...]
+    identity: LiveIdentity = NO_LIVE_IDENTITY  # read only when the spec has identities, or --prune
 
 
 @dataclass(frozen=True)

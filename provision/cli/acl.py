@@ -347,18 +347,25 @@ def _progress(*, enabled: bool) -> Iterator[Any]:
 
 def _print_plan(computed: Plan) -> None:
     if not computed.has_changes:
+        identity = f" and {computed.unchanged_identity} identity objects" * bool(
+            computed.unchanged_identity
+        )
         typer.echo(
             f"No changes: {computed.unchanged_policies} policies and "
-            f"{computed.unchanged_tokens} tokens match the spec."
+            f"{computed.unchanged_tokens} tokens{identity} match the spec."
         )
     else:
         _print_changes(computed, done=False)
         typer.echo(
             f"Plan: {computed.count('create')} to create, {computed.count('update')} to update, "
             f"{computed.count('delete')} to delete, {computed.count('write-secret')} token files "
-            f"to write; {computed.unchanged_policies + computed.unchanged_tokens} unchanged."
+            f"to write; {_unchanged(computed)} unchanged."
         )
     _print_not_pruned(computed)
+
+
+def _unchanged(computed: Plan) -> int:
+    return computed.unchanged_policies + computed.unchanged_tokens + computed.unchanged_identity
 
 
 _PAST = {"create": "created", "update": "updated", "delete": "deleted", "write-secret": "wrote"}
@@ -376,6 +383,9 @@ def _print_changes(computed: Plan, *, done: bool) -> None:
         extra = f" [{listed}]" if t.action in ("create", "update") else ""
         ident = f" {printable(t.accessor_id)}" if t.accessor_id else ""
         typer.echo(f"token {who}{ident}: {verb} ({printable(t.reason)}){extra}")
+    for c in computed.identity:
+        verb = _PAST[c.action] if done else c.action
+        typer.echo(f"{c.kind} {printable(c.name)}: {verb} ({printable(c.reason)})")
 
 
 def _print_not_pruned(computed: Plan) -> None:

@@ -74,13 +74,17 @@ def lint(
         bool, typer.Option("--errors-only", help="Exit 1 only for errors, not for warnings.")
     ] = False,
 ) -> None:
-    """Check ACL policy files for rules that grant nothing or too much; exit 1 on findings."""
+    """Check ACL policy files for rules that grant nothing or too much, and the spec's
+    identities for binding rules matching more than one worker; exit 1 on findings."""
+    from provision.acl.identity_lint import lint_identities
     from provision.acl.lint import has_errors, lint_file
     from provision.spec import load_spec
 
     default = options.DEFAULT_SPEC
     loaded = load_spec(spec) if spec else load_spec(default) if default.is_file() else None
-    findings: list[Finding] = []
+    findings: list[Finding] = lint_identities(loaded) if loaded else []
+    for finding in findings:
+        typer.echo(finding.describe(loaded.path if loaded else ""))
     for path in files:
         if loaded and path.resolve() == Path(loaded.path).resolve():
             typer.echo(f"{path}: skipped: it is the spec, not a policy", err=True)

@@ -153,7 +153,8 @@ def run_command(args: RunArgs) -> int:
     skipped = None
     if chosen is not None:
         await_planned_start(chosen)
-        skipped = tick_taken(worker_config, job_config, chosen.tick, events)
+        if worker_config.login is None:  # one that logs in reads it once logged in (_run)
+            skipped = tick_taken(worker_config, job_config, chosen.tick, events)
     if skipped is None:
         return _run(args, checked, worker_config, job_config, events, chosen)
     if checked.metrics is not None:
@@ -196,6 +197,7 @@ def _run(
     from provision.runner.results import RunOptions
     from provision.runner.stop import StopRequest
     from provision.runner.tick_lock import TickRun, job_schedule, plan_tick
+    from provision.workers.login import open_login
 
     settings = resolve_settings(**worker_config.connection())
     options = RunOptions(args.wait, checked.timeout, checked.min_hold)
@@ -206,8 +208,15 @@ def _run(
     gc.freeze()  # what the imports made stays; the collector no longer walks it
     gc.enable()  # the console script disabled it for the imports (entry.main)
     began = time.monotonic()
+    login = None
     try:
         with signals_request_stop(StopRequest(), restore=False) as stop:  # we exit right after
+            login = open_login(consul, worker_config, events.emit)  # before the first call
+            skipped = _taken_once_logged_in(worker_config, job_config, chosen, consul, events)
+            if skipped is not None:
+                if checked.metrics is not None:
+                    _write_metrics(checked.metrics, events, skipped, time.monotonic() - began)
+                return skipped.exit_code
             tick = None
             schedule = job_schedule(job_config)
             if chosen is not None and schedule is not None:  # the tick chosen at the start
@@ -232,11 +241,31 @@ def _run(
         if checked.metrics is not None:
             _write_metrics(checked.metrics, events, None, time.monotonic() - began)
         raise
+    finally:
+        if login is not None:  # the run is over (or failed): the token goes with it
+            login.close()
     if checked.metrics is not None:
         _write_metrics(checked.metrics, events, result, time.monotonic() - began)
     if events.broken:
         _report_broken_stream(events)
     return result.exit_code
+
+
+def _taken_once_logged_in(
+    worker_config: WorkerConfig,
+    job_config: JobConfig,
+    chosen: ScheduledTick | None,
+    consul: Consul,
+    events: EventLog,
+) -> RunResult | None:
+    """For a worker that logs in, the cheap read of the tick's record, with the login's token
+    (run_command skipped it: without a token it could not be read)."""
+    if worker_config.login is None or chosen is None:
+        return None
+    from provision.runner.precheck import tick_taken
+
+    token = consul.transport.tokens.current
+    return tick_taken(worker_config, job_config, chosen.tick, events, token=token)
 
 
 def _catch_up(

@@ -10,9 +10,10 @@ import typer
 
 from provision.cli import options
 from provision.cli.output import cell, console
-from provision.errors import EXIT_FAILED
+from provision.errors import EXIT_FAILED, InputError
 
 if TYPE_CHECKING:
+    from provision.system.secrets import Secret
     from provision.verify import VerifyReport
 
 SUMMARY_LIMIT = 400  # characters of one check's summary or warning in the table
@@ -38,6 +39,15 @@ def verify(
         bool, typer.Option("--evidence", help="Show every check's evidence, not only failures'.")
     ] = False,
     junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML.")] = None,
+    bearer_token_files: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--bearer-token-file",
+            metavar="WORKER=FILE",
+            help="A JWT the worker's identity carries, for the login checks (repeatable); a "
+            "name that is no worker: a stranger's JWT, which must be refused.",
+        ),
+    ] = None,
 ) -> None:
     """Prove the locks and ACLs on a live cluster; exit 1 if any check fails.
 
@@ -56,6 +66,7 @@ def verify(
     templates = find_templates_dir(templates_dir)  # a wrong folder is bad input, not a FAIL
     workers = load_workers(spec, secrets_dir, inventory)
     context = VerifyContext(spec, settings, workers, templates_dir=templates)
+    context.bearer_tokens = _bearer_tokens(bearer_token_files or [])
     report = run_verification(context, checks)
     if junit is not None:
         junit.write_text(junit_xml(report), encoding="utf-8")
@@ -65,6 +76,22 @@ def verify(
         _print(report, evidence)
     if not report.passed:
         raise typer.Exit(EXIT_FAILED)
+
+
+def _bearer_tokens(given: list[str]) -> dict[str, Secret]:
+    """--bearer-token-file WORKER=FILE, each file read now (bad input names the flag)."""
+    from provision.consul.login import read_bearer_token
+
+    found: dict[str, Secret] = {}
+    for item in given:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise InputError(f"--bearer-token-file {item!r}: expected WORKER=FILE")
+        try:
+            found[name] = read_bearer_token(Path(path))
+        except InputError as exc:
+            raise InputError(f"--bearer-token-file {name}: {exc}") from None
+    return found
 
 
 def _print(report: VerifyReport, evidence: bool) -> None:

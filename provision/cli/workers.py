@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -50,6 +51,15 @@ def worker_config(
             "(for agents that speak https://).",
         ),
     ] = None,
+    bearer_token_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--bearer-token-file",
+            help="Where a worker with an identity in the spec finds its JWT ON THE WORKER (it "
+            "logs in with it, no token file) \\[default: /var/run/secrets/tokens/consul].",
+            show_default=False,
+        ),
+    ] = None,
     templates_dir: options.TemplatesDir = None,
 ) -> None:
     """Write each worker's runner config, env file and systemd units (no secrets in them).
@@ -70,6 +80,8 @@ def worker_config(
     placement = Placement(
         config_dir, on_worker.absolute(), lockctl_bin, tls_dir.absolute() if tls_dir else None
     )
+    if bearer_token_file is not None:  # checked as an absolute path with the other flags
+        placement = replace(placement, bearer_token_file=bearer_token_file)
     # Every folder a worker's files go into, checked before the first file is written.
     folders = [out, *(out / name for name in names), *(out / name / "systemd" for name in names)]
     require_writable_folders("--out", folders)

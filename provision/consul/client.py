@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from provision.consul.api import ACLAPI, KVAPI, AgentAPI, HealthAPI, SessionAPI, StatusAPI
 from provision.consul.clock import AgentClock
+from provision.consul.identity import IdentityAPI
 from provision.consul.settings import ConsulSettings
 from provision.consul.transport import RetryPolicy, Transport
 from provision.consul.txn import TxnAPI
@@ -57,6 +58,7 @@ class Consul:
         self.agent = AgentAPI(transport)
         self.health = HealthAPI(transport)
         self.acl = ACLAPI(transport)
+        self.identity = IdentityAPI(transport)  # auth methods, roles, binding rules, login
         self.session = SessionAPI(transport)
         self.kv = KVAPI(transport)
         self.txn = TxnAPI(transport, batched=self._batch_txns)

@@ -47,6 +47,9 @@ class ConsulSettings:
     # none, another worker's) keeps token_file but not this link, so it is never retried with
     # the file's token
     token_read: Secret | None = dataclass_field(default=None, compare=False, repr=False)
+    # the JWT a worker logs in with (consul/login.py): never sent as a token, but a credential
+    # file the job must not read (runner/engine.py credential_files)
+    bearer_token_file: Path | None = None
     # (field, what to call it in an error: where it came from) for each TLS file given
     tls_labels: tuple[tuple[str, str], ...] = dataclass_field(default=(), compare=False, repr=False)
 
@@ -128,6 +131,7 @@ def resolve_settings(
     timeout: float | None = None,
     env: Mapping[str, str] | None = None,
     given_by: Mapping[str, str] | None = None,
+    bearer_token_file: Path | None = None,
 ) -> ConsulSettings:
     """Build settings from explicit values (flags), then Consul's environment variables.
 
@@ -160,6 +164,7 @@ def resolve_settings(
         client_key=client_key or _path(env.get("CONSUL_CLIENT_KEY")),
         verify_tls=verify_tls if verify_tls is not None else env_verify is not False,
         timeout=timeout if timeout is not None else DEFAULT_TIMEOUT,
+        bearer_token_file=bearer_token_file,
     )
     if (settings.client_key is None) != (settings.client_cert is None) and settings.client_key:
         raise InputError("CONSUL_CLIENT_KEY is set without CONSUL_CLIENT_CERT")

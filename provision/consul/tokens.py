@@ -44,11 +44,13 @@ class TokenSource:
         """The token to send instead of `refused`, which Consul just refused: the one another
         call already switched to, else the file's when it holds another; None when there is
         none (no file, the same token, a file that cannot be read now): the refusal stands."""
-        if self.path is None:
-            return None
         with self._lock:  # one re-read however many calls were refused at once
             if self._token != refused:
-                return self._token  # another thread has switched already: try that one
+                # another thread has switched already (or a login replaced the token that a
+                # logout has just revoked: consul/login.py): try that one
+                return self._token
+            if self.path is None:
+                return None
             on_file = self._read()
             if not newer_token(refused, self._token, on_file):
                 return None

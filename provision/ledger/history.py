@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from provision.consul import Consul, PermissionDenied
 from provision.durations import DurationSyntaxError, parse_duration
+from provision.ledger.attempts import attempts_text
 from provision.ledger.records import (
     FIELD_LIMIT,
     RecordProblem,
@@ -185,9 +186,10 @@ class TickRow:
             return f"suspect: dated in the future (says {self.record.outcome.value})"
         if self.note is not None:
             return f"{self.outcome} ({self.note})"
-        if self.record is not None and self.record.catchup:
-            return f"{self.outcome} (catch-up)"
-        return "missed (not recorded yet)" if self.missed and not self.recorded else self.outcome
+        if self.record is None:  # missed, and nobody recorded it yet
+            return "missed (not recorded yet)" if self.missed else self.outcome
+        r = self.record
+        return attempts_text(self.outcome, r.attempts, r.retries_cut, r.catchup)
 
     def to_record(self) -> dict[str, Any]:
         r = self.record
@@ -203,6 +205,8 @@ class TickRow:
             "lock_index": None if r is None else r.lock_index,
             "exit_status": None if r is None else r.exit_status,
             "duration": None if r is None else r.duration,
+            "attempts": None if r is None or r.attempts is None else list(r.attempts),
+            "retries_cut": None if r is None else r.retries_cut,
             "start_lag": None if r is None else r.start_lag,
             "planned_start": None if r is None else r.planned_start,
             "claimed_at": _iso(None if r is None else r.claimed_at),

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
+from provision.ledger.attempts import decode_attempts, decode_cut
 from provision.system.tails import newest_lines_within, newest_within, sanitise
 from provision.system.text import printable
 
@@ -120,6 +121,10 @@ class TickRecord:
     finished_at: datetime | None = None
     exit_status: int | None = None
     duration: float | None = None
+    # each attempt's exit status when the job was retried (ledger/attempts.py), and why
+    # retries it still had were cut; both None for a single attempt with nothing cut
+    attempts: tuple[int | None, ...] | None = None
+    retries_cut: str | None = None
     stdout: str | None = None  # the end of the job's output (system/tails.py): printable, masked
     stderr: str | None = None
     catchup: bool | None = None  # True: run as the catch-up of a tick nobody ran (catchup.py)
@@ -176,6 +181,8 @@ def decode(tick: datetime, value: bytes | None, modify_index: int = 0) -> TickRe
         finished_at=_time(raw.get("finished_at")),
         exit_status=_int(raw.get("exit_status")),
         duration=_number(raw.get("duration")),
+        attempts=decode_attempts(raw.get("attempts")),
+        retries_cut=decode_cut(raw.get("retries_cut")),
         stdout=_output(raw.get("stdout")),
         stderr=_output(raw.get("stderr")),
         catchup=True if raw.get("catchup") is True else None,

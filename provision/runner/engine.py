@@ -48,6 +48,7 @@ from provision.runner.tick_lock import (
     job_schedule,
     plan_tick,
 )
+from provision.system.secrets import Secret
 from provision.workers.config import JobConfig
 
 MIN_DELAY_RETRY = 0.1
@@ -100,6 +101,7 @@ def run_job(
             previous,
             tick.catchup_over,
         )
+        lock.next_tick = schedule.next_ticks(plan.tick, 1)[0]  # no retry starts at or past it
         if options.wait:  # wait for the lock, but not past the tick's claim window
             left = max(0.0, plan.window - plan.lag - plan.wait)
             options = replace(options, timeout=min(options.timeout or left, left))
@@ -134,7 +136,7 @@ def _run_locked(
     environment = job_environment(os.environ)
     check_program(command, environment)
     hidden = credential_files(lock.consul.settings)
-    secrets = _secrets(lock.consul.settings)
+    secrets = _secrets(lock.consul.settings, lock.consul.transport.tokens.current)
     child = None
     if not isinstance(lock, TickLock):
         child = Child(command, environment, forks, hidden, secrets)
@@ -150,9 +152,13 @@ def _run_locked(
             lock.finish(Ending(Outcome.INTERRUPTED.value, None, 0.0), release=True)
             return _interrupted(stop, lock, events)
         supervisor = Supervisor(lock, held, options, events, stop, clock)
+
+        def prepare() -> Child:
+            return Child(command, environment, forks, hidden, secrets)
+
         if child is None:
-            child = Child(command, environment, forks, hidden, secrets)
-        return supervisor.run(child, clock() - began)
+            child = prepare()
+        return supervisor.run(child, clock() - began, prepare)
     finally:
         if child is not None:
             child.abort()  # the prepared init, when the job never started
@@ -258,6 +264,7 @@ RUNNER_ONLY = (
     "CONSUL_CLIENT_CERT",
     "CONSUL_CLIENT_KEY",
     "LOCKCTL_CONFIG",  # names the token file and the TLS pair
+    "LOCKCTL_BEARER_TOKEN_FILE",  # the JWT a worker logs in with (lockctl.env)
 )
 
 
@@ -268,12 +275,20 @@ def job_environment(environ: Mapping[str, str]) -> dict[str, str]:
 
 def credential_files(settings: ConsulSettings) -> tuple[str, ...]:
     """The worker's own secrets on this host (its token file, its TLS client pair), which the
-    job's mount namespace covers: the job cannot read them, though it runs as the same user."""
-    files = (settings.token_file, settings.client_key, settings.client_cert)
+    job's mount namespace covers: the job cannot read them, though it runs as the same user.
+    A worker that logs in has its bearer-token file (its JWT) covered the same way."""
+    files = (
+        settings.token_file,
+        settings.client_key,
+        settings.client_cert,
+        settings.bearer_token_file,
+    )
     return tuple(os.path.abspath(path) for path in files if path is not None)
 
 
-def _secrets(settings: ConsulSettings) -> list[str]:
-    """What the job's output tail must never show (runner/output.py), read before any lock."""
-    token = None if settings.token is None else settings.token.reveal()
+def _secrets(settings: ConsulSettings, current: Secret | None = None) -> list[str]:
+    """What the job's output tail must never show (runner/output.py), read before any lock:
+    the token sent now too (a login's, which the settings do not hold)."""
+    sent = current if current is not None else settings.token
+    token = None if sent is None else sent.reveal()
     return runner_secrets(token, os.environ, settings.client_key)

@@ -37,6 +37,8 @@ class Ending:
     duration: float  # seconds from the job's start (0: it never started)
     stdout: str | None = None  # the end of the job's output, safe to store (system/tails.py)
     stderr: str | None = None
+    attempts: tuple[int | None, ...] | None = None  # each attempt's status, when retried
+    retries_cut: str | None = None  # why retries the job still had were not made
 
 
 @dataclass(frozen=True)

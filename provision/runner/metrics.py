@@ -43,6 +43,8 @@ GAUGES = {  # name -> (JobMetrics field, help)
 }
 TICKS = "lockctl_ticks"  # a counter: exposed as lockctl_ticks_total
 TICKS_HELP = "Runs of lockctl run for the job on this worker, by outcome."
+RETRIES = "lockctl_job_retries"  # a counter: exposed as lockctl_job_retries_total
+RETRIES_HELP = "Attempts of the job on this worker after a failed one (retries)."
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,7 @@ class JobMetrics:
     last_duration: float | None = None
     last_exit_status: float | None = None
     ticks: dict[str, float] = field(default_factory=dict)
+    retries: float = 0.0  # counted from each result's attempts, never from the events' text
 
 
 def metrics_path_problem(path: Path) -> str | None:
@@ -115,6 +118,7 @@ def updated_metrics(
         last_duration=duration if duration is not None else elapsed,
         last_exit_status=float(result.exit_code),
         ticks=ticks,
+        retries=previous.retries + getattr(result, "attempts", 1) - 1,
     )
 
 
@@ -146,6 +150,10 @@ class _Collector:
         for outcome in sorted(self.metrics.ticks):
             ticks.add_metric([*self.labels, outcome], self.metrics.ticks[outcome])
         yield ticks
+        retries = CounterMetricFamily(RETRIES, RETRIES_HELP, labels=LABELS)
+        if self.metrics.retries:  # sparse as the outcomes: from the first retry here on
+            retries.add_metric(self.labels, self.metrics.retries)
+        yield retries
 
 
 def read_metrics(path: Path, job: str, worker: str) -> tuple[JobMetrics, list[str]]:
@@ -172,6 +180,7 @@ def _parse(text: str, job: str, worker: str) -> JobMetrics:
 
     gauges: dict[str, float] = {}
     ticks: dict[str, float] = {}
+    retries = 0.0
     try:
         samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
     except Exception as exc:  # the parser's errors are of no one documented type
@@ -186,6 +195,8 @@ def _parse(text: str, job: str, worker: str) -> JobMetrics:
             gauges[sample.name] = sample.value
         elif sample.name == f"{TICKS}_total" and sample.labels.get("outcome") in OUTCOMES:
             ticks[sample.labels["outcome"]] = sample.value
+        elif sample.name == f"{RETRIES}_total" and "outcome" not in sample.labels:
+            retries = sample.value
         else:
             raise _NotOurs(f"unexpected sample {sample.name}")
 
@@ -198,4 +209,5 @@ def _parse(text: str, job: str, worker: str) -> JobMetrics:
         last_duration=gauge("lockctl_job_last_duration_seconds"),
         last_exit_status=gauge("lockctl_job_last_exit_status"),
         ticks=ticks,
+        retries=retries,
     )

@@ -1,10 +1,11 @@
 """The job's stdout and stderr: still where they went before, and their ends kept for the record.
 
 Before, the job inherited the runner's descriptors 1 and 2 (a terminal, the journal of a unit).
-Now each is a pipe, and a thread per pipe copies every chunk to the runner's same descriptor as
-it comes (a tee: nothing is held back or reordered within a stream) and keeps the last bytes
-(system/tails.py). The copy writes as the job did, blocking: a slow journal slows the job as
-it did. A descriptor of ours that is closed or broken is left; the tail is still kept.
+Now each is a pipe, and the process's output pump (runner/pump.py: one thread for every job's
+pipes) copies every chunk to the runner's same descriptor as it comes (a tee: nothing is held
+back or reordered within a stream) and keeps the last bytes (system/tails.py). The copy
+writes as the job did, blocking: a slow journal slows the jobs as it did. A descriptor of ours
+that is closed or broken is left; the tail is still kept.
 """
 
 from __future__ import annotations
@@ -12,35 +13,37 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from provision.runner.pump import output_pump
 from provision.system.tails import MIN_SECRET, TailBuffer, output_tail
 
 DRAIN_TIMEOUT = 2.0  # seconds to read what the job's last processes wrote, once they are gone
-CHUNK = 65536
 KEY_FILE_MAX = 65536  # bytes of a TLS key file read for its lines to mask
 
 
 class _Stream:
+    """One of the job's two streams: a pipe whose chunks the pump (runner/pump.py) hands here,
+    to be kept (the tail) and copied to our descriptor `target`."""
+
     def __init__(self, target: int) -> None:
         self.target = target
         self.read_end, self.write_end = os.pipe()
         self.tail = TailBuffer()
-        self.thread: threading.Thread | None = None
+        self.pumped = False  # the pump has the read end: it closes it at end of file
+        self.done = threading.Event()
         self.target_broken = False
 
-    def copy(self) -> None:
-        while True:
-            try:
-                chunk = os.read(self.read_end, CHUNK)
-            except OSError:
-                return
-            if not chunk:
-                return
-            self.tail.write(chunk)
-            if not self.target_broken:
-                self._forward(chunk)
+    def received(self, chunk: bytes) -> None:
+        self.tail.write(chunk)
+        if not self.target_broken:
+            self._forward(chunk)
+
+    def ended(self) -> None:
+        self.read_end = -1
+        self.done.set()
 
     def _forward(self, chunk: bytes) -> None:
         view = memoryview(chunk)
@@ -52,7 +55,8 @@ class _Stream:
 
 
 class OutputTee:
-    """Pipes for the job's stdout and stderr (`child_fds`), tee'd to ours (1 and 2)."""
+    """Pipes for the job's stdout and stderr (`child_fds`), tee'd to ours (1 and 2) by the
+    process's one output pump."""
 
     def __init__(self) -> None:
         self.streams = (_Stream(1), _Stream(2))
@@ -63,22 +67,22 @@ class OutputTee:
 
     def start(self) -> None:
         """The job has its ends: close ours (the job's end of file is then the pipe's), copy."""
+        pump = output_pump()
         for stream in self.streams:
             _close(stream.write_end)
             stream.write_end = -1
-            stream.thread = threading.Thread(
-                target=stream.copy, name=f"lockctl-output-{stream.target}", daemon=True
-            )
-            stream.thread.start()
+            stream.pumped = True
+            pump.add(stream)
 
     def tails(self, secrets: Iterable[str]) -> tuple[str | None, str | None]:
         """The ends of stdout and stderr, masked and printable (None: the stream said nothing),
-        once the copies read what the job's processes wrote (they are gone: end of file)."""
+        once the pump read what the job's processes wrote (they are gone: end of file)."""
         known = list(secrets)
         found = []
+        deadline = time.monotonic() + DRAIN_TIMEOUT
         for stream in self.streams:
-            if stream.thread is not None:
-                stream.thread.join(DRAIN_TIMEOUT)
+            if stream.pumped:
+                stream.done.wait(max(0.0, deadline - time.monotonic()))
             raw, cut = stream.tail.snapshot()
             found.append(output_tail(raw, cut, known) or None)
         return found[0], found[1]
@@ -87,10 +91,11 @@ class OutputTee:
         for stream in self.streams:
             _close(stream.write_end)
             stream.write_end = -1
-            if stream.thread is None or not stream.thread.is_alive():
+            if not stream.pumped:
                 _close(stream.read_end)
                 stream.read_end = -1
-            # else: a process outside the job's tree still writes; the daemon thread reads on
+            # else: the pump closes it at end of file (a process outside the job's tree may
+            # still write: the pump reads on)
 
 
 def _close(fd: int) -> None:

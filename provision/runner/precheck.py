@@ -14,6 +14,7 @@ authority (it reads again: the record may have appeared meanwhile).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from provision.runner.events import EventLog
 from provision.runner.fencing import Outcome
 from provision.runner.results import RunResult
 from provision.schedule import parse_schedule
+from provision.system.secrets import Secret
 from provision.workers.config import JobConfig, WorkerConfig
 
 WallClock = Callable[[], datetime]
@@ -65,11 +67,19 @@ def await_planned_start(
 
 
 def tick_taken(
-    worker: WorkerConfig, job: JobConfig, tick: datetime, events: EventLog
+    worker: WorkerConfig,
+    job: JobConfig,
+    tick: datetime,
+    events: EventLog,
+    *,
+    token: Secret | None = None,
 ) -> RunResult | None:
     """A `skipped` result (and its event) when `tick` has a record already; None when it has
-    none or the quick read could not tell: run the engine."""
+    none or the quick read could not tell: run the engine. `token`: a login's, sent instead of
+    the config's (a worker that logs in has no token file)."""
     settings = resolve_settings(**worker.connection())
+    if token is not None:
+        settings = dataclasses.replace(settings, token=token)
     entry = quick_get(settings, tick_key(job.lock_key, tick))
     if entry is None or not entry.exists:
         return None

@@ -12,6 +12,7 @@ import contextlib
 import os
 import select
 import signal
+from collections.abc import Sequence
 
 
 class Wakeup:
@@ -75,12 +76,15 @@ def wait_readable(fds: list[int], timeout: float | None) -> None:
     poller.poll(None if timeout is None else max(0, round(timeout * 1000)))
 
 
-def wait_for(wakeup: Wakeup, stop: StopRequest, timeout: float | None) -> None:
-    """Block until `wakeup` is set, a stop is requested (the first time), or `timeout` passes.
+def wait_for(
+    wakeup: Wakeup, stop: StopRequest, timeout: float | None, also: Sequence[int] = ()
+) -> None:
+    """Block until `wakeup` is set, a stop is requested (the first time), one of `also` is
+    readable (the job's exit), or `timeout` passes.
 
     A stop already requested is not waited on again: it stays readable, and the engine has
     already acted on it.
     """
-    fds = [wakeup.fileno()] + ([] if stop.requested else [stop.fileno()])
+    fds = [wakeup.fileno(), *also] + ([] if stop.requested else [stop.fileno()])
     wait_readable(fds, timeout)
     wakeup.clear()

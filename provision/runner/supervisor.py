@@ -22,10 +22,12 @@ from provision.runner.fencing import (
 from provision.runner.lock import Ending, HeldLock, LockSession
 from provision.runner.monitors import LockMonitors
 from provision.runner.results import RunOptions, RunResult
+from provision.runner.retries import CUT, Stop, StopReason, delay_verdict, next_attempt
 from provision.runner.stop import StopRequest, Wakeup, wait_for
 from provision.runner.tick_lock import TickLock
 
 REAP_POLL = 0.01  # while a signalled tree dies: its leftovers' deaths wake nobody
+STOP_POLL = 1.0  # seconds: the longest wait in a retry delay without looking at the lock
 
 
 class Supervisor:
@@ -48,12 +50,21 @@ class Supervisor:
         self.terminated_at: float | None = None
         self.timeout = lock.job.timings.timeout
         self.timeout_at: float | None = None  # set at the job's start: its timeout counts from it
+        self.statuses: list[int | None] = []  # each attempt's exit status (runner/retries.py)
+        self.cut: str | None = None  # why retries the job still had were not made
+        self.retried = False  # a retry was planned: the record keeps the attempts
+        self.next_tick_at: float | None = None  # the next tick's instant, on `clock`
+        if isinstance(lock, TickLock) and lock.next_tick is not None:  # on Consul's clock
+            self.next_tick_at = clock() + (lock.next_tick - lock.wall()).total_seconds()
 
-    def run(self, child: Child, waited: float) -> RunResult:
+    def run(
+        self, child: Child, waited: float, next_child: Callable[[], Child] | None = None
+    ) -> RunResult:
+        """Run the job under the held lock, and again when it failed and may be retried
+        (runner/retries.py): `next_child` prepares each further attempt's job."""
         acquired_at = self.clock()
         child.start(lock_env(self.lock, self.held))  # before any thread starts
-        if self.timeout is not None:
-            self.timeout_at = self.clock() + self.timeout
+        self._started()
         self.events.emit(  # after the start, which is the hand-over's critical path
             "acquired",
             tick=tick_name(self.lock.tick) if isinstance(self.lock, TickLock) else None,
@@ -72,21 +83,24 @@ class Supervisor:
                 "its process group and outlives a killed runner is not contained, and the "
                 "worker's token and TLS key are not hidden from the job",
             )
-        wakeup = Wakeup()
+        first, wakeup = child, Wakeup()
         monitors = LockMonitors(
             self.lock, child, self.held.modify_index, self.events, wakeup, self.clock
         )
         try:
             monitors.start()
-            decision = self._supervise(child, monitors, wakeup, acquired_at + self.min_hold)
+            decision, child = self._attempts(child, monitors, wakeup, acquired_at, next_child)
             # Release first, then stop the helpers: waking the renewer would contend for the
             # GIL with the release, the hand-over's critical path (~1.5 ms measured).
             monitors.releasing = True
+            tails = child.output_tails() if isinstance(self.lock, TickLock) else (None, None)
             ending = Ending(
                 (decision.verdict or Outcome.LOST).value,
                 child.exit_status,
                 self.clock() - acquired_at,
-                *(child.output_tails() if isinstance(self.lock, TickLock) else (None, None)),
+                *tails,
+                attempts=tuple(self.statuses) if self.retried else None,
+                retries_cut=self.cut,
             )
             released = self.lock.finish(ending, release=decision.action is Action.RELEASE)
         except BaseException:  # an unexpected error: nothing of the job outlives the run
@@ -95,7 +109,104 @@ class Supervisor:
         finally:
             monitors.stop_and_join()
             wakeup.close()
+            if child is not first:  # the engine closes the first; each retry's is ours
+                child.close()
         return self._report(child, decision, released, acquired_at)
+
+    def _started(self) -> None:
+        """An attempt's job started: its verdict, signals and timeout are its own."""
+        self.verdict, self.terminated_at = None, None
+        if self.timeout is not None:
+            self.timeout_at = self.clock() + self.timeout
+
+    def _attempts(
+        self,
+        child: Child,
+        monitors: LockMonitors,
+        wakeup: Wakeup,
+        acquired_at: float,
+        next_child: Callable[[], Child] | None,
+    ) -> tuple[Decision, Child]:
+        """Supervise each attempt to its end; the last one's decision, and its job."""
+        hold_until, first = acquired_at + self.min_hold, child
+        while True:
+            decision = self._supervise(child, monitors, wakeup, hold_until)
+            self.statuses.append(child.exit_status)
+            if decision.action is not Action.RELEASE or next_child is None:
+                return decision, child  # lost, or nothing to retry with: the run is over
+            attempt = len(self.statuses)
+            plan = next_attempt(
+                decision.verdict,
+                child.exit_status,
+                attempt,
+                self.lock.job.timings,
+                self.clock(),
+                self.next_tick_at,
+            )
+            if isinstance(plan, Stop):
+                return decision, self._stopped(plan.reason, child)
+            self.retried, delay = True, max(0.0, plan.at - self.clock())
+            self._emit_retry(
+                "retrying", plan.attempt, after_status=child.exit_status, delay_ms=ms(delay)
+            )
+            waited = self._delay(plan.at, monitors, wakeup)
+            if waited is Outcome.LOST:
+                return Decision(Action.REPORT_LOST, Outcome.LOST), child
+            if waited is Outcome.INTERRUPTED:
+                return decision, self._stopped(StopReason.STOPPED, child)
+            if child is not first:  # the engine closes the first
+                child.close()
+            child = next_child()
+            child.start(lock_env(self.lock, self.held))
+            self._started()
+            monitors.await_child(child)
+            self._emit_retry("retry-started", plan.attempt, child_pid=child.pid)
+
+    def _stopped(self, reason: StopReason, child: Child) -> Child:
+        """No further attempt: a cut of retries the job still had is said and recorded."""
+        if reason in CUT and self.lock.job.timings.retries:
+            self.cut, self.retried = reason.value, True
+            status, attempt = child.exit_status, len(self.statuses)
+            self._emit_retry("retries-cut", attempt, after_status=status, reason=reason.value)
+        return child
+
+    def _delay(self, until: float, monitors: LockMonitors, wakeup: Wakeup) -> Outcome | None:
+        """Wait for the next attempt with the lock held (renewed and watched meanwhile): LOST
+        or INTERRUPTED ends the retries; None when the time came with the lock still ours."""
+        while True:
+            now = self.clock()
+            verdict = delay_verdict(
+                now,
+                self.lock.confirmed_at,
+                self.bounds.fence_after,
+                monitors.lost is not None,
+                self.stop.signum,
+            )
+            if verdict is Outcome.LOST:
+                self.events.emit(
+                    "fenced",
+                    session=self.lock.session_id,
+                    reason=monitors.lost or "no confirmation of the lock in time",
+                    since_confirmed_ms=ms(now - self.lock.confirmed_at),
+                    child_status=None,
+                )
+            if verdict is not None or now >= until:
+                return verdict
+            # the renewer and the watcher start when due, here too (runner/monitors.py)
+            wake_at = _earliest(until, monitors.run_due(now), now + STOP_POLL)
+            wait_for(wakeup, self.stop, max(0.0, (wake_at or until) - now))
+
+    def _emit_retry(self, event: str, attempt: int, **fields: object) -> None:
+        """`retrying` (the attempt to come, after which status, in how long), `retry-started`
+        (its job's PID) or `retries-cut` (after which attempt, why)."""
+        tick = self.lock.tick if isinstance(self.lock, TickLock) else None
+        self.events.emit(
+            event,
+            tick=None if tick is None else tick_name(tick),
+            session=self.lock.session_id,
+            attempt=attempt,
+            **fields,
+        )
 
     def _supervise(
         self, child: Child, monitors: LockMonitors, wakeup: Wakeup, hold_until: float
@@ -107,7 +218,8 @@ class Supervisor:
             self._settle(decision, child, monitors)
             if decision.action in (Action.RELEASE, Action.REPORT_LOST):
                 return decision
-            timeout = None if decision.wake_at is None else decision.wake_at - facts.now
+            wake_at = _earliest(decision.wake_at, monitors.run_due(facts.now))
+            timeout = None if wake_at is None else wake_at - facts.now
             if decision.action in (Action.TERMINATE, Action.KILL):
                 assert decision.signum is not None
                 child.signal_tree(decision.signum)
@@ -116,7 +228,7 @@ class Supervisor:
             if facts.tree_alive and (self.terminated_at is not None or facts.job_exited):
                 # a dying tree's last deaths wake nobody: look again soon
                 timeout = REAP_POLL if timeout is None else min(timeout, REAP_POLL)
-            wait_for(wakeup, self.stop, timeout)
+            wait_for(wakeup, self.stop, timeout, monitors.exit_fds(facts.job_exited))
 
     def _facts(self, child: Child, monitors: LockMonitors, hold_until: float) -> Facts:
         return Facts(
@@ -170,13 +282,24 @@ class Supervisor:
             released=bool(released),
         )
         duration = self.clock() - acquired_at
-        if outcome is Outcome.LOST:
-            return RunResult(outcome, EXIT_LOCK_LOST, self.held.lock_index, duration=duration)
-        status = child.exit_status
-        code = status if status is not None else 1
+        code = EXIT_LOCK_LOST
         if outcome is Outcome.JOB_TIMED_OUT:  # its own status is in the event and the record
             code = EXIT_JOB_TIMEOUT
-        return RunResult(outcome, code, self.held.lock_index, duration=duration)
+        elif outcome is not Outcome.LOST:
+            code = child.exit_status if child.exit_status is not None else 1
+        return RunResult(
+            outcome,
+            code,
+            self.held.lock_index,
+            duration=duration,
+            attempts=len(self.statuses),
+            retries_cut=self.cut,
+        )
+
+
+def _earliest(*moments: float | None) -> float | None:
+    known = [moment for moment in moments if moment is not None]
+    return min(known) if known else None
 
 
 def lock_env(lock: LockSession, held: HeldLock) -> dict[str, str]:

@@ -176,6 +176,7 @@ class TickLock(LockSession):
         self.tick = tick
         self.previous = previous  # the schedule's tick before ours: is it recorded?
         self.previous_recorded: bool | None = None  # the claim's answer to that
+        self.next_tick: datetime | None = None  # the schedule's tick after ours: retries stop
         self.wall = wall
         self.planned_start = planned_start  # seconds after the tick (jitter): in the record
         self.catchup_over = catchup_over  # a catch-up's (TickRun): claims over a missed record
@@ -261,6 +262,8 @@ class TickLock(LockSession):
             duration=round(ending.duration, 3),
             stdout=ending.stdout,
             stderr=ending.stderr,
+            attempts=ending.attempts,
+            retries_cut=ending.retries_cut,
         )
         completion = self.ledger.complete(done, self.session_id, release=release)
         if release and completion.released is None and not completion.recorded:

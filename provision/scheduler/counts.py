@@ -85,6 +85,8 @@ class CountsSnapshot:
     ticks_since_success: int = 0
     missed_recorded: int = 0  # ticks nobody ran, recorded missed by this replica's housekeeping
     run_failures: int = 0  # runs that ended with a non-zero exit status under the lock
+    retries: int = 0  # attempts made after a failed one (runner/retries.py), from the results
+    retries_cut: int = 0  # runs whose retries were cut (by the next tick, or a stop)
     running: bool = False
     consul_up: bool = True  # until a request of this loop goes unanswered
     consul_error: str | None = None  # why not (printable, bounded)
@@ -113,6 +115,9 @@ def after_result(state: CountsSnapshot, result: RunResult, now: float) -> Counts
         state = replace(state, durations=state.durations.added(result.duration))
     if result.start_lag is not None:
         state = replace(state, lags=state.lags.added(result.start_lag))
+    if result.attempts > 1 or result.retries_cut:
+        cut = state.retries_cut + (1 if result.retries_cut else 0)
+        state = replace(state, retries=state.retries + result.attempts - 1, retries_cut=cut)
     if result.outcome is Outcome.RAN and result.exit_code == 0:
         state = replace(state, last_success=now, ticks_since_success=0)
     elif result.outcome is Outcome.RAN:

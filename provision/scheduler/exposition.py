@@ -35,6 +35,10 @@ HELP = {
     "missed in the ledger (each such tick is recorded by one replica).",
     "lockctl_run_failures": "Runs of the job here that ended with a non-zero exit status "
     "under the lock.",
+    "lockctl_job_retries": "Attempts of the job here after a failed one, under the same lock "
+    "and tick (retries).",
+    "lockctl_retries_cut": "Runs of the job here whose retries left were not made: the next "
+    "attempt would have started at or after the next tick (or a stop came).",
     "lockctl_renew_failures": "Renewals of the job's session that Consul did not answer.",
     "lockctl_consul_up": "1 when Consul answered the job loop's last request, else 0.",
     "lockctl_ticks_since_success": "Ticks of the job this scheduler handled since its last "
@@ -116,6 +120,8 @@ _COUNTERS: dict[str, Callable[[CountsSnapshot], float]] = {
     "lockctl_run_failures": lambda snap: snap.run_failures,
     "lockctl_missed_ticks_recorded": lambda snap: snap.missed_recorded,
     "lockctl_renew_failures": lambda snap: snap.renew_failures,
+    "lockctl_job_retries": lambda snap: snap.retries,
+    "lockctl_retries_cut": lambda snap: snap.retries_cut,
 }
 
 

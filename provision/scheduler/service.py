@@ -35,6 +35,7 @@ from provision.consul import (
     resolve_settings,
 )
 from provision.consul.clock import WallSteps
+from provision.consul.login import Login, read_bearer_token
 from provision.errors import InputError, LocalEnvironmentError, LockctlError
 from provision.runner.events import EventLog, ms
 from provision.runner.forkserver import ForkServer
@@ -45,6 +46,7 @@ from provision.scheduler.reload import ReloadPlan, plan_reload
 from provision.scheduler.sessions import SessionPool
 from provision.scheduler.timer import TickTimer
 from provision.workers.config import JobConfig, WorkerConfig, load_worker_config
+from provision.workers.login import open_login
 
 JOIN_POLL = 0.5
 # Connections kept to the agent, and calls at once (watches of running jobs aside): hundreds of
@@ -70,6 +72,8 @@ def checked_connection(config: WorkerConfig) -> ConsulSettings:
         )
     settings = resolve_settings(**config.connection())
     check_tls_files(settings)
+    if config.login is not None:  # the JWT is there now (it is read again for each login)
+        read_bearer_token(config.login.bearer_token_file)
     return settings
 
 
@@ -128,6 +132,9 @@ class Scheduler:
         self.wall_steps = WallSteps()
         self._clock_known = False  # at the last look: turns worked out before used this host's
         self._reload = False  # set by a signal handler: a plain flag, never a lock
+        # one per connection made, when the config logs in (workers/login.py); logged out at
+        # the very end, after the sessions are destroyed
+        self._logins: list[Login] = []
 
     def request_reload(self) -> None:
         """From a signal handler: only a flag, read by the main loop (a lock could deadlock)."""
@@ -147,6 +154,8 @@ class Scheduler:
             self._end_loops()
         finally:
             self.forks.close()  # after the last run: no job of ours is left to fork or keep
+            for login in self._logins:  # the tokens go with the process
+                login.close()
         self.events.emit("stopped", signal=self.stop.signum)
         return 0
 
@@ -165,7 +174,7 @@ class Scheduler:
         self.sessions = None
 
     def _start(self, config: WorkerConfig, settings: ConsulSettings) -> None:
-        self._connect(settings)
+        self._connect(settings, config)
         assert self.consul is not None
         self._learn_clock(self.consul)  # before any turn is worked out
         self.loops = {job.name: self._loop(job) for job in scheduled_jobs(config)}
@@ -181,8 +190,12 @@ class Scheduler:
         self._timer_thread.start()
         self.events.emit("started", config=str(config.path), jobs=list(self.loops))
 
-    def _connect(self, settings: ConsulSettings) -> None:
-        """A client and a session pool for this connection; the loops made from now on use it."""
+    def _connect(
+        self, settings: ConsulSettings, config: WorkerConfig, *, reload: bool = False
+    ) -> None:
+        """A client and a session pool for this connection; the loops made from now on use it.
+        A config that logs in logs in first: at start it waits out Consul being unavailable; on
+        a reload a refusal (or Consul unavailable) is raised before anything changed."""
         consul = Consul(
             settings,
             pool_size=POOL_SIZE,
@@ -190,8 +203,13 @@ class Scheduler:
             batch_txns=True,
             agent_clock=self.agent_clock,  # kept across reloads: another agent's answers correct it
         )
+        # before the first call: every client sharing this one's token source sends its token
+        wait = None if reload else self.stop.sleep
+        login = open_login(consul, config, self.events.emit, wait=wait)
+        if login is not None:
+            self._logins.append(login)
         self.consul, self._connection = consul, connection_key(settings)
-        self.sessions = SessionPool(consul, self.config.worker, self.events)
+        self.sessions = SessionPool(consul, config.worker, self.events)
         with self._pools_lock:
             self._pools[self.sessions] = 0
         self.sessions.start()
@@ -295,14 +313,19 @@ class Scheduler:
             self.events.emit("reload-refused", error=str(exc), kept=str(self.config.path))
             return
         assert self.timer is not None and self.consul is not None
-        moved = connection_key(settings) != self._connection
+        # another auth method or bearer-token file: a new client, which logs in with them
+        moved = connection_key(settings) != self._connection or fresh.login != self.config.login
         running = {name: loop.job for name, loop in self.loops.items()}
         jobs = {job.name: job for job in scheduled_jobs(fresh)}
         plan = plan_reload(running, jobs, connection_changed=moved)
+        if moved:  # new runs use it; runs under way finish on theirs
+            try:
+                self._connect(settings, fresh, reload=True)
+            except LockctlError as exc:  # a refused login: nothing changed yet
+                self.events.emit("reload-refused", error=str(exc), kept=str(self.config.path))
+                return
         self.config = fresh
-        if moved:
-            self._connect(settings)  # new runs use it; runs under way finish on theirs
-        else:
+        if not moved and fresh.login is None:  # (a login keeps its own token: consul/login.py)
             self.consul.use_token(settings.token)  # the token just read: the same file's
         self._apply(plan, jobs)
         self.events.emit("reloaded", jobs=sorted(jobs), **plan.event_fields())

@@ -4,7 +4,7 @@ into the `JobTimings` (seconds) that the job and its workers' configs carry."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from provision.durations import Duration, DurationSyntaxError, parse_duration
 from provision.spec.hcl import Attribute
@@ -16,16 +16,19 @@ from provision.timings import (
     COUNT_FIELDS,
     DEFAULTS,
     FIELDS,
+    FLAG_DEFAULTS,
+    FLAG_FIELDS,
     JobTimings,
     bound_problem,
     default_renew_interval,
     fencing_problem,
     jitter_problem,
     renew_problem,
+    retry_problem,
 )
 
 DURATION_KEYS = FIELDS
-COUNT_KEYS = COUNT_FIELDS
+COUNT_KEYS = (*COUNT_FIELDS, *FLAG_FIELDS)  # read alike: a flag is a count of true or false
 
 
 @dataclass(frozen=True)
@@ -38,7 +41,7 @@ class Setting:
 
 
 Settings = dict[str, Setting | None]  # by duration key; None where the value was invalid
-Counts = dict[str, int]  # by count key
+Counts = dict[str, int]  # by count key; a flag's value is a bool
 
 
 def builtin_settings() -> Settings:
@@ -81,7 +84,8 @@ def read_counts(
         attribute = attributes.get(key)
         if attribute is None:
             continue
-        value = read_count(attribute, key, f"{where}.{key}", problems)
+        read = read_flag if key in FLAG_FIELDS else read_count
+        value = read(attribute, key, f"{where}.{key}", problems)
         if value is None:
             valid = False
         else:
@@ -89,8 +93,41 @@ def read_counts(
     return counts if valid else None
 
 
+def _builtin(key: str) -> Setting:
+    return Setting(parse_duration(DEFAULTS[key]), 1, f"built-in {key}")
+
+
 def builtin_counts() -> Counts:
-    return dict(COUNT_DEFAULTS)
+    return {**COUNT_DEFAULTS, **FLAG_DEFAULTS}
+
+
+def read_flag(attribute: Attribute, field: str, where: str, problems: Problems) -> bool | None:
+    """true or false (unquoted), or None after saying what it is instead."""
+    if isinstance(attribute.value, bool):
+        return attribute.value
+    problems.add(attribute.line, where, "must be true or false (unquoted)")
+    return None
+
+
+def with_retries(
+    timings: JobTimings,
+    counts: Counts,
+    every: int | None,
+    attributes: dict[str, Attribute],
+    where: str,
+    problems: Problems,
+) -> JobTimings | None:
+    """The job's timings with its retry counts (the job's own over the defaults') added; None
+    when its retry_delay cannot fit between two of its `@every` ticks (`every` seconds)."""
+    retries = counts["retries"]
+    problem = retry_problem(timings.retry_delay, retries, every)
+    if problem:
+        keys = ("retry_delay", "retries", "schedule")  # the job's own, else its schedule
+        own = next(attributes[key] for key in keys if key in attributes)
+        problems.add(own.line, f"{where}.{own.name}", problem)
+        return None
+    on_timeout = bool(counts["retry_on_timeout"])
+    return replace(timings, retries=retries, retry_on_timeout=on_timeout)
 
 
 def final_defaults(settings: Settings, counts: Counts) -> Defaults:
@@ -109,6 +146,9 @@ def final_defaults(settings: Settings, counts: Counts) -> Defaults:
         history_limit=counts["history_limit"],
         jitter=get("jitter"),
         timeout=timeout.value if timeout else None,
+        retries=counts["retries"],
+        retry_delay=get("retry_delay"),
+        retry_on_timeout=bool(counts["retry_on_timeout"]),
     )
 
 
@@ -139,7 +179,7 @@ def job_timings(
         culprit = deadline if own_deadline else jitter
         problems.add(culprit.line, culprit.where, late)
         return None
-    min_hold, timeout = chosen["min_hold"], chosen["timeout"]
+    min_hold, timeout, retry_delay = chosen["min_hold"], chosen["timeout"], chosen["retry_delay"]
     return JobTimings(
         ttl=ttl.value.seconds,
         lock_delay=lock_delay.value.seconds,
@@ -149,6 +189,7 @@ def job_timings(
         start_deadline=deadline.value.seconds,
         jitter=jitter.value.seconds,
         timeout=timeout.value.seconds if timeout else None,
+        retry_delay=(retry_delay or _builtin("retry_delay")).value.seconds,
     )
 
 

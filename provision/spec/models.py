@@ -12,6 +12,7 @@ DEFAULT_ADDRESS = "http://127.0.0.1:8500"
 DEFAULT_START_DEADLINE = parse_duration(DEFAULTS["start_deadline"])
 DEFAULT_HISTORY_LIMIT = COUNT_DEFAULTS["history_limit"]
 NO_JITTER = parse_duration(DEFAULTS["jitter"])
+DEFAULT_RETRY_DELAY = parse_duration(DEFAULTS["retry_delay"])
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,39 @@ class Defaults:
     jitter: Duration = NO_JITTER
     timeout: Duration | None = None  # None: a run may go on as long as it likes
     catchup: str = DEFAULT_CATCHUP  # "skip" or "latest" (ledger/catchup.py)
+    retries: int = 0  # attempts after a failed first one (runner/retries.py)
+    retry_delay: Duration = DEFAULT_RETRY_DELAY
+    retry_on_timeout: bool = False
+
+
+@dataclass(frozen=True)
+class AuthMethod:
+    """A Consul `jwt` auth method the spec declares (Consul's own field names, snake_cased).
+
+    `claim_mappings` pairs (selector name, claim), sorted by name: Consul's ClaimMappings map
+    is {claim: name}; the spec writes it the other way round, as a claim is no HCL identifier.
+    The public keys are read from `jwt_validation_pub_keys_file` when rendering, not here.
+    """
+
+    name: str
+    type: str
+    bound_issuer: str | None
+    bound_audiences: tuple[str, ...]
+    jwt_validation_pub_keys_file: str
+    max_token_ttl: Duration
+    claim_mappings: tuple[tuple[str, str], ...]
+    line: int
+    keys_line: int  # the line of jwt_validation_pub_keys_file, for errors reading it
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who may log in as a worker: the claims (selector name, value), sorted, a JWT from
+    `auth_method` must carry; a binding rule's selector is built from them."""
+
+    auth_method: str
+    claims: tuple[tuple[str, str], ...]
+    line: int
 
 
 @dataclass(frozen=True)
@@ -37,6 +71,7 @@ class Worker:
     name: str
     address: str
     line: int
+    identity: Identity | None = None  # set: the worker may log in through an auth method
 
 
 @dataclass(frozen=True)
@@ -69,6 +104,7 @@ class Spec:
     defaults: Defaults
     workers: tuple[Worker, ...]
     jobs: tuple[Job, ...]
+    auth_methods: tuple[AuthMethod, ...] = ()  # sorted by name
 
     def worker(self, name: str) -> Worker:
         """The worker called `name` (KeyError if it is not declared)."""

@@ -43,3 +43,11 @@ def token_description(worker: str) -> str:
 def lock_key(prefix: str) -> str:
     """The key a job's lock lives at: `<prefix>.lock`."""
     return f"{prefix}{LOCK_KEY_SUFFIX}"
+
+
+ROLE_PREFIX = "worker-"
+
+
+def role_name(worker: str) -> str:
+    """The ACL role a login as worker `worker` gets: `worker-<worker>`."""
+    return f"{ROLE_PREFIX}{worker}"

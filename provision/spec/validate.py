@@ -13,8 +13,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from provision.errors import InputError
+from provision.schedule import parse_schedule
 from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError
 from provision.spec.hcl_parse import parse_hcl
+from provision.spec.identity import read_auth_methods, read_identity
 from provision.spec.job_timings import (
     COUNT_KEYS,
     DURATION_KEYS,
@@ -26,8 +28,9 @@ from provision.spec.job_timings import (
     job_timings,
     read_counts,
     read_duration,
+    with_retries,
 )
-from provision.spec.models import Job, Spec, Worker
+from provision.spec.models import AuthMethod, Job, Spec, Worker
 from provision.spec.names import NAME_RULE, is_valid_name
 from provision.spec.problems import Problems, shown
 from provision.spec.values import (
@@ -49,7 +52,7 @@ MAX_SPEC_BYTES = 16 * 1024 * 1024  # a 10,000-job spec is about 3 MB
 DEFAULTS_KEYS = (*DURATION_KEYS, *COUNT_KEYS, *CHOICE_KEYS)
 JOB_KEYS = ("prefix", "workers", "schedule", "timezone", "command", *DEFAULTS_KEYS)
 WORKER_KEYS = ("address",)
-BLOCK_TYPES = ("defaults", "worker", "job")
+BLOCK_TYPES = ("defaults", "worker", "job", "auth_method")
 
 
 def load_spec(path: Path) -> Spec:
@@ -100,14 +103,15 @@ def _build(body: Body, problems: Problems) -> Spec:
         problems.add(
             attribute.line,
             attribute.name,
-            "unknown top-level attribute; expected blocks defaults, worker and job",
+            "unknown top-level attribute; expected blocks defaults, worker, job and auth_method",
         )
     blocks = _known_blocks(body.blocks, problems)
     _check_duplicates(blocks["worker"], "worker", problems)
     _check_duplicates(blocks["job"], "job", problems)
     catchup = _default_catchup(blocks["defaults"], problems)
     defaults, counts = _defaults(blocks["defaults"], problems)
-    workers = _workers(blocks["worker"], problems)
+    methods = read_auth_methods(blocks["auth_method"], problems)
+    workers = _workers(blocks["worker"], methods, _method_names(blocks), problems)
     declared = {worker.name for worker in workers}
     jobs = [_job(block, defaults, counts, catchup, declared, problems) for block in blocks["job"]]
     named_jobs = [job for job in jobs if job is not None]
@@ -118,6 +122,7 @@ def _build(body: Body, problems: Problems) -> Spec:
         defaults=replace(final_defaults(defaults, counts), catchup=catchup),
         workers=tuple(sorted(workers, key=lambda w: w.name)),
         jobs=tuple(sorted(named_jobs, key=lambda j: j.name)),
+        auth_methods=tuple(methods[name] for name in sorted(methods)),
     )
 
 
@@ -129,7 +134,9 @@ def _known_blocks(blocks: Iterable[Block], problems: Problems) -> dict[str, list
         else:
             hint = _did_you_mean(block.type, BLOCK_TYPES)
             problems.add(
-                block.line, block.type, f"unknown block; expected defaults, worker or job{hint}"
+                block.line,
+                block.type,
+                f"unknown block; expected defaults, worker, job or auth_method{hint}",
             )
     for extra in known["defaults"][1:]:
         first = known["defaults"][0].line
@@ -252,19 +259,41 @@ def _defaults(blocks: list[Block], problems: Problems) -> tuple[Settings, Counts
 # --- workers --------------------------------------------------------------------------------
 
 
-def _workers(blocks: list[Block], problems: Problems) -> list[Worker]:
+def _workers(
+    blocks: list[Block], methods: dict[str, AuthMethod], method_names: set[str], problems: Problems
+) -> list[Worker]:
     workers: dict[str, Worker] = {}
     for block in blocks:
         name = _labels(block, "worker", 1, problems)
         where = _display(block, "worker")
-        attributes = _attributes(block, where, WORKER_KEYS, problems)
+        plain, identities = _split_identity(block, where, problems)
+        attributes = _attributes(plain, where, WORKER_KEYS, problems)
+        identity = read_identity(identities, where, methods, method_names, problems)
         if name is None:
             continue
         address = read_address(attributes.get("address"), f"{where}.address", problems)
         if name in workers:
             continue  # reported by _check_duplicates
-        workers[name] = Worker(name, address, block.line)
+        workers[name] = Worker(name, address, block.line, identity)
     return list(workers.values())
+
+
+def _split_identity(block: Block, where: str, problems: Problems) -> tuple[Block, Block | None]:
+    """The worker block without its `identity` block (spec.identity reads that), and the block."""
+    found = [inner for inner in block.body.blocks if inner.type == "identity"]
+    for extra in found[1:]:
+        first = found[0].line
+        problems.add(
+            extra.line, f"{where}.identity", f"duplicate block; the first is on line {first}"
+        )
+    others = tuple(inner for inner in block.body.blocks if inner.type != "identity")
+    plain = replace(block, body=Body(block.body.attributes, others))
+    return plain, found[0] if found else None
+
+
+def _method_names(blocks: dict[str, list[Block]]) -> set[str]:
+    """Every auth_method label, valid or not: a worker naming one is not told it is undeclared."""
+    return {b.labels[0].text for b in blocks["auth_method"] if b.labels and b.labels[0].text}
 
 
 # --- jobs -----------------------------------------------------------------------------------
@@ -288,6 +317,9 @@ def _job(
     command = read_command(attributes.get("command"), f"{where}.command", problems)
     timings = job_timings(attributes, where, defaults, problems)
     counts = read_counts(attributes, where, default_counts, problems)
+    if timings is not None and counts is not None:
+        every = None if schedule is None else parse_schedule(schedule, zone).every
+        timings = with_retries(timings, counts, every, attributes, where, problems)
     catchup = read_catchup(attributes.get("catchup"), f"{where}.catchup", default_catchup, problems)
     if name is None or prefix is None or workers is None or timings is None or counts is None:
         return None

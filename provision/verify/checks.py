@@ -25,6 +25,11 @@ from provision.verify.lock_checks import (
     check_single_holder,
     check_ttl_expiry,
 )
+from provision.verify.login_checks import (
+    check_login_confined,
+    check_login_expiry,
+    check_login_refused,
+)
 from provision.verify.tick_checks import check_tick_once
 from provision.verify.tls_checks import check_gossip_encrypted, check_tls_http
 
@@ -45,6 +50,9 @@ CHECKS = (
     Check("anonymous-denied", check_anonymous_denied, what="403 without a token"),
     Check("worker-token-allowed", check_worker_token_allowed, what="worker tokens acquire"),
     Check("worker-token-confined", check_worker_token_confined, what="and nothing else"),
+    Check("login-confined", check_login_confined, what="a login gets its worker's rights only"),
+    Check("login-refused", check_login_refused, what="a JWT of an unknown identity is refused"),
+    Check("login-expiry", check_login_expiry, what="login tokens expire by max_token_ttl"),
     Check("single-holder", check_single_holder, what="one of two racing sessions wins"),
     Check("release-handover", check_release_handover, what="release hands over at once"),
     Check("lock-delay", check_lock_delay, what="destroy hands over after LockDelay"),

@@ -47,6 +47,8 @@ class VerifyContext:
     templates_dir: Path | None = None  # what live-policies-lint renders with; None: lockctl's
     run_id: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     cleanup: Cleanup = field(default_factory=lambda: Cleanup())
+    # JWTs to log in with, by worker (or a stranger's name): --bearer-token-file (login_checks)
+    bearer_tokens: dict[str, Secret] = field(default_factory=dict)
 
     @cached_property
     def management(self) -> Consul | None:

@@ -13,6 +13,8 @@ lockctl left it out. This module imports no spec parser: `lockctl run` loads it.
 from __future__ import annotations
 
 import json
+import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,18 +54,41 @@ class WorkerTLS:
 
 
 @dataclass(frozen=True)
+class WorkerLogin:
+    """`consul.login`: log in through `auth_method` with the JWT the platform keeps in
+    `bearer_token_file` (docs/identity.md), instead of reading a token file."""
+
+    auth_method: str
+    bearer_token_file: Path
+
+    def record(self) -> dict[str, str]:
+        return {"auth_method": self.auth_method, "bearer_token_file": str(self.bearer_token_file)}
+
+
+# Consul's own token variables: a worker that logs in must not send one of them instead
+TOKEN_ENV = ("CONSUL_HTTP_TOKEN", "CONSUL_HTTP_TOKEN_FILE")
+
+
+@dataclass(frozen=True)
 class WorkerConfig:
     path: Path
     worker: str  # the Consul node name of the local agent
     address: str  # that agent's HTTP address
-    token_file: Path
+    token_file: Path | None  # None: the worker logs in (`login`)
     jobs: tuple[JobConfig, ...]
     tls: WorkerTLS = WorkerTLS()
+    login: WorkerLogin | None = None
 
     def connection(self) -> dict[str, Any]:
         """The arguments of `provision.consul.resolve_settings` for this worker's agent: what the
-        config names wins over Consul's environment variables, as a flag would."""
+        config names wins over Consul's environment variables, as a flag would. A worker that
+        logs in starts with no token (Consul's token variables are not read for it)."""
+        login: dict[str, Any] = {}
+        if self.login is not None:
+            env = {k: v for k, v in os.environ.items() if k not in TOKEN_ENV}
+            login = {"env": env, "bearer_token_file": self.login.bearer_token_file}
         return {
+            **login,
             "address": self.address,
             "token_file": self.token_file,
             "ca_cert": self.tls.ca_file,
@@ -101,11 +126,21 @@ class ConfigError(InputError):
 
 
 def config_record(
-    spec: Spec, worker: str, token_file: Path, tls: WorkerTLS = WorkerTLS()
+    spec: Spec,
+    worker: str,
+    token_file: Path,
+    tls: WorkerTLS = WorkerTLS(),
+    bearer_token_file: Path | None = None,
 ) -> dict[str, Any]:
-    """The runner's config for one worker, as the JSON object written to lockctl.json."""
+    """The runner's config for one worker, as the JSON object written to lockctl.json: a worker
+    with an `identity` in the spec logs in with the JWT in `bearer_token_file` (when given)
+    instead of naming a token file."""
     jobs = {job.name: job_record(job) for job in spec.jobs_for(worker)}
-    consul = {"address": spec.worker(worker).address, "token_file": str(token_file)}
+    identity = spec.worker(worker).identity
+    credential: dict[str, Any] = {"token_file": str(token_file)}
+    if identity is not None and bearer_token_file is not None:
+        credential = {"login": WorkerLogin(identity.auth_method, bearer_token_file).record()}
+    consul = {"address": spec.worker(worker).address, **credential}
     return {
         "format": CONFIG_FORMAT,
         "worker": worker,
@@ -145,9 +180,10 @@ def _build(path: Path, raw: Any, allow_unsafe: bool) -> WorkerConfig:
         consul = raw["consul"]
     else:
         problems.append("consul: must be an object with address and token_file")
-    unknown_fields(consul, {"address", "token_file", *TLS_FIELDS}, "consul.", problems)
+    unknown_fields(consul, {"address", "token_file", "login", *TLS_FIELDS}, "consul.", problems)
     address = read_text(consul, "address", "consul.", problems)
-    token_file = read_text(consul, "token_file", "consul.", problems)
+    login = _login(consul, problems)
+    token_file = None if login else read_text(consul, "token_file", "consul.", problems)
     tls = _tls(consul, address, problems)
     jobs_raw = raw.get("jobs")
     jobs: list[JobConfig] = []
@@ -160,7 +196,32 @@ def _build(path: Path, raw: Any, allow_unsafe: bool) -> WorkerConfig:
                 jobs.append(job)
     if problems:
         raise ConfigError(path, problems)
-    return WorkerConfig(path, worker, address, Path(token_file), tuple(jobs), tls)
+    token_path = None if token_file is None else Path(token_file)
+    return WorkerConfig(path, worker, address, token_path, tuple(jobs), tls, login)
+
+
+_METHOD_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def _login(consul: dict[str, Any], problems: list[str]) -> WorkerLogin | None:
+    """`consul.login` (docs/identity.md): the auth method and an absolute bearer-token file;
+    it takes the token file's place, so the two are never given together."""
+    raw = consul.get("login")
+    if raw is None:
+        return None
+    if "token_file" in consul:
+        problems.append("consul.login: give token_file or login, not both")
+    if not isinstance(raw, dict):
+        problems.append("consul.login: must be an object with auth_method and bearer_token_file")
+        return None
+    unknown_fields(raw, {"auth_method", "bearer_token_file"}, "consul.login.", problems)
+    method = read_text(raw, "auth_method", "consul.login.", problems)
+    bearer = read_text(raw, "bearer_token_file", "consul.login.", problems)
+    if method and not _METHOD_NAME.fullmatch(method):
+        problems.append(f"consul.login.auth_method: {method[:80]!r} is not an auth method name")
+    if bearer and not bearer.startswith("/"):
+        problems.append("consul.login.bearer_token_file: must be an absolute path")
+    return WorkerLogin(method, Path(bearer))
 
 
 TLS_FIELDS = ("ca_file", "cert_file", "key_file")

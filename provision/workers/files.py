@@ -31,6 +31,9 @@ from provision.workers.config import (
 )
 
 ENV_NAME = "lockctl.env"
+# Where a Kubernetes pod's projected service-account token is mounted by convention
+# (a volume at /var/run/secrets/tokens, path `consul`): --bearer-token-file changes it
+DEFAULT_BEARER_TOKEN_FILE = Path("/var/run/secrets/tokens/consul")
 SCHEDULER_UNIT = "lockctl-scheduler.service"
 # After the longest kill grace, the stopping scheduler still writes to Consul: the tick records
 # of the jobs it stopped (releasing their locks), then the destroy of every session. Each call is
@@ -46,6 +49,8 @@ class Placement:
     token_dir: Path
     lockctl: str  # the lockctl program the systemd units run
     tls_dir: Path | None = None  # ca.pem, <worker>.pem, <worker>-key.pem; None: no TLS files
+    # the JWT a worker with an `identity` in the spec logs in with (docs/identity.md)
+    bearer_token_file: Path = DEFAULT_BEARER_TOKEN_FILE
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,7 @@ def _check_placement(placement: Placement, out_dir: Path) -> None:
     ]
     if placement.tls_dir is not None:
         paths.append(("--tls-dir", str(placement.tls_dir)))
+    paths.append(("--bearer-token-file", str(placement.bearer_token_file)))
     for flag, value in paths:
         _check_path(flag, value)
     _check_program(placement.lockctl)
@@ -190,13 +196,18 @@ def _render_worker(
     token_file = placement.token_dir / f"{worker}.token"
     tls = WorkerTLS.in_folder(placement.tls_dir, worker) if placement.tls_dir else WorkerTLS()
     config_path = config_dir / CONFIG_NAME
+    identity = spec.worker(worker).identity  # set: the worker logs in, no token file
+    bearer = placement.bearer_token_file
     context = {
         "worker": worker,
-        "config": config_record(spec, worker, token_file, tls),
+        "config": config_record(spec, worker, token_file, tls, bearer),
         "config_path": str(config_path),
         "address": spec.worker(worker).address,
         "token_file": str(token_file),
         "tls": tls,
+        "login": {"auth_method": identity.auth_method, "bearer_token_file": str(bearer)}
+        if identity is not None
+        else None,
     }
     files = {
         CONFIG_NAME: render_template(env, "worker/lockctl.json.j2", context),

@@ -7,7 +7,7 @@ message`. The field readers here serve the file's top level too (provision.worke
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from provision.durations import DurationSyntaxError, format_duration, parse_duration
@@ -16,6 +16,7 @@ from provision.timings import (
     COUNT_DEFAULTS,
     DEFAULT_CATCHUP,
     DEFAULTS,
+    FLAG_DEFAULTS,
     JobTimings,
     bound_problem,
     catchup_problem,
@@ -60,7 +61,7 @@ def job_record(job: Job) -> dict[str, Any]:
     }
 
 
-def timings_record(timings: JobTimings) -> dict[str, str | None]:
+def timings_record(timings: JobTimings) -> dict[str, str | int | bool | None]:
     """The job's timings as the config's duration strings (`_job` reads them back)."""
     # `timeout` only when set: a lockctl from before it refuses the field, and without one the
     # config means the same to it.
@@ -74,6 +75,19 @@ def timings_record(timings: JobTimings) -> dict[str, str | None]:
         "start_deadline": format_duration(timings.start_deadline),
         "jitter": format_duration(timings.jitter),
         **timeout,
+        **retries_record(timings),
+    }
+
+
+def retries_record(timings: JobTimings) -> dict[str, str | int | bool]:
+    """The retry settings, only when the job retries: a lockctl from before them refuses the
+    fields, and without retries the config means the same to it."""
+    if not timings.retries:
+        return {}
+    return {
+        "retries": timings.retries,
+        "retry_delay": format_duration(timings.retry_delay),
+        "retry_on_timeout": timings.retry_on_timeout,
     }
 
 
@@ -92,6 +106,9 @@ JOB_FIELDS = {
     "jitter",
     "workers",
     "timeout",
+    "retries",
+    "retry_delay",
+    "retry_on_timeout",
     "catchup",
 }
 
@@ -116,6 +133,9 @@ def read_job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> Jo
     jitter = _seconds(raw, "jitter", where, problems, default=DEFAULTS["jitter"])
     workers = _workers(raw, where, problems)
     timeout = _timeout(raw, where, problems)
+    retries = _count(raw, "retries", where, problems)
+    retry_delay = _seconds(raw, "retry_delay", where, problems, default=DEFAULTS["retry_delay"])
+    on_timeout = _flag(raw, "retry_on_timeout", where, problems)
     catchup = raw.get("catchup", DEFAULT_CATCHUP)
     if catchup_problem(catchup):
         problems.append(f"{where}catchup: {catchup_problem(catchup)}")
@@ -133,6 +153,9 @@ def read_job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> Jo
         problems.append(f"{where}lock_delay: {fencing}; --allow-unsafe runs anyway")
         return None
     timings = JobTimings(ttl, delay, renew, grace, min_hold, deadline, jitter, timeout)
+    timings = replace(
+        timings, retries=retries, retry_delay=retry_delay, retry_on_timeout=on_timeout
+    )
     return JobConfig(name, key, timings, schedule, zone, history_limit, command, workers, catchup)
 
 
@@ -257,6 +280,15 @@ def _seconds(
     if outside:
         problems.append(f"{where}{field}: {value} {outside}")
     return seconds
+
+
+def _flag(raw: dict[str, Any], field: str, where: str, problems: list[str]) -> bool:
+    """The field's true or false, its default when missing (a config from an older lockctl)."""
+    value = raw.get(field, FLAG_DEFAULTS[field])
+    if not isinstance(value, bool):
+        problems.append(f"{where}{field}: must be true or false")
+        return FLAG_DEFAULTS[field]
+    return value
 
 
 def _count(raw: dict[str, Any], field: str, where: str, problems: list[str]) -> int:

@@ -98,3 +98,20 @@ def test_a_catchup_record_says_so_and_reads_back() -> None:
     assert decode(T, TickRecord(T, TickOutcome.RUNNING).encode()).catchup is None
     assert b"catchup" not in TickRecord(T, TickOutcome.RUNNING).encode()
     assert decode(T, b'{"format":1,"outcome":"succeeded","catchup":"yes"}').catchup is None
+
+
+@pytest.mark.parametrize(
+    ("attempts", "cut", "catchup", "expected"),
+    [
+        (None, None, None, "succeeded"),
+        (None, None, True, "succeeded (catch-up)"),
+        ((3, 0), None, None, "succeeded (2nd attempt)"),
+        ((3, 0), None, True, "succeeded (catch-up, 2nd attempt)"),
+    ],
+)
+def test_history_says_a_catchup_beside_its_attempts(
+    attempts: tuple[int, ...] | None, cut: str | None, catchup: bool | None, expected: str
+) -> None:
+    from provision.ledger.attempts import attempts_text
+
+    assert attempts_text("succeeded", attempts, cut, catchup) == expected

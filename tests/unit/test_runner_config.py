@@ -220,7 +220,7 @@ def test_an_unknown_job_names_the_known_ones(tmp_path: Path) -> None:
         (
             _with(consul__token=1),
             "consul.token: unknown field (known: address, ca_file, cert_file, key_file, "
-            "token_file)",
+            "login, token_file)",
         ),
         (_with(consul__address=DELETE), "consul.address: must be a non-empty string"),
         (_with(consul__token_file=None), "consul.token_file: must be a non-empty string"),

@@ -1,0 +1,176 @@
+"""Workload identity on the real cluster: apply creates the auth method, roles and binding rules,
+a second apply changes nothing, a changed claim updates only its binding rule, --prune deletes
+only lockctl's own; and a JWT the test signs (as a service-account issuer would, RS256 with a
+key made here by openssl) logs in as worker-1 with exactly its privileges."""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from provision.consul import Consul, PermissionDenied
+from provision.consul.errors import ConsulError
+from provision.system.secrets import Secret
+from tests.conftest import LiveCluster
+from tests.integration.test_apply import Env
+
+ISSUER = "https://issuer.test"
+OPENSSL = shutil.which("openssl")
+
+
+def _spec(workers: dict[str, str], method: str = "it-k8s") -> str:
+    """A spec whose workers (name -> service account) log in through `method`."""
+    out = [
+        f'auth_method "{method}" {{\n  type = "jwt"\n  bound_issuer = "{ISSUER}"\n'
+        '  bound_audiences = ["consul"]\n  jwt_validation_pub_keys_file = "issuer.pem"\n'
+        '  max_token_ttl = "5m"\n  claim_mappings {\n'
+        '    namespace = "/kubernetes.io/namespace"\n'
+        '    service_account = "/kubernetes.io/serviceaccount/name"\n  }\n}\n'
+    ]
+    for worker, account in workers.items():
+        out.append(
+            f'worker "{worker}" {{\n  identity {{\n    auth_method = "{method}"\n'
+            f'    claims {{\n      namespace = "it"\n      service_account = "{account}"\n'
+            "    }\n  }\n}\n"
+        )
+    for worker in workers:
+        out.append(
+            f'job "it-{worker}" {{\n  prefix = "it/{worker}/"\n  workers = ["{worker}"]\n}}\n'
+        )
+    return "".join(out)
+
+
+@pytest.fixture
+def env(tmp_path: Path, live_cluster: LiveCluster, monkeypatch: pytest.MonkeyPatch) -> Env:
+    assert OPENSSL, "openssl makes the issuer's key"
+    for name in ("CONSUL_HTTP_TOKEN", "CONSUL_HTTP_TOKEN_FILE", "CONSUL_HTTP_ADDR"):
+        monkeypatch.delenv(name, raising=False)
+    key = tmp_path / "issuer.key"
+    subprocess.run([OPENSSL, "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
+    subprocess.run(
+        [OPENSSL, "rsa", "-in", str(key), "-pubout", "-out", str(tmp_path / "issuer.pem")],
+        check=True,
+        capture_output=True,
+    )
+    return Env(tmp_path, live_cluster)
+
+
+def _apply(env: Env, text: str, *extra: str) -> dict[str, object]:
+    env.spec.write_text(text, encoding="utf-8")
+    result = env.run("apply", "--json", *extra)
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert isinstance(record, dict)
+    return record
+
+
+def _mine(consul: Consul) -> tuple[set[str], dict[str, tuple[str, ...]], dict[str, str]]:
+    methods = {m.name for m in consul.identity.list_auth_methods()}
+    roles = {r.name: r.policy_names for r in consul.identity.list_roles()}
+    rules = {r.bind_name: r.selector for r in consul.identity.list_binding_rules()}
+    return methods, roles, rules
+
+
+def test_apply_creates_then_changes_nothing_then_updates_a_claim_then_prunes(env: Env) -> None:
+    mgmt = env.cluster.management()
+    theirs = mgmt.identity.create_role("it-theirs", "made by hand", [])
+    first = _apply(env, _spec({"worker-1": "sa-1", "worker-2": "sa-2"}))
+    made = [(c["action"], c["kind"], c["name"]) for c in first["identity"]]  # type: ignore[union-attr]
+    assert made == [
+        ("create", "auth-method", "it-k8s"),
+        ("create", "role", "worker-worker-1"),
+        ("create", "role", "worker-worker-2"),
+        ("create", "binding-rule", "worker-1"),
+        ("create", "binding-rule", "worker-2"),
+    ]
+    methods, roles, rules = _mine(mgmt)
+    assert "it-k8s" in methods
+    assert roles["worker-worker-1"] == ("lock-it-worker-1", "session-worker-1")
+    assert rules["worker-worker-2"] == (
+        'value.namespace == "it" and value.service_account == "sa-2"'
+    )
+    again = _apply(env, _spec({"worker-1": "sa-1", "worker-2": "sa-2"}))
+    assert again["changes_pending"] is False and again["applied"] == 0
+    changed = _apply(env, _spec({"worker-1": "sa-1", "worker-2": "sa-2b"}))
+    assert changed["identity"] == [
+        {
+            "action": "update",
+            "kind": "binding-rule",
+            "name": "worker-2",
+            "reason": "selector differs (the worker's claims changed)",
+        }
+    ]
+    assert _mine(mgmt)[2]["worker-worker-2"].endswith('"sa-2b"')
+    pruned = _apply(env, _spec({"worker-1": "sa-1"}), "--prune")
+    deleted = {(c["kind"], c["name"]) for c in pruned["identity"]}  # type: ignore[union-attr]
+    assert deleted == {("binding-rule", "worker-2"), ("role", "worker-worker-2")}
+    methods, roles, rules = _mine(mgmt)
+    assert "worker-worker-2" not in roles and "worker-worker-2" not in rules
+    assert "worker-worker-1" in roles and "it-theirs" in roles  # unmanaged: untouched
+    mgmt.identity.delete_role(theirs.id)
+
+
+# --- login with a JWT the test signs --------------------------------------------------------
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _jwt(key: Path, namespace: str, account: str) -> Secret:
+    """An RS256 JWT with a projected service-account token's claims, signed by `key`."""
+    now = int(time.time())
+    claims = {
+        "iss": ISSUER,
+        "aud": ["consul"],
+        "sub": f"system:serviceaccount:{namespace}:{account}",
+        "iat": now,
+        "nbf": now - 5,
+        "exp": now + 300,
+        "kubernetes.io": {"namespace": namespace, "serviceaccount": {"name": account}},
+    }
+    header = {"alg": "RS256", "typ": "JWT"}
+    signed = f"{_b64(json.dumps(header).encode())}.{_b64(json.dumps(claims).encode())}"
+    assert OPENSSL
+    signature = subprocess.run(
+        [OPENSSL, "dgst", "-sha256", "-sign", str(key)],
+        input=signed.encode(),
+        check=True,
+        capture_output=True,
+    ).stdout
+    return Secret(f"{signed}.{_b64(signature)}")
+
+
+def test_a_login_as_worker_1_gets_exactly_its_privileges_and_a_stranger_none(env: Env) -> None:
+    _apply(env, _spec({"worker-1": "sa-1", "worker-2": "sa-2"}, method="it-login"))
+    anonymous = env.cluster.client(token=None)
+    token = anonymous.identity.login("it-login", _jwt(env.tmp / "issuer.key", "it", "sa-1"))
+    assert token.secret is not None
+    as_worker = env.cluster.client(token=token.secret)
+    try:
+        session = as_worker.session.create(name="it-login", ttl=15, lock_delay=0, node="worker-1")
+        assert as_worker.kv.put("it/worker-1/x.lock", b"1", acquire=session)
+        with pytest.raises(PermissionDenied):
+            as_worker.kv.put("it/worker-2/x.lock", b"1", acquire=session)
+        with pytest.raises(PermissionDenied):
+            as_worker.session.create(name="it-login", ttl=15, lock_delay=0, node="worker-2")
+        as_worker.session.destroy(session)
+    finally:
+        anonymous.identity.logout(token.secret)
+    with pytest.raises(PermissionDenied):
+        as_worker.acl.read_self_token()
+    with pytest.raises(PermissionDenied):  # no binding rule selects this identity
+        anonymous.identity.login("it-login", _jwt(env.tmp / "issuer.key", "it", "sa-9"))
+    with pytest.raises(ConsulError):  # Consul answers 500 for a bad signature (CONSUL_FACTS)
+        other = env.tmp / "other.key"
+        assert OPENSSL
+        subprocess.run(
+            [OPENSSL, "genrsa", "-out", str(other), "2048"], check=True, capture_output=True
+        )
+        anonymous.identity.login("it-login", _jwt(other, "it", "sa-1"))
