@@ -52,7 +52,7 @@ from provision.runner.lock import LockSession
 from provision.runner.stop import StopRequest
 from provision.schedule import parse_schedule
 from provision.scheduler.cadence import Cadence
-from provision.scheduler.loop import scheduled_run
+from provision.scheduler.runs import scheduled_run
 from provision.system.secrets import read_secret_file
 from provision.workers.config import load_worker_config
 

@@ -63,6 +63,18 @@ FLAG_DEFAULTS: dict[str, bool] = {"retry_on_timeout": False}
 FLAG_FIELDS = tuple(FLAG_DEFAULTS)
 DEFAULT_START_DEADLINE = parse_duration(DEFAULTS["start_deadline"]).seconds
 
+# What a job does after a time nobody ran it (ledger/catchup.py): "skip" leaves the ticks it
+# missed missed; "latest" runs the newest of them once, while within its start_deadline.
+CATCHUP_MODES = ("skip", "latest")
+DEFAULT_CATCHUP = "skip"
+
+
+def catchup_problem(value: object) -> str | None:
+    """Why `value` cannot be a job's catchup, or None."""
+    if value in CATCHUP_MODES:
+        return None
+    return 'must be "skip" or "latest"'
+
 
 @dataclass(frozen=True)
 class JobTimings:

@@ -13,9 +13,11 @@ numbers, and anything outside that common subset is reported rather than guessed
 from __future__ import annotations
 
 import difflib
+import itertools
 import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
@@ -30,7 +32,9 @@ from provision.acl.rules import (
     rule_policy,
     rule_segment,
 )
+from provision.durations import format_duration
 from provision.errors import InputError
+from provision.schedule import Schedule, parse_schedule
 from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError
 from provision.spec.hcl_parse import parse_hcl
 from provision.spec.models import Spec
@@ -78,6 +82,40 @@ def lint_file(
     expected = expectation_for(spec, name) if spec is not None else None
     nodes = declared_nodes if spec is None else [w.name for w in spec.workers]
     return lint_rules(text, name=name, declared_nodes=nodes, expected=expected)
+
+
+def catchup_findings(spec: Spec, now: datetime) -> list[Finding]:
+    """What in the spec itself has no effect: a job with catchup = "latest" whose
+    start_deadline is not above its schedule's interval never catches a tick up."""
+    found = []
+    for job in spec.jobs:
+        if job.catchup != "latest" or job.schedule is None:
+            continue
+        deadline = job.timings.start_deadline
+        interval = _never_catches_up(parse_schedule(job.schedule, job.timezone), deadline, now)
+        if interval is not None:
+            message = (
+                f'job "{job.name}": catchup = "latest" never runs a tick: start_deadline '
+                f"{format_duration(deadline)} is not above the schedule's interval "
+                f"{format_duration(interval)}"
+            )
+            fix = 'raise start_deadline above the interval, or set catchup = "skip"'
+            found.append(_finding("warning", job.line, "catchup", message, fix))
+    return found
+
+
+# intervals of a schedule looked at: a cron's spacing repeats within a week, which 64 of its
+# ticks cover for all but the sparsest
+_INTERVALS = 64
+
+
+def _never_catches_up(schedule: Schedule, start_deadline: float, since: datetime) -> float | None:
+    """The schedule's shortest interval (seconds) among its next ticks when `start_deadline`
+    is not above it: a tick's claim window then closes only at its deadline, after which no
+    catch-up may start (ledger/catchup.py); None when a catch-up can happen."""
+    ticks = schedule.next_ticks(since, _INTERVALS + 1)
+    shortest = min((b - a).total_seconds() for a, b in itertools.pairwise(ticks))
+    return shortest if start_deadline <= shortest else None
 
 
 def lint_rules(

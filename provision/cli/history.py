@@ -171,7 +171,7 @@ def _print_tick(job: str, row: TickRow) -> None:
     if fields["recorded_outcome"] == row.outcome:  # said in the first line already
         del fields["recorded_outcome"]
     for name, value in fields.items():
-        if value is not None and name not in ("outcome", "recorded"):
+        if value is not None and name not in ("outcome", "recorded", "catchup"):
             out.print(Text("  ") + cell(f"{name}: {value}", 300))
     r = row.record
     for name, text in (("stdout", r and r.stdout), ("stderr", r and r.stderr)):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional
 
@@ -92,6 +93,13 @@ def lint(
         findings += found
         for finding in found:
             typer.echo(finding.describe(str(path)))
+    if loaded:  # the spec's own settings that have no effect
+        from provision.acl.lint import catchup_findings
+
+        found = catchup_findings(loaded, datetime.now(timezone.utc))
+        findings += found
+        for finding in found:
+            typer.echo(finding.describe(loaded.path))
     typer.echo(_lint_summary(findings, len(files)), err=bool(findings))
     if has_errors(findings) or (findings and not errors_only):
         raise typer.Exit(EXIT_FAILED)

@@ -24,10 +24,11 @@ from provision.errors import InputError, LockctlError
 
 if TYPE_CHECKING:
     from provision.cli.parsing import CommandParser
-    from provision.consul import Consul
+    from provision.consul import AgentClock, Consul
     from provision.runner.events import EventLog
     from provision.runner.precheck import ScheduledTick
-    from provision.runner.results import RunResult
+    from provision.runner.results import RunOptions, RunResult
+    from provision.runner.stop import StopRequest
     from provision.workers.config import JobConfig, WorkerConfig
 
 
@@ -251,6 +252,9 @@ def _run(
                 tick=tick,
                 node=agentless_node(worker_config.worker, worker_config.agentless, os.environ),
             )
+            if tick is not None and not stop.requested:
+                worker = worker_config.worker
+                _catch_up(consul, job_config, worker, args, options, events, stop, agent_clock)
     except LockctlError:  # Consul unreachable, refused, ...: counted too, as outcome "error"
         if checked.metrics is not None:
             _write_metrics(checked.metrics, events, None, time.monotonic() - began)
@@ -280,6 +284,28 @@ def _taken_once_logged_in(
 
     token = consul.transport.tokens.current
     return tick_taken(worker_config, job_config, chosen.tick, events, token=token)
+
+
+def _catch_up(
+    consul: Consul,
+    job: JobConfig,
+    worker: str,
+    args: RunArgs,
+    options: RunOptions,
+    events: EventLog,
+    stop: StopRequest,
+    wall: AgentClock,
+) -> None:
+    """catchup = "latest": after this run's tick, the newest tick nobody ran. Its result is in
+    its events and record; the exit status stays this tick's, so a Consul error here is said
+    (`catch-up-failed`), not raised: the tick itself ran."""
+    from provision.consul import ConsulError
+    from provision.runner.catchup import run_catchup
+
+    try:
+        run_catchup(consul, job, worker, args.command, options, events, stop, wall=wall)
+    except ConsulError as exc:
+        events.emit("catch-up-failed", warning=str(exc))
 
 
 def _write_metrics(path: Path, events: EventLog, result: RunResult | None, elapsed: float) -> None:

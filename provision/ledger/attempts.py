@@ -12,13 +12,21 @@ MAX_ATTEMPTS = 11  # retries are 0..10 (provision.timings): a record keeps no mo
 _ORDINALS = {1: "1st", 2: "2nd", 3: "3rd"}
 
 
-def attempts_text(outcome: str, attempts: tuple[int | None, ...] | None, cut: str | None) -> str:
+def attempts_text(
+    outcome: str,
+    attempts: tuple[int | None, ...] | None,
+    cut: str | None,
+    catchup: bool | None = None,
+) -> str:
     """How history shows a tick's outcome with its attempts: `succeeded (2nd attempt)`,
     `failed (3 attempts)`, `failed (1 attempt, retries cut by the next tick)`; the outcome alone
-    for a single attempt with nothing cut."""
+    for a single attempt with nothing cut. A catch-up (ledger/catchup.py) says so first:
+    `succeeded (catch-up)`, `succeeded (catch-up, 2nd attempt)`."""
     count = len(attempts or ()) or 1
     if count == 1 and cut is None:
-        return outcome
+        return f"{outcome} (catch-up)" if catchup else outcome
+    if catchup:
+        return attempts_text(outcome, attempts, cut).replace(" (", " (catch-up, ", 1)
     if outcome == "succeeded":
         said = f"{_ORDINALS.get(count, f'{count}th')} attempt"
     else:

@@ -185,13 +185,13 @@ class TickRow:
         if self.note is not None:
             return f"{self.outcome} ({self.note})"
         r = self.record
-        if r is not None and r.by is not None:
+        if r is None:  # missed, and nobody recorded it yet
+            return "missed (not recorded yet)" if self.missed else self.outcome
+        said = attempts_text(self.outcome, r.attempts, r.retries_cut, r.catchup)
+        if r.by is not None:
             manual = "manual, " if r.trigger is not None else ""
-            said = attempts_text(self.outcome, r.attempts, r.retries_cut)
             return f"{said} ({manual}{operator_said(r)})"
-        if self.missed and not self.recorded:
-            return "missed (not recorded yet)"
-        return self.outcome if r is None else attempts_text(self.outcome, r.attempts, r.retries_cut)
+        return said
 
     def to_record(self) -> dict[str, Any]:
         r = self.record
@@ -219,6 +219,7 @@ class TickRow:
             "reason": None if r is None else r.reason,
             "asked_at": _iso(None if r is None else r.asked_at),
             "trigger": None if r is None else r.trigger,
+            "catchup": None if r is None else r.catchup,
         }
 
 

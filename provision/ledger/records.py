@@ -140,6 +140,7 @@ class TickRecord:
     reason: str | None = None
     asked_at: datetime | None = None
     trigger: str | None = None
+    catchup: bool | None = None  # True: run as the catch-up of a tick nobody ran (catchup.py)
     modify_index: int = 0  # Consul's, when read from Consul (the cas index to complete it at)
 
     def encode(self) -> bytes:
@@ -201,6 +202,7 @@ def decode(tick: datetime, value: bytes | None, modify_index: int = 0) -> TickRe
         reason=_text(raw.get("reason"), 200),
         asked_at=_time(raw.get("asked_at")),
         trigger=_text(raw.get("trigger")),
+        catchup=True if raw.get("catchup") is True else None,
         modify_index=modify_index,
     )
 

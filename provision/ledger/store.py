@@ -279,17 +279,22 @@ class Ledger:
         holder: bytes,
         session_id: str,
         previous: datetime | None = None,
+        over: int = 0,
         *,
         trigger: tuple[str, int] | None = None,
     ) -> Claim:
         """Claim the record's tick and take the lock, in one transaction; with `previous`, the
         answer also says whether that tick has a record (a get-tree of its one key: unlike
-        `get`, it does not fail the transaction when there is none). `trigger` (a manual run:
-        the trigger's id, and the index the job's taken-trigger key was read at, 0 when absent):
-        the claim also records that trigger taken, and fails if another took one meanwhile."""
+        `get`, it does not fail the transaction when there is none). `over`: the ModifyIndex
+        of the tick's `missed` record a catch-up claims over (ledger/catchup.py): the claim
+        wins only while that record is as read, so it and a later one cannot both win.
+        `trigger` (a manual run: the trigger's id, and the index the job's taken-trigger key
+        was read at, 0 when absent): the claim also records that trigger taken, and fails if
+        another took one meanwhile."""
         key = self.key(record.tick)
+        unclaimed = KVOp("check-index", key, index=over) if over else KVOp("check-not-exists", key)
         ops = [
-            KVOp("check-not-exists", key),
+            unclaimed,
             KVOp("lock", self.lock_key, holder, session=session_id),
             KVOp("set", key, record.encode()),
             KVOp("get", self.lock_key),

@@ -107,6 +107,7 @@ def run_job(
             wall,
             tick.planned_start,
             previous,
+            tick.catchup_over,
             manual=tick.manual,
         )
         lock.next_tick = schedule.next_ticks(plan.tick, 1)[0]  # no retry starts at or past it

@@ -75,6 +75,9 @@ class TickRun:
     planned_start: float = 0.0  # seconds after the tick
     housekeep: bool = True
     manual: ControlNote | None = None  # a trigger's run: its instant is `plan.tick`
+    # a catch-up (runner/catchup.py): the ModifyIndex of the tick's `missed` record it claims
+    # over, 0 when the tick has no record; None: the tick's own run
+    catchup_over: int | None = None
 
 
 @dataclass(frozen=True)
@@ -172,6 +175,7 @@ class TickLock(LockSession):
         wall: WallClock = utc_now,
         planned_start: float = 0.0,
         previous: datetime | None = None,
+        catchup_over: int | None = None,
         *,
         manual: ControlNote | None = None,
     ) -> None:
@@ -184,6 +188,7 @@ class TickLock(LockSession):
         self.next_tick: datetime | None = None  # the schedule's tick after ours: retries stop
         self.wall = wall
         self.planned_start = planned_start  # seconds after the tick (jitter): in the record
+        self.catchup_over = catchup_over  # a catch-up's (TickRun): claims over a missed record
         self.record: TickRecord | None = None  # ours, once claimed
         self.tick_taken = False  # the claim found the tick taken: retrying cannot help
         self.paused: TickRecord | None = None  # the claim found the job paused: recorded so
@@ -204,6 +209,7 @@ class TickLock(LockSession):
             claimed_at=claimed_at,
             start_lag=max(0.0, (claimed_at - self.tick).total_seconds()),
             planned_start=self.planned_start or None,
+            catchup=True if self.catchup_over is not None else None,
         )
         trigger = None
         if self.manual is not None:
@@ -216,8 +222,9 @@ class TickLock(LockSession):
                 record, by=note.by, reason=note.reason, asked_at=note.at, trigger=note.id
             )
         sent = self._clock()
+        over = self.catchup_over or 0
         claim = self.ledger.claim(
-            record, self._holder_record(), self.session_id, self.previous, trigger=trigger
+            record, self._holder_record(), self.session_id, self.previous, over, trigger=trigger
         )
         if not claim.won:
             self.tick_taken, self._lock_refusal = claim.tick_taken, claim.lock_refusal

@@ -27,75 +27,27 @@ from typing import Any, TextIO
 
 from provision.consul import Consul, ConsulError, PermissionDenied
 from provision.errors import LockctlError
+from provision.ledger.catchup import LATEST
 from provision.ledger.control import ControlNote
 from provision.ledger.records import tick_name
-from provision.ledger.store import Ledger
-from provision.ledger.ticks import TickChoice, choose_tick
-from provision.runner.engine import run_job
+from provision.ledger.ticks import choose_tick
+from provision.runner.catchup import run_catchup
 from provision.runner.events import EventLog
 from provision.runner.forkserver import ForkServer
 from provision.runner.precheck import WallClock, utc_now
 from provision.runner.results import RunOptions, RunResult, SkipReason
 from provision.runner.stop import StopRequest
-from provision.runner.tick_lock import TickRun, job_turn, plan_tick
+from provision.runner.tick_lock import job_turn
 from provision.schedule import parse_schedule
 from provision.scheduler.cadence import (
-    Cadence,
-    after_read,
-    after_run,
     distrust_clocks,
     starting,
-    tick_work,
 )
 from provision.scheduler.counts import HELPER_EVENTS, LoopCounts
+from provision.scheduler.runs import scheduled_run
 from provision.scheduler.sessions import SessionPool
 from provision.scheduler.triggers import manual_run
 from provision.workers.config import JobConfig
-
-
-def scheduled_run(
-    consul: Consul,
-    job: JobConfig,
-    worker: str,
-    due: datetime,
-    events: EventLog,
-    stop: StopRequest,
-    session: str,
-    cadence: Cadence,
-    *,
-    clock: Callable[[], float] = time.monotonic,
-    wall: WallClock = utc_now,
-    forks: ForkServer | None = None,
-) -> tuple[RunResult, Cadence]:
-    """The run of tick `due`, the one the loop waited for, under the replica's session: the
-    engine's, with the read before the claim when this replica is not first in the claim order
-    or `cadence` wants the clocks compared, and the housekeeping as often as `cadence` says."""
-    schedule = parse_schedule(job.schedule or "", job.timezone)  # cached
-    work = tick_work(cadence, clock())
-    turn = job_turn(job, schedule, due, worker)
-    ledger = Ledger(consul, job.lock_key)
-    read = work.read_first or turn.reads_first
-    plan = plan_tick(ledger, job, schedule, due, events, wall, read=read)
-    if work.read_first:
-        # a skew of this host's clock is only said: every decision is on the agent's clock
-        agree = isinstance(plan, TickChoice) and plan.wait == 0
-        cadence = after_read(cadence, clock(), clocks_agree=agree)
-    result = run_job(
-        consul,
-        job,
-        worker,
-        list(job.command or ()),
-        RunOptions(),
-        events,
-        stop,
-        clock,
-        wall,
-        TickRun(plan, turn.planned, housekeep=work.housekeep),
-        session=session,
-        forks=forks,
-    )
-    claimed = result.lock_index is not None
-    return result, after_run(cadence, clock(), work, claimed=claimed, again=result.housekeep_again)
 
 
 def token_refused(exc: ConsulError) -> str | None:
@@ -189,6 +141,9 @@ class JobTicks:
         self._last_tick: datetime | None = None
         self._consul_down = False
         self._recheck_clocks = False  # a clock stepped: read the agent's before the next claim
+        # catchup = "latest": look for a tick nobody ran after the next run, at the start and
+        # after Consul was unreachable, never in the steady state (runner/catchup.py)
+        self._catchup_look = job.catchup == LATEST
         # the ledger work beyond claim and completion (cadence.py)
         self.cadence = starting(clock(), job.name)
         # told when a trigger's run could not be tried (Consul, a bug): it is heard of again
@@ -198,6 +153,7 @@ class JobTicks:
         """Take over from `old`, this job's loop before a reload: the ticks it ran or tried are
         not tried again, the ticks that pass while its run ends are said as overlap."""
         self._last_tick = old._last_tick
+        self._catchup_look = self._catchup_look and old._catchup_look
 
     def leave(self) -> None:
         """This loop is retired (a reload removed or replaced it): no more session news."""
@@ -269,6 +225,11 @@ class JobTicks:
                 wall=self.wall,
                 forks=self.forks,
             )
+            caught = self._catch_up(session) if self._catchup_look else None
+            if caught is not None:  # the due tick's run is counted first, then the catch-up
+                self.counts.not_running()
+                self.counts.finished(result, self.wall().timestamp())
+                result = caught
         except ConsulError as exc:
             refused = token_refused(exc)
             if refused is None:
@@ -320,6 +281,31 @@ class JobTicks:
         self.last_result = result
         self.counts.finished(result, self.wall().timestamp())
 
+    def _catch_up(self, session: str) -> RunResult | None:
+        """Run the newest tick nobody ran, if there is one (after the tick that was due: a
+        catch-up first could push that one out of its window, which its start deadline does not
+        do to the catch-up): the look is done once Consul answered it; a ConsulError leaves it
+        for the next run, without saying the due tick was not run (it was)."""
+        try:
+            result = run_catchup(
+                self.consul,
+                self.job,
+                self.worker,
+                list(self.job.command or ()),
+                RunOptions(),
+                self.events,
+                self.stop,
+                self.clock,
+                self.wall,
+                session=session,
+                forks=self.forks,
+            )
+        except ConsulError as exc:
+            self._unavailable(exc, None)
+            return None
+        self._catchup_look = False
+        return result
+
     def recheck_clocks(self) -> None:
         """From the scheduler's thread: a clock stepped; the next run reads before its claim."""
         self._recheck_clocks = True
@@ -352,6 +338,7 @@ class JobTicks:
         self.counts.consul_failed(str(exc), renewing=renewing)
         if due is not None:
             self._count("consul-unavailable")
+            self._catchup_look = self.job.catchup == LATEST  # the tick may need catching up
         if not self._consul_down or due is not None:
             self.events.emit(
                 "consul-unavailable",

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from provision.durations import Duration, parse_duration
 from provision.spec.names import lock_key
 from provision.system.http_call import HttpCall
-from provision.timings import COUNT_DEFAULTS, DEFAULTS, JobTimings
+from provision.timings import COUNT_DEFAULTS, DEFAULT_CATCHUP, DEFAULTS, JobTimings
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8500"
 DEFAULT_START_DEADLINE = parse_duration(DEFAULTS["start_deadline"])
@@ -29,6 +29,7 @@ class Defaults:
     history_limit: int = DEFAULT_HISTORY_LIMIT
     jitter: Duration = NO_JITTER
     timeout: Duration | None = None  # None: a run may go on as long as it likes
+    catchup: str = DEFAULT_CATCHUP  # "skip" or "latest" (ledger/catchup.py)
     retries: int = 0  # attempts after a failed first one (runner/retries.py)
     retry_delay: Duration = DEFAULT_RETRY_DELAY
     retry_on_timeout: bool = False
@@ -93,6 +94,7 @@ class Job:
     timezone: str = "UTC"  # the IANA zone `schedule` is read in
     history_limit: int = DEFAULT_HISTORY_LIMIT  # tick records kept per job
     http: HttpCall | None = None  # an HTTP job's call, instead of `command` (spec/http_block.py)
+    catchup: str = DEFAULT_CATCHUP  # after a time nobody ran it: "skip", or run the "latest"
 
     @property
     def lock_key(self) -> str:

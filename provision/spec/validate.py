@@ -36,8 +36,10 @@ from provision.spec.names import NAME_RULE, is_valid_name
 from provision.spec.prefixes import check_job_prefixes
 from provision.spec.problems import Problems, shown
 from provision.spec.values import (
+    CHOICE_KEYS,
     read_address,
     read_bool,
+    read_catchup,
     read_command,
     read_job_workers,
     read_prefix,
@@ -46,9 +48,10 @@ from provision.spec.values import (
 )
 from provision.system.files import UnreadableFile, read_regular_file
 from provision.system.http_call import HttpCall
+from provision.timings import DEFAULT_CATCHUP
 
 MAX_SPEC_BYTES = 16 * 1024 * 1024  # a 10,000-job spec is about 3 MB
-DEFAULTS_KEYS = (*DURATION_KEYS, *COUNT_KEYS)
+DEFAULTS_KEYS = (*DURATION_KEYS, *COUNT_KEYS, *CHOICE_KEYS)
 JOB_KEYS = ("prefix", "workers", "schedule", "timezone", "command", *DEFAULTS_KEYS)
 WORKER_KEYS = ("address", "agentless")
 BLOCK_TYPES = ("defaults", "worker", "job", "auth_method")
@@ -107,17 +110,18 @@ def _build(body: Body, problems: Problems) -> Spec:
     blocks = _known_blocks(body.blocks, problems)
     _check_duplicates(blocks["worker"], "worker", problems)
     _check_duplicates(blocks["job"], "job", problems)
+    catchup = _default_catchup(blocks["defaults"], problems)
     defaults, counts = _defaults(blocks["defaults"], problems)
     methods = read_auth_methods(blocks["auth_method"], problems)
     workers = _workers(blocks["worker"], methods, _method_names(blocks), problems)
     declared = {worker.name for worker in workers}
-    jobs = [_job(block, defaults, counts, declared, problems) for block in blocks["job"]]
+    jobs = [_job(block, defaults, counts, catchup, declared, problems) for block in blocks["job"]]
     named_jobs = [job for job in jobs if job is not None]
     check_job_prefixes(blocks["job"], problems)
     _check_not_empty(blocks["worker"], blocks["job"], problems)
     return Spec(
         path=problems.path,
-        defaults=final_defaults(defaults, counts),
+        defaults=replace(final_defaults(defaults, counts), catchup=catchup),
         workers=tuple(sorted(workers, key=lambda w: w.name)),
         jobs=tuple(sorted(named_jobs, key=lambda j: j.name)),
         auth_methods=tuple(methods[name] for name in sorted(methods)),
@@ -234,6 +238,16 @@ def _display(block: Block, kind: str) -> str:
 # --- defaults -------------------------------------------------------------------------------
 
 
+def _default_catchup(blocks: list[Block], problems: Problems) -> str:
+    """The catchup every job inherits; an invalid one is reported (its block's other problems
+    are _defaults'), and the built-in one stands in: the spec is refused anyway."""
+    found = [a for block in blocks[:1] for a in block.body.attributes if a.name == "catchup"]
+    chosen = read_catchup(
+        found[0] if found else None, "defaults.catchup", DEFAULT_CATCHUP, problems
+    )
+    return chosen or DEFAULT_CATCHUP
+
+
 def _defaults(blocks: list[Block], problems: Problems) -> tuple[Settings, Counts]:
     """The durations and counts every job inherits; an invalid count is reported and the
     built-in one stands in (the spec is refused anyway)."""
@@ -298,6 +312,7 @@ def _job(
     block: Block,
     defaults: Settings,
     default_counts: Counts,
+    default_catchup: str,
     declared: set[str],
     problems: Problems,
 ) -> Job | None:
@@ -317,7 +332,10 @@ def _job(
         timings = replace(timings, timeout=http.timeout)
     if timings is not None and counts is not None:
         timings = with_retries(timings, counts, every, attributes, where, problems)
+    catchup = read_catchup(attributes.get("catchup"), f"{where}.catchup", default_catchup, problems)
     if name is None or prefix is None or workers is None or timings is None or counts is None:
+        return None
+    if catchup is None:
         return None
     return Job(
         name=name,
@@ -330,6 +348,7 @@ def _job(
         http=http,
         timezone=zone or "UTC",
         history_limit=counts["history_limit"],
+        catchup=catchup,
     )
 
 

@@ -12,13 +12,14 @@ from provision.schedule import ScheduleError, check_zone, parse_schedule
 from provision.spec.hcl import Attribute, Unsupported, Value
 from provision.spec.models import DEFAULT_ADDRESS
 from provision.spec.problems import Problems, shown
-from provision.timings import count_problem
+from provision.timings import catchup_problem, count_problem
 
 PREFIX_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*/$")
 MAX_PREFIX = 256
 MAX_SCHEDULE = 256
 MAX_COMMAND_ARGS = 256
 MAX_ARGUMENT = 4096
+CHOICE_KEYS = ("catchup",)  # keys whose value is one word of a few (provision.timings)
 
 
 # --- strings --------------------------------------------------------------------------------
@@ -66,6 +67,21 @@ def read_count(attribute: Attribute, field: str, where: str, problems: Problems)
         problem = f"{problem}, not {kind}"
     problems.add(attribute.line, where, str(problem))
     return None
+
+
+def read_catchup(
+    attribute: Attribute | None, where: str, default: str, problems: Problems
+) -> str | None:
+    """The block's catchup, `default` when it sets none; None after recording why not."""
+    if attribute is None:
+        return default
+    return read_checked_string(
+        attribute, where, problems, lambda text: _quoted(text, catchup_problem(text))
+    )
+
+
+def _quoted(text: str, problem: str | None) -> str | None:
+    return None if problem is None else f'"{shown(text)}" {problem}'
 
 
 def _kind(value: Value) -> str:

@@ -15,10 +15,12 @@ from provision.schedule import ScheduleError, check_zone, parse_schedule
 from provision.system.http_call import HttpCall, method_problem, url_problem
 from provision.timings import (
     COUNT_DEFAULTS,
+    DEFAULT_CATCHUP,
     DEFAULTS,
     FLAG_DEFAULTS,
     JobTimings,
     bound_problem,
+    catchup_problem,
     count_problem,
     fencing_problem,
     jitter_problem,
@@ -43,6 +45,7 @@ class JobConfig:
     command: tuple[str, ...] | None = None  # the argv `lockctl schedule` runs; None: it has none
     workers: tuple[str, ...] = ()  # every worker of the job, for the claim order; (): unknown
     http: HttpCall | None = None  # an HTTP job's call, instead of `command` (runner/http_job.py)
+    catchup: str = DEFAULT_CATCHUP  # "latest": run the newest tick nobody ran (ledger/catchup.py)
 
 
 def job_record(job: Job) -> dict[str, Any]:
@@ -56,6 +59,8 @@ def job_record(job: Job) -> dict[str, Any]:
         "command": list(job.command) if job.command else None,
         "workers": list(job.workers),
         **http_record(job.http),
+        # only when set: a lockctl from before it refuses the field; without it, "skip"
+        **({"catchup": job.catchup} if job.catchup != DEFAULT_CATCHUP else {}),
     }
 
 
@@ -114,6 +119,7 @@ JOB_FIELDS = {
     "retry_delay",
     "retry_on_timeout",
     "http",
+    "catchup",
 }
 
 
@@ -141,6 +147,9 @@ def read_job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> Jo
     retry_delay = _seconds(raw, "retry_delay", where, problems, default=DEFAULTS["retry_delay"])
     on_timeout = _flag(raw, "retry_on_timeout", where, problems)
     http = _http(raw, where, command, timeout, problems)
+    catchup = raw.get("catchup", DEFAULT_CATCHUP)
+    if catchup_problem(catchup):
+        problems.append(f"{where}catchup: {catchup_problem(catchup)}")
     late = None if len(problems) > before else jitter_problem(jitter, deadline)
     if late:
         problems.append(f"{where}jitter: {late}")
@@ -158,7 +167,9 @@ def read_job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> Jo
     timings = replace(
         timings, retries=retries, retry_delay=retry_delay, retry_on_timeout=on_timeout
     )
-    return JobConfig(name, key, timings, schedule, zone, history_limit, command, workers, http)
+    return JobConfig(
+        name, key, timings, schedule, zone, history_limit, command, workers, http, catchup
+    )
 
 
 def _http(

@@ -123,3 +123,44 @@ def test_lint_of_a_missing_file_exits_2(tmp_path: Path, monkeypatch: pytest.Monk
     result = runner.invoke(_app(), ["lint", "missing.hcl"])
     assert result.exit_code == 2
     assert result.stderr.startswith("lockctl: error: missing.hcl: cannot read")
+
+
+CATCHUP_SPEC = """worker "worker-1" { address = "http://127.0.0.21:8500" }
+job "never" {
+  prefix         = "locks/never/"
+  workers        = ["worker-1"]
+  schedule       = "@hourly"
+  start_deadline = "1h"
+  catchup        = "latest"
+}
+job "can" {
+  prefix         = "locks/can/"
+  workers        = ["worker-1"]
+  schedule       = "@every 10s"
+  start_deadline = "30s"
+  catchup        = "latest"
+}
+job "skips" {
+  prefix   = "locks/skips/"
+  workers  = ["worker-1"]
+  schedule = "@every 10s"
+}
+"""
+
+
+def test_lint_warns_of_a_catchup_that_can_never_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("locks.hcl").write_text(CATCHUP_SPEC)
+    Path("s.hcl").write_text('session "worker-1" {\n  policy = "write"\n}\n')
+    result = runner.invoke(_app(), ["lint", "--spec", "locks.hcl", "s.hcl"])
+    assert result.exit_code == 1
+    assert result.stdout == (
+        'locks.hcl:2: warning: catchup: job "never": catchup = "latest" never runs a tick: '
+        "start_deadline 1h is not above the schedule's interval 1h (fix: raise start_deadline "
+        'above the interval, or set catchup = "skip")\n'
+    )
+    assert result.stderr == "lockctl lint: 1 file, 0 errors, 1 warnings\n"
+    tolerant = runner.invoke(_app(), ["lint", "--errors-only", "--spec", "locks.hcl", "s.hcl"])
+    assert tolerant.exit_code == 0

@@ -136,6 +136,20 @@ def test_the_spec_timeout_reaches_the_worker_config_only_when_set(tmp_path: Path
     assert "timeout" not in unset["jobs"]["a"]  # an older lockctl refuses fields it does not know
 
 
+def test_the_spec_catchup_reaches_the_worker_config_only_when_latest(tmp_path: Path) -> None:
+    text = (
+        'worker "worker-1" { address = "http://127.0.0.21:8500" }\n'
+        'defaults { catchup = "latest" }\n'
+        'job "a" {\n  prefix = "locks/a/"\n  workers = ["worker-1"]\n}\n'
+        'job "b" {\n  prefix = "locks/b/"\n  workers = ["worker-1"]\n  catchup = "skip"\n}\n'
+    )
+    record = config_record(parse_spec(text, "t.hcl"), "worker-1", Path("/t"))
+    assert record["jobs"]["a"]["catchup"] == "latest"
+    assert "catchup" not in record["jobs"]["b"]  # an older lockctl refuses fields it does not know
+    loaded = load_worker_config(_write(tmp_path, record))
+    assert (loaded.job("a").catchup, loaded.job("b").catchup) == ("latest", "skip")
+
+
 def test_a_config_from_an_older_lockctl_gets_the_ledger_defaults(tmp_path: Path) -> None:
     data = _with(jobs__report__start_deadline=DELETE, jobs__report__history_limit=DELETE)
     report = load_worker_config(_write(tmp_path, data)).job("report")
@@ -240,6 +254,8 @@ def test_an_unknown_job_names_the_known_ones(tmp_path: Path) -> None:
             "jobs.report.timeout: must be a duration string such",
         ),
         (_with(jobs__report__timeout="0s"), "jobs.report.timeout: 0s is outside 1s..168h"),
+        (_with(jobs__report__catchup="all"), 'jobs.report.catchup: must be "skip" or "latest"'),
+        (_with(jobs__report__catchup=None), 'jobs.report.catchup: must be "skip" or "latest"'),
         (
             _with(jobs__report__timeout="169h"),
             "jobs.report.timeout: 169h is outside 1s..168h",

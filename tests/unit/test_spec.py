@@ -47,6 +47,7 @@ def _describe(spec: Spec) -> dict[str, Any]:
             "history_limit": job.history_limit,
             "command": list(job.command) if job.command else None,
             "timeout": job.timings.timeout,
+            **({"catchup": job.catchup} if job.catchup != "skip" else {}),
             "line": job.line,
         }
         for job in spec.jobs
