@@ -29,6 +29,7 @@ from provision.consul import Consul, ConsulSettings, NotFound
 from provision.errors import EXIT_WAIT_TIMEOUT, LocalEnvironmentError
 from provision.ledger.records import tick_name
 from provision.ledger.store import Ledger
+from provision.runner.body import JobBody
 from provision.runner.child import Child, check_program
 from provision.runner.events import EventLog, ms
 from provision.runner.fencing import Outcome, waiting_verdict
@@ -68,13 +69,15 @@ def run_job(
     *,
     session: str | None = None,
     forks: ForkServer | None = None,
+    body: Callable[[], JobBody] | None = None,
 ) -> RunResult:
     """Run `command` under the job's lock; the result says what happened and the exit code.
 
     `tick`: for a job with a schedule, the tick its caller waited for and judged (TickRun),
     which this run claims (without one: the tick of this moment, judged here). What a
     long-lived caller keeps across runs: `session`, used and not destroyed (by default the run
-    makes its own and destroys it at the end), and `forks`, its namespace helper."""
+    makes its own and destroys it at the end), and `forks`, its namespace helper. `body`: what
+    makes the job instead of `command` (provision/embed/: a Python callable), each attempt's."""
     schedule = job_schedule(job)
     lock = LockSession(consul, job, worker, clock)
     if schedule is not None:
@@ -96,7 +99,7 @@ def run_job(
             options = replace(options, timeout=min(options.timeout or left, left))
     if session is not None:
         lock.adopt(session)
-    result = _run_locked(lock, command, options, events, stop, clock, forks)
+    result = _run_locked(lock, command, options, events, stop, clock, forks, body)
     if not isinstance(lock, TickLock) or schedule is None or tick is None:
         return result
     # We ran the tick: tidy the ledger after, when the caller's cadence asks, and at once when
@@ -118,17 +121,15 @@ def _run_locked(
     stop: StopRequest,
     clock: Callable[[], float],
     forks: ForkServer | None = None,
+    body: Callable[[], JobBody] | None = None,
 ) -> RunResult:
     # Refused here (exit 2) if it cannot start, before any lock is taken for it. For a plain
     # lock its init starts in its namespace while we acquire: the hand-over then only says go.
     # A tick's claim is lost by every replica but one, so there nothing starts before it is won.
-    environment = job_environment(os.environ)
-    check_program(command, environment)
-    hidden = credential_files(lock.consul.settings)
-    secrets = _secrets(lock.consul.settings)
-    child = None
+    child: JobBody | None = None
+    prepare = body or _command_body(lock, command, forks)
     if not isinstance(lock, TickLock):
-        child = Child(command, environment, forks, hidden, secrets)
+        child = prepare()
     try:
         if stop.requested:
             return _interrupted(stop, lock, events)
@@ -141,10 +142,6 @@ def _run_locked(
             lock.finish(Ending(Outcome.INTERRUPTED.value, None, 0.0), release=True)
             return _interrupted(stop, lock, events)
         supervisor = Supervisor(lock, held, options, events, stop, clock)
-
-        def prepare() -> Child:
-            return Child(command, environment, forks, hidden, secrets)
-
         if child is None:
             child = prepare()
         return supervisor.run(child, clock() - began, prepare)
@@ -153,6 +150,21 @@ def _run_locked(
             child.abort()  # the prepared init, when the job never started
             child.close()
         lock.destroy()  # whatever happened above; a stop request now changes nothing
+
+
+def _command_body(
+    lock: LockSession, command: Sequence[str], forks: ForkServer | None
+) -> Callable[[], JobBody]:
+    """What makes each attempt's job of `command`: checked now, before any lock is taken."""
+    environment = job_environment(os.environ)
+    check_program(command, environment)
+    hidden = credential_files(lock.consul.settings)
+    secrets = _secrets(lock.consul.settings)
+
+    def prepare() -> JobBody:
+        return Child(command, environment, forks, hidden, secrets)
+
+    return prepare
 
 
 def _tick_skipped(skip: TickSkip, events: EventLog) -> RunResult:

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 
 from provision.consul import ConsulError, NotFound
-from provision.runner.child import Child
+from provision.runner.body import JobBody
 from provision.runner.events import EventLog, ms
 from provision.runner.forkserver import KeptProcess
 from provision.runner.lock import LockSession
@@ -45,7 +45,7 @@ class LockMonitors:
     def __init__(
         self,
         lock: LockSession,
-        child: Child,
+        child: JobBody,
         modify_index: int,
         events: EventLog,
         wakeup: Wakeup,
@@ -100,7 +100,7 @@ class LockMonitors:
         self._threads.append(thread)
         thread.start()
 
-    def await_child(self, child: Child) -> None:
+    def await_child(self, child: JobBody) -> None:
         """Wait for a retry's job instead (runner/retries.py): the renewer and the watcher go
         on; the ended attempt's descriptor is let go."""
         self._close_exit_fd()
@@ -155,12 +155,12 @@ class LockMonitors:
                 self._report_lost("the lock key no longer names our session")
                 return
 
-    def _await(self, child: Child) -> None:
+    def _await(self, child: JobBody) -> None:
         child.wait()
         self.wakeup.set()
 
 
-def _exit_descriptor(child: Child) -> tuple[int | None, bool]:
+def _exit_descriptor(child: JobBody) -> tuple[int | None, bool]:
     """A descriptor readable once the job's first process has ended, and whether it is ours
     to close: the namespace helper's status socket (the helper says the exit on it), else a
     pidfd of the process; (None, False) where there is neither."""

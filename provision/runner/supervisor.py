@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 from provision.errors import EXIT_JOB_TIMEOUT, EXIT_LOCK_LOST
 from provision.ledger.records import tick_name
-from provision.runner.child import Child
+from provision.runner.body import JobBody
 from provision.runner.events import EventLog, ms
 from provision.runner.fencing import (
     Action,
@@ -58,7 +58,7 @@ class Supervisor:
             self.next_tick_at = clock() + (lock.next_tick - lock.wall()).total_seconds()
 
     def run(
-        self, child: Child, waited: float, next_child: Callable[[], Child] | None = None
+        self, child: JobBody, waited: float, next_child: Callable[[], JobBody] | None = None
     ) -> RunResult:
         """Run the job under the held lock, and again when it failed and may be retried
         (runner/retries.py): `next_child` prepares each further attempt's job."""
@@ -121,12 +121,12 @@ class Supervisor:
 
     def _attempts(
         self,
-        child: Child,
+        child: JobBody,
         monitors: LockMonitors,
         wakeup: Wakeup,
         acquired_at: float,
-        next_child: Callable[[], Child] | None,
-    ) -> tuple[Decision, Child]:
+        next_child: Callable[[], JobBody] | None,
+    ) -> tuple[Decision, JobBody]:
         """Supervise each attempt to its end; the last one's decision, and its job."""
         hold_until, first = acquired_at + self.min_hold, child
         while True:
@@ -162,7 +162,7 @@ class Supervisor:
             monitors.await_child(child)
             self._emit_retry("retry-started", plan.attempt, child_pid=child.pid)
 
-    def _stopped(self, reason: StopReason, child: Child) -> Child:
+    def _stopped(self, reason: StopReason, child: JobBody) -> JobBody:
         """No further attempt: a cut of retries the job still had is said and recorded."""
         if reason in CUT and self.lock.job.timings.retries:
             self.cut, self.retried = reason.value, True
@@ -209,7 +209,7 @@ class Supervisor:
         )
 
     def _supervise(
-        self, child: Child, monitors: LockMonitors, wakeup: Wakeup, hold_until: float
+        self, child: JobBody, monitors: LockMonitors, wakeup: Wakeup, hold_until: float
     ) -> Decision:
         """Carry out decisions until one says the job is over (release, or report lost)."""
         while True:
@@ -230,7 +230,7 @@ class Supervisor:
                 timeout = REAP_POLL if timeout is None else min(timeout, REAP_POLL)
             wait_for(wakeup, self.stop, timeout, monitors.exit_fds(facts.job_exited))
 
-    def _facts(self, child: Child, monitors: LockMonitors, hold_until: float) -> Facts:
+    def _facts(self, child: JobBody, monitors: LockMonitors, hold_until: float) -> Facts:
         return Facts(
             now=self.clock(),
             confirmed_at=self.lock.confirmed_at,
@@ -244,7 +244,7 @@ class Supervisor:
             timeout_at=self.timeout_at,
         )
 
-    def _settle(self, decision: Decision, child: Child, monitors: LockMonitors) -> None:
+    def _settle(self, decision: Decision, child: JobBody, monitors: LockMonitors) -> None:
         """Record the verdict; the moment it becomes LOST, say so once (the `fenced` event), or
         JOB_TIMED_OUT (the `timed-out` event, with `after_ms`: --wait's has `waited_ms`)."""
         if decision.verdict is Outcome.JOB_TIMED_OUT and self.verdict is None:
@@ -268,7 +268,7 @@ class Supervisor:
         self.verdict = decision.verdict
 
     def _report(
-        self, child: Child, decision: Decision, released: bool | None, acquired_at: float
+        self, child: JobBody, decision: Decision, released: bool | None, acquired_at: float
     ) -> RunResult:
         outcome = Outcome.LOST
         if decision.action is Action.RELEASE and decision.verdict is not None:
