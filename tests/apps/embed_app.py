@@ -8,6 +8,7 @@ whether the process STATE/sleep.pid names is alive), then writes to a tiny fence
   hang-once  the first run here loops until run.lost, then tries the store with its stale index
   process    isolation="process": the first run of all replicas starts a `sleep` child, writes
              its PID to STATE/sleep.pid and hangs (the lock's loss must kill both)
+  exit       on_lost="exit": the first run of all replicas hangs (the loss ends the process)
 Each call's RunOutcome goes to stdout as a JSON line; lockctl's events to stderr.
 """
 
@@ -75,10 +76,15 @@ def main() -> None:
             oracle.write(json.dumps(line) + "\n")
 
     isolation = "process" if mode == "process" else "thread"
+    on_lost = "exit" if mode == "exit" else "flag"
 
-    @locker.singleton(job, isolation=isolation)
+    @locker.singleton(job, isolation=isolation, on_lost=on_lost)
     def refresh(run: Run) -> None:
         note(run, sleep_alive=alive(state / "sleep.pid"))
+        if mode == "exit" and not (state / "hung").exists():  # the first run anywhere
+            (state / "hung").write_text(worker)
+            while True:  # never looks: on_lost="exit" ends the process
+                time.sleep(0.2)
         if mode == "process" and not (state / "sleep.pid").exists():  # the first run anywhere
             sleeper = subprocess.Popen(["sleep", "300"])
             (state / "sleep.pid").write_text(str(sleeper.pid))

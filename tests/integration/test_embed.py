@@ -9,12 +9,14 @@ tree (it started a `sleep`) is dead before another replica runs the job.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from workers_lab import FAST_DEFAULTS, minted_workers, spec_text
 
-from provision.embed import Locker
+from provision.embed import EXIT_ON_LOST, Locker, Outcome, Run, SkipReason
 from tests.lockctl_process import eventually
 
 if TYPE_CHECKING:
@@ -35,7 +37,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.cluster
 
 WORKERS = ("worker-1", "worker-2", "worker-3")
-JOBS = ("once", "kill", "stop", "proc")
+JOBS = ("once", "kill", "stop", "proc", "exit", "inproc")
 TTL = float(FAST_DEFAULTS["ttl"].rstrip("s"))
 LOCK_DELAY = float(FAST_DEFAULTS["lock_delay"].rstrip("s"))
 # a dead replica's session ends within 2 x TTL (Consul's grace), then the lock-delay runs
@@ -233,3 +235,86 @@ def _lock_session(lab: Lab, short: str) -> str | None:
     uid = lab.jobs[short].split("-")[-1]
     entry, _ = lab.cluster.management().kv.get(f"test/embed-{uid}/{short}/.lock")
     return entry.session if entry is not None else None
+
+
+def test_on_lost_exit_ends_the_process_after_the_event(lab: Lab, apps: list[App]) -> None:
+    state = start(lab, apps, "exit", "exit")  # the first run anywhere hangs, never looking
+    first = eventually(lambda: runs(state), timeout=30)
+    assert first
+    holder = next(app for app in apps if app.worker == first[0]["worker"])
+    session = _lock_session(lab, "exit")
+    assert session
+    lab.cluster.management().session.destroy(session)
+    assert holder.process.wait(TAKEOVER + 30) == EXIT_ON_LOST
+    lines = (state / f"{holder.worker}.err").read_text().splitlines()
+    events = [json.loads(x) for x in lines if x.startswith('{"time"')]
+    assert events[-1]["event"] == "fenced"  # written before the exit
+
+
+def _env(config: Path) -> dict[str, str]:
+    """What a pod would be given: Consul's variables, and the config with the jobs."""
+    raw = json.loads(config.read_text())
+    consul, env = raw["consul"], {"LOCKCTL_CONFIG": str(config), "LOCKCTL_WORKER": raw["worker"]}
+    names = {
+        "address": "CONSUL_HTTP_ADDR",
+        "token_file": "CONSUL_HTTP_TOKEN_FILE",
+        "ca_file": "CONSUL_CACERT",
+        "cert_file": "CONSUL_CLIENT_CERT",
+        "key_file": "CONSUL_CLIENT_KEY",
+    }
+    return env | {names[key]: value for key, value in consul.items() if key in names}
+
+
+def test_block_serve_and_asyncio_in_one_process(lab: Lab) -> None:
+    job = lab.jobs["inproc"]
+    one = Locker.from_config(lab.configs["worker-1"], events=io.StringIO())
+    two = Locker.from_env(_env(lab.configs["worker-2"]), events=io.StringIO())
+    try:
+        # the block form, in two replicas at once: one has the run, the other says why not
+        claims: dict[str, Any] = {}
+        ready = threading.Barrier(2)
+
+        def block(locker: Locker) -> None:
+            ready.wait()
+            with locker.tick(job) as claim:
+                claims[locker.worker] = (bool(claim), claim.outcome, claim.run)
+                if claim.run is not None:
+                    claim.run.check()
+            claims[locker.worker] += (claim.outcome,)
+
+        threads = [threading.Thread(target=block, args=(x,)) for x in (one, two)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+        (ran,) = [c for c in claims.values() if c[0]]
+        (other,) = [c for c in claims.values() if not c[0]]
+        assert ran[1] is None and ran[3].outcome is Outcome.RAN and ran[3].ran
+        assert ran[2].lock_index == ran[3].lock_index
+        assert other[1].outcome is Outcome.SKIPPED and other[1].skip is SkipReason.TAKEN
+        # serve(): both replicas fire the decorated job at its ticks; each tick runs once
+        ticks: list[tuple[str, str]] = []
+        for locker in (one, two):
+
+            def body(run: Run, worker: str = locker.worker) -> None:
+                ticks.append((run.tick.isoformat(), worker))
+
+            locker.singleton(job)(body)
+        stop = threading.Event()
+        servers = [threading.Thread(target=x.serve, args=(stop,)) for x in (one, two)]
+        for server in servers:
+            server.start()
+        eventually(lambda: len(ticks) >= 3, timeout=30)
+        stop.set()
+        for server in servers:
+            server.join(30)
+        assert len(ticks) >= 3, ticks
+        assert len({tick for tick, _ in ticks}) == len(ticks), f"a tick ran twice: {ticks}"
+        # asyncio: the decorated call awaited through the loop's executor
+        outcome = asyncio.run(one.run_async(one.registered[job]))
+        assert outcome.outcome in (Outcome.RAN, Outcome.SKIPPED)
+        assert outcome.tick is not None
+    finally:
+        one.close()
+        two.close()
+    assert not one.sessions.sessions and not two.sessions.sessions  # destroyed by close()
