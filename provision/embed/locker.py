@@ -176,13 +176,22 @@ class Locker:
             holder.append(made)
             return made
 
+        failed: list[BaseException] = []
+
         def claim_it() -> None:
-            claim.outcome = self._claim(config, make, on_lost or self.on_lost, [])
-            begun.set()  # not claimed: the block starts with no run
+            try:
+                claim.outcome = self._claim(config, make, on_lost or self.on_lost, [])
+            except BaseException as exc:  # raised in the caller's thread, below
+                failed.append(exc)
+            finally:
+                begun.set()  # not claimed (or failed): the block starts with no run
 
         helper = threading.Thread(target=claim_it, name=f"lockctl-embed-{job}", daemon=True)
         helper.start()
         begun.wait()
+        if failed and not holder:
+            helper.join()
+            raise failed[0]
         body = holder[0] if holder and holder[0].run is not None else None
         claim.run = None if body is None else body.run
         try:
