@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, TextIO
@@ -67,7 +68,8 @@ class Locker:
         self._stop = StopRequest()
         self._in_flight = 0
         self._idle = threading.Condition()
-        self.registered: dict[str, Callable[[], RunOutcome]] = {}  # what serve() fires
+        self.registered: dict[str, Callable[[], RunOutcome]] = {}  # the decorated calls
+        self.served: dict[str, Served] = {}  # what serve() runs at each tick
 
     # -- making one ------------------------------------------------------------------------
     @classmethod
@@ -128,6 +130,9 @@ class Locker:
                 return self.call(job, body, isolation=isolation, on_lost=on_lost)
 
             self.registered[job] = call
+            self.served[job] = Served(
+                function, isolation or self.isolation, on_lost or self.on_lost
+            )
             return call
 
         return decorate
@@ -141,13 +146,11 @@ class Locker:
         on_lost: OnLost | None = None,
     ) -> RunOutcome:
         """Claim the tick of this moment and run `body(run)` if the claim is ours."""
-        kind = ProcessBody if (isolation or self.isolation) == "process" else ThreadBody
         config = self.job(job)
-        deadline = _deadline(config)
         bodies: list[ThreadBody] = []
 
         def make(events: RunEvents) -> ThreadBody:
-            made = kind(body, events, deadline)
+            made = body_maker(config, body, isolation or self.isolation)(events)
             bodies.append(made)
             return made
 
@@ -215,10 +218,8 @@ class Locker:
         events = RunEvents(config.name, self.worker, self._stream, on_lost)  # type: ignore[arg-type]
         schedule = job_schedule(config)
         assert schedule is not None  # self.job() said so
-        with self._idle:
-            if self._stop.requested:
-                return RunOutcome(Outcome.INTERRUPTED)
-            self._in_flight += 1
+        if not self._enter():
+            return RunOutcome(Outcome.INTERRUPTED)
         try:
             # The tick the caller's timer fired for, by the later of this host's clock and the
             # earliest the agent's may show (its Date has whole seconds: early on, that bound
@@ -246,18 +247,35 @@ class Locker:
             events.emit("consul-unavailable", error=str(exc))
             return RunOutcome(Outcome.SKIPPED, skip=SkipReason.OTHER, error=str(exc))
         finally:
-            with self._idle:
-                self._in_flight -= 1
-                self._idle.notify_all()
+            self._leave()
         return RunOutcome.of(result, bodies[-1].error if bodies else None)
+
+    def _enter(self) -> bool:
+        """A run (or serve()) starts: close() waits for it; False once closing."""
+        with self._idle:
+            if self._stop.requested:
+                return False
+            self._in_flight += 1
+            return True
+
+    def _leave(self) -> None:
+        with self._idle:
+            self._in_flight -= 1
+            self._idle.notify_all()
 
     # -- serving, closing, reading ---------------------------------------------------------
     def serve(self, stop: threading.Event | None = None) -> None:
-        """Fire every decorated job at each of its ticks (Consul's clock), one thread a job,
-        until `stop` is set or close() is called; returns then."""
+        """Run every decorated job at each of its ticks on `lockctl schedule`'s own timer
+        (scheduler/timer.py, loop.py: the claim order, the cadence of reads and housekeeping,
+        the overlap skips), until `stop` is set or close() is called; returns once the runs
+        under way have ended."""
         from provision.embed.serve import serve_jobs
 
-        serve_jobs(self, stop or threading.Event())
+        if self._enter():
+            try:
+                serve_jobs(self, stop or threading.Event())
+            finally:
+                self._leave()
 
     def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
         """Stop claiming, tell the runs in flight to stop (their records completed, their locks
@@ -278,6 +296,16 @@ class Locker:
     def stopping(self) -> bool:
         return self._stop.requested
 
+    @property
+    def stop_request(self) -> StopRequest:
+        """What close() sets: every run of this Locker stops on it."""
+        return self._stop
+
+    @property
+    def stream(self) -> TextIO | None:
+        """Where the events go (a logging.Logger's, as a stream)."""
+        return self._stream  # type: ignore[return-value]
+
     def history(self, job: str, limit: int = 20) -> JobHistory:
         """The job's newest `limit` ticks from the ledger (what `lockctl history` shows)."""
         return read_history(self.consul, _ledger_job(self.job(job)), wanted=Wanted(limit))
@@ -287,6 +315,24 @@ class Locker:
         config = self.job(job)
         history = read_history(self.consul, _ledger_job(config))
         return assess(history, config.timings.start_deadline)
+
+
+@dataclass(frozen=True)
+class Served:
+    """A decorated job as serve() runs it: its function, where it runs, what a loss does."""
+
+    function: Body
+    isolation: Isolation
+    on_lost: OnLost
+
+
+def body_maker(
+    config: JobConfig, body: Body, isolation: Isolation
+) -> Callable[[RunEvents], ThreadBody]:
+    """What makes a run's body of `body`, told of the run through its events."""
+    kind = ProcessBody if isolation == "process" else ThreadBody
+    deadline = _deadline(config)
+    return lambda events: kind(body, events, deadline)
 
 
 class Claim:

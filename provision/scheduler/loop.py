@@ -30,6 +30,7 @@ from provision.errors import LockctlError
 from provision.ledger.records import tick_name
 from provision.ledger.store import Ledger
 from provision.ledger.ticks import TickChoice, choose_tick
+from provision.runner.body import JobBody
 from provision.runner.engine import run_job
 from provision.runner.events import EventLog
 from provision.runner.forkserver import ForkServer
@@ -64,6 +65,7 @@ def scheduled_run(
     clock: Callable[[], float] = time.monotonic,
     wall: WallClock = utc_now,
     forks: ForkServer | None = None,
+    body: Callable[[], JobBody] | None = None,
 ) -> tuple[RunResult, Cadence]:
     """The run of tick `due`, the one the loop waited for, under the replica's session: the
     engine's, with the read before the claim when this replica is not first in the claim order
@@ -91,6 +93,7 @@ def scheduled_run(
         TickRun(plan, turn.planned, housekeep=work.housekeep),
         session=session,
         forks=forks,
+        body=body,
     )
     claimed = result.lock_index is not None
     return result, after_run(cadence, clock(), work, claimed=claimed, again=result.housekeep_again)
@@ -169,8 +172,11 @@ class JobTicks:
         counts: LoopCounts | None = None,
         sessions: SessionPool | None = None,
         forks: ForkServer | None = None,
+        body: Callable[[], JobBody] | None = None,
     ) -> None:
-        assert job.schedule is not None and job.command
+        """`body`: what makes the job's run instead of its command (provision/embed/ serve())."""
+        assert job.schedule is not None and (job.command or body is not None)
+        self.body = body
         self.consul, self.job, self.worker, self.events = consul, job, worker, events
         self.stop, self.wall, self.clock = stop, wall, clock
         self.schedule = parse_schedule(job.schedule, job.timezone)
@@ -264,6 +270,7 @@ class JobTicks:
                 clock=self.clock,
                 wall=self.wall,
                 forks=self.forks,
+                body=self.body,
             )
         except ConsulError as exc:
             refused = token_refused(exc)
