@@ -143,3 +143,44 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+CONFIG = {
+    "format": 1,
+    "worker": "worker-1",
+    "consul": {"address": "http://127.0.0.1:8500", "token_file": "/nonexistent/worker-1.token"},
+    "jobs": {
+        "a": {
+            "lock_key": "locks/a/.lock",
+            "ttl": "10s",
+            "lock_delay": "4s",
+            "renew_interval": "1s",
+            "kill_grace": "1s",
+            "schedule": "@every 2s",
+            "workers": ["worker-1"],
+        }
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("environ", "with_config", "message"),
+    [
+        ({}, False, "LOCKCTL_CONFIG: not set (the worker config with the jobs)"),
+        ({"LOCKCTL_WORKER": "worker-2"}, True, "LOCKCTL_WORKER: 'worker-2', but {path} is for"),
+        ({"CONSUL_HTTP_TOKEN_FILE": "/nonexistent/t"}, True, "/nonexistent/t: cannot read"),
+    ],
+)
+def test_from_env_refuses_in_one_line(
+    tmp_path: Path, environ: dict[str, str], with_config: bool, message: str
+) -> None:
+    from provision.embed import Locker
+    from provision.errors import InputError
+
+    path = tmp_path / "lockctl.json"
+    path.write_text(json.dumps(CONFIG))
+    env = {**environ, "LOCKCTL_CONFIG": str(path)} if with_config else dict(environ)
+    with pytest.raises(InputError) as raised:
+        Locker.from_env(env)
+    assert str(raised.value).startswith(message.format(path=path))
+    assert "\n" not in str(raised.value)
