@@ -1,28 +1,28 @@
-"""What the supervisor drives as "the job": a command's process tree (runner/child.py), or
-another body with the same few operations (provision/embed/ runs a Python callable, in a
-thread or a forked process). The fencing decision (runner/fencing.py) only sees these facts:
-whether the job's first part exited, whether anything of it is alive, and the signals it was
-sent, so every body is fenced by the same rules."""
+"""The seam between the supervisor and what runs under the lock: a job body.
+
+The supervisor (runner/supervisor.py) and the lock's helpers (runner/monitors.py) only start
+the body, ask whether it has ended and how, and stop it; so a command's process tree (Child,
+runner/child.py) and an HTTP call to the app (HttpJob, runner/http_job.py) run under the same
+tick claim, renewal, fencing, timeout and record. Stopping an HTTP call is aborting it: the
+fencing token the app checks, not a kill, protects what it does (docs/http-jobs.md).
+"""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Mapping
-from typing import Protocol
-
-from provision.runner.forkserver import KeptProcess
+from typing import Any, Protocol
 
 
 class JobBody(Protocol):
-    """The job under a held lock, as the supervisor and the monitors use it."""
+    """What runs under a held lock. `signal_tree` stops it (a signal to a process tree, an
+    abort of a request); `exit_status` is None until it has ended, then 0 for success."""
 
-    containment: str  # how its processes are contained, for the `acquired` event
-    warning: str | None  # why the containment is weaker than a PID namespace, if it is
-    # the process whose end a descriptor can tell (None: the monitors wait() in a thread)
-    process: subprocess.Popen[bytes] | KeptProcess | None
+    containment: str  # how it is contained: a PID namespace, a process group, "http"
+    warning: str | None  # why its containment is weaker than it could be, if it is
+    process: Any  # a process the lock's helpers may wait on through a descriptor, or None
 
     @property
-    def pid(self) -> int: ...
+    def pid(self) -> int | None: ...
 
     @property
     def exit_status(self) -> int | None: ...
