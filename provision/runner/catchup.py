@@ -21,6 +21,7 @@ from provision.ledger.catchup import LATEST, catchup_tick, may_catch_up
 from provision.ledger.records import TickOutcome, tick_name
 from provision.ledger.store import Ledger
 from provision.ledger.ticks import TickChoice
+from provision.runner.body import JobBody
 from provision.runner.engine import run_job
 from provision.runner.events import EventLog, ms
 from provision.runner.forkserver import ForkServer
@@ -76,8 +77,10 @@ def run_catchup(
     *,
     session: str | None = None,
     forks: ForkServer | None = None,
+    body: Callable[[], JobBody] | None = None,
 ) -> RunResult | None:
-    """Look for a catch-up and run it (never waiting for the lock); None when there is none."""
+    """Look for a catch-up and run it (never waiting for the lock); None when there is none.
+    `body`: what makes the job instead of `command` (an embedded app's, provision/embed/)."""
     catchup = plan_catchup(Ledger(consul, job.lock_key), job, events, wall)
     if catchup is None:
         return None
@@ -95,4 +98,5 @@ def run_catchup(
         catchup,
         session=session,
         forks=forks,
+        body=body,
     )

@@ -73,6 +73,7 @@ def run_job(
     session: str | None = None,
     forks: ForkServer | None = None,
     node: AgentlessNode | None = None,
+    body: Callable[[], JobBody] | None = None,
 ) -> RunResult:
     """Run `command` under the job's lock; the result says what happened and the exit code.
 
@@ -81,7 +82,8 @@ def run_job(
     long-lived caller keeps across runs: `session`, used and not destroyed (by default the run
     makes its own and destroys it at the end), and `forks`, its namespace helper. `node`: an
     agentless worker's catalog node, registered and left registered (another run of the same
-    worker may hold a session on it: deregistering would end that session)."""
+    worker may hold a session on it: deregistering would end that session). `body`: what
+    makes the job instead of `command` (provision/embed/: a Python callable), each attempt's."""
     schedule = job_schedule(job)
     lock = LockSession(consul, job, worker, clock)
     if schedule is not None:
@@ -118,7 +120,7 @@ def run_job(
         lock.place_on(node)
     if session is not None:
         lock.adopt(session)
-    result = _run_locked(lock, command, options, events, stop, clock, forks)
+    result = _run_locked(lock, command, options, events, stop, clock, forks, body)
     if not isinstance(lock, TickLock) or schedule is None or tick is None:
         return result
     # We ran the tick: tidy the ledger after, when the caller's cadence asks, and at once when
@@ -140,21 +142,17 @@ def _run_locked(
     stop: StopRequest,
     clock: Callable[[], float],
     forks: ForkServer | None = None,
+    body: Callable[[], JobBody] | None = None,
 ) -> RunResult:
     # Refused here (exit 2) if it cannot start, before any lock is taken for it. For a plain
     # lock its init starts in its namespace while we acquire: the hand-over then only says go.
     # A tick's claim is lost by every replica but one, so there nothing starts before it is won.
     # An HTTP job (runner/http_job.py) has no command: its body is a call to the app, made
     # when the lock is ours, so nothing is prepared for it before.
-    environment = job_environment(os.environ)
-    http = lock.job.http
-    if http is None:
-        check_program(command, environment)
-    hidden = credential_files(lock.consul.settings)
-    secrets = _secrets(lock.consul.settings, lock.consul.transport.tokens.current)
     child: JobBody | None = None
-    if not isinstance(lock, TickLock) and http is None:
-        child = Child(command, environment, forks, hidden, secrets)
+    prepare = body or _command_body(lock, command, forks)
+    if not isinstance(lock, TickLock) and lock.job.http is None and body is None:
+        child = prepare()
     try:
         if stop.requested:
             return _interrupted(stop, lock, events)
@@ -167,12 +165,6 @@ def _run_locked(
             lock.finish(Ending(Outcome.INTERRUPTED.value, None, 0.0), release=True)
             return _interrupted(stop, lock, events)
         supervisor = Supervisor(lock, held, options, events, stop, clock)
-
-        def prepare() -> JobBody:
-            if http is not None:
-                return HttpJob(http, secrets)
-            return Child(command, environment, forks, hidden, secrets)
-
         if child is None:
             child = prepare()
         return supervisor.run(child, clock() - began, prepare)
@@ -181,6 +173,26 @@ def _run_locked(
             child.abort()  # the prepared init, when the job never started
             child.close()
         lock.destroy()  # whatever happened above; a stop request now changes nothing
+
+
+def _command_body(
+    lock: LockSession, command: Sequence[str], forks: ForkServer | None
+) -> Callable[[], JobBody]:
+    """What makes each attempt's job of `command` (or of the job's `http` call): checked now,
+    before any lock is taken."""
+    environment = job_environment(os.environ)
+    http = lock.job.http
+    if http is None:
+        check_program(command, environment)
+    hidden = credential_files(lock.consul.settings)
+    secrets = _secrets(lock.consul.settings, lock.consul.transport.tokens.current)
+
+    def prepare() -> JobBody:
+        if http is not None:
+            return HttpJob(http, secrets)
+        return Child(command, environment, forks, hidden, secrets)
+
+    return prepare
 
 
 def _tick_skipped(skip: TickSkip, events: EventLog) -> RunResult:

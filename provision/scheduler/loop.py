@@ -31,6 +31,7 @@ from provision.ledger.catchup import LATEST
 from provision.ledger.control import ControlNote
 from provision.ledger.records import tick_name
 from provision.ledger.ticks import choose_tick
+from provision.runner.body import JobBody
 from provision.runner.catchup import run_catchup
 from provision.runner.events import EventLog
 from provision.runner.forkserver import ForkServer
@@ -123,8 +124,11 @@ class JobTicks:
         counts: LoopCounts | None = None,
         sessions: SessionPool | None = None,
         forks: ForkServer | None = None,
+        body: Callable[[], JobBody] | None = None,
     ) -> None:
-        assert job.schedule is not None and (job.command or job.http)
+        """`body`: what makes the job's run instead of its command (provision/embed/ serve())."""
+        assert job.schedule is not None and (job.command or job.http or body is not None)
+        self.body = body
         self.consul, self.job, self.worker, self.events = consul, job, worker, events
         self.stop, self.wall, self.clock = stop, wall, clock
         self.schedule = parse_schedule(job.schedule, job.timezone)
@@ -224,6 +228,7 @@ class JobTicks:
                 clock=self.clock,
                 wall=self.wall,
                 forks=self.forks,
+                body=self.body,
             )
             caught = self._catch_up(session) if self._catchup_look else None
             if caught is not None:  # the due tick's run is counted first, then the catch-up
@@ -267,6 +272,7 @@ class JobTicks:
                 clock=self.clock,
                 wall=self.wall,
                 forks=self.forks,
+                body=self.body,
             )
         except Exception as exc:  # Consul, the command, or a bug: said; tried again later
             if isinstance(exc, ConsulError):
@@ -299,6 +305,7 @@ class JobTicks:
                 self.wall,
                 session=session,
                 forks=self.forks,
+                body=self.body,
             )
         except ConsulError as exc:
             self._unavailable(exc, None)

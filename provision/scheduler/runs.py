@@ -11,6 +11,7 @@ from datetime import datetime
 from provision.consul import Consul
 from provision.ledger.store import Ledger
 from provision.ledger.ticks import TickChoice
+from provision.runner.body import JobBody
 from provision.runner.engine import run_job
 from provision.runner.events import EventLog
 from provision.runner.forkserver import ForkServer
@@ -36,6 +37,7 @@ def scheduled_run(
     clock: Callable[[], float] = time.monotonic,
     wall: WallClock = utc_now,
     forks: ForkServer | None = None,
+    body: Callable[[], JobBody] | None = None,
 ) -> tuple[RunResult, Cadence]:
     """The run of tick `due`, the one the loop waited for, under the replica's session: the
     engine's, with the read before the claim when this replica is not first in the claim order
@@ -63,6 +65,7 @@ def scheduled_run(
         TickRun(plan, turn.planned, housekeep=work.housekeep),
         session=session,
         forks=forks,
+        body=body,
     )
     claimed = result.lock_index is not None
     return result, after_run(cadence, clock(), work, claimed=claimed, again=result.housekeep_again)

@@ -25,6 +25,7 @@ from provision.consul import Consul, ConsulError
 from provision.consul.watch import watch_tree
 from provision.ledger.control import ControlNote, decode_note, manual_tick
 from provision.ledger.ticks import TickChoice
+from provision.runner.body import JobBody
 from provision.runner.engine import run_job
 from provision.runner.events import EventLog
 from provision.runner.forkserver import ForkServer
@@ -56,6 +57,7 @@ def manual_run(
     clock: Callable[[], float] = time.monotonic,
     wall: WallClock = utc_now,
     forks: ForkServer | None = None,
+    body: Callable[[], JobBody] | None = None,
 ) -> RunResult:
     """The run an operator's trigger asks for (lockctl trigger), at its own instant outside the
     schedule: claimed like a tick (exactly once: the claim also records the trigger taken),
@@ -76,6 +78,7 @@ def manual_run(
         TickRun(plan, housekeep=False, manual=note),
         session=session,
         forks=forks,
+        body=body,
     )
 
 

@@ -1,0 +1,368 @@
+"""The Locker: an app's scheduled functions behind lockctl's tick core, once per tick across
+every replica that calls them (the claim, the ledger, the fencing rules and the events of
+`lockctl run`; runner/engine.py drives the body through runner/body.py's seam)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, TextIO
+
+from provision.consul import AgentClock, Consul, ConsulError, resolve_settings
+from provision.embed.bodies import BlockBody, Body, ProcessBody, ThreadBody
+from provision.embed.run import (
+    Isolation,
+    LoggerStream,
+    OnLost,
+    Run,
+    RunEvents,
+    RunOutcome,
+)
+from provision.errors import InputError
+from provision.ledger.health import JobHealth, assess
+from provision.ledger.history import JobHistory, LedgerJob, Wanted, read_history
+from provision.ledger.store import Ledger
+from provision.runner.engine import run_job
+from provision.runner.events import EventLog
+from provision.runner.fencing import Outcome
+from provision.runner.precheck import utc_now
+from provision.runner.results import RunOptions, SkipReason
+from provision.runner.stop import StopRequest
+from provision.runner.tick_lock import TickRun, current_tick, job_schedule, plan_tick
+from provision.scheduler.sessions import SessionPool
+from provision.workers.config import JobConfig, load_worker_config
+
+Events = TextIO | logging.Logger | None
+CLOSE_TIMEOUT = 30.0  # seconds close() waits for the runs in flight by default
+
+
+class Locker:
+    """The jobs of one worker's config, claimed and run from inside the app's process."""
+
+    def __init__(
+        self,
+        consul: Consul,
+        worker: str,
+        jobs: Mapping[str, JobConfig],
+        *,
+        events: Events = None,
+        isolation: Isolation = "thread",
+        on_lost: OnLost = "flag",
+        wall: AgentClock | None = None,
+    ) -> None:
+        self.consul, self.worker, self.jobs = consul, worker, dict(jobs)
+        self.isolation, self.on_lost = isolation, on_lost
+        self.wall = wall or AgentClock()
+        self._stream = LoggerStream(events) if isinstance(events, logging.Logger) else events
+        self._pool_events = EventLog("lockctl-embed", worker, self._stream)  # type: ignore[arg-type]
+        self.sessions = SessionPool(consul, worker, self._pool_events)
+        self.sessions.start()
+        self._stop = StopRequest()
+        self._in_flight = 0
+        self._idle = threading.Condition()
+        self.registered: dict[str, Callable[[], RunOutcome]] = {}  # the decorated calls
+        self.served: dict[str, Served] = {}  # what serve() runs at each tick
+
+    # -- making one ------------------------------------------------------------------------
+    @classmethod
+    def from_config(cls, path: str | os.PathLike[str], **options: Any) -> Locker:
+        """The worker config `lockctl worker-config` writes (its Consul address, token file,
+        TLS files and jobs); what it names wins over Consul's environment variables."""
+        config = load_worker_config(Path(path))
+        settings = resolve_settings(**config.connection())
+        return cls._connect(settings, config.worker, config.jobs, options)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> Locker:
+        """Consul's own variables (CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN_FILE, CONSUL_CACERT,
+        CONSUL_CLIENT_CERT, CONSUL_CLIENT_KEY...) for the connection; the jobs from the worker
+        config LOCKCTL_CONFIG names; LOCKCTL_WORKER, when set, must be that config's worker."""
+        env = os.environ if environ is None else environ
+        if not env.get("LOCKCTL_CONFIG"):
+            raise InputError("LOCKCTL_CONFIG: not set (the worker config with the jobs)")
+        config = load_worker_config(Path(env["LOCKCTL_CONFIG"]))
+        worker = env.get("LOCKCTL_WORKER") or config.worker
+        if worker != config.worker:
+            raise InputError(
+                f"LOCKCTL_WORKER: {worker!r}, but {config.path} is for {config.worker!r}"
+            )
+        settings = resolve_settings(env=env)
+        return cls._connect(settings, worker, config.jobs, options)
+
+    @classmethod
+    def _connect(
+        cls, settings: Any, worker: str, jobs: tuple[JobConfig, ...], options: dict[str, Any]
+    ) -> Locker:
+        wall = AgentClock()  # every decision about a tick is judged on Consul's clock
+        consul = Consul(settings, agent_clock=wall)
+        return cls(consul, worker, {job.name: job for job in jobs}, wall=wall, **options)
+
+    def job(self, name: str) -> JobConfig:
+        job = self.jobs.get(name)
+        if job is None or job.schedule is None:
+            known = ", ".join(sorted(n for n, j in self.jobs.items() if j.schedule)) or "none"
+            raise InputError(f"no scheduled job {name!r} for {self.worker} (jobs: {known})")
+        return job
+
+    # -- the decorator, the block, the call ------------------------------------------------
+    def singleton(
+        self, job: str, *, isolation: Isolation | None = None, on_lost: OnLost | None = None
+    ) -> Callable[[Callable[..., object]], Callable[..., RunOutcome]]:
+        """`@locker.singleton("job")` on `def f(run, ...)`: each call of `f(...)` claims the
+        job's current tick and runs the body here only if this replica won it; it returns a
+        RunOutcome either way (ran, or skipped and why)."""
+        self.job(job)  # an unknown job fails at the decoration, not at the first tick
+
+        def decorate(function: Callable[..., object]) -> Callable[..., RunOutcome]:
+            @functools.wraps(function)
+            def call(*args: Any, **kwargs: Any) -> RunOutcome:
+                def body(run: Run) -> object:
+                    return function(run, *args, **kwargs)
+
+                return self.call(job, body, isolation=isolation, on_lost=on_lost)
+
+            self.registered[job] = call
+            self.served[job] = Served(
+                function, isolation or self.isolation, on_lost or self.on_lost
+            )
+            return call
+
+        return decorate
+
+    def call(
+        self,
+        job: str,
+        body: Body,
+        *,
+        isolation: Isolation | None = None,
+        on_lost: OnLost | None = None,
+    ) -> RunOutcome:
+        """Claim the tick of this moment and run `body(run)` if the claim is ours."""
+        config = self.job(job)
+        bodies: list[ThreadBody] = []
+
+        def make(events: RunEvents) -> ThreadBody:
+            made = body_maker(config, body, isolation or self.isolation)(events)
+            bodies.append(made)
+            return made
+
+        return self._claim(config, make, on_lost or self.on_lost, bodies)
+
+    async def run_async(self, call: Callable[[], RunOutcome]) -> RunOutcome:
+        """Await a decorated job from asyncio: it runs in the loop's default executor, so the
+        loop is never blocked by the claim or the body."""
+        import asyncio
+
+        return await asyncio.get_running_loop().run_in_executor(None, call)
+
+    @contextlib.contextmanager
+    def tick(self, job: str, *, on_lost: OnLost | None = None) -> Iterator[Claim]:
+        """`with locker.tick("job") as claim:` for code that owns its loop: `claim.run` is the
+        Run when this replica won the tick (the block is the body), else None and
+        `claim.outcome` says why; after the block, `claim.outcome` is the run's."""
+        config = self.job(job)
+        holder: list[BlockBody] = []
+        begun = threading.Event()
+        claim = Claim()
+
+        def make(events: RunEvents) -> ThreadBody:
+            made = BlockBody(events, _deadline(config))
+            made.begun = begun
+            holder.append(made)
+            return made
+
+        failed: list[BaseException] = []
+
+        def claim_it() -> None:
+            try:
+                claim.outcome = self._claim(config, make, on_lost or self.on_lost, [])
+            except BaseException as exc:  # raised in the caller's thread, below
+                failed.append(exc)
+            finally:
+                begun.set()  # not claimed (or failed): the block starts with no run
+
+        helper = threading.Thread(target=claim_it, name=f"lockctl-embed-{job}", daemon=True)
+        helper.start()
+        begun.wait()
+        if failed and not holder:
+            helper.join()
+            raise failed[0]
+        body = holder[0] if holder and holder[0].run is not None else None
+        claim.run = None if body is None else body.run
+        try:
+            yield claim
+        except BaseException as exc:
+            if body is not None:
+                body.finish(1, exc)
+            raise
+        finally:
+            if body is not None and body.exit_status is None:
+                body.finish(0)
+            helper.join()
+
+    def _claim(
+        self,
+        config: JobConfig,
+        make: Callable[[RunEvents], ThreadBody],
+        on_lost: OnLost,
+        bodies: list[ThreadBody],
+    ) -> RunOutcome:
+        events = RunEvents(config.name, self.worker, self._stream, on_lost)  # type: ignore[arg-type]
+        schedule = job_schedule(config)
+        assert schedule is not None  # self.job() said so
+        if not self._enter():
+            return RunOutcome(Outcome.INTERRUPTED)
+        try:
+            # The tick the caller's timer fired for, by the later of this host's clock and the
+            # earliest the agent's may show (its Date has whole seconds: early on, that bound
+            # lags by up to a second, and a call at :26.7 would be judged late for :24).
+            # plan_tick then judges it on the agent's clock, and waits if that is behind.
+            now = current_tick(config, schedule, lambda: max(utc_now(), self.wall()))
+            plan = plan_tick(
+                Ledger(self.consul, config.lock_key), config, schedule, now, events, self.wall
+            )
+            session = self.sessions.session_for(config.timings)
+            result = run_job(
+                self.consul,
+                config,
+                self.worker,
+                (),
+                RunOptions(),
+                events,
+                self._stop,
+                wall=self.wall,
+                tick=TickRun(plan),
+                session=session,
+                body=lambda: make(events),
+            )
+        except ConsulError as exc:  # fail closed: no body runs without the claim
+            events.emit("consul-unavailable", error=str(exc))
+            return RunOutcome(Outcome.SKIPPED, skip=SkipReason.OTHER, error=str(exc))
+        finally:
+            self._leave()
+        return RunOutcome.of(result, bodies[-1].error if bodies else None)
+
+    def _enter(self) -> bool:
+        """A run (or serve()) starts: close() waits for it; False once closing."""
+        with self._idle:
+            if self._stop.requested:
+                return False
+            self._in_flight += 1
+            return True
+
+    def _leave(self) -> None:
+        with self._idle:
+            self._in_flight -= 1
+            self._idle.notify_all()
+
+    # -- serving, closing, reading ---------------------------------------------------------
+    def serve(self, stop: threading.Event | None = None) -> None:
+        """Run every decorated job at each of its ticks on `lockctl schedule`'s own timer
+        (scheduler/timer.py, loop.py: the claim order, the cadence of reads and housekeeping,
+        the overlap skips), until `stop` is set or close() is called; returns once the runs
+        under way have ended."""
+        from provision.embed.serve import serve_jobs
+
+        if self._enter():
+            try:
+                serve_jobs(self, stop or threading.Event())
+            finally:
+                self._leave()
+
+    def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
+        """Stop claiming, tell the runs in flight to stop (their records completed, their locks
+        released, as a stopped `lockctl schedule` does), then destroy the sessions: another
+        replica takes the next tick at once, without LockDelay."""
+        self._stop.request(signal.SIGTERM)
+        with self._idle:
+            self._idle.wait_for(lambda: self._in_flight == 0, timeout)
+        self.sessions.close()
+
+    def __enter__(self) -> Locker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.requested
+
+    @property
+    def stop_request(self) -> StopRequest:
+        """What close() sets: every run of this Locker stops on it."""
+        return self._stop
+
+    @property
+    def stream(self) -> TextIO | None:
+        """Where the events go (a logging.Logger's, as a stream)."""
+        return self._stream  # type: ignore[return-value]
+
+    def history(self, job: str, limit: int = 20) -> JobHistory:
+        """The job's newest `limit` ticks from the ledger (what `lockctl history` shows)."""
+        return read_history(self.consul, _ledger_job(self.job(job)), wanted=Wanted(limit))
+
+    def check(self, job: str) -> JobHealth:
+        """The job's health by `lockctl check`'s rules (ok, warning, critical, and why)."""
+        config = self.job(job)
+        history = read_history(self.consul, _ledger_job(config))
+        return assess(history, config.timings.start_deadline)
+
+
+@dataclass(frozen=True)
+class Served:
+    """A decorated job as serve() runs it: its function, where it runs, what a loss does."""
+
+    function: Body
+    isolation: Isolation
+    on_lost: OnLost
+
+
+def body_maker(
+    config: JobConfig, body: Body, isolation: Isolation
+) -> Callable[[RunEvents], ThreadBody]:
+    """What makes a run's body of `body`, told of the run through its events."""
+    kind = ProcessBody if isolation == "process" else ThreadBody
+    deadline = _deadline(config)
+    return lambda events: kind(body, events, deadline)
+
+
+class Claim:
+    """What `locker.tick()` yields: `run` (None: not ours) and `outcome` (the skip at once;
+    the run's after the block)."""
+
+    def __init__(self) -> None:
+        self.run: Run | None = None
+        self.outcome: RunOutcome | None = None
+
+    def __bool__(self) -> bool:
+        return self.run is not None
+
+
+def _deadline(job: JobConfig) -> Callable[[datetime], datetime | None]:
+    """When the body should be done, from its tick: the job's timeout, else the next tick."""
+    schedule = job_schedule(job)
+    timeout = job.timings.timeout
+
+    def deadline(tick: datetime) -> datetime | None:
+        if timeout is not None:
+            return tick + timedelta(seconds=timeout)
+        return None if schedule is None else schedule.next_ticks(tick, 1)[0]
+
+    return deadline
+
+
+def _ledger_job(job: JobConfig) -> LedgerJob:
+    schedule = job_schedule(job)
+    assert schedule is not None
+    return LedgerJob(
+        job.name, job.lock_key, schedule, job.timings.start_deadline, job.history_limit
+    )

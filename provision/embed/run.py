@@ -1,0 +1,152 @@
+"""What the body of an embedded job is given (`Run`) and what its call returns (`RunOutcome`).
+
+`Run.lost` is set, and `Run.check()` raises, the moment the fencing decision (runner/fencing.py,
+the one `lockctl run` obeys) says the lock is no longer safely ours: the supervisor's `fenced`
+event, which `RunEvents` watches. With `on_lost="exit"` the process ends there instead, with
+EXIT_ON_LOST, after the event is written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, TextIO
+
+from provision.ledger.records import parse_tick_name
+from provision.runner.events import EventLog
+from provision.runner.fencing import Outcome
+from provision.runner.results import RunResult, SkipReason
+
+EXIT_ON_LOST = 75  # os._exit status of a process whose lock was lost with on_lost="exit"
+OnLost = Literal["flag", "exit"]
+Isolation = Literal["thread", "process"]
+
+
+class RunStopped(Exception):
+    """`Run.check()`: the run must stop (its timeout passed, or the Locker is closing)."""
+
+
+class LockLost(RunStopped):
+    """`Run.check()`: the lock is no longer safely ours; another replica may run the job."""
+
+
+class Run:
+    """One claimed tick, as the body sees it.
+
+    `tick`: the scheduled instant claimed (UTC). `lock_index`: the fencing token (Consul's
+    LockIndex of the lock at the claim); hand it to the resource the body writes to, which
+    refuses a token lower than the highest it has seen. `deadline`: the body should be done by
+    then (the job's timeout, else the next tick; None: neither). `lost`: set the moment the
+    lock is no longer safely ours. `stopping`: set when the run must stop for any reason."""
+
+    def __init__(
+        self, job: str, worker: str, tick: datetime, lock_index: int, session: str
+    ) -> None:
+        self.job, self.worker, self.tick = job, worker, tick
+        self.lock_index, self.session = lock_index, session
+        self.deadline: datetime | None = None
+        self.lost = threading.Event()
+        self.stopping = threading.Event()
+        self.reason: str | None = None
+
+    @classmethod
+    def from_lock_env(cls, env: Mapping[str, str]) -> Run:
+        """The run the supervisor started (runner/supervisor.py lock_env says what it is told)."""
+        tick = parse_tick_name(env["LOCKCTL_TICK"])
+        assert tick is not None, "the supervisor names the tick it claimed"
+        return cls(
+            env["LOCKCTL_JOB"],
+            env["LOCKCTL_WORKER"],
+            tick,
+            int(env["LOCK_INDEX"]),
+            env["LOCK_SESSION"],
+        )
+
+    def check(self) -> None:
+        """Raise LockLost (or RunStopped) when the run must not go on; else return at once."""
+        if self.lost.is_set():
+            raise LockLost(self.reason or "the lock is no longer ours")
+        if self.stopping.is_set():
+            raise RunStopped(self.reason or "the run was asked to stop")
+
+    def _fence(self, reason: str, *, lost: bool) -> None:
+        self.reason = self.reason or reason
+        if lost:
+            self.lost.set()
+        self.stopping.set()
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What one call of an embedded job did: `ran` (the body ran here), `outcome` (the
+    runner's: ran, skipped, missed, lost, job-timed-out, interrupted), `skip` (why not, in a
+    word, when skipped), `tick`, `lock_index`, `error` (the body's exception, one line)."""
+
+    outcome: Outcome
+    tick: datetime | None = None
+    lock_index: int | None = None
+    skip: SkipReason | None = None
+    exit_status: int | None = None
+    error: str | None = None
+    duration: float | None = None
+
+    @property
+    def ran(self) -> bool:
+        return self.duration is not None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.outcome is Outcome.RAN and self.exit_status == 0
+
+    @classmethod
+    def of(cls, result: RunResult, error: str | None = None) -> RunOutcome:
+        exit_status = result.exit_code if result.duration is not None else None
+        return cls(
+            result.outcome,
+            result.tick,
+            result.lock_index,
+            result.skip,
+            exit_status,
+            error,
+            result.duration,
+        )
+
+
+class LoggerStream:
+    """A text stream whose lines go to a logging.Logger (INFO): events for the app's logging."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self.logger = logger
+
+    def write(self, text: str) -> int:
+        for line in text.splitlines():
+            if line:
+                self.logger.info(line)
+        return len(text)
+
+    def flush(self) -> None:
+        return None
+
+
+class RunEvents(EventLog):
+    """The job's events, as `lockctl run` writes them; `fenced` and `timed-out` reach the run."""
+
+    def __init__(self, job: str, worker: str, stream: TextIO | None, on_lost: OnLost) -> None:
+        super().__init__(job, worker, stream)
+        self.on_lost = on_lost
+        self.run: Run | None = None  # set when the body starts
+
+    def emit(self, event: str, **fields: Any) -> None:
+        super().emit(event, **fields)
+        run = self.run
+        if event == "fenced":
+            if self.on_lost == "exit":
+                os._exit(EXIT_ON_LOST)  # the event is written (and flushed) above
+            if run is not None:
+                run._fence(str(fields.get("reason") or "the lock was lost"), lost=True)
+        elif event == "timed-out" and run is not None:
+            run._fence("the job's timeout passed", lost=False)

@@ -1,0 +1,130 @@
+"""A small app with its own in-process scheduler (APScheduler 3, a 2-second interval) whose one
+scheduled function is behind lockctl: `python -m tests.apps.embed_app CONFIG JOB STATE MODE`.
+
+The body appends a line to STATE/oracle.log (tick, worker, pid, lock index, start time, and
+whether the process STATE/sleep.pid names is alive), then writes to a tiny fenced store
+(STATE/fence.json: refuses a lock index lower than the highest it has seen). MODE:
+  quick      the body takes 0.3 s (slow: 1.5 s)
+  hang-once  the first run here loops until run.lost, then tries the store with its stale index
+  process    isolation="process": the first run of all replicas starts a `sleep` child, writes
+             its PID to STATE/sleep.pid and hangs (the lock's loss must kill both)
+  exit       on_lost="exit": the first run of all replicas hangs (the loss ends the process)
+Each call's RunOutcome goes to stdout as a JSON line; lockctl's events to stderr.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from provision.embed import Locker, Run, RunOutcome
+
+INTERVAL = 2
+
+
+class FencedStore:
+    """A guarded resource: accepts a write only with a lock index at least the highest seen."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def write(self, lock_index: int, what: str) -> bool:
+        with open(self.path.with_suffix(".lock"), "a") as guard:
+            fcntl.flock(guard, fcntl.LOCK_EX)
+            state = json.loads(self.path.read_text()) if self.path.exists() else {"highest": 0}
+            accepted = lock_index >= state["highest"]
+            if accepted:
+                state = {"highest": lock_index, "last": what}
+                self.path.write_text(json.dumps(state))
+            with open(self.path.with_suffix(".log"), "a") as log:
+                log.write(json.dumps({"index": lock_index, "what": what, "ok": accepted}) + "\n")
+            return accepted
+
+
+def alive(pid_file: Path) -> bool | None:
+    """Whether the process pid_file names is alive (a zombie is dead); None: no file."""
+    try:
+        pid = int(pid_file.read_text())
+    except (OSError, ValueError):
+        return None
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def main() -> None:
+    config, job, state, mode = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
+    store = FencedStore(state / "fence.json")
+    locker = Locker.from_config(config, events=sys.stderr)
+    worker, first = locker.worker, threading.Event()
+
+    def note(run: Run, **more: object) -> None:
+        line = {"tick": run.tick.isoformat(), "worker": worker, "pid": os.getpid()}
+        line |= {"lock_index": run.lock_index, "at": time.time(), **more}
+        with open(state / "oracle.log", "a") as oracle:
+            oracle.write(json.dumps(line) + "\n")
+
+    isolation = "process" if mode == "process" else "thread"
+    on_lost = "exit" if mode == "exit" else "flag"
+
+    @locker.singleton(job, isolation=isolation, on_lost=on_lost)
+    def refresh(run: Run) -> None:
+        note(run, sleep_alive=alive(state / "sleep.pid"))
+        if mode == "exit" and not (state / "hung").exists():  # the first run anywhere
+            (state / "hung").write_text(worker)
+            while True:  # never looks: on_lost="exit" ends the process
+                time.sleep(0.2)
+        if mode == "process" and not (state / "sleep.pid").exists():  # the first run anywhere
+            sleeper = subprocess.Popen(["sleep", "300"])
+            (state / "sleep.pid").write_text(str(sleeper.pid))
+            while True:  # never looks at the lock: only a kill ends it
+                time.sleep(0.2)
+        if mode == "hang-once" and not first.is_set():
+            first.set()
+            while not run.lost.wait(0.2):
+                pass
+            accepted = store.write(run.lock_index, f"late {worker}")
+            note(run, lost=True, reason=run.reason, accepted=accepted)
+            return
+        time.sleep(1.5 if mode == "slow" else 0.3)
+        run.check()
+        store.write(run.lock_index, f"{run.tick.isoformat()} {worker}")
+
+    def fire() -> None:
+        outcome: RunOutcome = refresh()
+        print(
+            json.dumps(
+                {
+                    "worker": worker,
+                    "outcome": outcome.outcome.value,
+                    "skip": outcome.skip,
+                    "tick": str(outcome.tick),
+                    "error": outcome.error,
+                }
+            ),
+            flush=True,
+        )
+
+    scheduler = BackgroundScheduler()
+    scheduler.add_job(fire, "interval", seconds=INTERVAL, max_instances=3)
+    scheduler.start()
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    done.wait()
+    scheduler.shutdown(wait=False)
+    locker.close()
+
+
+if __name__ == "__main__":
+    main()
