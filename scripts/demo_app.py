@@ -6,7 +6,8 @@ others are told why not.
     .venv/bin/python scripts/demo_app.py CONFIG JOB SECONDS
 
 CONFIG is the worker config `lockctl worker-config` wrote for this replica's worker. Each call
-that ran its body prints one line; lockctl's events go nowhere (the ledger keeps the record).
+that ran its body prints one line; lockctl's events (a JSON line for every call: acquired and
+released, or skipped and why) go to stderr, and the ledger keeps the record of each tick.
 """
 
 from __future__ import annotations
