@@ -48,14 +48,17 @@ SCHEDULE = parse_schedule(f"@every {EVERY}s")
 WAIT = 60.0
 FAILED = 3  # the job's own failure status
 
-# $1: the state folder, $2: the mode, $3: the marker its child's sleep carries (found in /proc)
+# $1: the state folder, $2: the mode, $3: the marker its child's and its daemon's sleep carry
+# (found in /proc)
 JOB = """#!/bin/sh
 key=${LOCKCTL_TICK:-plain}
 n=$(( $(cat "$1/$key.count" 2>/dev/null || echo 0) + 1 ))
 echo "$n" > "$1/$key.count"
 echo "$key $LOCKCTL_WORKER $n $(date +%s.%N)" >> "$1/attempts.log"
-if [ "$2" = hang ]; then sh -c 'exec sleep "$0"' "$3" & wait; fi
-sh -c 'exec sleep "0.$0"' "$3" & wait
+# each attempt leaves a daemon: its own session, TERM ignored (the attempt's end must kill it)
+setsid sh -c 'trap "" TERM; exec sleep "$0"' "$3" > /dev/null 2>&1 < /dev/null &
+if [ "$2" = hang ]; then sh -c 'exec sleep "$0"' "$3" & wait $!; fi
+sh -c 'exec sleep "0.$0"' "$3" & wait $!
 echo "attempt $n of tick $key"
 case $2 in
   flaky) [ "$n" -ge 2 ] && exit 0 ;;
