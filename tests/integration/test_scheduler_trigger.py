@@ -1,5 +1,7 @@
 """`lockctl trigger` on the real cluster (issue 21, item 5): three `lockctl schedule` replicas
-of an hourly job (no scheduled tick comes during the test) whose command is a process tree;
+of a daily job whose tick is 12 hours away (no scheduled tick comes during the test, whenever
+it runs: an hourly job's tick came in the claim window of a run started at 01:00:40 in CI, and
+ran beside the triggers) whose command is a process tree;
 a trigger runs it once, on one replica, within 5 s, recorded as a manual run (who asked, why);
 a trigger while a run goes on runs right after it; a second pending trigger is refused, and so
 is a trigger of a paused job."""
@@ -10,6 +12,7 @@ import json
 import subprocess
 import time
 import uuid
+from datetime import datetime, timezone
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +55,7 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
     script = f'touch {runs}/"$LOCK_INDEX"; (while [ -e {hold} ]; do sleep 0.05; done) & wait'
     attributes = {
         "prefix": f'"test/trigger-{uid}/"',
-        "schedule": '"@hourly"',
+        "schedule": json.dumps(twelve_hours_away()),
         "command": json.dumps(["/bin/sh", "-c", script]),
     }
     spec_path = tmp / "locks.hcl"
@@ -66,6 +69,12 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
             yield lab
         finally:
             live_cluster.management().kv.delete(f"lockctl/control/{job}/", recurse=True)
+
+
+def twelve_hours_away() -> str:
+    """A daily cron schedule (UTC, the spec's default timezone) whose tick is 12 h from now."""
+    now = datetime.now(timezone.utc)
+    return f"{now.minute} {(now.hour + 12) % 24} * * *"
 
 
 def lockctl(lab: Lab, *args: str) -> subprocess.CompletedProcess[str]:
@@ -106,7 +115,10 @@ def test_trigger_runs_the_job_once_within_5s_and_after_a_run_in_progress(lab: La
         first_id = trigger_id(first)
         assert eventually(lambda: manual(lab, first_id), 5.0), [s.lines for s in schedulers]
         assert time.monotonic() - asked < 5.0
-        assert eventually(lambda: len(list(lab.runs.iterdir())) == 1, WAIT)
+        assert eventually(lambda: len(list(lab.runs.iterdir())) == 1, WAIT), [
+            list(lab.runs.iterdir()),
+            [s.lines for s in schedulers],
+        ]
         (running,) = manual(lab, first_id)
         assert running.outcome is TickOutcome.RUNNING and running.reason == "backfill after the fix"
         assert running.by and running.tick.microsecond  # its own instant, not a tick's
