@@ -71,7 +71,7 @@ from typing import Any
 
 from bench.scheduler import leader_client, parse_stat, parse_status_kb
 from provision.cluster import tls as cluster_tls
-from provision.cluster.layout import ClusterLayout
+from provision.cluster.layout import AgentSpec, ClusterLayout
 from provision.cluster.local import TLS_VARIABLES, cluster_down, cluster_env, cluster_up
 from provision.consul import Consul, ConsulError, PermissionDenied
 from provision.ledger.records import tick_name
@@ -446,6 +446,7 @@ class Sample:
     load: float
     procs: dict[str, ProcSample]
     busy: int = 0  # the machine's busy jiffies so far, every process (/proc/stat)
+    agents: dict[str, int] = field(default_factory=dict)  # "server"/"client": their clock ticks
 
 
 def proc_sample(pid: int) -> ProcSample | None:
@@ -478,6 +479,14 @@ def _living_children_cpu(pid: int) -> int:
     return total
 
 
+def agent_pid(layout: ClusterLayout, agent: AgentSpec) -> int | None:
+    """A local agent's PID, from the pidfile the cluster keeps for it."""
+    try:
+        return int(layout.pidfile(agent).read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def machine_busy() -> int:
     """Jiffies every core spent busy since boot: /proc/stat's first line less idle and iowait."""
     fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
@@ -507,6 +516,7 @@ class Sampler(threading.Thread):
         self.management, self.layout, self.replicas = management, layout, replicas
         self.servers = [agent.http_address for agent in layout.servers]
         self.leader = leader_client(management, self.servers)
+        self.agent_pids = {agent: agent_pid(layout, agent) for agent in layout.agents}
         self.samples: list[Sample] = []
         self.stopping = threading.Event()
 
@@ -518,9 +528,19 @@ class Sampler(threading.Thread):
             os.getloadavg()[0],
             {r.worker: s for r in self.replicas if r.alive() and (s := proc_sample(r.pid))},
             machine_busy(),
+            self._agents_cpu(),
         )
         self.samples.append(sample)
         return sample
+
+    def _agents_cpu(self) -> dict[str, int]:
+        """The Consul agents' own clock ticks so far, servers and clients apart."""
+        cpu = {"server": 0, "client": 0}
+        for agent, pid in self.agent_pids.items():
+            sample = proc_sample(pid) if pid is not None else None
+            if sample is not None:
+                cpu["server" if agent.server else "client"] += sample.own
+        return cpu
 
     def _sessions(self) -> int | None:
         try:
@@ -733,11 +753,45 @@ def consul_figures(
             (last.busy - steady.busy) * 1000 / os.sysconf("SC_CLK_TCK"),
             figures["steady_ticks"],
         ),
+        **cpu_breakdown(steady, last, figures["steady_ticks"]),
         "sessions_peak": max(sessions, default=None),
         "sessions_left": window.sessions_left,
         "sigterm_s": _round(window.sigterm_s),
         "load_peak": _round(max(s.load for s in samples)),
     }
+
+
+def cpu_breakdown(steady: Sample, last: Sample, ticks: int) -> dict[str, Any]:
+    """Where the machine's CPU per tick after the warm-up went: the Consul servers, the client
+    agents, the lockctl replicas themselves, and the jobs (with their namespaces' inits and the
+    replicas' namespace helpers). The last three parts without lockctl's own: what a burst of
+    every job's tick costs the machine whatever lockctl does, spread over all its cores."""
+
+    def ms(ticks_before: int, ticks_after: int) -> float | None:
+        return _ratio((ticks_after - ticks_before) * 1000 / os.sysconf("SC_CLK_TCK"), ticks)
+
+    workers = set(steady.procs) & set(last.procs)
+    own = [ms(steady.procs[w].own, last.procs[w].own) for w in workers]
+    jobs = [ms(steady.procs[w].children, last.procs[w].children) for w in workers]
+    parts = {
+        "cpu_ms_consul_servers": ms(steady.agents.get("server", 0), last.agents.get("server", 0)),
+        "cpu_ms_consul_clients": ms(steady.agents.get("client", 0), last.agents.get("client", 0)),
+        "cpu_ms_lockctl": _round(sum(x for x in own if x is not None)) if workers else None,
+        "cpu_ms_jobs": _round(sum(x for x in jobs if x is not None)) if workers else None,
+    }
+    floor = [parts["cpu_ms_consul_servers"], parts["cpu_ms_consul_clients"], parts["cpu_ms_jobs"]]
+    known = [x for x in floor if x is not None]
+    return {**parts, "cpu_ms_without_lockctl": _round(sum(known)) if len(known) == 3 else None}
+
+
+def burst_cpu_floor(figures: Mapping[str, Any], jobs: int, jitter: float) -> float | None:
+    """With every job's tick at one instant (no jitter): the seconds the machine's cores need
+    for the burst's CPU that is not lockctl's own (Consul's, the jobs'). A start lag's p99 can
+    not be much below it however little lockctl costs: the last jobs of the burst wait for it."""
+    without = figures.get("cpu_ms_without_lockctl")
+    if without is None or jitter:
+        return None
+    return _round(without * jobs / 1000 / (os.cpu_count() or 1))
 
 
 def replica_figures(samples: list[Sample], window: Window, replica: Replica) -> dict[str, Any]:
@@ -837,6 +891,7 @@ def measure(scenario: Scenario, args: argparse.Namespace, work: Path) -> dict[st
         runs, records = read_runs(work / "oracle", names), read_records(management, names)
         figures.update(tick_figures(args, window, runs, records))
         figures.update(consul_figures(sampler.samples, window, figures))
+        figures["burst_cpu_floor_s"] = burst_cpu_floor(figures, len(names), args.jitter)
         per_replica = [replica_figures(sampler.samples, window, r) for r in replicas]
         figures.update(fleet_maxima(per_replica), replica_figures=per_replica)
         return figures
@@ -895,6 +950,12 @@ ROWS = (
     ("start lag max (s)", "start_lag_max_s"),
     ("  floor: the jobs alone, all at once (s)", "bare_starts_s"),
     ("machine CPU per tick after warm-up (ms)", "machine_cpu_ms_per_tick"),
+    ("  Consul servers (ms)", "cpu_ms_consul_servers"),
+    ("  Consul client agents (ms)", "cpu_ms_consul_clients"),
+    ("  lockctl replicas, their own (ms)", "cpu_ms_lockctl"),
+    ("  the jobs, their namespaces and helpers (ms)", "cpu_ms_jobs"),
+    ("  all but lockctl's own (ms)", "cpu_ms_without_lockctl"),
+    ("  that, for every job's tick at once, over all cores (s)", "burst_cpu_floor_s"),
     ("Raft entries in the window", "raft_entries"),
     ("Raft entries per tick", "raft_per_tick"),
     ("  per tick claimed", "raft_per_claimed_tick"),

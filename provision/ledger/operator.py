@@ -83,6 +83,28 @@ def readable_pause_state(consul: Consul, job: str) -> PauseState | None:
         return None
 
 
+def readable_pending_trigger(consul: Consul, job: str, lock_key: str) -> ControlNote | None:
+    """The trigger of `job` no replica has taken yet (who asked, when, why), or None: none, or
+    this token may not read the job's control keys or its taken-trigger key."""
+    try:
+        entry, _ = consul.kv.get(
+            trigger_key(job), consistency="consistent", max_bytes=NOTE_MAX_BYTES * 2
+        )
+        if entry is None:
+            return None
+        note = decode_note(entry.value)
+        taken, _ = consul.kv.get(taken_key(lock_key), consistency="consistent")
+    except PermissionDenied:
+        return None
+    return note if is_pending(note, None if taken is None else taken.value) else None
+
+
+def is_pending(note: ControlNote, taken: bytes | None) -> bool:
+    """Whether the trigger `note` waits for a replica (pure): the job's taken-trigger key,
+    `taken`, does not name it (a note with no id was never lockctl's: pending for good)."""
+    return note.id is None or taken != note.id.encode()
+
+
 class TriggerRefused(LockctlError):
     """`lockctl trigger` refused: the job is paused, or a trigger of it is pending (exit 1)."""
 
@@ -128,7 +150,7 @@ def trigger_refusal(
     it; a note with no id was never lockctl's, and is pending for good: deleted by hand)."""
     if paused is not None:
         return f"job {job} is paused {paused.said()}: not triggered (lockctl resume {job} first)"
-    if pending is not None and (pending.id is None or taken != pending.id.encode()):
+    if pending is not None and is_pending(pending, taken):
         return (
             f"job {job} has a trigger pending, asked {pending.said()}: at most one at a time "
             "(a running `lockctl schedule` of the job takes it within seconds)"

@@ -13,7 +13,7 @@ from typing import Any
 
 from provision.consul import Consul, ConsulError
 from provision.ledger.history import Wanted, ledger_job, read_history
-from provision.ledger.operator import readable_pause_state
+from provision.ledger.operator import readable_pause_state, readable_pending_trigger
 from provision.ledger.records import tick_name
 from provision.runner.lock import CLAIM_LIMIT, claimed_worker, holder_record
 from provision.spec import Job, Spec
@@ -44,6 +44,7 @@ class LockState:
     next_tick: str | None = None  # jobs with a schedule: when it runs next (UTC)
     suspect_ticks: int = 0  # records dated in the future: never the last tick (ledger/ticks.py)
     paused: str | None = None  # `by alice at ...: why` while an operator paused the job
+    trigger_pending: str | None = None  # `by alice at ...: why`: a trigger no replica took yet
 
     @property
     def forged(self) -> bool:
@@ -59,15 +60,19 @@ def lock_states(consul: Consul, spec: Spec) -> list[LockState]:
     """One consistent read per job's lock key, plus the holding session's node and, for a job
     with a schedule, one read of its ledger."""
     states = [_with_ticks(consul, job, _state(consul, job.name, job.lock_key)) for job in spec.jobs]
-    return [_with_pause(consul, state) for state in states]
+    return [_with_control(consul, state) for state in states]
 
 
-def _with_pause(consul: Consul, state: LockState) -> LockState:
-    """Who paused the job, when and why (a token that may not read its control keys: not said)."""
+def _with_control(consul: Consul, state: LockState) -> LockState:
+    """Who paused the job, when and why; the same of a trigger no replica has taken yet (a
+    token that may not read the job's control keys: neither is said)."""
     pause = readable_pause_state(consul, state.job)
-    if pause is None or pause.note is None:
-        return state
-    return replace(state, paused=pause.note.said())
+    if pause is not None and pause.note is not None:
+        state = replace(state, paused=pause.note.said())
+    pending = readable_pending_trigger(consul, state.job, state.key)
+    if pending is not None:
+        state = replace(state, trigger_pending=pending.said())
+    return state
 
 
 def _with_ticks(consul: Consul, job: Job, state: LockState) -> LockState:

@@ -2,7 +2,8 @@
 of a daily job whose tick is 12 hours away (no scheduled tick comes during the test, whenever
 it runs: an hourly job's tick came in the claim window of a run started at 01:00:40 in CI, and
 ran beside the triggers) whose command is a process tree;
-a trigger runs it once, on one replica, within 5 s, recorded as a manual run (who asked, why);
+a trigger runs it once, on one replica, at once (within 5 s on a quiet machine: printed, not
+asserted, as the house keeps timings out of tests), recorded as a manual run (who asked, why);
 a trigger while a run goes on runs right after it; a second pending trigger is refused, and so
 is a trigger of a paused job."""
 
@@ -12,9 +13,9 @@ import json
 import subprocess
 import time
 import uuid
-from datetime import datetime, timezone
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -104,17 +105,19 @@ def trigger_id(result: subprocess.CompletedProcess[str]) -> str:
     return result.stdout.split("(trigger ", 1)[1].split(")", 1)[0]
 
 
-def test_trigger_runs_the_job_once_within_5s_and_after_a_run_in_progress(lab: Lab) -> None:
+def test_trigger_runs_the_job_once_at_once_and_after_a_run_in_progress(lab: Lab) -> None:
     schedulers = [SchedulerProcess(lab.configs[worker]) for worker in WORKERS]
     try:
         assert eventually(lambda: all(s.events("started") for s in schedulers), WAIT)
         lab.hold.touch()  # the first run lasts until the test lets it end
-        asked = time.monotonic()
         first = lockctl(lab, "trigger", lab.job, "--reason", "backfill after the fix")
         print(f"\n$ lockctl trigger {lab.job} --reason 'backfill after the fix'\n{first.stdout}")
         first_id = trigger_id(first)
-        assert eventually(lambda: manual(lab, first_id), 5.0), [s.lines for s in schedulers]
-        assert time.monotonic() - asked < 5.0
+        asked = time.monotonic()
+        # the next scheduled tick is 12 h away: a run now is the trigger's (its speed is the
+        # docs' to say, printed here, not a timing assertion that a loaded machine would fail)
+        assert eventually(lambda: manual(lab, first_id), WAIT), [s.lines for s in schedulers]
+        print(f"claimed {time.monotonic() - asked:.2f} s after `lockctl trigger` returned")
         assert eventually(lambda: len(list(lab.runs.iterdir())) == 1, WAIT), [
             list(lab.runs.iterdir()),
             [s.lines for s in schedulers],
@@ -133,8 +136,8 @@ def test_trigger_runs_the_job_once_within_5s_and_after_a_run_in_progress(lab: La
 
         lab.hold.unlink()  # the first run ends: the second runs right after it
         released = time.monotonic()
-        assert eventually(lambda: manual(lab, second_id), 5.0), [s.lines for s in schedulers]
-        assert time.monotonic() - released < 5.0
+        assert eventually(lambda: manual(lab, second_id), WAIT), [s.lines for s in schedulers]
+        print(f"claimed {time.monotonic() - released:.2f} s after the first run's end")
         assert eventually(
             lambda: [r.outcome for r in manual(lab, second_id)] == [TickOutcome.SUCCEEDED], WAIT
         ), [s.lines for s in schedulers]
@@ -170,3 +173,31 @@ def test_trigger_runs_the_job_once_within_5s_and_after_a_run_in_progress(lab: La
         lab.hold.unlink(missing_ok=True)
         for scheduler in schedulers:
             scheduler.kill()
+
+
+def test_status_shows_a_trigger_until_a_scheduler_takes_it(lab: Lab) -> None:
+    """With no scheduler running, a trigger waits: `status` says who asked, when and why; the
+    first replica to start takes it, runs it, and `status` no longer shows it."""
+
+    def pending() -> str | None:
+        result = lockctl(lab, "status", "--json")
+        assert result.returncode == 0, result.stderr
+        (state,) = [s for s in json.loads(result.stdout) if s["job"] == lab.job]
+        return state["trigger_pending"]
+
+    runs_before = len(list(lab.runs.iterdir()))
+    asked = trigger_id(lockctl(lab, "trigger", lab.job, "--reason", "rerun the export"))
+    said = pending()
+    assert said is not None and said.startswith("by ") and said.endswith(": rerun the export")
+    print(f"\n$ lockctl status\n{lockctl(lab, 'status').stdout}")  # for docs
+    scheduler = SchedulerProcess(lab.configs["worker-2"])
+    try:
+        done = [TickOutcome.SUCCEEDED]
+        assert eventually(lambda: [r.outcome for r in manual(lab, asked)] == done, WAIT), (
+            scheduler.lines
+        )
+        assert pending() is None
+        assert len(list(lab.runs.iterdir())) == runs_before + 1
+        assert scheduler.stop() == 0, scheduler.lines
+    finally:
+        scheduler.kill()

@@ -3,10 +3,12 @@ unclaimed, start lag. No cluster."""
 
 from __future__ import annotations
 
+import os
 from datetime import datetime, timezone
 
 import pytest
 
+from bench import scale
 from bench.scale import SCENARIOS, Run, judge, parse_oracle, percentile, tick_slots
 from provision.schedule import parse_schedule
 
@@ -105,3 +107,23 @@ def test_targets_read_the_figures() -> None:
     assert fleet["raft_per_tick"].met({"raft_per_tick": 3.56}) is False
     assert fleet["start_lag_p99_s"].met({"start_lag_p99_s": 1.0}) is False
     assert fleet["doubled"].met({}) is None
+
+
+def test_cpu_breakdown_splits_the_ticks_cpu_by_part() -> None:
+    hz = os.sysconf("SC_CLK_TCK")
+
+    def sample(server_ms: int, client_ms: int, own_ms: int, jobs_ms: int) -> scale.Sample:
+        """Clock ticks so far, given in ms (multiples of 10 ms: whole ticks at 100 Hz)."""
+        procs = {"worker-1": scale.ProcSample(own_ms * hz // 1000, jobs_ms * hz // 1000, 10, 1)}
+        agents = {"server": server_ms * hz // 1000, "client": client_ms * hz // 1000}
+        return scale.Sample(0.0, 3, 1, 0.0, procs, 0, agents)
+
+    # over 100 ticks: the servers spent 4 ms per tick, the clients 1, lockctl 5, the jobs 3
+    parts = scale.cpu_breakdown(sample(0, 0, 0, 0), sample(400, 100, 500, 300), 100)
+    assert parts["cpu_ms_consul_servers"] == 4.0 and parts["cpu_ms_consul_clients"] == 1.0
+    assert parts["cpu_ms_lockctl"] == 5.0 and parts["cpu_ms_jobs"] == 3.0
+    assert parts["cpu_ms_without_lockctl"] == 8.0
+    # 300 jobs' ticks at once at 8 ms each: 2.4 CPU-s over the cores; none with a jitter
+    assert scale.burst_cpu_floor(parts, 300, 0.0) == round(2.4 / (os.cpu_count() or 1), 3)
+    assert scale.burst_cpu_floor(parts, 300, 5.0) is None
+    assert scale.burst_cpu_floor({}, 300, 0.0) is None

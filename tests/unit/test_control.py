@@ -14,7 +14,7 @@ from provision.ledger.control import (
     reason_problem,
     taken_key,
 )
-from provision.ledger.operator import trigger_refusal
+from provision.ledger.operator import is_pending, trigger_refusal
 from provision.ledger.records import TickOutcome, TickRecord, decode, parse_tick_name, tick_name
 from provision.scheduler.triggers import pending_triggers
 from provision.system.control_keys import CONTROL_ROOT, control_prefix, paused_key, trigger_key
@@ -160,3 +160,18 @@ def test_a_trigger_is_refused_while_paused_or_while_one_is_pending(
         assert said is None
     else:
         assert said is not None and said.startswith(f"job nightly {refused}"), said
+
+
+@pytest.mark.parametrize(
+    ("note", "taken", "pending"),
+    [
+        (PENDING, None, True),  # no replica took any trigger yet
+        (PENDING, b"t0", True),  # an older one was taken, not this one
+        (PENDING, b"t1", False),  # taken: `status` no longer shows it
+        (ControlNote("unknown", None), b"t1", True),  # no id: not lockctl's, pending for good
+    ],
+)
+def test_a_trigger_is_pending_until_the_taken_key_names_it(
+    note: ControlNote, taken: bytes | None, pending: bool
+) -> None:
+    assert is_pending(note, taken) is pending

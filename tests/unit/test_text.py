@@ -192,10 +192,14 @@ def test_status_shows_a_hostile_record_escaped_literal_and_flagged(
     note = {"format": 1, "by": "ops\x1b[2J", "reason": "[red]x[/]\r\u202e" * 50, "at": "x"}
     paused = base64.b64encode(json.dumps(note).encode()).decode()
     paused_url = f"{address}/v1/kv/lockctl/control/j/paused"
-    if as_json:  # a hostile pause note too (in the table, a column more would wrap the record)
+    trigger_url = f"{address}/v1/kv/lockctl/control/j/trigger"
+    if as_json:  # hostile pause and trigger notes too (in the table, columns more would wrap)
         responses.get(paused_url, json=[{"Key": "lockctl/control/j/paused", "Value": paused}])
+        responses.get(trigger_url, json=[{"Key": "lockctl/control/j/trigger", "Value": paused}])
+        responses.get(f"{address}/v1/kv/locks/j/trigger-taken", status=404)
     else:
         responses.get(paused_url, status=404)
+        responses.get(trigger_url, status=404)
     args = ["status", "--spec", str(spec), "--address", address, *(["--json"] if as_json else [])]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
@@ -205,6 +209,7 @@ def test_status_shows_a_hostile_record_escaped_literal_and_flagged(
         (state,) = json.loads(result.stdout)
         assert state["node"] == "worker-2" and state["claim_matches_node"] is False
         assert state["paused"].startswith("by ops\\x1b[2J: [red]x[/]\\r\\u202e")
+        assert state["trigger_pending"] == state["paused"]  # a note without an id: pending
         assert (
             state["claims"]["worker"] == "worker-1\\x1b]0;pwned\\x07[bold red]RED[/]\\r\\u202eevil"
         )
