@@ -35,6 +35,8 @@ STRANGER = "lockctl-verify-stranger"  # the claim value a rewritten JWT carries 
 
 def _logins(ctx: VerifyContext) -> list[tuple[Worker, AuthMethod, Secret]]:
     """Each worker with an identity in the spec and a JWT given for it."""
+    if not any(worker.identity is not None for worker in ctx.spec.workers):
+        raise CheckSkipped("not applicable: no worker of the spec logs in (no `identity` block)")
     found = []
     methods = {method.name: method for method in ctx.spec.auth_methods}
     for worker in ctx.spec.workers:

@@ -389,3 +389,26 @@ def test_a_new_token_is_used_once_known_or_when_that_cannot_be_told(tmp_path: Pa
     fake.token_known = known  # type: ignore[method-assign]
     login.login()
     assert asked == ["secret-1", "secret-1"] and tokens.current == Secret("secret-1")
+
+
+@pytest.mark.parametrize(
+    ("identity", "jwts", "summary"),
+    [
+        (False, {}, "not applicable: no worker of the spec logs in"),
+        (True, {}, "no JWT to log in with: give --bearer-token-file WORKER=FILE"),
+    ],
+)
+def test_verify_login_checks_say_why_they_are_skipped(
+    identity: bool, jwts: dict[str, str], summary: str
+) -> None:
+    from types import SimpleNamespace
+
+    from provision.verify.evidence import CheckSkipped
+    from provision.verify.login_checks import _logins
+
+    worker = SimpleNamespace(name="worker-1", identity=object() if identity else None)
+    ctx: Any = SimpleNamespace(
+        spec=SimpleNamespace(workers=[worker], auth_methods=[]), bearer_tokens=jwts
+    )
+    with pytest.raises(CheckSkipped, match=summary.replace("-", r"\-")):
+        _logins(ctx)
