@@ -86,9 +86,11 @@ def test_verify_report_is_all_green(flow: dict[str, object]) -> None:
     skipped = [case.get("name") for case in cases if case.find("skipped") is not None]
     assert not failed
     # The flow gives the management token: every check really ran, but the login checks, which
-    # need a JWT of a worker's identity (the VMs' spec declares no auth method; login is proven
-    # on the local cluster by tests/integration/test_login.py).
+    # need a JWT of a worker's identity and say "not applicable" (the VMs' spec declares no auth
+    # method; login is proven on the local cluster by tests/integration/test_login.py).
     assert [name for name in skipped if name not in NEEDS_A_JWT] == []
+    reasons = [case.find("skipped") for case in cases if case.find("skipped") is not None]
+    assert all(r.get("message", "").startswith("not applicable: ") for r in reasons), reasons
     checks = (
         "tls-http",
         "gossip-encrypted",
