@@ -32,6 +32,7 @@ pytestmark = pytest.mark.cluster
 
 SUBNET = os.environ.get("LOCKCTL_TEST_LIFECYCLE_SUBNET", "127.0.4")
 PODS = ("pod-0", "pod-1")
+EVERY = 3  # the job's schedule: @every EVERY s
 TTL, LOCK_DELAY = 10.0, 4.0
 # The job: a process tree (this shell and a sleep it waits for) that says when it started and
 # when it ended, with its worker and both PIDs, so the test can tell overlaps and survivors.
@@ -91,7 +92,7 @@ def _spec(tmp: Path, cluster: LiveCluster, servers: dict[str, str], seconds: int
         lines += ["  agentless = true", "}"]
     command = f'["{job}", "{tmp / "runs.log"}", "{seconds}"]'
     lines += ['job "report" {', '  prefix = "locks/agentless/"']
-    lines += [f"  workers = {list(servers)!r}".replace("'", '"'), '  schedule = "@every 3s"']
+    lines += [f"  workers = {list(servers)!r}".replace("'", '"'), f'  schedule = "@every {EVERY}s"']
     lines += [f"  command = {command}", "}"]
     path = tmp / "locks.hcl"
     path.write_text("\n".join(lines) + "\n")
@@ -178,6 +179,11 @@ def test_lockctl_run_without_an_agent_registers_its_node_and_holds_a_ttl_only_se
     with minted_workers(own_cluster, spec, ["pod-1"], tmp_path, "r", "locks/agentless/") as made:
         argv = [*LOCKCTL, "run", "--config", str(made.configs["pod-1"]), "--job", "report"]
         env = {**os.environ, "LOCKCTL_NODE_ADDRESS": "10.9.0.7"}
+        # Just after a tick: the run takes the tick of its start, and claims it after its
+        # imports and a read, well within the tick's 3 s window. Started at a random moment, a
+        # slow start (over a second more: the agent's clock is read in whole seconds) found it
+        # closed: missed, the job never ran.
+        time.sleep(EVERY - time.time() % EVERY + 0.05)
         run = subprocess.Popen(
             [*argv, "--", "/bin/sh", "-c", script], env=env, stderr=subprocess.PIPE, text=True
         )

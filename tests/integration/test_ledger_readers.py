@@ -3,9 +3,11 @@
 completions with real sessions through a worker's own token and agent, missed records), and
 hostile records printed safely.
 
-The jobs are `@daily` (ticks at 00:00 UTC, claim window 5 min), so a test crosses a tick only
-if it runs across midnight UTC; every record is for today's tick T or the days before it, but
-the suspect ones (dated in the future) a test writes itself.
+The jobs are daily, their tick T 12 hours before the module starts (a cron `M H * * *`, UTC,
+claim window 5 min): whenever it runs, T's window has long closed and the next tick is 12 hours
+away (`@daily` was not: from 00:00 to 00:05 UTC today's tick was not missed yet, and a module
+run across midnight met a new tick). Every record is for T or the days before it, but the
+suspect ones (dated in the future) a test writes itself.
 """
 
 from __future__ import annotations
@@ -81,20 +83,21 @@ class Lab:
     management_token: Path
     secrets: tuple[str, ...] = field(repr=False)  # pytest prints a failing test's arguments
     cluster: LiveCluster
-    today: datetime  # T: today's tick
+    tick: datetime  # T: the jobs' latest tick, 12 h before the lab was made
     sessions: list[str]
     configs: dict[str, Path]  # worker -> its lockctl.json
     uid: str
 
 
-def _spec_text(cluster: LiveCluster, uid: str) -> str:
+def _spec_text(cluster: LiveCluster, uid: str, tick: datetime) -> str:
     lines = ["defaults {", '  ttl = "10s"', '  lock_delay = "4s"', '  renew_interval = "1s"']
     lines += ['  kill_grace = "1s"', "}"]
+    daily = f"{tick.minute} {tick.hour} * * *"
     for worker in WORKERS:
         lines += [f'worker "{worker}" {{', f'  address = "{cluster.address(worker)}"', "}"]
     for short in JOBS:
         lines += [f'job "{short}-{uid}" {{', f'  prefix   = "test/ledger-{uid}/{short}/"']
-        lines += ['  workers  = ["worker-1", "worker-2"]', '  schedule = "@daily"']
+        lines += ['  workers  = ["worker-1", "worker-2"]', f'  schedule = "{daily}"']
         if short == "future":
             lines.append(f"  history_limit = {FUTURE_LIMIT}")
         lines.append("}")
@@ -109,8 +112,9 @@ def _spec_text(cluster: LiveCluster, uid: str) -> str:
 def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     tmp = tmp_path_factory.mktemp("ledger")
     uid = uuid.uuid4().hex[:8]
+    tick = twelve_hours_ago()
     spec_path = tmp / "locks.hcl"
-    spec_path.write_text(_spec_text(live_cluster, uid))
+    spec_path.write_text(_spec_text(live_cluster, uid, tick))
     kv = f"test/ledger-{uid}/"
     management = live_cluster.management()
     with minted_workers(live_cluster, spec_path, WORKERS, tmp, uid, kv) as made:
@@ -123,7 +127,6 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
         write_secret_file(tmp / "read.token", token.secret)
         worker_token = tmp / "secrets" / "worker-1.token"
         secret = Secret(worker_token.read_text().strip())
-        now = datetime.now(timezone.utc)
         lab = Lab(
             spec_path=spec_path,
             jobs={short: f"{short}-{uid}" for short in JOBS},
@@ -134,7 +137,7 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
             management_token=live_cluster.layout.management_token_file,
             secrets=tuple(made.secrets),
             cluster=live_cluster,
-            today=now.replace(hour=0, minute=0, second=0, microsecond=0),
+            tick=tick,
             sessions=[],
             configs=made.configs,
             uid=uid,
@@ -151,16 +154,25 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
                 management.acl.delete_policy(policy.id)
 
 
+def twelve_hours_ago() -> datetime:
+    """T: the whole minute 12 hours ago, the tick of the daily cron `_spec_text` writes."""
+    now = datetime.now(timezone.utc).replace(second=0, microsecond=0)
+    tick = now - timedelta(hours=12)
+    daily = parse_schedule(f"{tick.minute} {tick.hour} * * *")
+    assert daily.next_ticks(tick - timedelta(seconds=1), 2) == [tick, tick + timedelta(days=1)]
+    return tick
+
+
 # --- writing ledgers with the Ledger API ---------------------------------------------------------
 
 
 def _run(
     lab: Lab, short: str, days_ago: int, outcome: TickOutcome | None, exit_status: int = 0
 ) -> str:
-    """Claim the tick `days_ago` before today with a real session, as worker-1, and complete it
+    """Claim the tick `days_ago` before T with a real session, as worker-1, and complete it
     with `outcome` (None: leave it running, the session holding the lock). The session."""
     ledger = Ledger(lab.worker_1, lab.keys[short])
-    tick = lab.today - timedelta(days=days_ago)
+    tick = lab.tick - timedelta(days=days_ago)
     session = lab.worker_1.session.create(name="ledger test", ttl=60, lock_delay=0)
     lab.sessions.append(session)
     record = TickRecord(
@@ -208,7 +220,7 @@ def _write_ledgers(lab: Lab) -> None:
 
 
 def _write_hostile(lab: Lab) -> None:
-    key = lambda days: tick_key(lab.keys["hostile"], lab.today - timedelta(days=days))  # noqa: E731
+    key = lambda days: tick_key(lab.keys["hostile"], lab.tick - timedelta(days=days))  # noqa: E731
     forged = {
         "format": 1,
         "tick": "x",
@@ -268,13 +280,13 @@ def _history_json(lab: Lab, short: str, *flags: str) -> list[dict[str, Any]]:
     assert result.returncode == 0, result.stderr
     (job,) = json.loads(result.stdout)
     assert job["job"] == lab.jobs[short] and job["next_tick"] == tick_name(
-        lab.today + timedelta(days=1)
+        lab.tick + timedelta(days=1)
     )
     return list(job["ticks"])
 
 
 def _days(lab: Lab, days: int) -> str:
-    return tick_name(lab.today - timedelta(days=days))
+    return tick_name(lab.tick - timedelta(days=days))
 
 
 # --- history -----------------------------------------------------------------------------------
@@ -329,7 +341,7 @@ def test_hostile_records_print_escaped_and_bounded(lab: Lab) -> None:
     assert outcomes == ["failed", "succeeded", "unreadable", "unreadable", "succeeded"]
     assert ticks[2]["note"] == "too large: not read" and ticks[3]["note"] is None
     shown = lockctl(lab, "history", "--job", lab.jobs["hostile"])
-    key = tick_key(lab.keys["hostile"], lab.today - timedelta(days=2))
+    key = tick_key(lab.keys["hostile"], lab.tick - timedelta(days=2))
     assert shown.stderr == (
         f"lockctl: warning: {key}: value: more than 4096 bytes, over the 4096-byte cap of a "
         "tick record: not read\n"
@@ -352,12 +364,12 @@ def test_hostile_records_print_escaped_and_bounded(lab: Lab) -> None:
 
 
 def _write_big(lab: Lab) -> None:
-    """Today's run, then BIG_RECORDS records of BIG_VALUE bytes, as a worker's token may write
+    """T's run, then BIG_RECORDS records of BIG_VALUE bytes, as a worker's token may write
     them: half look like successes (a reader that decodes them takes them for runs)."""
     _run(lab, "big", 0, TickOutcome.SUCCEEDED)
     pad = "A" * BIG_VALUE
     for days in range(1, BIG_RECORDS + 1):
-        key = tick_key(lab.keys["big"], lab.today - timedelta(days=days))
+        key = tick_key(lab.keys["big"], lab.tick - timedelta(days=days))
         fields = {"format": 1, "outcome": "succeeded", "worker": "w", "pad": pad}
         value = json.dumps(fields).encode() if days % 2 else b"\x1b[2J" + pad.encode()
         lab.worker_1.kv.put(key, value[:BIG_VALUE])
@@ -402,7 +414,7 @@ def test_readers_read_a_bounded_number_of_records_and_bytes_whatever_is_stored(l
     assert (
         len(warnings) == 11 and warnings[-1] == f"lockctl: warning: {job}: 39 more records not read"
     )
-    first = tick_key(lab.keys["big"], lab.today - timedelta(days=1))
+    first = tick_key(lab.keys["big"], lab.tick - timedelta(days=1))
     assert warnings[0] == (
         f"lockctl: warning: {first}: value: more than 4096 bytes, over the 4096-byte cap of a "
         "tick record: not read"
@@ -418,7 +430,7 @@ def test_readers_read_a_bounded_number_of_records_and_bytes_whatever_is_stored(l
     assert f"last success {_days(lab, 0)}" in check.stdout
 
     # a runner's read of one tick's record (before it claims) stops at the cap too
-    record, _ = Ledger(lab.worker_1, lab.keys["big"]).read(lab.today - timedelta(days=1))
+    record, _ = Ledger(lab.worker_1, lab.keys["big"]).read(lab.tick - timedelta(days=1))
     assert record is not None and record.outcome is TickOutcome.UNREADABLE
 
     rss, status = _peak_rss(lab, "status", "--json")
@@ -432,7 +444,7 @@ def test_readers_read_a_bounded_number_of_records_and_bytes_whatever_is_stored(l
 
 def _write_suspect(lab: Lab) -> datetime:
     """Two records only a forger or a badly wrong clock writes, as a worker's token may: 2099,
-    and a few minutes ahead (the jobs are @daily: a name off the schedule, which no reader
+    and a few minutes ahead (the jobs are daily: a name off the schedule, which no reader
     checks). Written here, not in the fixture, so `soon` is still ahead when the test reads."""
     soon = (datetime.now(timezone.utc) + timedelta(minutes=5)).replace(microsecond=0)
     forged = {"format": 1, "outcome": "succeeded", "worker": "w\x1b[2J", "exit_status": 0}
@@ -442,7 +454,7 @@ def _write_suspect(lab: Lab) -> datetime:
 
 
 def _housekeep(lab: Lab) -> str:
-    """The runner's housekeeping after a run of today's tick, as worker-1 with its own config
+    """The runner's housekeeping after a run of T, as worker-1 with its own config
     and token. Its events."""
     config = load_worker_config(lab.configs["worker-1"]).job(lab.jobs["future"])
     assert config.history_limit == FUTURE_LIMIT
@@ -450,7 +462,7 @@ def _housekeep(lab: Lab) -> str:
     log = EventLog(config.name, "worker-1", events)
     schedule = job_schedule(config)
     assert schedule is not None
-    housekeep(Ledger(lab.worker_1, config.lock_key), config, schedule, "worker-1", log, lab.today)
+    housekeep(Ledger(lab.worker_1, config.lock_key), config, schedule, "worker-1", log, lab.tick)
     return events.getvalue()
 
 
@@ -484,7 +496,7 @@ def test_suspect_records_are_kept_by_retention_and_never_taken_for_a_run(lab: La
     expected = (
         rf"WARNING {lab.jobs['future']}: 2 suspect records, dated in the future "
         rf"\({tick_name(FAR)}, {tick_name(soon)}\), last success {_days(lab, 0)} "
-        rf"\((\d+h)?(\d+m)?(\d+s)? ago\), next {tick_name(lab.today + timedelta(days=1))}\n"
+        rf"\((\d+h)?(\d+m)?(\d+s)? ago\), next {tick_name(lab.tick + timedelta(days=1))}\n"
     )
     assert re.fullmatch(expected, check.stdout), check.stdout
 
@@ -515,14 +527,14 @@ def test_status_adds_the_last_tick_and_the_next_one(lab: Lab) -> None:
     result = lockctl(lab, "status", "--json")
     assert result.returncode == 0, result.stderr
     states = {s["job"]: s for s in json.loads(result.stdout)}
-    tomorrow = tick_name(lab.today + timedelta(days=1))
+    following = tick_name(lab.tick + timedelta(days=1))
     failing = states[lab.jobs["failing"]]
     assert failing["last_tick"] == {
         "tick": _days(lab, 0),
         "outcome": "failed",
         "worker": "worker-1",
     }
-    assert failing["next_tick"] == tomorrow
+    assert failing["next_tick"] == following
     assert states[lab.jobs["running"]]["held"] is True
     assert states[lab.jobs["running"]]["last_tick"]["outcome"] == "running"
     assert states[lab.jobs["fresh"]]["last_tick"] is None
@@ -545,7 +557,7 @@ def test_check_ok_warning_and_the_fresh_job(lab: Lab) -> None:
     assert ok.returncode == 0, ok.stdout
     expected = (
         rf"OK {lab.jobs['ok']}: last success {_days(lab, 0)} \((\d+h)?(\d+m)?(\d+s)? ago\), "
-        rf"next {tick_name(lab.today + timedelta(days=1))}\n"
+        rf"next {tick_name(lab.tick + timedelta(days=1))}\n"
     )
     assert re.fullmatch(expected, ok.stdout), ok.stdout
     failing = _check(lab, "failing")
