@@ -15,6 +15,7 @@ a record still counts as one (its tick is taken) with outcome `unreadable`.
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import re
 from dataclasses import asdict, dataclass, replace
@@ -74,7 +75,14 @@ def ticks_prefix(lock_key: str) -> str:
 def tick_name(tick: datetime) -> str:
     if tick.microsecond:  # a manual run's instant (never a whole second: ledger/control.py)
         return timestamp(tick)
-    return tick.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _second_name(tick.timestamp())
+
+
+@functools.lru_cache(maxsize=4096)  # a scheduler names each tick several times (keys, events)
+def _second_name(seconds: float) -> str:
+    """A whole second's name, cached by the instant: not by the datetime, which compares equal
+    to another one hour apart in a zone's repeated hour (PEP 495: fold is ignored)."""
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def tick_key(lock_key: str, tick: datetime) -> str:

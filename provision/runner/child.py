@@ -77,12 +77,17 @@ class Child:
         forks: ForkServer | None = None,
         hidden: Sequence[str] = (),
         secrets: Sequence[str] = (),
+        *,
+        checked: bool = False,
     ) -> None:
         """`forks`: a long-lived process's namespace helper (runner/forkserver.py), which forks
         the namespace instead of starting unshare and a Python for it. `hidden`: files (absolute
         paths) the job's mount namespace covers with an empty one (the worker's secrets).
-        `secrets`: what the ends of its output kept for the record must not show."""
-        check_program(command, env)
+        `secrets`: what the ends of its output kept for the record must not show. `checked`:
+        the caller ran check_program on this command just before (once per run is enough: a
+        program gone since fails at its exec, said as now: exit 127 and why, or InputError)."""
+        if not checked:
+            check_program(command, env)
         self.command, self.env = list(command), dict(env)
         self.containment = PROCESS_GROUP
         self.warning = namespace_refused()  # why the containment is weaker, if it is

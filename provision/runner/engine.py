@@ -187,10 +187,13 @@ def _command_body(
     hidden = credential_files(lock.consul.settings)
     secrets = _secrets(lock.consul.settings, lock.consul.transport.tokens.current)
 
+    checked = [http is None]  # the first attempt's command was checked just now
+
     def prepare() -> JobBody:
         if http is not None:
             return HttpJob(http, secrets)
-        return Child(command, environment, forks, hidden, secrets)
+        fresh, checked[0] = checked[0], False  # a retry's attempt checks it again
+        return Child(command, environment, forks, hidden, secrets, checked=fresh)
 
     return prepare
 

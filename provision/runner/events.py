@@ -33,6 +33,9 @@ EVENTS = (
     "housekeeping",
     "housekeeping-failed",
 )
+# json.dumps with any option builds a new encoder per call: one, made once, writes the same
+# text (a scheduler emits several events per run of each of its jobs)
+_ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
 
 
 class EventLog:
@@ -54,7 +57,7 @@ class EventLog:
             "worker": self.worker,
             **{key: value for key, value in fields.items() if value is not None},
         }
-        line = json.dumps(record, separators=(",", ":"), default=str)
+        line = _ENCODER.encode(record)
         with self._lock:
             if self.broken is not None:
                 self.dropped += 1

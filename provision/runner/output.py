@@ -111,7 +111,35 @@ def runner_secrets(
     given), and each line of its TLS client key."""
     found = [token or "", environ.get("CONSUL_HTTP_TOKEN", "").strip()]
     if client_key is not None:
-        with contextlib.suppress(OSError), open(client_key, "rb") as handle:
-            text = handle.read(KEY_FILE_MAX).decode("utf-8", errors="replace")
-            found += [line.strip() for line in text.splitlines() if "-----" not in line]
+        found += key_lines(client_key)
     return [secret for secret in found if len(secret) >= MIN_SECRET]
+
+
+# A scheduler asks for the key's lines at every run: a stat each time, a read when it changed.
+_key_lines: dict[str, tuple[tuple[int, ...], tuple[str, ...]]] = {}
+_key_lines_lock = threading.Lock()
+
+
+def key_lines(client_key: Path) -> tuple[str, ...]:
+    """The lines of the TLS client key (not its armour), read again whenever the file's inode,
+    size, mtime or ctime differ from the read before (a rotation by rename or in place). The
+    stat comes before the read: a change between them is seen at the next call."""
+    path = os.fspath(client_key)
+    try:
+        found = os.stat(path)
+    except OSError:
+        return ()
+    signature = (found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns)
+    with _key_lines_lock:
+        cached = _key_lines.get(path)
+    if cached is not None and cached[0] == signature:
+        return cached[1]
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read(KEY_FILE_MAX).decode("utf-8", errors="replace")
+    except OSError:
+        return ()
+    lines = tuple(line.strip() for line in text.splitlines() if "-----" not in line)
+    with _key_lines_lock:
+        _key_lines[path] = (signature, lines)
+    return lines
