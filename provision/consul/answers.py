@@ -6,6 +6,7 @@ apart from one that reached it and got no answer (only the first is always safe 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -53,8 +54,24 @@ class ConsulResponse:
 
 def answer_date(headers: Mapping[str, str]) -> datetime | None:
     value = headers.get("Date")
+    if not value:
+        return None
+    # a busy client reads the same Date on many answers a second: parsed once (a real one is
+    # 29 characters; anything longer is parsed each time, not kept)
+    return _cached_date(value) if len(value) <= DATE_MAX else _parse_date(value)
+
+
+DATE_MAX = 40
+
+
+@functools.lru_cache(maxsize=256)
+def _cached_date(value: str) -> datetime | None:
+    return _parse_date(value)
+
+
+def _parse_date(value: str) -> datetime | None:
     try:
-        date = parsedate_to_datetime(value) if value else None
+        date = parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
         return None
     return date if date is not None and date.tzinfo is not None else None

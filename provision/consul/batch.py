@@ -146,14 +146,19 @@ class TxnBatcher:
         batch, ops, size = [first], len(first.ops), first.value_bytes
         if first.alone:
             return batch
+        # every key and prefix of the batch so far: a call touches one of its members if and
+        # only if it touches their union (each test of `touches` is an "any" over members)
+        taken = _Call((), first.urgent, exact=set(first.exact), prefixes=set(first.prefixes))
         for queue in (self._urgent, self._others):
             for call in list(queue):
                 fits = ops + len(call.ops) <= MAX_OPERATIONS
                 fits = fits and size + call.value_bytes <= MAX_BATCH_BYTES and not call.alone
-                if fits and not any(call.touches(member) for member in batch):
+                if fits and not call.touches(taken):
                     queue.remove(call)
                     batch.append(call)
                     ops, size = ops + len(call.ops), size + call.value_bytes
+                    taken.exact |= call.exact
+                    taken.prefixes |= call.prefixes
         return batch
 
     def _deliver(self, batch: list[_Call]) -> None:

@@ -18,7 +18,8 @@ import enum
 import functools
 import json
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
+from dataclasses import fields as dataclass_fields
 from datetime import datetime, timezone
 from typing import Any
 
@@ -153,7 +154,8 @@ class TickRecord:
 
     def encode(self) -> bytes:
         fields: dict[str, Any] = {"format": RECORD_FORMAT}
-        for name, value in asdict(self).items():
+        for name in _RECORD_FIELDS:  # asdict would deep-copy every value: none is nested
+            value = getattr(self, name)
             if name == "modify_index" or value is None:
                 continue
             if isinstance(value, datetime):
@@ -174,6 +176,9 @@ class TickRecord:
     @property
     def finished(self) -> bool:
         return self.outcome in FINISHED
+
+
+_RECORD_FIELDS = tuple(field.name for field in dataclass_fields(TickRecord))
 
 
 def decode(tick: datetime, value: bytes | None, modify_index: int = 0) -> TickRecord:

@@ -18,6 +18,7 @@ the ranks say (provision/ledger/store.py).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -50,8 +51,12 @@ def jitter_offset(job: str, tick: datetime, jitter: float, window: float) -> flo
 def claim_order(job: str, tick: datetime, workers: Iterable[str]) -> tuple[str, ...]:
     """The job's workers in the order they may claim `tick` (rendezvous hashing: removing a
     worker moves only the ticks it was first for)."""
-    unique = sorted(set(workers))
-    return tuple(sorted(unique, key=lambda w: _fraction("turn", job, _instant(tick), w)))
+    return _order(job, _instant(tick), tuple(sorted(set(workers))))
+
+
+@functools.lru_cache(maxsize=4096)  # a scheduler asks twice per tick: when to wait, and the run
+def _order(job: str, instant: str, workers: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(sorted(workers, key=lambda w: _fraction("turn", job, instant, w)))
 
 
 @dataclass(frozen=True)

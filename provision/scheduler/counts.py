@@ -170,7 +170,7 @@ def after_helper_event(
         state = unanswered(state, error)
     if event == "renew-failed":
         state = replace(state, renew_failures=state.renew_failures + 1)
-    if event in ("acquired", "released", "lost"):
+    if event in ("acquired", "released", "lost") and state.running != (event == "acquired"):
         state = replace(state, running=event == "acquired")
     if event in _SESSION_EVENTS:
         state = replace(state, session=_SESSION_EVENTS[event])
@@ -178,6 +178,8 @@ def after_helper_event(
 
 
 def answered(state: CountsSnapshot) -> CountsSnapshot:
+    if state.consul_up and state.consul_error is None:
+        return state  # the common case, several times a run: no copy of 20 fields
     return replace(state, consul_up=True, consul_error=None)
 
 
@@ -245,7 +247,8 @@ class LoopCounts:
 
     def not_running(self) -> None:
         with self._lock:
-            self._state = replace(self._state, running=False)
+            if self._state.running:
+                self._state = replace(self._state, running=False)
 
     def consul_failed(self, error: str, *, renewing: bool) -> None:
         with self._lock:

@@ -7,13 +7,14 @@ tests/integration/test_txn_batch.py."""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Sequence
 
 import pytest
 
-from provision.consul.batch import MAX_OPERATIONS, TxnBatcher
+from provision.consul.batch import MAX_OPERATIONS, TxnBatcher, _Call
 from provision.consul.errors import ConsulHTTPError, ConsulUnavailable
 from provision.consul.models import KVEntry
 from provision.consul.txn import KVOp, TxnAnswer, TxnError
@@ -221,3 +222,33 @@ def test_many_threads_each_get_their_own_answer(senders: int) -> None:
     for answer in answers.values():
         if not answer.applied:
             assert [e.op_index for e in answer.errors] == [0]
+
+
+def _memberwise(queue: list[_Call]) -> list[_Call]:
+    """_take's rule as it was written first: a call joins when it touches no member."""
+    first, *rest = queue
+    batch, ops = [first], len(first.ops)
+    for call in rest:
+        fits = ops + len(call.ops) <= MAX_OPERATIONS
+        if fits and not any(call.touches(member) for member in batch):
+            batch.append(call)
+            ops += len(call.ops)
+    return batch
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_batch_is_chosen_by_the_union_of_its_keys_as_by_each_member(seed: int) -> None:
+    """_take tests each waiting call against the union of the batch's keys and prefixes: the
+    same batches as a test against each member, on keys that overlap by name and by prefix."""
+    rng = random.Random(seed)
+    names = ["a", "a/b", "a/b/c", "a/c", "b", "b/a", "ab"]
+    queue = []
+    for _ in range(rng.randint(2, 40)):
+        ops = [
+            KVOp(rng.choice(["get", "set", "check-not-exists", "get-tree"]), rng.choice(names))
+            for _ in range(rng.randint(1, 6))
+        ]
+        queue.append(_Call(ops, urgent=False))
+    batcher = TxnBatcher(FakeTxns().send)
+    batcher._others.extend(queue)
+    assert [id(call) for call in batcher._take()] == [id(call) for call in _memberwise(queue)]

@@ -16,7 +16,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from provision.consul import ConsulSettings
+from provision.consul import ConsulSettings, answers
+from provision.consul.answers import answer_date
 from provision.errors import InputError
 from provision.ledger.records import tick_name
 from provision.runner import engine, output
@@ -135,3 +136,26 @@ def test_an_event_line_is_what_json_dumps_wrote() -> None:
     expected = {"time": record["time"], "event": "acquired", "job": "nightly"}
     expected |= {"worker": "worker-1", **fields}
     assert line == json.dumps(expected, separators=(",", ":"), default=str) + "\n"
+
+
+ANSWERED = datetime(2026, 12, 5, 1, 28, 1, tzinfo=timezone.utc)
+
+
+@pytest.mark.parametrize(
+    ("date", "expected"),
+    [
+        ("Sat, 05 Dec 2026 01:28:01 GMT", ANSWERED),
+        ("Sat, 05 Dec 2026 02:28:01 +0100", ANSWERED),
+        ("Sat, 05 Dec 2026 01:28:01 -0000", None),  # no zone said: not a clock to learn from
+        ("not a date", None),
+        ("", None),
+        ("Sat, 05 Dec 2026 01:28:01 GMT" + " " * 100, ANSWERED),  # parsed, too long to keep
+    ],
+)
+def test_an_answers_date_is_parsed_once_per_value(date: str, expected: datetime | None) -> None:
+    answers._cached_date.cache_clear()
+    assert answer_date({"Date": date}) == expected
+    assert answer_date({"Date": date}) == expected  # the second time from the cache
+    info = answers._cached_date.cache_info()
+    kept = 0 < len(date) <= answers.DATE_MAX
+    assert (info.currsize, info.hits) == ((1, 1) if kept else (0, 0))
