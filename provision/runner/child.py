@@ -84,8 +84,7 @@ class Child:
         the namespace instead of starting unshare and a Python for it. `hidden`: files (absolute
         paths) the job's mount namespace covers with an empty one (the worker's secrets).
         `secrets`: what the ends of its output kept for the record must not show. `checked`:
-        the caller ran check_program on this command just before (once per run is enough: a
-        program gone since fails at its exec, said as now: exit 127 and why, or InputError)."""
+        the caller just checked the command (gone since, it fails at its exec, docs/runner.md)."""
         if not checked:
             check_program(command, env)
         self.command, self.env = list(command), dict(env)
