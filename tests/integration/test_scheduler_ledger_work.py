@@ -6,11 +6,13 @@ ticks nobody ran as missed at its first run."""
 from __future__ import annotations
 
 import io
+import itertools
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -95,7 +97,20 @@ def test_a_loop_reads_and_housekeeps_at_its_first_tick_then_only_claims(
     assert len(ran) >= 4, events  # every tick still claimed, run and recorded by this loop
     assert counted["claim"] == len(records), (counted, events)
     assert counted["tick read"] == 1, counted  # was one per tick
-    assert counted["ledger names"] == 1, counted  # was one per tick
+    # One listing, at the first tick (it was one per tick). But a loaded machine can make the
+    # loop miss a tick (its run came after the 1 s window): the claim after such a gap finds
+    # the previous tick unrecorded, and the run housekeeps at once, by design (cadence.py),
+    # and once more if a tick it found was not settled yet: at most two per gap.
+    gaps = _gaps(sorted(r.tick for r in ran))
+    if gaps == 0:
+        assert counted["ledger names"] == 1, counted
+    else:
+        assert 1 <= counted["ledger names"] <= 1 + 2 * gaps, (counted, gaps, events)
+
+
+def _gaps(ticks: list[datetime]) -> int:
+    """How many times the runs of an `@every 1s` job skip one tick or more."""
+    return sum(1 for a, b in itertools.pairwise(ticks) if b - a > timedelta(seconds=1))
 
 
 def test_a_loop_after_a_gap_records_the_missed_ticks_at_its_first_run(
