@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 from scheduler_lab import SchedulerProcess
-from workers_lab import minted_workers, spec_text
+from workers_lab import minted_workers, operator_command, spec_text
 
 from provision.consul import Consul, PermissionDenied
 from provision.ledger.control import ControlNote
@@ -26,7 +26,7 @@ from provision.ledger.records import TickOutcome, TickRecord, timestamp
 from provision.ledger.store import Ledger
 from provision.system.control_keys import paused_key, trigger_key
 from provision.system.secrets import read_secret_file
-from tests.lockctl_process import LOCKCTL, eventually
+from tests.lockctl_process import eventually
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
@@ -79,19 +79,7 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
 
 def lockctl(lab: Lab, *args: str, token: Path | None = None) -> subprocess.CompletedProcess[str]:
     """An operator's command, with the management token (as `apply` takes it) unless told."""
-    flags = ["--spec", str(lab.spec_path), "--address", lab.cluster.address("server-1")]
-    flags += ["--token-file", str(token or lab.cluster.layout.management_token_file)]
-    result = subprocess.run(
-        [*LOCKCTL, *args, *flags, *lab.cluster.tls_flags()],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    secrets = [*lab.secrets, lab.cluster.management_token.reveal()]
-    assert not any(secret in result.stdout + result.stderr for secret in secrets)
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
+    return operator_command(lab.cluster, lab.spec_path, lab.secrets, *args, token=token)
 
 
 def records(lab: Lab) -> list[TickRecord]:

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING
 
 import pytest
 from scheduler_lab import SchedulerProcess
-from workers_lab import minted_workers, spec_text
+from workers_lab import minted_workers, operator_command, spec_text
 
 from provision.ledger.records import TickOutcome, TickRecord
 from provision.ledger.store import Ledger
-from tests.lockctl_process import LOCKCTL, eventually
+from tests.lockctl_process import eventually
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
@@ -80,19 +80,7 @@ def twelve_hours_away() -> str:
 
 def lockctl(lab: Lab, *args: str) -> subprocess.CompletedProcess[str]:
     """An operator's command, with the management token."""
-    flags = ["--spec", str(lab.spec_path), "--address", lab.cluster.address("server-1")]
-    flags += ["--token-file", str(lab.cluster.layout.management_token_file)]
-    result = subprocess.run(
-        [*LOCKCTL, *args, *flags, *lab.cluster.tls_flags()],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    secrets = [*lab.secrets, lab.cluster.management_token.reveal()]
-    assert not any(secret in result.stdout + result.stderr for secret in secrets)
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
+    return operator_command(lab.cluster, lab.spec_path, lab.secrets, *args)
 
 
 def manual(lab: Lab, trigger_id: str) -> list[TickRecord]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import subprocess
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from provision.spec import load_spec
 from provision.system.secrets import Secret, write_secret_file
 from provision.system.templates import find_templates_dir
 from provision.workers.files import Placement, write_worker_files
+from tests.lockctl_process import LOCKCTL
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
@@ -118,3 +120,24 @@ def eventually_usable(consul: Consul) -> None:
             if time.monotonic() > give_up_at:
                 raise
             time.sleep(0.1)
+
+
+def operator_command(
+    cluster: LiveCluster, spec: Path, secrets: Sequence[str], *args: str, token: Path | None = None
+) -> subprocess.CompletedProcess[str]:
+    """An operator's `lockctl` command on `spec` (pause, resume, trigger, status, history), with
+    the management token (as `apply` takes it) unless told; none of `secrets` nor the management
+    token may show in its output, nor a traceback."""
+    flags = ["--spec", str(spec), "--address", cluster.address("server-1")]
+    flags += ["--token-file", str(token or cluster.layout.management_token_file)]
+    result = subprocess.run(
+        [*LOCKCTL, *args, *flags, *cluster.tls_flags()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    shown = result.stdout + result.stderr
+    assert not any(secret in shown for secret in [*secrets, cluster.management_token.reveal()])
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
