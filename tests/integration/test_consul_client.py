@@ -450,7 +450,8 @@ def test_session_create_without_a_token_or_with_a_bogus_one_is_denied(
         with pytest.raises(PermissionDenied) as caught:
             client.session.create(name=unique("lockctl-test"), ttl=15, lock_delay=0)
         assert caught.value.status == 403
-    assert {s.id for s in live_cluster.management(agent).session.list()} == before
+    # a subset, not equal: a session other tests left may reach its TTL meanwhile
+    assert {s.id for s in live_cluster.management(agent).session.list()} <= before
 
 
 def test_session_renew_and_destroy_of_a_stranger_are_denied(
