@@ -104,9 +104,15 @@ def _env(applied: Applied) -> dict[str, str]:
     }
 
 
+def _verify_sessions(applied: Applied) -> set[str]:
+    sessions = applied.management.session.list()
+    return {s.id for s in sessions if s.name.startswith("lockctl verify")}
+
+
 def test_a_correct_cluster_passes_every_check_and_leaves_nothing(applied: Applied) -> None:
     junit = applied.secrets_dir.parent / "verify.xml"
     args = ["verify", "--spec", str(applied.spec_file), "--secrets-dir", str(applied.secrets_dir)]
+    earlier = _verify_sessions(applied)  # another test's, within their TTL, are not this run's
     result = runner.invoke(
         app, [*args, "--slow", "--json", "--junit", str(junit)], env=_env(applied)
     )
@@ -119,9 +125,9 @@ def test_a_correct_cluster_passes_every_check_and_leaves_nothing(applied: Applie
     skipped = {c.name for c in CHECKS if c.name.startswith("login-")}
     expected = {c.name: "skip" if c.name in skipped else "pass" for c in CHECKS}
     assert statuses == {**expected, **dict.fromkeys(red, "fail")}
-    # Concurrent: the wall time is near the longest check, not the sum.
-    longest = max(check["seconds"] for check in report["checks"])
-    assert report["seconds"] < longest + 5
+    # Concurrent: the wall time is below the sum of the checks' own times (a ratio, not a
+    # timing bound: the checks slow down together on a loaded machine).
+    assert report["seconds"] < sum(check["seconds"] for check in report["checks"])
     for secret in _secrets(applied):
         assert secret.reveal() not in result.output
         assert secret.reveal() not in junit.read_text()
@@ -130,8 +136,7 @@ def test_a_correct_cluster_passes_every_check_and_leaves_nothing(applied: Applie
     assert suite.tag == "testsuite" and suite.get("failures") == str(len(red))
     assert [case.get("name") for case in suite.iter("testcase")] == [c.name for c in CHECKS]
 
-    sessions = applied.management.session.list()
-    assert not [s for s in sessions if s.name.startswith("lockctl verify")]
+    assert _verify_sessions(applied) <= earlier
     for job in applied.spec.jobs:  # no lock key, no tick record of a check is left
         left = [k for k in applied.management.kv.keys(job.prefix) if ".lockctl-verify" in k]
         assert left == []
