@@ -79,7 +79,8 @@ def _judge(
 def _judge_one(consul: Consul, job: LedgerJob, max_intervals: int) -> tuple[JobHealth, str]:
     """The job's health, after recording the missed ticks found (read again if any were)."""
     from provision.ledger.health import assess, read_enough
-    from provision.ledger.history import Wanted, read_history, record_missed
+    from provision.ledger.history import Wanted, read_history
+    from provision.ledger.unrun import record_missed
 
     enough = read_enough(job.schedule, job.start_deadline, max_intervals)
     wanted = Wanted(job.history_limit, enough=enough)  # newest first, back to what it judges
@@ -89,7 +90,7 @@ def _judge_one(consul: Consul, job: LedgerJob, max_intervals: int) -> tuple[JobH
         recording = record_missed(consul, history)
         if recording.written:
             history = read_history(consul, job, history.now, wanted)
-            remark = f" ({recording.written} missed tick(s) recorded now)"
+            remark = f" ({recording.said()})"
         elif recording.denied:
             remark = " (missed ticks not recorded: this token may not write the ledger)"
     return assess(history, job.start_deadline, max_intervals), remark + _paused(consul, job.name)

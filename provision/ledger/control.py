@@ -2,6 +2,11 @@
 
     lockctl/control/<job>/paused    {"format": 1, "by": ..., "reason": ..., "at": ...}
     lockctl/control/<job>/trigger   {"format": 1, "by": ..., "reason": ..., "at": ..., "id": ...}
+    lockctl/control/<job>/pauses    {"format": 1, "pauses": [{"by": ..., "at": ..., "until": ...}]}
+
+`pauses` keeps the newest PAUSES_KEPT pauses `lockctl resume` ended: a tick nobody ran is
+recorded `paused` when a pause held it (`holding_pause`), even when it is noticed after the
+resume (every replica was down meanwhile), not `missed`.
 
 They live outside every job's prefix (spec/names.py CONTROL_ROOT): the job's workers may read
 them (the rendered lock policy) and not write them, so only an operator's token pauses, resumes
@@ -12,11 +17,12 @@ made printable, and a value that is not a note still pauses (its key exists), by
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from provision.ledger.records import believable, timestamp
+from provision.ledger.records import TickOutcome, TickRecord, believable, timestamp
 from provision.system.text import printable
 
 NOTE_FORMAT = 1
@@ -24,6 +30,8 @@ BY_LIMIT = 128  # characters of who asked (an operator token's description)
 REASON_LIMIT = 200  # characters of why
 NOTE_MAX_BYTES = 4096  # a note lockctl writes is well under 1 KB
 UNKNOWN = "unknown"
+PAUSES_KEPT = 16  # resumed pauses kept: a few outages' worth of pause and resume
+PAUSES_MAX_BYTES = PAUSES_KEPT * NOTE_MAX_BYTES
 
 
 @dataclass(frozen=True)
@@ -34,16 +42,21 @@ class ControlNote:
     at: datetime | None
     reason: str | None = None
     id: str | None = None
+    until: datetime | None = None  # a pause's: when `lockctl resume` ended it
 
     def encode(self) -> bytes:
+        return _json(self.fields())
+
+    def fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {"format": NOTE_FORMAT, "by": self.by}
-        if self.at is not None:
-            fields["at"] = timestamp(self.at)
+        for name, moment in (("at", self.at), ("until", self.until)):
+            if moment is not None:
+                fields[name] = timestamp(moment)
         if self.reason:
             fields["reason"] = self.reason
         if self.id:
             fields["id"] = self.id
-        return json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode()
+        return fields
 
     def said(self) -> str:
         """`by alice@ops at 2026-12-04T22:00:00.000Z: disk swap`, for a table or a message."""
@@ -54,20 +67,100 @@ class ControlNote:
 
 def decode_note(value: bytes | None) -> ControlNote:
     """The note a control key holds; anything else is a note by UNKNOWN (the key still counts)."""
-    raw: Any = None
-    if value is not None and len(value) <= NOTE_MAX_BYTES:
-        try:
-            raw = json.loads(value)
-        except (ValueError, RecursionError):
-            raw = None
+    raw = _load(value, NOTE_MAX_BYTES)
     if not isinstance(raw, dict) or raw.get("format") != NOTE_FORMAT:
         return ControlNote(UNKNOWN, None)
+    return _note(raw)
+
+
+def _note(raw: dict[str, Any]) -> ControlNote:
     return ControlNote(
         by=_text(raw.get("by"), BY_LIMIT) or UNKNOWN,
         at=_moment(raw.get("at")),
         reason=_text(raw.get("reason"), REASON_LIMIT),
         id=_text(raw.get("id"), 64),
+        until=_moment(raw.get("until")),
     )
+
+
+# --- the pauses a resume ended ------------------------------------------------------------------
+
+
+def encode_pauses(pauses: Sequence[ControlNote]) -> bytes:
+    """The `pauses` key's value: the newest PAUSES_KEPT of `pauses` (given newest first)."""
+    kept = [{k: v for k, v in p.fields().items() if k != "format"} for p in pauses[:PAUSES_KEPT]]
+    return _json({"format": NOTE_FORMAT, "pauses": kept})
+
+
+def decode_pauses(value: bytes | None) -> tuple[ControlNote, ...]:
+    """The pauses the `pauses` key holds that bound a time (`at` and `until` both read), newest
+    first; anything else holds none (a tick it might have held is recorded missed: it pages)."""
+    raw = _load(value, PAUSES_MAX_BYTES)
+    if not isinstance(raw, dict) or raw.get("format") != NOTE_FORMAT:
+        return ()
+    listed = raw.get("pauses")
+    entries = listed[:PAUSES_KEPT] if isinstance(listed, list) else []
+    notes = [_note(entry) for entry in entries if isinstance(entry, dict)]
+    return tuple(n for n in notes if n.at is not None and n.until is not None and n.at < n.until)
+
+
+def ended(pause: ControlNote, until: datetime, earlier: Sequence[ControlNote]) -> bytes:
+    """The `pauses` value after `lockctl resume` ends `pause` at `until`: it, then `earlier`."""
+    return encode_pauses([replace(pause, until=until), *earlier])
+
+
+@dataclass(frozen=True)
+class Pauses:
+    """A job's pause now (None: not paused) and the pauses `lockctl resume` ended, newest
+    first: what decides whether a tick nobody ran is recorded `paused` or `missed`."""
+
+    paused: ControlNote | None = None
+    resumed: tuple[ControlNote, ...] = ()
+
+    def holding(self, tick: datetime) -> ControlNote | None:
+        return holding_pause(tick, self.paused, self.resumed)
+
+
+NO_PAUSES = Pauses()
+
+
+def holding_pause(
+    tick: datetime, paused: ControlNote | None, resumed: Sequence[ControlNote]
+) -> ControlNote | None:
+    """The pause that held `tick` (pure): the job's pause now, if it began at or before the
+    tick, else a resumed one whose time holds it ([at, until)). None: no pause held it, or
+    none says when it began (a note not lockctl's: the tick is missed, and pages)."""
+    if paused is not None and paused.at is not None and paused.at <= tick:
+        return paused
+    return next((p for p in resumed if _held(tick, p.at, p.until)), None)
+
+
+def _held(tick: datetime, start: datetime | None, end: datetime | None) -> bool:
+    return start is not None and end is not None and start <= tick < end
+
+
+def unrun_record(
+    tick: datetime, worker: str, finished_at: datetime, pause: ControlNote | None, **fields: Any
+) -> TickRecord:
+    """The record of a tick nobody ran (pure): `paused`, by whom and why, when a pause held it
+    (`holding_pause`); `missed` otherwise."""
+    if pause is not None:
+        fields.update(by=pause.by, reason=pause.reason, asked_at=pause.at)
+    outcome = TickOutcome.MISSED if pause is None else TickOutcome.PAUSED
+    return TickRecord(tick, outcome, worker=worker, finished_at=finished_at, **fields)
+
+
+def _json(fields: dict[str, Any]) -> bytes:
+    return json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _load(value: bytes | None, limit: int) -> Any:
+    if value is None or len(value) > limit:
+        return None
+    try:
+        return json.loads(value)
+    except (ValueError, RecursionError):
+        return None
 
 
 def reason_problem(reason: str | None) -> str | None:

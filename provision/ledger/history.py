@@ -20,14 +20,15 @@ recorded them yet.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
-from provision.consul import Consul, PermissionDenied
+from provision.consul import Consul
 from provision.ledger.attempts import attempts_text
+from provision.ledger.control import NO_PAUSES, Pauses
+from provision.ledger.operator import readable_pauses
 from provision.ledger.records import (
     FIELD_LIMIT,
     RecordProblem,
@@ -50,6 +51,7 @@ SUSPECT = "suspect"  # shown for a record dated in the future, whatever it says
 NOTICER = "lockctl check"  # the worker field of the missed records `check` writes
 SUSPECT_READ = 10  # suspect records (dated in the future) whose values a reader reads; all counted
 TOO_LARGE = "too large: not read"  # the note of a record over RECORD_MAX_BYTES
+UNRUN = (TickOutcome.MISSED.value, TickOutcome.PAUSED.value)  # a tick with no record may be
 
 
 @dataclass(frozen=True)
@@ -234,10 +236,11 @@ class JobHistory:
     lock_session: str | None = None
     suspect_count: int = 0  # every record dated in the future, read or not (by name)
     problems: tuple[RecordProblem, ...] = ()  # records read but not decoded, one line each
+    pauses: Pauses = NO_PAUSES  # read only when a tick nobody ran has no record yet
 
     @property
-    def unrecorded_missed(self) -> list[datetime]:
-        return [row.tick for row in self.rows if row.missed and not row.recorded]
+    def unrecorded_missed(self) -> list[datetime]:  # nobody ran them: missed, or paused
+        return [row.tick for row in self.rows if not row.recorded and row.outcome in UNRUN]
 
     @property
     def runs(self) -> tuple[TickRow, ...]:
@@ -278,15 +281,17 @@ class JobHistory:
         }
 
 
-def build_history(job: LedgerJob, snapshot: LedgerSnapshot, now: datetime) -> JobHistory:
+def build_history(
+    job: LedgerJob, snapshot: LedgerSnapshot, now: datetime, pauses: Pauses = NO_PAUSES
+) -> JobHistory:
     """The rows, newest first: every record (a dead runner's `running` shown abandoned, one
     dated in the future suspect) and the ticks the ledger shows nobody ran whose claim window
-    closed (pure)."""
+    closed: `paused` when one of `pauses` held it, else `missed` (pure)."""
     too_large = {problem.key for problem in snapshot.problems}
     rows = [_row(job, r, snapshot.lock_session, now, too_large) for r in snapshot.records]
     recorded = snapshot.ticks  # every name: a record not read is still a tick someone has
     missed = missed_ticks(job.schedule, recorded, now, job.start_deadline, limit=job.history_limit)
-    rows += [TickRow(tick, TickOutcome.MISSED.value, None) for tick in missed]
+    rows += [_unrun_row(tick, pauses) for tick in missed]
     rows.sort(key=lambda row: row.tick, reverse=True)
     next_tick = job.schedule.next_ticks(now, 1)[0]
     suspects = sum(1 for tick in recorded if suspect(tick, now))
@@ -300,7 +305,15 @@ def build_history(job: LedgerJob, snapshot: LedgerSnapshot, now: datetime) -> Jo
         snapshot.lock_session,
         suspects,
         snapshot.problems,
+        pauses,
     )
+
+
+def _unrun_row(tick: datetime, pauses: Pauses) -> TickRow:
+    pause = pauses.holding(tick)
+    if pause is None:
+        return TickRow(tick, TickOutcome.MISSED.value, None)
+    return TickRow(tick, TickOutcome.PAUSED.value, None, f"not recorded yet, {pause.said()}")
 
 
 def _row(
@@ -330,7 +343,10 @@ def read_history(
     history_limit, what the ledger keeps)."""
     snapshot = read_snapshot(consul, job.lock_key, wanted or Wanted(job.history_limit))
     moment = now or snapshot.date or datetime.now(timezone.utc)
-    return build_history(job, snapshot, moment)
+    history = build_history(job, snapshot, moment)
+    if not history.unrecorded_missed:
+        return history
+    return build_history(job, snapshot, moment, readable_pauses(consul, job.name))
 
 
 def read_tick(consul: Consul, job: LedgerJob, tick: datetime) -> tuple[JobHistory, TickRow | None]:
@@ -338,33 +354,6 @@ def read_tick(consul: Consul, job: LedgerJob, tick: datetime) -> tuple[JobHistor
     still to come, or one before the ledger's oldest record), and the history it is from."""
     found = read_history(consul, job, wanted=Wanted(1, since=tick, until=tick))
     return found, next((row for row in found.rows if row.tick == tick), None)
-
-
-# --- recording what was missed ------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MissedRecording:
-    written: int
-    denied: bool  # the token may read but not write: reported, not recorded
-
-
-def record_missed(consul: Consul, history: JobHistory) -> MissedRecording:
-    """Write `missed` records for the ticks `history` computed (cas index 0: never twice, and
-    never over a claim that landed meanwhile). A read-only token is no error: nothing is
-    written, and the caller says so."""
-    ticks = history.unrecorded_missed
-    if not ticks:
-        return MissedRecording(0, False)
-    host = printable(socket.gethostname(), FIELD_LIMIT)
-    records = [
-        TickRecord(tick, TickOutcome.MISSED, worker=NOTICER, host=host, finished_at=history.now)
-        for tick in ticks
-    ]
-    try:
-        return MissedRecording(Ledger(consul, history.lock_key).record_missed(records), False)
-    except PermissionDenied:
-        return MissedRecording(0, True)
 
 
 # --- --since ------------------------------------------------------------------------------------

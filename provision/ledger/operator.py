@@ -14,8 +14,19 @@ from datetime import datetime, timezone
 
 from provision.consul import Consul, KVOp, PermissionDenied
 from provision.errors import LockctlError
-from provision.ledger.control import BY_LIMIT, NOTE_MAX_BYTES, ControlNote, decode_note, taken_key
-from provision.system.control_keys import paused_key, trigger_key
+from provision.ledger.control import (
+    BY_LIMIT,
+    NO_PAUSES,
+    NOTE_MAX_BYTES,
+    PAUSES_MAX_BYTES,
+    ControlNote,
+    Pauses,
+    decode_note,
+    decode_pauses,
+    ended,
+    taken_key,
+)
+from provision.system.control_keys import paused_key, pauses_key, trigger_key
 from provision.system.text import printable
 
 TRIGGER_TRIES = 3  # the job's control keys changed between the reads and the write: read again
@@ -66,13 +77,47 @@ def pause(consul: Consul, job: str, reason: str | None, now: datetime | None = N
     return PauseChange(pause_state(consul, job), False)
 
 
-def resume(consul: Consul, job: str) -> PauseChange:
-    """Resume `job`: delete its paused key (its next tick is claimed as usual)."""
-    before = pause_state(consul, job)
-    if not before.paused:
-        return PauseChange(before, False)
-    consul.kv.delete(paused_key(job))
-    return PauseChange(PauseState(job, None), True)
+def resume(consul: Consul, job: str, now: datetime | None = None) -> PauseChange:
+    """Resume `job`: delete its paused key (its next tick is claimed as usual) and keep the
+    pause, ended now, in its `pauses` key, in one transaction at the indexes read (two resumes
+    at once end it once): a tick it held that nobody recorded yet is still recorded paused."""
+    for _ in range(TRIGGER_TRIES):
+        paused, _ = consul.kv.get(
+            paused_key(job), consistency="consistent", max_bytes=NOTE_MAX_BYTES * 2
+        )
+        if paused is None:
+            return PauseChange(PauseState(job, None), False)
+        kept, _ = consul.kv.get(
+            pauses_key(job), consistency="consistent", max_bytes=PAUSES_MAX_BYTES * 2
+        )
+        earlier = decode_pauses(None if kept is None else kept.value)
+        value = ended(decode_note(paused.value), now or datetime.now(timezone.utc), earlier)
+        ops = [
+            KVOp("delete-cas", paused_key(job), index=paused.modify_index),
+            KVOp("cas", pauses_key(job), value, index=0 if kept is None else kept.modify_index),
+        ]
+        if consul.txn.kv(ops).applied:
+            return PauseChange(PauseState(job, None), True)
+    raise LockctlError(f"job {job}: its control keys kept changing: not resumed, try again")
+
+
+def read_pauses(consul: Consul, job: str) -> Pauses:
+    """The job's pause now and the pauses resumed (two consistent reads: a caller reads them
+    only for ticks nobody ran, to record each `paused` or `missed`)."""
+    kept, _ = consul.kv.get(
+        pauses_key(job), consistency="consistent", max_bytes=PAUSES_MAX_BYTES * 2
+    )
+    resumed = decode_pauses(None if kept is None else kept.value)
+    return Pauses(pause_state(consul, job).note, resumed)
+
+
+def readable_pauses(consul: Consul, job: str) -> Pauses:
+    """`read_pauses`, or none when this token may not read the job's control keys (a policy
+    rendered before them): its ticks nobody ran are then missed, and page."""
+    try:
+        return read_pauses(consul, job)
+    except PermissionDenied:
+        return NO_PAUSES
 
 
 def readable_pause_state(consul: Consul, job: str) -> PauseState | None:

@@ -364,18 +364,23 @@ class Ledger:
             return None
 
     def record_missed(self, records: Iterable[TickRecord]) -> int:
-        """Write `missed` records for ticks nobody claimed (only where no record exists yet:
-        cas at index 0), so a tick is recorded missed once, whoever notices. How many written."""
-        ops = [KVOp("cas", self.key(r.tick), r.encode(), index=0) for r in records][:CHUNK]
-        while ops:
+        """`record_unrun`: how many it wrote."""
+        return len(self.record_unrun(records))
+
+    def record_unrun(self, records: Iterable[TickRecord]) -> list[TickRecord]:
+        """Write the records of ticks nobody claimed, `missed` or `paused` (only where no record
+        exists yet: cas at index 0), so a tick is recorded once, whoever notices. Those written."""
+        pending = list(records)[:CHUNK]
+        while pending:
+            ops = [KVOp("cas", self.key(r.tick), r.encode(), index=0) for r in pending]
             answer = self.consul.txn.kv(ops)
             if answer.applied:
-                return len(ops)
+                return pending
             taken = {error.op_index for error in answer.errors}  # recorded meanwhile
             if not taken:  # refused for no operation in particular: do not loop
                 break
-            ops = [op for index, op in enumerate(ops) if index not in taken]
-        return 0
+            pending = [r for index, r in enumerate(pending) if index not in taken]
+        return []
 
     def prune(self, ticks: Iterable[datetime]) -> int:
         """Delete the records of `ticks` (retention), at most MAX_PRUNED_PER_RUN. How many."""

@@ -21,7 +21,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from provision.consul import Consul, ConsulError
-from provision.ledger.control import ControlNote, decode_note
+from provision.ledger.control import NO_PAUSES, ControlNote, decode_note, unrun_record
+from provision.ledger.operator import readable_pauses
 from provision.ledger.records import TickOutcome, TickRecord, taken_fields, tick_name
 from provision.ledger.store import Ledger
 from provision.ledger.ticks import (
@@ -150,9 +151,9 @@ def _too_late(
     been deleted by retention, after it ran."""
     recorded = False
     if choice.lag > choice.window + MISSED_GRACE and choice.recent:
-        missed = TickRecord(choice.tick, TickOutcome.MISSED, worker=worker, finished_at=wall())
         try:
-            recorded = ledger.record_missed([missed]) == 1
+            missed = _unrun_records(ledger, job, [choice.tick], worker, wall())
+            recorded = ledger.record_missed(missed) == 1
         except ConsulError:
             recorded = False
     reason = (
@@ -160,6 +161,15 @@ def _too_late(
         f"agent's clock, later than its start deadline ({choice.window:.0f}s); not run"
     )
     return TickSkip(choice.tick, Outcome.MISSED, {"reason": reason, "recorded": recorded})
+
+
+def _unrun_records(
+    ledger: Ledger, job: JobConfig, ticks: list[datetime], worker: str, now: datetime
+) -> list[TickRecord]:
+    """The records of ticks nobody ran: `paused` where a pause held one, else `missed` (the
+    job's control keys are read only when there are such ticks: rarely)."""
+    pauses = readable_pauses(ledger.consul, job.name) if ticks else NO_PAUSES
+    return [unrun_record(t, worker, now, pauses.holding(t)) for t in ticks]
 
 
 class TickLock(LockSession):
@@ -342,10 +352,7 @@ def housekeep(
         deadline = job.timings.start_deadline
         missed = missed_ticks(schedule, recorded, now, deadline, limit=MAX_MISSED_PER_RUN)
         unsettled = [] if ran is None else unsettled_ticks(schedule, recorded, now, deadline, ran)
-        written = ledger.record_missed(
-            TickRecord(tick, TickOutcome.MISSED, worker=worker, finished_at=now)
-            for tick in reversed(missed)
-        )
+        written = ledger.record_unrun(_unrun_records(ledger, job, missed[::-1], worker, now))
         # `now` judges what is dated in the future: if it is behind, a peer's real record may
         # look suspect, and a suspect record is only kept, never deleted
         pruned = ledger.prune(to_prune(recorded | set(missed), job.history_limit, now=now))
@@ -353,10 +360,12 @@ def housekeep(
         events.emit("housekeeping-failed", warning=str(exc))
         return True
     if written or pruned:
+        held = [r.tick for r in written if r.outcome is TickOutcome.PAUSED]  # no miss: no alert
         events.emit(
             "housekeeping",
-            missed_recorded=written,
-            missed_ticks=[tick_name(t) for t in sorted(missed)][:8] or None,
+            missed_recorded=len(written) - len(held),
+            missed_ticks=[tick_name(t) for t in sorted(set(missed) - set(held))][:8] or None,
+            paused_recorded=len(held) or None,
             pruned=pruned,
         )
     return bool(unsettled)

@@ -12,6 +12,7 @@ from __future__ import annotations
 CONTROL_ROOT = "lockctl/control/"
 PAUSED = "paused"  # the key's name in the job's folder
 TRIGGER = "trigger"
+PAUSES = "pauses"  # the pauses resumed, newest first: which ticks they held
 
 
 def control_prefix(job: str) -> str:
@@ -27,3 +28,10 @@ def paused_key(job: str) -> str:
 def trigger_key(job: str) -> str:
     """The key an operator's pending `lockctl trigger` waits in, until a replica takes it."""
     return f"{control_prefix(job)}{TRIGGER}"
+
+
+def pauses_key(job: str) -> str:
+    """The key `lockctl resume` keeps the job's last pauses in (who, from when, until when), so
+    that a tick nobody ran while the job was paused is recorded paused, even when it is noticed
+    after the resume (every replica was down meanwhile)."""
+    return f"{control_prefix(job)}{PAUSES}"

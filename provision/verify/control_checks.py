@@ -4,7 +4,7 @@ cannot pause, resume or trigger a job (issue 21); nor read another job's."""
 
 from __future__ import annotations
 
-from provision.system.control_keys import paused_key, trigger_key
+from provision.system.control_keys import paused_key, pauses_key, trigger_key
 from provision.verify.acl_checks import workers_with_tokens
 from provision.verify.context import VerifyContext
 from provision.verify.evidence import CheckFailed, Evidence, status_of
@@ -29,6 +29,7 @@ def check_worker_token_control(ctx: VerifyContext, ev: Evidence) -> str:
                 ("pause", client.kv.put, paused_key(job.name)),
                 ("trigger", client.kv.put, trigger_key(job.name)),
                 ("resume", client.kv.delete, paused_key(job.name)),
+                ("forge a past pause", client.kv.put, pauses_key(job.name)),  # hides misses
             )
             for action, call, key in writes:
                 method = "PUT" if action != "resume" else "DELETE"

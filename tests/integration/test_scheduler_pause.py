@@ -12,7 +12,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,10 +21,10 @@ from scheduler_lab import SchedulerProcess
 from workers_lab import minted_workers, operator_command, spec_text
 
 from provision.consul import Consul, PermissionDenied
-from provision.ledger.control import ControlNote
+from provision.ledger.control import ControlNote, decode_pauses
 from provision.ledger.records import TickOutcome, TickRecord, timestamp
 from provision.ledger.store import Ledger
-from provision.system.control_keys import paused_key, trigger_key
+from provision.system.control_keys import paused_key, pauses_key, trigger_key
 from provision.system.secrets import read_secret_file
 from tests.lockctl_process import eventually
 
@@ -198,3 +198,86 @@ def test_pause_refuses_an_unknown_job_and_a_bad_reason_before_any_write(
     denied = lockctl(lab, "pause", lab.job, token=lab.tmp / "secrets" / "worker-1.token")
     assert denied.returncode == 4, denied.stderr  # a worker's token: 403
     assert consul.kv.get(paused_key(lab.job))[0] is None
+
+
+def test_ticks_nobody_ran_while_the_job_was_paused_are_recorded_paused_not_missed(
+    lab: Lab, consul: Consul
+) -> None:
+    """Every replica down: `check` records the ticks of a pause still on `paused` (and does not
+    page); resumed while they are still down, the first replica back records the ticks the
+    pause held `paused` and the ones after the resume `missed`."""
+    began = datetime.now(timezone.utc)
+    schedulers = start(lab)
+    try:
+        # two runs first: `check` judges the newest two ticks that were not paused, and the
+        # ticks between the tests before this one were missed (no replica was running)
+        assert eventually(lambda: len(_runs_after(lab, began)) >= 2, WAIT), records(lab)
+        assert lockctl(lab, "pause", lab.job, "--reason", REASON).returncode == 0
+        assert eventually(lambda: paused_since(lab, began), WAIT), records(lab)
+        stop(schedulers)
+        down = datetime.now(timezone.utc)
+        assert eventually(lambda: len(_unrecorded(lab, down)) >= 2, WAIT)  # nobody records them
+        check = lockctl(lab, "check", "--job", lab.job)
+        assert check.returncode == 0, check.stdout  # they were held, not missed
+        assert "missed or paused tick(s) recorded now)" in check.stdout, check.stdout
+        by_check = [r for r in records(lab) if r.tick > down]
+        assert len(by_check) >= 2 and {r.outcome for r in by_check} == {TickOutcome.PAUSED}
+        assert {(r.worker, r.reason) for r in by_check} == {("lockctl check", REASON)}
+
+        resumed = lockctl(lab, "resume", lab.job)
+        assert resumed.returncode == 0, resumed.stderr
+        kept = consul.kv.get(pauses_key(lab.job))[0]
+        assert kept is not None, "resume kept no record of the pause it ended"
+        window = decode_pauses(kept.value)[0]  # the newest: the pause just ended
+        paused_at, until = window.at, window.until
+        assert window.reason == REASON and paused_at is not None and until is not None
+        assert eventually(lambda: _unrecorded(lab, until), WAIT)  # a tick after the resume
+        schedulers = start(lab)
+        back = eventually(lambda: _first_run_after(lab, until), WAIT)
+        assert back is not None, records(lab)
+        assert eventually(lambda: _all_recorded(lab, by_check[-1].tick, back.tick), WAIT)
+        gap = [r for r in records(lab) if by_check[-1].tick < r.tick < back.tick]
+        held = {r.tick: r.outcome for r in gap if paused_at <= r.tick < until}
+        free = {r.tick: r.outcome for r in gap if r.tick >= until}
+        # held: at least the ticks of the last 4 s before `check` (their windows were open)
+        assert held and set(held.values()) == {TickOutcome.PAUSED}, gap
+        assert free and set(free.values()) == {TickOutcome.MISSED}, gap
+        # the metric `lockctl_missed_ticks_recorded_total` (an alert) counts the missed alone
+        # (at most: a replica that starts late records its first tick itself, not tidying)
+        tidied = [e for s in schedulers for e in s.events("housekeeping")]
+        paused_sum = sum(e.get("paused_recorded") or 0 for e in tidied)
+        missed_sum = sum(e.get("missed_recorded") or 0 for e in tidied)
+        assert paused_sum <= len(held) and missed_sum <= len(free), tidied
+        assert paused_sum + missed_sum >= 1, tidied
+        history = lockctl(lab, "history", "--job", lab.job, "--limit", "8")
+        print(f"\n$ lockctl history --job {lab.job} --limit 8\n{history.stdout}")  # for docs
+        stop(schedulers)
+    finally:
+        for scheduler in schedulers:
+            scheduler.kill()
+
+
+def _ticks_between(lab: Lab, start: datetime, end: datetime) -> list[datetime]:
+    """The job's `@every 2s` ticks after `start` and before `end`."""
+    first = int(start.timestamp()) // 2 * 2 + 2
+    return [datetime.fromtimestamp(s, timezone.utc) for s in range(first, int(end.timestamp()), 2)]
+
+
+def _unrecorded(lab: Lab, since: datetime) -> list[datetime]:
+    """Ticks after `since` nobody recorded, whose claim window and grace (2 s + 2 s) closed."""
+    done = {r.tick for r in records(lab)}
+    closed = datetime.now(timezone.utc) - timedelta(seconds=4.5)
+    return [t for t in _ticks_between(lab, since, closed) if t not in done]
+
+
+def _runs_after(lab: Lab, moment: datetime) -> list[TickRecord]:
+    return [r for r in records(lab) if r.tick > moment and r.outcome is TickOutcome.SUCCEEDED]
+
+
+def _first_run_after(lab: Lab, moment: datetime) -> TickRecord | None:
+    return min(_runs_after(lab, moment), key=lambda r: r.tick, default=None)
+
+
+def _all_recorded(lab: Lab, after: datetime, before: datetime) -> bool:
+    done = {r.tick for r in records(lab)}
+    return all(t in done for t in _ticks_between(lab, after, before))

@@ -240,7 +240,7 @@ def test_a_worker_token_cannot_pause_resume_or_trigger(applied: Applied, tmp_pat
         status, summary = results["worker-token-control"]
         assert status == "fail"
         assert "worker-1's token got 200 False, not 403: pause" in summary, summary
-        assert "resume" in summary and "trigger" in summary
+        assert "resume" in summary and "trigger" in summary and "forge a past pause" in summary
         # the writes were sent with a cas index no key has: nothing was paused
         assert management.kv.get(f"lockctl/control/{job}/paused")[0] is None
     finally:
