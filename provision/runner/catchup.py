@@ -15,9 +15,11 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import datetime
 
 from provision.consul import Consul
 from provision.ledger.catchup import LATEST, catchup_tick, may_catch_up
+from provision.ledger.operator import readable_pauses
 from provision.ledger.records import TickOutcome, tick_name
 from provision.ledger.store import Ledger
 from provision.ledger.ticks import TickChoice
@@ -36,9 +38,10 @@ def plan_catchup(
     ledger: Ledger, job: JobConfig, events: EventLog, wall: WallClock = utc_now
 ) -> TickRun | None:
     """The catch-up to run now, or None: the job does not ask for one, no tick's window closed
-    within its start deadline, or that tick has a record other than `missed`. One read of the
-    ledger's key names, and of the tick's record when it has one (a default read: the claim
-    over a missed record needs the index the leader has; a stale one only loses the claim)."""
+    within its start deadline, that tick has a record other than `missed`, or a pause held it.
+    One read of the ledger's key names, of the tick's record when it has one (a default read:
+    the claim over a missed record needs the index the leader has; a stale one only loses the
+    claim), and of the job's control keys when there is a tick to catch up."""
     schedule = job_schedule(job)
     if job.catchup != LATEST or schedule is None:
         return None
@@ -48,8 +51,8 @@ def plan_catchup(
     if candidate is None:
         return None
     record = ledger.read(candidate)[0] if candidate in recorded else None
-    if not may_catch_up(record):
-        return None
+    if not may_catch_up(record) or _held(ledger, job, candidate):
+        return None  # ran, or claimed; or a pause held it, so it was not due
     lag = (wall() - candidate).total_seconds()
     if lag > deadline:
         return None  # the read took it past its deadline
@@ -62,6 +65,12 @@ def plan_catchup(
     )
     choice = TickChoice(candidate, window=deadline, lag=lag, wait=0.0)
     return TickRun(choice, catchup_over=over)
+
+
+def _held(ledger: Ledger, job: JobConfig, tick: datetime) -> bool:
+    """Whether a pause held `tick` (one read of the job's control keys, made only for a tick
+    that may be caught up otherwise): a pause resumed while every replica was down."""
+    return readable_pauses(ledger.consul, job.name).holding(tick) is not None
 
 
 def run_catchup(
