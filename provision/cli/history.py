@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from provision.consul import Consul
     from provision.ledger.history import JobHistory, LedgerJob, TickRow
     from provision.ledger.records import TickRecord
+    from provision.ledger.since import Earliest
 
 JobOption = Annotated[
     str | None, typer.Option("--job", help="Only this job (default: every job with a schedule).")
@@ -77,7 +78,7 @@ def history(
     outcome, exit status, duration, start lag, and the ticks nobody ran."""
     from provision.ledger.history import Wanted, read_history
 
-    start = _since(since)  # refused before the spec or Consul is read
+    earliest = _since(since)  # refused before the spec or Consul is read
     wanted_tick = _tick(tick, job, show_timeline)
     jobs = scheduled_jobs(spec_file, job)
     consul = connection.connect()
@@ -87,8 +88,12 @@ def history(
     histories = []
     for j in jobs:
         count = limit or j.history_limit
-        found = read_history(consul, j, wanted=Wanted(count, since=start))
-        histories.append(found.since(start).newest(count))
+        wanted = Wanted(count)
+        if earliest is not None:
+            wanted = Wanted(count, earliest.moment, back=earliest.back)
+        found = read_history(consul, j, wanted=wanted)
+        shown = found if earliest is None else found.since(earliest.start(found.now))
+        histories.append(shown.newest(count))
     for found in histories:
         _report_problems(found)
     if as_json:
@@ -121,13 +126,13 @@ def scheduled_jobs(spec_file: Path, name: str | None) -> list[LedgerJob]:
     return [ledger]
 
 
-def _since(text: str | None) -> datetime | None:
-    from provision.ledger.since import parse_since
+def _since(text: str | None) -> Earliest | None:
+    from provision.ledger.since import read_since
 
     if text is None:
         return None
     try:
-        return parse_since(text, datetime.now(timezone.utc))
+        return read_since(text)
     except ValueError as exc:
         raise InputError(f"--since: {exc}") from None
 

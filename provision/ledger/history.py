@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from provision.consul import Consul
@@ -114,6 +114,12 @@ class Wanted:
     since: datetime | None = None
     enough: Enough | None = None
     until: datetime | None = None
+    back: timedelta | None = None  # since this long before now, on the read's (Consul's) clock
+
+    def earliest(self, now: datetime) -> datetime | None:
+        if self.back is None:
+            return self.since
+        return max(now - self.back, self.since or now - self.back)
 
 
 def wanted_ticks(
@@ -122,8 +128,9 @@ def wanted_ticks(
     """The ticks whose records to read, newest first: the real ones, and the suspect ones
     (newest by name, so thousands of forged ones push no real record out: pure)."""
     real = sorted((t for t in ticks if not suspect(t, now)), reverse=True)
-    if wanted.since is not None:
-        real = [tick for tick in real if tick >= wanted.since]
+    since = wanted.earliest(now)
+    if since is not None:
+        real = [tick for tick in real if tick >= since]
     if wanted.until is not None:
         real = [tick for tick in real if tick <= wanted.until]
     future = sorted((t for t in ticks if suspect(t, now)), reverse=True)

@@ -245,6 +245,7 @@ def _write_hostile(lab: Lab) -> None:
 # --- running lockctl ---------------------------------------------------------------------------
 
 
+LIBFAKETIME = Path("/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")  # Debian's faketime
 FOREIGN = ("CONSUL_", "FORCE_COLOR")  # the caller's: a test sets its own connection and colour
 
 
@@ -259,10 +260,15 @@ def _connection(lab: Lab, token: Path | None = None, address: str | None = None)
 
 
 def lockctl(
-    lab: Lab, *args: str, token: Path | None = None, address: str | None = None
+    lab: Lab,
+    *args: str,
+    token: Path | None = None,
+    address: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     connection = _connection(lab, token, address)
-    result = run_lockctl(*args, "--spec", str(lab.spec_path), *connection, drop=FOREIGN)
+    spec = ("--spec", str(lab.spec_path))
+    result = run_lockctl(*args, *spec, *connection, env=env, drop=FOREIGN)
     for secret in lab.secrets:
         assert secret not in result.stdout and secret not in result.stderr
     assert _raw_controls(result.stdout + result.stderr) == []
@@ -321,6 +327,16 @@ def test_history_since_filters_and_refuses_garbage_at_the_flag(lab: Lab) -> None
         _days(lab, 0),
         _days(lab, 1),
     ]
+    # "48h" is back from Consul's clock, not this host's: one 13 h ahead (libfaketime) shows
+    # the same two ticks (from its own clock the window would begin after the older one)
+    ahead = {"LD_PRELOAD": str(LIBFAKETIME), "FAKETIME": "+13h"}
+    ahead["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+    skewed = lockctl(
+        lab, "history", "--job", lab.jobs["readonly"], "--json", "--since", "48h", env=ahead
+    )
+    assert skewed.returncode == 0, skewed.stderr
+    (job,) = json.loads(skewed.stdout)
+    assert [t["tick"] for t in job["ticks"]] == [_days(lab, 0), _days(lab, 1)]
     since = _history_json(lab, "readonly", "--since", _days(lab, 2)[:10])
     assert len(since) == 3
     bad = lockctl(lab, "history", "--since", "last tuesday")

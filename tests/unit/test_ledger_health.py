@@ -25,7 +25,7 @@ from provision.ledger.records import (
     oversized,
     tick_name,
 )
-from provision.ledger.since import parse_since
+from provision.ledger.since import Earliest, parse_since, read_since
 from provision.schedule import parse_schedule
 
 HOURLY = parse_schedule("@hourly")
@@ -187,6 +187,24 @@ NOW_SINCE = datetime(2026, 12, 8, 12, 0, tzinfo=timezone.utc)
 )
 def test_since_takes_a_duration_back_or_an_iso_time(text: str, expected: datetime) -> None:
     assert parse_since(text, NOW_SINCE) == expected
+
+
+def test_a_duration_since_counts_back_from_the_clock_the_ledger_is_read_on() -> None:
+    """`--since 24h` waits for Consul's clock (the read's Date), a date does not."""
+    consul_now = NOW_SINCE - timedelta(hours=13)  # this host 13 h ahead of Consul
+    assert read_since("24h") == Earliest(back=timedelta(hours=24))
+    assert read_since("24h").start(consul_now) == consul_now - timedelta(hours=24)
+    assert read_since("2026-12-01").start(consul_now) == datetime(2026, 12, 1, tzinfo=timezone.utc)
+    ticks = frozenset(NOW_SINCE - timedelta(hours=h) for h in (12, 36, 60))
+    wanted = Wanted(10, back=timedelta(hours=48))  # as `history` asks, with no clock yet
+    # 12-08 00:00 is in Consul's future (suspect); both others are within 48 h of its clock
+    # (from this host's, 12-06 00:00 would be 60 h back)
+    assert wanted_ticks(ticks, consul_now, wanted)[0] == [
+        datetime(2026, 12, 7, tzinfo=timezone.utc),
+        datetime(2026, 12, 6, tzinfo=timezone.utc),
+    ]
+    both = Wanted(10, since=consul_now - timedelta(hours=1), back=timedelta(hours=48))
+    assert both.earliest(consul_now) == consul_now - timedelta(hours=1)  # the later bound
 
 
 @pytest.mark.parametrize("text", ["yesterday", "7 days", "-24h", "1w", "", "2026-13-01", "9" * 500])
