@@ -17,7 +17,7 @@ import itertools
 import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
@@ -92,7 +92,7 @@ def catchup_findings(spec: Spec, now: datetime) -> list[Finding]:
         if job.catchup != "latest" or job.schedule is None:
             continue
         deadline = job.timings.start_deadline
-        interval = _never_catches_up(parse_schedule(job.schedule, job.timezone), deadline, now)
+        interval = never_catches_up(parse_schedule(job.schedule, job.timezone), deadline, now)
         if interval is not None:
             message = (
                 f'job "{job.name}": catchup = "latest" never runs a tick: start_deadline '
@@ -109,13 +109,22 @@ def catchup_findings(spec: Spec, now: datetime) -> list[Finding]:
 _INTERVALS = 64
 
 
-def _never_catches_up(schedule: Schedule, start_deadline: float, since: datetime) -> float | None:
+def never_catches_up(schedule: Schedule, start_deadline: float, since: datetime) -> float | None:
     """The schedule's shortest interval (seconds) among its next ticks when `start_deadline`
     is not above it: a tick's claim window then closes only at its deadline, after which no
-    catch-up may start (ledger/catchup.py); None when a catch-up can happen."""
-    ticks = schedule.next_ticks(since, _INTERVALS + 1)
-    shortest = min((b - a).total_seconds() for a, b in itertools.pairwise(ticks))
+    catch-up may start (ledger/catchup.py); None when a catch-up can happen.
+
+    An interval across a change of the zone's UTC offset (DST) is left out: `0 3 * * *` in
+    Europe/Berlin is 24 h apart but for one 23 h night a year, and whether that night is
+    among the next ticks would make the warning depend on the day lint runs."""
+    pairs = list(itertools.pairwise(schedule.next_ticks(since, _INTERVALS + 1)))
+    steady = [(a, b) for a, b in pairs if _offset(a, schedule) == _offset(b, schedule)]
+    shortest = min((b - a).total_seconds() for a, b in steady or pairs)
     return shortest if start_deadline <= shortest else None
+
+
+def _offset(tick: datetime, schedule: Schedule) -> timedelta | None:
+    return tick.astimezone(schedule.tz).utcoffset()
 
 
 def lint_rules(

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
 from provision.acl.expectations import Expectation, Rule, expectation_for
-from provision.acl.lint import Finding, has_errors, lint_file, lint_rules
+from provision.acl.lint import Finding, has_errors, lint_file, lint_rules, never_catches_up
 from provision.errors import InputError
+from provision.schedule import parse_schedule
 from provision.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -186,3 +188,26 @@ def test_lint_file_uses_the_file_name_as_policy_name(tmp_path: Path) -> None:
     path.write_text('key_prefix "locks/" {\n  policy = "write"\n}\n')
     rules = {f.rule for f in lint_file(path, spec=spec)}
     assert rules == {"broader-than-needed", "missing-grant"}
+
+
+# (schedule, zone, start_deadline, warns): the catch-up warning is the schedule's, not the day's
+CATCHUP_CASES = [
+    ("0 3 * * *", "Europe/Berlin", 23.5 * 3600, True),  # 24 h apart but one 23 h night a year
+    ("0 3 * * *", "Europe/Berlin", 24.5 * 3600, False),
+    ("0 3 * * *", "UTC", 23.5 * 3600, True),
+    ("0 9,17 * * 1-5", "Europe/Berlin", 10 * 3600, False),  # 17:00 -> 09:00 can catch up
+    ("0 9,17 * * 1-5", "Europe/Berlin", 8 * 3600, True),
+    ("@every 10s", "Europe/Berlin", 10.0, True),
+]
+# a day with the spring change among the next 64 ticks, one with the autumn one, one with none
+LINT_DAYS = [datetime(2026, 2, 1, tzinfo=timezone.utc), datetime(2026, 9, 1, tzinfo=timezone.utc)]
+LINT_DAYS += [datetime(2026, 6, 1, tzinfo=timezone.utc)]
+
+
+@pytest.mark.parametrize(("schedule", "zone", "deadline", "warns"), CATCHUP_CASES)
+@pytest.mark.parametrize("day", LINT_DAYS, ids=["february", "september", "june"])
+def test_the_catchup_warning_does_not_depend_on_the_day_lint_runs(
+    schedule: str, zone: str, deadline: float, warns: bool, day: datetime
+) -> None:
+    found = never_catches_up(parse_schedule(schedule, zone), deadline, day)
+    assert (found is not None) is warns
