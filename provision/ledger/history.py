@@ -51,7 +51,7 @@ SUSPECT = "suspect"  # shown for a record dated in the future, whatever it says
 NOTICER = "lockctl check"  # the worker field of the missed records `check` writes
 SUSPECT_READ = 10  # suspect records (dated in the future) whose values a reader reads; all counted
 TOO_LARGE = "too large: not read"  # the note of a record over RECORD_MAX_BYTES
-UNRUN = (TickOutcome.MISSED.value, TickOutcome.PAUSED.value)  # a tick with no record may be
+UNRUN = (TickOutcome.MISSED.value, TickOutcome.PAUSED.value)  # what a tick nobody recorded is
 
 
 @dataclass(frozen=True)
