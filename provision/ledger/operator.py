@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from provision.consul import Consul, KVOp, PermissionDenied
+from provision.consul.models import KVEntry
 from provision.errors import LockctlError
 from provision.ledger.control import (
     BY_LIMIT,
@@ -29,7 +30,7 @@ from provision.ledger.control import (
 from provision.system.control_keys import paused_key, pauses_key, trigger_key
 from provision.system.text import printable
 
-TRIGGER_TRIES = 3  # the job's control keys changed between the reads and the write: read again
+CONTROL_TRIES = 3  # the job's control keys changed between the reads and the write: read again
 
 
 @dataclass(frozen=True)
@@ -62,10 +63,18 @@ def operator_name(consul: Consul) -> str:
 
 def pause_state(consul: Consul, job: str) -> PauseState:
     """The job's paused key, as a consistent read sees it."""
-    entry, _ = consul.kv.get(
-        paused_key(job), consistency="consistent", max_bytes=NOTE_MAX_BYTES * 2
-    )
+    entry = _paused_entry(consul, job)
     return PauseState(job, None if entry is None else decode_note(entry.value))
+
+
+def _paused_entry(consul: Consul, job: str) -> KVEntry | None:
+    return consul.kv.get(paused_key(job), consistency="consistent", max_bytes=NOTE_MAX_BYTES * 2)[0]
+
+
+def _pauses_entry(consul: Consul, job: str) -> KVEntry | None:
+    return consul.kv.get(pauses_key(job), consistency="consistent", max_bytes=PAUSES_MAX_BYTES * 2)[
+        0
+    ]
 
 
 def pause(consul: Consul, job: str, reason: str | None, now: datetime | None = None) -> PauseChange:
@@ -81,15 +90,11 @@ def resume(consul: Consul, job: str, now: datetime | None = None) -> PauseChange
     """Resume `job`: delete its paused key (its next tick is claimed as usual) and keep the
     pause, ended now, in its `pauses` key, in one transaction at the indexes read (two resumes
     at once end it once): a tick it held that nobody recorded yet is still recorded paused."""
-    for _ in range(TRIGGER_TRIES):
-        paused, _ = consul.kv.get(
-            paused_key(job), consistency="consistent", max_bytes=NOTE_MAX_BYTES * 2
-        )
+    for _ in range(CONTROL_TRIES):
+        paused = _paused_entry(consul, job)
         if paused is None:
             return PauseChange(PauseState(job, None), False)
-        kept, _ = consul.kv.get(
-            pauses_key(job), consistency="consistent", max_bytes=PAUSES_MAX_BYTES * 2
-        )
+        kept = _pauses_entry(consul, job)
         earlier = decode_pauses(None if kept is None else kept.value)
         value = ended(decode_note(paused.value), now or datetime.now(timezone.utc), earlier)
         ops = [
@@ -104,9 +109,7 @@ def resume(consul: Consul, job: str, now: datetime | None = None) -> PauseChange
 def read_pauses(consul: Consul, job: str) -> Pauses:
     """The job's pause now and the pauses resumed (two consistent reads: a caller reads them
     only for ticks nobody ran, to record each `paused` or `missed`)."""
-    kept, _ = consul.kv.get(
-        pauses_key(job), consistency="consistent", max_bytes=PAUSES_MAX_BYTES * 2
-    )
+    kept = _pauses_entry(consul, job)
     resumed = decode_pauses(None if kept is None else kept.value)
     return Pauses(pause_state(consul, job).note, resumed)
 
@@ -162,7 +165,7 @@ def trigger(
     replaces, if any, was taken already (the job's taken-trigger key names it): at most one
     pending trigger per job. The note written; TriggerRefused when it is paused or pending."""
     who = operator_name(consul)
-    for _ in range(TRIGGER_TRIES):
+    for _ in range(CONTROL_TRIES):
         paused = pause_state(consul, job).note
         current, _ = consul.kv.get(
             trigger_key(job), consistency="consistent", max_bytes=NOTE_MAX_BYTES * 2
