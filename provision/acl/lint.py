@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from provision.acl.expectations import Expectation, Grant, expectation_for, grants, show_rule
 from provision.acl.rules import (
@@ -39,6 +40,7 @@ from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError
 from provision.spec.hcl_parse import parse_hcl
 from provision.spec.models import Spec
 from provision.system.files import UnreadableFile, read_regular_file
+from provision.system.http_call import Target, judge_target
 
 Severity = Literal["error", "warning"]
 MAX_RULES_BYTES = 1024 * 1024
@@ -101,6 +103,28 @@ def catchup_findings(spec: Spec, now: datetime) -> list[Finding]:
             )
             fix = 'raise start_deadline above the interval, or set catchup = "skip"'
             found.append(_finding("warning", job.line, "catchup", message, fix))
+    return found
+
+
+def target_findings(spec: Spec) -> list[Finding]:
+    """An HTTP job whose URL names another host than the replica's own loopback (judged by
+    what the URL says: no lookup), unless the job says allow_remote_target. The spec itself
+    refuses link-local and metadata targets; this warns of every other remote one."""
+    found = []
+    for job in spec.jobs:
+        if job.http is None or job.allow_remote_target:
+            continue
+        if judge_target(job.http.url) is not Target.REMOTE:
+            continue
+        host = urlsplit(job.http.url).hostname
+        message = (
+            f'job "{job.name}": http.url calls {host}, not the replica\'s own app on loopback: '
+            "the answer's first 2 KB go into the tick record, which every reader of the job's "
+            "prefix can read"
+        )
+        fix = "call the app on 127.0.0.1 or localhost, or set allow_remote_target = true"
+        line = job.http_url_line or job.line
+        found.append(_finding("warning", line, "remote-target", message, fix))
     return found
 
 

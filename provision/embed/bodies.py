@@ -10,12 +10,21 @@ import signal
 import subprocess
 import sys
 import threading
-import traceback
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
-from provision.embed.run import Run, RunEvents
-from provision.runner.child import die_with_parent
+from provision.embed.run import Run, RunEvents, Vouch
+from provision.embed.warden import (
+    CONFIRMED,
+    IN_NAMESPACE,
+    SIGNAL,
+    SharedConfirmation,
+    Warded,
+    launch,
+    tell,
+)
+from provision.runner.containment import PID_NAMESPACE, PROCESS_GROUP
+from provision.runner.fencing import BodyFence
 from provision.runner.forkserver import KeptProcess
 from provision.system.text import printable
 
@@ -48,13 +57,14 @@ class ThreadBody:
     def exit_status(self) -> int | None:
         return self._status if self._done.is_set() else None
 
-    def start(self, lock_env: Mapping[str, str]) -> None:
+    def start(self, lock_env: Mapping[str, str], fence: BodyFence) -> None:
         run = Run.from_lock_env(lock_env)
         run.deadline = self.deadline(run.tick)
+        run.vouch = Vouch(fence.clock, fence.confirmed_at, fence.bounds.fence_after)
         self.run = self.events.run = run
-        self._launch(run)
+        self._launch(run, fence)
 
-    def _launch(self, run: Run) -> None:
+    def _launch(self, run: Run, fence: BodyFence) -> None:
         name = f"lockctl-embed-{run.job}"
         self._thread = threading.Thread(target=self._main, args=(run,), name=name, daemon=True)
         self._thread.start()
@@ -106,7 +116,7 @@ class BlockBody(ThreadBody):
         super().__init__(lambda run: None, events, deadline)
         self.begun = threading.Event()
 
-    def _launch(self, run: Run) -> None:
+    def _launch(self, run: Run, fence: BodyFence) -> None:
         self.begun.set()
 
     def _started_block(self) -> bool:
@@ -114,51 +124,48 @@ class BlockBody(ThreadBody):
 
 
 class ProcessBody(ThreadBody):
-    """The body in a forked process of its own process group, killed like a `lockctl run`
-    job: the supervisor's SIGTERM and SIGKILL reach the whole group, and the fencing bounds
-    hold (nothing of it alive past LockDelay after the last confirmation). A process that
-    leaves the group (setsid) is not contained: `lockctl run`'s PID namespace would be."""
+    """The body in a process of its own, killed like a `lockctl run` job, and on time whatever
+    happens to the app (embed/warden.py): in a PID namespace whose PID 1, a warden beside the
+    body, ends it within the fencing bounds on the confirmations the app sends it. The app
+    killed: the namespace goes with it. The app stopped: the warden still ends the body by
+    LockDelay after the newest confirmation. Where no namespace can be had, a process group."""
 
-    containment = "process-group"
+    containment = PID_NAMESPACE
 
     def __init__(self, body: Body, events: RunEvents, deadline: Deadline) -> None:
         super().__init__(body, events, deadline)
-        self._pid: int | None = None
+        self._warded: Warded | None = None
+        self._unfollow: Callable[[], None] | None = None
+        self._shared: SharedConfirmation | None = None
         self._reap = threading.Lock()
 
     @property
     def pid(self) -> int:
-        assert self._pid is not None, "the body was not started"
-        return self._pid
+        assert self._warded is not None, "the body was not started"
+        return self._warded.keeper
 
-    def _launch(self, run: Run) -> None:
+    def _launch(self, run: Run, fence: BodyFence) -> None:
+        shared = self._shared = SharedConfirmation(fence.confirmed_at())
+
+        def in_body() -> None:  # in the body's process: the warden shares the confirmations
+            run.vouch = Vouch(fence.clock, shared.read, fence.bounds.fence_after)
+            self.body(run)
+
         sys.stdout.flush()
         sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # the child: run the body, never return into the app's code
-            status = 1
-            try:
-                os.setpgid(0, 0)
-                die_with_parent()
-                self.body(run)
-                status = 0
-            except BaseException:
-                traceback.print_exc()
-            finally:
-                with contextlib.suppress(Exception):
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                os._exit(status)
-        with contextlib.suppress(OSError):  # as the child does: no window without a group
-            os.setpgid(pid, pid)
-        self._pid = pid
+        warded = self._warded = launch(in_body, fence.bounds, shared)
+        self._unfollow = fence.follow(lambda at: tell(warded, CONFIRMED, at))
+        tell(warded, CONFIRMED, fence.confirmed_at())  # any that came before we followed
+        if not warded.contained.startswith(IN_NAMESPACE):
+            self.containment = PROCESS_GROUP
+            self.warning = printable(warded.contained[1:].decode(errors="replace"), 200)
 
     @property
     def exit_status(self) -> int | None:
         with self._reap:
-            if self._status is None and self._pid is not None:
+            if self._status is None and self._warded is not None:
                 with contextlib.suppress(ChildProcessError):
-                    done, status = os.waitpid(self._pid, os.WNOHANG)
+                    done, status = os.waitpid(self._warded.keeper, os.WNOHANG)
                     if done:
                         code = os.waitstatus_to_exitcode(status)
                         self._status = 128 - code if code < 0 else code
@@ -166,29 +173,36 @@ class ProcessBody(ThreadBody):
             return self._status
 
     def wait(self) -> int:
-        """Block until the body's process has ended, without reaping it (exit_status does)."""
+        """Block until the keeper has ended (the body and all it started are dead by then),
+        without reaping it (exit_status does)."""
         with contextlib.suppress(ChildProcessError):
             os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
         return self.exit_status or 0
 
     def signal_tree(self, signum: int) -> bool:
+        """Through the warden, to every process of the body; SIGKILL also to the keeper, whose
+        death ends the warden and with it the namespace, whatever the warden is doing."""
         super().signal_tree(signum)
-        try:
-            os.killpg(self.pid, signum)
-        except (ProcessLookupError, PermissionError):
+        if self._warded is None or self.exit_status is not None:
             return False
+        tell(self._warded, SIGNAL, signum)
+        if signum == signal.SIGKILL:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._warded.keeper, signal.SIGKILL)
         return True
 
     def tree_alive(self) -> bool:
-        if self._pid is None:
-            return False
-        if self.exit_status is None:
-            return True
-        try:
-            os.killpg(self._pid, 0)  # what the body left in its group
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
+        """The keeper outlives the warden, which outlives (in a namespace) all of the body."""
+        return self._warded is not None and self.exit_status is None
 
     def output_tails(self) -> tuple[str | None, str | None]:
         return None, None
+
+    def close(self) -> None:
+        if self._unfollow is not None:
+            self._unfollow()
+        if self._warded is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._warded.to_warden)
+        if self._shared is not None:
+            self._shared.close()

@@ -2,8 +2,10 @@
 
 `Run.lost` is set, and `Run.check()` raises, the moment the fencing decision (runner/fencing.py,
 the one `lockctl run` obeys) says the lock is no longer safely ours: the supervisor's `fenced`
-event, which `RunEvents` watches. With `on_lost="exit"` the process ends there instead, with
-EXIT_ON_LOST, after the event is written.
+event, which `RunEvents` watches. Every reader also judges the bound itself (`past_fence`, on
+the monotonic clock, from the send time of the newest confirmation): after a pause the body's
+thread may run before the supervisor's, and must not be told the lock is still ours. With
+`on_lost="exit"` the process ends there instead, with EXIT_ON_LOST, after the event is written.
 """
 
 from __future__ import annotations
@@ -11,14 +13,15 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TextIO
 
 from provision.ledger.records import parse_tick_name
 from provision.runner.events import EventLog
-from provision.runner.fencing import Outcome
+from provision.runner.fencing import Outcome, past_fence
 from provision.runner.results import RunResult, SkipReason
 
 EXIT_ON_LOST = 75  # os._exit status of a process whose lock was lost with on_lost="exit"
@@ -32,6 +35,51 @@ class RunStopped(Exception):
 
 class LockLost(RunStopped):
     """`Run.check()`: the lock is no longer safely ours; another replica may run the job."""
+
+
+UNCONFIRMED = "no confirmation of the lock in time"  # runner/fencing.py Reason.UNCONFIRMED
+
+
+@dataclass(frozen=True)
+class Vouch:
+    """Where a run learns how long its lock is safe: the monotonic clock, the send time of the
+    newest confirmation, and the seconds after it that the lock can no longer be vouched for."""
+
+    clock: Callable[[], float]
+    confirmed_at: Callable[[], float]
+    fence_after: float
+
+    def passed(self) -> bool:
+        return past_fence(self.clock(), self.confirmed_at(), self.fence_after)
+
+    def left(self) -> float:
+        """Seconds until it passes (0 or less: passed)."""
+        return self.confirmed_at() + self.fence_after - self.clock()
+
+
+class JudgedEvent(threading.Event):
+    """`run.lost` and `run.stopping`: set by the supervisor's decision, and judged by every
+    reader too: `is_set()` and `wait()` are true once the bound has passed since the newest
+    confirmation, whether or not the supervisor's thread has run since."""
+
+    def __init__(self, run: Run) -> None:
+        super().__init__()
+        self._run = run
+
+    def is_set(self) -> bool:
+        self._run._judge()
+        return super().is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        give_up = None if timeout is None else time.monotonic() + timeout
+        while not self.is_set():
+            now = time.monotonic()
+            if give_up is not None and now >= give_up:
+                return False
+            limits = [self._run._left()] + ([] if give_up is None else [give_up - now])
+            known = [limit for limit in limits if limit is not None]
+            super().wait(max(0.0, min(known)) if known else None)
+        return True
 
 
 class Run:
@@ -49,8 +97,9 @@ class Run:
         self.job, self.worker, self.tick = job, worker, tick
         self.lock_index, self.session = lock_index, session
         self.deadline: datetime | None = None
-        self.lost = threading.Event()
-        self.stopping = threading.Event()
+        self.vouch: Vouch | None = None  # set when the body starts under the lock
+        self.lost: threading.Event = JudgedEvent(self)
+        self.stopping: threading.Event = JudgedEvent(self)
         self.reason: str | None = None
 
     @classmethod
@@ -67,11 +116,20 @@ class Run:
         )
 
     def check(self) -> None:
-        """Raise LockLost (or RunStopped) when the run must not go on; else return at once."""
+        """Raise LockLost (or RunStopped) when the run must not go on; else return at once.
+        It judges the fencing bound itself, every call: it never returns once the bound has
+        passed since the newest confirmation, whatever the supervisor has done yet."""
         if self.lost.is_set():
             raise LockLost(self.reason or "the lock is no longer ours")
         if self.stopping.is_set():
             raise RunStopped(self.reason or "the run was asked to stop")
+
+    def _judge(self) -> None:
+        if self.vouch is not None and self.vouch.passed():
+            self._fence(UNCONFIRMED, lost=True)
+
+    def _left(self) -> float | None:
+        return None if self.vouch is None else max(0.0, self.vouch.left())
 
     def _fence(self, reason: str, *, lost: bool) -> None:
         self.reason = self.reason or reason

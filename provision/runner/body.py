@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from provision.runner.fencing import BodyFence
+
 
 class JobBody(Protocol):
     """What runs under a held lock. `signal_tree` stops it (a signal to a process tree, an
@@ -27,7 +29,10 @@ class JobBody(Protocol):
     @property
     def exit_status(self) -> int | None: ...
 
-    def start(self, lock_env: Mapping[str, str]) -> None: ...
+    def start(self, lock_env: Mapping[str, str], fence: BodyFence) -> None:
+        """Start under the held lock: `lock_env` says what it is, `fence` how long it is safe
+        (a process killed by the supervisor may ignore it; a body that must judge its own
+        safety, or that the supervisor cannot kill in time, follows it)."""
 
     def wait(self) -> int: ...
 

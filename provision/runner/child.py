@@ -35,6 +35,7 @@ from provision.runner.containment import (
 from provision.runner.output import OutputTee
 
 if TYPE_CHECKING:
+    from provision.runner.fencing import BodyFence
     from provision.runner.forkserver import ForkServer, KeptProcess
 
 _PR_SET_PDEATHSIG = 1
@@ -137,8 +138,9 @@ class Child:
             theirs.close()
         self._control, self.containment = ours, PID_NAMESPACE
 
-    def start(self, lock_env: Mapping[str, str]) -> None:
-        """Start the job with the lock's variables added to its environment."""
+    def start(self, lock_env: Mapping[str, str], fence: BodyFence | None = None) -> None:
+        """Start the job with the lock's variables added to its environment (the supervisor
+        kills its tree within the fence's bounds: the job need not follow them)."""
         if self._control is None or not self._go(self._control, lock_env):
             argv, needs_hook = pdeathsig_argv(self.command)
             env = {**self.env, **lock_env}

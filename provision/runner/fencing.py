@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import enum
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from provision.timings import SAFETY_MARGIN, JobTimings
@@ -63,6 +64,30 @@ class FenceBounds:
     fence_after: float
     kill_after: float
     kill_grace: float
+
+
+def past_fence(now: float, confirmed_at: float, fence_after: float) -> bool:
+    """Whether the lock can no longer be vouched for: `fence_after` seconds have passed since
+    the send time of the newest confirmation. Every reader of a lock's safety asks this itself,
+    on its own clock, rather than trusting a flag another thread may not have set yet (after a
+    pause, the reader's thread can run before the one that would set it)."""
+    return now >= confirmed_at + fence_after
+
+
+@dataclass(frozen=True)
+class BodyFence:
+    """What a body running under the lock may know of its safety: the bounds, the monotonic
+    clock they count on, the newest confirmation's send time, and `follow`, which calls its
+    argument with each newer confirmation and returns what stops that (a body whose fencing
+    lives outside this process forwards them there)."""
+
+    bounds: FenceBounds
+    clock: Callable[[], float]
+    confirmed_at: Callable[[], float]
+    follow: Callable[[Callable[[float], None]], Callable[[], None]]
+
+    def passed(self) -> bool:
+        return past_fence(self.clock(), self.confirmed_at(), self.bounds.fence_after)
 
 
 def fence_bounds(timings: JobTimings, renew_timeout: float) -> FenceBounds:

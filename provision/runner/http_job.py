@@ -2,7 +2,8 @@
 
 The request carries what the app needs to guard its work and nothing of the worker's: the tick,
 the fencing token (`X-Lockctl-Lock-Index`, the lock's LockIndex), the moment the request is
-aborted (`X-Lockctl-Deadline`), the job and the worker; never the worker's token, never a TLS
+aborted (`X-Lockctl-Deadline`), the job and the worker, the attempt (`X-Lockctl-Attempt`) and
+the run's `Idempotency-Key`, the same for every attempt; never the worker's token, never a TLS
 key. Its outcome is the status code: 2xx succeeded (exit status 0), anything else failed (1)
 with the status and reason in the record's stderr, and the start of the body in its stdout.
 An app that is down fails the same way with the connection error as the reason.
@@ -26,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
+from provision.runner.fencing import BodyFence
 from provision.system.http_call import HttpCall
 from provision.system.tails import mask_secrets, output_tail
 from provision.system.text import printable
@@ -43,7 +45,11 @@ HEADERS = {
     "LOCK_INDEX": "X-Lockctl-Lock-Index",
     "LOCKCTL_JOB": "X-Lockctl-Job",
     "LOCKCTL_WORKER": "X-Lockctl-Worker",
+    "LOCKCTL_ATTEMPT": "X-Lockctl-Attempt",
 }
+# The run's key (the same for every attempt of it), in the IETF draft's header
+# (draft-ietf-httpapi-idempotency-key-header): a Structured Field string, so in quotes.
+IDEMPOTENCY_KEY = ("LOCKCTL_IDEMPOTENCY_KEY", "Idempotency-Key")
 
 
 def request_headers(
@@ -53,6 +59,9 @@ def request_headers(
     started = now or datetime.now(timezone.utc)
     deadline = datetime.fromtimestamp(started.timestamp() + timeout, timezone.utc)
     headers = {header: lock_env[name] for name, header in HEADERS.items() if name in lock_env}
+    name, header = IDEMPOTENCY_KEY
+    if name in lock_env:  # lock_env's key has no quote or backslash to escape (supervisor.py)
+        headers[header] = f'"{lock_env[name]}"'
     headers["X-Lockctl-Deadline"] = deadline.isoformat(timespec="milliseconds").replace(
         "+00:00", "Z"
     )
@@ -88,7 +97,7 @@ class HttpJob:
     def exit_status(self) -> int | None:
         return self._status
 
-    def start(self, lock_env: Mapping[str, str]) -> None:
+    def start(self, lock_env: Mapping[str, str], fence: BodyFence | None = None) -> None:
         headers = request_headers(lock_env, self.call.timeout)
         self._thread = threading.Thread(
             target=self._call, args=(headers,), name="lockctl-http-job", daemon=True

@@ -8,6 +8,7 @@ is conservative however late the answer arrived.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -78,6 +79,7 @@ class LockSession:
         self._clock = clock
         self._confirmed_at = float("-inf")
         self._guard = threading.Lock()
+        self._followers: list[Callable[[float], None]] = []
 
     @property
     def session_id(self) -> str:
@@ -207,7 +209,23 @@ class LockSession:
     # -- the confirmation clock ----------------------------------------------------------------
     def confirm(self, sent_at: float) -> None:
         with self._guard:
-            self._confirmed_at = max(self._confirmed_at, sent_at)
+            if sent_at <= self._confirmed_at:
+                return
+            self._confirmed_at = sent_at
+            for follower in self._followers:  # under the guard: they see confirmations in order
+                follower(sent_at)
+
+    def follow(self, follower: Callable[[float], None]) -> Callable[[], None]:
+        """Call `follower` (quick, never blocking) with each newer confirmation; what it returns
+        stops that. An isolated body's warden counts its fencing bounds from them."""
+        with self._guard:
+            self._followers.append(follower)
+
+        def unfollow() -> None:
+            with self._guard, contextlib.suppress(ValueError):
+                self._followers.remove(follower)
+
+        return unfollow
 
     @property
     def confirmed_at(self) -> float:

@@ -7,8 +7,10 @@ tick or overlap it) and for the same tick. The supervisor (runner/supervisor.py)
 tests/unit/test_retries.py.
 
 An attempt is retried when it ran to its end under the lock and exited non-zero, or when it
-was stopped at its timeout and `retry_on_timeout` is set. A lost (fenced) or interrupted run is
-never retried. A retry never starts at or past the next tick's instant: there the retries are
+was stopped at its timeout and `retry_on_timeout` is set, but never an HTTP call stopped at its
+timeout: its handler cannot be stopped and may still run (the spec and the worker config refuse
+the setting; this holds even if one got through). A lost (fenced) or interrupted run is never
+retried. A retry never starts at or past the next tick's instant: there the retries are
 cut, and the tick's record says so (`retries_cut`), so a tick's attempts never overlap the next
 tick's run.
 """
@@ -57,14 +59,17 @@ def next_attempt(
     timings: JobTimings,
     now: float,
     next_tick_at: float | None,
+    *,
+    http: bool = False,
 ) -> Retry | Stop:
     """After attempt number `attempt` (1 for the first) ended with `verdict` and `exit_status`
     at `now`: the next attempt, or why there is none. `next_tick_at`: the next tick's instant on
-    the same clock (None: no schedule, only the count bounds the retries)."""
+    the same clock (None: no schedule, only the count bounds the retries). `http`: the body is
+    an HTTP call, whose timed-out handler may still run."""
     if verdict is Outcome.RAN and exit_status == 0:
         return Stop(StopReason.SUCCEEDED)
     retryable = verdict is Outcome.RAN or (
-        verdict is Outcome.JOB_TIMED_OUT and timings.retry_on_timeout
+        verdict is Outcome.JOB_TIMED_OUT and timings.retry_on_timeout and not http
     )
     if not retryable or timings.retries == 0:
         return Stop(StopReason.NOT_RETRIED)

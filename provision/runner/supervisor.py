@@ -3,8 +3,11 @@ gathers the facts, runner/fencing.py decides, and the supervisor carries the dec
 
 from __future__ import annotations
 
+import hashlib
+import re
 import signal
 from collections.abc import Callable
+from datetime import datetime
 
 from provision.errors import EXIT_JOB_TIMEOUT, EXIT_LOCK_LOST
 from provision.ledger.records import tick_name
@@ -12,6 +15,7 @@ from provision.runner.body import JobBody
 from provision.runner.events import EventLog, ms
 from provision.runner.fencing import (
     Action,
+    BodyFence,
     Decision,
     Facts,
     Outcome,
@@ -45,6 +49,7 @@ class Supervisor:
         self.lock, self.held, self.events, self.stop, self.clock = lock, held, events, stop, clock
         timings = lock.job.timings
         self.bounds = fence_bounds(timings, lock.renew_timeout)
+        self.fence = BodyFence(self.bounds, clock, lambda: lock.confirmed_at, lock.follow)
         self.min_hold = options.min_hold if options.min_hold is not None else timings.min_hold
         self.verdict: Outcome | None = None
         self.terminated_at: float | None = None
@@ -63,7 +68,7 @@ class Supervisor:
         """Run the job under the held lock, and again when it failed and may be retried
         (runner/retries.py): `next_child` prepares each further attempt's job."""
         acquired_at = self.clock()
-        child.start(lock_env(self.lock, self.held))  # before any thread starts
+        child.start(lock_env(self.lock, self.held, 1), self.fence)  # before any thread starts
         self._started()
         self.events.emit(  # after the start, which is the hand-over's critical path
             "acquired",
@@ -142,6 +147,7 @@ class Supervisor:
                 self.lock.job.timings,
                 self.clock(),
                 self.next_tick_at,
+                http=self.lock.job.http is not None,
             )
             if isinstance(plan, Stop):
                 return decision, self._stopped(plan.reason, child)
@@ -157,7 +163,7 @@ class Supervisor:
             if child is not first:  # the engine closes the first
                 child.close()
             child = next_child()
-            child.start(lock_env(self.lock, self.held))
+            child.start(lock_env(self.lock, self.held, plan.attempt), self.fence)
             self._started()
             monitors.await_child(child)
             self._emit_retry("retry-started", plan.attempt, child_pid=child.pid)
@@ -302,9 +308,18 @@ def _earliest(*moments: float | None) -> float | None:
     return min(known) if known else None
 
 
-def lock_env(lock: LockSession, held: HeldLock) -> dict[str, str]:
-    """What the job is told of its lock: key, session, indexes, job, worker (and tick)."""
+def lock_env(lock: LockSession, held: HeldLock, attempt: int) -> dict[str, str]:
+    """What the job is told of its lock: key, session, indexes, job, worker (and tick), which
+    attempt of the run this is (1 for the first), and the run's key, the same for every
+    attempt of it (runner/http_job.py sends it as the Idempotency-Key)."""
     tick = {"LOCKCTL_TICK": tick_name(lock.tick)} if isinstance(lock, TickLock) else {}
+    manual = lock.manual if isinstance(lock, TickLock) else None
+    key = idempotency_key(
+        lock.job.name,
+        lock.tick if isinstance(lock, TickLock) else None,
+        None if manual is None else manual.id or "unknown",
+        held.modify_index,
+    )
     return {
         **tick,
         "LOCK_KEY": lock.key,
@@ -313,4 +328,32 @@ def lock_env(lock: LockSession, held: HeldLock) -> dict[str, str]:
         "LOCK_MODIFY_INDEX": str(held.modify_index),
         "LOCKCTL_JOB": lock.job.name,
         "LOCKCTL_WORKER": lock.worker,
+        "LOCKCTL_ATTEMPT": str(attempt),
+        "LOCKCTL_IDEMPOTENCY_KEY": key,
     }
+
+
+# A job name or trigger id kept as it is in a run's key; anything else (a hand-edited worker
+# config, a trigger note not written by lockctl) is replaced by a hash, so the key stays a
+# short printable header value whatever the input.
+_KEY_PART = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def idempotency_key(
+    job: str, tick: datetime | None, trigger: str | None, acquired_index: int
+) -> str:
+    """The key of one run of `job`, the same for each of its attempts and different for any
+    other run: `lockctl:<job>:<tick>` for a scheduled tick (the tick is claimed once, so it is
+    run once), `lockctl:<job>:<instant>:trigger:<id>` for an operator's trigger, and
+    `lockctl:<job>:lock:<index>` for a run without a tick (`acquired_index`: the lock's
+    ModifyIndex when acquired, which Consul never hands out twice). At most 170 characters."""
+    if tick is None:
+        return f"lockctl:{_key_part(job)}:lock:{acquired_index}"
+    key = f"lockctl:{_key_part(job)}:{tick_name(tick)}"
+    return key if trigger is None else f"{key}:trigger:{_key_part(trigger)}"
+
+
+def _key_part(text: str) -> str:
+    if _KEY_PART.fullmatch(text):
+        return text
+    return "sha256-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]

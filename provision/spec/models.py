@@ -95,6 +95,9 @@ class Job:
     history_limit: int = DEFAULT_HISTORY_LIMIT  # tick records kept per job
     http: HttpCall | None = None  # an HTTP job's call, instead of `command` (spec/http_block.py)
     catchup: str = DEFAULT_CATCHUP  # after a time nobody ran it: "skip", or run the "latest"
+    # an HTTP job may call a link-local or metadata target, and lint says nothing of a remote one
+    allow_remote_target: bool = False
+    http_url_line: int | None = None  # where `http.url` is: lint's findings of the target
 
     @property
     def lock_key(self) -> str:

@@ -16,7 +16,7 @@ from provision.errors import InputError
 from provision.schedule import parse_schedule
 from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError
 from provision.spec.hcl_parse import parse_hcl
-from provision.spec.http_block import read_http
+from provision.spec.http_block import HttpBlock, read_http
 from provision.spec.identity import read_auth_methods, read_identity
 from provision.spec.job_timings import (
     COUNT_KEYS,
@@ -47,12 +47,21 @@ from provision.spec.values import (
     read_timezone,
 )
 from provision.system.files import UnreadableFile, read_regular_file
-from provision.system.http_call import HttpCall
+from provision.system.http_call import RETRY_ON_TIMEOUT_REFUSED
 from provision.timings import DEFAULT_CATCHUP
 
 MAX_SPEC_BYTES = 16 * 1024 * 1024  # a 10,000-job spec is about 3 MB
 DEFAULTS_KEYS = (*DURATION_KEYS, *COUNT_KEYS, *CHOICE_KEYS)
-JOB_KEYS = ("prefix", "workers", "schedule", "timezone", "command", *DEFAULTS_KEYS)
+# allow_remote_target: a job's own decision (an HTTP job's target), never a default
+JOB_KEYS = (
+    "prefix",
+    "workers",
+    "schedule",
+    "timezone",
+    "command",
+    *DEFAULTS_KEYS,
+    "allow_remote_target",
+)
 WORKER_KEYS = ("address", "agentless")
 BLOCK_TYPES = ("defaults", "worker", "job", "auth_method")
 
@@ -327,11 +336,16 @@ def _job(
     timings = job_timings(attributes, where, defaults, problems)
     counts = read_counts(attributes, where, default_counts, problems)
     every = None if schedule is None else parse_schedule(schedule, zone).every
-    http = _http(block, where, attributes, command, every, problems)
+    allow_remote = read_bool(
+        attributes.get("allow_remote_target"), f"{where}.allow_remote_target", problems
+    )
+    http = _http(block, where, attributes, command, every, allow_remote, problems)
     if timings is not None and http is not None:  # the request's timeout is the job's
-        timings = replace(timings, timeout=http.timeout)
+        timings = replace(timings, timeout=http.call.timeout)
     if timings is not None and counts is not None:
         timings = with_retries(timings, counts, every, attributes, where, problems)
+    if http is not None and counts is not None and counts["retry_on_timeout"]:
+        _refuse_retry_on_timeout(block, where, attributes, problems)
     catchup = read_catchup(attributes.get("catchup"), f"{where}.catchup", default_catchup, problems)
     if name is None or prefix is None or workers is None or timings is None or counts is None:
         return None
@@ -345,10 +359,12 @@ def _job(
         schedule=schedule,
         command=command,
         line=block.line,
-        http=http,
+        http=None if http is None else http.call,
         timezone=zone or "UTC",
         history_limit=counts["history_limit"],
         catchup=catchup,
+        allow_remote_target=allow_remote,
+        http_url_line=None if http is None else http.url_line,
     )
 
 
@@ -358,12 +374,17 @@ def _http(
     attributes: dict[str, Attribute],
     command: tuple[str, ...] | None,
     every: float | None,
+    allow_remote: bool,
     problems: Problems,
-) -> HttpCall | None:
+) -> HttpBlock | None:
     """The job's `http` block (spec/http_block.py): exactly one of it and `command`, and its
-    own `timeout` rather than the job's."""
+    own `timeout` rather than the job's; allow_remote_target only beside it."""
     blocks = [nested for nested in block.body.blocks if nested.type == "http"]
-    http = read_http(blocks, where, every, problems)
+    http = read_http(blocks, where, every, allow_remote, problems)
+    if not blocks and "allow_remote_target" in attributes:
+        line = attributes["allow_remote_target"].line
+        message = "only a job with an http block has a target to allow; remove it"
+        problems.add(line, f"{where}.allow_remote_target", message)
     if blocks and "command" in attributes:
         line = attributes["command"].line
         problems.add(line, f"{where}.command", "a job has a command or an http block, not both")
@@ -373,3 +394,20 @@ def _http(
         problems.add(line, f"{where}.timeout", "an HTTP job sets its timeout in http.timeout")
         return None
     return http
+
+
+def _refuse_retry_on_timeout(
+    block: Block, where: str, attributes: dict[str, Attribute], problems: Problems
+) -> None:
+    """An HTTP job with retry_on_timeout: at the job's own attribute, or at the job when it
+    inherits it from defaults (which may well set it for the command jobs)."""
+    own = attributes.get("retry_on_timeout")
+    if own is not None:
+        message = f"true is refused for an HTTP job: {RETRY_ON_TIMEOUT_REFUSED}"
+        problems.add(own.line, f"{where}.retry_on_timeout", message)
+        return
+    message = (
+        "inherits retry_on_timeout = true from defaults, which is refused for an HTTP job "
+        f"(set retry_on_timeout = false in it): {RETRY_ON_TIMEOUT_REFUSED}"
+    )
+    problems.add(block.line, where, message)

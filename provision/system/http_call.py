@@ -4,10 +4,14 @@ what it is, and the pure checks the spec and the worker config both make of it.
 The URL is checked like an address, and no secret may ride in it: it is stored in the worker
 config, shown in events and docs, and a query string ends in every access log. So userinfo
 (`user:pass@`) is refused, and so is a query whose names say credential (token, key, ...).
+
+Its target is judged by what the URL says (`judge_target`), never by a DNS answer: the spec and
+lint stay pure and offline, and a name may resolve elsewhere later anyway.
 """
 
 from __future__ import annotations
 
+import enum
 import ipaddress
 import re
 from dataclasses import dataclass
@@ -35,6 +39,51 @@ _SECRET_NAMES = (
     "credential",
     "session",
 )
+
+
+# Why an HTTP job never retries a timed-out call (the spec, the worker config and the retry
+# decision all say it in these words): the handler that timed out may still be running.
+RETRY_ON_TIMEOUT_REFUSED = (
+    "an HTTP handler cannot be stopped, so a timed-out call is never retried (the retry would "
+    "run beside the handler still going); make the handler idempotent with the Idempotency-Key "
+    "header, or use a command job"
+)
+
+# Link-local and cloud instance-metadata targets, refused by the spec unless the job says
+# allow_remote_target: the answer's first 2 KB go into the tick record, which every reader of
+# the job's prefix can read, and a metadata service answers with credentials (role keys,
+# tokens). Networks as the providers document them; names as they resolve inside those clouds
+# (the short ones through the instances' DNS search domain).
+METADATA_TARGETS = (
+    "169.254.0.0/16",  # IPv4 link-local: the IMDS of AWS, GCP, Azure, OCI, OpenStack, DO...
+    "fe80::/10",  # IPv6 link-local
+    "fd00:ec2::254/128",  # AWS IMDS over IPv6
+    "100.100.100.200/32",  # Alibaba Cloud
+    "192.0.0.192/32",  # Oracle Cloud's older metadata address
+    "168.63.129.16/32",  # Azure's WireServer (the host's agent endpoint)
+    "metadata",  # GCE's short name
+    "metadata.google.internal",
+    "metadata.goog",
+    "metadata.azure.com",
+    "instance-data",  # EC2's short name
+    "instance-data.ec2.internal",
+    "metadata.tencentyun.com",
+    "metadata.platformequinix.com",
+    "metadata.packet.net",
+)
+_METADATA_NETWORKS = tuple(ipaddress.ip_network(t) for t in METADATA_TARGETS if "/" in t)
+_METADATA_NAMES = frozenset(t for t in METADATA_TARGETS if "/" not in t)
+# One part of an IPv4 address as inet_aton(3) reads it (and so the system's resolver, which
+# never asks DNS for it): 0x-hex, 0-octal or decimal; `http://2852039166:80/` is 169.254.169.254.
+_C_NUMBER = re.compile(r"0[xX][0-9A-Fa-f]+|0[0-7]*|[1-9][0-9]*")
+
+
+class Target(str, enum.Enum):
+    """What an HTTP job's URL says it calls (judge_target)."""
+
+    LOCAL = "local"  # localhost or a loopback literal: the replica's own app
+    REMOTE = "remote"  # any other host: `lockctl lint` warns
+    METADATA = "metadata"  # link-local or a cloud metadata service: the spec refuses it
 
 
 @dataclass(frozen=True)
@@ -101,3 +150,53 @@ def timeout_problem(timeout: float, every: float | None) -> str | None:
     if every is not None and timeout >= every:
         return f"must be below the schedule's interval ({every:g}s)"
     return None
+
+
+def judge_target(url: str) -> Target:
+    """Whether `url` calls the replica's own app, another host, or a link-local or metadata
+    service: by what the URL says (its host, as a literal the system's resolver would read
+    without DNS, or as a name), never by a lookup."""
+    host = (urlsplit(url).hostname or "").rstrip(".")
+    if host == "localhost":
+        return Target.LOCAL
+    address = _literal(host)
+    if address is None:
+        return Target.METADATA if host in _METADATA_NAMES else Target.REMOTE
+    if address.is_loopback:
+        return Target.LOCAL
+    if any(address in network for network in _METADATA_NETWORKS):
+        return Target.METADATA
+    return Target.REMOTE
+
+
+def _literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The address `host` is a literal of, an IPv4-mapped IPv6 one as its IPv4 (the socket
+    connects there); None for a name."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return _inet_aton(host)
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _inet_aton(host: str) -> ipaddress.IPv4Address | None:
+    """`host` as inet_aton(3) reads it (1 to 4 parts, the last filling the remaining bytes:
+    `127.1`, `0x7f000001`), or None when it is not such a number."""
+    parts = host.split(".")
+    if not 1 <= len(parts) <= 4 or not all(_C_NUMBER.fullmatch(part) for part in parts):
+        return None
+    *head, last = [_c_value(part) for part in parts]
+    if any(value > 255 for value in head) or last >= 256 ** (4 - len(head)):
+        return None
+    number = 0
+    for value in head:
+        number = number * 256 + value
+    return ipaddress.IPv4Address(number * 256 ** (4 - len(head)) + last)
+
+
+def _c_value(part: str) -> int:
+    if part[:2].lower() == "0x":
+        return int(part, 16)
+    return int(part, 8) if part.startswith("0") else int(part)

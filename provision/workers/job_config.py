@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from provision.durations import DurationSyntaxError, format_duration, parse_duration
 from provision.schedule import ScheduleError, check_zone, parse_schedule
-from provision.system.http_call import HttpCall, method_problem, url_problem
+from provision.system.http_call import (
+    RETRY_ON_TIMEOUT_REFUSED,
+    HttpCall,
+    method_problem,
+    url_problem,
+)
 from provision.timings import (
     COUNT_DEFAULTS,
     DEFAULT_CATCHUP,
@@ -147,6 +152,12 @@ def read_job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> Jo
     retry_delay = _seconds(raw, "retry_delay", where, problems, default=DEFAULTS["retry_delay"])
     on_timeout = _flag(raw, "retry_on_timeout", where, problems)
     http = _http(raw, where, command, timeout, problems)
+    # the spec refuses it too: this catches a config edited by hand, or written before the rule
+    if http is not None and on_timeout:
+        problems.append(
+            f"{where}retry_on_timeout: true is refused for a job with http: "
+            + RETRY_ON_TIMEOUT_REFUSED
+        )
     catchup = raw.get("catchup", DEFAULT_CATCHUP)
     if catchup_problem(catchup):
         problems.append(f"{where}catchup: {catchup_problem(catchup)}")

@@ -6,8 +6,11 @@ whether the process STATE/sleep.pid names is alive), then writes to a tiny fence
 (STATE/fence.json: refuses a lock index lower than the highest it has seen). MODE:
   quick      the body takes 0.3 s (slow: 1.5 s)
   hang-once  the first run here loops until run.lost, then tries the store with its stale index
-  process    isolation="process": the first run of all replicas starts a `sleep` child, writes
-             its PID to STATE/sleep.pid and hangs (the lock's loss must kill both)
+  process    isolation="process": the first run of all replicas starts a child that writes its
+             PID (the host's) to STATE/sleep.pid, and hangs (the lock's loss must kill both)
+  process-stop  the same, but the child leaves the body's session (setsid) and ignores SIGTERM
+  check-loop the first run of all replicas calls run.check() in a loop and, once it raises,
+             notes the last time it returned (last_ok) with lost=True
   exit       on_lost="exit": the first run of all replicas hangs (the loss ends the process)
 Each call's RunOutcome goes to stdout as a JSON line; lockctl's events to stderr.
 """
@@ -26,7 +29,7 @@ from pathlib import Path
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from provision.embed import Locker, Run, RunOutcome
+from provision.embed import Locker, LockLost, Run, RunOutcome
 
 INTERVAL = 2
 
@@ -63,6 +66,21 @@ def alive(pid_file: Path) -> bool | None:
     return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
+def sleeper(pid_file: Path, *, escape: bool) -> list[str]:
+    """A child that writes its PID as the host sees it (/proc is the host's: the body's own
+    PID namespace numbers it otherwise), then sleeps; `escape`: in a session of its own, deaf
+    to SIGTERM, as a daemon that means to outlive its parent."""
+    code = (
+        "import os, signal, sys, time\n"
+        "if sys.argv[2] == '1':\n"
+        "    os.setsid()\n"
+        "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "open(sys.argv[1], 'w').write(os.readlink('/proc/self'))\n"
+        "time.sleep(300)\n"
+    )
+    return [sys.executable, "-c", code, str(pid_file), "1" if escape else "0"]
+
+
 def main() -> None:
     config, job, state, mode = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
     store = FencedStore(state / "fence.json")
@@ -75,7 +93,7 @@ def main() -> None:
         with open(state / "oracle.log", "a") as oracle:
             oracle.write(json.dumps(line) + "\n")
 
-    isolation = "process" if mode == "process" else "thread"
+    isolation = "process" if mode.startswith("process") else "thread"
     on_lost = "exit" if mode == "exit" else "flag"
 
     @locker.singleton(job, isolation=isolation, on_lost=on_lost)
@@ -85,11 +103,22 @@ def main() -> None:
             (state / "hung").write_text(worker)
             while True:  # never looks: on_lost="exit" ends the process
                 time.sleep(0.2)
-        if mode == "process" and not (state / "sleep.pid").exists():  # the first run anywhere
-            sleeper = subprocess.Popen(["sleep", "300"])
-            (state / "sleep.pid").write_text(str(sleeper.pid))
+        if mode.startswith("process") and not (state / "hung").exists():  # the first anywhere
+            (state / "hung").write_text(worker)
+            subprocess.Popen(sleeper(state / "sleep.pid", escape=mode == "process-stop"))
             while True:  # never looks at the lock: only a kill ends it
                 time.sleep(0.2)
+        if mode == "check-loop" and not (state / "hung").exists():
+            (state / "hung").write_text(worker)
+            last_ok = time.time()
+            try:
+                while True:
+                    run.check()
+                    last_ok = time.time()
+                    time.sleep(0.002)
+            except LockLost as exc:
+                note(run, lost=True, last_ok=last_ok, reason=str(exc))
+                return
         if mode == "hang-once" and not first.is_set():
             first.set()
             while not run.lost.wait(0.2):

@@ -1,7 +1,9 @@
 """Tiny local apps for the HTTP-job tests: a threaded http.server in this process on a loopback
 address of the test subnet, recording every request lockctl sends it. What it answers is chosen
 by the path: /ok (200), /fail (500 with a body), /hang (no answer until the caller hangs up or
-HANG_LIMIT passes: it records whether the caller aborted)."""
+HANG_LIMIT passes: it records whether the caller aborted), /slow (a handler that works SLOW
+seconds whatever the caller does, as a real one cannot be stopped, then answers 503) and /busy
+(works BUSY seconds, then answers 503). Each records when its handler finished."""
 
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 HANG_LIMIT = 30.0  # seconds a /hang request waits for its caller to hang up
+SLOW = 4.0  # seconds a /slow handler works: past an HTTP job's 2 s timeout
+BUSY = 1.0  # seconds a /busy handler works before its 503
 
 
 @dataclass
@@ -21,6 +25,8 @@ class Request:
     headers: dict[str, str]
     at: float  # time.monotonic() of its arrival
     aborted_after: float | None = None  # /hang: seconds until the caller closed the connection
+    finished_at: float | None = None  # time.monotonic() when its handler was done (before any
+    # answer is sent: a request the answer caused arrives after it)
 
 
 @dataclass
@@ -59,12 +65,20 @@ def start_app(host: str) -> App:
             app.requests.append(request)
             if self.path == "/hang":
                 request.aborted_after = _wait_for_hang_up(self)
+                request.finished_at = time.monotonic()
                 return
             status, body = (200, b"refreshed\n") if self.path == "/ok" else (500, b"db is down\n")
-            self.send_response(status)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            if self.path in ("/slow", "/busy"):
+                time.sleep(SLOW if self.path == "/slow" else BUSY)  # the handler's own work
+                status, body = 503, b"busy\n"
+            request.finished_at = time.monotonic()
+            try:
+                self.send_response(status)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except OSError:
+                pass  # the caller hung up (its timeout): the work was done all the same
 
         do_POST = do_PUT = do_GET = _any
 

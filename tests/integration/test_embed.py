@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.cluster
 
 WORKERS = ("worker-1", "worker-2", "worker-3")
-JOBS = ("once", "kill", "stop", "proc", "exit", "inproc")
+JOBS = ("once", "kill", "stop", "proc", "exit", "inproc", "pkill", "pstop", "check")
 TTL = float(FAST_DEFAULTS["ttl"].rstrip("s"))
 LOCK_DELAY = float(FAST_DEFAULTS["lock_delay"].rstrip("s"))
 # a dead replica's session ends within 2 x TTL (Consul's grace), then the lock-delay runs
@@ -210,11 +210,35 @@ def test_sigstop_past_the_ttl_sets_lost_and_the_store_refuses(lab: Lab, apps: li
     assert late[0]["accepted"] is False
 
 
+def child_pid(state: Path) -> int:
+    """The PID the body's child wrote (the host's), once it has."""
+    text = eventually(lambda: _read(state / "sleep.pid"), timeout=30)
+    assert text, "the body's child did not start"
+    return int(text)
+
+
+def _read(path: Path) -> str:
+    try:
+        text = path.read_text()
+    except OSError:
+        return ""
+    return text if text.isdigit() else ""
+
+
+def holder(state: Path, apps: list[App]) -> App:
+    """The replica whose body hangs (it wrote its worker's name first)."""
+    worker = eventually(lambda: _read_name(state / "hung"), timeout=30)
+    return next(app for app in apps if app.worker == worker)
+
+
+def _read_name(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
 def test_process_isolation_kills_the_tree_before_another_runs(lab: Lab, apps: list[App]) -> None:
     state = start(lab, apps, "proc", "process")
-    first = eventually(lambda: (state / "sleep.pid").exists() and runs(state), timeout=30)
-    assert first
-    sleep_pid = int((state / "sleep.pid").read_text())
+    sleep_pid = child_pid(state)
+    assert eventually(lambda: runs(state), timeout=30)
     session = _lock_session(lab, "proc")
     assert session
     lab.cluster.management().session.destroy(session)  # the lock is lost under the body
@@ -222,6 +246,60 @@ def test_process_isolation_kills_the_tree_before_another_runs(lab: Lab, apps: li
     assert later, "no replica ran the job after the loss"
     assert later[0]["sleep_alive"] is False, "the body's sleep outlived the lock"
     assert not Path(f"/proc/{sleep_pid}").exists() or "Z" in _state(sleep_pid)
+
+
+def test_kill9_of_the_app_kills_the_isolated_body_s_child(lab: Lab, apps: list[App]) -> None:
+    """The app is killed (an OOM kill, a stop timeout run out) while its isolated body runs a
+    child: nothing of the body lives on to overlap the next replica's run."""
+    state = start(lab, apps, "pkill", "process")
+    sleep_pid = child_pid(state)
+    victim = holder(state, apps)
+    os.kill(victim.process.pid, signal.SIGKILL)
+    victim.process.wait()
+    later = eventually(lambda: runs(state)[1:], timeout=TAKEOVER + 30)
+    assert later, "no replica ran the job after the kill"
+    assert later[0]["worker"] != victim.worker
+    assert later[0]["sleep_alive"] is False, "the body's child outlived the killed app"
+    assert not _alive(sleep_pid)
+
+
+def test_sigstop_of_the_app_the_warden_ends_the_body_in_time(lab: Lab, apps: list[App]) -> None:
+    """The app's process alone is stopped (not its group): it can neither renew nor kill. The
+    warden beside the body ends the body's tree (a setsid'd child deaf to SIGTERM) before
+    another replica may hold the lock, and the next replica's body finds it dead."""
+    state = start(lab, apps, "pstop", "process-stop")
+    sleep_pid = child_pid(state)
+    victim = holder(state, apps)
+    os.kill(victim.process.pid, signal.SIGSTOP)
+    later = eventually(lambda: runs(state)[1:], timeout=TAKEOVER + 30)
+    assert later, "no replica ran the job while the holder was stopped"
+    assert later[0]["worker"] != victim.worker
+    assert later[0]["sleep_alive"] is False, "the body's child lived on after the lock passed"
+    assert not _alive(sleep_pid)
+
+
+def test_check_never_passes_after_another_replica_ran(lab: Lab, apps: list[App]) -> None:
+    """A body looping on run.check() in an app stopped past TTL and LockDelay: after SIGCONT,
+    check() raises at its first call; it never returned once another replica had run."""
+    state = start(lab, apps, "check", "check-loop")
+    victim = holder(state, apps)
+    time.sleep(1.0)  # the body is in its loop: its lock confirmed by at least one renewal
+    os.kill(victim.process.pid, signal.SIGSTOP)
+    later = eventually(lambda: runs(state)[1:], timeout=TAKEOVER + 30)
+    assert later, "no replica ran the job while the holder was stopped"
+    time.sleep(1.0)  # the later run has started: a check() that passed now would be stale
+    os.kill(victim.process.pid, signal.SIGCONT)
+    lost = eventually(lambda: [x for x in oracle(state) if x.get("lost")], timeout=30)
+    assert lost, "the stopped body's run.check() never raised"
+    assert lost[0]["worker"] == victim.worker
+    assert lost[0]["last_ok"] < later[0]["at"], (
+        f"run.check() returned {lost[0]['last_ok'] - later[0]['at']:.3f} s after another "
+        f"replica's run started ({lost[0]['reason']})"
+    )
+
+
+def _alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists() and "Z" not in _state(pid)
 
 
 def _state(pid: int) -> str:

@@ -20,6 +20,7 @@ import pytest
 from provision.embed import LockLost, Outcome, Run, RunOutcome, RunStopped, SkipReason
 from provision.embed.bodies import ProcessBody, ThreadBody
 from provision.embed.run import RunEvents
+from provision.runner.fencing import BodyFence, FenceBounds
 from provision.runner.results import RunResult
 from tests.lockctl_process import wait_until
 
@@ -33,6 +34,15 @@ LOCK_ENV = {
     "LOCKCTL_JOB": "a",
     "LOCKCTL_WORKER": "worker-1",
 }
+
+
+# a lock confirmed at every look, for as long as a test takes: only what the test does ends a body
+FRESH = BodyFence(
+    FenceBounds(fence_after=600.0, kill_after=610.0, kill_grace=10.0),
+    time.monotonic,
+    time.monotonic,
+    lambda follower: lambda: None,
+)
 
 
 def next_tick(tick: datetime) -> datetime:
@@ -101,7 +111,7 @@ def test_a_thread_body_is_told_not_killed() -> None:
         run.check()
 
     thread = ThreadBody(body, RunEvents("a", "w", io.StringIO(), "flag"), next_tick)
-    thread.start(LOCK_ENV)
+    thread.start(LOCK_ENV, FRESH)
     assert thread.run is not None and thread.run.deadline == next_tick(TICK)
     assert thread.tree_alive() and thread.exit_status is None
     assert thread.signal_tree(signal.SIGTERM)  # only tells it
@@ -110,19 +120,22 @@ def test_a_thread_body_is_told_not_killed() -> None:
     assert thread.output_tails() == (None, "RunStopped: stopped (SIGTERM)")
 
 
-def test_a_process_body_dies_with_its_group(tmp_path: Path) -> None:
+def test_a_process_body_dies_with_its_namespace(tmp_path: Path) -> None:
     pid_file = tmp_path / "sleep.pid"
+    # the host's PID of the child: in the body's PID namespace, Popen's pid is another number
+    code = "import os, sys, time; open(sys.argv[1], 'w').write(os.readlink('/proc/self') + ' ')"
+    code += "; time.sleep(300)"
 
     def body(run: Run) -> None:
-        sleeper = subprocess.Popen(["sleep", "300"])
-        pid_file.write_text(str(sleeper.pid))
+        subprocess.Popen([sys.executable, "-c", code, str(pid_file)])
         while True:
             time.sleep(0.1)
 
     forked = ProcessBody(body, RunEvents("a", "w", io.StringIO(), "flag"), next_tick)
-    forked.start(LOCK_ENV)
-    assert wait_until(pid_file.exists, 10)
+    forked.start(LOCK_ENV, FRESH)
+    assert wait_until(lambda: pid_file.exists() and pid_file.read_text().endswith(" "), 10)
     sleeper = int(pid_file.read_text())
+    assert forked.containment == "pid-namespace" and forked.warning is None
     assert forked.pid != os.getpid() and forked.tree_alive()
     assert forked.signal_tree(signal.SIGKILL)
     assert forked.wait() == 128 + signal.SIGKILL
@@ -132,7 +145,7 @@ def test_a_process_body_dies_with_its_group(tmp_path: Path) -> None:
 
 def test_a_process_body_that_returns_exits_0() -> None:
     forked = ProcessBody(lambda run: None, RunEvents("a", "w", io.StringIO(), "flag"), next_tick)
-    forked.start(LOCK_ENV)
+    forked.start(LOCK_ENV, FRESH)
     assert forked.wait() == 0 and forked.exit_status == 0
     assert wait_until(lambda: not forked.tree_alive(), 10)
 

@@ -4,6 +4,8 @@ round trip, and the call itself against a real local http.server (headers, outco
 
 from __future__ import annotations
 
+import json
+import re
 import signal
 import threading
 import time
@@ -14,14 +16,29 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+import typer
+from typer.testing import CliRunner
 
+from provision.acl.lint import target_findings
+from provision.cli import policies
+from provision.cli.app import ErrorBoundaryGroup
 from provision.cli.runjob import RunArgs, _check_command
 from provision.errors import InputError
+from provision.ledger.records import parse_tick_name
+from provision.runner.fencing import Outcome
 from provision.runner.http_job import HttpJob, request_headers
+from provision.runner.retries import Retry, Stop, StopReason, next_attempt
+from provision.runner.supervisor import idempotency_key
 from provision.spec import SpecError, parse_spec
-from provision.system.http_call import HttpCall, url_problem
+from provision.system.http_call import (
+    RETRY_ON_TIMEOUT_REFUSED,
+    HttpCall,
+    Target,
+    judge_target,
+    url_problem,
+)
 from provision.timings import JobTimings
-from provision.workers.config import JobConfig
+from provision.workers.config import ConfigError, JobConfig, config_record, load_worker_config
 from provision.workers.job_config import job_record, read_job
 
 HEAD = """worker "w1" {
@@ -297,3 +314,286 @@ def test_run_wants_a_command_except_for_an_http_job() -> None:
         with pytest.raises(InputError) as caught:
             _check_command(args(*argv), job)
         assert str(caught.value).startswith(says), caught.value
+
+
+# --- issue: HTTP attempts never overlap --------------------------------------------------------
+
+HTTP_BLOCK = '  http {\n    url = "http://127.0.0.1:8080/x"\n    timeout = "5s"\n  }\n'
+ON_TIMEOUT = JobTimings(15, 15, 5, 5, retries=2, retry_delay=1, retry_on_timeout=True)
+RETRIES = JobTimings(15, 15, 5, 5, retries=2, retry_delay=1)
+RAN, LOST, TIMED_OUT = Outcome.RAN, Outcome.LOST, Outcome.JOB_TIMED_OUT
+
+
+@pytest.mark.parametrize(
+    ("verdict", "status", "attempt", "timings", "http", "expected"),
+    [
+        # a timed-out call is never retried, whatever the timings say (its handler may run on)
+        (TIMED_OUT, 143, 1, ON_TIMEOUT, True, Stop(StopReason.NOT_RETRIED)),
+        (TIMED_OUT, 0, 1, ON_TIMEOUT, True, Stop(StopReason.NOT_RETRIED)),
+        (TIMED_OUT, 143, 1, ON_TIMEOUT, False, Retry(2, 101.0)),  # a command's tree is killed
+        # an answer that is not 2xx, or a refused connection (both exit 1): retried
+        (RAN, 1, 1, RETRIES, True, Retry(2, 101.0)),
+        (RAN, 1, 2, ON_TIMEOUT, True, Retry(3, 101.0)),
+        (RAN, 1, 3, RETRIES, True, Stop(StopReason.EXHAUSTED)),
+        (RAN, 0, 1, RETRIES, True, Stop(StopReason.SUCCEEDED)),
+        # a lost lock during the request: no further attempt is sent
+        (LOST, 143, 1, RETRIES, True, Stop(StopReason.NOT_RETRIED)),
+        (LOST, None, 1, ON_TIMEOUT, True, Stop(StopReason.NOT_RETRIED)),
+        (Outcome.INTERRUPTED, 143, 1, RETRIES, True, Stop(StopReason.NOT_RETRIED)),
+    ],
+)
+def test_the_retry_decision_never_retries_a_timed_out_http_call(
+    verdict: Outcome,
+    status: int | None,
+    attempt: int,
+    timings: JobTimings,
+    http: bool,
+    expected: Retry | Stop,
+) -> None:
+    assert next_attempt(verdict, status, attempt, timings, 100.0, None, http=http) == expected
+
+
+@pytest.mark.parametrize(
+    ("defaults", "own", "line", "where", "says"),
+    [
+        ("", "  retries = 2\n  retry_on_timeout = true\n", 11, 'job "a".retry_on_timeout',
+         "true is refused for an HTTP job: an HTTP handler cannot be stopped"),
+        ("  retry_on_timeout = true\n", "  retries = 2\n", 7, 'job "a"',
+         "inherits retry_on_timeout = true from defaults, which is refused for an HTTP job "
+         "(set retry_on_timeout = false in it): an HTTP handler cannot be stopped"),
+        ("  retries = 2\n  retry_on_timeout = true\n", "", 8, 'job "a"',
+         "inherits retry_on_timeout = true from defaults"),
+    ],
+)  # fmt: skip
+def test_retry_on_timeout_is_refused_for_an_http_job(
+    defaults: str, own: str, line: int, where: str, says: str
+) -> None:
+    text = "defaults {\n" + defaults + "}\n" + _spec(own + HTTP_BLOCK)
+    with pytest.raises(SpecError) as caught:
+        parse_spec(text, "locks.hcl")
+    problems = [str(problem) for problem in caught.value.problems]
+    assert len(problems) == 1 and problems[0].startswith(f"locks.hcl:{line}: {where}: "), problems
+    assert says in problems[0] and "Idempotency-Key header, or use a command job" in problems[0]
+
+
+def test_an_http_job_may_retry_answers_and_turn_off_an_inherited_retry_on_timeout() -> None:
+    own = "  retries = 2\n  retry_on_timeout = false\n"
+    text = "defaults {\n  retry_on_timeout = true\n}\n" + _spec(own + HTTP_BLOCK)
+    job = parse_spec(text, "locks.hcl").jobs[0]
+    assert job.timings.retries == 2 and job.timings.retry_on_timeout is False
+    record = job_record(job)
+    assert record["retries"] == 2 and record["retry_on_timeout"] is False
+
+
+def test_the_worker_config_refuses_retry_on_timeout_beside_http(tmp_path: Path) -> None:
+    spec = parse_spec(_spec("  retries = 2\n" + HTTP_BLOCK), "locks.hcl")
+    record = config_record(spec, "w1", Path("/t"))
+    record["jobs"]["a"]["retry_on_timeout"] = True  # hand-edited, or from an older lockctl
+    path = tmp_path / "lockctl.json"
+    path.write_text(json.dumps(record))
+    with pytest.raises(ConfigError) as caught:
+        load_worker_config(path)
+    assert str(caught.value) == (
+        f"{path}: jobs.a.retry_on_timeout: true is refused for a job with http: "
+        + RETRY_ON_TIMEOUT_REFUSED
+    )
+    record["jobs"]["a"]["retry_on_timeout"] = False
+    path.write_text(json.dumps(record))
+    assert load_worker_config(path).job("a").timings.retries == 2
+
+
+HASH = "sha256-[0-9a-f]{32}"
+
+
+@pytest.mark.parametrize(
+    ("job", "tick", "trigger", "index", "key"),
+    [
+        ("report", "2026-12-04T22:00:00Z", None, 9, "lockctl:report:2026-12-04T22:00:00Z"),
+        ("report", "2026-12-04T22:00:05Z", None, 9, "lockctl:report:2026-12-04T22:00:05Z"),
+        ("report", "2026-12-04T22:00:01.250Z", "1f2e3d4c5b6a7980", 9,
+         "lockctl:report:2026-12-04T22:00:01.250Z:trigger:1f2e3d4c5b6a7980"),
+        ("report", None, None, 1234, "lockctl:report:lock:1234"),
+        ("report", None, None, 1240, "lockctl:report:lock:1240"),
+        # a trigger note not written by lockctl, a hand-edited job name: hashed, still printable
+        ("report", "2026-12-04T22:00:01.250Z", 'a "b"\\', 9,
+         f"lockctl:report:2026-12-04T22:00:01.250Z:trigger:{HASH}"),
+        ("ré port", None, None, 1, f"lockctl:{HASH}:lock:1"),
+        ("a:b", "2026-12-04T22:00:00Z", None, 1, f"lockctl:{HASH}:2026-12-04T22:00:00Z"),
+    ],
+)  # fmt: skip
+def test_the_idempotency_key_names_the_run(
+    job: str, tick: str | None, trigger: str | None, index: int, key: str
+) -> None:
+    at = None if tick is None else parse_tick_name(tick)
+    made = idempotency_key(job, at, trigger, index)
+    assert re.fullmatch(key, made), made
+    assert made.isascii() and made.isprintable() and len(made) <= 170
+    assert '"' not in made and "\\" not in made and " " not in made
+    assert made == idempotency_key(job, at, trigger, index)  # deterministic
+
+
+def test_keys_differ_between_runs_and_are_bounded() -> None:
+    tick = parse_tick_name("2026-12-04T22:00:00Z")
+    later = parse_tick_name("2026-12-04T22:00:05Z")
+    manual = parse_tick_name("2026-12-04T22:00:00.001Z")
+    keys = {
+        idempotency_key("a", tick, None, 1),
+        idempotency_key("a", later, None, 1),
+        idempotency_key("b", tick, None, 1),
+        idempotency_key("a", manual, "t1", 1),
+        idempotency_key("a", manual, "t2", 1),
+        idempotency_key("a", None, None, 1),
+        idempotency_key("a", None, None, 2),
+    }
+    assert len(keys) == 7
+    longest = idempotency_key("j" * 64, manual, "t" * 64, 2**63)
+    assert len(longest) <= 170, len(longest)
+
+
+def test_the_headers_say_the_attempt_and_the_runs_idempotency_key() -> None:
+    env = {**LOCK_ENV, "LOCKCTL_ATTEMPT": "2", "LOCKCTL_IDEMPOTENCY_KEY": "lockctl:a:t"}
+    headers = request_headers(env, 30.0)
+    assert headers["X-Lockctl-Attempt"] == "2"
+    assert headers["Idempotency-Key"] == '"lockctl:a:t"'  # a Structured Field string
+    assert "Idempotency-Key" not in request_headers(LOCK_ENV, 30.0)
+
+
+def test_the_app_gets_the_attempt_and_the_key(app: str) -> None:
+    env = {**LOCK_ENV, "LOCKCTL_ATTEMPT": "3", "LOCKCTL_IDEMPOTENCY_KEY": "lockctl:a:t"}
+    job = HttpJob(HttpCall(f"{app}/ok", "POST", 5.0))
+    job.start(env)
+    assert job.wait() == 0
+    assert _App.seen[0]["X-Lockctl-Attempt"] == "3"
+    assert _App.seen[0]["Idempotency-Key"] == '"lockctl:a:t"'
+
+
+# --- issue: lint and the spec judge HTTP targets by what the URL says --------------------------
+
+
+@pytest.mark.parametrize(
+    ("url", "target"),
+    [
+        ("http://127.0.0.1:8080/x", Target.LOCAL),
+        ("http://127.3.2.1:8080/x", Target.LOCAL),
+        ("http://localhost:8080/x", Target.LOCAL),
+        ("http://LocalHost.:8080/x", Target.LOCAL),
+        ("http://[::1]:8080/x", Target.LOCAL),
+        ("http://[::ffff:127.0.0.1]:8080/x", Target.LOCAL),
+        ("http://0x7f.1:8080/x", Target.LOCAL),  # inet_aton's forms: never a DNS name
+        ("http://app.internal:8443/", Target.REMOTE),
+        ("https://api.example.com:443/hook", Target.REMOTE),
+        ("http://10.0.0.5:8080/x", Target.REMOTE),
+        ("http://0.0.0.0:8080/x", Target.REMOTE),
+        ("http://[2001:db8::1]:8080/x", Target.REMOTE),
+        ("http://localhost.example.com:80/", Target.REMOTE),
+        ("http://foo.localhost:80/", Target.REMOTE),
+        ("http://0127.0.0.1:80/", Target.REMOTE),  # octal: 87.0.0.1, as inet_aton reads it
+        ("http://169.254.169.254:80/latest/meta-data/", Target.METADATA),
+        ("http://169.254.170.2:80/v2/credentials", Target.METADATA),
+        ("http://[fe80::1]:80/", Target.METADATA),
+        ("http://[fe80::1%25eth0]:80/", Target.METADATA),
+        ("http://[fd00:ec2::254]:80/", Target.METADATA),
+        ("http://[::ffff:169.254.169.254]:80/", Target.METADATA),
+        ("http://2852039166:80/", Target.METADATA),  # 169.254.169.254 as one number
+        ("http://0xa9fea9fe:80/", Target.METADATA),
+        ("http://0251.0376.0251.0376:80/", Target.METADATA),
+        ("http://169.254.43518:80/", Target.METADATA),
+        ("http://100.100.100.200:80/", Target.METADATA),
+        ("http://metadata.google.internal:80/", Target.METADATA),
+        ("http://Metadata.Google.Internal.:80/", Target.METADATA),
+        ("http://metadata:80/", Target.METADATA),
+        ("http://metadata.azure.com:80/", Target.METADATA),
+        ("http://instance-data:80/", Target.METADATA),
+        ("http://metadata.example.com:80/", Target.REMOTE),
+    ],
+)
+def test_the_target_is_judged_by_what_the_url_says(url: str, target: Target) -> None:
+    assert url_problem(url) is None  # each is a URL the spec accepts as such
+    assert judge_target(url) is target
+
+
+def _http_spec(url: str, extra: str = "") -> str:
+    return _spec(f'{extra}  http {{\n    url = "{url}"\n    timeout = "5s"\n  }}\n')
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254:80/latest/meta-data/iam/security-credentials/",
+        "http://metadata.google.internal:80/computeMetadata/v1/",
+        "http://[fd00:ec2::254]:80/",
+        "http://2852039166:80/",
+    ],
+)
+def test_a_metadata_target_is_a_spec_error_at_the_urls_line(url: str) -> None:
+    problems = _problems(f'  http {{\n    url = "{url}"\n    timeout = "5s"\n  }}\n')
+    assert problems == [
+        'locks.hcl:9: job "a".http.url: names a link-local or cloud metadata target: the '
+        "answer's first 2 KB would go into the tick record, which every reader of the job's "
+        "prefix can read; call the app on 127.0.0.1 or localhost, or set allow_remote_target "
+        "= true on the job if this target is meant"
+    ]
+    job = parse_spec(_http_spec(url, "  allow_remote_target = true\n"), "locks.hcl").jobs[0]
+    assert job.allow_remote_target and job.http is not None and job.http.url == url
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "says"),
+    [
+        ('  command = ["/bin/true"]\n  allow_remote_target = true\n', 9,
+         'job "a".allow_remote_target: only a job with an http block has a target to allow'),
+        ('  allow_remote_target = "yes"\n' + HTTP_BLOCK, 8,
+         'job "a".allow_remote_target: must be true or false'),
+    ],
+)  # fmt: skip
+def test_allow_remote_target_is_checked(body: str, line: int, says: str) -> None:
+    problems = _problems(body)
+    assert any(p.startswith(f"locks.hcl:{line}: {says}") for p in problems), problems
+
+
+@pytest.mark.parametrize(
+    ("url", "allow", "warned"),
+    [
+        ("http://127.0.0.1:8080/x", False, False),
+        ("http://localhost:8080/x", False, False),
+        ("http://[::1]:8080/x", False, False),
+        ("http://app.internal:8080/x", False, True),
+        ("http://10.1.2.3:8080/x", False, True),
+        ("http://app.internal:8080/x", True, False),  # the job says it means it
+        ("http://169.254.169.254:80/", True, False),  # allowed: no warning on top
+    ],
+)
+def test_lint_warns_of_a_remote_target_at_the_urls_line(
+    url: str, allow: bool, warned: bool
+) -> None:
+    extra = "  allow_remote_target = true\n" if allow else ""
+    spec = parse_spec(_http_spec(url, extra), "locks.hcl")
+    found = target_findings(spec)
+    if not warned:
+        assert found == []
+        return
+    line = 9 if not allow else 10
+    assert [(f.severity, f.line, f.rule) for f in found] == [("warning", line, "remote-target")]
+    host = url.split("//")[1].split(":")[0]
+    assert f'job "a": http.url calls {host}, not the replica\'s own app' in found[0].message
+
+
+def test_lockctl_lint_prints_the_remote_target_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("locks.hcl").write_text(_http_spec("http://app.internal:8080/jobs/x"))
+    Path("s.hcl").write_text('session "w1" {\n  policy = "write"\n}\n')
+    app = typer.Typer(cls=ErrorBoundaryGroup, pretty_exceptions_enable=False)
+    app.command("lint")(policies.lint)
+    app.command("render")(policies.render)
+    result = CliRunner().invoke(app, ["lint", "--spec", "locks.hcl", "s.hcl"])
+    print(result.stdout)  # for the docs
+    assert result.exit_code == 1
+    assert result.stdout == (
+        'locks.hcl:9: warning: remote-target: job "a": http.url calls app.internal, not the '
+        "replica's own app on loopback: the answer's first 2 KB go into the tick record, which "
+        "every reader of the job's prefix can read (fix: call the app on 127.0.0.1 or "
+        "localhost, or set allow_remote_target = true)\n"
+    )
+    assert result.stderr == "lockctl lint: 1 file, 0 errors, 1 warnings\n"
