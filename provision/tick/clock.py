@@ -1,0 +1,188 @@
+"""Time for the tick core, from one object: Consul's wall time, this process's monotonic time,
+and waiting until an instant or an event.
+
+    SystemClock    the real thing: the agent's clock learnt from its answers' Date headers
+                   (consul/clock.py AgentClock), time.monotonic, threading.Event waits
+    VirtualClock   a simulation's: time moves only when the simulation moves it (advance,
+                   advance_to, or a caller's sleep_until), and timers run in order of due time
+
+A VirtualClock never waits in real time. In a single-threaded simulation the caller of
+`sleep_until` is the only one running, so its sleep *is* time passing: the clock moves to the
+deadline, running on the way every timer due, in order (ties in registration order), and stops
+early at a timer that sets the caller's event. Nothing blocks, and a run is a pure function of
+its inputs (a seed's replay is exact). It is not meant to be shared between threads.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Protocol
+
+from provision.consul import AgentClock
+
+# A virtual clock's first wall time, unless told otherwise: a fixed instant, so runs repeat.
+DEFAULT_START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+class Clock(Protocol):
+    """Consul's wall time, monotonic time, and waits (one object, never a pair of callables)."""
+
+    def wall(self) -> datetime:
+        """Now on Consul's clock (UTC, aware): what ticks are judged by."""
+        ...
+
+    def monotonic(self) -> float:
+        """Seconds on a clock no one steps: what deadlines, TTLs and intervals are counted on."""
+        ...
+
+    def sleep_until(self, deadline: float, event: threading.Event | None = None) -> bool:
+        """Wait until `monotonic()` reaches `deadline`, or until `event` is set (at once if it
+        is already); whether the event was set."""
+        ...
+
+
+class SystemClock:
+    """The real clocks. `agent_clock`: the one the Consul client learns from (Consul(...,
+    agent_clock=...)); without one, a fresh AgentClock, which is this host's clock until
+    something feeds it an answer."""
+
+    def __init__(
+        self,
+        agent_clock: AgentClock | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._agent = agent_clock if agent_clock is not None else AgentClock(monotonic)
+        self._monotonic = monotonic
+
+    def wall(self) -> datetime:
+        return self._agent()
+
+    def monotonic(self) -> float:
+        return self._monotonic()
+
+    def sleep_until(self, deadline: float, event: threading.Event | None = None) -> bool:
+        # a loop: a wait may end a little before its timeout, and a deadline is never early
+        while True:
+            if event is not None and event.is_set():
+                return True
+            left = deadline - self._monotonic()
+            if left <= 0:
+                return False
+            if event is None:
+                time.sleep(left)
+            elif event.wait(left):
+                return True
+
+
+@dataclass(eq=False)
+class Timer:
+    """A callback the virtual clock runs at `due` (its monotonic time); `cancel()` drops it."""
+
+    due: float
+    callback: Callable[[], object] = field(repr=False)
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class _Timeline:
+    """The one virtual time a clock and its skewed views share, with their timers."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.queue: list[tuple[float, int, Timer]] = []
+        self.order = itertools.count()  # ties by registration order
+
+    def add(self, timer: Timer) -> None:
+        heapq.heappush(self.queue, (timer.due, next(self.order), timer))
+
+    def run_until(self, deadline: float, stop: Callable[[], bool]) -> bool:
+        """Run the timers due by `deadline` in order, each at its due time, until `stop()` says
+        so (True) or none is left; then time is at least `deadline` (False). Never backwards: a
+        timer's callback may move time itself (a sleep of its own) past this deadline."""
+        while self.queue and self.queue[0][0] <= deadline:
+            due, _, timer = heapq.heappop(self.queue)
+            if timer.cancelled:
+                continue
+            self.now = max(self.now, due)
+            timer.callback()
+            if stop():
+                return True
+        self.now = max(self.now, deadline)
+        return False
+
+
+class VirtualClock:
+    """A deterministic clock: monotonic time starts at `monotonic` and the wall at `start`, and
+    they move together, unless a test steps the wall (`step_wall`) or asks for a view of the
+    same time with a wall ahead or behind (`skewed`: another replica's, or Consul's)."""
+
+    def __init__(self, start: datetime = DEFAULT_START, *, monotonic: float = 0.0) -> None:
+        if start.tzinfo is None:
+            raise ValueError("a virtual clock's start is an aware datetime (UTC)")
+        self._timeline = _Timeline(monotonic)
+        self._origin = (start.astimezone(timezone.utc), monotonic)
+        self._offset = 0.0  # seconds the wall was stepped or skewed by
+
+    # -- the Clock -----------------------------------------------------------------------------
+    def wall(self) -> datetime:
+        start, at = self._origin
+        return start + timedelta(seconds=self._timeline.now - at + self._offset)
+
+    def monotonic(self) -> float:
+        return self._timeline.now
+
+    def sleep_until(self, deadline: float, event: threading.Event | None = None) -> bool:
+        """Time passes until `deadline`, running the timers due on the way; a timer that sets
+        `event` ends the sleep at its due time (True). Never waits in real time."""
+        if event is not None and event.is_set():
+            return True
+        stop = (lambda: False) if event is None else event.is_set
+        return self._timeline.run_until(deadline, stop)
+
+    # -- the simulation's controls ---------------------------------------------------------------
+    def advance(self, seconds: float) -> None:
+        """Move time `seconds` ahead, running every timer due meanwhile, in order."""
+        if seconds < 0:
+            raise ValueError("monotonic time never goes back")
+        self.advance_to(self._timeline.now + seconds)
+
+    def advance_to(self, deadline: float) -> None:
+        """Move time to `deadline` (monotonic), running every timer due by then, in order."""
+        if deadline < self._timeline.now:
+            raise ValueError(f"monotonic time never goes back ({deadline} < {self._timeline.now})")
+        self._timeline.run_until(deadline, lambda: False)
+
+    def call_at(self, deadline: float, callback: Callable[[], object]) -> Timer:
+        """Run `callback` when time reaches `deadline` (at the next move if it is past)."""
+        timer = Timer(max(deadline, self._timeline.now), callback)
+        self._timeline.add(timer)
+        return timer
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> Timer:
+        return self.call_at(self._timeline.now + delay, callback)
+
+    def next_due(self) -> float | None:
+        """When the next timer not cancelled is due (None: there is none)."""
+        live = [due for due, _, timer in self._timeline.queue if not timer.cancelled]
+        return min(live, default=None)
+
+    def step_wall(self, seconds: float) -> None:
+        """The wall clock jumps `seconds` (back when negative): `date -s`, a VM resumed. The
+        monotonic clock does not move, nor does any other view's wall."""
+        self._offset += seconds
+
+    def skewed(self, seconds: float) -> VirtualClock:
+        """A view of the same time (same monotonic clock, same timers) whose wall is `seconds`
+        ahead of this one's (behind when negative): a replica whose clock is off."""
+        view = VirtualClock.__new__(VirtualClock)
+        view._timeline, view._origin = self._timeline, self._origin
+        view._offset = self._offset + seconds
+        return view

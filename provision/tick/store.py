@@ -1,0 +1,249 @@
+"""The tick core's store: what it asks of Consul, as one object with small methods.
+
+    sessions      create_session, renew_session, destroy_session
+    a tick        claim (check-not-exists + lock + record, one transaction), complete
+    the ledger    read_tick, read_ticks, record_unrun (missed or paused), prune
+    operators     read_control (paused, pauses, trigger, the trigger taken)
+    the lock      watch_lock (a blocking read: who holds it, the index to wait on next)
+
+Two implementations: ConsulTickStore (consul_store.py, today's code over provision/consul) and
+MemoryTickStore (memory.py, a model of Consul's measured semantics on a Clock). tests/contract
+runs the same tests on both, so the model cannot drift from Consul.
+
+Errors: a refusal Consul answers is a TickStoreError, the same class from both stores; the Consul
+store also raises what the client raises (ConsulUnavailable, ...) when Consul is not reached.
+
+    ConsulError
+    +-- TickStoreError
+        +-- SessionGone      renew of a session Consul no longer knows (404)
+        +-- InvalidSession   a claim with a session Consul does not know ("invalid session")
+        +-- TermsRefused     a session TTL outside 10s..86400s (Consul: 500)
+        +-- ValueTooLarge    a transaction over Consul's 512 KB request cap (413)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from provision.consul import ConsulError
+from provision.ledger.control import ControlNote, Pauses, taken_key
+from provision.ledger.operator import is_pending
+from provision.ledger.records import (
+    TickRecord,
+    decode,
+    parse_tick_name,
+    tick_key,
+    ticks_prefix,
+)
+from provision.ledger.store import Claim, Completion
+from provision.sessions import SessionTerms
+from provision.system.control_keys import control_prefix
+
+# Consul's bounds (1.8.7, measured: docs/notes and /work/shared CONSUL_FACTS)
+MIN_TTL = 10.0  # seconds: a session's TTL
+MAX_TTL = 86400.0
+MAX_LOCK_DELAY = 60.0  # a longer LockDelay is accepted, and only 60 s of it applies
+REQUEST_MAX_BYTES = 512 * 1024  # a transaction's body (values in base64): txn_max_req_len
+VALUE_MAX_BYTES = 512 * 1024  # a KV value: kv_max_value_size
+MAX_WATCH = 300.0  # seconds a blocking read waits at most (as runner/lock.py asks)
+
+__all__ = [
+    "MAX_LOCK_DELAY",
+    "MAX_TTL",
+    "MAX_WATCH",
+    "MIN_TTL",
+    "REQUEST_MAX_BYTES",
+    "VALUE_MAX_BYTES",
+    "Claim",
+    "ClaimTerms",
+    "Completion",
+    "ControlState",
+    "InvalidSession",
+    "JobKeys",
+    "SessionGone",
+    "TermsRefused",
+    "TickStore",
+    "TickStoreError",
+    "ValueTooLarge",
+    "check_terms",
+    "lock_delayed",
+    "records_under",
+]
+
+
+class TickStoreError(ConsulError):
+    """A refusal Consul answers, raised alike by both stores."""
+
+
+class SessionGone(TickStoreError):
+    """The session is not Consul's any more (destroyed, or invalidated after its TTL): 404."""
+
+
+class InvalidSession(TickStoreError):
+    """A claim named a session Consul does not know: its lock operation fails with
+    `invalid session` (a plain acquire would be 500)."""
+
+
+class TermsRefused(TickStoreError):
+    """Consul refuses to make a session with these terms (TTL outside MIN_TTL..MAX_TTL)."""
+
+
+class ValueTooLarge(TickStoreError):
+    """A write over Consul's size caps (413): nothing applied."""
+
+
+@dataclass(frozen=True)
+class JobKeys:
+    """Where one job's things are in Consul: its lock, its ledger beside it, its taken-trigger
+    key, and its operators' control keys (by its name, outside its prefix)."""
+
+    name: str
+    lock_key: str
+
+    @property
+    def ticks(self) -> str:
+        return ticks_prefix(self.lock_key)
+
+    @property
+    def control(self) -> str:
+        return control_prefix(self.name)
+
+    @property
+    def taken(self) -> str:
+        return taken_key(self.lock_key)
+
+    def tick(self, tick: datetime) -> str:
+        return tick_key(self.lock_key, tick)
+
+
+@dataclass(frozen=True)
+class ClaimTerms:
+    """What a claim asks beyond the tick (ledger/store.py Ledger.claim says each in full):
+    `previous`, whether that tick has a record; `over`, the ModifyIndex of the `missed` record
+    a catch-up claims over (0: the tick must have none); `trigger`, a manual run's (trigger id,
+    the index its taken-trigger key was read at, 0 when absent)."""
+
+    previous: datetime | None = None
+    over: int = 0
+    trigger: tuple[str, int] | None = None
+
+
+PLAIN = ClaimTerms()
+
+
+@dataclass(frozen=True)
+class ControlState:
+    """A job's control keys as a consistent read saw them: its pause now and the pauses resumed
+    (`pauses`), the trigger key's note, and the id in the job's taken-trigger key with its
+    ModifyIndex (0: absent), which a manual run's claim checks."""
+
+    pauses: Pauses
+    trigger: ControlNote | None = None
+    taken: bytes | None = None
+    taken_index: int = 0
+
+    @property
+    def pending_trigger(self) -> ControlNote | None:
+        """The trigger no replica has taken yet (None: none)."""
+        if self.trigger is None or not is_pending(self.trigger, self.taken):
+            return None
+        return self.trigger
+
+
+def check_terms(terms: SessionTerms) -> None:
+    """TermsRefused unless Consul would make a session with these terms. Checked before asking:
+    Consul's refusal is a 500, which a client retries as a server fault."""
+    if not MIN_TTL <= terms.ttl <= MAX_TTL:
+        raise TermsRefused(
+            f"session {terms.name!r}: TTL {terms.ttl:g}s is outside Consul's "
+            f"{MIN_TTL:g}s..{MAX_TTL:g}s"
+        )
+
+
+def lock_delayed(claim: Claim) -> bool:
+    """Whether a lost claim's lock was refused for lock-delay (its last holder's session ended),
+    not because another session holds it: only Consul's text tells them apart."""
+    return claim.lock_refusal is not None and "lock delay" in claim.lock_refusal
+
+
+def records_under(
+    prefix: str, entries: Iterable[tuple[str, bytes | None, int]]
+) -> list[TickRecord]:
+    """The records among (key, value, ModifyIndex) read under a ledger's `prefix`, oldest
+    first; keys that name no tick are not records and are left out (as Ledger.records)."""
+    found = []
+    for key, value, modify_index in entries:
+        tick = parse_tick_name(key[len(prefix) :]) if key.startswith(prefix) else None
+        if tick is not None:
+            found.append(decode(tick, value, modify_index))
+    return sorted(found, key=lambda record: record.tick)
+
+
+class TickStore(Protocol):
+    """Sessions, a tick's claim and completion, the ledger, control keys, the lock's watch."""
+
+    def create_session(self, terms: SessionTerms) -> str:
+        """A new session with these terms (TermsRefused outside Consul's bounds); its ID."""
+        ...
+
+    def renew_session(self, session_id: str, *, timeout: float | None = None) -> None:
+        """Reset the session's TTL, once, within `timeout`; SessionGone when it is gone."""
+        ...
+
+    def destroy_session(self, session_id: str) -> None:
+        """End the session: its locks are free after its LockDelay (a gone one: no error)."""
+        ...
+
+    def claim(
+        self,
+        job: JobKeys,
+        record: TickRecord,
+        session_id: str,
+        holder: bytes,
+        terms: ClaimTerms = PLAIN,
+    ) -> Claim:
+        """Claim `record.tick` and take the lock, all or nothing: the tick has no record, the
+        lock is free (or ours), then the lock holds `holder` and the tick `record`. Won: the
+        LockIndex (fencing token) and ModifyIndexes; lost: whether the tick was taken and why
+        the lock was refused (lock_delayed). InvalidSession for a session Consul does not know."""
+        ...
+
+    def complete(
+        self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool
+    ) -> Completion:
+        """Write how the run ended (at the claim's ModifyIndex, record.modify_index) and, with
+        `release`, unlock, in one transaction; if the lock was no longer ours, the record says
+        `lost`. Never raises: (False, None) when nothing was answered."""
+        ...
+
+    def read_tick(
+        self, job: JobKeys, tick: datetime, *, stale: bool = False
+    ) -> tuple[TickRecord | None, datetime | None]:
+        """The tick's record (None: unclaimed) and Consul's clock at the answer; `stale`: any
+        server answers, and may miss the latest writes."""
+        ...
+
+    def read_ticks(self, job: JobKeys, *, stale: bool = False) -> list[TickRecord]:
+        """Every record of the job's ledger, oldest first; `stale` as for read_tick."""
+        ...
+
+    def record_unrun(self, job: JobKeys, records: Sequence[TickRecord]) -> list[TickRecord]:
+        """Write records of ticks nobody ran (missed, paused) where no record exists yet; those
+        written (at most one transaction's worth)."""
+        ...
+
+    def prune(self, job: JobKeys, ticks: Iterable[datetime]) -> int:
+        """Delete the records of `ticks` (retention; at most MAX_PRUNED_PER_RUN): how many."""
+        ...
+
+    def read_control(self, job: JobKeys) -> ControlState:
+        """The job's control keys and its taken-trigger key (consistent reads)."""
+        ...
+
+    def watch_lock(self, job: JobKeys, index: int, wait: float) -> tuple[str | None, int]:
+        """The session holding the job's lock (None: free) once the KV index passes `index`
+        (at once if it has, or for index 0) or `wait` seconds pass; and the index to pass next."""
+        ...
