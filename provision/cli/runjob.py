@@ -207,7 +207,7 @@ def _run(
     from provision.cli.signals import signals_request_stop
     from provision.consul import AgentClock, Consul, resolve_settings
     from provision.ledger.store import Ledger
-    from provision.runner.child import become_subreaper
+    from provision.runner.containment import become_subreaper
     from provision.runner.engine import run_job
     from provision.runner.events import EventLog
     from provision.runner.results import RunOptions

@@ -94,7 +94,7 @@ def run_schedule(args: ScheduleArgs) -> int:
 
 
 def _schedule(args: ScheduleArgs, stop: StopRequest, reload: ReloadRequest) -> int:
-    from provision.runner.child import become_subreaper
+    from provision.runner.containment import become_subreaper
     from provision.scheduler.listen import parse_listen, serving
     from provision.scheduler.service import Scheduler, single_instance
     from provision.workers.config import load_worker_config

@@ -30,6 +30,7 @@ from provision.errors import InputError
 from provision.ledger.health import JobHealth, assess
 from provision.ledger.history import JobHistory, LedgerJob, Wanted, read_history
 from provision.ledger.store import Ledger
+from provision.runner.body import JobBody
 from provision.runner.engine import run_job
 from provision.runner.events import EventLog
 from provision.runner.fencing import Outcome
@@ -37,7 +38,9 @@ from provision.runner.precheck import utc_now
 from provision.runner.results import RunOptions, SkipReason
 from provision.runner.stop import StopRequest
 from provision.runner.tick_lock import TickRun, current_tick, job_schedule, plan_tick
+from provision.scheduler.loop import JobTicks
 from provision.scheduler.sessions import SessionPool
+from provision.scheduler.timer import TickTimer
 from provision.workers.config import JobConfig, load_worker_config
 
 Events = TextIO | logging.Logger | None
@@ -269,11 +272,9 @@ class Locker:
         (scheduler/timer.py, loop.py: the claim order, the cadence of reads and housekeeping,
         the overlap skips), until `stop` is set or close() is called; returns once the runs
         under way have ended."""
-        from provision.embed.serve import serve_jobs
-
         if self._enter():
             try:
-                serve_jobs(self, stop or threading.Event())
+                _serve_jobs(self, stop or threading.Event())
             finally:
                 self._leave()
 
@@ -366,3 +367,57 @@ def _ledger_job(job: JobConfig) -> LedgerJob:
     return LedgerJob(
         job.name, job.lock_key, schedule, job.timings.start_deadline, job.history_limit
     )
+
+
+# -- serve(): the decorated jobs at their ticks on `lockctl schedule`'s own machinery ---------
+# One TickTimer (scheduler/timer.py) for all the jobs, one JobTicks loop (scheduler/loop.py) per
+# job with the app's body instead of a command: the same claim order and jitter, the same cadence
+# of reads and housekeeping, the same overlap skips and `consul-unavailable` handling, under the
+# Locker's session pool and on its Consul clock. Each job's runs are one after the other, so one
+# RunEvents per job tells each run of its fencing in turn.
+SERVE_STOP_POLL = 0.5  # seconds: how soon a set `stop` event retires the timer
+
+
+def _serve_jobs(locker: Locker, stop: threading.Event) -> None:
+    """Until `stop` is set (the timer retires: runs under way end as they will) or the Locker
+    closes (its stop request: runs under way are told to stop)."""
+    loops = [_job_loop(locker, name) for name in locker.served]
+    timer = TickTimer(loops, locker.stop_request, wall=locker.wall)
+    watcher = threading.Thread(
+        target=_retire_when, args=(stop, locker, timer), name="lockctl-serve", daemon=True
+    )
+    watcher.start()
+    try:
+        timer.run()
+    finally:
+        stop.set()  # the watcher's end too
+        watcher.join()
+        for loop in loops:
+            loop.leave()
+
+
+def _job_loop(locker: Locker, name: str) -> JobTicks:
+    config, served = locker.job(name), locker.served[name]
+    events = RunEvents(name, locker.worker, locker.stream, served.on_lost)
+    make = body_maker(config, served.function, served.isolation)
+
+    def body() -> JobBody:
+        return make(events)
+
+    return JobTicks(
+        locker.consul,
+        config,
+        locker.worker,
+        events,
+        locker.stop_request,
+        wall=locker.wall,
+        sessions=locker.sessions,
+        body=body,
+    )
+
+
+def _retire_when(stop: threading.Event, locker: Locker, timer: TickTimer) -> None:
+    while not stop.wait(SERVE_STOP_POLL):
+        if locker.stopping:
+            return  # the timer sees the stop request itself
+    timer.retire()

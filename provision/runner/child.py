@@ -13,7 +13,6 @@ Either way the job's first process gets PDEATHSIG=SIGKILL, so if the runner itse
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import os
 import shutil
@@ -27,10 +26,13 @@ from provision.errors import InputError
 from provision.runner.containment import (
     PID_NAMESPACE,
     PROCESS_GROUP,
+    die_with_parent,
     namespace_argv,
     namespace_refused,
+    open_pidfd,
     pdeathsig_argv,
     remember_refusal,
+    send_signal,
 )
 from provision.runner.output import OutputTee
 
@@ -38,27 +40,7 @@ if TYPE_CHECKING:
     from provision.runner.fencing import BodyFence
     from provision.runner.forkserver import ForkServer, KeptProcess
 
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
 INIT_START_TIMEOUT = 10.0  # seconds for nsinit to say ready (a Python start on a loaded host)
-_libc = None
-
-
-def _prctl(option: int, value: int) -> None:
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-    _libc.prctl(option, value, 0, 0, 0)
-
-
-def become_subreaper() -> None:
-    """Orphaned descendants of ours get re-parented to us, not to init (Linux only)."""
-    with contextlib.suppress(OSError, AttributeError):
-        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
-
-
-def die_with_parent() -> None:  # runs in the child between fork and exec
-    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def check_program(command: Sequence[str], env: Mapping[str, str]) -> None:
@@ -381,20 +363,3 @@ def _only_child(pid: int) -> int:
     with open(f"/proc/{pid}/task/{pid}/children", "rb") as handle:
         (child,) = handle.read().split()
     return int(child)
-
-
-def open_pidfd(pid: int) -> int:
-    """A pidfd for `pid` (signals to it can never reach a process that reused the PID), or the
-    PID itself, negated, where the kernel has no pidfds."""
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):
-        return -pid
-
-
-def send_signal(process: int, signum: int) -> None:
-    """`signum` to a process by what open_pidfd gave for it."""
-    if process >= 0:
-        signal.pidfd_send_signal(process, signum)
-    else:
-        os.kill(-process, signum)

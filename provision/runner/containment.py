@@ -17,9 +17,12 @@ Two mechanisms, the strongest available is used:
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import functools
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -88,3 +91,43 @@ def pdeathsig_argv(argv: Sequence[str]) -> tuple[list[str], bool]:
     if setpriv is None:
         return list(argv), True
     return [setpriv, "--pdeathsig", "KILL", "--", *argv], False
+
+
+# -- the process primitives the job's containment is made of ---------------------------------
+_PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_libc = None
+
+
+def _prctl(option: int, value: int) -> None:
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    _libc.prctl(option, value, 0, 0, 0)
+
+
+def become_subreaper() -> None:
+    """Orphaned descendants of ours get re-parented to us, not to init (Linux only)."""
+    with contextlib.suppress(OSError, AttributeError):
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+
+
+def die_with_parent() -> None:  # runs in the child between fork and exec
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def open_pidfd(pid: int) -> int:
+    """A pidfd for `pid` (signals to it can never reach a process that reused the PID), or the
+    PID itself, negated, where the kernel has no pidfds."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return -pid
+
+
+def send_signal(process: int, signum: int) -> None:
+    """`signum` to a process by what open_pidfd gave for it."""
+    if process >= 0:
+        signal.pidfd_send_signal(process, signum)
+    else:
+        os.kill(-process, signum)

@@ -29,8 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from provision.runner.child import die_with_parent, open_pidfd, send_signal
-from provision.runner.containment import pdeathsig_argv
+from provision.runner.containment import die_with_parent, open_pidfd, pdeathsig_argv, send_signal
 
 NSSERVER = Path(__file__).with_name("nsserver.py")
 START_TIMEOUT = 10.0  # seconds for an answer to a request (the helper forks and says the PID)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from provision.runner import child
-from provision.runner.child import become_subreaper
+from provision.runner.containment import become_subreaper
 
 if TYPE_CHECKING:
     from provision.consul import Consul
