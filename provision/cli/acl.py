@@ -75,7 +75,10 @@ def bootstrap(
     templates_dir: options.TemplatesDir = None,
     as_json: AsJson = False,
 ) -> None:
-    """Bootstrap Consul's ACL system once; on a bootstrapped cluster, say so and change nothing."""
+    """Bootstrap Consul's ACLs once; on a bootstrapped cluster, change nothing.
+
+    On a cluster already bootstrapped it says so and exits 0.
+    """
     from provision.acl.bootstrap import bootstrap_cluster, parse_agent_target
     from provision.system.templates import find_templates_dir
 
@@ -155,7 +158,10 @@ def plan(
     concurrency: Concurrency = DEFAULT_CONCURRENCY,
     as_json: AsJson = False,
 ) -> None:
-    """Show what apply would create, update or delete. Exit 0: nothing; 2: changes pending."""
+    """Show what apply would create, update or delete; exit 2: changes pending.
+
+    Exit 0: nothing to do; 2: changes pending (--no-detailed-exitcode: 0 then too).
+    """
     _, _, computed = flags.plan(connection, _concurrency(concurrency))
     if as_json:
         typer.echo(json.dumps(computed.to_record(), indent=2))
@@ -173,7 +179,10 @@ def apply(
     lock_wait: LockWait = DEFAULT_LOCK_WAIT,
     as_json: AsJson = False,
 ) -> None:
-    """Create and update the spec's policies and worker tokens; token secrets go to files."""
+    """Create or update the spec's policies and worker tokens (secrets to files).
+
+    Each worker's token secret goes only to its 0600 file in --secrets-dir, never to the output.
+    """
     from provision.cli.signals import stop_signals
 
     # First of all: a stop signal from here on is a request that apply heeds at its safe
@@ -243,7 +252,7 @@ def rotate(
     lock_wait: LockWait = DEFAULT_LOCK_WAIT,
     as_json: AsJson = False,
 ) -> None:
-    """Mint a new token for a worker, write it, read it back, then revoke the old one."""
+    """Mint a worker's new token, write and read it back, then revoke the old one."""
     from provision.cli.signals import stop_signals
 
     with stop_signals() as stop:  # first of all, as in apply

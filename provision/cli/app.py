@@ -93,6 +93,7 @@ from provision.cli import (  # noqa: E402
     acl,
     check,
     cluster,
+    completion,
     consul_binary,
     control,
     history,
@@ -124,3 +125,4 @@ app.command("verify")(verify.verify)
 app.command("pause")(control.pause)
 app.command("resume")(control.resume)
 app.command("trigger")(control.trigger)
+app.command("completion")(completion.completion)

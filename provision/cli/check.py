@@ -43,9 +43,12 @@ def check(
     job: JobOption = None,
     max_intervals: MaxIntervals = 2,
 ) -> None:
-    """Judge each job's ledger: OK, WARNING (the last run failed, a record dated in the
-    future), CRITICAL (a tick missed, no success in --max-intervals ticks); records the missed
-    ticks it finds when the token may."""
+    """Judge each job's ledger for monitoring: OK, WARNING, CRITICAL (Nagios).
+
+    OK; WARNING: the last run failed, a record dated in the future; CRITICAL: a tick missed, no
+    success in --max-intervals ticks; UNKNOWN: it could not judge. Records the missed ticks it
+    finds when the token may.
+    """
     from provision.ledger.health import worst
 
     try:

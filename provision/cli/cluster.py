@@ -25,8 +25,9 @@ if TYPE_CHECKING:  # the core is imported lazily: `lockctl run` must start fast
     from provision.cluster.local import ClusterStatus
 
 app = typer.Typer(
-    help="A local cluster of real Consul agents on loopback: 3 servers, worker-1 and worker-2, "
-    "ACLs on with default deny.",
+    help="A local cluster of real Consul agents on loopback, ACLs on (default deny).\n\n"
+    "3 servers and a client agent per worker (worker-1 and worker-2 unless --workers says), "
+    "HTTPS only and gossip encrypted unless --no-tls.",
     no_args_is_help=True,
 )
 

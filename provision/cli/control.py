@@ -30,8 +30,11 @@ def pause(
     reason: Reason = None,
     spec_file: options.SpecFile = options.DEFAULT_SPEC,
 ) -> None:
-    """Pause JOB: every replica refuses its ticks, each recorded `paused` (not missed), until
-    `lockctl resume JOB`. Needs a token that may write lockctl/control/JOB/ (not a worker's)."""
+    """Pause JOB: every replica refuses its ticks until `lockctl resume JOB`.
+
+    Each refused tick is recorded `paused` (not missed). Needs a token that may write
+    lockctl/control/JOB/ (not a worker's).
+    """
     from provision.ledger.control import reason_problem
     from provision.ledger.operator import pause as pause_job
 
@@ -62,9 +65,12 @@ def trigger(
     reason: Reason = None,
     spec_file: options.SpecFile = options.DEFAULT_SPEC,
 ) -> None:
-    """Run JOB once now, outside its schedule, on one replica of the running `lockctl
-    schedule`s (right after its run, if one is going on), recorded as a manual run. Refused
-    (exit 1) while JOB is paused or a trigger of it is pending."""
+    """Run JOB once now, outside its schedule, on one replica of its schedulers.
+
+    One replica of the running `lockctl schedule`s runs it (right after its run, if one is going
+    on), recorded as a manual run. Refused (exit 1) while JOB is paused or a trigger of it is
+    pending.
+    """
     from provision.ledger.control import manual_tick, reason_problem
     from provision.ledger.operator import trigger as trigger_job
     from provision.ledger.records import tick_name

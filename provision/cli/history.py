@@ -74,8 +74,11 @@ def history(
     tick: TickOption = None,
     show_timeline: TimelineOption = False,
 ) -> None:
-    """Each tick of each job from its ledger: who ran it (the record's word), LockIndex,
-    outcome, exit status, duration, start lag, and the ticks nobody ran."""
+    """Each tick of each job from its ledger: who ran it, how it ended, and when.
+
+    Who ran it (the record's word), LockIndex, outcome, exit status, duration, start lag, and
+    the ticks nobody ran.
+    """
     from provision.ledger.history import Wanted, read_history
 
     earliest = _since(since)  # refused before the spec or Consul is read

@@ -24,7 +24,7 @@ def next_ticks(
     count: Count = 5,
     as_json: AsJson = False,
 ) -> None:
-    """Print the job's next ticks, in UTC and in the job's timezone (no Consul needed)."""
+    """Print the job's next ticks in UTC and in its timezone (no Consul needed)."""
     from provision.schedule import parse_schedule
     from provision.spec import load_spec
 

@@ -42,7 +42,7 @@ def render(
     templates_dir: options.TemplatesDir = None,
     check: Check = False,
 ) -> None:
-    """Render one ACL policy per job and per worker, plus manifest.json, from the spec."""
+    """Render one ACL policy per job and per worker, plus manifest.json."""
     from provision.acl.render import check_rendered, render_policies, write_rendered
     from provision.spec import load_spec
     from provision.system.files import require_writable_folders
@@ -74,8 +74,11 @@ def lint(
         bool, typer.Option("--errors-only", help="Exit 1 only for errors, not for warnings.")
     ] = False,
 ) -> None:
-    """Check ACL policy files for rules that grant nothing or too much, and the spec's
-    identities for binding rules matching more than one worker; exit 1 on findings."""
+    """Check ACL policy files and the spec's identities; exit 1 on findings.
+
+    Policy rules that grant nothing or too much; with --spec, binding rules matching more than
+    one worker.
+    """
     from provision.acl.identity_lint import lint_identities
     from provision.acl.lint import has_errors, lint_file
     from provision.spec import load_spec

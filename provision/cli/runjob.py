@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from provision.workers.config import JobConfig, WorkerConfig
 
 
-SUMMARY = "Run COMMAND only if this worker holds the job's lock; skip (exit 0) if another does."
+SUMMARY = "Run COMMAND only if this worker holds the job's lock; skip (exit 0) if not."
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ def parse_run(argv: Sequence[str]) -> RunArgs:
     """The run's arguments. Options come first; `--`, or the first word that is not an option,
     starts the command, and everything from there on is the command's. A usage error raises
     InputError; `-h` prints the help and exits 0."""
-    parser = _run_parser()
+    parser = run_parser()
     namespace, unknown = parser.parse_known_args(argv)
     if unknown:  # before the missing ones: `--conf F` is a typo, not a missing --config
         parser.error(f"unrecognized arguments: {' '.join(unknown)}")
@@ -85,7 +85,8 @@ def parse_run(argv: Sequence[str]) -> RunArgs:
 _REQUIRED = {"--job/-j": "job", "--config/-c": "config"}
 
 
-def _run_parser() -> CommandParser:
+def run_parser() -> CommandParser:
+    """`lockctl run`'s one parser; `lockctl completion` reads its flags too."""
     import argparse
 
     from provision.cli.parsing import CommandParser

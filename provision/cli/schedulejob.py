@@ -21,7 +21,8 @@ if TYPE_CHECKING:
     from provision.cli.signals import ReloadRequest
     from provision.runner.stop import StopRequest
 
-SUMMARY = (
+SUMMARY = "Run every job of the config that has a schedule, each tick on one replica."
+DESCRIPTION = (
     "Run every job of the config that has a schedule and a command, each tick on exactly one "
     "replica (the tick claimed in Consul with the lock). SIGTERM: finish cleanly, exit 0; "
     "SIGHUP: reload the config (a bad one is refused, the old one kept)."
@@ -45,18 +46,19 @@ def serve_schedule(argv: Sequence[str]) -> int:
 def parse_schedule(argv: Sequence[str]) -> ScheduleArgs:
     """The scheduler's arguments; a usage error raises InputError, `-h` prints the help and
     exits 0."""
-    parser = _schedule_parser()
+    parser = schedule_parser()
     namespace = parser.parse_args(argv)
     if namespace.config is None:
         parser.error("the following arguments are required: --config/-c")
     return ScheduleArgs(Path(namespace.config), namespace.allow_unsafe, namespace.listen)
 
 
-def _schedule_parser() -> CommandParser:
+def schedule_parser() -> CommandParser:
+    """`lockctl schedule`'s one parser; `lockctl completion` reads its flags too."""
     from provision.cli.parsing import CommandParser
 
     parser = CommandParser(
-        "schedule", description=SUMMARY, epilog="--config defaults to $LOCKCTL_CONFIG."
+        "schedule", description=DESCRIPTION, epilog="--config defaults to $LOCKCTL_CONFIG."
     )
     add = parser.add_argument
     config_from_env = os.environ.get("LOCKCTL_CONFIG") or None

@@ -24,10 +24,13 @@ def status(
     spec_file: options.SpecFile = options.DEFAULT_SPEC,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Who holds each job's lock (consistent reads): the session and its node (Consul's word),
-    the record the holder wrote (its claim), LockIndex; for a job with a schedule, its ledger's
-    last tick (outcome, the worker the record names) and its next tick; who paused a job, and
-    who asked for a trigger no running scheduler has taken yet."""
+    """Who holds each job's lock; each scheduled job's last and next tick.
+
+    Consistent reads: the session and its node (Consul's word), the record the holder wrote (its
+    claim), LockIndex; for a job with a schedule, its ledger's last tick (outcome, the worker the
+    record names) and its next tick; who paused a job, and who asked for a trigger no running
+    scheduler has taken yet.
+    """
     from provision.runner.status import lock_states
     from provision.spec import load_spec
 

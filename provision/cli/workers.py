@@ -79,7 +79,7 @@ def worker_config(
         str, typer.Option("--namespace", help="With --kubernetes: the pods' namespace.")
     ] = "default",
 ) -> None:
-    """Write each worker's runner config, env file and systemd units (no secrets in them).
+    """Write each worker's runner config, env file and systemd units (no secrets).
 
     --secrets-dir, --config-dir and --tls-dir say where the token file, lockctl.json and the
     TLS files will be ON THE WORKER; the files are written under --out.

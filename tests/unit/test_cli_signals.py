@@ -298,7 +298,7 @@ def test_schedule_sets_its_handlers_before_it_reads_the_config_and_reloads_on_si
     handler came before the reload one). Now, from before the config is read, SIGHUP is a
     reload request, passed to the scheduler once it exists; SIGTERM alone stops."""
     from provision.cli import schedulejob
-    from provision.runner import child
+    from provision.runner import containment
     from provision.scheduler import service
     from provision.workers import config as worker_config
 
@@ -338,7 +338,7 @@ def test_schedule_sets_its_handlers_before_it_reads_the_config_and_reloads_on_si
 
     monkeypatch.setattr(worker_config, "load_worker_config", load)
     monkeypatch.setattr(service, "Scheduler", FakeScheduler)
-    monkeypatch.setattr(child, "become_subreaper", lambda: None)
+    monkeypatch.setattr(containment, "become_subreaper", lambda: None)
     assert schedulejob.run_schedule(schedulejob.ScheduleArgs(config)) == 0
     assert len(seen) == 1 and len(made) == 1
     assert [signal.getsignal(s) for s in STOPS] == [signal.SIG_IGN] * 3  # exits right after
