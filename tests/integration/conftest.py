@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from provision.runner import child
-from provision.runner.containment import become_subreaper
+from provision.runner import containment
 
 if TYPE_CHECKING:
     from provision.consul import Consul
@@ -23,9 +22,9 @@ if TYPE_CHECKING:
 def subreaper() -> Iterator[None]:
     """As `lockctl run` and `schedule` are: the job's orphans come back to this process, for the
     modules that run the engine in process (undone afterwards)."""
-    become_subreaper()
+    containment.become_subreaper()
     yield
-    child._prctl(child._PR_SET_CHILD_SUBREAPER, 0)
+    containment._prctl(containment._PR_SET_CHILD_SUBREAPER, 0)
 
 
 @pytest.fixture
