@@ -8,8 +8,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from provision import __version__
 from provision.cli import options
 from provision.errors import InputError
+
+DEFAULT_IMAGE = f"localhost/lockctl:{__version__}"  # what `make image` builds and tags
 
 if TYPE_CHECKING:
     from provision.spec import Spec
@@ -73,8 +76,14 @@ def worker_config(
         ),
     ] = False,
     image: Annotated[
-        str, typer.Option("--image", help="With --kubernetes: the image that has lockctl.")
-    ] = "lockctl:latest",
+        str,
+        typer.Option(
+            "--image",
+            help="With --kubernetes: the image that has lockctl \\[default: the one `make image` "
+            "builds, localhost/lockctl:VERSION].",
+            show_default=False,
+        ),
+    ] = DEFAULT_IMAGE,
     namespace: Annotated[
         str, typer.Option("--namespace", help="With --kubernetes: the pods' namespace.")
     ] = "default",
@@ -95,7 +104,10 @@ def worker_config(
         raise InputError("give --worker NAME (repeatable) or --all, not both or neither")
     if kubernetes:
         chosen = list(worker or [])
-        _kubernetes(spec, chosen, out, (image, namespace, lockctl_bin), tls_dir, templates_dir)
+        # The image's own entry point runs lockctl, unless --lockctl names the program to run
+        typed = ctx.get_parameter_source("lockctl_bin")
+        program = lockctl_bin if typed is not None and typed.name == "COMMANDLINE" else None
+        _kubernetes(spec, chosen, out, (image, namespace, program), tls_dir, templates_dir)
         return
     names = [w.name for w in spec.workers] if all_workers else list(worker or [])
     placement = Placement(
@@ -132,7 +144,7 @@ def _kubernetes(
     spec: Spec,
     chosen: list[str],
     out: Path,
-    pod: tuple[str, str, str],  # --image, --namespace, --lockctl
+    pod: tuple[str, str, str | None],  # --image, --namespace, --lockctl (None: the entry point)
     tls_dir: Path | None,
     templates_dir: Path | None,
 ) -> None:

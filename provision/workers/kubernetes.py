@@ -112,7 +112,7 @@ def render_set(
     image: str,
     namespace: str,
     tls_dir: Path | None,
-    lockctl: str = "lockctl",
+    lockctl: str | None = None,
 ) -> str:
     """The set's ServiceAccount, ConfigMap and StatefulSet, one YAML stream."""
     first = spec.worker(worker_set.workers[0])
@@ -156,8 +156,8 @@ def _yaml_map(values: dict[str, str]) -> str:
     return "\n".join(f"{json.dumps(k)}: {json.dumps(v)}" for k, v in sorted(values.items()))
 
 
-def check_flags(image: str, namespace: str, lockctl: str) -> None:
-    if not _PROGRAM.match(lockctl) or ".." in lockctl.split("/"):
+def check_flags(image: str, namespace: str, lockctl: str | None) -> None:
+    if lockctl is not None and (not _PROGRAM.match(lockctl) or ".." in lockctl.split("/")):
         raise InputError(f"--lockctl {lockctl!r}: an absolute path or a program name in the image")
     if not _IMAGE.match(image):
         raise InputError(f"--image {image!r}: not an image reference (like registry/app:1.2.3)")
@@ -177,7 +177,7 @@ def write_kubernetes(
     image: str,
     namespace: str,
     tls_dir: Path | None = None,
-    lockctl: str = "lockctl",
+    lockctl: str | None = None,
 ) -> list[Path]:
     """Write `<set>.yaml` for every set the named workers form: all of them, or none."""
     check_flags(image, namespace, lockctl)

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from provision import __version__
 from provision.cli import app
 from provision.spec import load_spec, parse_spec
 from provision.workers.config import config_record
@@ -70,12 +71,9 @@ def test_what_the_stateful_set_promises() -> None:
     graces = [job.timings.kill_grace for job in spec.jobs_for("report-0")]
     assert pod["terminationGracePeriodSeconds"] > max(graces)
     (container,) = pod["containers"]
-    assert container["command"][:4] == [
-        "/usr/local/bin/lockctl",  # --lockctl's default, as for the systemd units
-        "schedule",
-        "--config",
-        "/etc/lockctl/$(POD_NAME).json",
-    ]
+    # the image's entry point runs lockctl (lockctl's own image: tini, then lockctl)
+    assert "command" not in container
+    assert container["args"][:3] == ["schedule", "--config", "/etc/lockctl/$(POD_NAME).json"]
     assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
     (projected,) = [v for v in pod["volumes"] if "projected" in v]
     (source,) = projected["projected"]["sources"]
@@ -98,6 +96,24 @@ def test_each_pod_s_config_is_its_worker_s_with_a_login_instead_of_a_token_file(
         "login": login,
     }
     assert config == expected and config["agentless"] is True
+
+
+def test_by_default_the_image_is_the_one_make_image_builds(tmp_path: Path) -> None:
+    code, output, out = _render(tmp_path, "--all")
+    assert code == 0, output
+    (container,) = _docs(out / "report.yaml")[2]["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == f"localhost/lockctl:{__version__}"
+    assert "command" not in container and container["args"][0] == "schedule"
+
+
+def test_a_given_lockctl_program_replaces_the_entry_point(tmp_path: Path) -> None:
+    code, output, out = _render(tmp_path, "--all", "--lockctl", "/usr/local/bin/lockctl")
+    assert code == 0, output
+    stateful = _docs(out / "report.yaml")[2]
+    (container,) = stateful["spec"]["template"]["spec"]["containers"]
+    assert container["command"][:2] == ["/usr/local/bin/lockctl", "schedule"]
+    assert "args" not in container
+    kubernetes_validate.validate(stateful, KUBERNETES, strict=True)
 
 
 def _tls(worker: str) -> Any:
