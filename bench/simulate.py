@@ -1,0 +1,1079 @@
+"""The tick core under simulation: a fleet of real TickCores on one in-memory Consul and one
+virtual clock, in one thread, with faults drawn from a seed and an oracle after every step.
+
+    .venv/bin/python bench/simulate.py [--seed S] [--ticks N] [--replicas 3] [--jobs 5]
+                                       [--plant NAME ...] [--keep-going] [--trace K]
+
+Each replica is its own TickCore (provision/tick/core.py) with its own sessions, its own view
+of the wall clock and its own timers on the shared VirtualClock; the store is
+MemoryTickStore (Consul's measured semantics) behind a layer that injects the store's faults
+and lets the oracle see every answer. Faults (a seeded random.Random): a replica killed (its
+sessions left to expire, its bodies dead with it) and restarted later; paused for any length
+(its timers and its bodies' wait, time goes on; on resume it acts on what it believes); its
+wall clock skewed or stepped; the store unavailable or slow for a while (answers late, or
+never: a client timeout after Consul applied the request); a session expired early; a body that
+hangs. The oracle checks, after every step:
+
+    tick-twice         no tick of a job runs twice (two bodies started for one (job, tick))
+    overlap            no body runs past `kill_after` from its last confirmation while another
+                       body of its job runs (a frozen replica's body is not running)
+    token              the fencing tokens (LockIndex) of a job's successive runs only grow
+    check-after-bound  a body's `run.check()` never passes once `fence_after` has passed since
+                       its last confirmation (the send time of a renewal the core was answered)
+    loser-wrote        a replica that read a tick as taken never claims it (no write)
+    missed-too-early   no tick is recorded missed before its claim window closed
+    unaccounted        every tick ends in a recorded outcome (succeeded, failed, lost, missed,
+                       timed-out, interrupted, paused; or `running` under a replica killed
+                       with it) within SLACK of time during which Consul and a replica were up
+
+A violation prints its invariant, the seed and the last events; `--seed S` (with the same
+plants) replays it exactly. `--plant NAME` replaces a named function of the core from outside
+(the simulator monkeypatches it) with a known bug, which the oracle must report:
+
+    no-fence      the fencing decision is never carried out (apply_fence does nothing)
+    check-flag    run.check() reads only the flag the core's decision sets, not the clock
+    blind-claim   a tick read as taken is claimed anyway (the claim's transaction still
+                  refuses it: a Raft write wasted, never a tick run twice)
+    no-missed     ticks nobody ran are never recorded missed
+    late-confirm  a confirmation counts from its answer, not from when it was sent
+
+Last line: `simulated N ticks, F faults, V violations in S s (seed X)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import dataclasses
+import functools
+import itertools
+import random
+import sys
+import time
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from types import ModuleType
+
+from provision.consul import ConsulNotReached, ConsulUnavailable
+from provision.fencing import fence_bounds
+from provision.ledger.records import TickRecord, tick_name
+from provision.ledger.store import Claim, Completion
+from provision.ledger.ticks import claim_window
+from provision.schedule import parse_schedule
+from provision.sessions import SessionTerms
+from provision.tick import core, held, pool
+from provision.tick.calendar import Calendar
+from provision.tick.clock import Timer, VirtualClock
+from provision.tick.core import CoreJob, Identity, TickCore
+from provision.tick.edge import BodyEnd, Cancellable, Note, Run, StopHow
+from provision.tick.memory import MemoryTickStore
+from provision.tick.store import PLAIN, ClaimTerms, ControlState, JobKeys
+from provision.timings import JobTimings
+
+START = datetime(2026, 3, 28, 23, 0, tzinfo=timezone.utc)  # a DST change ahead (Berlin)
+DEFAULT_TICKS = 20_000
+TRACE = 40  # events shown with a violation
+STEP = 10.0  # seconds of simulated time between two looks at the ledger's accounting
+FAULT_EVERY = 90.0  # mean seconds of simulated time between two faults
+SLACK = 90.0  # seconds of Consul and some replica up by which a tick nobody ran is recorded
+RUN_SLACK = 180.0  # seconds of its replica and Consul up by which a claimed tick is completed
+CLIENT_TIMEOUT = 10.0  # seconds a call other than a renewal waits for its answer
+IN_FLIGHT = 24  # requests waiting for a slow answer at once, all replicas together
+CHECK_EVERY = 1.0  # seconds between a checking body's run.check() calls
+DRAIN = RUN_SLACK + SLACK + 60.0  # seconds run without faults at the end
+
+TIMINGS = JobTimings(
+    ttl=15.0,
+    lock_delay=15.0,
+    renew_interval=5.0,
+    kill_grace=5.0,
+    start_deadline=30.0,
+    timeout=60.0,
+)
+# (schedule, zone, jitter, min_hold): the spec's shapes, @every and cron, one with a jitter,
+# one with a min_hold, one in a zone with a DST change on the first night
+SHAPES = (
+    ("@every 10s", "UTC", 0.0, 0.0),
+    ("@every 5s", "UTC", 0.0, 0.0),
+    ("* * * * *", "UTC", 0.0, 0.0),
+    ("@every 15s", "UTC", 3.0, 2.0),
+    ("*/2 * * * *", "Europe/Berlin", 0.0, 0.0),
+)
+HISTORY = 50  # the default history_limit
+SETTLE = 40.0  # seconds after a (re)start before a replica counts as up: its first housekeeping
+
+
+class Killed(BaseException):
+    """Unwinds a killed replica's stack out of the store call it was in (nothing of the core
+    catches it: a dead process runs no more code)."""
+
+
+# -- plants: known bugs put into the core from outside ---------------------------------------------
+def _no_fence(body: object, decision: object) -> None:
+    return None
+
+
+def _flag_only(run: held.HeldRun) -> bool:
+    return not run.told
+
+
+def _claim_anyway(record: TickRecord | None) -> bool:
+    return True
+
+
+def _record_nothing(*args: object) -> int:
+    return 0
+
+
+def _from_answer(sent: float, received: float) -> float:
+    return received
+
+
+PLANTS: dict[str, tuple[str, Callable[..., object]]] = {
+    "no-fence": ("apply_fence", _no_fence),
+    "check-flag": ("vouched", _flag_only),
+    "blind-claim": ("claimable", _claim_anyway),
+    "no-missed": ("record_missed", _record_nothing),
+    "late-confirm": ("confirmation_time", _from_answer),
+}
+_CORE_MODULES: tuple[ModuleType, ...] = (core, held, pool)
+
+
+@contextlib.contextmanager
+def planted(names: Sequence[str]) -> Iterator[None]:
+    """Replace each named function wherever the core's modules hold it; restore after."""
+    saved: list[tuple[ModuleType, str, object]] = []
+    try:
+        for name in names:
+            attr, bug = PLANTS[name]
+            original = next(getattr(m, attr) for m in _CORE_MODULES if hasattr(m, attr))
+            for module in _CORE_MODULES:
+                if getattr(module, attr, None) is original:
+                    saved.append((module, attr, original))
+                    setattr(module, attr, bug)
+        yield
+    finally:
+        for module, attr, original in reversed(saved):
+            setattr(module, attr, original)
+
+
+# -- what a run is told and gives back -------------------------------------------------------------
+@dataclass(frozen=True)
+class SimConfig:
+    seed: int = 1
+    replicas: int = 3
+    jobs: int = 5
+    ticks: int = DEFAULT_TICKS
+    plants: tuple[str, ...] = ()
+    fault_every: float = FAULT_EVERY
+    trace: int = TRACE
+    keep_going: bool = False  # go on after a violation (else stop at the first)
+    digest: bool = False  # a checksum of every event, to compare two runs
+
+
+@dataclass(frozen=True)
+class Violation:
+    invariant: str
+    at: float
+    detail: str
+
+
+@dataclass(frozen=True)
+class Report:
+    seed: int
+    ticks: int
+    faults: int
+    violations: tuple[Violation, ...]
+    seconds: float  # real time the run took
+    simulated: float  # virtual seconds
+    trace: tuple[str, ...]
+    digest: int
+    counts: dict[str, int]
+
+    def last_line(self) -> str:
+        return (
+            f"simulated {self.ticks} ticks, {self.faults} faults, {len(self.violations)} "
+            f"violations in {self.seconds:.1f} s (seed {self.seed})"
+        )
+
+
+# -- the trace -------------------------------------------------------------------------------------
+class Trace:
+    """The last events (for a violation's report) and, when asked, a checksum of all. An
+    event is kept as it came (formatted only when shown): most are never shown."""
+
+    def __init__(self, keep: int, digest: bool) -> None:
+        self.events: collections.deque[_Event] = collections.deque(maxlen=keep)
+        self.digest = 0 if digest else None
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    def add(
+        self,
+        at: float,
+        who: str,
+        kind: str,
+        job: str = "",
+        tick: datetime | None = None,
+        what: str = "",
+    ) -> None:
+        event = (at, who, kind, job, tick, what)
+        self.events.append(event)
+        self.counts[kind] += 1
+        if self.digest is not None:
+            self.digest = zlib.crc32(repr(event).encode(), self.digest)
+
+    def lines(self) -> tuple[str, ...]:
+        return tuple(
+            f"  t={at:12.3f} {who:<6} {kind:<17} {job:<6} "
+            + " ".join(part for part in ("" if tick is None else tick_name(tick), what) if part)
+            for at, who, kind, job, tick, what in self.events
+        )
+
+
+_Event = tuple[float, str, str, str, "datetime | None", str]
+
+
+# -- a replica: its clock, its store, its bodies ----------------------------------------------
+@dataclass(eq=False)
+class _Handle:
+    timer: Timer | None = None
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+        if self.timer is not None:
+            self.timer.cancel()
+
+
+class ReplicaClock:
+    """One incarnation's TimerClock: the shared time, this replica's wall (skewed as the
+    faults say), timers that do not run while it is paused (held, then run in order on
+    resume) nor after it was killed."""
+
+    def __init__(self, replica: Replica) -> None:
+        self.replica, self.world = replica, replica.world
+        self.incarnation = replica.incarnation
+        self._time = replica.world.clock
+
+    def wall(self) -> datetime:
+        return self._time.wall() + self.replica.skew
+
+    def monotonic(self) -> float:
+        return self._time.monotonic()
+
+    def sleep_until(self, deadline: float, event: object = None) -> bool:
+        raise AssertionError("the core never sleeps: it waits through timers")
+
+    def call_at(self, deadline: float, callback: Callable[[], object]) -> Cancellable:
+        handle = _Handle()
+        if self.replica.incarnation == self.incarnation:
+            handle.timer = self._time.call_at(
+                deadline, lambda: self.fire(handle, deadline, callback)
+            )
+        return handle
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> Cancellable:
+        return self.call_at(self._time.monotonic() + delay, callback)
+
+    def fire(self, handle: _Handle, due: float, callback: Callable[[], object]) -> None:
+        replica = self.replica
+        if handle.cancelled or replica.incarnation != self.incarnation:
+            return
+        if replica.paused_until is not None:
+            replica.held.append((due, next(self.world.order), handle, callback, self))
+            return
+        try:
+            callback()
+        except Killed:
+            return
+        self.world.after_step()
+
+
+class ReplicaStore:
+    """The store as one replica reaches it: the store's faults, and every answer shown to the
+    oracle. A request is handled when sent; a slow answer comes back late, or not at all (a
+    client timeout), while the rest of the world goes on (the virtual clock runs meanwhile)."""
+
+    def __init__(self, replica: Replica) -> None:
+        self.replica, self.world = replica, replica.world
+        self.base = replica.world.store
+        self.incarnation = replica.incarnation
+        self.taken: dict[str, datetime] = {}  # job -> the tick the latest answer found taken
+
+    def _send(self) -> float:
+        """Before a request: Consul reached, or ConsulNotReached; the answer's delay. While
+        Consul is slow, the requests waiting for their answers are each a nested sleep of the
+        one thread: at most IN_FLIGHT at once, beyond which a request fails as a client with
+        no free connection would (and the nesting stays bounded)."""
+        world = self.world
+        if world.down_until is not None:
+            raise ConsulNotReached("simulated: Consul is unreachable")
+        if world.slow_until is None:
+            return 0.0
+        if world.in_flight >= IN_FLIGHT:
+            raise ConsulNotReached("simulated: every connection waits for an answer")
+        return world.rng.uniform(0.0, world.slow_max)
+
+    def _answer(self, delay: float, timeout: float = CLIENT_TIMEOUT) -> None:
+        """After the request was handled: the answer's delay (the world goes on), or a client
+        timeout; and the replica's fate meanwhile (paused: it waits; killed: it is gone)."""
+        if delay <= 0:
+            return  # answered at once: nothing happened meanwhile
+        clock, replica, world = self.world.clock, self.replica, self.world
+        world.in_flight += 1
+        try:
+            clock.sleep_until(clock.monotonic() + min(delay, timeout))
+            while replica.paused_until is not None and replica.incarnation == self.incarnation:
+                clock.sleep_until(replica.paused_until)
+        finally:
+            world.in_flight -= 1
+        if replica.incarnation != self.incarnation:
+            raise Killed
+        if delay >= timeout:
+            raise ConsulUnavailable(f"simulated: no answer within {timeout:g}s")
+
+    def create_session(self, terms: SessionTerms) -> str:
+        delay = self._send()
+        session = self.base.create_session(terms)
+        self.replica.sessions[:] = [*self.replica.sessions[-7:], session]  # the recent ones
+        self._answer(delay)
+        return session
+
+    def renew_session(self, session_id: str, *, timeout: float | None = None) -> None:
+        limit = CLIENT_TIMEOUT if timeout is None else timeout
+        delay, at = self._send(), self.world.clock.monotonic()
+        self.base.renew_session(session_id)
+        self._answer(delay, limit)
+        self.world.oracle.confirmed[session_id] = at  # the core was answered: it counts
+
+    def destroy_session(self, session_id: str) -> None:
+        delay = self._send()
+        self.base.destroy_session(session_id)
+        self._answer(delay)
+
+    def claim(
+        self,
+        job: JobKeys,
+        record: TickRecord,
+        session_id: str,
+        holder: bytes,
+        terms: ClaimTerms = PLAIN,
+    ) -> Claim:
+        delay, at = self._send(), self.world.clock.monotonic()
+        self.world.oracle.claiming(self.replica, job.name, record.tick, self.taken)
+        claim = self.base.claim(job, record, session_id, holder, terms)
+        if claim.won:
+            self.world.oracle.claimed(self.replica, job.name, record.tick, at)
+        self._answer(delay)
+        return claim
+
+    def complete(
+        self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool
+    ) -> Completion:
+        try:
+            delay = self._send()
+        except ConsulUnavailable:
+            return Completion(False, None)
+        completion = self.base.complete(job, record, session_id, release=release)
+        if completion.recorded or completion.released is not None:  # not `running` any more
+            self.world.oracle.settled(job.name, record.tick)
+        try:
+            self._answer(delay)
+        except ConsulUnavailable:
+            return Completion(False, None)
+        return completion
+
+    def read_tick(
+        self, job: JobKeys, tick: datetime, *, stale: bool = False
+    ) -> tuple[TickRecord | None, datetime | None]:
+        delay = self._send()
+        record, date = self.base.read_tick(job, tick, stale=stale)
+        self._answer(delay)
+        # what the replica knows from its latest answer (a slow one may come after another
+        # read of the same tick answered meanwhile: the later answer is what it acts on)
+        if record is not None:
+            self.taken[job.name] = tick
+        elif self.taken.get(job.name) == tick:
+            del self.taken[job.name]
+        return record, date
+
+    def read_ticks(self, job: JobKeys, *, stale: bool = False) -> list[TickRecord]:
+        delay = self._send()
+        records = self.base.read_ticks(job, stale=stale)
+        self._answer(delay)
+        return records
+
+    def record_unrun(self, job: JobKeys, records: Sequence[TickRecord]) -> list[TickRecord]:
+        delay = self._send()
+        written = self.base.record_unrun(job, records)
+        self.world.oracle.unrun(job.name, written)
+        self._answer(delay)
+        return written
+
+    def prune(self, job: JobKeys, ticks: Iterable[datetime]) -> int:
+        delay = self._send()
+        ticks = list(ticks)
+        pruned = self.base.prune(job, ticks)
+        self.world.oracle.pruned(job.name, ticks[:pruned])
+        self._answer(delay)
+        return pruned
+
+    def read_control(self, job: JobKeys) -> ControlState:
+        delay = self._send()
+        control = self.base.read_control(job)
+        self._answer(delay)
+        return control
+
+    def watch_lock(self, job: JobKeys, index: int, wait: float) -> tuple[str | None, int]:
+        raise AssertionError("the core does not block on a watch")
+
+
+class SimBody:
+    """A body as the simulation draws it: it ends after `duration` (None: it hangs), checks
+    the lock every CHECK_EVERY when `checks`, and ends `grace` after a TERMINATE unless it
+    ignores it (then only KILL ends it). It runs on its replica's clock: frozen with it."""
+
+    def __init__(self, replica: Replica, job: str, tick: datetime, shape: BodyShape) -> None:
+        self.replica, self.job, self.tick, self.shape = replica, job, tick, shape
+        self.clock = replica.clock
+        self.end: BodyEnd | None = None
+        self.run: Run | None = None
+        self.claim_sent = 0.0  # the claim's send time: the first confirmation
+        self._ended: Callable[[], None] = lambda: None
+
+    @property
+    def ending(self) -> BodyEnd | None:
+        return self.end
+
+    @property
+    def frozen(self) -> bool:
+        return self.replica.paused_until is not None
+
+    def start(self, run: Run, ended: Callable[[], None]) -> None:
+        self.run, self._ended = run, ended
+        self.replica.world.oracle.started(self)
+        if self.shape.duration is not None:
+            status = self.shape.status
+            self.clock.call_later(self.shape.duration, lambda: self._finish(status))
+        if self.shape.checks:
+            self.clock.call_later(CHECK_EVERY, self._check)
+
+    def stop(self, how: StopHow) -> None:
+        if self.end is not None:
+            return
+        if how is StopHow.KILL:
+            self.die(-9)
+            self.clock.call_later(0.0, self._ended)
+        elif not self.shape.ignores_term:
+            self.clock.call_later(self.shape.grace, lambda: self._finish(-15))
+
+    def _check(self) -> None:
+        if self.end is not None or self.run is None:
+            return
+        safe = self.run.safe()
+        self.replica.world.oracle.checked(self, safe)
+        if safe:
+            self.clock.call_later(CHECK_EVERY, self._check)
+        else:
+            self._finish(75)  # it stops itself: the lock is not ours any more
+
+    def _finish(self, status: int) -> None:
+        if self.end is None:
+            self.die(status)
+            self._ended()
+
+    def die(self, status: int) -> None:
+        """Ended (also with its replica: a killed runner's namespace dies with it)."""
+        if self.end is None:
+            self.end = BodyEnd(status)
+            self.replica.world.oracle.ended(self)
+
+
+@dataclass(frozen=True)
+class BodyShape:
+    duration: float | None  # None: it hangs
+    status: int
+    checks: bool
+    ignores_term: bool
+    grace: float
+
+
+@dataclass(eq=False)
+class Replica:
+    """One replica (one `lockctl schedule` process) through its kills and restarts."""
+
+    world: World
+    name: str
+    incarnation: int = 0
+    alive: bool = False
+    booted_at: float = 0.0
+    paused_until: float | None = None
+    skew: timedelta = timedelta(0)
+    held: list[tuple[float, int, _Handle, Callable[[], object], ReplicaClock]] = field(
+        default_factory=list
+    )
+    sessions: list[str] = field(default_factory=list)
+    hang_next: bool = False
+    core: TickCore | None = None
+    clock: ReplicaClock = field(init=False)
+
+    def boot(self) -> None:
+        world = self.world
+        self.incarnation += 1
+        self.alive, self.booted_at = True, world.clock.monotonic()
+        self.paused_until, self.sessions = None, []
+        self.clock = ReplicaClock(self)
+        identity = Identity(self.name, host=self.name)
+        self.core = TickCore(
+            ReplicaStore(self), self.clock, identity, world.jobs, self._body, self._note
+        )
+        world.trace.add(world.clock.monotonic(), self.name, "boot")
+        self.core.start()
+
+    def kill(self) -> None:
+        self.incarnation += 1
+        self.alive, self.core, self.paused_until = False, None, None
+        self.held.clear()
+        self.world.oracle.killed(self)
+
+    def pause(self, until: float) -> None:
+        self.paused_until = until
+
+    def resume(self) -> None:
+        """Wake: what came due meanwhile runs now, in the order it came due."""
+        self.paused_until = None
+        now = self.world.clock.monotonic()
+        for due, _, handle, callback, clock in sorted(self.held, key=lambda h: (h[0], h[1])):
+            if clock.incarnation == self.incarnation and not handle.cancelled:
+                again = functools.partial(clock.fire, handle, due, callback)
+                handle.timer = self.world.clock.call_at(now, again)
+        self.held.clear()
+
+    def _body(self, job: str, tick: datetime) -> SimBody:
+        rng = self.world.rng
+        if self.hang_next:
+            self.hang_next = False
+            shape = BodyShape(None, 0, False, rng.random() < 0.5, rng.uniform(0.0, 3.0))
+        else:
+            # most end well within their interval; some outlast it (the next ticks then find
+            # the lock held), past the fencing bounds too (renewed meanwhile)
+            gap = self.world.intervals[job]
+            long = rng.random() < 0.05
+            duration = gap * (rng.uniform(1.0, 4.0) if long else rng.uniform(0.02, 0.5))
+            status = 0 if rng.random() < 0.9 else 1
+            term = rng.random() < 0.2
+            shape = BodyShape(duration, status, rng.random() < 0.5, term, rng.uniform(0.0, 3.0))
+        return SimBody(self, job, tick, shape)
+
+    def _note(self, note: Note) -> None:
+        now = self.world.clock.monotonic()
+        self.world.trace.add(now, self.name, note.kind, note.job, note.tick, note.detail)
+
+
+# -- the oracle -------------------------------------------------------------------------------
+@dataclass(eq=False)
+class _Fate:
+    """What the ledger says of a tick, as the oracle saw it written."""
+
+    state: str  # running | done | abandoned
+    replica: str = ""
+    incarnation: int = 0
+    up_at: float = 0.0  # the replica's up-time when it claimed
+
+
+@dataclass(eq=False)
+class _Pending:
+    job: str
+    tick: datetime
+    up_at: float  # the fleet's up-time when the tick's window closed
+
+
+class Oracle:
+    """Every invariant, checked as the world goes (see the module's docstring)."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.violations: list[Violation] = []
+        self.alive: dict[str, list[SimBody]] = collections.defaultdict(list)
+        self.started_ticks: dict[tuple[str, datetime], float] = {}
+        self.tokens: dict[str, int] = {}
+        self.confirmed: dict[str, float] = {}  # session -> newest answered renewal's send
+        self.claims: dict[tuple[str, datetime], float] = {}  # won claims' send times
+        self.fates: dict[tuple[str, datetime], _Fate] = {}
+        self.pending: list[_Pending] = []
+        self.open: set[tuple[str, datetime]] = set()  # ticks registered, not accounted for
+        self.cursor: dict[str, datetime] = {}
+        self.windows: dict[str, float] = {}
+        self.up_fleet = 0.0
+        self.up: dict[str, float] = {}
+        self.updated = 0.0
+        self.suspects: dict[int, float] = {}  # id(body) -> when first seen past its bound
+        self.crowded: set[str] = set()  # jobs with two bodies alive or more
+        self.ticks = 0
+        bounds = fence_bounds(TIMINGS, held.renew_timeout(TIMINGS))
+        self.fence_after, self.kill_after = bounds.fence_after, bounds.kill_after
+
+    def fail(self, invariant: str, detail: str) -> None:
+        now = self.world.clock.monotonic()
+        self.violations.append(Violation(invariant, now, detail))
+        self.world.trace.add(now, "oracle", "VIOLATION", "", None, f"{invariant}: {detail}")
+
+    # -- bodies ----------------------------------------------------------------------------------
+    def started(self, body: SimBody) -> None:
+        assert body.run is not None
+        key, run = (body.job, body.tick), body.run
+        now = self.world.clock.monotonic()
+        if key in self.started_ticks:
+            self.fail("tick-twice", f"{body.job} {tick_name(body.tick)} started again")
+        self.started_ticks[key] = now
+        if run.lock_index <= self.tokens.get(body.job, 0):
+            self.fail(
+                "token",
+                f"{body.job}: lock index {run.lock_index} after {self.tokens[body.job]}",
+            )
+        self.tokens[body.job] = max(run.lock_index, self.tokens.get(body.job, 0))
+        body.claim_sent = self.claims.get(key, now)
+        self.alive[body.job].append(body)
+        if len(self.alive[body.job]) > 1:
+            self.crowded.add(body.job)
+        self.world.trace.add(
+            now, body.replica.name, "body-start", body.job, body.tick, f"idx {run.lock_index}"
+        )
+
+    def ended(self, body: SimBody) -> None:
+        self.alive[body.job].remove(body)
+        if len(self.alive[body.job]) < 2:
+            self.crowded.discard(body.job)
+        self.suspects.pop(id(body), None)
+        status = body.end.exit_status if body.end is not None else None
+        now = self.world.clock.monotonic()
+        self.world.trace.add(
+            now, body.replica.name, "body-end", body.job, body.tick, f"status {status}"
+        )
+
+    def last_confirmed(self, body: SimBody) -> float:
+        assert body.run is not None
+        return max(body.claim_sent, self.confirmed.get(body.run.session, body.claim_sent))
+
+    def checked(self, body: SimBody, safe: bool) -> None:
+        now = self.world.clock.monotonic()
+        if safe and now >= self.last_confirmed(body) + self.fence_after:
+            late = now - self.last_confirmed(body)
+            self.fail(
+                "check-after-bound",
+                f"{body.job} {tick_name(body.tick)} on {body.replica.name}: check() passed "
+                f"{late:.2f}s after its last confirmation (bound {self.fence_after:g}s)",
+            )
+
+    def overlaps(self) -> None:
+        now = self.world.clock.monotonic()
+        for job in sorted(self.crowded):
+            bodies = self.alive[job]
+            running = [b for b in bodies if not b.frozen]
+            if len(running) < 2:
+                continue
+            for body in running:
+                past = now - self.last_confirmed(body)
+                if past <= self.kill_after:
+                    continue
+                seen = self.suspects.setdefault(id(body), now)
+                if now > seen:
+                    others = ", ".join(
+                        f"{b.replica.name} {tick_name(b.tick)}" for b in running if b is not body
+                    )
+                    self.fail(
+                        "overlap",
+                        f"{job} {tick_name(body.tick)} on {body.replica.name} runs {past:.2f}s "
+                        f"after its last confirmation (bound {self.kill_after:g}s) beside {others}",
+                    )
+                    self.suspects[id(body)] = float("inf")
+
+    # -- the store's answers ---------------------------------------------------------------------
+    def claiming(
+        self, replica: Replica, job: str, tick: datetime, taken: dict[str, datetime]
+    ) -> None:
+        if taken.get(job) == tick:
+            self.fail(
+                "loser-wrote",
+                f"{replica.name} claims {job} {tick_name(tick)}, which its read found taken",
+            )
+
+    def claimed(self, replica: Replica, job: str, tick: datetime, at: float) -> None:
+        self.claims[(job, tick)] = at
+        self.settle()
+        up = self.up.get(replica.name, 0.0)
+        self._mark(job, tick, _Fate("running", replica.name, replica.incarnation, up))
+
+    def settled(self, job: str, tick: datetime) -> None:
+        self._mark(job, tick, _Fate("done"))
+
+    def _mark(self, job: str, tick: datetime, fate: _Fate) -> None:
+        """What the ledger says of a tick not accounted for yet (one accounted for already,
+        written again by a retry or retention, changes nothing)."""
+        cursor = self.cursor.get(job)
+        if cursor is None or tick >= cursor or (job, tick) in self.open:
+            self.fates[(job, tick)] = fate
+
+    def unrun(self, job: str, written: Sequence[TickRecord]) -> None:
+        now = self.world.wall()
+        for record in written:
+            closes = record.tick + timedelta(seconds=self.window(job, record.tick))
+            if now < closes:
+                self.fail(
+                    "missed-too-early",
+                    f"{job} {tick_name(record.tick)} recorded {record.outcome.value} "
+                    f"{(closes - now).total_seconds():.2f}s before its window closed",
+                )
+            self._mark(job, record.tick, _Fate("done"))
+
+    def pruned(self, job: str, ticks: Sequence[datetime]) -> None:
+        """Retention deleted these records: what they said is gone, whatever it was (a run
+        still `running` there, by a replica asleep past history_limit ticks, is counted)."""
+        for tick in ticks:
+            fate = self.fates.get((job, tick))
+            if fate is not None and fate.state == "running":
+                now = self.world.clock.monotonic()
+                self.world.trace.add(now, "store", "pruned-running", job, tick)
+                fate.state = "done"
+
+    def killed(self, replica: Replica) -> None:
+        for fate in self.fates.values():
+            if fate.state == "running" and fate.replica == replica.name:
+                fate.state = "abandoned"
+        for bodies in list(self.alive.values()):
+            for body in [b for b in bodies if b.replica is replica]:
+                body.die(-9)
+
+    # -- accounting ------------------------------------------------------------------------------
+    def settle(self) -> None:
+        """Count up-time to now: Consul answering and some replica up (the fleet's), and each
+        replica's own. Called before anything they depend on changes (World.change) and
+        before the accounting; a replica is up from SETTLE after its boot."""
+        world = self.world
+        now = world.clock.monotonic()
+        last, self.updated = self.updated, now
+        if now <= last or world.down_until is not None or world.slow_until is not None:
+            return
+        since = now
+        for replica in world.replicas:
+            if replica.alive and replica.paused_until is None:
+                began = max(last, replica.booted_at + SETTLE)
+                if began < now:
+                    self.up[replica.name] = self.up.get(replica.name, 0.0) + now - began
+                    since = min(since, began)
+        self.up_fleet += now - since
+
+    def window(self, job: str, tick: datetime) -> float:
+        spec = self.world.job_named[job]
+        return claim_window(spec.schedule, tick, spec.timings.start_deadline)
+
+    def account(self) -> None:
+        """Register the ticks whose window closed; judge those not yet accounted for."""
+        self.settle()
+        now = self.world.wall()
+        for spec in self.world.jobs:
+            tick = self.cursor.get(spec.name) or spec.schedule.latest_tick_at_or_before(START)
+            while tick + timedelta(seconds=self.window(spec.name, tick)) <= now:
+                self.pending.append(_Pending(spec.name, tick, self.up_fleet))
+                self.open.add((spec.name, tick))
+                self.ticks += 1
+                tick = spec.schedule.next_ticks(tick, 1)[0]
+            self.cursor[spec.name] = tick
+        self.pending = [p for p in self.pending if not self._accounted(p)]
+
+    def _accounted(self, pending: _Pending) -> bool:
+        key = (pending.job, pending.tick)
+        fate = self.fates.get(key)
+        if fate is not None and fate.state != "running":
+            del self.fates[key]
+            self.claims.pop(key, None)
+            self.open.discard(key)
+            return True
+        if fate is None:
+            late = self.up_fleet - pending.up_at > SLACK
+            what = "no record"
+        else:
+            late = self.up.get(fate.replica, 0.0) - fate.up_at > RUN_SLACK
+            what = f"still running on {fate.replica}"
+        if late:
+            self.fail("unaccounted", f"{pending.job} {tick_name(pending.tick)}: {what}")
+            self.fates.pop(key, None)
+            self.open.discard(key)
+            return True
+        return False
+
+    def forget(self, before: float) -> None:
+        """Drop what no check can ask about any more (a long soak stays small)."""
+        old = [key for key, at in self.started_ticks.items() if at < before]
+        for key in old:
+            del self.started_ticks[key]
+        for key in [k for k in self.claims if k not in self.fates and k not in self.started_ticks]:
+            del self.claims[key]
+        recent = {session for replica in self.world.replicas for session in replica.sessions}
+        for session in [s for s in self.confirmed if s not in recent]:
+            del self.confirmed[session]
+
+
+# -- the world --------------------------------------------------------------------------------
+class World:
+    """The virtual time, Consul in memory, the replicas, the faults and the oracle."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.rng = random.Random(config.seed)
+        self.clock = VirtualClock(START)
+        self.store = MemoryTickStore(self.clock, seed=config.seed)
+        self.trace = Trace(config.trace, config.digest)
+        self.order = itertools.count()
+        self.down_until: float | None = None
+        self.slow_until: float | None = None
+        self.slow_max = 0.0
+        self.in_flight = 0  # requests waiting for their answer (nested sleeps)
+        self.faults = 0
+        self.faulting = True
+        names = tuple(f"w{n + 1}" for n in range(config.replicas))
+        self.jobs = make_jobs(config.jobs, names)
+        self.job_named = {job.name: job for job in self.jobs}
+        self.intervals = {job.name: _interval(job) for job in self.jobs}
+        self.replicas = [Replica(self, name) for name in names]
+        self.oracle = Oracle(self)
+
+    def wall(self) -> datetime:
+        return self.clock.wall()
+
+    def after_step(self) -> None:
+        if self.oracle.crowded:
+            self.oracle.overlaps()
+
+    def change(self, kind: str, who: str, apply: Callable[[], None], what: str = "") -> None:
+        """A fault's start or end: up-time counted to now first, then the change."""
+        self.oracle.settle()
+        apply()
+        self.trace.add(self.clock.monotonic(), who, kind, what=what)
+        self.after_step()
+
+    # -- faults ------------------------------------------------------------------------------------
+    def next_fault(self) -> None:
+        delay = self.rng.expovariate(1.0 / self.config.fault_every)
+        self.clock.call_later(delay, self._fault)
+
+    def _fault(self) -> None:
+        if not self.faulting:
+            return
+        self.next_fault()
+        kind = self.rng.choices(
+            ("kill", "pause", "skew", "down", "slow", "expire", "hang"), (1, 3, 1, 1, 1, 1, 1)
+        )[0]
+        replica = self.rng.choice(self.replicas)
+        getattr(self, f"_{kind}")(replica)
+
+    def _kill(self, replica: Replica) -> None:
+        if not replica.alive:
+            return
+        self.faults += 1
+        self.change("killed", replica.name, replica.kill)
+        back = self.rng.uniform(5.0, 120.0)
+        self.clock.call_later(back, lambda: self._restart(replica))
+
+    def _restart(self, replica: Replica) -> None:
+        if not replica.alive:
+            self.change("restarted", replica.name, replica.boot)
+
+    def _pause(self, replica: Replica) -> None:
+        if not replica.alive or replica.paused_until is not None:
+            return
+        self.faults += 1
+        roll = self.rng.random()
+        length = self.rng.uniform(
+            *((0.1, 5.0) if roll < 0.6 else (5.0, 40.0) if roll < 0.9 else (40.0, 400.0))
+        )
+        until = self.clock.monotonic() + length
+        self.change("paused", replica.name, lambda: replica.pause(until), f"{length:.1f}s")
+        incarnation = replica.incarnation
+        self.clock.call_at(until, lambda: self._resume(replica, incarnation))
+
+    def _resume(self, replica: Replica, incarnation: int) -> None:
+        if replica.incarnation == incarnation and replica.paused_until is not None:
+            self.change("resumed", replica.name, replica.resume)
+
+    def _skew(self, replica: Replica) -> None:
+        self.faults += 1
+        step = (
+            self.rng.uniform(-20.0, 20.0)
+            if self.rng.random() < 0.7
+            else self.rng.choice((-1, 1)) * self.rng.uniform(30.0, 120.0)
+        )
+
+        def skew() -> None:
+            replica.skew += timedelta(seconds=step)
+
+        self.change("wall", replica.name, skew, f"{step:+.1f}s")
+        back = self.rng.uniform(30.0, 600.0)  # NTP puts it right
+
+        def unskew() -> None:
+            if self.faulting:  # else calm() set every clock right already
+                replica.skew -= timedelta(seconds=step)
+
+        self.clock.call_later(
+            back, lambda: self.change("wall", replica.name, unskew, f"{-step:+.1f}s")
+        )
+
+    def _down(self, replica: Replica) -> None:
+        if self.down_until is not None:
+            return
+        self.faults += 1
+        until = self.clock.monotonic() + self.rng.uniform(1.0, 45.0)
+        self.change("consul-down", "store", lambda: setattr(self, "down_until", until))
+        self.clock.call_at(
+            until,
+            lambda: self.change("consul-up", "store", lambda: setattr(self, "down_until", None)),
+        )
+
+    def _slow(self, replica: Replica) -> None:
+        if self.slow_until is not None:
+            return
+        self.faults += 1
+        until = self.clock.monotonic() + self.rng.uniform(10.0, 120.0)
+        worst = self.rng.uniform(0.5, 12.0)
+
+        def slow() -> None:
+            self.slow_until, self.slow_max = until, worst
+
+        self.change("consul-slow", "store", slow, f"answers up to {worst:.1f}s late")
+        self.clock.call_at(
+            until,
+            lambda: self.change("consul-fast", "store", lambda: setattr(self, "slow_until", None)),
+        )
+
+    def _expire(self, replica: Replica) -> None:
+        if not replica.alive or not replica.sessions:
+            return
+        self.faults += 1
+        session = self.rng.choice(replica.sessions)
+        end = functools.partial(self.store.destroy_session, session)
+        self.change("session-ended", replica.name, end, f"session ...{session[-6:]}")
+
+    def _hang(self, replica: Replica) -> None:
+        self.faults += 1
+        replica.hang_next = True
+        self.trace.add(self.clock.monotonic(), replica.name, "hang-next")
+
+    def calm(self) -> None:
+        """The end of the faults: every replica up, awake, on time; Consul answering."""
+        self.faulting = False
+        self.oracle.settle()
+        self.down_until = self.slow_until = None
+        for replica in self.replicas:
+            replica.skew = timedelta(0)
+            if replica.paused_until is not None:
+                replica.resume()
+            if not replica.alive:
+                replica.boot()
+        self.trace.add(self.clock.monotonic(), "world", "calm")
+
+
+def _interval(job: CoreJob) -> float:
+    first, second = job.schedule.next_ticks(START, 2)
+    return (second - first).total_seconds()
+
+
+def make_jobs(count: int, workers: tuple[str, ...]) -> list[CoreJob]:
+    jobs = []
+    for n in range(count):
+        text, zone, jitter, hold = SHAPES[n % len(SHAPES)]
+        timings = dataclasses.replace(TIMINGS, jitter=jitter, min_hold=hold)
+        name = f"job-{n + 1}"
+        schedule = Calendar.of(parse_schedule(text, zone))
+        keys = JobKeys(name, f"lockctl/sim/{name}/.lock")
+        jobs.append(CoreJob(keys, schedule, timings, workers, HISTORY))
+    return jobs
+
+
+def simulate(config: SimConfig) -> Report:
+    """One run: the fleet started, faults until `config.ticks` ticks have closed (or the first
+    violation), then a calm DRAIN with no faults, and the last accounting."""
+    began = time.perf_counter()
+    with planted(config.plants):
+        world = World(config)
+        for replica in world.replicas:
+            replica.boot()
+        world.next_fault()
+        oracle = world.oracle
+        while oracle.ticks < config.ticks and (config.keep_going or not oracle.violations):
+            world.clock.advance(STEP)
+            oracle.account()
+            if world.clock.monotonic() % 3600.0 < STEP:
+                oracle.forget(world.clock.monotonic() - 3600.0)
+        if config.keep_going or not oracle.violations:
+            world.calm()
+            end = world.clock.monotonic() + DRAIN
+            while world.clock.monotonic() < end and (config.keep_going or not oracle.violations):
+                world.clock.advance(STEP)
+                oracle.account()
+    trace = world.trace
+    return Report(
+        config.seed,
+        oracle.ticks,
+        world.faults,
+        tuple(oracle.violations),
+        time.perf_counter() - began,
+        world.clock.monotonic(),
+        trace.lines(),
+        trace.digest or 0,
+        dict(trace.counts),
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--ticks", type=int, default=DEFAULT_TICKS)
+    parser.add_argument("--replicas", type=int, default=3)
+    parser.add_argument("--jobs", type=int, default=5)
+    parser.add_argument("--plant", action="append", default=[], choices=sorted(PLANTS))
+    parser.add_argument("--fault-every", type=float, default=FAULT_EVERY)
+    parser.add_argument("--trace", type=int, default=TRACE)
+    parser.add_argument("--keep-going", action="store_true")
+    parser.add_argument("--digest", action="store_true")
+    args = parser.parse_args(argv)
+    config = SimConfig(
+        args.seed,
+        args.replicas,
+        args.jobs,
+        args.ticks,
+        tuple(args.plant),
+        args.fault_every,
+        args.trace,
+        args.keep_going,
+        args.digest,
+    )
+    report = simulate(config)
+    print("\n".join(report_lines(report, config)))
+    return 1 if report.violations else 0
+
+
+def report_lines(report: Report, config: SimConfig) -> list[str]:
+    """What a run prints: each violation, the trace before the first (and how to replay it),
+    the counts, and the last line."""
+    lines = [f"VIOLATION {v.invariant} at t={v.at:.3f}: {v.detail}" for v in report.violations[:10]]
+    if report.violations:
+        replay = f"--seed {report.seed}" + "".join(f" --plant {p}" for p in config.plants)
+        lines.append(f"last {len(report.trace)} events (replay: {replay}):")
+        lines.extend(report.trace)
+    counts = report.counts
+    digest = f", digest {report.digest:08x}" if config.digest else ""
+    lines.append(
+        f"runs {counts.get('body-start', 0)}, missed recorded {counts.get('missed', 0)}, "
+        f"fenced {counts.get('fenced', 0)}, timed out {counts.get('timed-out', 0)}, "
+        f"simulated {report.simulated / 86400:.1f} days, "
+        f"{report.ticks / max(report.seconds, 1e-9):,.0f} ticks/s{digest}"
+    )
+    lines.append(report.last_line())
+    return lines
+
+
+if __name__ == "__main__":
+    sys.exit(main())

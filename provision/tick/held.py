@@ -1,0 +1,283 @@
+"""One claimed tick under its held lock, from the body's start to the record's completion.
+
+    start the body (it is told the tick, the fencing token, and how to check the lock)
+    -> each fact that changes (a confirmation, the lock lost, the body's end, a stop asked, a
+       bound reached on the clock) asks the fencing decision what to do (provision/fencing.py
+       `decide`, the one `lockctl run` obeys) -> carry it out: wait until a given time, tell
+       the body to end, end it, or let the lock go
+    -> complete the tick's record (and release the lock) in one transaction, again until
+       Consul answers
+
+The fencing bounds count from the send time of the newest confirmation, on the monotonic
+clock: SIGTERM at `fence_after`, SIGKILL at `kill_after` (fence_bounds). Nothing here waits:
+each step is a callback on the core's TimerClock, and the next one a timer.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
+
+from provision.consul import ConsulError
+
+# The fencing decision is pure and lives with the runner that obeys it today; the tick tier
+# sits below the runner, so this is the one import that crosses upward (pyproject.toml says
+# so). Moving fencing.py's pure parts down a tier would end it.
+from provision.fencing import (
+    Action,
+    Decision,
+    Facts,
+    FenceBounds,
+    Outcome,
+    decide,
+    fence_bounds,
+    past_fence,
+)
+from provision.ledger.records import TickOutcome, TickRecord
+from provision.ledger.store import Completion
+from provision.tick.edge import Body, Cancellable, Listener, Note, Run, StopHow, TimerClock
+from provision.tick.store import JobKeys, TickStore
+from provision.timings import JobTimings
+
+REAP_POLL = 1.0  # seconds: a body told to end whose end was not heard of yet is looked at again
+COMPLETE_RETRY = 1.0  # seconds before a completion Consul did not answer is sent again...
+COMPLETE_RETRY_MAX = 30.0  # ...doubling up to this
+
+
+# the verdicts that end a body before its time, as the notes name them
+_TOLD = {
+    Outcome.LOST: "fenced",
+    Outcome.INTERRUPTED: "interrupted",
+    Outcome.JOB_TIMED_OUT: "timed-out",
+}
+
+
+def renew_timeout(timings: JobTimings) -> float:
+    """A renewal's client timeout (pool.py): half an interval, so renewals never pile up."""
+    return timings.renew_interval / 2
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What a won claim hands the run: the job's keys and timings, the record as claimed (its
+    tick, the fencing token, the ModifyIndex its completion is checked at), the session the
+    lock is held under, and the claim's confirmation time (its send time)."""
+
+    keys: JobKeys
+    timings: JobTimings
+    record: TickRecord
+    session: str
+    confirmed_at: float
+
+
+def apply_fence(body: Body, decision: Decision) -> None:
+    """Carry out what the fencing decision says to the body: ask it to end, or end it."""
+    if decision.action is Action.TERMINATE:
+        body.stop(StopHow.TERMINATE)
+    elif decision.action is Action.KILL:
+        body.stop(StopHow.KILL)
+
+
+def vouched(run: HeldRun) -> bool:
+    """`Run.check()`'s judgement, at every call: the body was not told to end, and the fencing
+    bound has not passed on the clock since the newest confirmation, whether or not the core's
+    own callback has run since (after a pause the body may run first)."""
+    now = run.clock.monotonic()
+    return not run.told and not past_fence(now, run.confirmed_at, run.bounds.fence_after)
+
+
+def record_outcome(verdict: Outcome | None, exit_status: int | None, kept: bool) -> TickOutcome:
+    """The record's outcome for how the run ended; `kept`: the decision was to release (the
+    lock was ours to the end), else it was lost (runner/tick_verdicts.py tick_outcome)."""
+    if not kept or verdict is Outcome.LOST or verdict is None:
+        return TickOutcome.LOST
+    if verdict is Outcome.INTERRUPTED:
+        return TickOutcome.INTERRUPTED
+    if verdict is Outcome.JOB_TIMED_OUT:
+        return TickOutcome.TIMED_OUT
+    return TickOutcome.SUCCEEDED if exit_status == 0 else TickOutcome.FAILED
+
+
+class HeldRun:
+    """One claimed tick under its held lock; `done(self)` is called once its record is
+    complete (or Consul said it was changed under us)."""
+
+    def __init__(
+        self,
+        store: TickStore,
+        clock: TimerClock,
+        claimed: Claimed,
+        done: Callable[[HeldRun], None],
+        listener: Listener | None = None,
+    ) -> None:
+        self.store, self.clock, self.claimed = store, clock, claimed
+        self.record = claimed.record
+        self.bounds: FenceBounds = fence_bounds(claimed.timings, renew_timeout(claimed.timings))
+        self.confirmed_at = claimed.confirmed_at
+        self._done, self._listener = done, listener
+        self.body: Body | None = None
+        self.lost: str | None = None  # why the lock is gone, once the pool said so
+        self.stop_signal: int | None = None
+        self.verdict: Outcome | None = None
+        self.told = False  # the body was told to end (its check() fails from then on)
+        self.terminated_at: float | None = None
+        self.started_at = self.hold_until = claimed.confirmed_at
+        self.timeout_at: float | None = None
+        self.finished = False  # the fencing is over: the record is being completed
+        self.completed: TickRecord | None = None  # the record as completed, once answered
+        self._timer: Cancellable | None = None
+        self._stepping = self._again = False
+
+    @property
+    def tick(self) -> datetime:
+        return self.record.tick
+
+    def start(self, body: Body) -> None:
+        """Start the body under the lock; not when the lock is gone already, or no longer
+        vouched for (a claim answered, or acted on, after its bound: a pause, a slow answer),
+        or a stop came first: then the run ends lost or interrupted, without it."""
+        now = self.clock.monotonic()
+        timings = self.claimed.timings
+        self.started_at, self.hold_until = now, now + timings.min_hold
+        if timings.timeout is not None:
+            self.timeout_at = now + timings.timeout
+        lost = self.lost is not None or past_fence(now, self.confirmed_at, self.bounds.fence_after)
+        if lost or self.stop_signal is not None:
+            verdict = Outcome.LOST if lost else Outcome.INTERRUPTED
+            action = Action.REPORT_LOST if lost else Action.RELEASE
+            self._finish(Decision(action, verdict))
+            return
+        self.body = body
+        record, keys = self.record, self.claimed.keys
+        assert record.lock_index is not None  # a won claim's record carries its token
+        worker, session = record.worker or "", self.claimed.session
+        run = Run(keys.name, worker, record.tick, record.lock_index, session, self._safe)
+        body.start(run, self._step)
+        self._step()
+
+    def _safe(self) -> bool:
+        return vouched(self)  # the module's, looked up at each call
+
+    # -- facts that change -----------------------------------------------------------------
+    def confirm(self, sent: float) -> None:
+        """A renewal sent at `sent` confirmed the session: the bounds count from there (the
+        timer already set looks again when it fires)."""
+        self.confirmed_at = max(self.confirmed_at, sent)
+
+    def lose(self, reason: str) -> None:
+        """Consul said the lock is gone (its session ended)."""
+        if self.lost is None:
+            self.lost = reason
+            if self.body is not None:  # else start() finds it so, and starts nothing
+                self._step()
+
+    def interrupt(self, signum: int = signal.SIGTERM) -> None:
+        """A stop was asked for (the core's end): the body is told, then the lock released."""
+        if self.stop_signal is None:
+            self.stop_signal = signum
+            if self.body is not None:
+                self._step()
+
+    # -- the decision, carried out ---------------------------------------------------------
+    def _step(self) -> None:
+        """Decide and act until the decision is to wait; never inside itself (a body's end
+        told from within stop() is looked at after the decision that stopped it)."""
+        if self._stepping:
+            self._again = True
+            return
+        self._stepping = True
+        try:
+            self._again = True
+            while self._again and not self.finished:
+                self._again = False
+                self._decide()
+        finally:
+            self._stepping = False
+
+    def _decide(self) -> None:
+        now = self.clock.monotonic()
+        decision = decide(self._facts(now), self.bounds)
+        if decision.verdict is not self.verdict and decision.verdict in _TOLD:
+            self._note(_TOLD[decision.verdict])
+        self.verdict = decision.verdict
+        if decision.action in (Action.RELEASE, Action.REPORT_LOST):
+            self._finish(decision)
+            return
+        wake = decision.wake_at
+        if decision.action in (Action.TERMINATE, Action.KILL):
+            assert self.body is not None
+            self.told = True
+            apply_fence(self.body, decision)
+            # after TERMINATE the next decision (at once) says how long the grace is
+            self._again = self.terminated_at is None and decision.action is Action.TERMINATE
+            self.terminated_at = now if self.terminated_at is None else self.terminated_at
+        if self.terminated_at is not None:  # a dying body's end may go untold: look again
+            wake = now + REAP_POLL if wake is None else min(wake, now + REAP_POLL)
+        if wake is not None and not self._again:
+            self._arm(wake)
+
+    def _facts(self, now: float) -> Facts:
+        ending = None if self.body is None else self.body.ending
+        return Facts(
+            now=now,
+            confirmed_at=self.confirmed_at,
+            lost=self.lost is not None,
+            job_exited=ending is not None,
+            tree_alive=ending is None,
+            stop_signal=self.stop_signal,
+            verdict=self.verdict,
+            terminated_at=self.terminated_at,
+            hold_until=self.hold_until,
+            timeout_at=self.timeout_at,
+        )
+
+    def _arm(self, wake: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.clock.call_at(wake, self._step)
+
+    # -- the record --------------------------------------------------------------------------
+    def _finish(self, decision: Decision) -> None:
+        self.finished = True
+        if self._timer is not None:
+            self._timer.cancel()
+        ending = None if self.body is None else self.body.ending
+        status = None if ending is None else ending.exit_status
+        kept = decision.action is Action.RELEASE  # else the lock was lost: the record says so
+        done = self.record.completed(
+            record_outcome(decision.verdict, status, kept),
+            finished_at=self.clock.wall(),
+            exit_status=status,
+            duration=round(self.clock.monotonic() - self.started_at, 3),
+        )
+        self._complete(done, COMPLETE_RETRY)
+
+    def _complete(self, done: TickRecord, backoff: float) -> None:
+        """Complete the record and unlock in one transaction; again, later, while Consul does
+        not answer: a run's record is never left `running` by an outage. The unlock goes with
+        a lost run's record too: the session is the replica's and lives on, and a lock it
+        still holds (a fence on an unconfirmed lock, not a lost one) would be re-acquired by
+        its next claim without a new LockIndex, the fencing token. Not ours: Consul refuses
+        the unlock, and the record says `lost`."""
+        try:
+            completion = self.store.complete(
+                self.claimed.keys, done, self.claimed.session, release=True
+            )
+        except ConsulError:
+            completion = Completion(False, None)
+        if not completion.recorded and completion.released is None:
+            self._note("complete-retry")
+            again = min(backoff * 2, COMPLETE_RETRY_MAX)
+            due = self.clock.monotonic() + backoff
+            self._timer = self.clock.call_at(due, lambda: self._complete(done, again))
+            return
+        lost = completion.released is False  # the lock was no longer ours
+        self.completed = replace(done, outcome=TickOutcome.LOST) if lost else done
+        self._note("completed", self.completed.outcome.value)
+        self._done(self)
+
+    def _note(self, kind: str, detail: str = "") -> None:
+        if self._listener is not None:
+            self._listener(Note(kind, self.claimed.keys.name, self.record.tick, detail))

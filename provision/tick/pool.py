@@ -1,0 +1,138 @@
+"""A core's Consul sessions: one per (TTL, LockDelay) of its jobs, made when a claim first needs
+it and renewed every renew interval by a timer on the core's clock, whatever the number of locks
+it holds. Each holder of a lock under a session hears of every renewal that confirmed it (the
+time the renewal was SENT: Consul handled it after that) and of the session's end.
+
+A renewal Consul does not answer changes nothing here: the holders' fencing bounds count from
+the last confirmation and run out by themselves. A session Consul no longer knows is dropped
+(its holders told) and made again when a claim next needs it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from provision.consul import ConsulError
+from provision.sessions import SessionTerms
+from provision.tick.edge import Cancellable, TimerClock
+from provision.tick.store import SessionGone, TickStore
+from provision.timings import JobTimings
+
+BEHAVIOR = "release"  # a session's end frees its locks (Consul's `delete` would drop the keys)
+
+
+class Holder(Protocol):
+    """A lock held under a pool's session: told of confirmations and of the session's end."""
+
+    def confirm(self, sent: float) -> None: ...
+
+    def lose(self, reason: str) -> None: ...
+
+
+def confirmation_time(sent: float, received: float) -> float:
+    """When a renewal's success vouches for the lock from: when it was sent. Consul handled it
+    at some moment after that, maybe long before a late answer arrived (docs: the fencing
+    bound counts from the send time, never from the answer)."""
+    return sent
+
+
+def session_terms(worker: str, timings: JobTimings) -> SessionTerms:
+    return SessionTerms(
+        f"lockctl {worker}", timings.ttl, timings.lock_delay, BEHAVIOR, timings.renew_interval
+    )
+
+
+@dataclass(eq=False)
+class _Kept:
+    id: str
+    terms: SessionTerms
+    holders: list[Holder] = field(default_factory=list)
+    timer: Cancellable | None = None
+
+
+class SessionPool:
+    """The sessions of one core (one replica), by (TTL, LockDelay)."""
+
+    def __init__(self, store: TickStore, clock: TimerClock, worker: str) -> None:
+        self.store, self.clock, self.worker = store, clock, worker
+        self._kept: dict[tuple[float, float], _Kept] = {}
+        self.closed = False
+
+    def session_for(self, timings: JobTimings) -> str:
+        """The session for these timings, made now if there is none (ConsulError if Consul
+        cannot make it: the claim that needs it fails closed)."""
+        key = (timings.ttl, timings.lock_delay)
+        kept = self._kept.get(key)
+        if kept is None:
+            terms = session_terms(self.worker, timings)
+            kept = _Kept(self.store.create_session(terms), terms)
+            self._kept[key] = kept
+            self._arm(kept, self.clock.monotonic())
+        return kept.id
+
+    def hold(self, session_id: str, holder: Holder) -> bool:
+        """`holder` holds a lock under `session_id`: whether that session is still kept (a
+        renewal may have found it gone while the claim was answered)."""
+        kept = self._find(session_id)
+        if kept is not None:
+            kept.holders.append(holder)
+        return kept is not None
+
+    def let_go(self, session_id: str, holder: Holder) -> None:
+        kept = self._find(session_id)
+        if kept is not None and holder in kept.holders:
+            kept.holders.remove(holder)
+
+    def drop(self, session_id: str, reason: str) -> None:
+        """Consul no longer knows the session: forget it, and tell whoever held a lock under
+        it that the lock is gone."""
+        kept = self._find(session_id)
+        if kept is None:
+            return
+        del self._kept[(kept.terms.ttl, kept.terms.lock_delay)]
+        if kept.timer is not None:
+            kept.timer.cancel()
+        for holder in list(kept.holders):
+            holder.lose(reason)
+
+    def close(self) -> None:
+        """Destroy every session (the end of a core): another replica claims at once, without
+        waiting out a TTL and LockDelay. Best effort: a session not destroyed ends by its TTL."""
+        self.closed = True
+        for kept in list(self._kept.values()):
+            if kept.timer is not None:
+                kept.timer.cancel()
+            with contextlib.suppress(ConsulError):
+                self.store.destroy_session(kept.id)
+        self._kept.clear()
+
+    def _find(self, session_id: str) -> _Kept | None:
+        return next((k for k in self._kept.values() if k.id == session_id), None)
+
+    def _arm(self, kept: _Kept, last_sent: float) -> None:
+        # every renew interval from the last send, not from its answer: a slow answer does not
+        # push the next renewal later
+        due = last_sent + kept.terms.renew_interval
+        kept.timer = self.clock.call_at(due, lambda: self._renew(kept))
+
+    def _renew(self, kept: _Kept) -> None:
+        if self._find(kept.id) is not kept:
+            return  # dropped or closed meanwhile
+        sent = self.clock.monotonic()
+        try:
+            # the client gives up within half an interval, so renewals never pile up
+            self.store.renew_session(kept.id, timeout=kept.terms.renew_interval / 2)
+        except SessionGone:
+            self.drop(kept.id, "the session is gone (Consul no longer knows it)")
+            return
+        except ConsulError:
+            self._arm(kept, sent)  # no answer: the holders' bounds run on; try again
+            return
+        confirmed = confirmation_time(sent, self.clock.monotonic())
+        if self._find(kept.id) is not kept:
+            return
+        self._arm(kept, sent)
+        for holder in list(kept.holders):
+            holder.confirm(confirmed)

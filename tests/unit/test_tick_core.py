@@ -1,0 +1,447 @@
+"""The tick core (provision/tick/core.py, held.py, pool.py) in virtual time against the in-memory
+Consul: scenarios of its decisions, each a few ticks of a small fleet of real TickCores on one
+VirtualClock, in one thread. No real sleep, no wall clock: every run is the same."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import cast
+
+import pytest
+
+from provision.consul import ConsulUnavailable
+from provision.ledger.records import TickOutcome, TickRecord
+from provision.ledger.store import Claim
+from provision.ledger.turns import CLAIM_STAGGER, claim_order
+from provision.schedule import parse_schedule
+from provision.sessions import SessionTerms
+from provision.tick.clock import VirtualClock
+from provision.tick.core import CoreJob, Identity, TickCore, housekeeps, plan_tick
+from provision.tick.edge import BodyEnd, Cancellable, Note, Run, StopHow
+from provision.tick.memory import MemoryTickStore
+from provision.tick.store import PLAIN, ClaimTerms, JobKeys, TickStore
+from provision.timings import JobTimings
+
+START = datetime(2026, 1, 1, tzinfo=timezone.utc)
+TIMINGS = JobTimings(
+    ttl=15.0, lock_delay=15.0, renew_interval=5.0, kill_grace=5.0, start_deadline=30.0
+)
+FENCE_AFTER, KILL_AFTER = 9.0, 14.0  # fence_bounds(TIMINGS, 2.5): 15 - 5 - 1, 15 - 1
+WORKERS = ("w1", "w2", "w3")
+KEYS = JobKeys("report", "jobs/report/.lock")
+
+
+def every_10s(workers: tuple[str, ...] = WORKERS, **timings: float) -> CoreJob:
+    chosen = TIMINGS if not timings else JobTimings(**{**TIMINGS.__dict__, **timings})
+    return CoreJob(KEYS, parse_schedule("@every 10s"), chosen, workers)
+
+
+def at(seconds: float) -> datetime:
+    return START + timedelta(seconds=seconds)
+
+
+class Body:
+    """A body of the test's making: ends after `duration` (None: never on its own), ends
+    `grace` after TERMINATE unless it ignores it, at once on KILL; notes what it was told."""
+
+    def __init__(self, clock: VirtualClock, duration: float | None, ignores_term: bool) -> None:
+        self.clock, self.duration, self.ignores_term = clock, duration, ignores_term
+        self.end: BodyEnd | None = None
+        self.run: Run | None = None
+        self.told: list[tuple[float, StopHow]] = []
+        self.started_at = 0.0
+        self._ended: Callable[[], None] = lambda: None
+
+    @property
+    def ending(self) -> BodyEnd | None:
+        return self.end
+
+    def start(self, run: Run, ended: Callable[[], None]) -> None:
+        self.run, self._ended, self.started_at = run, ended, self.clock.monotonic()
+        if self.duration is not None:
+            self.clock.call_later(self.duration, lambda: self._finish(0))
+
+    def stop(self, how: StopHow) -> None:
+        self.told.append((self.clock.monotonic(), how))
+        if how is StopHow.KILL:
+            self._finish(-9, later=True)
+        elif not self.ignores_term:
+            self.clock.call_later(0.5, lambda: self._finish(-15))
+
+    def _finish(self, status: int, later: bool = False) -> None:
+        if self.end is None:
+            self.end = BodyEnd(status)
+            if later:
+                self.clock.call_later(0.0, self._ended)
+            else:
+                self._ended()
+
+
+class Held:
+    """A replica's clock whose timers can be held (a paused process: time goes on, nothing of
+    it runs) and run in order on resume."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        self.clock = clock
+        self.paused = False
+        self.held: list[tuple[float, int, Callable[[], object]]] = []
+
+    def wall(self) -> datetime:
+        return self.clock.wall()
+
+    def monotonic(self) -> float:
+        return self.clock.monotonic()
+
+    def sleep_until(self, deadline: float, event: object = None) -> bool:
+        raise AssertionError("the core never sleeps")
+
+    def call_at(self, deadline: float, callback: Callable[[], object]) -> Cancellable:
+        def fire() -> None:
+            if self.paused:
+                self.held.append((deadline, len(self.held), fire))
+            else:
+                callback()
+
+        return self.clock.call_at(deadline, fire)
+
+    def resume(self) -> None:
+        self.paused = False
+        for _, _, fire in sorted(self.held, key=lambda h: (h[0], h[1])):
+            self.clock.call_at(self.clock.monotonic(), fire)
+        self.held.clear()
+
+
+@dataclass
+class Fleet:
+    """Cores for `workers` on one clock and one store; every body and note kept."""
+
+    job: CoreJob = field(default_factory=every_10s)
+    workers: tuple[str, ...] = WORKERS
+    duration: float | None = 2.0
+    ignores_term: bool = False
+    clock: VirtualClock = field(default_factory=lambda: VirtualClock(START))
+    store: MemoryTickStore = field(init=False)
+    bodies: list[tuple[str, datetime, Body]] = field(default_factory=list)
+    notes: list[tuple[float, str, Note]] = field(default_factory=list)
+    cores: dict[str, TickCore] = field(default_factory=dict)
+    clocks: dict[str, Held] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.store = MemoryTickStore(self.clock)
+
+    def start(self, worker: str, *, store: object = None, skew: float = 0.0) -> TickCore:
+        # its own view of the time: its wall may be off, or stepped, alone
+        clock = self.clocks[worker] = Held(self.clock.skewed(skew))
+
+        def body(job: str, tick: datetime) -> Body:
+            made = Body(self.clock, self.duration, self.ignores_term)
+            self.bodies.append((worker, tick, made))
+            return made
+
+        def note(n: Note) -> None:
+            self.notes.append((self.clock.monotonic(), worker, n))
+
+        reached = cast(TickStore, store or self.store)  # a Counting one passes everything on
+        core = TickCore(reached, clock, Identity(worker), [self.job], body, note)
+        self.cores[worker] = core
+        core.start()
+        return core
+
+    def run(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    def ran(self, tick: datetime) -> list[str]:
+        return [worker for worker, t, _ in self.bodies if t == tick]
+
+    def said(self, worker: str, kind: str) -> list[tuple[float, Note]]:
+        return [(when, n) for when, who, n in self.notes if who == worker and n.kind == kind]
+
+    def record(self, tick: datetime) -> TickRecord | None:
+        return self.store.read_tick(self.job.keys, tick)[0]
+
+
+class Counting:
+    """A replica's store that counts its writes (claims, completions, unrun records) and can
+    lose the answer of its next claim (applied, then a client timeout)."""
+
+    def __init__(self, store: MemoryTickStore) -> None:
+        self.store = store
+        self.writes: list[str] = []
+        self.lose_next_claim = False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+    def claim(
+        self,
+        job: JobKeys,
+        record: TickRecord,
+        session: str,
+        holder: bytes,
+        terms: ClaimTerms = PLAIN,
+    ) -> Claim:
+        self.writes.append("claim")
+        answer = self.store.claim(job, record, session, holder, terms)
+        if self.lose_next_claim:
+            self.lose_next_claim = False
+            raise ConsulUnavailable("simulated: no answer within 10s")
+        return answer
+
+    def record_unrun(self, job: JobKeys, records: list[TickRecord]) -> list[TickRecord]:
+        self.writes.append("record_unrun")
+        return self.store.record_unrun(job, records)
+
+
+# -- one tick, one run ----------------------------------------------------------------------------
+def test_each_tick_runs_once_on_the_first_in_its_claim_order_and_is_recorded() -> None:
+    fleet = Fleet()
+    for worker in WORKERS:
+        fleet.start(worker)
+    fleet.run(45)
+    for n in range(4):
+        tick = at(10 * n)
+        first = claim_order(KEYS.name, tick, WORKERS)[0]
+        assert fleet.ran(tick) == [first]
+        record = fleet.record(tick)
+        assert record is not None and record.outcome is TickOutcome.SUCCEEDED
+        assert (record.worker, record.tick) == (first, tick)  # the tick planned is recorded
+
+
+def test_two_replicas_claiming_one_tick_at_once_run_it_once() -> None:
+    # workers the job does not list go first, both: both read "no record" and both claim
+    fleet = Fleet(job=every_10s(workers=()))
+    fleet.start("w1")
+    fleet.start("w2")
+    fleet.run(5)
+    assert len(fleet.ran(at(0))) == 1
+    loser = "w2" if fleet.ran(at(0)) == ["w1"] else "w1"
+    assert [n.detail for _, n in fleet.said(loser, "skipped")] == ["taken"]
+
+
+def test_a_replica_that_reads_the_tick_taken_makes_no_write() -> None:
+    fleet = Fleet()
+    stores = {worker: Counting(fleet.store) for worker in WORKERS}
+    for worker in WORKERS:
+        fleet.start(worker, store=stores[worker])
+    fleet.run(5)  # tick 0 only: its window stays open, no fate to look at
+    first, *others = claim_order(KEYS.name, at(0), WORKERS)
+    assert stores[first].writes == ["claim"]
+    assert all(stores[other].writes == [] for other in others)
+
+
+def test_turns_come_in_claim_order_one_stagger_apart() -> None:
+    fleet = Fleet()
+    for worker in WORKERS:
+        fleet.start(worker)
+    fleet.run(5)
+    order = claim_order(KEYS.name, at(0), WORKERS)
+    turns = {n.detail: when for when, _, n in fleet.notes if n.kind in ("claimed", "skipped")}
+    assert fleet.said(order[0], "claimed")[0][0] == 0.0
+    assert [when for when, _ in fleet.said(order[1], "skipped")] == [CLAIM_STAGGER]
+    assert [when for when, _ in fleet.said(order[2], "skipped")] == [2 * CLAIM_STAGGER]
+    assert turns  # every replica said what it did
+
+
+def test_the_next_replica_in_order_claims_when_the_first_is_gone() -> None:
+    fleet = Fleet()
+    order = claim_order(KEYS.name, at(0), WORKERS)
+    for worker in order[1:]:
+        fleet.start(worker)
+    fleet.run(5)
+    assert fleet.ran(at(0)) == [order[1]]
+    assert fleet.said(order[1], "claimed")[0][0] == CLAIM_STAGGER
+
+
+def test_the_planned_tick_is_the_one_claimed_recorded_and_completed_whatever_the_wall_does() -> (
+    None
+):
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)), duration=4.0)
+    fleet.start("w1")
+    fleet.run(1)
+    fleet.clocks["w1"].clock.step_wall(3600)  # its wall jumps an hour while tick 0 runs
+    fleet.run(5)
+    record = fleet.record(at(0))
+    assert record is not None and record.outcome is TickOutcome.SUCCEEDED
+    assert fleet.ran(at(0)) == ["w1"]
+    body = fleet.bodies[0][2]
+    assert body.run is not None and body.run.tick == at(0)
+
+
+# -- fencing --------------------------------------------------------------------------------------
+def test_a_run_whose_session_ends_early_is_fenced_and_recorded_lost() -> None:
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)), duration=None)
+    core = fleet.start("w1")
+    fleet.run(1)
+    (run,) = core.runs
+    fleet.store.destroy_session(run.claimed.session)  # Consul ended it (an operator, a TTL)
+    fleet.run(5)  # the next renewal finds it gone
+    body = fleet.bodies[0][2]
+    assert body.told and body.told[0][1] is StopHow.TERMINATE
+    record = fleet.record(at(0))
+    assert record is not None and record.outcome is TickOutcome.LOST
+
+
+def test_an_unconfirmed_lock_fences_the_body_at_the_bounds_on_the_clock() -> None:
+    """Consul answers no renewal: SIGTERM at fence_after, SIGKILL at kill_after after the last
+    confirmation (the claim's send time), and check() fails from fence_after on."""
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)), duration=None)
+    fleet.ignores_term = True
+    store = Counting(fleet.store)
+    fleet.start("w1", store=store)
+    fleet.run(0.5)
+    body = fleet.bodies[0][2]
+    assert body.run is not None and body.run.safe()
+
+    def no_answer(*args: object, **kwargs: object) -> None:
+        raise ConsulUnavailable("simulated: no answer")
+
+    store.renew_session = no_answer  # type: ignore[attr-defined]
+    fleet.run(FENCE_AFTER - 0.5 - 0.001)
+    assert body.run.safe() and not body.told
+    fleet.run(0.002)
+    assert not body.run.safe()
+    assert body.told == [(FENCE_AFTER, StopHow.TERMINATE)]
+    fleet.run(KILL_AFTER - FENCE_AFTER)
+    assert body.told[-1] == (KILL_AFTER, StopHow.KILL)
+    assert body.end == BodyEnd(-9)
+    record = fleet.record(at(0))
+    assert record is not None and record.outcome is TickOutcome.LOST
+    # the session still holds the lock (30 s without renewal), but the lost run let it go: the
+    # next run under the same session is a new holder, with a new fencing token
+    fleet.run(20 - KILL_AFTER)
+    assert [b.run.lock_index for _, _, b in fleet.bodies if b.run is not None] == [1, 2]
+
+
+def test_a_paused_replicas_body_is_stopped_by_the_bound_the_moment_it_wakes() -> None:
+    """Paused past its session's end, the replica's hung body is killed on resume, before
+    anything else of it runs; check() fails at once, whatever the core's flag said; the tick is
+    recorded lost and the next run's token is higher."""
+    fleet = Fleet(duration=None, ignores_term=True)
+    order = claim_order(KEYS.name, at(0), WORKERS)
+    for worker in WORKERS:
+        fleet.start(worker)
+    fleet.run(1)
+    owner = order[0]
+    body = fleet.bodies[0][2]
+    assert fleet.bodies[0][0] == owner and body.run is not None
+    fleet.clocks[owner].paused = True
+    fleet.run(60)  # TTL x 2 + LockDelay: another replica may take the lock from t=45 on
+    assert not body.run.safe()  # judged on the clock, though the paused core told it nothing
+    assert body.told == [] and body.end is None
+    fleet.clocks[owner].resume()
+    fleet.run(0)
+    assert body.told[0] == (61.0, StopHow.KILL)
+    record = fleet.record(at(0))
+    assert record is not None and record.outcome is TickOutcome.LOST
+    tokens = [b.run.lock_index for _, _, b in fleet.bodies if b.run is not None]
+    assert tokens == sorted(set(tokens))  # each run a higher fencing token
+
+
+def test_a_claim_answered_after_its_bound_starts_no_body() -> None:
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)))
+    store = Counting(fleet.store)
+    real_claim = store.claim
+
+    def slow_claim(*args: object, **kwargs: object) -> Claim:
+        answer = real_claim(*args, **kwargs)  # type: ignore[arg-type]
+        fleet.clock.advance(FENCE_AFTER + 1)  # the answer comes late
+        return answer
+
+    store.claim = slow_claim  # type: ignore[method-assign]
+    fleet.start("w1", store=store)
+    fleet.run(1)
+    assert [body.run for _, _, body in fleet.bodies] == [None]  # made, never started
+    record = fleet.record(at(0))
+    assert record is not None and record.outcome is TickOutcome.LOST
+
+
+def test_a_read_answered_long_after_it_was_sent_claims_nothing() -> None:
+    """The claim's transaction refuses a tick that has a record, not one whose record
+    retention deleted meanwhile: a claim judged on a read answered (or acted on) after the
+    tick's window, by the Date plus the time since the read was sent, is not sent."""
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)))
+    store = Counting(fleet.store)
+    real_read = store.store.read_tick
+
+    late = [True]
+
+    def late_read(*args: object, **kwargs: object) -> tuple[TickRecord | None, datetime | None]:
+        answer = real_read(*args, **kwargs)  # type: ignore[arg-type]
+        if late.pop() if late else False:  # the first read's answer comes a minute late
+            fleet.clock.advance(60)
+        return answer
+
+    store.read_tick = late_read  # type: ignore[attr-defined]
+    fleet.start("w1", store=store)
+    fleet.run(1)
+    assert fleet.ran(at(0)) == []
+    first = next(n for _, n in fleet.said("w1", "skipped"))
+    assert (first.tick, first.detail) == (at(0), "too late")
+
+
+# -- ticks nobody ran, and Consul not answering ---------------------------------------------------
+def test_a_tick_nobody_can_claim_is_recorded_missed_once() -> None:
+    fleet = Fleet()
+    stores = {worker: Counting(fleet.store) for worker in WORKERS}
+    outsider = fleet.store.create_session(SessionTerms("outsider", 60, 15, "release", 20))
+    fleet.store.claim(KEYS, TickRecord(at(-100), TickOutcome.RUNNING), outsider, b"outsider")
+    for worker in WORKERS:
+        fleet.start(worker, store=stores[worker])
+    fleet.run(16)  # tick 0's window closes at 10, plus MISSED_GRACE 2, plus the ranks
+    record = fleet.record(at(0))
+    assert record is not None and record.outcome is TickOutcome.MISSED
+    assert fleet.bodies == []
+    missed = [n for _, _, n in fleet.notes if n.kind == "missed" and n.tick == at(0)]
+    assert len(missed) == 1  # one replica wrote it; the others' looks found it recorded
+
+
+def test_a_claim_whose_answer_is_lost_keeps_the_job_busy_until_read_then_is_undone() -> None:
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)))
+    store = Counting(fleet.store)
+    store.lose_next_claim = True
+    fleet.start("w1", store=store)
+    fleet.run(15)
+    assert fleet.ran(at(0)) == []  # its claim applied, unanswered: nothing ran under it
+    record = fleet.record(at(0))
+    assert record is not None and record.outcome is TickOutcome.INTERRUPTED
+    assert [n.tick for _, n in fleet.said("w1", "orphan")] == [at(0)]
+    assert fleet.ran(at(10)) == ["w1"]  # the lock was released: the next tick runs
+    tokens = [b.run.lock_index for _, _, b in fleet.bodies if b.run is not None]
+    assert tokens == [2]  # a new holder: the orphaned claim's token is not reused
+
+
+def test_skewed_clocks_run_each_tick_once_and_never_before_it() -> None:
+    fleet = Fleet(duration=1.0)
+    for worker, skew in zip(WORKERS, (0.0, 4.0, -3.0), strict=True):
+        fleet.start(worker, skew=skew)
+    fleet.run(300)
+    ticks = [tick for _, tick, _ in fleet.bodies]
+    assert len(ticks) == len(set(ticks)) >= 25
+    for _, tick, body in fleet.bodies:
+        assert START + timedelta(seconds=body.started_at) >= tick  # not before it on Consul's
+
+
+def test_stop_interrupts_the_run_records_it_and_destroys_the_sessions() -> None:
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)), duration=None)
+    core = fleet.start("w1")
+    fleet.run(1)
+    (run,) = core.runs
+    core.stop()
+    fleet.run(1)
+    record = fleet.record(at(0))
+    assert record is not None and record.outcome is TickOutcome.INTERRUPTED
+    with pytest.raises(Exception, match="gone"):
+        fleet.store.renew_session(run.claimed.session)
+    fleet.run(30)
+    assert fleet.ran(at(10)) == []
+
+
+def test_housekeeping_is_chosen_alike_on_every_replica_about_once_in_half_the_history() -> None:
+    job = every_10s()
+    chosen = [housekeeps(job, at(10 * n)) for n in range(5000)]
+    assert 5000 / 25 * 0.8 < sum(chosen) < 5000 / 25 * 1.2
+    plans = {w: plan_tick(job, at(0), w) for w in WORKERS}
+    assert {p.window for p in plans.values()} == {10.0}
+    assert sorted(p.turn.rank for p in plans.values()) == [0, 1, 2]
