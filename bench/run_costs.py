@@ -34,7 +34,7 @@ from provision.ledger.records import TickOutcome, TickRecord, tick_name
 from provision.ledger.turns import claim_order
 from provision.runner.child import check_program
 from provision.runner.events import EventLog
-from provision.runner.fencing import Outcome
+from provision.fencing import Outcome
 from provision.runner.output import runner_secrets
 from provision.runner.results import RunResult
 from provision.scheduler.counts import LoopCounts

@@ -24,7 +24,7 @@ SAFETY_MARGIN = 1.0  # seconds: signal delivery, process exit and clock-rate dif
 # also stay below TTL/2 (see renew_problem). start_deadline: how late after its scheduled tick a
 # run may still claim it. jitter: the most a tick's planned start is put off (provision/ledger/
 # turns.py), the same on every replica; an hour at most. timeout: how long a job may run, from its
-# start, before it is stopped as a lost lock's job is (runner/fencing.py); no default (no
+# start, before it is stopped as a lost lock's job is (provision/fencing.py); no default (no
 # timeout); a week at most, a bound like the others' rather than a run anyone plans for.
 # retry_delay: the pause between a failed attempt's end and the next (runner/retries.py), the
 # lock held meanwhile; an hour at most: a retry never starts at or past the next tick anyway.

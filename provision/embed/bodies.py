@@ -23,8 +23,8 @@ from provision.embed.warden import (
     launch,
     tell,
 )
+from provision.fencing import BodyFence
 from provision.runner.containment import PID_NAMESPACE, PROCESS_GROUP
-from provision.runner.fencing import BodyFence
 from provision.runner.forkserver import KeptProcess
 from provision.system.text import printable
 

@@ -27,13 +27,13 @@ from provision.embed.run import (
     RunOutcome,
 )
 from provision.errors import InputError
+from provision.fencing import Outcome
 from provision.ledger.health import JobHealth, assess
 from provision.ledger.history import JobHistory, LedgerJob, Wanted, read_history
 from provision.ledger.store import Ledger
 from provision.runner.body import JobBody
 from provision.runner.engine import run_job
 from provision.runner.events import EventLog
-from provision.runner.fencing import Outcome
 from provision.runner.precheck import utc_now
 from provision.runner.results import RunOptions, SkipReason
 from provision.runner.stop import StopRequest

@@ -1,6 +1,6 @@
 """What the body of an embedded job is given (`Run`) and what its call returns (`RunOutcome`).
 
-`Run.lost` is set, and `Run.check()` raises, the moment the fencing decision (runner/fencing.py,
+`Run.lost` is set, and `Run.check()` raises, the moment the fencing decision (provision/fencing.py,
 the one `lockctl run` obeys) says the lock is no longer safely ours: the supervisor's `fenced`
 event, which `RunEvents` watches. Every reader also judges the bound itself (`past_fence`, on
 the monotonic clock, from the send time of the newest confirmation): after a pause the body's
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TextIO
 
+from provision.fencing import Outcome, past_fence
 from provision.ledger.records import parse_tick_name
 from provision.runner.events import EventLog
-from provision.runner.fencing import Outcome, past_fence
 from provision.runner.results import RunResult, SkipReason
 
 EXIT_ON_LOST = 75  # os._exit status of a process whose lock was lost with on_lost="exit"
@@ -37,7 +37,7 @@ class LockLost(RunStopped):
     """`Run.check()`: the lock is no longer safely ours; another replica may run the job."""
 
 
-UNCONFIRMED = "no confirmation of the lock in time"  # runner/fencing.py Reason.UNCONFIRMED
+UNCONFIRMED = "no confirmation of the lock in time"  # provision/fencing.py Reason.UNCONFIRMED
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ enforces the fencing bounds beside it, so the promise holds whatever happens to 
 
 - The app sends the warden each newer confirmation of the lock (its send time on the monotonic
   clock, which every process of the machine shares) and each signal the supervisor decides,
-  through a pipe. The warden asks the fencing decision (runner/fencing.py `decide`) itself: it
+  through a pipe. The warden asks the fencing decision (provision/fencing.py `decide`) itself: it
   signals the namespace at `fence_after` after the newest confirmation it has and ends it at
   `kill_after`, so a SIGSTOPped app (or one that cannot get the CPU) cannot keep the body alive
   past LockDelay.
@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from provision.runner.fencing import Action, Facts, FenceBounds, decide
+from provision.fencing import Action, Facts, FenceBounds, decide
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000

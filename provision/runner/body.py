@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Protocol
 
-from provision.runner.fencing import BodyFence
+from provision.fencing import BodyFence
 
 
 class JobBody(Protocol):

@@ -37,7 +37,7 @@ from provision.runner.containment import (
 from provision.runner.output import OutputTee
 
 if TYPE_CHECKING:
-    from provision.runner.fencing import BodyFence
+    from provision.fencing import BodyFence
     from provision.runner.forkserver import ForkServer, KeptProcess
 
 INIT_START_TIMEOUT = 10.0  # seconds for nsinit to say ready (a Python start on a loaded host)

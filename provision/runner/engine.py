@@ -2,7 +2,7 @@
 
     [a job with a schedule: the tick this run is for, unless another worker took it already]
     open session -> acquire once (or --wait) -> start the job in its own PID namespace
-    -> renew every R, watch the key, fence on loss or at the job's timeout (runner/fencing.py
+    -> renew every R, watch the key, fence on loss or at the job's timeout (provision/fencing.py
     decides, runner/supervisor.py acts) -> the job and its leftovers end -> min-hold
     -> release -> destroy the session
 
@@ -27,12 +27,12 @@ from datetime import timedelta
 
 from provision.consul import Consul, ConsulSettings, NotFound
 from provision.errors import EXIT_WAIT_TIMEOUT, LocalEnvironmentError
+from provision.fencing import Outcome, waiting_verdict
 from provision.ledger.records import tick_name
 from provision.ledger.store import Ledger
 from provision.runner.body import JobBody
 from provision.runner.child import Child, check_program
 from provision.runner.events import EventLog, ms
-from provision.runner.fencing import Outcome, waiting_verdict
 from provision.runner.forkserver import ForkServer
 from provision.runner.http_job import HttpJob
 from provision.runner.lock import Ending, HeldLock, LockSession

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from urllib.parse import urlsplit
 
-from provision.runner.fencing import BodyFence
+from provision.fencing import BodyFence
 from provision.system.http_call import HttpCall
 from provision.system.tails import mask_secrets, output_tail
 from provision.system.text import printable
@@ -36,7 +36,7 @@ CONTAINMENT = "http"  # what the `acquired` event says of an HTTP job's containm
 BODY_KEPT = 2048  # bytes of the app's answer kept for the record's stdout
 REASON_LIMIT = 200  # characters of the reason kept for the record's stderr
 # The socket's own timeout, past the job's: the supervisor aborts the request at the job's
-# timeout (runner/fencing.py); this only bounds a call nobody aborts.
+# timeout (provision/fencing.py); this only bounds a call nobody aborts.
 SOCKET_SLACK = 5.0
 FAILED = 1  # the exit status of a call that did not answer 2xx
 # lock_env's names (runner/supervisor.py lock_env) -> the headers the app is sent

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provision.runner.fencing import Outcome
+from provision.fencing import Outcome
 from provision.system.files import PUBLIC_MODE, UnreadableFile, read_regular_file, write_atomically
 from provision.system.text import printable
 

@@ -22,11 +22,11 @@ from datetime import datetime, timezone
 
 from provision.consul.quick import quick_get
 from provision.consul.settings import resolve_settings
+from provision.fencing import Outcome
 from provision.ledger.records import decode, taken_fields, tick_key, tick_name
 from provision.ledger.ticks import choose_tick
 from provision.ledger.turns import Turn, turn
 from provision.runner.events import EventLog
-from provision.runner.fencing import Outcome
 from provision.runner.results import RunResult
 from provision.schedule import parse_schedule
 from provision.system.secrets import Secret

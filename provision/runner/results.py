@@ -7,7 +7,7 @@ import enum
 from dataclasses import dataclass
 from datetime import datetime
 
-from provision.runner.fencing import Outcome
+from provision.fencing import Outcome
 
 
 @dataclass(frozen=True)

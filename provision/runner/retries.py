@@ -20,8 +20,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from provision.fencing import Outcome
 from provision.ledger.attempts import CUT_BY_NEXT_TICK, CUT_BY_STOP
-from provision.runner.fencing import Outcome
 from provision.timings import JobTimings
 
 

@@ -1,5 +1,5 @@
 """One held lock and the job under it, from the job's start to the release: the supervisor
-gathers the facts, runner/fencing.py decides, and the supervisor carries the decision out."""
+gathers the facts, provision/fencing.py decides, and the supervisor carries the decision out."""
 
 from __future__ import annotations
 
@@ -10,10 +10,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from provision.errors import EXIT_JOB_TIMEOUT, EXIT_LOCK_LOST
-from provision.ledger.records import tick_name
-from provision.runner.body import JobBody
-from provision.runner.events import EventLog, ms
-from provision.runner.fencing import (
+from provision.fencing import (
     Action,
     BodyFence,
     Decision,
@@ -23,6 +20,9 @@ from provision.runner.fencing import (
     fence_bounds,
     outcome_after_release,
 )
+from provision.ledger.records import tick_name
+from provision.runner.body import JobBody
+from provision.runner.events import EventLog, ms
 from provision.runner.lock import Ending, HeldLock, LockSession
 from provision.runner.monitors import LockMonitors
 from provision.runner.results import RunOptions, RunResult

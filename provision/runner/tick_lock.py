@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from provision.consul import Consul, ConsulError
+from provision.fencing import Outcome
 from provision.ledger.control import NO_PAUSES, ControlNote, decode_note, unrun_record
 from provision.ledger.operator import readable_pauses
 from provision.ledger.records import TickOutcome, TickRecord, taken_fields, tick_name
@@ -37,7 +38,6 @@ from provision.ledger.ticks import (
 )
 from provision.ledger.turns import Turn, turn
 from provision.runner.events import EventLog, ms
-from provision.runner.fencing import Outcome
 from provision.runner.lock import Ending, HeldLock, LockSession, holder_record
 from provision.runner.precheck import WallClock, utc_now
 from provision.runner.results import SkipReason

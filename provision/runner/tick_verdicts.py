@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from provision.fencing import Outcome
 from provision.ledger.records import TickOutcome, TickRecord, tick_name
-from provision.runner.fencing import Outcome
 from provision.runner.lock import Ending
 from provision.runner.results import SkipReason
 

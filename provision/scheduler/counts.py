@@ -19,7 +19,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
-from provision.runner.fencing import Outcome
+from provision.fencing import Outcome
 from provision.runner.results import RunResult, SkipReason
 from provision.system.text import printable
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from provision.embed import LockLost, Run
 from provision.embed.bodies import ProcessBody
 from provision.embed.run import RunEvents
-from provision.runner.fencing import BodyFence, FenceBounds
+from provision.fencing import BodyFence, FenceBounds
 
 CHILD = (
     "import os, signal, sys, time\n"

@@ -25,9 +25,9 @@ import pytest
 from procscan import pids_with
 
 from provision.consul import Consul
+from provision.fencing import Outcome
 from provision.runner.engine import run_job
 from provision.runner.events import EventLog
-from provision.runner.fencing import Outcome
 from provision.runner.results import RunOptions, RunResult
 from provision.runner.stop import StopRequest
 from provision.timings import JobTimings

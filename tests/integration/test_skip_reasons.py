@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from provision.consul import Consul
+from provision.fencing import Outcome
 from provision.ledger.records import TickOutcome
 from provision.ledger.store import Ledger
 from provision.ledger.ticks import TickChoice, judge_tick
 from provision.runner.engine import run_job
 from provision.runner.events import EventLog
-from provision.runner.fencing import Outcome
 from provision.runner.lock import LockSession
 from provision.runner.results import RunOptions, RunResult, SkipReason
 from provision.runner.stop import StopRequest

@@ -20,7 +20,7 @@ import pytest
 from provision.embed import LockLost, Run, RunStopped
 from provision.embed.run import Vouch
 from provision.embed.warden import SharedConfirmation, _facts
-from provision.runner.fencing import Action, FenceBounds, decide, past_fence
+from provision.fencing import Action, FenceBounds, decide, past_fence
 from provision.timings import SAFETY_MARGIN
 from tests.lockctl_process import eventually
 

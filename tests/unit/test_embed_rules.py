@@ -20,7 +20,7 @@ import pytest
 from provision.embed import LockLost, Outcome, Run, RunOutcome, RunStopped, SkipReason
 from provision.embed.bodies import ProcessBody, ThreadBody
 from provision.embed.run import RunEvents
-from provision.runner.fencing import BodyFence, FenceBounds
+from provision.fencing import BodyFence, FenceBounds
 from provision.runner.results import RunResult
 from tests.lockctl_process import wait_until
 

@@ -12,7 +12,7 @@ import signal
 
 import pytest
 
-from provision.runner.fencing import (
+from provision.fencing import (
     Action,
     Decision,
     Facts,

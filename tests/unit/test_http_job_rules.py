@@ -24,8 +24,8 @@ from provision.cli import policies
 from provision.cli.app import ErrorBoundaryGroup
 from provision.cli.runjob import RunArgs, _check_command
 from provision.errors import InputError
+from provision.fencing import Outcome
 from provision.ledger.records import parse_tick_name
-from provision.runner.fencing import Outcome
 from provision.runner.http_job import HttpJob, request_headers
 from provision.runner.retries import Retry, Stop, StopReason, next_attempt
 from provision.runner.supervisor import idempotency_key

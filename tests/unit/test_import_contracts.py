@@ -28,7 +28,7 @@ PLANTS = {
     "http:": ("provision/ledger/history.py", "requests"),
     "consul:": ("provision/consul/keys.py", "provision.workers.config"),
     "pure:": ("provision/schedule.py", "subprocess"),
-    "fencing:": ("provision/runner/fencing.py", "provision.runner.lock"),
+    "fencing:": ("provision/fencing.py", "provision.runner.lock"),
     "runner:": ("provision/workers/config.py", "provision.acl.render"),
     "skip:": ("provision/runner/precheck.py", "provision.runner.engine"),
     "cli tiers:": ("provision/cli/app.py", "provision.cli.entry"),

@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from provision.cli.runjob import _write_metrics
+from provision.fencing import Outcome
 from provision.runner.events import EventLog
-from provision.runner.fencing import Outcome
 from provision.runner.metrics import (
     MAX_FILE_BYTES,
     JobMetrics,

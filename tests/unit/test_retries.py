@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from provision.fencing import Outcome
 from provision.ledger.attempts import attempts_text, decode_attempts, decode_cut
 from provision.ledger.records import TickOutcome, TickRecord, decode
-from provision.runner.fencing import Outcome
 from provision.runner.results import RunResult
 from provision.runner.retries import Retry, Stop, StopReason, delay_verdict, next_attempt
 from provision.scheduler.counts import CountsSnapshot, after_result

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from provision.errors import EXIT_ENVIRONMENT, EXIT_INPUT, InputError
+from provision.fencing import Outcome
 from provision.ledger.records import tick_name
-from provision.runner.fencing import Outcome
 from provision.runner.results import RunResult, SkipReason
 from provision.runner.tick_verdicts import refused_skip
 from provision.scheduler import loop

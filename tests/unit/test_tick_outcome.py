@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from provision.fencing import Outcome
 from provision.ledger.records import TickOutcome
-from provision.runner.fencing import Outcome
 from provision.runner.lock import Ending
 from provision.runner.tick_verdicts import tick_outcome
 
