@@ -64,18 +64,12 @@ def agentless_node(
     return AgentlessNode(worker, node_address(environ)) if agentless else None
 
 
-def create_session(
-    consul: Consul,
-    *,
-    name: str,
-    ttl: float,
-    lock_delay: float,
-    behavior: str,
-    node: AgentlessNode | None = None,
-) -> str:
+def create_session(consul: Consul, terms: SessionTerms) -> str:
     """Make a session on the serving agent's node (its serfHealth check), or, for an agentless
     worker, register its node first (idempotent, so a node someone deregistered comes back)
     and make a TTL-only session on it."""
+    name, ttl, lock_delay, behavior = terms.name, terms.ttl, terms.lock_delay, terms.behavior
+    node = terms.node
     if node is None:
         return consul.session.create(name=name, ttl=ttl, lock_delay=lock_delay, behavior=behavior)
     consul.catalog.register_node(node.name, node.address)
@@ -107,15 +101,7 @@ class OwnSession:
 
     def create(self) -> str:
         """Create the session (PermissionDenied without session write on the node)."""
-        terms = self.terms
-        self.id = create_session(
-            self.consul,
-            name=terms.name,
-            ttl=terms.ttl,
-            lock_delay=terms.lock_delay,
-            behavior=terms.behavior,
-            node=terms.node,
-        )
+        self.id = create_session(self.consul, self.terms)
         return self.id
 
     def adopt(self, session_id: str) -> None:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from provision.consul import NO_RETRY, Consul, ConsulError, NotFound
 from provision.runner.events import EventLog
 from provision.runner.lock import SESSION_BEHAVIOR
-from provision.sessions import AgentlessNode, create_session
+from provision.sessions import AgentlessNode, SessionTerms, create_session
 from provision.timings import JobTimings
 
 POLL = 0.25  # seconds between two looks at which session is due for renewal
@@ -101,15 +101,16 @@ class SessionPool:
             return kept.session_id
 
     def _create(self, pair: tuple[float, float], timings: JobTimings) -> str:
-        session_id = create_session(  # outside the guard: HTTP calls
-            self.consul,
+        terms = SessionTerms(
             name=f"lockctl schedule on {self.worker} (ttl {timings.ttl:g}s, "
             f"lock-delay {timings.lock_delay:g}s)",
             ttl=timings.ttl,
             lock_delay=timings.lock_delay,
             behavior=SESSION_BEHAVIOR,
+            renew_interval=timings.renew_interval,
             node=self.node,
         )
+        session_id = create_session(self.consul, terms)  # outside the guard: HTTP calls
         with self._lock:
             self._kept[pair] = _Kept(session_id, timings.renew_interval, self.clock())
         ttl_only = {"ttl_only": True, "node": self.node.name} if self.node else {}

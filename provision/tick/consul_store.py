@@ -54,14 +54,7 @@ class ConsulTickStore:
     # -- sessions ------------------------------------------------------------------------------
     def create_session(self, terms: SessionTerms) -> str:
         check_terms(terms)
-        return create_session(
-            self.consul,
-            name=terms.name,
-            ttl=terms.ttl,
-            lock_delay=terms.lock_delay,
-            behavior=terms.behavior,
-            node=terms.node,
-        )
+        return create_session(self.consul, terms)
 
     def renew_session(self, session_id: str, *, timeout: float | None = None) -> None:
         # once, not retried: the next interval is the retry (provision/sessions.py)

@@ -17,6 +17,7 @@ from provision.consul import Consul, ConsulSettings
 from provision.sessions import (
     NODE_ADDRESS_ENV,
     AgentlessNode,
+    SessionTerms,
     agentless_node,
     create_session,
     node_address,
@@ -141,14 +142,8 @@ def test_an_agentless_session_registers_its_node_then_has_no_node_checks() -> No
     with responses.RequestsMock() as mocked:
         register = mocked.add(responses.PUT, f"{ADDRESS}/v1/catalog/register", json=True)
         create = mocked.add(responses.PUT, f"{ADDRESS}/v1/session/create", json={"ID": "s-1"})
-        made = create_session(
-            _consul(),
-            name="n",
-            ttl=10,
-            lock_delay=15,
-            behavior="release",
-            node=AgentlessNode("pod-0", "10.0.0.9"),
-        )
+        node = AgentlessNode("pod-0", "10.0.0.9")
+        made = create_session(_consul(), SessionTerms("n", 10, 15, "release", 5, node))
         assert made == "s-1"
         assert [call.request.url for call in mocked.calls] == [register.url, create.url]
         assert json.loads(mocked.calls[0].request.body) == {"Node": "pod-0", "Address": "10.0.0.9"}
@@ -161,7 +156,7 @@ def test_an_agentless_session_registers_its_node_then_has_no_node_checks() -> No
 def test_a_session_with_an_agent_stays_on_the_agent_s_node_with_serf_health() -> None:
     with responses.RequestsMock() as mocked:
         mocked.add(responses.PUT, f"{ADDRESS}/v1/session/create", json={"ID": "s-2"})
-        create_session(_consul(), name="n", ttl=10, lock_delay=15, behavior="release")
+        create_session(_consul(), SessionTerms("n", 10, 15, "release", 5))
         body = json.loads(mocked.calls[0].request.body)
     assert body["Checks"] == ["serfHealth"] and "Node" not in body and "NodeChecks" not in body
 
