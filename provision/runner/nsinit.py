@@ -6,7 +6,8 @@ says `ready` on the control socket FD, then waits for the runner's go: the lock 
 JSON, then end of file. It starts CMD in a session of its own and from then on:
 
 - forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to every process of the
-  namespace (kill(-1) from PID 1), so a setsid'd daemon gets them too;
+  namespace (kill(-1) from PID 1), so a setsid'd daemon gets them too; one that came between
+  the go and the job's start is sent to the job as soon as it exists;
 - reaps every process re-parented to it;
 - exits with CMD's status (128+N for signal N) the moment CMD exits. The kernel then kills every
   process left in the namespace and reaps them before this init's own exit is reported: when the
@@ -59,6 +60,7 @@ def init(
     if extra_env is None:
         return 0  # no go: another worker holds the lock
     job = _start(command, {**env, **extra_env})
+    _job_started()
     return 127 if job is None else _reap_until(job)
 
 
@@ -83,7 +85,27 @@ def _cover(paths: list[str]) -> None:
     libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
 
 
+# Signals that came before the job existed (the runner's SIGTERM can come right after its go,
+# while the job is being spawned): sent to it as soon as it does, never lost. A lost SIGTERM
+# would leave the job running until the kill grace is over, then SIGKILLed.
+_early: list[int] | None = []
+
+
 def _forward(signum: int, _frame: object) -> None:
+    if _early is not None:
+        _early.append(signum)
+        return
+    _kill_all(signum)
+
+
+def _job_started() -> None:
+    global _early
+    early, _early = _early or [], None
+    for signum in early:
+        _kill_all(signum)
+
+
+def _kill_all(signum: int) -> None:
     try:  # noqa: SIM105 - contextlib would be one more import on the job's start-up path
         os.kill(-1, signum)  # from PID 1: every process of the namespace but this one
     except ProcessLookupError:
