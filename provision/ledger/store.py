@@ -109,6 +109,91 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class ClaimTerms:
+    """What a claim asks beyond the tick: `previous`, whether that tick has a record (a
+    get-tree of its one key: unlike `get`, it does not fail the transaction when there is
+    none); `over`, the ModifyIndex of the tick's `missed` record a catch-up claims over
+    (ledger/catchup.py: the claim wins only while that record is as read, so it and a later one
+    cannot both win; 0: the tick must have no record); `trigger`, a manual run's (the trigger's
+    id, and the index the job's taken-trigger key was read at, 0 when absent): the claim also
+    records that trigger taken, and fails if another took one meanwhile."""
+
+    previous: datetime | None = None
+    over: int = 0
+    trigger: tuple[str, int] | None = None
+
+
+PLAIN = ClaimTerms()
+
+
+@dataclass(frozen=True)
+class ClaimKeys:
+    """The keys one claim's transaction touches."""
+
+    tick: str  # the tick's record
+    lock: str
+    previous: str | None = None  # the previous tick's record, when the terms ask of it
+    control: str | None = None  # the job's control keys' folder, read along (None: not)
+
+    @property
+    def taken(self) -> str:
+        return taken_key(self.lock)
+
+
+@dataclass(frozen=True)
+class ClaimTxn:
+    """One claim's transaction, what it sends and how its answer reads: the one definition,
+    for Consul (Ledger.claim) and for the in-memory model (tick/memory.py)."""
+
+    keys: ClaimKeys
+    terms: ClaimTerms = PLAIN
+
+    def ops(self, record: TickRecord, holder: bytes, session_id: str) -> list[KVOp]:
+        keys, over = self.keys, self.terms.over
+        unclaimed = KVOp("check-index", keys.tick, index=over) if over else None
+        ops = [
+            unclaimed or KVOp("check-not-exists", keys.tick),
+            KVOp("lock", keys.lock, holder, session=session_id),
+            KVOp("set", keys.tick, record.encode()),
+            KVOp("get", keys.lock),
+        ]
+        if keys.previous is not None:
+            ops.append(KVOp("get-tree", keys.previous))
+        if keys.control is not None:  # read-only and never failing: the claim is not refused
+            ops.append(KVOp("get-tree", keys.control))
+        if self.terms.trigger is not None:  # a manual run: ours only if nobody took one
+            trigger_id, index = self.terms.trigger
+            ops.append(KVOp("cas", keys.taken, trigger_id.encode(), index=index))
+        return ops
+
+    def read(self, answer: TxnAnswer) -> Claim:
+        keys = self.keys
+        if not answer.applied:
+            refusal = answer.failed(1)
+            taken_op = 4 + (keys.previous is not None) + (keys.control is not None)
+            return Claim(
+                False,
+                tick_taken=answer.failed(0) is not None
+                or (self.terms.trigger is not None and answer.failed(taken_op) is not None),
+                lock_refusal=None if refusal is None else refusal.what,
+                date=answer.date,
+            )
+        lock, written = answer.entry(keys.lock), answer.entry(keys.tick)
+        assert lock is not None and written is not None  # an applied claim returns both
+        seen = None if keys.previous is None else answer.entry(keys.previous) is not None
+        paused = None if keys.control is None else answer.entry(keys.control + PAUSED)
+        return Claim(
+            True,
+            lock.lock_index,
+            lock.modify_index,
+            written.modify_index,
+            date=answer.date,
+            previous_recorded=seen,
+            paused=None if paused is None else paused.value or b"",
+        )
+
+
+@dataclass(frozen=True)
 class Completion:
     recorded: bool  # the record now says how the run ended
     released: bool | None  # True released; False the lock was not ours; None: no answer
@@ -274,63 +359,16 @@ class Ledger:
             raise type(exc)(f"{exc} (reading the records of {self.prefix})") from None
 
     def claim(
-        self,
-        record: TickRecord,
-        holder: bytes,
-        session_id: str,
-        previous: datetime | None = None,
-        over: int = 0,
-        *,
-        trigger: tuple[str, int] | None = None,
+        self, record: TickRecord, holder: bytes, session_id: str, terms: ClaimTerms = PLAIN
     ) -> Claim:
-        """Claim the record's tick and take the lock, in one transaction; with `previous`, the
-        answer also says whether that tick has a record (a get-tree of its one key: unlike
-        `get`, it does not fail the transaction when there is none). `over`: the ModifyIndex
-        of the tick's `missed` record a catch-up claims over (ledger/catchup.py): the claim
-        wins only while that record is as read, so it and a later one cannot both win.
-        `trigger` (a manual run: the trigger's id, and the index the job's taken-trigger key
-        was read at, 0 when absent): the claim also records that trigger taken, and fails if
-        another took one meanwhile."""
-        key = self.key(record.tick)
-        unclaimed = KVOp("check-index", key, index=over) if over else KVOp("check-not-exists", key)
-        ops = [
-            unclaimed,
-            KVOp("lock", self.lock_key, holder, session=session_id),
-            KVOp("set", key, record.encode()),
-            KVOp("get", self.lock_key),
-        ]
-        if previous is not None:
-            ops.append(KVOp("get-tree", self.key(previous)))
-        if self.control is not None:  # read-only and never failing: the claim is not refused
-            ops.append(KVOp("get-tree", self.control))
-        taken_op = len(ops)
-        if trigger is not None:  # a manual run: the trigger is ours only if nobody took it
-            trigger_id, index = trigger
-            ops.append(KVOp("cas", taken_key(self.lock_key), trigger_id.encode(), index=index))
+        """Claim the record's tick and take the lock, in one transaction (ClaimTxn says what it
+        checks, writes and reads)."""
+        previous = None if terms.previous is None else self.key(terms.previous)
+        keys = ClaimKeys(self.key(record.tick), self.lock_key, previous, self.control)
+        txn = ClaimTxn(keys, terms)
         # the job starts once this is answered; claims of jobs ticking together share a transaction
-        answer = self.consul.txn.kv(ops, urgent=True, batch=True)
-        if not answer.applied:
-            refusal = answer.failed(1)
-            return Claim(
-                False,
-                tick_taken=answer.failed(0) is not None
-                or (trigger is not None and answer.failed(taken_op) is not None),
-                lock_refusal=None if refusal is None else refusal.what,
-                date=answer.date,
-            )
-        lock, written = answer.entry(self.lock_key), answer.entry(key)
-        assert lock is not None and written is not None  # an applied claim returns both
-        seen = None if previous is None else answer.entry(self.key(previous)) is not None
-        paused = None if self.control is None else answer.entry(self.control + PAUSED)
-        return Claim(
-            True,
-            lock.lock_index,
-            lock.modify_index,
-            written.modify_index,
-            date=answer.date,
-            previous_recorded=seen,
-            paused=None if paused is None else paused.value or b"",
-        )
+        answer = self.consul.txn.kv(txn.ops(record, holder, session_id), urgent=True, batch=True)
+        return txn.read(answer)
 
     def untaken_trigger(self, trigger_id: str | None) -> tuple[str, int] | None:
         """The trigger's id and the index the job's taken-trigger key is at (0: absent), for a

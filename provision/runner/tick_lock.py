@@ -25,7 +25,7 @@ from provision.fencing import Outcome
 from provision.ledger.control import NO_PAUSES, ControlNote, decode_note, unrun_record
 from provision.ledger.operator import readable_pauses
 from provision.ledger.records import TickOutcome, TickRecord, taken_fields, tick_name
-from provision.ledger.store import Ledger
+from provision.ledger.store import ClaimTerms, Ledger
 from provision.ledger.ticks import (
     MISSED_GRACE,
     TickChoice,
@@ -233,9 +233,8 @@ class TickLock(LockSession):
             )
         sent = self._clock()
         over = self.catchup_over or 0
-        claim = self.ledger.claim(
-            record, self._holder_record(), self.session_id, self.previous, over, trigger=trigger
-        )
+        terms = ClaimTerms(self.previous, over, trigger)
+        claim = self.ledger.claim(record, self._holder_record(), self.session_id, terms)
         if not claim.won:
             self.tick_taken, self._lock_refusal = claim.tick_taken, claim.lock_refusal
             return None

@@ -20,12 +20,12 @@ from provision.tick.store import (
     PLAIN,
     ClaimTerms,
     ControlState,
-    InvalidSession,
     JobKeys,
     SessionGone,
     ValueTooLarge,
     check_terms,
     records_under,
+    refuse_invalid_session,
 )
 
 TOO_LARGE = 413  # Consul's answer to a request body or value over its caps
@@ -76,14 +76,8 @@ class ConsulTickStore:
         terms: ClaimTerms = PLAIN,
     ) -> Claim:
         with _sized():
-            claim = self._ledger(job).claim(
-                record, holder, session_id, terms.previous, terms.over, trigger=terms.trigger
-            )
-        # a transaction's lock with an unknown session fails with this text (409), where a
-        # plain acquire answers 500: either way the session is not Consul's
-        if claim.lock_refusal is not None and "invalid session" in claim.lock_refusal:
-            raise InvalidSession(f"claim of {job.lock_key}: {claim.lock_refusal}")
-        return claim
+            claim = self._ledger(job).claim(record, holder, session_id, terms)
+        return refuse_invalid_session(job, claim)
 
     def complete(
         self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool

@@ -45,7 +45,7 @@ from provision.ledger.control import Pauses, decode_note, decode_pauses
 from provision.ledger.records import TickOutcome, TickRecord, decode
 from provision.ledger.store import CHUNK, MAX_PRUNED_PER_RUN, Claim, Completion
 from provision.sessions import SessionTerms
-from provision.system.control_keys import PAUSED, paused_key, pauses_key, trigger_key
+from provision.system.control_keys import paused_key, pauses_key, trigger_key
 from provision.tick.clock import Clock
 from provision.tick.store import (
     MAX_LOCK_DELAY,
@@ -55,13 +55,14 @@ from provision.tick.store import (
     VALUE_MAX_BYTES,
     ClaimTerms,
     ControlState,
-    InvalidSession,
     JobKeys,
     SessionGone,
     TickStoreError,
     ValueTooLarge,
     check_terms,
+    claim_txn,
     records_under,
+    refuse_invalid_session,
 )
 
 FIRST_INDEX = 1  # Consul's indexes are never 0: a blocking read at index 0 returns at once
@@ -224,47 +225,8 @@ class MemoryTickStore:
         holder: bytes,
         terms: ClaimTerms = PLAIN,
     ) -> Claim:
-        # the operations of Ledger.claim (ledger/store.py), in its order
-        key = job.tick(record.tick)
-        over = terms.over
-        unclaimed = KVOp("check-index", key, index=over) if over else KVOp("check-not-exists", key)
-        ops = [
-            unclaimed,
-            KVOp("lock", job.lock_key, holder, session=session_id),
-            KVOp("set", key, record.encode()),
-            KVOp("get", job.lock_key),
-        ]
-        if terms.previous is not None:
-            ops.append(KVOp("get-tree", job.tick(terms.previous)))
-        ops.append(KVOp("get-tree", job.control))
-        taken_op = len(ops)
-        if terms.trigger is not None:
-            trigger_id, index = terms.trigger
-            ops.append(KVOp("cas", job.taken, trigger_id.encode(), index=index))
-        answer = self._txn(ops)
-        if not answer.applied:
-            refusal = answer.failed(1)
-            if refusal is not None and "invalid session" in refusal.what:
-                raise InvalidSession(f"claim of {job.lock_key}: {refusal.what}")
-            taken = answer.failed(0) is not None or (
-                terms.trigger is not None and answer.failed(taken_op) is not None
-            )
-            what = None if refusal is None else refusal.what
-            return Claim(False, tick_taken=taken, lock_refusal=what, date=answer.date)
-        lock, written = answer.entry(job.lock_key), answer.entry(key)
-        assert lock is not None and written is not None  # an applied claim returns both
-        previous = terms.previous
-        seen = None if previous is None else answer.entry(job.tick(previous)) is not None
-        paused = answer.entry(job.control + PAUSED)
-        return Claim(
-            True,
-            lock.lock_index,
-            lock.modify_index,
-            written.modify_index,
-            date=answer.date,
-            previous_recorded=seen,
-            paused=None if paused is None else paused.value or b"",
-        )
+        txn = claim_txn(job, record.tick, terms)  # Ledger.claim's transaction, as Consul runs it
+        return refuse_invalid_session(job, txn.read(self._txn(txn.ops(record, holder, session_id))))
 
     def complete(
         self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool

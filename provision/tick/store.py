@@ -38,7 +38,7 @@ from provision.ledger.records import (
     tick_key,
     ticks_prefix,
 )
-from provision.ledger.store import Claim, Completion
+from provision.ledger.store import PLAIN, Claim, ClaimKeys, ClaimTerms, ClaimTxn, Completion
 from provision.sessions import SessionTerms
 from provision.system.control_keys import control_prefix
 
@@ -55,6 +55,7 @@ __all__ = [
     "MAX_TTL",
     "MAX_WATCH",
     "MIN_TTL",
+    "PLAIN",
     "REQUEST_MAX_BYTES",
     "VALUE_MAX_BYTES",
     "Claim",
@@ -87,6 +88,21 @@ class InvalidSession(TickStoreError):
     `invalid session` (a plain acquire would be 500)."""
 
 
+def refuse_invalid_session(job: JobKeys, claim: Claim) -> Claim:
+    """A claim's answer, unless its lock was refused for a session Consul does not know: a
+    transaction's lock fails with this text (409) where a plain acquire answers 500, and either
+    way the caller's session is gone (InvalidSession)."""
+    if claim.lock_refusal is not None and "invalid session" in claim.lock_refusal:
+        raise InvalidSession(f"claim of {job.lock_key}: {claim.lock_refusal}")
+    return claim
+
+
+def claim_txn(job: JobKeys, tick: datetime, terms: ClaimTerms = PLAIN) -> ClaimTxn:
+    """The claim transaction of `tick` of `job` (ledger/store.py ClaimTxn)."""
+    previous = None if terms.previous is None else job.tick(terms.previous)
+    return ClaimTxn(ClaimKeys(job.tick(tick), job.lock_key, previous, job.control), terms)
+
+
 class TermsRefused(TickStoreError):
     """Consul refuses to make a session with these terms (TTL outside MIN_TTL..MAX_TTL)."""
 
@@ -117,21 +133,6 @@ class JobKeys:
 
     def tick(self, tick: datetime) -> str:
         return tick_key(self.lock_key, tick)
-
-
-@dataclass(frozen=True)
-class ClaimTerms:
-    """What a claim asks beyond the tick (ledger/store.py Ledger.claim says each in full):
-    `previous`, whether that tick has a record; `over`, the ModifyIndex of the `missed` record
-    a catch-up claims over (0: the tick must have none); `trigger`, a manual run's (trigger id,
-    the index its taken-trigger key was read at, 0 when absent)."""
-
-    previous: datetime | None = None
-    over: int = 0
-    trigger: tuple[str, int] | None = None
-
-
-PLAIN = ClaimTerms()
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from scheduler_lab import SchedulerProcess, free_port
 from workers_lab import minted_workers, spec_text
 
 from provision.ledger.records import TickOutcome, TickRecord, tick_name
-from provision.ledger.store import Ledger
+from provision.ledger.store import ClaimTerms, Ledger
 from provision.schedule import parse_schedule
 from provision.system.secrets import Secret
 from tests.lockctl_process import LOCKCTL, eventually, run_lockctl
@@ -341,9 +341,8 @@ def test_a_catchup_claims_over_a_missed_record_at_its_index_only(lab: Lab) -> No
     try:
         again = TickRecord(missed, TickOutcome.RUNNING, worker="worker-3", catchup=True)
         holder = json.dumps({"worker": "worker-3", "tick": tick_name(missed)}).encode()
-        claim = Ledger(worker_3, lab.keys["over"]).claim(
-            again, holder, session, over=before.modify_index
-        )
+        terms = ClaimTerms(over=before.modify_index)
+        claim = Ledger(worker_3, lab.keys["over"]).claim(again, holder, session, terms)
         assert not claim.won and claim.tick_taken
     finally:
         worker_3.session.destroy(session)

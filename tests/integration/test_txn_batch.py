@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 from provision.consul import Consul
 from provision.ledger.records import TickOutcome, TickRecord
-from provision.ledger.store import Claim, Ledger
+from provision.ledger.store import Claim, ClaimTerms, Ledger
 from provision.system.deadline import Deadline, attempts
 
 TICK = datetime(2026, 12, 2, 6, 0, tzinfo=UTC)
@@ -71,7 +71,7 @@ def test_claims_at_once_share_transactions_and_each_gets_its_own_answer(
         claims: dict[int, Claim] = {}
 
         def claim(i: int) -> None:
-            claims[i] = ledgers[i].claim(record("worker-1"), b"w1", mine, previous=TICK)
+            claims[i] = ledgers[i].claim(record("worker-1"), b"w1", mine, ClaimTerms(TICK))
 
         sent = at_once(batched, claim, range(JOBS))
 
