@@ -145,7 +145,7 @@ def run_command(args: RunArgs) -> int:
     Expected errors raise LockctlError (the caller's error boundary prints them)."""
     checked = _check_flags(args)
     from provision.runner.events import EventLog
-    from provision.runner.precheck import await_planned_start, scheduled_tick, tick_taken
+    from provision.runner.precheck import await_planned_start, lock_held, scheduled_tick, tick_taken
     from provision.workers.config import load_worker_config
 
     worker_config = load_worker_config(args.config, allow_unsafe=args.allow_unsafe)
@@ -161,6 +161,8 @@ def run_command(args: RunArgs) -> int:
         await_planned_start(chosen)
         if worker_config.login is None:  # one that logs in reads it once logged in (_run)
             skipped = tick_taken(worker_config, job_config, chosen.tick, events)
+    elif not args.wait and worker_config.login is None:  # a plain lock, tried once
+        skipped = lock_held(worker_config, job_config, events)
     if skipped is None:
         return _run(args, checked, worker_config, job_config, events, chosen)
     if checked.metrics is not None:

@@ -1,8 +1,10 @@
-"""One GET of one KV key with the standard library's http.client: `lockctl run`'s cheap skip.
+"""A GET or two with the standard library's http.client: `lockctl run`'s cheap skips (a tick's
+record, or a plain lock's holder and the node of its session).
 
 A worker whose tick another worker took pays mostly for imports, and requests with urllib3 are
-~45 ms of them; http.client is ~5 ms. This answers the one question of that path (does the key
-exist, what does it hold, what is the agent's clock) and nothing else. It is an optimisation
+~45 ms of them; http.client is ~5 ms. This answers the one question of each path (does the key
+exist, what does it hold, which session holds it, what is the agent's clock; on which node
+that session lives) and nothing else. It is an optimisation
 only: whatever it cannot read plainly (an error status, a redirect, a refused or broken
 connection, TLS trouble, an odd body) is None, and the caller takes the full path, whose client
 retries and reports errors properly. Same address, token header and TLS material as the full
@@ -34,11 +36,40 @@ class QuickEntry:
     value: bytes | None
     modify_index: int
     date: datetime | None  # the answering agent's clock (HTTP Date)
+    session: str | None = None  # the session holding it as a lock
 
 
 def quick_get(settings: ConsulSettings, key: str, timeout: float = TIMEOUT) -> QuickEntry | None:
     """The key as Consul's default read sees it, or None: take the full path."""
-    path = "/v1/kv/" + quote(checked_key(key), safe="/")
+    answer = _get(settings, "/v1/kv/" + quote(checked_key(key), safe="/"), timeout)
+    if answer is None:
+        return None
+    status, body, date = answer
+    if status == 404:
+        return QuickEntry(False, None, 0, date)
+    return _entry(body, date) if status == 200 else None
+
+
+def quick_session_node(
+    settings: ConsulSettings, session_id: str, timeout: float = TIMEOUT
+) -> str | None:
+    """The node Consul says the session lives on; None when gone, not readable to this token
+    (a worker's least-privilege token may not read others' sessions), or not plainly read."""
+    answer = _get(settings, "/v1/session/info/" + quote(session_id, safe=""), timeout)
+    if answer is None or answer[0] != 200:
+        return None
+    try:
+        node = json.loads(answer[1])[0]["Node"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+    return node if isinstance(node, str) else None
+
+
+def _get(
+    settings: ConsulSettings, path: str, timeout: float
+) -> tuple[int, bytes, datetime | None] | None:
+    """One GET: its status, its body (at most MAX_BODY) and the agent's clock; None when it could
+    not be made or read plainly."""
     headers = {"X-Consul-Token": settings.token.reveal()} if settings.token else {}
     try:
         connection = _connection(settings, min(timeout, settings.timeout))
@@ -54,11 +85,7 @@ def quick_get(settings: ConsulSettings, key: str, timeout: float = TIMEOUT) -> Q
         return None
     finally:
         connection.close()
-    if status == 404:
-        return QuickEntry(False, None, 0, date)
-    if status != 200 or len(body) > MAX_BODY:
-        return None
-    return _entry(body, date)
+    return None if len(body) > MAX_BODY else (status, body, date)
 
 
 def _connection(settings: ConsulSettings, timeout: float) -> http.client.HTTPConnection:
@@ -81,7 +108,10 @@ def _entry(body: bytes, date: datetime | None) -> QuickEntry | None:
         raw = json.loads(body)[0]
         encoded = raw.get("Value")
         value = base64.b64decode(encoded) if encoded is not None else None
-        return QuickEntry(True, value, int(raw["ModifyIndex"]), date)
+        session = raw.get("Session") or None
+        if session is not None and not isinstance(session, str):
+            return None
+        return QuickEntry(True, value, int(raw["ModifyIndex"]), date, session)
     except (ValueError, KeyError, IndexError, TypeError, AttributeError, binascii.Error):
         return None
 

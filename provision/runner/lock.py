@@ -20,8 +20,8 @@ from datetime import datetime, timezone
 
 from provision.consul import Consul, ConsulError, RetryPolicy
 from provision.consul.models import KVEntry
+from provision.runner.holder import Holder, claimed_worker
 from provision.sessions import AgentlessNode, OwnSession, SessionTerms
-from provision.system.text import printable
 from provision.workers.config import JobConfig
 
 SESSION_BEHAVIOR = "release"  # a lost session frees the key, it does not delete it
@@ -161,7 +161,7 @@ class LockSession:
         if entry is None or not entry.session:
             return Holder(None, None, None, in_lock_delay=True)
         node = _session_node(self.consul, entry.session)
-        return Holder(entry.session, node, claimed_worker(entry))
+        return Holder(entry.session, node, claimed_worker(entry.value))
 
     def read_held(self) -> HeldLock | None:
         """Consistent read right after acquiring: our LockIndex, or None if we do not hold it."""
@@ -232,78 +232,6 @@ class LockSession:
         """Monotonic send time of the newest request that proved we still held the session."""
         with self._guard:
             return self._confirmed_at
-
-
-CLAIM_LIMIT = 64  # characters of one field of a holder's record: a name, a host, a time
-# what _holder_record writes; a tick's run adds its tick (runner/tick_lock.py)
-RECORD_FIELDS = ("worker", "job", "host", "pid", "acquired_at", "tick")
-
-
-@dataclass(frozen=True)
-class Holder:
-    """Who holds a lock key: `session` and `node` are Consul's word (None: unknown), `claimed`
-    is the worker the holder's record names (anyone with write on the key writes that)."""
-
-    session: str | None
-    node: str | None
-    claimed: str | None
-    in_lock_delay: bool = False
-
-    @property
-    def forged(self) -> bool:
-        """The record names another worker than the node Consul says the session is on."""
-        return self.node is not None and self.claimed is not None and self.claimed != self.node
-
-    @property
-    def reason(self) -> str:
-        if self.in_lock_delay:
-            return "in lock-delay: the previous holder's session ended without a release"
-        claimed = None if self.claimed is None else printable(self.claimed, CLAIM_LIMIT)
-        if self.node is not None:
-            node = printable(self.node, CLAIM_LIMIT)
-            forged = f"; its record claims worker {claimed}: forged?" if self.forged else ""
-            return f"held by node {node} (Consul's session info){forged}"
-        if claimed is not None:
-            return f"held by another session; its record claims worker {claimed} (unverified)"
-        return "held by another session"
-
-    def event_fields(self) -> dict[str, str | bool | None]:
-        """The skipped event's fields: every string bounded and free of control characters."""
-        return {
-            "reason": self.reason,
-            "holder": None if self.session is None else printable(self.session, CLAIM_LIMIT),
-            "holder_node": None if self.node is None else printable(self.node, CLAIM_LIMIT),
-            "holder_claims": None if self.claimed is None else printable(self.claimed, CLAIM_LIMIT),
-            "forged": True if self.forged else None,
-        }
-
-
-def holder_record(value: bytes | None) -> dict[str, str]:
-    """The record a holder wrote into the key (worker, job, host, pid, acquired_at), or {}.
-
-    Only those fields, each printable and at most CLAIM_LIMIT characters: the value is
-    anyone's to write (up to Consul's 512 KB, nested as deep as they like).
-    """
-    record = _decoded(value)
-    return {
-        name: printable(str(record[name]), CLAIM_LIMIT)
-        for name in RECORD_FIELDS
-        if record.get(name) is not None
-    }
-
-
-def _decoded(value: bytes | None) -> dict[str, object]:
-    try:
-        record = json.loads(value or b"{}")
-    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deep
-        return {}
-    return record if isinstance(record, dict) else {}
-
-
-def claimed_worker(entry: KVEntry) -> str | None:
-    """The worker a holder's record names, raw (compared with the node before it is shown)."""
-    worker = _decoded(entry.value).get("worker")
-    return worker if isinstance(worker, str) else None
 
 
 def _session_node(consul: Consul, session_id: str) -> str | None:

@@ -10,6 +10,12 @@ is settled by one read of the tick's record, before a session, a child or the HT
 imports: provision/consul/quick.py reads it with the standard library. When the record is not
 there, or the quick read cannot tell, the run goes on through the engine, whose claim is the
 authority (it reads again: the record may have appeared meanwhile).
+
+A run of a plain lock (no schedule) that does not --wait skips when another session holds the
+lock: that too is settled by a quick read of the lock key (its Session) and of the holder's
+session's node, before a session of our own is made: `lock_held`. A key without a holder (free,
+or in lock-delay) or a read that cannot tell goes on through the engine, whose acquire is the
+authority.
 """
 
 from __future__ import annotations
@@ -20,14 +26,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from provision.consul.quick import quick_get
+from provision.consul.quick import quick_get, quick_session_node
 from provision.consul.settings import resolve_settings
 from provision.fencing import Outcome
 from provision.ledger.records import decode, taken_fields, tick_key, tick_name
 from provision.ledger.ticks import choose_tick
 from provision.ledger.turns import Turn, turn
 from provision.runner.events import EventLog
-from provision.runner.results import RunResult
+from provision.runner.holder import Holder, claimed_worker
+from provision.runner.results import RunResult, SkipReason
 from provision.schedule import parse_schedule
 from provision.system.secrets import Secret
 from provision.workers.config import JobConfig, WorkerConfig
@@ -86,3 +93,17 @@ def tick_taken(
     record = decode(tick, entry.value, entry.modify_index)
     events.emit("skipped", tick=tick_name(tick), **taken_fields(record))
     return RunResult(Outcome.SKIPPED, 0, tick=tick)
+
+
+def lock_held(worker: WorkerConfig, job: JobConfig, events: EventLog) -> RunResult | None:
+    """A `skipped` result (and its event, as the engine says it, without a session of ours)
+    when another session holds the job's lock; None when none does (free, or in lock-delay) or
+    the quick reads could not tell: run the engine."""
+    settings = resolve_settings(**worker.connection())
+    entry = quick_get(settings, job.lock_key)
+    if entry is None or entry.session is None:
+        return None
+    node = quick_session_node(settings, entry.session)
+    holder = Holder(entry.session, node, claimed_worker(entry.value))
+    events.emit("skipped", **holder.event_fields())
+    return RunResult(Outcome.SKIPPED, 0, skip=SkipReason.TAKEN)

@@ -15,7 +15,7 @@ from provision.consul import Consul, ConsulError
 from provision.ledger.history import Wanted, ledger_job, read_history
 from provision.ledger.operator import readable_pause_state, readable_pending_trigger
 from provision.ledger.records import tick_name
-from provision.runner.lock import CLAIM_LIMIT, claimed_worker, holder_record
+from provision.runner.holder import CLAIM_LIMIT, claimed_worker, holder_record
 from provision.spec import Job, Spec
 from provision.system.text import printable
 
@@ -107,7 +107,7 @@ def _state(consul: Consul, job: str, key: str) -> LockState:
         session=printable(entry.session, CLAIM_LIMIT),
         node=None if node is None else printable(node, CLAIM_LIMIT),
         claims=claims,
-        claim_matches_node=_matches(claimed_worker(entry), node),
+        claim_matches_node=_matches(claimed_worker(entry.value), node),
         lock_index=entry.lock_index,
         modify_index=entry.modify_index,
     )

@@ -38,7 +38,8 @@ from provision.ledger.ticks import (
 )
 from provision.ledger.turns import Turn, turn
 from provision.runner.events import EventLog, ms
-from provision.runner.lock import Ending, HeldLock, LockSession, holder_record
+from provision.runner.holder import holder_record
+from provision.runner.lock import Ending, HeldLock, LockSession
 from provision.runner.precheck import WallClock, utc_now
 from provision.runner.results import SkipReason
 from provision.runner.tick_verdicts import TickRefusal, paused_refusal, refused_skip, tick_outcome

@@ -48,6 +48,7 @@ WATCHED = set(sys.argv[1].split(","))
 entry.exit_process = exit_process
 entry.main(sys.argv[2:])
 """
+HEAVY = ("requests", "urllib3", "provision.runner.engine", "provision.consul.client")
 NOT_FOR_RUN = (
     "typer",
     "click",
@@ -140,14 +141,44 @@ def test_a_taken_tick_is_skipped_without_the_http_client_or_the_engine(lab: Lab)
     record = TickRecord(tick, TickOutcome.SUCCEEDED, worker="worker-1", lock_index=7)
     ledger = Ledger(lab.cluster.management(), lab.key.replace("/.lock", "-tick/.lock"))
     assert ledger.record_missed([record]) == 1  # cas index 0: written as given
-    sessions_before = {s.id for s in lab.cluster.management().session.list()}
-    heavy = ("requests", "urllib3", "provision.runner.engine", "provision.consul.client")
-    report, events = probe(lab, "--", "true", job=lab.tick_job, watched=NOT_FOR_RUN + heavy)
+    sessions_before = _sessions_of(lab, "worker-2")
+    report, events = probe(lab, "--", "true", job=lab.tick_job, watched=NOT_FOR_RUN + HEAVY)
     assert report == {"code": 0, "loaded": []}
     assert [e["event"] for e in events] == ["skipped"]
     assert events[0]["reason"] == f"tick {tick_name(tick)} already run by worker-1 (succeeded)"
     assert events[0]["taken_lock_index"] == 7
-    assert {s.id for s in lab.cluster.management().session.list()} <= sessions_before  # none made
+    assert _sessions_of(lab, "worker-2") <= sessions_before  # none made
+
+
+def test_a_held_lock_is_skipped_without_the_http_client_or_a_session(lab: Lab) -> None:
+    """A plain lock's run that does not wait, while another session holds the lock: two plain
+    reads (the key's holder, its session's node), no requests, no engine, no session; the
+    skipped event says what the engine's would (here the worker's token may not read the
+    holder's session, so its node stays unknown)."""
+    holder = Holder(lab)
+    try:
+        sessions_before = _sessions_of(lab, "worker-2")
+        report, events = probe(lab, "--", "true", watched=NOT_FOR_RUN + HEAVY)
+        assert _sessions_of(lab, "worker-2") <= sessions_before  # none made
+    finally:
+        holder.release()
+    assert report == {"code": 0, "loaded": []}
+    assert [e["event"] for e in events] == ["skipped"]
+    assert events[0]["holder"] == holder.session
+    assert events[0]["reason"].startswith("held by"), events
+
+
+def test_a_free_lock_is_run_through_the_engine(lab: Lab) -> None:
+    """The quick read finds no holder: the run goes on and runs its job."""
+    report, events = probe(lab, "--", "true", watched=HEAVY)
+    assert report["code"] == 0, events
+    assert "acquired" in [e["event"] for e in events], events
+    assert "provision.runner.engine" in report["loaded"]  # type: ignore[operator]
+
+
+def _sessions_of(lab: Lab, node: str) -> set[str]:
+    """The sessions on one worker's node (this test's workers: no other test's)."""
+    return {s.id for s in lab.cluster.management().session.list(node=node)}
 
 
 def test_a_skip_loads_neither_typer_nor_rich_nor_the_other_commands(lab: Lab) -> None:
