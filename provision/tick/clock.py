@@ -5,6 +5,8 @@ and waiting until an instant or an event.
                    (consul/clock.py AgentClock), time.monotonic, threading.Event waits
     VirtualClock   a simulation's: time moves only when the simulation moves it (advance,
                    advance_to, or a caller's sleep_until), and timers run in order of due time
+    ThreadTimerClock  the real clocks with timers (a TimerClock, tick/edge.py): one thread runs
+                   them in order of due time, as a VirtualClock does, in real time
 
 A VirtualClock never waits in real time. In a single-threaded simulation the caller of
 `sleep_until` is the only one running, so its sleep *is* time passing: the clock moves to the
@@ -186,3 +188,62 @@ class VirtualClock:
         view._timeline, view._origin = self._timeline, self._origin
         view._offset = self._offset + seconds
         return view
+
+
+class ThreadTimerClock(SystemClock):
+    """The real clocks, and timers: `call_at` from any thread; `run()` runs the callbacks due,
+    in order of due time (ties in the order they were set), one at a time, in the thread that
+    calls it, until `close()`. The tick core runs in that thread: its state is never touched by
+    two threads, as under a VirtualClock (a body's reaper or a renewal's answer hands its news
+    over with a call_at of now)."""
+
+    IDLE = 1.0  # seconds between two looks at a closed loop while nothing is due
+
+    def __init__(
+        self,
+        agent_clock: AgentClock | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        super().__init__(agent_clock, monotonic)
+        self._due: list[tuple[float, int, Timer]] = []
+        self._order = itertools.count()
+        self._changed = threading.Condition()
+        self._closed = False
+
+    def call_at(self, deadline: float, callback: Callable[[], object]) -> Timer:
+        timer = Timer(deadline, callback)
+        with self._changed:
+            heapq.heappush(self._due, (deadline, next(self._order), timer))
+            self._changed.notify()
+        return timer
+
+    def call_later(self, delay: float, callback: Callable[[], object]) -> Timer:
+        return self.call_at(self.monotonic() + delay, callback)
+
+    def run(self) -> None:
+        """Run the timers as they come due, until `close()` (what is due then is not run)."""
+        while (callback := self._next()) is not None:
+            callback()
+
+    def close(self) -> None:
+        """End `run()` once the callback it runs now (if any) returns; from any thread."""
+        with self._changed:
+            self._closed = True
+            self._changed.notify_all()
+
+    def _next(self) -> Callable[[], object] | None:
+        """The next callback once it is due; None once closed."""
+        with self._changed:
+            while not self._closed:
+                if not self._due:
+                    self._changed.wait(self.IDLE)
+                    continue
+                due, _, timer = self._due[0]
+                left = due - self.monotonic()
+                if left > 0:
+                    self._changed.wait(min(left, self.IDLE))
+                    continue
+                heapq.heappop(self._due)
+                if not timer.cancelled:
+                    return timer.callback
+            return None
