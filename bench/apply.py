@@ -31,7 +31,7 @@ from provision.acl.apply import DEFAULT_CONCURRENCY, apply_plan, plan_against
 from provision.acl.render import render_policies
 from provision.acl.state import Desired, desired_from_render
 from provision.cluster.consul_binary import install_consul
-from provision.cluster.local import cluster_down, cluster_up
+from provision.cluster.local import ClusterShape, cluster_down, cluster_up
 from provision.consul import Consul, ConsulSettings
 from provision.spec import parse_spec
 from provision.system.secrets import read_secret_file
@@ -185,7 +185,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="lockctl-bench-apply-") as tmp:
         state_dir = Path(tmp) / "cluster"
         try:
-            up = cluster_up(state_dir, subnet=args.subnet, tls=False)  # as measured before TLS
+            # as measured before TLS
+            up = cluster_up(state_dir, ClusterShape(subnet=args.subnet, tls=False))
             settings = ConsulSettings(
                 address=up.status.layout.servers[0].http_address,
                 token=read_secret_file(up.status.layout.management_token_file),

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from provision.cluster.local import cluster_down, cluster_up
+from provision.cluster.local import ClusterShape, cluster_down, cluster_up
 
 TARGET_SECONDS = 10.0
 
@@ -29,7 +29,7 @@ def main() -> None:
         state_dir = Path(tmp) / "cluster"
         for run in range(1, args.runs + 1):
             try:
-                result = cluster_up(state_dir, subnet=args.subnet)
+                result = cluster_up(state_dir, ClusterShape(subnet=args.subnet))
                 assert result.status.healthy and result.bootstrapped
                 ups.append(result.seconds)
             finally:

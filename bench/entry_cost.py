@@ -31,7 +31,7 @@ from pathlib import Path
 
 from bench.runner import CONTENDER, WAIT, Bench, _median, _spread, _tick_taken
 from bench.scheduler import SchedulerBench, _first_ticks_done, _terminate, memory_mb
-from provision.cluster.local import cluster_down, cluster_up
+from provision.cluster.local import ClusterShape, cluster_down, cluster_up
 from provision.consul import Consul, ConsulSettings
 from provision.system.secrets import read_secret_file
 
@@ -191,7 +191,7 @@ def main() -> int:
         work = Path(tmp)
         before = baseline_tree(baseline, work)
         state_dir = work / "cluster"
-        up = cluster_up(state_dir, subnet=args.subnet, tls=False)
+        up = cluster_up(state_dir, ClusterShape(subnet=args.subnet, tls=False))
         bench: EntryBench | None = None
         try:
             layout = up.status.layout

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from provision.cluster import tls
 from provision.cluster.layout import ClusterLayout
-from provision.cluster.local import cluster_down, cluster_up
+from provision.cluster.local import ClusterShape, cluster_down, cluster_up
 from provision.consul import Consul
 from provision.ledger.records import tick_key
 from provision.system.secrets import read_secret_file
@@ -82,7 +82,7 @@ def main() -> None:
         walk_table(old)
         state = Path(tmp) / "cluster"
         try:
-            up = cluster_up(state, subnet=args.subnet, workers=1)
+            up = cluster_up(state, ClusterShape(subnet=args.subnet, workers=1))
             readers_table(up.status.layout, Path(tmp), old, args.records, args.value_bytes)
         finally:
             cluster_down(state)

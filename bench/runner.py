@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from provision.cluster.consul_binary import find_consul
-from provision.cluster.local import cluster_down, cluster_up
+from provision.cluster.local import ClusterShape, cluster_down, cluster_up
 from provision.consul import Consul, ConsulSettings
 from provision.consul.errors import PermissionDenied
 from provision.system.secrets import Secret, read_secret_file, write_secret_file
@@ -353,7 +353,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="lockctl-bench-runner-") as tmp:
         work = Path(tmp)
         state_dir = work / "cluster"
-        up = cluster_up(state_dir, subnet=args.subnet, tls=False)  # as measured before TLS
+        # as measured before TLS
+        up = cluster_up(state_dir, ClusterShape(subnet=args.subnet, tls=False))
         bench: Bench | None = None
         try:
             layout = up.status.layout

@@ -72,7 +72,13 @@ from typing import Any
 from bench.scheduler import leader_client, parse_stat, parse_status_kb
 from provision.cluster import tls as cluster_tls
 from provision.cluster.layout import AgentSpec, ClusterLayout
-from provision.cluster.local import TLS_VARIABLES, cluster_down, cluster_env, cluster_up
+from provision.cluster.local import (
+    TLS_VARIABLES,
+    ClusterShape,
+    cluster_down,
+    cluster_env,
+    cluster_up,
+)
 from provision.consul import Consul, ConsulError, PermissionDenied
 from provision.ledger.records import tick_name
 from provision.ledger.store import Ledger
@@ -873,7 +879,7 @@ def code_version() -> str:
 def measure(scenario: Scenario, args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """One whole run: the cluster up, the fleet for its window, the figures, the cluster down."""
     state_dir, load_before = work / "cluster", os.getloadavg()[0]
-    up = cluster_up(state_dir, subnet=args.subnet, workers=WORKERS, tls=args.tls)
+    up = cluster_up(state_dir, ClusterShape(subnet=args.subnet, workers=WORKERS, tls=args.tls))
     replicas: list[Replica] = []
     try:
         layout = up.status.layout

@@ -43,8 +43,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.runner import HOLDER, TIMINGS, WAIT, Bench, _median, _spread
-from provision.cluster.local import cluster_down, cluster_up
+from provision.cluster.local import ClusterShape, cluster_down, cluster_up
 from provision.consul import Consul, ConsulError, ConsulSettings, KVOp
+from provision.consul.transport import Call, Sending
 from provision.ledger.records import TickOutcome, TickRecord
 from provision.ledger.store import CHUNK, Ledger
 from provision.runner.events import EventLog
@@ -138,13 +139,13 @@ class CallLog:
         self.calls: list[tuple[str, float]] = []
         sent = consul.transport.request
 
-        def timed(method: str, path: str, **kwargs: Any) -> Any:
+        def timed(call: Call, *sending: Sending) -> Any:
             began = time.perf_counter()
             try:
-                return sent(method, path, **kwargs)
+                return sent(call, *sending)
             finally:
                 took = (time.perf_counter() - began) * 1000
-                kind = call_kind(method, path, kwargs.get("params"), kwargs.get("json_body"))
+                kind = call_kind(call.method, call.path, call.params, call.json_body)
                 self.calls.append((kind, took))
 
         consul.transport.request = timed  # type: ignore[method-assign]
@@ -690,7 +691,8 @@ def main() -> int:
 def _run(work: Path, args: argparse.Namespace) -> int:
     state_dir = work / "cluster"
     load_before = _load()
-    up = cluster_up(state_dir, subnet=args.subnet, tls=False)  # as measured before TLS
+    # as measured before TLS
+    up = cluster_up(state_dir, ClusterShape(subnet=args.subnet, tls=False))
     bench: SchedulerBench | None = None
     engine: Engine | None = None
     try:

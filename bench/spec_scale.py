@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from provision.cluster.local import cluster_down, cluster_env, cluster_up
+from provision.cluster.local import ClusterShape, cluster_down, cluster_env, cluster_up
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGET_S = 10.0
@@ -185,7 +185,7 @@ def main() -> None:
         state_dir = Path(tmp) / "cluster"
         figures = Figures()
         try:
-            up = cluster_up(state_dir, subnet=args.subnet, workers=3)
+            up = cluster_up(state_dir, ClusterShape(subnet=args.subnet, workers=3))
             print(f"cluster: up in {up.seconds:.1f} s on {args.subnet}.x")
             command = Command(environment(state_dir, args.tree), work)
             measure(command, figures, args.runs)

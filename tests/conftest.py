@@ -19,7 +19,7 @@ from provision.cluster import tls
 from provision.cluster import tls as cluster_tls
 from provision.cluster.consul_binary import ConsulBinary
 from provision.cluster.layout import ClusterLayout
-from provision.cluster.local import ClusterStatus, cluster_down, cluster_up
+from provision.cluster.local import ClusterShape, ClusterStatus, cluster_down, cluster_up
 from provision.consul import Consul
 from provision.system.secrets import Secret, read_secret_file
 
@@ -63,7 +63,9 @@ def cluster_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def live_cluster(cluster_state_dir: Path) -> Iterator[LiveCluster]:
-    result = cluster_up(cluster_state_dir, subnet=TEST_SUBNET, workers=3, tls=TEST_TLS)
+    result = cluster_up(
+        cluster_state_dir, ClusterShape(subnet=TEST_SUBNET, workers=3, tls=TEST_TLS)
+    )
     try:
         yield LiveCluster(result.status)
     finally:

@@ -48,7 +48,7 @@ from provision.cluster import netns as ns
 from provision.cluster import tls
 from provision.cluster.consul_binary import find_consul
 from provision.cluster.layout import AgentSpec, ClusterLayout
-from provision.cluster.local import cluster_down, cluster_status, cluster_up
+from provision.cluster.local import ClusterShape, cluster_down, cluster_status, cluster_up
 from provision.consul import Consul
 from provision.consul.errors import ConsulError, PermissionDenied
 from provision.system.deadline import Deadline, attempts, retry_until, wait_until
@@ -181,7 +181,7 @@ class FaultLab:
     def up(self) -> FaultLab:
         self.root.mkdir(parents=True, exist_ok=True)
         self.oracle.start()
-        result = cluster_up(self.state_dir, workers=WORKERS, netns=True)
+        result = cluster_up(self.state_dir, ClusterShape(workers=WORKERS, netns=True))
         self.layout = result.status.layout
         with self.driver():
             management = self.management()
@@ -264,7 +264,7 @@ class FaultLab:
 
     def recover(self) -> None:
         """Start every agent that is not running and wait until all are healthy (`cluster up`)."""
-        cluster_up(self.state_dir, netns=True)
+        cluster_up(self.state_dir, ClusterShape(netns=True))
 
     def leader(self) -> AgentSpec:
         status = cluster_status(self.state_dir)

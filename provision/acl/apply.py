@@ -124,6 +124,23 @@ def plan_against(
 
 
 @dataclass(frozen=True)
+class ApplyTarget:
+    """What apply makes Consul match: the rendered spec, the folder of the workers' token
+    files, and whether managed objects no longer in the spec are deleted (--prune). Planned
+    from once without lockctl's lock and once more under it."""
+
+    desired: Desired
+    secrets_dir: Path
+    prune: bool = False
+
+    def plan(self, consul: Consul, concurrency: int = DEFAULT_CONCURRENCY) -> Plan:
+        """The plan against Consul's live state now (see plan_against). Changes nothing."""
+        return plan_against(
+            consul, self.desired, self.secrets_dir, prune=self.prune, concurrency=concurrency
+        )
+
+
+@dataclass(frozen=True)
 class ApplyResult:
     plan: Plan
     applied: int
@@ -133,19 +150,17 @@ class ApplyResult:
 
 def apply_spec(
     consul: Consul,
-    desired: Desired,
-    secrets_dir: Path,
+    target: ApplyTarget,
     planned: Plan,
     *,
-    prune: bool = False,
     concurrency: int = DEFAULT_CONCURRENCY,
     progress: Progress | None = None,
     lock_wait: float = DEFAULT_LOCK_WAIT,
     stop: StopFlag | None = None,
 ) -> ApplyResult:
     """Apply the spec, one lockctl at a time: when `planned` (made without the lock) has any
-    change, take lockctl's lock, plan again under it (another run may have done the work
-    while this one waited) and apply that plan. A no-op needs no lock.
+    change, take lockctl's lock, plan `target` again under it (another run may have done the
+    work while this one waited) and apply that plan. A no-op needs no lock.
 
     `stop` (the CLI's, set by its signal handlers) is asked at safe points: before the lock, as
     it is taken, before the plan under it and between calls, never within one (a token is not
@@ -154,9 +169,9 @@ def apply_spec(
     if not planned.has_changes:
         return ApplyResult(planned, 0, (), 0.0)
     with apply_lock(consul, "apply", wait=lock_wait, stop=stop):
-        fresh = plan_against(consul, desired, secrets_dir, prune=prune, concurrency=concurrency)
+        fresh = target.plan(consul, concurrency)
         return apply_plan(
-            consul, fresh, secrets_dir, concurrency=concurrency, progress=progress, stop=stop
+            consul, fresh, target.secrets_dir, concurrency=concurrency, progress=progress, stop=stop
         )
 
 

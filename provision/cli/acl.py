@@ -25,6 +25,7 @@ from provision.errors import InputError
 from provision.system.text import printable
 
 if TYPE_CHECKING:  # the core is imported lazily: `lockctl run` must start fast
+    from provision.acl.apply import ApplyTarget
     from provision.acl.plan import Desired, Plan
     from provision.consul import Consul
     from provision.runner.stop import StopRequest
@@ -122,18 +123,15 @@ class PlanFlags:
 
     def plan(
         self, connection: options.Connection, workers: int, *, for_apply: bool = False
-    ) -> tuple[Consul, Desired, Plan]:
+    ) -> tuple[Consul, ApplyTarget, Plan]:
         """Every input checked first (for apply, the secrets folder too), then Consul read."""
-        from provision.acl.apply import check_secrets_dir, plan_against
+        from provision.acl.apply import ApplyTarget, check_secrets_dir
 
-        desired = _desired(self.spec, self.templates_dir)
+        target = ApplyTarget(_desired(self.spec, self.templates_dir), self.secrets_dir, self.prune)
         if for_apply:
             check_secrets_dir(self.secrets_dir)
         consul = connection.connect().with_pool(workers)
-        computed = plan_against(
-            consul, desired, self.secrets_dir, prune=self.prune, concurrency=workers
-        )
-        return consul, desired, computed
+        return consul, target, target.plan(consul, workers)
 
 
 def plan_command(
@@ -202,14 +200,12 @@ def _apply(
     from provision.acl.apply import apply_spec
 
     workers = _concurrency(concurrency)
-    consul, desired, planned = flags.plan(connection, workers, for_apply=True)
+    consul, target, planned = flags.plan(connection, workers, for_apply=True)
     with _progress(enabled=not as_json and planned.has_changes) as tick:
         result = apply_spec(
             consul,
-            desired,
-            flags.secrets_dir,
+            target,
             planned,
-            prune=flags.prune,
             concurrency=workers,
             progress=tick,
             lock_wait=_lock_wait(lock_wait),

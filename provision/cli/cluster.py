@@ -88,15 +88,12 @@ def up(
     ] = None,
 ) -> None:
     """Start (or recover) the cluster, bootstrap ACLs, and wait until every agent is healthy."""
-    from provision.cluster.local import cluster_up
+    from provision.cluster.local import ClusterShape, cluster_up
 
     result = cluster_up(
         state_dir,
-        subnet=subnet,
-        workers=workers,
+        ClusterShape(subnet=subnet, workers=workers, netns=netns, tls=tls),
         templates_dir=templates_dir,
-        netns=netns,
-        tls=tls,
     )
     started = ", ".join(result.started) or "none (all were running)"
     typer.echo(f"{result.consul.describe()}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -63,17 +64,22 @@ TimelineOption = Annotated[
 PROBLEMS_SHOWN = 10  # lines about records not read, per job; the rest are counted
 
 
+@dataclass(frozen=True)
+class HistoryFlags:
+    """history's own flags (their order is --help's): which jobs and ticks, and how shown."""
+
+    spec_file: options.SpecFile = options.DEFAULT_SPEC
+    job: JobOption = None
+    since: Since = None
+    limit: Limit = None
+    as_json: AsJson = False
+    tick: TickOption = None
+    show_timeline: TimelineOption = False
+
+
+@options.flags_command(HistoryFlags)
 @options.consul_command
-def history(
-    connection: options.Connection,
-    spec_file: options.SpecFile = options.DEFAULT_SPEC,
-    job: JobOption = None,
-    since: Since = None,
-    limit: Limit = None,
-    as_json: AsJson = False,
-    tick: TickOption = None,
-    show_timeline: TimelineOption = False,
-) -> None:
+def history(connection: options.Connection, flags: HistoryFlags) -> None:
     """Each tick of each job from its ledger: who ran it, how it ended, and when.
 
     Who ran it (the record's word), LockIndex, outcome, exit status, duration, start lag, and
@@ -81,16 +87,16 @@ def history(
     """
     from provision.ledger.history import Wanted, read_history
 
-    earliest = _since(since)  # refused before the spec or Consul is read
-    wanted_tick = _tick(tick, job, show_timeline)
-    jobs = scheduled_jobs(spec_file, job)
+    earliest = _since(flags.since)  # refused before the spec or Consul is read
+    wanted_tick = _tick(flags.tick, flags.job, flags.show_timeline)
+    jobs = scheduled_jobs(flags.spec_file, flags.job)
     consul = connection.connect()
     if wanted_tick is not None:
-        _show_tick(consul, jobs[0], wanted_tick, as_json)
+        _show_tick(consul, jobs[0], wanted_tick, flags.as_json)
         return
     histories = []
     for j in jobs:
-        count = limit or j.history_limit
+        count = flags.limit or j.history_limit
         wanted = Wanted(count)
         if earliest is not None:
             wanted = Wanted(count, earliest.moment, back=earliest.back)
@@ -99,14 +105,14 @@ def history(
         histories.append(shown.newest(count))
     for found in histories:
         _report_problems(found)
-    if as_json:
+    if flags.as_json:
         typer.echo(json.dumps([h.to_record() for h in histories], indent=2))
         return
-    if show_timeline:
+    if flags.show_timeline:
         _print_timelines(histories)
         return
     if not histories:
-        typer.echo(f"no job in {spec_file} has a schedule: no ledger to show")
+        typer.echo(f"no job in {flags.spec_file} has a schedule: no ledger to show")
     for found in histories:
         _print(found)
 

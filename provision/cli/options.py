@@ -14,7 +14,7 @@ import functools
 import inspect
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Concatenate, ParamSpec, TypeVar
 
@@ -117,9 +117,9 @@ class Connection:
 
     def settings(self) -> ConsulSettings:
         """Settings from these flags, then Consul's environment, then defaults."""
-        from provision.consul import resolve_settings
+        from provision.consul import GivenSettings, resolve_settings
 
-        return resolve_settings(
+        given = GivenSettings(
             address=self.address,
             token_file=self.token_file,
             timeout=self.timeout,
@@ -128,6 +128,7 @@ class Connection:
             client_key=self.client_key,
             verify_tls=None if self.tls_skip_verify is None else not self.tls_skip_verify,
         )
+        return resolve_settings(given)
 
     def connect(self) -> Consul:
         return connect(self.settings())
@@ -151,6 +152,18 @@ def consul_command(command: Callable[Concatenate[Connection, P], R]) -> Callable
     return with_flags(Connection, command)
 
 
+def flags_command(
+    group: type[G],
+) -> Callable[[Callable[Concatenate[G, P], R]], Callable[P, R]]:
+    """A decorator: the command's own flags are the fields of the dataclass `group` (each
+    annotated with its typer.Option), first in --help; it receives them as one `group`."""
+
+    def decorate(command: Callable[Concatenate[G, P], R]) -> Callable[P, R]:
+        return with_flags(group, command, first=True)
+
+    return decorate
+
+
 def with_flags(
     group: type[G], command: Callable[Concatenate[G, P], R], *, first: bool = False
 ) -> Callable[P, R]:
@@ -163,7 +176,11 @@ def with_flags(
     hints = typing.get_type_hints(group, include_extras=True)
     flags = [
         inspect.Parameter(
-            f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=hints[f.name]
+            f.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            # a field without a default is a required flag (dataclasses mark it MISSING)
+            default=inspect.Parameter.empty if f.default is MISSING else f.default,
+            annotation=hints[f.name],
         )
         for f in fields(group)
     ]
@@ -177,7 +194,7 @@ def with_flags(
     @functools.wraps(command)
     def with_group(*args: P.args, **kwargs: P.kwargs) -> R:
         given: dict[str, Any] = kwargs
-        bundle = group(**{flag.name: given.pop(flag.name, flag.default) for flag in flags})
+        bundle = group(**{flag.name: given.pop(flag.name) for flag in flags if flag.name in given})
         return command(bundle, *args, **kwargs)
 
     with_group.__signature__ = signature  # type: ignore[attr-defined]

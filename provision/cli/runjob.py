@@ -289,7 +289,7 @@ def _taken_once_logged_in(
     return tick_taken(worker_config, job_config, chosen.tick, events, token=token)
 
 
-def _catch_up(
+def _catch_up(  # noqa: PLR0913 (until this shape runs on the tick core)
     consul: Consul,
     job: JobConfig,
     worker: str,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -20,35 +21,48 @@ SUMMARY_LIMIT = 400  # characters of one check's summary or warning in the table
 EVIDENCE_LIMIT = 1000  # characters of one evidence line
 
 
+Inventory = Annotated[
+    Path | None,
+    typer.Option("--inventory", help='JSON {"worker": "http://addr:8500"} over the spec.'),
+]
+Only = Annotated[list[str] | None, typer.Option("--only", help="Run only this check (repeatable).")]
+Slow = Annotated[bool, typer.Option("--slow", help="Also run ttl-expiry (~30 s).")]
+AsJson = Annotated[bool, typer.Option("--json", help="Print the report as JSON.")]
+Evidence = Annotated[
+    bool, typer.Option("--evidence", help="Show every check's evidence, not only failures'.")
+]
+Junit = Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML.")]
+BearerTokenFiles = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--bearer-token-file",
+        metavar="WORKER=FILE",
+        help="A JWT the worker's identity carries, for the login checks (repeatable); a "
+        "name that is no worker: a stranger's JWT, which must be refused.",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class VerifyFlags:
+    """verify's own flags (their order is --help's): the spec and the workers' token files and
+    addresses, which checks, how to report them, and the JWTs for the login checks."""
+
+    spec_file: options.SpecFile = options.DEFAULT_SPEC
+    secrets_dir: options.SecretsDir = options.DEFAULT_SECRETS_DIR
+    templates_dir: options.TemplatesDir = None
+    inventory: Inventory = None
+    only: Only = None
+    slow: Slow = False
+    as_json: AsJson = False
+    evidence: Evidence = False
+    junit: Junit = None
+    bearer_token_files: BearerTokenFiles = None
+
+
+@options.flags_command(VerifyFlags)
 @options.consul_command
-def verify(
-    connection: options.Connection,
-    spec_file: options.SpecFile = options.DEFAULT_SPEC,
-    secrets_dir: options.SecretsDir = options.DEFAULT_SECRETS_DIR,
-    templates_dir: options.TemplatesDir = None,
-    inventory: Annotated[
-        Path | None,
-        typer.Option("--inventory", help='JSON {"worker": "http://addr:8500"} over the spec.'),
-    ] = None,
-    only: Annotated[
-        list[str] | None, typer.Option("--only", help="Run only this check (repeatable).")
-    ] = None,
-    slow: Annotated[bool, typer.Option("--slow", help="Also run ttl-expiry (~30 s).")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
-    evidence: Annotated[
-        bool, typer.Option("--evidence", help="Show every check's evidence, not only failures'.")
-    ] = False,
-    junit: Annotated[Path | None, typer.Option("--junit", help="Also write JUnit XML.")] = None,
-    bearer_token_files: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--bearer-token-file",
-            metavar="WORKER=FILE",
-            help="A JWT the worker's identity carries, for the login checks (repeatable); a "
-            "name that is no worker: a stranger's JWT, which must be refused.",
-        ),
-    ] = None,
-) -> None:
+def verify(connection: options.Connection, flags: VerifyFlags) -> None:
     """Prove the locks and ACLs on a live cluster; exit 1 if any check fails.
 
     The management token (CONSUL_HTTP_TOKEN_FILE or --token-file) is used only for the checks
@@ -60,20 +74,20 @@ def verify(
     from provision.verify.context import VerifyContext, load_workers
     from provision.verify.report import junit_xml
 
-    spec = load_spec(spec_file)
-    checks = select_checks(only or [], slow)
+    spec = load_spec(flags.spec_file)
+    checks = select_checks(flags.only or [], flags.slow)
     settings = connection.settings()
-    templates = find_templates_dir(templates_dir)  # a wrong folder is bad input, not a FAIL
-    workers = load_workers(spec, secrets_dir, inventory)
+    templates = find_templates_dir(flags.templates_dir)  # a wrong folder: bad input, not a FAIL
+    workers = load_workers(spec, flags.secrets_dir, flags.inventory)
     context = VerifyContext(spec, settings, workers, templates_dir=templates)
-    context.bearer_tokens = _bearer_tokens(bearer_token_files or [])
+    context.bearer_tokens = _bearer_tokens(flags.bearer_token_files or [])
     report = run_verification(context, checks)
-    if junit is not None:
-        junit.write_text(junit_xml(report), encoding="utf-8")
-    if as_json:
+    if flags.junit is not None:
+        flags.junit.write_text(junit_xml(report), encoding="utf-8")
+    if flags.as_json:
         typer.echo(json.dumps(report.to_record(), indent=2))
     else:
-        _print(report, evidence)
+        _print(report, flags.evidence)
     if not report.passed:
         raise typer.Exit(EXIT_FAILED)
 

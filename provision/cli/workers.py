@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -28,66 +28,82 @@ OldTokenDir = Annotated[
 ]
 
 
-def worker_config(
-    ctx: typer.Context,
-    out: Annotated[Path, typer.Option("--out", help="Folder: one sub-folder per worker.")],
-    worker: Annotated[
-        list[str] | None, typer.Option("--worker", "-w", help="A worker (repeatable).")
-    ] = None,
-    all_workers: Annotated[bool, typer.Option("--all", help="Every worker in the spec.")] = False,
-    spec_file: options.SpecFile = options.DEFAULT_SPEC,
-    secrets_dir: options.SecretsDir = options.DEFAULT_SECRETS_DIR,
-    token_dir: OldTokenDir = None,
-    config_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--config-dir",
-            help="Where lockctl.json lives on the worker \\[default: the output folder itself].",
-        ),
-    ] = None,
-    lockctl_bin: Annotated[
-        str, typer.Option("--lockctl", help="The lockctl program the systemd units run.")
-    ] = "/usr/local/bin/lockctl",
-    tls_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--tls-dir",
-            envvar="LOCKCTL_TLS_DIR",
-            help="Folder of the TLS files ON THE WORKER: ca.pem, <worker>.pem, <worker>-key.pem "
-            "(for agents that speak https://).",
-        ),
-    ] = None,
-    bearer_token_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--bearer-token-file",
-            help="Where a worker with an identity in the spec finds its JWT ON THE WORKER (it "
-            "logs in with it, no token file) \\[default: /var/run/secrets/tokens/consul].",
-            show_default=False,
-        ),
-    ] = None,
-    templates_dir: options.TemplatesDir = None,
-    kubernetes: Annotated[
-        bool,
-        typer.Option(
-            "--kubernetes",
-            help="Instead: per set of agentless workers <set>-0..N-1, <set>.yaml with a "
-            "StatefulSet of `lockctl schedule`, its ServiceAccount and ConfigMap.",
-        ),
-    ] = False,
-    image: Annotated[
-        str,
-        typer.Option(
-            "--image",
-            help="With --kubernetes: the image that has lockctl \\[default: the one `make image` "
-            "builds, localhost/lockctl:VERSION].",
-            show_default=False,
-        ),
-    ] = DEFAULT_IMAGE,
-    namespace: Annotated[
-        str, typer.Option("--namespace", help="With --kubernetes: the pods' namespace.")
-    ] = "default",
-) -> None:
+Out = Annotated[Path, typer.Option("--out", help="Folder: one sub-folder per worker.")]
+Workers = Annotated[list[str] | None, typer.Option("--worker", "-w", help="A worker (repeatable).")]
+AllWorkers = Annotated[bool, typer.Option("--all", help="Every worker in the spec.")]
+ConfigDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--config-dir",
+        help="Where lockctl.json lives on the worker \\[default: the output folder itself].",
+    ),
+]
+LockctlProgram = Annotated[
+    str, typer.Option("--lockctl", help="The lockctl program the systemd units run.")
+]
+TlsDir = Annotated[
+    Path | None,
+    typer.Option(
+        "--tls-dir",
+        envvar="LOCKCTL_TLS_DIR",
+        help="Folder of the TLS files ON THE WORKER: ca.pem, <worker>.pem, <worker>-key.pem "
+        "(for agents that speak https://).",
+    ),
+]
+BearerTokenFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--bearer-token-file",
+        help="Where a worker with an identity in the spec finds its JWT ON THE WORKER (it "
+        "logs in with it, no token file) \\[default: /var/run/secrets/tokens/consul].",
+        show_default=False,
+    ),
+]
+Kubernetes = Annotated[
+    bool,
+    typer.Option(
+        "--kubernetes",
+        help="Instead: per set of agentless workers <set>-0..N-1, <set>.yaml with a "
+        "StatefulSet of `lockctl schedule`, its ServiceAccount and ConfigMap.",
+    ),
+]
+Image = Annotated[
+    str,
+    typer.Option(
+        "--image",
+        help="With --kubernetes: the image that has lockctl \\[default: the one `make image` "
+        "builds, localhost/lockctl:VERSION].",
+        show_default=False,
+    ),
+]
+Namespace = Annotated[
+    str, typer.Option("--namespace", help="With --kubernetes: the pods' namespace.")
+]
+
+
+@dataclass(frozen=True)
+class WorkerConfigFlags:
+    """worker-config's flags (their order is --help's): where the files go, for which workers,
+    from which spec; where things are ON THE WORKER; with --kubernetes, what the pods run."""
+
+    out: Out
+    worker: Workers = None
+    all_workers: AllWorkers = False
+    spec_file: options.SpecFile = options.DEFAULT_SPEC
+    secrets_dir: options.SecretsDir = options.DEFAULT_SECRETS_DIR
+    token_dir: OldTokenDir = None
+    config_dir: ConfigDir = None
+    lockctl_bin: LockctlProgram = "/usr/local/bin/lockctl"
+    tls_dir: TlsDir = None
+    bearer_token_file: BearerTokenFile = None
+    templates_dir: options.TemplatesDir = None
+    kubernetes: Kubernetes = False
+    image: Image = DEFAULT_IMAGE
+    namespace: Namespace = "default"
+
+
+@options.flags_command(WorkerConfigFlags)
+def worker_config(flags: WorkerConfigFlags, ctx: typer.Context) -> None:
     """Write each worker's runner config, env file and systemd units (no secrets).
 
     --secrets-dir, --config-dir and --tls-dir say where the token file, lockctl.json and the
@@ -98,28 +114,24 @@ def worker_config(
     from provision.system.templates import find_templates_dir
     from provision.workers.files import Placement, write_worker_files
 
-    on_worker = _secrets_dir_on_worker(ctx, secrets_dir, token_dir)
-    spec = load_spec(spec_file)
-    if all_workers == bool(worker):
+    on_worker = _secrets_dir_on_worker(ctx, flags.secrets_dir, flags.token_dir)
+    spec = load_spec(flags.spec_file)
+    if flags.all_workers == bool(flags.worker):
         raise InputError("give --worker NAME (repeatable) or --all, not both or neither")
-    if kubernetes:
-        chosen = list(worker or [])
-        # The image's own entry point runs lockctl, unless --lockctl names the program to run
-        typed = ctx.get_parameter_source("lockctl_bin")
-        program = lockctl_bin if typed is not None and typed.name == "COMMANDLINE" else None
-        _kubernetes(spec, chosen, out, (image, namespace, program), tls_dir, templates_dir)
+    if flags.kubernetes:
+        _kubernetes(spec, flags, _typed(ctx, "lockctl_bin"))
         return
-    names = [w.name for w in spec.workers] if all_workers else list(worker or [])
-    placement = Placement(
-        config_dir, on_worker.absolute(), lockctl_bin, tls_dir.absolute() if tls_dir else None
-    )
-    if bearer_token_file is not None:  # checked as an absolute path with the other flags
-        placement = replace(placement, bearer_token_file=bearer_token_file)
+    names = [w.name for w in spec.workers] if flags.all_workers else list(flags.worker or [])
+    tls_dir = flags.tls_dir.absolute() if flags.tls_dir else None
+    placement = Placement(flags.config_dir, on_worker.absolute(), flags.lockctl_bin, tls_dir)
+    if flags.bearer_token_file is not None:  # checked as an absolute path with the other flags
+        placement = replace(placement, bearer_token_file=flags.bearer_token_file)
     # Every folder a worker's files go into, checked before the first file is written.
+    out = flags.out
     folders = [out, *(out / name for name in names), *(out / name / "systemd" for name in names)]
     require_writable_folders("--out", folders)
     for result in write_worker_files(
-        spec, names, out, find_templates_dir(templates_dir), placement
+        spec, names, out, find_templates_dir(flags.templates_dir), placement
     ):
         typer.echo(f"{result.worker}: {len(result.files)} files in {out / result.worker}")
         if result.jobs_without_unit:
@@ -127,49 +139,43 @@ def worker_config(
             typer.echo(f"  no systemd unit for {jobs} (needs both schedule and command)")
 
 
+def _typed(ctx: typer.Context, name: str) -> bool:
+    """Whether the flag of parameter `name` was given on the command line (not env, default)."""
+    source = ctx.get_parameter_source(name)  # click's ParameterSource
+    return source is not None and source.name == "COMMANDLINE"
+
+
 def _secrets_dir_on_worker(ctx: typer.Context, secrets_dir: Path, token_dir: Path | None) -> Path:
     """--secrets-dir, or its old name --token-dir, which wins over LOCKCTL_SECRETS_DIR as it did
     before the rename; both on one command line is a mistake unless they agree."""
     if token_dir is None:
         return secrets_dir
-    source = ctx.get_parameter_source("secrets_dir")  # click's ParameterSource
-    typed = source is not None and source.name == "COMMANDLINE"
-    if typed and secrets_dir != token_dir:
+    if _typed(ctx, "secrets_dir") and secrets_dir != token_dir:
         raise InputError(f"--secrets-dir {secrets_dir} and --token-dir {token_dir}: give one")
     typer.echo("lockctl: warning: --token-dir is deprecated: use --secrets-dir", err=True)
     return token_dir
 
 
-def _kubernetes(
-    spec: Spec,
-    chosen: list[str],
-    out: Path,
-    pod: tuple[str, str, str | None],  # --image, --namespace, --lockctl (None: the entry point)
-    tls_dir: Path | None,
-    templates_dir: Path | None,
-) -> None:
-    """--kubernetes: the manifests of the chosen workers' sets (--all: every agentless one)."""
+def _kubernetes(spec: Spec, flags: WorkerConfigFlags, lockctl_typed: bool) -> None:
+    """--kubernetes: the manifests of the chosen workers' sets (--all: every agentless one).
+    The image's own entry point runs lockctl, unless --lockctl names the program to run."""
     from provision.system.files import require_writable_folders
     from provision.system.templates import find_templates_dir
-    from provision.workers.kubernetes import write_kubernetes
+    from provision.workers.kubernetes import Pods, write_kubernetes
 
-    names = chosen or [w.name for w in spec.workers if w.agentless]
+    names = list(flags.worker or []) or [w.name for w in spec.workers if w.agentless]
     known = {w.name for w in spec.workers}
     unknown = [name for name in names if name not in known]
     if unknown or not names:
         what = f"--worker {unknown[0]}: not a worker" if unknown else "no agentless worker"
         raise InputError(f"{what} in {spec.path}")
-    require_writable_folders("--out", [out])
-    tls = tls_dir.absolute() if tls_dir else None
-    image, namespace, lockctl = pod
-    for path in write_kubernetes(
-        spec,
-        names,
-        out,
-        find_templates_dir(templates_dir),
-        image=image,
-        namespace=namespace,
-        tls_dir=tls,
-        lockctl=lockctl,
-    ):
+    require_writable_folders("--out", [flags.out])
+    pods = Pods(
+        image=flags.image,
+        namespace=flags.namespace,
+        lockctl=flags.lockctl_bin if lockctl_typed else None,
+        tls_dir=flags.tls_dir.absolute() if flags.tls_dir else None,
+    )
+    templates = find_templates_dir(flags.templates_dir)
+    for path in write_kubernetes(spec, names, flags.out, templates, pods):
         typer.echo(f"wrote {path}")

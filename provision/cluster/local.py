@@ -93,21 +93,29 @@ class UpResult:
     seconds: float
 
 
+@dataclass(frozen=True)
+class ClusterShape:
+    """The cluster `up` is asked for. A cluster already recorded in the state folder is
+    recovered as it was started where a field is None (and stays a namespace cluster)."""
+
+    subnet: str | None = None  # None: as recorded, else DEFAULT_SUBNET (DEFAULT_NETNS_SUBNET)
+    workers: int | None = None  # None: as recorded, else DEFAULT_WORKERS
+    netns: bool = False
+    tls: bool | None = None  # None: as recorded, else DEFAULT_TLS
+
+
 def cluster_up(
     state_dir: Path,
+    shape: ClusterShape = ClusterShape(),  # frozen, so a shared default is safe
     *,
-    subnet: str | None = None,  # None: DEFAULT_SUBNET, or DEFAULT_NETNS_SUBNET with netns
-    workers: int | None = None,  # None: as recorded, else DEFAULT_WORKERS
     templates_dir: Path | None = None,
     log_level: str = "info",
     deadline: float = START_DEADLINE,
-    netns: bool = False,
-    tls: bool | None = None,  # None: as recorded, else DEFAULT_TLS
 ) -> UpResult:
     """Bring the cluster to healthy and bootstrapped, starting only what is not running."""
     began = time.monotonic()
     give_up = Deadline(deadline)
-    layout, fresh = _layout_for_up(state_dir, subnet, workers, netns, tls)
+    layout, fresh = _layout_for_up(state_dir, shape)
     if layout.netns_prefix is not None:
         ns.require_root()
     binary = install_consul()
@@ -220,10 +228,9 @@ def _no_cluster(state_dir: Path) -> LocalEnvironmentError:
     return LocalEnvironmentError(f"no cluster in {state_dir} (start one: lockctl cluster up)")
 
 
-def _layout_for_up(
-    state_dir: Path, subnet: str | None, workers: int | None, netns: bool, tls: bool | None
-) -> tuple[ClusterLayout, bool]:
+def _layout_for_up(state_dir: Path, shape: ClusterShape) -> tuple[ClusterLayout, bool]:
     """The layout to bring up, and whether it is new (nothing recorded yet)."""
+    subnet, workers, netns, tls = shape.subnet, shape.workers, shape.netns, shape.tls
     existing = load_layout(state_dir)
     if existing is not None and workers is None:
         workers = len(existing.workers)  # recovering: keep what was started

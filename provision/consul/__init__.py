@@ -31,6 +31,7 @@ from provision.consul.errors import (
 )
 from provision.consul.settings import (
     ConsulSettings,
+    GivenSettings,
     check_tls_files,
     normalize_address,
     resolve_settings,
@@ -63,6 +64,7 @@ __all__ = [
     "ConsulServerError",
     "ConsulSettings",
     "ConsulUnavailable",
+    "GivenSettings",
     "KVOp",
     "NotFound",
     "PermissionDenied",

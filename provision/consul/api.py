@@ -15,7 +15,10 @@ from provision.consul.keys import checked_key
 from provision.consul.models import KVEntry, Policy, ReadMeta, Session, Token
 from provision.consul.transport import (
     DEFAULT_TOKEN,
+    IDEMPOTENT,
+    Call,
     RetryPolicy,
+    Sending,
     TokenChoice,
     Transport,
     quote_path,
@@ -41,37 +44,39 @@ class StatusAPI(_Area):
         """The raft leader's address, or "" while there is none.
         GET /v1/status/leader"""
         answer = self._transport.request(
-            "GET", "/v1/status/leader", idempotent=True, retry=retry, timeout=timeout
+            Call("GET", "/v1/status/leader"), Sending(idempotent=True, retry=retry, timeout=timeout)
         )
         return str(answer.body or "")
 
     def peers(self) -> list[str]:
         """The raft peers' addresses.
         GET /v1/status/peers"""
-        return list(self._transport.request("GET", "/v1/status/peers", idempotent=True).body)
+        return list(self._transport.request(Call("GET", "/v1/status/peers"), IDEMPOTENT).body)
 
 
 class AgentAPI(_Area):
     def self(self, *, token: TokenChoice = DEFAULT_TOKEN) -> dict[str, Any]:
         """The agent's configuration and member record (needs agent read).
         GET /v1/agent/self"""
-        answer = self._transport.request("GET", "/v1/agent/self", token=token, idempotent=True)
+        answer = self._transport.request(Call("GET", "/v1/agent/self", token=token), IDEMPOTENT)
         return dict(answer.body)
 
     def members(self) -> list[dict[str, Any]]:
         """The LAN members this agent sees.
         GET /v1/agent/members"""
-        return list(self._transport.request("GET", "/v1/agent/members", idempotent=True).body)
+        return list(self._transport.request(Call("GET", "/v1/agent/members"), IDEMPOTENT).body)
 
     def set_agent_token(self, secret: Secret) -> None:
         """Give the agent the token it uses for its own operations (node registration).
         PUT /v1/agent/token/agent"""
         self._transport.request(
-            "PUT",
-            "/v1/agent/token/agent",
-            json_body={"Token": secret.reveal()},
-            idempotent=True,
-            redact=(secret,),
+            Call(
+                "PUT",
+                "/v1/agent/token/agent",
+                json_body={"Token": secret.reveal()},
+                redact=(secret,),
+            ),
+            IDEMPOTENT,
         )
 
 
@@ -80,28 +85,30 @@ class HealthAPI(_Area):
         """Every health check in `state` (any, passing, warning, critical), on every node.
         GET /v1/health/state/:state"""
         path = "/v1/health/state/" + quote_path(state)
-        return list(self._transport.request("GET", path, idempotent=True).body or ())
+        return list(self._transport.request(Call("GET", path), IDEMPOTENT).body or ())
 
 
 class ACLAPI(_Area):
     def bootstrap(self, *, retry: RetryPolicy | None = None) -> Token:
         """Create the initial management token (only once per cluster).
         PUT /v1/acl/bootstrap"""
-        return Token.from_api(self._transport.request("PUT", "/v1/acl/bootstrap", retry=retry).body)
+        return Token.from_api(
+            self._transport.request(Call("PUT", "/v1/acl/bootstrap"), Sending(retry=retry)).body
+        )
 
     def create_policy(self, name: str, rules: str, description: str = "") -> Policy:
         """Create a policy.
         PUT /v1/acl/policy"""
         body = {"Name": name, "Rules": rules, "Description": description}
         return Policy.from_api(
-            self._transport.request("PUT", "/v1/acl/policy", json_body=body).body
+            self._transport.request(Call("PUT", "/v1/acl/policy", json_body=body)).body
         )
 
     def read_policy(self, policy_id: str) -> Policy:
         """Read a policy by ID.
         GET /v1/acl/policy/:id"""
         path = "/v1/acl/policy/" + quote_path(policy_id)
-        return Policy.from_api(self._transport.request("GET", path, idempotent=True).body)
+        return Policy.from_api(self._transport.request(Call("GET", path), IDEMPOTENT).body)
 
     def read_policy_by_name(self, name: str) -> Policy | None:
         """Read a policy by name, or None if there is none (Consul 1.7.3+).
@@ -113,7 +120,7 @@ class ACLAPI(_Area):
         """
         path = "/v1/acl/policy/name/" + quote_path(name)
         try:
-            return Policy.from_api(self._transport.request("GET", path, idempotent=True).body)
+            return Policy.from_api(self._transport.request(Call("GET", path), IDEMPOTENT).body)
         except NotFound:
             return None
         except PermissionDenied:
@@ -125,20 +132,20 @@ class ACLAPI(_Area):
         PUT /v1/acl/policy/:id"""
         body = {"ID": policy_id, "Name": name, "Rules": rules, "Description": description}
         path = "/v1/acl/policy/" + quote_path(policy_id)
-        answer = self._transport.request("PUT", path, json_body=body, idempotent=True)
+        answer = self._transport.request(Call("PUT", path, json_body=body), IDEMPOTENT)
         return Policy.from_api(answer.body)
 
     def delete_policy(self, policy_id: str) -> None:
         """Delete a policy.
         DELETE /v1/acl/policy/:id"""
         self._transport.request(
-            "DELETE", "/v1/acl/policy/" + quote_path(policy_id), idempotent=True
+            Call("DELETE", "/v1/acl/policy/" + quote_path(policy_id)), IDEMPOTENT
         )
 
     def list_policies(self) -> list[Policy]:
         """Every policy, without rules (one request whatever the count).
         GET /v1/acl/policies"""
-        answer = self._transport.request("GET", "/v1/acl/policies", idempotent=True)
+        answer = self._transport.request(Call("GET", "/v1/acl/policies"), IDEMPOTENT)
         return [Policy.from_api(raw) for raw in answer.body or ()]
 
     def create_token(
@@ -151,18 +158,20 @@ class ACLAPI(_Area):
             "Policies": [{"Name": name} for name in policy_names],
             "Local": local,
         }
-        return Token.from_api(self._transport.request("PUT", "/v1/acl/token", json_body=body).body)
+        return Token.from_api(
+            self._transport.request(Call("PUT", "/v1/acl/token", json_body=body)).body
+        )
 
     def read_token(self, accessor_id: str) -> Token:
         """Read a token by accessor ID (the answer holds the secret for a management caller).
         GET /v1/acl/token/:accessor_id"""
         path = "/v1/acl/token/" + quote_path(accessor_id)
-        return Token.from_api(self._transport.request("GET", path, idempotent=True).body)
+        return Token.from_api(self._transport.request(Call("GET", path), IDEMPOTENT).body)
 
     def read_self_token(self, *, token: TokenChoice = DEFAULT_TOKEN) -> Token:
         """Read the token the call is made with.
         GET /v1/acl/token/self"""
-        answer = self._transport.request("GET", "/v1/acl/token/self", token=token, idempotent=True)
+        answer = self._transport.request(Call("GET", "/v1/acl/token/self", token=token), IDEMPOTENT)
         return Token.from_api(answer.body)
 
     def update_token(self, accessor_id: str, description: str, policy_names: list[str]) -> Token:
@@ -175,19 +184,19 @@ class ACLAPI(_Area):
         }
         path = "/v1/acl/token/" + quote_path(accessor_id)
         return Token.from_api(
-            self._transport.request("PUT", path, json_body=body, idempotent=True).body
+            self._transport.request(Call("PUT", path, json_body=body), IDEMPOTENT).body
         )
 
     def delete_token(self, accessor_id: str) -> None:
         """Revoke a token.
         DELETE /v1/acl/token/:accessor_id"""
         path = "/v1/acl/token/" + quote_path(accessor_id)
-        self._transport.request("DELETE", path, idempotent=True)
+        self._transport.request(Call("DELETE", path), IDEMPOTENT)
 
     def list_tokens(self) -> list[Token]:
         """Every token, without secrets (one request whatever the count).
         GET /v1/acl/tokens"""
-        answer = self._transport.request("GET", "/v1/acl/tokens", idempotent=True)
+        answer = self._transport.request(Call("GET", "/v1/acl/tokens"), IDEMPOTENT)
         return [Token.from_api(raw) for raw in answer.body or ()]
 
 
@@ -220,7 +229,7 @@ class SessionAPI(_Area):
         # which holds nothing and ends with its TTL. Clients see 500 "stream closed" for a while
         # after a server restarts, and a runner must not skip its tick for that.
         answer = self._transport.request(
-            "PUT", "/v1/session/create", json_body=body, token=token, idempotent=True
+            Call("PUT", "/v1/session/create", json_body=body, token=token), IDEMPOTENT
         )
         return str(answer.body["ID"])
 
@@ -232,7 +241,7 @@ class SessionAPI(_Area):
         PUT /v1/session/renew/:id"""
         path = "/v1/session/renew/" + quote_path(session_id)
         answer = self._transport.request(
-            "PUT", path, idempotent=True, timeout=timeout, retry=retry, urgent=True
+            Call("PUT", path), Sending(idempotent=True, timeout=timeout, retry=retry, urgent=True)
         )
         return Session.from_api(answer.body[0])
 
@@ -240,14 +249,14 @@ class SessionAPI(_Area):
         """Invalidate the session; its locks are released after LockDelay.
         PUT /v1/session/destroy/:id"""
         path = "/v1/session/destroy/" + quote_path(session_id)
-        return bool(self._transport.request("PUT", path, token=token, idempotent=True).body)
+        return bool(self._transport.request(Call("PUT", path, token=token), IDEMPOTENT).body)
 
     def info(self, session_id: str, *, consistency: str = "default") -> Session | None:
         """The session, or None if it does not exist (any more).
         GET /v1/session/info/:id"""
         path = "/v1/session/info/" + quote_path(session_id)
         answer = self._transport.request(
-            "GET", path, params=_consistency(consistency), idempotent=True
+            Call("GET", path, params=_consistency(consistency)), IDEMPOTENT
         )
         return Session.from_api(answer.body[0]) if answer.body else None
 
@@ -255,7 +264,7 @@ class SessionAPI(_Area):
         """All sessions, or those of one node.
         GET /v1/session/list, GET /v1/session/node/:node"""
         path = "/v1/session/list" if node is None else "/v1/session/node/" + quote_path(node)
-        answer = self._transport.request("GET", path, idempotent=True)
+        answer = self._transport.request(Call("GET", path), IDEMPOTENT)
         return [Session.from_api(raw) for raw in answer.body or ()]
 
 
@@ -284,9 +293,8 @@ class KVAPI(_Area):
             # Consul adds up to wait/16 of jitter; the client timeout must outlast both.
             timeout = self._transport.settings.timeout + wait * 17 / 16
         try:
-            answer = self._key_request(
-                "GET", key, params, token, idempotent=True, timeout=timeout, max_bytes=max_bytes
-            )
+            call = Call("GET", _key_path(key), params=params, token=token, max_bytes=max_bytes)
+            answer = self._transport.request(call, Sending(idempotent=True, timeout=timeout))
         except NotFound as missing:
             absent = ConsulResponse(404, None, missing.headers)
             return None, _meta(absent)
@@ -296,7 +304,8 @@ class KVAPI(_Area):
         """Every key under `prefix` with its value ([] when there is none).
         GET /v1/kv/:prefix?recurse"""
         try:
-            answer = self._key_request("GET", prefix, {"recurse": ""}, token, idempotent=True)
+            call = Call("GET", _key_path(prefix), params={"recurse": ""}, token=token)
+            answer = self._transport.request(call, IDEMPOTENT)
         except NotFound:
             return []
         return [KVEntry.from_api(raw) for raw in answer.body or ()]
@@ -322,9 +331,8 @@ class KVAPI(_Area):
         if separator is not None:
             params["separator"] = separator
         try:
-            answer = self._key_request(
-                "GET", prefix, params, token, idempotent=True, max_bytes=max_bytes
-            )
+            call = Call("GET", _key_path(prefix), params, token=token, max_bytes=max_bytes)
+            answer = self._transport.request(call, IDEMPOTENT)
         except NotFound as missing:
             return [], _meta(ConsulResponse(404, None, missing.headers))
         names = answer.body if isinstance(answer.body, list) else []
@@ -350,7 +358,8 @@ class KVAPI(_Area):
             params["release"] = release
         if cas is not None:
             params["cas"] = cas
-        answer = self._key_request("PUT", key, params, token, data=value, retry=retry)
+        call = Call("PUT", _key_path(key), params, data=value, token=token)
+        answer = self._transport.request(call, Sending(retry=retry))
         return answer.body is True
 
     def delete(
@@ -368,21 +377,14 @@ class KVAPI(_Area):
             params["cas"] = cas
         if recurse:
             params["recurse"] = "true"
-        answer = self._key_request("DELETE", key, params, token, idempotent=cas is None)
+        call = Call("DELETE", _key_path(key), params, token=token)
+        answer = self._transport.request(call, Sending(idempotent=cas is None))
         return answer.body is True
 
-    def _key_request(
-        self,
-        method: str,
-        key: str,
-        params: dict[str, str | int],
-        token: TokenChoice,
-        **options: Any,
-    ) -> ConsulResponse:
-        """One call on /v1/kv/:key; `options` go to the transport as they are."""
-        return self._transport.request(
-            method, "/v1/kv/" + quote_path(checked_key(key)), params=params, token=token, **options
-        )
+
+def _key_path(key: str) -> str:
+    """/v1/kv/:key, the key checked and quoted."""
+    return "/v1/kv/" + quote_path(checked_key(key))
 
 
 def _consistency(mode: str) -> dict[str, str | int]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from provision.consul.transport import Transport, quote_path
+from provision.consul.transport import IDEMPOTENT, Call, Transport, quote_path
 
 
 class CatalogAPI:
@@ -23,17 +23,17 @@ class CatalogAPI:
         PUT /v1/catalog/register"""
         body = {"Node": node, "Address": address}
         # Idempotent: the same node at the same address again changes nothing.
-        self._transport.request("PUT", "/v1/catalog/register", json_body=body, idempotent=True)
+        self._transport.request(Call("PUT", "/v1/catalog/register", json_body=body), IDEMPOTENT)
 
     def deregister_node(self, node: str) -> None:
         """Remove `node` from the catalog (and so end every session on it).
         PUT /v1/catalog/deregister"""
         body = {"Node": node}
-        self._transport.request("PUT", "/v1/catalog/deregister", json_body=body, idempotent=True)
+        self._transport.request(Call("PUT", "/v1/catalog/deregister", json_body=body), IDEMPOTENT)
 
     def node(self, node: str) -> dict[str, Any] | None:
         """The node's catalog entry (Node, Address, ...), or None when it is not registered.
         GET /v1/catalog/node/:node"""
         path = "/v1/catalog/node/" + quote_path(node)
-        answer = self._transport.request("GET", path, idempotent=True)
+        answer = self._transport.request(Call("GET", path), IDEMPOTENT)
         return dict(answer.body["Node"]) if answer.body else None

@@ -11,7 +11,7 @@ from provision.consul.catalog import CatalogAPI
 from provision.consul.clock import AgentClock
 from provision.consul.identity import IdentityAPI
 from provision.consul.settings import ConsulSettings
-from provision.consul.transport import RetryPolicy, Transport
+from provision.consul.transport import HTTPPool, RetryPolicy, Transport
 from provision.consul.txn import TxnAPI
 
 if TYPE_CHECKING:
@@ -44,14 +44,14 @@ class Consul:
         agent_clock: AgentClock | None = None,
     ) -> None:
         self._batch_txns = batch_txns
-        transport = Transport(
-            settings,
+        pool = HTTPPool.open(
+            settings.address,
             session=session,
             pool_size=pool_size,
-            retry=retry or RetryPolicy(),
             max_in_flight=max_in_flight,
             agent_clock=agent_clock,
         )
+        transport = Transport(settings, pool, retry=retry or RetryPolicy())
         self._attach(transport)
 
     def _attach(self, transport: Transport) -> None:

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from provision.consul.errors import PermissionDenied
-from provision.consul.transport import Transport, quote_path
+from provision.consul.transport import IDEMPOTENT, Call, Transport, quote_path
 from provision.system.secrets import Secret
 
 
@@ -136,47 +136,49 @@ class IdentityAPI:
     def list_auth_methods(self) -> list[AuthMethodInfo]:
         """Every auth method, without its Config.
         GET /v1/acl/auth-methods"""
-        answer = self._transport.request("GET", "/v1/acl/auth-methods", idempotent=True)
+        answer = self._transport.request(Call("GET", "/v1/acl/auth-methods"), IDEMPOTENT)
         return [AuthMethodInfo.from_api(raw) for raw in answer.body or ()]
 
     def read_auth_method(self, name: str) -> AuthMethodInfo:
         """One auth method with its Config.
         GET /v1/acl/auth-method/:name"""
         path = "/v1/acl/auth-method/" + quote_path(name)
-        return AuthMethodInfo.from_api(self._transport.request("GET", path, idempotent=True).body)
+        return AuthMethodInfo.from_api(self._transport.request(Call("GET", path), IDEMPOTENT).body)
 
     def create_auth_method(self, body: dict[str, Any]) -> AuthMethodInfo:
         """Create an auth method from Consul's own fields (Name, Type, Config, ...).
         PUT /v1/acl/auth-method"""
-        answer = self._transport.request("PUT", "/v1/acl/auth-method", json_body=body)
+        answer = self._transport.request(Call("PUT", "/v1/acl/auth-method", json_body=body))
         return AuthMethodInfo.from_api(answer.body)
 
     def update_auth_method(self, body: dict[str, Any]) -> AuthMethodInfo:
         """Replace an auth method's fields (its Name and Type stay).
         PUT /v1/acl/auth-method/:name"""
         path = "/v1/acl/auth-method/" + quote_path(str(body["Name"]))
-        answer = self._transport.request("PUT", path, json_body=body, idempotent=True)
+        answer = self._transport.request(Call("PUT", path, json_body=body), IDEMPOTENT)
         return AuthMethodInfo.from_api(answer.body)
 
     def delete_auth_method(self, name: str) -> None:
         """Delete an auth method (Consul deletes its binding rules and its tokens with it).
         DELETE /v1/acl/auth-method/:name"""
         path = "/v1/acl/auth-method/" + quote_path(name)
-        self._transport.request("DELETE", path, idempotent=True)
+        self._transport.request(Call("DELETE", path), IDEMPOTENT)
 
     # --- roles ------------------------------------------------------------------------------
 
     def list_roles(self) -> list[Role]:
         """Every ACL role with its policy links.
         GET /v1/acl/roles"""
-        answer = self._transport.request("GET", "/v1/acl/roles", idempotent=True)
+        answer = self._transport.request(Call("GET", "/v1/acl/roles"), IDEMPOTENT)
         return [Role.from_api(raw) for raw in answer.body or ()]
 
     def create_role(self, name: str, description: str, policy_names: list[str]) -> Role:
         """Create a role holding the named policies.
         PUT /v1/acl/role"""
         body = _role_body(name, description, policy_names)
-        return Role.from_api(self._transport.request("PUT", "/v1/acl/role", json_body=body).body)
+        return Role.from_api(
+            self._transport.request(Call("PUT", "/v1/acl/role", json_body=body)).body
+        )
 
     def update_role(
         self, role_id: str, name: str, description: str, policy_names: list[str]
@@ -185,20 +187,20 @@ class IdentityAPI:
         PUT /v1/acl/role/:id"""
         body = {"ID": role_id, **_role_body(name, description, policy_names)}
         path = "/v1/acl/role/" + quote_path(role_id)
-        answer = self._transport.request("PUT", path, json_body=body, idempotent=True)
+        answer = self._transport.request(Call("PUT", path, json_body=body), IDEMPOTENT)
         return Role.from_api(answer.body)
 
     def delete_role(self, role_id: str) -> None:
         """Delete a role.
         DELETE /v1/acl/role/:id"""
-        self._transport.request("DELETE", "/v1/acl/role/" + quote_path(role_id), idempotent=True)
+        self._transport.request(Call("DELETE", "/v1/acl/role/" + quote_path(role_id)), IDEMPOTENT)
 
     # --- binding rules ----------------------------------------------------------------------
 
     def list_binding_rules(self) -> list[BindingRule]:
         """Every binding rule, of every auth method.
         GET /v1/acl/binding-rules"""
-        answer = self._transport.request("GET", "/v1/acl/binding-rules", idempotent=True)
+        answer = self._transport.request(Call("GET", "/v1/acl/binding-rules"), IDEMPOTENT)
         return [BindingRule.from_api(raw) for raw in answer.body or ()]
 
     def create_binding_rule(
@@ -207,7 +209,7 @@ class IdentityAPI:
         """Create a rule giving role `role` to logins through `auth_method` that match.
         PUT /v1/acl/binding-rule"""
         body = _rule_body(auth_method, description, selector, role)
-        answer = self._transport.request("PUT", "/v1/acl/binding-rule", json_body=body)
+        answer = self._transport.request(Call("PUT", "/v1/acl/binding-rule", json_body=body))
         return BindingRule.from_api(answer.body)
 
     def update_binding_rule(
@@ -217,14 +219,14 @@ class IdentityAPI:
         PUT /v1/acl/binding-rule/:id"""
         body = {"ID": rule_id, **_rule_body(auth_method, description, selector, role)}
         path = "/v1/acl/binding-rule/" + quote_path(rule_id)
-        answer = self._transport.request("PUT", path, json_body=body, idempotent=True)
+        answer = self._transport.request(Call("PUT", path, json_body=body), IDEMPOTENT)
         return BindingRule.from_api(answer.body)
 
     def delete_binding_rule(self, rule_id: str) -> None:
         """Delete a binding rule.
         DELETE /v1/acl/binding-rule/:id"""
         path = "/v1/acl/binding-rule/" + quote_path(rule_id)
-        self._transport.request("DELETE", path, idempotent=True)
+        self._transport.request(Call("DELETE", path), IDEMPOTENT)
 
     # --- login ------------------------------------------------------------------------------
 
@@ -234,7 +236,7 @@ class IdentityAPI:
         POST /v1/acl/login"""
         body = {"AuthMethod": auth_method, "BearerToken": bearer_token.reveal()}
         answer = self._transport.request(
-            "POST", "/v1/acl/login", json_body=body, token=None, redact=(bearer_token,)
+            Call("POST", "/v1/acl/login", json_body=body, token=None, redact=(bearer_token,))
         )
         return LoginToken.from_api(answer.body)
 
@@ -245,7 +247,7 @@ class IdentityAPI:
         GET /v1/acl/token/self?stale"""
         try:
             path, stale = "/v1/acl/token/self", {"stale": ""}
-            self._transport.request("GET", path, params=stale, token=token, idempotent=True)
+            self._transport.request(Call("GET", path, params=stale, token=token), IDEMPOTENT)
         except PermissionDenied:
             return False
         return True
@@ -253,7 +255,7 @@ class IdentityAPI:
     def logout(self, token: Secret) -> None:
         """Destroy a token that login made, with that token itself.
         POST /v1/acl/logout"""
-        self._transport.request("POST", "/v1/acl/logout", token=token, idempotent=True)
+        self._transport.request(Call("POST", "/v1/acl/logout", token=token), IDEMPOTENT)
 
 
 def _role_body(name: str, description: str, policy_names: list[str]) -> dict[str, Any]:

@@ -120,34 +120,46 @@ def _path(value: str | Path | None) -> Path | None:
     return Path(value) if value else None
 
 
-def resolve_settings(
-    *,
-    address: str | None = None,
-    token_file: Path | None = None,
-    ca_cert: Path | None = None,
-    client_cert: Path | None = None,
-    client_key: Path | None = None,
-    verify_tls: bool | None = None,
-    timeout: float | None = None,
-    env: Mapping[str, str] | None = None,
-    given_by: Mapping[str, str] | None = None,
-    bearer_token_file: Path | None = None,
-) -> ConsulSettings:
-    """Build settings from explicit values (flags), then Consul's environment variables.
+@dataclass(frozen=True)
+class GivenSettings:
+    """What a caller names explicitly (flags, a worker config's consul block). None: not
+    given, so Consul's environment variable applies, else the default."""
 
-    `given_by`: what to call an explicit TLS file (or the token file) in an error, by argument
-    name (a worker config's `FILE: consul.cert_file`); by default its flag (`--client-cert`). A
-    file that came from the environment is named by its variable.
+    address: str | None = None
+    token_file: Path | None = None
+    ca_cert: Path | None = None
+    client_cert: Path | None = None
+    client_key: Path | None = None
+    verify_tls: bool | None = None
+    timeout: float | None = None
+    bearer_token_file: Path | None = None  # the JWT a worker logs in with
+    # (field, what to call it in an error) for an explicit TLS file or token file (a worker
+    # config's `FILE: consul.cert_file`); by default its flag (`--client-cert`)
+    given_by: tuple[tuple[str, str], ...] = ()
+
+
+def resolve_settings(
+    given: GivenSettings = GivenSettings(),  # frozen, so a shared default is safe
+    *,
+    env: Mapping[str, str] | None = None,
+) -> ConsulSettings:
+    """Build settings from `given` (flags), then Consul's environment variables (`env`,
+    default: the process's), then defaults.
+
+    A file that came from the environment is named in an error by its variable, an explicit one
+    as `given.given_by` says, else by its flag.
 
     A token is taken from `token_file`, else CONSUL_HTTP_TOKEN_FILE, else CONSUL_HTTP_TOKEN, as
     the consul CLI does. There is deliberately no way to pass a token secret as a flag: argv is
     visible to every user of the machine.
     """
     env = os.environ if env is None else env
+    given_by = dict(given.given_by)
     force_https = bool(_flag(env.get("CONSUL_HTTP_SSL"), "CONSUL_HTTP_SSL"))
-    raw_address = address or env.get("CONSUL_HTTP_ADDR") or DEFAULT_ADDRESS
+    raw_address = given.address or env.get("CONSUL_HTTP_ADDR") or DEFAULT_ADDRESS
     token: Secret | None = None
-    token_label = (given_by or {}).get("token_file") if token_file is not None else None
+    token_file = given.token_file
+    token_label = given_by.get("token_file") if token_file is not None else None
     if token_file is None and env.get("CONSUL_HTTP_TOKEN_FILE"):
         token_file = Path(env["CONSUL_HTTP_TOKEN_FILE"])
     if token_file is not None:
@@ -159,12 +171,12 @@ def resolve_settings(
         address=normalize_address(raw_address, force_https=force_https),
         token=token,
         token_file=token_file,
-        ca_cert=ca_cert or _path(env.get("CONSUL_CACERT")),
-        client_cert=client_cert or _path(env.get("CONSUL_CLIENT_CERT")),
-        client_key=client_key or _path(env.get("CONSUL_CLIENT_KEY")),
-        verify_tls=verify_tls if verify_tls is not None else env_verify is not False,
-        timeout=timeout if timeout is not None else DEFAULT_TIMEOUT,
-        bearer_token_file=bearer_token_file,
+        ca_cert=given.ca_cert or _path(env.get("CONSUL_CACERT")),
+        client_cert=given.client_cert or _path(env.get("CONSUL_CLIENT_CERT")),
+        client_key=given.client_key or _path(env.get("CONSUL_CLIENT_KEY")),
+        verify_tls=given.verify_tls if given.verify_tls is not None else env_verify is not False,
+        timeout=given.timeout if given.timeout is not None else DEFAULT_TIMEOUT,
+        bearer_token_file=given.bearer_token_file,
     )
     if (settings.client_key is None) != (settings.client_cert is None) and settings.client_key:
         raise InputError("CONSUL_CLIENT_KEY is set without CONSUL_CLIENT_CERT")
@@ -172,7 +184,11 @@ def resolve_settings(
         raise InputError(
             f"--timeout {settings.timeout:g}: must be above 0 and at most {MAX_TIMEOUT:g}"
         )
-    explicit = {"ca_cert": ca_cert, "client_cert": client_cert, "client_key": client_key}
+    explicit = {
+        "ca_cert": given.ca_cert,
+        "client_cert": given.client_cert,
+        "client_key": given.client_key,
+    }
     labels = {f: _tls_label(f, explicit[f] is not None, given_by) for f, _ in _tls_files(settings)}
     for field, tls_file in _tls_files(settings):
         # requests would raise a bare OSError on the first call instead of an InputError.

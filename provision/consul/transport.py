@@ -21,8 +21,8 @@ import os
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Final, NamedTuple
+from dataclasses import dataclass, field
+from typing import Any, Final
 from urllib.parse import quote
 
 import requests
@@ -112,55 +112,110 @@ def quote_path(*segments: str) -> str:
     return "/".join(quote(segment, safe="/") for segment in segments)
 
 
-class _Call(NamedTuple):
-    """One HTTP call's arguments, as the retry loop hands them to each attempt."""
+@dataclass(frozen=True)
+class Call:
+    """What one call asks of Consul, sent again as it is by every attempt.
+
+    `token`: the settings' token by default, or another (None: none). `redact`: secrets sent
+    in the body (not the header), scrubbed from any error body quoted in an exception, like the
+    token is. `answers`: error statuses that are answers to this call (a transaction's 409
+    carries which operation failed), returned with their decoded body instead of raised.
+    `max_bytes`: the answer's body is read as it comes and the call ends with AnswerTooLarge,
+    the connection closed, once it passes that many bytes (Consul has no size filter: a value
+    anyone may write is read whole).
+    """
 
     method: str
     path: str
-    params: Mapping[str, str | int] | None
-    json_body: Any
-    data: bytes | None
-    token: Secret | None
-    redact: tuple[Secret, ...]
-    answers: tuple[int, ...]
+    params: Mapping[str, str | int] | None = None
+    json_body: Any = None
+    data: bytes | None = None
+    token: TokenChoice = DEFAULT_TOKEN
+    redact: tuple[Secret, ...] = ()
+    answers: tuple[int, ...] = ()
     max_bytes: int | None = None
 
 
+@dataclass(frozen=True)
+class Sending:
+    """How a call is sent. `idempotent`: safe to send again after a read timeout or a 5xx
+    (a connection never opened is always retried). `timeout`: the whole call's, retries
+    included (None: the settings'). `retry`: None: the transport's. `urgent`: before other
+    waiting calls, when calls at once are limited (CallGate)."""
+
+    idempotent: bool = False
+    timeout: float | None = None
+    retry: RetryPolicy | None = None
+    urgent: bool = False
+
+
+IDEMPOTENT = Sending(idempotent=True)
+
+
+@dataclass(frozen=True)
+class HTTPPool:
+    """What transports derived from one another share: the `requests.Session` and its
+    connections, the count of requests sent over it, the limit on calls at once (None: none),
+    the agent's clock learnt from the answers, and the time seams (tests drive them)."""
+
+    session: requests.Session
+    count: RequestCount = field(default_factory=RequestCount)
+    gate: CallGate | None = None
+    agent_clock: AgentClock | None = None
+    clock: Callable[[], float] = time.monotonic
+    sleep: Callable[[float], None] = time.sleep
+
+    @classmethod
+    def open(
+        cls,
+        address: str,
+        *,
+        session: requests.Session | None = None,
+        pool_size: int | None = None,
+        max_in_flight: int | None = None,
+        agent_clock: AgentClock | None = None,
+    ) -> HTTPPool:
+        """A pool for the agent at `address`: over `session` (tests inject one), else a new
+        one keeping `pool_size` connections open (see `_session_for`); at most `max_in_flight`
+        calls at once, blocking queries aside."""
+        if session is None:
+            session = _session_for(address, pool_size)
+        gate = None if max_in_flight is None else CallGate(max_in_flight, time.monotonic)
+        return cls(session, gate=gate, agent_clock=agent_clock)
+
+
 class Transport:
-    """Sends requests to one Consul agent over an injected `requests.Session`, counting them."""
+    """Sends requests to one Consul agent over a shared `HTTPPool`, counting them."""
 
     def __init__(
         self,
         settings: ConsulSettings,
+        pool: HTTPPool | None = None,  # None: a new pool of its own
         *,
-        session: requests.Session | None = None,
-        pool_size: int | None = None,
         retry: RetryPolicy = RetryPolicy(),  # frozen, so a shared default is safe
-        clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], None] = time.sleep,
-        count: RequestCount | None = None,
-        max_in_flight: int | CallGate | None = None,
         tokens: TokenSource | None = None,
-        agent_clock: AgentClock | None = None,
     ) -> None:
         self.settings = settings
+        self.pool = pool if pool is not None else HTTPPool.open(settings.address)
         # the token sent by default: the settings' own, until a refusal finds another in its file
         self.tokens = tokens or TokenSource(settings.token, token_file_to_reread(settings))
-        self.agent_clock = agent_clock  # learns the agent's clock from every answer's Date
-        # At most this many calls at once (blocking queries aside), the others wait their turn
-        # within their own timeout: a scheduler whose 300 jobs tick at once would otherwise
-        # open 300 connections (TLS handshakes, Consul's 200 per client address) at :00.
-        self._gate = (
-            CallGate(max_in_flight, clock) if isinstance(max_in_flight, int) else max_in_flight
-        )
-        self.session = session if session is not None else _session_for(settings.address, pool_size)
         self.retry = retry
-        self.count = count if count is not None else RequestCount()
-        self._clock = clock
-        self._sleep = sleep
         # Fixed for the transport's life, like the session's proxies: not re-read per request.
         self._tls_verify = self._verify()
         self._tls_cert = self._client_cert()
+
+    @property
+    def session(self) -> requests.Session:
+        return self.pool.session
+
+    @property
+    def count(self) -> RequestCount:
+        return self.pool.count
+
+    @property
+    def agent_clock(self) -> AgentClock | None:
+        """Learns the agent's clock from every answer's Date."""
+        return self.pool.agent_clock
 
     def derive(
         self, *, settings: ConsulSettings | None = None, retry: RetryPolicy | None = None
@@ -173,60 +228,29 @@ class Transport:
         )
         return Transport(
             settings if settings is not None else self.settings,
-            session=self.session,
+            self.pool,
             retry=retry if retry is not None else self.retry,
-            clock=self._clock,
-            sleep=self._sleep,
-            count=self.count,
-            max_in_flight=self._gate,
             tokens=self.tokens if same_token else None,
-            agent_clock=self.agent_clock,
         )
 
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str | int] | None = None,
-        json_body: Any = None,
-        data: bytes | None = None,
-        token: TokenChoice = DEFAULT_TOKEN,
-        idempotent: bool = False,
-        timeout: float | None = None,
-        retry: RetryPolicy | None = None,
-        redact: tuple[Secret, ...] = (),
-        answers: tuple[int, ...] = (),
-        urgent: bool = False,
-        max_bytes: int | None = None,
-    ) -> ConsulResponse:
-        """Send one call (with retries where safe); return the answer or raise a ConsulError.
-
-        `redact` names secrets sent in the body (not the header): they are scrubbed from any
-        error body quoted in an exception, like the token is. `answers`: error statuses that are
-        answers to this call (a transaction's 409 carries which operation failed), returned
-        with their decoded body instead of raised. `urgent`: before other waiting calls, when
-        calls at once are limited (CallGate). `max_bytes`: the answer's body is read as it
-        comes and the call ends with AnswerTooLarge, the connection closed, once it passes that
-        many bytes (Consul has no size filter: a value anyone may write is read whole).
-        """
-        policy = retry if retry is not None else self.retry
-        default = isinstance(token, _DefaultToken)
-        chosen = self.tokens.current if isinstance(token, _DefaultToken) else token
-        budget = timeout if timeout is not None else self.settings.timeout
-        started = self._clock()
+    def request(self, call: Call, sending: Sending = Sending()) -> ConsulResponse:
+        """Send one call (with retries where safe); return the answer or raise a ConsulError."""
+        method, path = call.method, call.path
+        policy = sending.retry if sending.retry is not None else self.retry
+        default = isinstance(call.token, _DefaultToken)
+        chosen = self.tokens.current if isinstance(call.token, _DefaultToken) else call.token
+        budget = sending.timeout if sending.timeout is not None else self.settings.timeout
+        clock = self.pool.clock
+        started = clock()
         ends_at = started + budget  # every attempt, pause and retry ends by then
         retries_until = started + min(policy.deadline, budget)
         backoff = policy.first_backoff
         attempt = 0
         while True:
             attempt += 1
-            left = ends_at - self._clock()
+            left = ends_at - clock()
             try:
-                call = _Call(
-                    method, path, params, json_body, data, chosen, redact, answers, max_bytes
-                )
-                return self._send_once(call, left, urgent)
+                return self._send_once(call, chosen, left, sending.urgent)
             except PermissionDenied:
                 # a rotated token: the file holds a new one (once per call, whatever the policy:
                 # a 403 is an answer, refused before anything was applied)
@@ -236,36 +260,40 @@ class Transport:
                 log.debug("%s %s: token refused; retrying with its file's new one", method, path)
                 chosen, default = fresh, False
             except (ConsulUnavailable, ConsulHTTPError) as exc:
-                if not _retryable(exc, idempotent):
+                if not _retryable(exc, sending.idempotent):
                     raise
                 pause = min(backoff, policy.max_backoff) * random.uniform(0.5, 1.0)  # noqa: S311
-                resume = self._clock() + pause
+                resume = clock() + pause
                 if resume > retries_until or ends_at - resume < MIN_ATTEMPT:
                     raise
                 log.debug("retrying %s %s after %s (attempt %d)", method, path, exc, attempt)
-                self._sleep(pause)
+                self.pool.sleep(pause)
                 backoff *= 2
 
-    def _send_once(self, call: _Call, timeout: float, urgent: bool) -> ConsulResponse:
-        params = call.params
+    def _send_once(
+        self, call: Call, token: Secret | None, timeout: float, urgent: bool
+    ) -> ConsulResponse:
+        params, gate, clock = call.params, self.pool.gate, self.pool.clock
         blocking = params is not None and "index" in params  # a watch: it holds its connection
-        if self._gate is None or blocking:
-            return self._send(call, timeout)
-        began = self._clock()
-        if not self._gate.enter(max(timeout, 0.0), urgent=urgent):
+        if gate is None or blocking:
+            return self._send(call, token, timeout)
+        began = clock()
+        if not gate.enter(max(timeout, 0.0), urgent=urgent):
             where = f"{call.method} {call.path} on {self.settings.address}"
             raise unavailable(where, requests.exceptions.Timeout("no turn within the timeout"))
         try:
-            return self._send(call, timeout - (self._clock() - began))
+            return self._send(call, token, timeout - (clock() - began))
         finally:
-            self._gate.leave()
+            gate.leave()
 
-    def _send(self, call: _Call, timeout: float) -> ConsulResponse:
-        method, path, params, json_body, data, token, redact, answers, max_bytes = call
+    def _send(self, call: Call, token: Secret | None, timeout: float) -> ConsulResponse:
+        """One attempt of `call`, sent with `token` (None: none) within `timeout` seconds."""
+        method, path, max_bytes = call.method, call.path, call.max_bytes
         url = f"{self.settings.address}{path}"
         where = f"{method} {path} on {self.settings.address}"
         headers = {"X-Consul-Token": token.reveal()} if token else {}
-        started = self._clock()
+        clock = self.pool.clock
+        started = clock()
         self.count.add_one()
         if timeout <= 0:  # the call's deadline passed before it could be sent: no answer in time
             raise unavailable(where, requests.exceptions.Timeout("the call's time ran out"))
@@ -273,9 +301,9 @@ class Transport:
             answer = self.session.request(
                 method,
                 url,
-                params=params,
-                json=json_body,
-                data=data,
+                params=call.params,
+                json=call.json_body,
+                data=call.data,
                 headers=headers,
                 # total: connecting and every read share `timeout`, as a float would give
                 # each of them all of it (the stubs do not know urllib3's Timeout; requests does).
@@ -289,13 +317,14 @@ class Transport:
                 self._read_capped(answer, max_bytes, where, started + timeout)
         except requests.exceptions.RequestException as exc:
             raise unavailable(where, exc) from None
-        received = self._clock()
+        received = clock()
         if self.agent_clock is not None:  # an error's answer tells the agent's clock too
             self.agent_clock.observe(started, received, answer_date(answer.headers))
         elapsed_ms = (received - started) * 1000
         log.debug("%s -> %d in %.1f ms", where, answer.status_code, elapsed_ms)
-        if answer.status_code >= 300 and answer.status_code not in answers:
-            body = excerpt(answer.text, (token, self.settings.token, self.tokens.current, *redact))
+        if answer.status_code >= 300 and answer.status_code not in call.answers:
+            secrets = (token, self.settings.token, self.tokens.current, *call.redact)
+            body = excerpt(answer.text, secrets)
             if answer.status_code == 400 and PLAIN_HTTP_REFUSAL in body:
                 raise speaks_https(where, self.settings.address, body)
             # answer.headers stays case-insensitive: a proxy or HTTP/2 may lower-case names.
@@ -321,7 +350,7 @@ class Transport:
                     raise AnswerTooLarge(
                         f"consul: {where}: answer over {max_bytes} bytes: not read further"
                     )
-                if self._clock() > ends_at:
+                if self.pool.clock() > ends_at:
                     raise unavailable(where, requests.exceptions.Timeout("reading the answer"))
                 chunks.append(chunk)
         except BaseException:

@@ -23,7 +23,7 @@ from provision.consul.batch import MAX_OPERATIONS, TxnBatcher
 from provision.consul.errors import PermissionDenied
 from provision.consul.keys import checked_key
 from provision.consul.models import KVEntry
-from provision.consul.transport import DEFAULT_TOKEN, TokenChoice, Transport
+from provision.consul.transport import DEFAULT_TOKEN, Call, Sending, TokenChoice, Transport
 from provision.system.text import printable
 
 READ_VERBS = frozenset({"get", "get-tree", "check-index", "check-session", "check-not-exists"})
@@ -153,15 +153,16 @@ class TxnAPI:
     ) -> TxnAnswer:
         """One transaction, as Consul answered it (errors of denied operations included)."""
         answer = self._transport.request(
-            "PUT",
-            "/v1/txn",
-            params={"stale": ""} if stale else None,
-            json_body=[op.to_api() for op in operations],
-            token=token,
-            answers=(409,),
-            urgent=urgent,
-            idempotent=stale,  # a read-only transaction changes nothing: safe to send again
-            max_bytes=max_bytes,
+            Call(
+                "PUT",
+                "/v1/txn",
+                params={"stale": ""} if stale else None,
+                json_body=[op.to_api() for op in operations],
+                token=token,
+                answers=(409,),
+                max_bytes=max_bytes,
+            ),
+            Sending(urgent=urgent, idempotent=stale),
         )
         body = answer.body if isinstance(answer.body, dict) else {}
         errors = tuple(_error(raw) for raw in body.get("Errors") or ())

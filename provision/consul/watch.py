@@ -12,7 +12,7 @@ from provision.consul.answers import ConsulResponse
 from provision.consul.errors import NotFound
 from provision.consul.keys import checked_key
 from provision.consul.models import KVEntry
-from provision.consul.transport import Transport, quote_path
+from provision.consul.transport import Call, Sending, Transport, quote_path
 
 
 def watch_tree(
@@ -30,7 +30,8 @@ def watch_tree(
     path = "/v1/kv/" + quote_path(checked_key(prefix))
     try:
         answer: ConsulResponse = transport.request(
-            "GET", path, params=params, idempotent=True, timeout=timeout, max_bytes=max_bytes
+            Call("GET", path, params=params, max_bytes=max_bytes),
+            Sending(idempotent=True, timeout=timeout),
         )
     except NotFound as missing:  # nothing under it (that this token may see)
         return [], _next_index(ConsulResponse(404, None, missing.headers).index, index)

@@ -58,7 +58,7 @@ MIN_DELAY_RETRY = 0.1
 STOP_POLL = 1.0  # seconds: the longest blocking wait while waiting for the lock (a stop's delay)
 
 
-def run_job(
+def run_job(  # noqa: PLR0913 (until this shape runs on the tick core)
     consul: Consul,
     job: JobConfig,
     worker: str,
@@ -134,7 +134,7 @@ def run_job(
     return replace(result, tick=lock.tick, start_lag=lag, housekeep_again=again)
 
 
-def _run_locked(
+def _run_locked(  # noqa: PLR0913 (until this shape runs on the tick core)
     lock: LockSession,
     command: Sequence[str],
     options: RunOptions,

@@ -176,7 +176,7 @@ def _unrun_records(
 class TickLock(LockSession):
     """The job's lock for one tick: acquired only with the tick's claim."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (until this shape runs on the tick core)
         self,
         consul: Consul,
         job: JobConfig,

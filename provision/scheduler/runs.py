@@ -24,7 +24,7 @@ from provision.scheduler.cadence import Cadence, after_read, after_run, tick_wor
 from provision.workers.config import JobConfig
 
 
-def scheduled_run(
+def scheduled_run(  # noqa: PLR0913 (until this shape runs on the tick core)
     consul: Consul,
     job: JobConfig,
     worker: str,

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from provision.consul.settings import GivenSettings
 from provision.errors import InputError
 from provision.system.files import UnreadableFile, read_regular_file
 
@@ -84,26 +85,26 @@ class WorkerConfig:
 
     def connection(self) -> dict[str, Any]:
         """The arguments of `provision.consul.resolve_settings` for this worker's agent: what the
-        config names wins over Consul's environment variables, as a flag would. A worker that
-        logs in starts with no token (Consul's token variables are not read for it)."""
-        login: dict[str, Any] = {}
-        if self.login is not None:
-            env = {k: v for k, v in os.environ.items() if k not in TOKEN_ENV}
-            login = {"env": env, "bearer_token_file": self.login.bearer_token_file}
-        return {
-            **login,
-            "address": self.address,
-            "token_file": self.token_file,
-            "ca_cert": self.tls.ca_file,
-            "client_cert": self.tls.cert_file,
-            "client_key": self.tls.key_file,
-            "given_by": {
-                "token_file": f"{self.path}: consul.token_file",
-                "ca_cert": f"{self.path}: consul.ca_file",
-                "client_cert": f"{self.path}: consul.cert_file",
-                "client_key": f"{self.path}: consul.key_file",
-            },
-        }
+        config names (`given`) wins over Consul's environment variables, as a flag would. A
+        worker that logs in starts with no token (Consul's token variables are not read for
+        it: `env` leaves them out)."""
+        given = GivenSettings(
+            address=self.address,
+            token_file=self.token_file,
+            ca_cert=self.tls.ca_file,
+            client_cert=self.tls.cert_file,
+            client_key=self.tls.key_file,
+            bearer_token_file=None if self.login is None else self.login.bearer_token_file,
+            given_by=(
+                ("token_file", f"{self.path}: consul.token_file"),
+                ("ca_cert", f"{self.path}: consul.ca_file"),
+                ("client_cert", f"{self.path}: consul.cert_file"),
+                ("client_key", f"{self.path}: consul.key_file"),
+            ),
+        )
+        if self.login is None:
+            return {"given": given}
+        return {"given": given, "env": {k: v for k, v in os.environ.items() if k not in TOKEN_ENV}}
 
     def job(self, name: str) -> JobConfig:
         for job in self.jobs:

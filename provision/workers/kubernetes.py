@@ -31,6 +31,9 @@ BEARER_NAME = "token"
 BEARER_FILE = f"{BEARER_DIR}/{BEARER_NAME}"  # consul.login.bearer_token_file in each config
 TOKEN_SECONDS = 3600  # the projected token's life; the kubelet renews it at 80 % of that
 PORT = 9464  # /metrics and /healthz (lockctl schedule --listen)
+# The pod's fsGroup, the image's group (docs/image.md): the kubelet makes the mounted Secret and
+# token files, root's, readable by it, so a container that does not run as root can read them.
+FS_GROUP = 10001
 TEMPLATES = ("serviceaccount.yaml.j2", "configmap.yaml.j2", "statefulset.yaml.j2")
 _MEMBER = re.compile(r"^(?P<set>[a-z0-9]([a-z0-9-]*[a-z0-9])?)-(?P<ordinal>0|[1-9][0-9]*)$")
 _DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -142,6 +145,7 @@ def render_set(
         "token_seconds": TOKEN_SECONDS,
         "tls_dir": str(tls_dir) if tls_dir else None,
         "port": PORT,
+        "fs_group": FS_GROUP,
         "longest_grace_job": longest.name,
         "longest_grace": math.ceil(longest.timings.kill_grace),
         "stop_margin": SCHEDULER_STOP_MARGIN,
@@ -168,24 +172,33 @@ def check_flags(image: str, namespace: str, lockctl: str | None) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Pods:
+    """What every pod of the sets runs: the image that has lockctl, the namespace, the program
+    (None: the image's entry point) and the folder of the TLS files in the pod."""
+
+    image: str
+    namespace: str
+    lockctl: str | None = None
+    tls_dir: Path | None = None
+
+
 def write_kubernetes(
-    spec: Spec,
-    names: list[str],
-    out_dir: Path,
-    templates_dir: Path,
-    *,
-    image: str,
-    namespace: str,
-    tls_dir: Path | None = None,
-    lockctl: str | None = None,
+    spec: Spec, names: list[str], out_dir: Path, templates_dir: Path, pods: Pods
 ) -> list[Path]:
     """Write `<set>.yaml` for every set the named workers form: all of them, or none."""
-    check_flags(image, namespace, lockctl)
+    check_flags(pods.image, pods.namespace, pods.lockctl)
     sets = worker_sets(spec, names)
     env = make_environment(templates_dir)
     files = {
         Path(f"{s.name}.yaml"): render_set(
-            spec, s, env, image=image, namespace=namespace, tls_dir=tls_dir, lockctl=lockctl
+            spec,
+            s,
+            env,
+            image=pods.image,
+            namespace=pods.namespace,
+            tls_dir=pods.tls_dir,
+            lockctl=pods.lockctl,
         )
         for s in sets
     }

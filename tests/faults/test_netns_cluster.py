@@ -15,7 +15,7 @@ from provision.cli import app
 from provision.cluster import netns as ns
 from provision.cluster.consul_binary import find_consul
 from provision.cluster.layout import default_layout, load_layout, save_layout
-from provision.cluster.local import cluster_down, cluster_status, cluster_up
+from provision.cluster.local import ClusterShape, cluster_down, cluster_status, cluster_up
 from provision.errors import EXIT_ENVIRONMENT, InputError
 from provision.system.processes import is_running, read_pid
 
@@ -73,7 +73,7 @@ def test_netns_without_root_is_a_clear_error(
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 def test_up_and_down_leave_nothing_behind(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
-    up = cluster_up(state_dir, workers=1, netns=True)
+    up = cluster_up(state_dir, ClusterShape(workers=1, netns=True))
     try:
         layout = up.status.layout
         assert up.status.healthy and layout.netns_prefix is not None

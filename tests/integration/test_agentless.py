@@ -21,9 +21,10 @@ from lockctl_process import LOCKCTL, eventually
 from procscan import pids_with
 from workers_lab import MintedWorkers, minted_workers
 
-from provision.cluster.local import cluster_down, cluster_up
+from provision.cluster.local import ClusterShape, cluster_down, cluster_up
 from provision.consul import Consul, ConsulError, PermissionDenied
 from provision.consul.models import Session
+from provision.consul.transport import IDEMPOTENT, Call
 from provision.system.processes import read_pid
 from provision.system.secrets import Secret
 from tests.conftest import LiveCluster
@@ -58,7 +59,7 @@ class PodCluster(LiveCluster):
 @pytest.fixture(scope="module")
 def own_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PodCluster]:
     state = tmp_path_factory.mktemp("agentless") / "state"
-    result = cluster_up(state, subnet=SUBNET, workers=1)
+    result = cluster_up(state, ClusterShape(subnet=SUBNET, workers=1))
     try:
         cluster = PodCluster(result.status)
         cluster.state_dir = state
@@ -209,7 +210,7 @@ def _voters(cluster: LiveCluster) -> int:
     the leader before then leaves one voter of two, and no election."""
     try:
         answer = cluster.management().transport.request(
-            "GET", "/v1/operator/raft/configuration", idempotent=True
+            Call("GET", "/v1/operator/raft/configuration"), IDEMPOTENT
         )
     except ConsulError:
         return 0

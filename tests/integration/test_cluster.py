@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from provision.cli import app
 from provision.cluster import tls
 from provision.cluster.layout import load_layout
-from provision.cluster.local import cluster_down, cluster_status, cluster_up
+from provision.cluster.local import ClusterShape, cluster_down, cluster_status, cluster_up
 from provision.consul import Consul
 from provision.consul.errors import PermissionDenied
 from provision.errors import EXIT_ENVIRONMENT, EXIT_FAILED
@@ -134,7 +134,7 @@ def test_status_of_a_missing_cluster_is_a_clear_error(tmp_path: Path) -> None:
 def test_lifecycle_up_crash_recover_down_up(tmp_path: Path) -> None:
     """up, kill -9 an agent, up recovers it, down stops every process, up again from scratch."""
     state_dir = tmp_path / "state"
-    first = cluster_up(state_dir, subnet=LIFECYCLE_SUBNET)
+    first = cluster_up(state_dir, ClusterShape(subnet=LIFECYCLE_SUBNET))
     try:
         assert first.bootstrapped and first.status.healthy
         layout = first.status.layout
@@ -148,7 +148,7 @@ def test_lifecycle_up_crash_recover_down_up(tmp_path: Path) -> None:
         _wait(lambda: not is_running(victim, str(layout.config_file(worker))))
         assert cluster_status(state_dir).healthy is False
 
-        recovered = cluster_up(state_dir, subnet=LIFECYCLE_SUBNET)
+        recovered = cluster_up(state_dir, ClusterShape(subnet=LIFECYCLE_SUBNET))
         assert recovered.started == (worker.name,)
         assert not recovered.bootstrapped
         assert recovered.status.healthy
@@ -169,7 +169,7 @@ def test_lifecycle_up_crash_recover_down_up(tmp_path: Path) -> None:
     (state_dir / "worker-1" / "my.log").unlink()
     (state_dir / "worker-1").rmdir()
 
-    again = cluster_up(state_dir, subnet=LIFECYCLE_SUBNET)
+    again = cluster_up(state_dir, ClusterShape(subnet=LIFECYCLE_SUBNET))
     try:
         assert again.bootstrapped and again.status.healthy
         assert layout.management_token_file.read_text().strip() != token
@@ -180,7 +180,8 @@ def test_lifecycle_up_crash_recover_down_up(tmp_path: Path) -> None:
 
 def test_status_exit_code_when_unhealthy(tmp_path: Path) -> None:
     state_dir = tmp_path / "state"
-    cluster_up(state_dir, subnet=LIFECYCLE_SUBNET, tls=False)  # the plain-HTTP cluster, too
+    # the plain-HTTP cluster, too
+    cluster_up(state_dir, ClusterShape(subnet=LIFECYCLE_SUBNET, tls=False))
     try:
         layout = cluster_status(state_dir).layout
         for agent in layout.workers:

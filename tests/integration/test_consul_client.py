@@ -26,6 +26,7 @@ from provision.consul import (
     PermissionDenied,
 )
 from provision.consul.models import Policy, Token
+from provision.consul.transport import Call, Sending
 from provision.system.secrets import Secret
 
 if TYPE_CHECKING:
@@ -285,7 +286,7 @@ def test_missing_policy_name_is_none(mgmt: Consul) -> None:
     name = unique("lockctl-test-missing")
     raw = mgmt.transport
     with pytest.raises((PermissionDenied, NotFound)) as caught:
-        raw.request("GET", f"/v1/acl/policy/name/{name}", retry=NO_RETRY)
+        raw.request(Call("GET", f"/v1/acl/policy/name/{name}"), Sending(retry=NO_RETRY))
     assert caught.value.status in (403, 404)  # 1.8.7: 403 "ACL not found"; newer: 404
     assert mgmt.acl.read_policy_by_name(name) is None
 

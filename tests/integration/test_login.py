@@ -29,6 +29,7 @@ from workers_lab import MintedWorkers, minted_workers, spec_text
 
 from provision.acl.render import render_policies
 from provision.consul import Consul, ConsulError
+from provision.consul.transport import Call
 from provision.errors import EXIT_DENIED
 from provision.spec import load_spec
 from provision.system.secrets import Secret
@@ -80,7 +81,9 @@ class Lab:
         """The accessors of the auth method's tokens in Consul; each one's secret is read and
         kept as a Secret (scripts/scan-secrets then searches the output for it)."""
         path = "/v1/acl/tokens"
-        listed = self.management.transport.request("GET", path, params={"authmethod": self.method})
+        listed = self.management.transport.request(
+            Call("GET", path, params={"authmethod": self.method})
+        )
         accessors = [str(token["AccessorID"]) for token in listed.body or ()]
         for accessor in accessors:
             with contextlib.suppress(ConsulError):  # logged out meanwhile

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from provision.consul import Consul
+from provision.consul.transport import Call, Sending
 from provision.ledger.records import TickOutcome
 from provision.ledger.store import Ledger
 from provision.runner.events import EventLog
@@ -69,14 +70,13 @@ def _count_calls(consul: Consul) -> dict[str, int]:
     counted: dict[str, int] = {"claim": 0, "tick read": 0, "ledger names": 0}
     sent = consul.transport.request
 
-    def counting(method: str, path: str, **kwargs: Any) -> Any:
-        params = kwargs.get("params") or {}
-        body = kwargs.get("json_body") or ()
-        if path == "/v1/txn" and any(op["KV"]["Verb"] == "check-not-exists" for op in body):
+    def counting(call: Call, *sending: Sending) -> Any:
+        method, path, params, body = call.method, call.path, call.params or {}, call.json_body
+        if path == "/v1/txn" and any(op["KV"]["Verb"] == "check-not-exists" for op in body or ()):
             counted["claim"] += 1
         elif method == "GET" and "/ticks/" in path and "index" not in params:
             counted["ledger names" if "keys" in params else "tick read"] += 1
-        return sent(method, path, **kwargs)
+        return sent(call, *sending)
 
     consul.transport.request = counting  # type: ignore[method-assign]
     return counted

@@ -19,7 +19,7 @@ from provision.acl.render import render_policies
 from provision.acl.state import desired_from_render
 from provision.cli import app
 from provision.cluster import tls
-from provision.cluster.local import cluster_down, cluster_up
+from provision.cluster.local import ClusterShape, cluster_down, cluster_up
 from provision.consul import Consul, KVOp
 from provision.ledger.records import TickRecord
 from provision.ledger.store import Claim, Ledger
@@ -295,7 +295,7 @@ def test_default_policy_allow_fails_acl_enabled(applied: Applied, tmp_path: Path
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(source.read_text().replace('"deny"', '"allow"'))
     state = tmp_path / "cluster"
-    up = cluster_up(state, subnet=ALLOW_SUBNET, templates_dir=templates)
+    up = cluster_up(state, ClusterShape(subnet=ALLOW_SUBNET), templates_dir=templates)
     try:
         layout = up.status.layout
         inventory = tmp_path / "inventory.json"

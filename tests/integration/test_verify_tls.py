@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from provision.cli import app
 from provision.cluster.layout import ClusterLayout
-from provision.cluster.local import cluster_down, cluster_env, cluster_up
+from provision.cluster.local import ClusterShape, cluster_down, cluster_env, cluster_up
 from provision.errors import EXIT_FAILED, EXIT_INPUT
 from provision.system.processes import stop_pidfile
 from provision.system.secrets import read_secret_file
@@ -89,7 +89,7 @@ def plain(
         yield _target(live.layout, folder)
         return
     state = folder / "state"  # the session cluster runs TLS: a plain one of our own
-    up = cluster_up(state, subnet=LIFECYCLE_SUBNET, workers=2, tls=False)
+    up = cluster_up(state, ClusterShape(subnet=LIFECYCLE_SUBNET, workers=2, tls=False))
     try:
         yield _target(up.status.layout, folder)
     finally:
@@ -135,7 +135,7 @@ class TestPlainCluster:
 def tls(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Target]:
     folder = tmp_path_factory.mktemp("verify-tls")
     state = folder / "state"
-    up = cluster_up(state, subnet=LIFECYCLE_SUBNET, workers=2, tls=True)
+    up = cluster_up(state, ClusterShape(subnet=LIFECYCLE_SUBNET, workers=2, tls=True))
     try:
         yield _target(up.status.layout, folder)
     finally:

@@ -19,7 +19,7 @@ from typing import ClassVar
 import pytest
 
 from provision.consul import Consul, ConsulSettings
-from provision.consul.transport import Transport
+from provision.consul.transport import Call, Transport
 
 AGENT = "http://127.0.3.99:8500"  # nothing listens here: only the proxy can answer
 PROXY_VARIABLES = (
@@ -82,7 +82,7 @@ def test_http_proxy_is_resolved_once_and_used(proxy: str, monkeypatch: pytest.Mo
     consul = Consul(ConsulSettings(address=AGENT, timeout=5.0))
     monkeypatch.delenv("HTTP_PROXY")  # read when the client was built, not per call
     assert consul.transport.session.proxies == {"http": proxy}
-    consul.transport.request("GET", "/v1/status/leader")
+    consul.transport.request(Call("GET", "/v1/status/leader"))
     assert _Proxy.seen == [f"{AGENT}/v1/status/leader"]
 
 

@@ -8,7 +8,14 @@ import threading
 import pytest
 import responses
 
-from provision.consul import NO_RETRY, Consul, ConsulServerError, ConsulSettings, RetryPolicy
+from provision.consul import (
+    NO_RETRY,
+    AgentClock,
+    Consul,
+    ConsulServerError,
+    ConsulSettings,
+    RetryPolicy,
+)
 from provision.system.secrets import Secret
 
 ADDRESS = "http://consul.test:8500"
@@ -46,6 +53,18 @@ def test_clients_sharing_a_pool_share_its_count() -> None:
     assert consul.requests_sent == other_token.requests_sent == 3
     assert other_token.transport.session is consul.transport.session
     assert (no_retry.retry, consul.retry) == (NO_RETRY, RetryPolicy())
+
+
+def test_derived_clients_share_one_pool_its_gate_and_agent_clock() -> None:
+    consul = Consul(ConsulSettings(address=ADDRESS), max_in_flight=2, agent_clock=AgentClock())
+    pool = consul.transport.pool
+    assert pool.gate is not None and pool.agent_clock is not None
+    other_token = consul.with_settings(token=Secret("22222222-3333-4444-5555-666666666666"))
+    for derived in (other_token, consul.with_retry(NO_RETRY)):
+        assert derived.transport.pool is pool
+    resized = consul.with_pool(4).transport.pool
+    assert resized.session is not pool.session and resized.count is not pool.count
+    assert resized.agent_clock is pool.agent_clock
 
 
 @responses.activate

@@ -12,6 +12,7 @@ from provision.consul.settings import (
     DEFAULT_ADDRESS,
     DEFAULT_TIMEOUT,
     ConsulSettings,
+    GivenSettings,
     normalize_address,
     resolve_settings,
 )
@@ -106,7 +107,7 @@ def test_consul_http_ssl_turns_a_bare_address_into_https() -> None:
 
 def test_address_flag_beats_the_environment() -> None:
     env = {"CONSUL_HTTP_ADDR": "http://10.0.0.1:8500"}
-    settings = resolve_settings(address="https://10.0.0.2:8501", env=env)
+    settings = resolve_settings(GivenSettings(address="https://10.0.0.2:8501"), env=env)
     assert settings.address == "https://10.0.0.2:8501"
 
 
@@ -131,7 +132,7 @@ def test_bad_address_is_an_input_error(bad: str) -> None:
     assert caught.value.exit_code == EXIT_INPUT
     assert "Consul address" in str(caught.value)
     with pytest.raises(InputError):
-        resolve_settings(address=bad, env={})
+        resolve_settings(GivenSettings(address=bad), env={})
 
 
 # --- token ----------------------------------------------------------------------------------
@@ -154,7 +155,7 @@ def test_token_file_flag_beats_both_environment_variables(tmp_path: Path) -> Non
     flag_file = write_token(tmp_path / "flag.token", "from-flag")
     env_file = write_token(tmp_path / "env.token", "from-env-file")
     env = {"CONSUL_HTTP_TOKEN": "from-env", "CONSUL_HTTP_TOKEN_FILE": str(env_file)}
-    settings = resolve_settings(token_file=flag_file, env=env)
+    settings = resolve_settings(GivenSettings(token_file=flag_file), env=env)
     assert settings.token is not None
     assert settings.token.reveal() == "from-flag"
 
@@ -176,14 +177,14 @@ def test_missing_or_empty_token_file_is_an_input_error(tmp_path: Path, content: 
     with pytest.raises(InputError, match="token file"):
         resolve_settings(env={"CONSUL_HTTP_TOKEN_FILE": str(path)})
     with pytest.raises(InputError, match="token file"):
-        resolve_settings(token_file=path, env={})
+        resolve_settings(GivenSettings(token_file=path), env={})
 
 
 def test_non_utf8_token_file_is_an_input_error(tmp_path: Path) -> None:
     path = tmp_path / "token"
     path.write_bytes(b"\xff\xfe\x00token")
     with pytest.raises(InputError, match="not UTF-8"):
-        resolve_settings(token_file=path, env={})
+        resolve_settings(GivenSettings(token_file=path), env={})
 
 
 def test_settings_repr_masks_the_token() -> None:
@@ -216,10 +217,12 @@ def test_tls_flags_beat_the_environment(pem_files: dict[str, Path]) -> None:
         "CONSUL_HTTP_SSL_VERIFY": "true",
     }
     settings = resolve_settings(
-        ca_cert=pem_files["ca-flag"],
-        client_cert=pem_files["cert-flag"],
-        client_key=pem_files["key-flag"],
-        verify_tls=False,
+        GivenSettings(
+            ca_cert=pem_files["ca-flag"],
+            client_cert=pem_files["cert-flag"],
+            client_key=pem_files["key-flag"],
+            verify_tls=False,
+        ),
         env=env,
     )
     assert settings.ca_cert == pem_files["ca-flag"]
@@ -238,7 +241,7 @@ def test_consul_http_ssl_verify(value: str, expected: bool) -> None:
 
 def test_verify_flag_true_beats_environment_false() -> None:
     env = {"CONSUL_HTTP_SSL_VERIFY": "false"}
-    assert resolve_settings(verify_tls=True, env=env).verify_tls is True
+    assert resolve_settings(GivenSettings(verify_tls=True), env=env).verify_tls is True
 
 
 @pytest.mark.parametrize("value", ["maybe", "2", "yess"])
@@ -277,13 +280,13 @@ def test_missing_tls_file_is_an_input_error(
 
 
 def test_timeout_flag() -> None:
-    assert resolve_settings(timeout=2.5, env={}).timeout == 2.5
+    assert resolve_settings(GivenSettings(timeout=2.5), env={}).timeout == 2.5
 
 
 @pytest.mark.parametrize("bad", [0.0, -1.0, math.nan, math.inf])
 def test_bad_timeout_is_an_input_error(bad: float) -> None:
     with pytest.raises(InputError, match="timeout"):
-        resolve_settings(timeout=bad, env={})
+        resolve_settings(GivenSettings(timeout=bad), env={})
 
 
 # --- Secret and its files -------------------------------------------------------------------

@@ -11,7 +11,13 @@ from pathlib import Path
 import pytest
 import responses
 
-from provision.consul import Consul, ConsulSettings, PermissionDenied, resolve_settings
+from provision.consul import (
+    Consul,
+    ConsulSettings,
+    GivenSettings,
+    PermissionDenied,
+    resolve_settings,
+)
 from provision.consul.tokens import TokenSource, newer_token
 from provision.system.secrets import Secret
 
@@ -46,7 +52,8 @@ def test_newer_token_only_when_the_file_holds_another_and_nobody_switched(
 def _client(tmp_path: Path) -> tuple[Consul, Path]:
     token_file = tmp_path / "worker-1.token"
     token_file.write_text(OLD + "\n")
-    return Consul(resolve_settings(address=ADDRESS, token_file=token_file, env={})), token_file
+    given = GivenSettings(address=ADDRESS, token_file=token_file)
+    return Consul(resolve_settings(given, env={})), token_file
 
 
 def _refuse_old(mocked: responses.RequestsMock) -> None:
@@ -79,7 +86,9 @@ def test_a_refused_token_is_reread_from_its_file_and_the_call_sent_once_more(
 
 
 def test_a_refused_token_with_no_file_or_a_per_call_token_is_not_retried(tmp_path: Path) -> None:
-    consul = Consul(resolve_settings(address=ADDRESS, env={"CONSUL_HTTP_TOKEN": OLD}))
+    consul = Consul(
+        resolve_settings(GivenSettings(address=ADDRESS), env={"CONSUL_HTTP_TOKEN": OLD})
+    )
     consul_with_file, token_file = _client(tmp_path)
     token_file.write_text(NEW + "\n")
     with responses.RequestsMock() as mocked:

@@ -36,7 +36,7 @@ from provision.consul.errors import (
 )
 from provision.consul.gate import CallGate
 from provision.consul.models import Session
-from provision.consul.transport import NO_RETRY, Transport
+from provision.consul.transport import NO_RETRY, Call, HTTPPool, Sending, Transport
 from provision.consul.txn import KVOp, TxnAPI
 from provision.errors import EXIT_CONSUL_API, EXIT_DENIED, EXIT_UNAVAILABLE
 from provision.system.secrets import MASK, Secret
@@ -118,7 +118,7 @@ def make_transport(
     settings = ConsulSettings(
         address=address, token=Secret(token) if token else None, timeout=timeout
     )
-    return Transport(settings, session=http, retry=retry, clock=clock, sleep=clock.sleep)
+    return Transport(settings, HTTPPool(http, clock=clock, sleep=clock.sleep), retry=retry)
 
 
 def make_consul(transport: Transport) -> Consul:
@@ -159,8 +159,8 @@ def echo_token_everywhere(mock: responses.RequestsMock, status: int) -> None:
 
 
 # Every endpoint of api.py: (id, call, HTTP method, path, canned answer, idempotent).
-Call = Callable[[Consul], object]
-ENDPOINTS: list[tuple[str, Call, str, str, Any, bool]] = [
+EndpointCall = Callable[[Consul], object]
+ENDPOINTS: list[tuple[str, EndpointCall, str, str, Any, bool]] = [
     ("status.leader", lambda c: c.status.leader(), "GET", "/v1/status/leader", "a:8300", True),
     ("status.peers", lambda c: c.status.peers(), "GET", "/v1/status/peers", ["a:8300"], True),
     ("agent.self", lambda c: c.agent.self(), "GET", "/v1/agent/self", {"Config": {}}, True),
@@ -348,7 +348,7 @@ def test_every_call_sends_a_timeout_the_token_and_the_right_route(
     clock: FakeClock,
     mocked: responses.RequestsMock,
     name: str,
-    call: Call,
+    call: EndpointCall,
     method: str,
     path: str,
     body: Any,
@@ -513,7 +513,7 @@ def test_every_call_is_retried_when_the_connection_is_refused(
     clock: FakeClock,
     mocked: responses.RequestsMock,
     name: str,
-    call: Call,
+    call: EndpointCall,
     method: str,
     path: str,
     body: Any,
@@ -537,7 +537,7 @@ def test_5xx_is_retried_only_for_idempotent_calls(
     clock: FakeClock,
     mocked: responses.RequestsMock,
     name: str,
-    call: Call,
+    call: EndpointCall,
     method: str,
     path: str,
     body: Any,
@@ -567,7 +567,7 @@ def test_read_timeout_is_retried_only_for_idempotent_calls(
     clock: FakeClock,
     mocked: responses.RequestsMock,
     name: str,
-    call: Call,
+    call: EndpointCall,
     method: str,
     path: str,
     body: Any,
@@ -978,7 +978,7 @@ def misbehaving(request: pytest.FixtureRequest) -> Iterator[Misbehaving]:
 
 def real_transport(server: Misbehaving, retry: RetryPolicy, timeout: float = 0.3) -> Transport:
     settings = ConsulSettings(address=server.address, token=Secret(TOKEN), timeout=timeout)
-    return Transport(settings, session=requests.Session(), retry=retry)
+    return Transport(settings, HTTPPool(requests.Session()), retry=retry)
 
 
 @pytest.mark.parametrize("misbehaving", ["slow"], indirect=True)
@@ -1080,15 +1080,17 @@ def test_max_in_flight_makes_calls_wait_their_turn_but_never_a_watch(
     for thread in threads:
         thread.join()
     assert peak[0] == 3
-    gate = consul.transport._gate
+    gate = consul.transport.pool.gate
     assert gate is not None
     for _ in range(3):
         assert gate.enter(1.0)  # every turn taken: a watch still goes out at once
     try:
         mocked.add("GET", ADDRESS + "/v1/kv/k", json=[], headers={"X-Consul-Index": "7"})
-        consul.transport.request("GET", "/v1/kv/k", params={"index": 5, "wait": "1s"}, timeout=2)
+        consul.transport.request(
+            Call("GET", "/v1/kv/k", params={"index": 5, "wait": "1s"}), Sending(timeout=2)
+        )
         with pytest.raises(ConsulUnavailable, match="no answer within the client timeout"):
-            consul.transport.request("GET", "/v1/status/leader", timeout=0.2)
+            consul.transport.request(Call("GET", "/v1/status/leader"), Sending(timeout=0.2))
     finally:
         for _ in range(3):
             gate.leave()

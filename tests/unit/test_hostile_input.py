@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from provision.consul.settings import normalize_address, resolve_settings
+from provision.consul.settings import GivenSettings, normalize_address, resolve_settings
 from provision.durations import DurationSyntaxError, format_duration, parse_duration
 from provision.errors import InputError
 from provision.spec import hcl_parse, load_spec
@@ -305,7 +305,7 @@ def test_the_longest_go_duration_parses_and_non_finite_seconds_still_format() ->
 @pytest.mark.parametrize("timeout", [1e300, 3601.0, math.inf, math.nan, 0.0, -1.0])
 def test_a_consul_timeout_out_of_bounds_is_an_input_error(timeout: float) -> None:
     with pytest.raises(InputError, match="--timeout"):
-        resolve_settings(timeout=timeout, env={})
+        resolve_settings(GivenSettings(timeout=timeout), env={})
 
 
 def test_a_huge_consul_timeout_flag_is_refused_in_one_line(checkout: Path) -> None:

@@ -12,6 +12,7 @@ from provision.consul import (
     ConsulHTTPError,
     ConsulNotReached,
     ConsulUnavailable,
+    GivenSettings,
     check_tls_files,
     resolve_settings,
 )
@@ -65,7 +66,7 @@ def pem(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {p.name: p for p in folder.iterdir()} | {"folder": folder}
 
 
-LABELS = {"ca_cert": "cfg: consul.ca_file", "client_cert": "cfg: consul.cert_file"}
+LABELS = (("ca_cert", "cfg: consul.ca_file"), ("client_cert", "cfg: consul.cert_file"))
 
 
 @pytest.mark.parametrize(
@@ -87,14 +88,14 @@ def test_check_tls_files_refuses_what_tls_could_not_use_naming_where_it_came_fro
     key: str | None,
     problem: tuple[str, str, str] | None,
 ) -> None:
-    settings = resolve_settings(
+    given = GivenSettings(
         address="https://127.0.0.1:8501",
         ca_cert=pem[ca],
         client_cert=pem[cert] if cert else None,
         client_key=pem[key] if key else None,
-        env={},
         given_by=LABELS,
     )
+    settings = resolve_settings(given, env={})
     if problem is None:
         check_tls_files(settings)
         return

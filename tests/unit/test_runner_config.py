@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from provision.consul import resolve_settings
+from provision.consul import GivenSettings, resolve_settings
 from provision.durations import parse_duration
 from provision.errors import EXIT_INPUT, InputError
 from provision.spec import parse_spec
@@ -435,22 +435,23 @@ def test_the_tls_files_reach_the_consul_settings(tmp_path: Path) -> None:
     assert config.tls == WorkerTLS(
         Path("/tls/ca.pem"), Path("/tls/w1.pem"), Path("/tls/w1-key.pem")
     )
-    connection = config.connection()
-    assert connection.pop("given_by") == {
-        "token_file": f"{config.path}: consul.token_file",
-        "ca_cert": f"{config.path}: consul.ca_file",
-        "client_cert": f"{config.path}: consul.cert_file",
-        "client_key": f"{config.path}: consul.key_file",
-    }
-    assert connection == {
-        "address": "https://127.0.0.21:8501",
-        "token_file": Path("/etc/lockctl/w1.token"),
-        "ca_cert": Path("/tls/ca.pem"),
-        "client_cert": Path("/tls/w1.pem"),
-        "client_key": Path("/tls/w1-key.pem"),
+    assert config.connection() == {
+        "given": GivenSettings(
+            address="https://127.0.0.21:8501",
+            token_file=Path("/etc/lockctl/w1.token"),
+            ca_cert=Path("/tls/ca.pem"),
+            client_cert=Path("/tls/w1.pem"),
+            client_key=Path("/tls/w1-key.pem"),
+            given_by=(
+                ("token_file", f"{config.path}: consul.token_file"),
+                ("ca_cert", f"{config.path}: consul.ca_file"),
+                ("client_cert", f"{config.path}: consul.cert_file"),
+                ("client_key", f"{config.path}: consul.key_file"),
+            ),
+        )
     }
     plain = load_worker_config(_write(tmp_path, GOOD))
-    assert plain.tls == WorkerTLS() and plain.connection()["ca_cert"] is None
+    assert plain.tls == WorkerTLS() and plain.connection()["given"].ca_cert is None
 
 
 @pytest.mark.parametrize(

@@ -542,7 +542,7 @@ def test_the_tls_dir_puts_each_worker_s_files_in_its_config_and_env_file(tmp_pat
     result = _cli(out, "--tls-dir", "/etc/lockctl/tls")  # the example's agents speak https://
     assert result.exit_code == 0, result.output
     config = load_worker_config(out / "worker-2" / "lockctl.json")
-    assert config.connection()["client_cert"] == Path("/etc/lockctl/tls/worker-2.pem")
+    assert config.connection()["given"].client_cert == Path("/etc/lockctl/tls/worker-2.pem")
     env = (out / "worker-2" / "lockctl.env").read_text(encoding="utf-8").splitlines()
     assert env[-3:] == [
         "CONSUL_CACERT=/etc/lockctl/tls/ca.pem",

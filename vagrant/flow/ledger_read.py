@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from provision.consul import Consul, resolve_settings
+from provision.consul import Consul, GivenSettings, resolve_settings
 from provision.errors import LockctlError
 from provision.ledger.records import TickRecord, tick_name, timestamp
 from provision.ledger.store import Ledger
@@ -43,7 +43,8 @@ def record_fields(record: TickRecord) -> dict[str, Any]:
 
 
 def consul_at(address: str, token_file: str) -> Consul:
-    settings = resolve_settings(address=address, token_file=Path(token_file), timeout=CALL_TIMEOUT)
+    given = GivenSettings(address=address, token_file=Path(token_file), timeout=CALL_TIMEOUT)
+    settings = resolve_settings(given)
     return Consul(settings)
 
 
