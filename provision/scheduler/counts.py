@@ -9,7 +9,9 @@ session) and what each run's RunResult says (the outcome, why it skipped, how lo
 its start lag): `after_result`, `after_skips`, pure and tested as tables. Only what the engine's
 threads see while a run goes on (the job running, renewals, the housekeeping after the release)
 comes from their events, by the event's name alone (`after_helper_event`; loop.py says why),
-and of `housekeeping` the number of ticks it recorded missed.
+and of `housekeeping` the number of ticks it recorded missed. What kube-state-metrics says of a
+CronJob (its schedule, its next tick, whether it is paused) comes from the loop and the trigger
+watch, which know it already.
 """
 
 from __future__ import annotations
@@ -95,6 +97,11 @@ class CountsSnapshot:
     failing: str | None = None  # why its last tick failed (not Consul: a refusal, a bug)
     durations: Observations = Observations(DURATION_BUCKETS)
     lags: Observations = Observations(LAG_BUCKETS)
+    # what kube-state-metrics says of a CronJob, from what the loop and the trigger watch know
+    schedule: str | None = None  # the job's schedule and its timezone, as the config says
+    timezone: str = "UTC"
+    next_tick: float | None = None  # the tick the loop runs next (Unix time)
+    paused: bool = False  # the job's paused key was there at the trigger watch's last answer
 
 
 # A result that claimed nothing: the read of the tick's record (or the claim) was its last
@@ -262,3 +269,20 @@ class LoopCounts:
     def consul_answered(self) -> None:
         with self._lock:
             self._state = answered(self._state)
+
+    def schedule_known(self, schedule: str | None, timezone: str) -> None:
+        """The job's schedule, as its loop was made with it (a reload may change it)."""
+        with self._lock:
+            self._state = replace(self._state, schedule=schedule, timezone=timezone)
+
+    def tick_planned(self, tick: float) -> None:
+        """The loop's next tick is at `tick` (Unix time)."""
+        with self._lock:
+            if self._state.next_tick != tick:
+                self._state = replace(self._state, next_tick=tick)
+
+    def pause_known(self, paused: bool) -> None:
+        """Whether the job's paused key is there, at the trigger watch's last answer."""
+        with self._lock:
+            if self._state.paused != paused:
+                self._state = replace(self._state, paused=paused)

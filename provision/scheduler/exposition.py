@@ -22,6 +22,10 @@ if TYPE_CHECKING:
 Snapshots = Callable[[], Sequence[tuple[str, CountsSnapshot]]]
 
 LAST_SUCCESS = "lockctl_job_last_success_timestamp_seconds"  # as runner/metrics.py's
+# What kube-state-metrics has for a CronJob (kube_cronjob_next_schedule_time, _spec_suspend,
+# _info) under lockctl's names: the next tick, paused, the schedule and its timezone.
+NEXT_TICK = "lockctl_job_next_tick_timestamp_seconds"
+INFO = "lockctl_job"  # an info metric: exposed as lockctl_job_info
 HELP = {
     LAST_SUCCESS: "When the job last ended with exit status 0 under the lock here (Unix time).",
     TICKS: "Ticks of the job this scheduler handled, by outcome.",
@@ -46,6 +50,10 @@ HELP = {
     "success here, or since it started (the min over the replicas: since a success anywhere).",
     "lockctl_job_failing": "1 while the job's last tick failed for a reason of lockctl's own "
     "(its command cannot start, a refused token, a bug), until a tick goes through.",
+    NEXT_TICK: "When the job's next tick is, as this scheduler plans it (Unix time).",
+    "lockctl_job_paused": "1 while the job is paused (lockctl pause), as this scheduler last "
+    "saw its control keys, else 0.",
+    INFO: "The job's schedule and its timezone, as this scheduler runs them (value 1).",
 }
 HEALTH_LIMIT = 400  # characters of the /healthz line
 
@@ -76,6 +84,7 @@ class _Collector:
             CounterMetricFamily,
             GaugeMetricFamily,
             HistogramMetricFamily,
+            InfoMetricFamily,
         )
 
         jobs = [([job, self.worker], snap) for job, snap in self.snapshots()]
@@ -94,9 +103,15 @@ class _Collector:
         counters = {
             name: CounterMetricFamily(name, HELP[name], labels=LABELS) for name in _COUNTERS
         }
+        next_tick = GaugeMetricFamily(NEXT_TICK, HELP[NEXT_TICK], labels=LABELS)
+        info = InfoMetricFamily(INFO, HELP[INFO], labels=LABELS)
         for labels, snap in jobs:
             if snap.last_success is not None:
                 last.add_metric(labels, snap.last_success)
+            if snap.next_tick is not None:
+                next_tick.add_metric(labels, snap.next_tick)
+            if snap.schedule is not None:
+                info.add_metric(labels, {"schedule": snap.schedule, "timezone": snap.timezone})
             for outcome in (*OUTCOMES, *sorted(set(snap.outcomes) - set(OUTCOMES))):
                 ticks.add_metric([*labels, outcome], snap.outcomes.get(outcome, 0))
             for reason in SKIP_REASONS:
@@ -108,6 +123,7 @@ class _Collector:
             for name, count in _COUNTERS.items():
                 counters[name].add_metric(labels, count(snap))
         yield from (last, ticks, skips, durations, lags, *gauges.values(), *counters.values())
+        yield from (next_tick, info)
 
 
 _GAUGES: dict[str, Callable[[CountsSnapshot], float]] = {
@@ -115,6 +131,7 @@ _GAUGES: dict[str, Callable[[CountsSnapshot], float]] = {
     "lockctl_consul_up": lambda snap: 1.0 if snap.consul_up else 0.0,
     "lockctl_job_failing": lambda snap: 1.0 if snap.failing is not None else 0.0,
     "lockctl_ticks_since_success": lambda snap: snap.ticks_since_success,
+    "lockctl_job_paused": lambda snap: 1.0 if snap.paused else 0.0,
 }
 
 _COUNTERS: dict[str, Callable[[CountsSnapshot], float]] = {

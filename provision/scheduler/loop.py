@@ -111,7 +111,7 @@ class JobTicks:
     it comes, and the run of that tick. Not a thread: the scheduler's one timer (scheduler/
     timer.py) says when, and a run has a thread only while it lasts."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 (until this shape runs on the tick core)
         self,
         consul: Consul,
         job: JobConfig,
@@ -134,6 +134,7 @@ class JobTicks:
         self.schedule = parse_schedule(job.schedule, job.timezone)
         # the scheduler's, kept across reloads; `events` should count into it (CountingEventLog)
         self.counts = counts or LoopCounts()
+        self.counts.schedule_known(job.schedule, job.timezone)
         self.last_result: RunResult | None = None
         if sessions is None:  # a pool of its own (tests): its events are this job's, counted
             self.sessions = SessionPool(consul, worker, events, clock)
@@ -166,6 +167,7 @@ class JobTicks:
     def next_turn(self) -> Turn:
         """The tick to run next and when this replica may claim it (ledger/turns.py)."""
         due = self._next_due()
+        self.counts.tick_planned(due.timestamp())
         turn = job_turn(self.job, self.schedule, due, self.worker)
         return Turn(due, due + timedelta(seconds=turn.delay))
 
@@ -210,6 +212,7 @@ class JobTicks:
         Consul or the job; the outcome is counted and said in events."""
         self._last_tick = due
         self.counts.tick_due()
+        self.counts.tick_planned(self.schedule.next_ticks(due, 1)[0].timestamp())  # the next
         self.events.emit("tick-due", tick=tick_name(due))
         if self._recheck_clocks:
             self._recheck_clocks = False

@@ -213,6 +213,7 @@ class Scheduler:
             self._trigger,
             self.events,
             self._watch_stop,
+            paused=self._paused,
         )
         for loop in self.loops.values():
             loop.trigger_failed = self._watch.forget
@@ -224,6 +225,11 @@ class Scheduler:
         loop, timer = self.loops.get(name), self.timer
         if loop is not None and timer is not None:
             timer.trigger(loop, note)
+
+    def _paused(self, paused: set[str]) -> None:
+        """From the trigger watch: which jobs are paused now (lockctl_job_paused)."""
+        for name, loop in list(self.loops.items()):
+            loop.counts.pause_known(name in paused)
 
     def _connect(
         self, settings: ConsulSettings, config: WorkerConfig, *, reload: bool = False

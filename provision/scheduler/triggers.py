@@ -3,7 +3,8 @@ blocking query per scheduler, on every job's control keys at once, and run at on
 
     TriggerWatch   a thread: GET lockctl/control/?recurse&index=N (scheduler/../consul/watch.py),
                    which Consul filters to this worker's jobs (its token reads only those); each
-                   trigger not seen before goes to the timer, for the job it names
+                   trigger not seen before goes to the timer, for the job it names; which jobs
+                   have their paused key goes to /metrics (lockctl_job_paused)
     the timer      runs it on its own thread, right after the job's run when one is going on
                    here (scheduler/timer.py)
     manual_run     the run: claimed like a tick at the trigger's own instant (ledger/control.py
@@ -33,7 +34,7 @@ from provision.runner.precheck import WallClock, utc_now
 from provision.runner.results import RunOptions, RunResult
 from provision.runner.stop import StopRequest
 from provision.runner.tick_lock import TickRun
-from provision.system.control_keys import CONTROL_ROOT, TRIGGER
+from provision.system.control_keys import CONTROL_ROOT, PAUSED, TRIGGER
 from provision.workers.config import JobConfig
 
 BLOCKING_WAIT = 300.0  # seconds a query waits for a change (Consul's default)
@@ -45,7 +46,7 @@ WATCH_MAX_BYTES = 16 * 1024 * 1024  # every control key a worker may read, with 
 TRIGGER_WINDOW = 24 * 3600.0
 
 
-def manual_run(
+def manual_run(  # noqa: PLR0913 (until this shape runs on the tick core)
     consul: Consul,
     job: JobConfig,
     worker: str,
@@ -98,6 +99,18 @@ def pending_triggers(
     return found
 
 
+def paused_jobs(entries: Iterable[tuple[str, bytes | None]], jobs: Iterable[str]) -> set[str]:
+    """Which of `jobs` have their paused key in the watch's answer (pure): the key's existence
+    pauses a job, whatever it holds (ledger/control.py)."""
+    wanted = set(jobs)
+    found = set()
+    for key, _ in entries:
+        job, _, name = key.removeprefix(CONTROL_ROOT).partition("/")
+        if key.startswith(CONTROL_ROOT) and name == PAUSED and job in wanted:
+            found.add(job)
+    return found
+
+
 class TriggerWatch:
     """One thread per scheduler: hands each new trigger of its jobs to `fire(job, note)`."""
 
@@ -108,9 +121,11 @@ class TriggerWatch:
         fire: Callable[[str, ControlNote], None],
         events: EventLog,
         stop: threading.Event,
+        paused: Callable[[set[str]], None] | None = None,
     ) -> None:
+        """`paused(jobs)`: told at each answer which jobs are paused (for /metrics)."""
         self.consul, self.jobs, self.fire, self.events = consul, jobs, fire, events
-        self.stop = stop
+        self.stop, self.paused = stop, paused
         self.seen: set[tuple[str, str]] = set()  # (job, trigger id) handed on already
         self.thread = threading.Thread(target=self._run, name="lockctl-triggers", daemon=True)
 
@@ -143,7 +158,9 @@ class TriggerWatch:
                 self.stop.wait(ERROR_PAUSE)
                 index = 0
                 continue
-            pairs = ((entry.key, entry.value) for entry in entries)
+            pairs = [(entry.key, entry.value) for entry in entries]
+            if self.paused is not None:
+                self.paused(paused_jobs(pairs, self.jobs()))
             for job, note in pending_triggers(pairs, self.jobs()).items():
                 assert note.id is not None
                 if (job, note.id) not in self.seen:
