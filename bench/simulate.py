@@ -406,6 +406,12 @@ class ReplicaStore:
         self._answer(delay)
         return records
 
+    def read_tick_names(self, job: JobKeys) -> tuple[set[datetime], datetime | None]:
+        delay = self._send()
+        names = self.base.read_tick_names(job)
+        self._answer(delay)
+        return names
+
     def record_unrun(self, job: JobKeys, records: Sequence[TickRecord]) -> list[TickRecord]:
         delay = self._send()
         written = self.base.record_unrun(job, records)

@@ -97,6 +97,9 @@ class ConsulTickStore:
         answer = self.consul.txn.read([KVOp("get-tree", job.ticks)])
         return records_under(job.ticks, ((e.key, e.value, e.modify_index) for e in answer.results))
 
+    def read_tick_names(self, job: JobKeys) -> tuple[set[datetime], datetime | None]:
+        return self._ledger(job).tick_names()
+
     def record_unrun(self, job: JobKeys, records: Sequence[TickRecord]) -> list[TickRecord]:
         with _sized():
             return self._ledger(job).record_unrun(records)

@@ -127,8 +127,8 @@ def housekeeps(job: CoreJob, tick: datetime) -> bool:
     """Whether the run of `tick` housekeeps after it: one tick in every history_limit / 2,
     chosen by a hash of (job, tick) so every replica agrees and the fleet reads the whole
     ledger about that often, whatever its size. Between two, the ledger grows past the limit
-    by that many records at most, on average (TickStore reads records with their values:
-    a read of names alone, as the ledger's `tick_names`, would make this cheap)."""
+    by that many records at most, on average (a housekeeping reads the records' names
+    alone, and Consul's clock in the same answer: one read)."""
     every = max(1, job.history_limit // 2)
     return zlib.crc32(f"{job.name}\0{tick_name(tick)}".encode()) % every == 0
 
@@ -487,10 +487,8 @@ class TickCore:
             return
         job = state.job
         try:
-            latest = job.schedule.latest_tick_at_or_before(self.clock.wall())
-            _, date = self.store.read_tick(job.keys, latest, stale=True)
+            recorded, date = self.store.read_tick_names(job.keys)  # names only, and the clock
             now = date if date is not None else self.clock.wall()
-            recorded = {record.tick for record in self.store.read_ticks(job.keys)}
             deadline = job.timings.start_deadline
             limit = MAX_MISSED_PER_HOUSEKEEPING
             missed = missed_ticks(job.schedule, recorded, now, deadline, limit=limit)

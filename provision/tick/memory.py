@@ -42,7 +42,7 @@ from provision.consul.batch import MAX_OPERATIONS
 from provision.consul.keys import checked_key
 from provision.consul.models import KVEntry
 from provision.ledger.control import Pauses, decode_note, decode_pauses
-from provision.ledger.records import TickOutcome, TickRecord, decode
+from provision.ledger.records import TickOutcome, TickRecord, decode, parse_tick_name
 from provision.ledger.store import CHUNK, MAX_PRUNED_PER_RUN, Claim, Completion
 from provision.sessions import SessionTerms
 from provision.system.control_keys import paused_key, pauses_key, trigger_key
@@ -282,6 +282,14 @@ class MemoryTickStore:
         return records_under(
             job.ticks, ((key, e.value, e.modify_index) for key, e in found if e is not None)
         )
+
+    def read_tick_names(self, job: JobKeys) -> tuple[set[datetime], datetime | None]:
+        # Ledger.tick_names: GET ?keys&separator=/, a folder under the prefix is one name
+        with self._guard:
+            self._expire()
+            names = {key[len(job.ticks) :].split("/")[0] for key in self._keys_under(job.ticks)}
+            date = self._clock.wall()
+        return {tick for tick in map(parse_tick_name, names) if tick is not None}, date
 
     def record_unrun(self, job: JobKeys, records: Sequence[TickRecord]) -> list[TickRecord]:
         # Ledger.record_unrun's loop: cas at index 0, the refused ones dropped and tried again

@@ -2,7 +2,8 @@
 
     sessions      create_session, renew_session, destroy_session
     a tick        claim (check-not-exists + lock + record, one transaction), complete
-    the ledger    read_tick, read_ticks, record_unrun (missed or paused), prune
+    the ledger    read_tick, read_ticks, read_tick_names, record_unrun (missed or paused),
+                  prune
     operators     read_control (paused, pauses, trigger, the trigger taken)
     the lock      watch_lock (a blocking read: who holds it, the index to wait on next)
 
@@ -229,6 +230,11 @@ class TickStore(Protocol):
 
     def read_ticks(self, job: JobKeys, *, stale: bool = False) -> list[TickRecord]:
         """Every record of the job's ledger, oldest first; `stale` as for read_tick."""
+        ...
+
+    def read_tick_names(self, job: JobKeys) -> tuple[set[datetime], datetime | None]:
+        """The ticks that have a record, from their keys' names alone (no values: what
+        housekeeping needs), and Consul's clock at the answer (a consistent read)."""
         ...
 
     def record_unrun(self, job: JobKeys, records: Sequence[TickRecord]) -> list[TickRecord]:

@@ -315,6 +315,26 @@ def test_prune_deletes_what_retention_names_and_keeps_the_rest(h: Harness) -> No
     assert [r.tick for r in h.store.read_ticks(h.job)] == sorted(ticks)[-keep:]
 
 
+def test_the_ledger_names_its_ticks_without_their_values_and_says_consuls_clock(
+    h: Harness,
+) -> None:
+    """read_tick_names: the ticks that have a record, whatever their outcome, from the names
+    alone; keys that name no tick (a stray key, a folder) are left out; Consul's clock comes in
+    the same answer."""
+    session = h.session()
+    assert h.claim(tick(0), session).won
+    unrun = [TickRecord(tick(n), TickOutcome.MISSED, worker="w1") for n in (1, 2)]
+    assert len(h.store.record_unrun(h.job, unrun)) == 2
+    h.operator.put(h.job.ticks + "not-a-tick", b"{}")
+    h.operator.put(h.job.ticks + "folder/2020-03-01T12:01:00Z", b"{}")
+    before = h.clock.wall()
+    names, date = h.store.read_tick_names(h.job)
+    assert names == {tick(0), tick(1), tick(2)}
+    assert date is not None and abs((date - before).total_seconds()) < 5
+    assert h.store.prune(h.job, [tick(1)]) == 1
+    assert h.store.read_tick_names(h.job)[0] == {tick(0), tick(2)}
+
+
 def test_the_ledger_reads_records_only(h: Harness) -> None:
     """Keys under the ledger's prefix that name no tick are not records, consistent or stale."""
     session = h.session()
