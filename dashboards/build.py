@@ -1,7 +1,7 @@
 """The Grafana dashboard of `lockctl schedule --listen`, built with grafana-foundation-sdk.
 
 `make dashboard` (python dashboards/build.py) writes dashboards/lockctl.json, which is committed;
-tests/unit/test_dashboard.py checks it is what this builds now. Every query selects the jobs of
+tests/unit/test_dashboard_json.py checks it is what this builds now. Every query selects the jobs of
 the `$job` variable and reads a Prometheus that scrapes the schedulers with `honor_labels: true`
 (their `job` label is the spec's job, docs/alerts.md); each replica counts every tick of a job
 once (run on one replica, skipped on the others), so the queries sum or take the max over the
