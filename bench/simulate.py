@@ -14,7 +14,9 @@ wall clock skewed or stepped; the store unavailable or slow for a while (answers
 never: a client timeout after Consul applied the request); a session expired early; a body that
 hangs. The oracle checks, after every step:
 
-    tick-twice         no tick of a job runs twice (two bodies started for one (job, tick))
+    tick-twice         no tick of a job runs twice (two bodies started for one (job, tick)),
+                       but for a retry: a later attempt under the claim's own token, once the
+                       attempt before it ended (one job in five retries a failed run, twice)
     overlap            no body runs past `kill_after` from its last confirmation while another
                        body of its job runs (a frozen replica's body is not running)
     token              the fencing tokens (LockIndex) of a job's successive runs only grow
@@ -202,13 +204,15 @@ class Report:
 
 # -- the trace -------------------------------------------------------------------------------------
 class Trace:
-    """The last events (for a violation's report) and, when asked, a checksum of all. An
-    event is kept as it came (formatted only when shown): most are never shown."""
+    """The last events (for a violation's report: those up to the first violation, which a
+    step may run past before the run stops) and, when asked, a checksum of all. An event is
+    kept as it came (formatted only when shown): most are never shown."""
 
     def __init__(self, keep: int, digest: bool) -> None:
         self.events: collections.deque[_Event] = collections.deque(maxlen=keep)
         self.digest = 0 if digest else None
         self.counts: collections.Counter[str] = collections.Counter()
+        self.first_violation: tuple[_Event, ...] | None = None
 
     def add(
         self,
@@ -221,6 +225,8 @@ class Trace:
     ) -> None:
         event = (at, who, kind, job, tick, what)
         self.events.append(event)
+        if kind == "VIOLATION" and self.first_violation is None:
+            self.first_violation = tuple(self.events)
         self.counts[kind] += 1
         if self.digest is not None:
             self.digest = zlib.crc32(repr(event).encode(), self.digest)
@@ -229,7 +235,7 @@ class Trace:
         return tuple(
             f"  t={at:12.3f} {who:<6} {kind:<17} {job:<6} "
             + " ".join(part for part in ("" if tick is None else tick_name(tick), what) if part)
-            for at, who, kind, job, tick, what in self.events
+            for at, who, kind, job, tick, what in self.first_violation or self.events
         )
 
 
@@ -606,6 +612,7 @@ class Oracle:
         self.alive: dict[str, list[SimBody]] = collections.defaultdict(list)
         self.started_ticks: dict[tuple[str, datetime], float] = {}
         self.tokens: dict[str, int] = {}
+        self.tokens_of: dict[tuple[str, datetime], int] = {}  # each tick's run's token
         self.confirmed: dict[str, float] = {}  # session -> newest answered renewal's send
         self.claims: dict[tuple[str, datetime], float] = {}  # won claims' send times
         self.fates: dict[tuple[str, datetime], _Fate] = {}
@@ -632,10 +639,11 @@ class Oracle:
         assert body.run is not None
         key, run = (body.job, body.tick), body.run
         now = self.world.clock.monotonic()
-        if key in self.started_ticks:
+        if key in self.started_ticks and not self._retry(body):
             self.fail("tick-twice", f"{body.job} {tick_name(body.tick)} started again")
         self.started_ticks[key] = now
-        if run.lock_index <= self.tokens.get(body.job, 0):
+        self.tokens_of[key] = run.lock_index
+        if run.lock_index <= self.tokens.get(body.job, 0) and not self._retry(body):
             self.fail(
                 "token",
                 f"{body.job}: lock index {run.lock_index} after {self.tokens[body.job]}",
@@ -648,6 +656,15 @@ class Oracle:
         self.world.trace.add(
             now, body.replica.name, "body-start", body.job, body.tick, f"idx {run.lock_index}"
         )
+
+    def _retry(self, body: SimBody) -> bool:
+        """A later attempt of a tick's run: under the claim's own fencing token, once the
+        attempt before it ended (others' runs beside it are the overlap invariant's)."""
+        assert body.run is not None
+        key = (body.job, body.tick)
+        same_claim = body.run.attempt > 1 and self.tokens_of.get(key) == body.run.lock_index
+        earlier = [b for b in self.alive[body.job] if b.tick == body.tick and b is not body]
+        return same_claim and not earlier
 
     def ended(self, body: SimBody) -> None:
         self.alive[body.job].remove(body)
@@ -991,6 +1008,8 @@ def make_jobs(count: int, workers: tuple[str, ...]) -> list[CoreJob]:
     for n in range(count):
         text, zone, jitter, hold = SHAPES[n % len(SHAPES)]
         timings = dataclasses.replace(TIMINGS, jitter=jitter, min_hold=hold)
+        if n % len(SHAPES) == 0:  # a failed run is tried again twice, a second apart
+            timings = dataclasses.replace(timings, retries=2, retry_delay=1.0)
         name = f"job-{n + 1}"
         schedule = Calendar.of(parse_schedule(text, zone))
         keys = JobKeys(name, f"lockctl/sim/{name}/.lock")
@@ -1067,7 +1086,7 @@ def report_lines(report: Report, config: SimConfig) -> list[str]:
     lines = [f"VIOLATION {v.invariant} at t={v.at:.3f}: {v.detail}" for v in report.violations[:10]]
     if report.violations:
         replay = f"--seed {report.seed}" + "".join(f" --plant {p}" for p in config.plants)
-        lines.append(f"last {len(report.trace)} events (replay: {replay}):")
+        lines.append(f"the {len(report.trace)} events up to it (replay: {replay}):")
         lines.extend(report.trace)
     counts = report.counts
     digest = f", digest {report.digest:08x}" if config.digest else ""

@@ -26,7 +26,7 @@ SAFETY_MARGIN = 1.0  # seconds: signal delivery, process exit and clock-rate dif
 # turns.py), the same on every replica; an hour at most. timeout: how long a job may run, from its
 # start, before it is stopped as a lost lock's job is (provision/fencing.py); no default (no
 # timeout); a week at most, a bound like the others' rather than a run anyone plans for.
-# retry_delay: the pause between a failed attempt's end and the next (runner/retries.py), the
+# retry_delay: the pause between a failed attempt's end and the next (tick/retries.py), the
 # lock held meanwhile; an hour at most: a retry never starts at or past the next tick anyway.
 BOUNDS: dict[str, tuple[float, float]] = {
     "ttl": (10.0, 86400.0),
@@ -52,7 +52,7 @@ DEFAULTS = {
 
 # Whole numbers, inclusive bounds. history_limit: the tick records the ledger keeps per job; the
 # upper bound keeps pruning and `lockctl history` bounded too.
-# retries: the attempts after a failed first one (runner/retries.py), 0 by default (none).
+# retries: the attempts after a failed first one (tick/retries.py), 0 by default (none).
 COUNT_BOUNDS: dict[str, tuple[int, int]] = {"history_limit": (10, 10000), "retries": (0, 10)}
 COUNT_FIELDS = tuple(COUNT_BOUNDS)
 # 50 keeps 10,000 jobs' ledgers at about a third of Consul's 1 GB guidance (docs/scale.md);
@@ -89,7 +89,7 @@ class JobTimings:
     start_deadline: float = DEFAULT_START_DEADLINE  # how late after its tick a run may claim it
     jitter: float = 0.0  # the most a tick's planned start is put off (ledger/turns.py)
     timeout: float | None = None  # how long a run may go on from its start; None: no limit
-    retries: int = 0  # attempts after a failed first one, same lock and tick (runner/retries.py)
+    retries: int = 0  # attempts after a failed first one, same lock and tick (tick/retries.py)
     retry_delay: float = 10.0  # seconds between an attempt's end and the next one's start
     retry_on_timeout: bool = False  # an attempt stopped at its timeout is retried too
 
@@ -151,7 +151,7 @@ def jitter_problem(jitter: float, start_deadline: float) -> str | None:
 
 def retry_problem(retry_delay: float, retries: int, every: float | None) -> str | None:
     """A job retried on an `@every` schedule must wait less than the interval between its ticks,
-    or no retry could ever start before the next tick (runner/retries.py cuts it there). For a
+    or no retry could ever start before the next tick (tick/retries.py cuts it there). For a
     cron schedule the gap varies: there the next tick cuts the retries at run time."""
     if not retries or every is None or retry_delay < every:
         return None

@@ -1,4 +1,4 @@
-"""A tick's attempts as its record keeps them (runner/retries.py decides them): the exit status
+"""A tick's attempts as its record keeps them (tick/retries.py decides them): the exit status
 of each, and why retries the job still had were cut, in words history shows."""
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ def run_env(command: Command, run: Run) -> dict[str, str]:
         "LOCK_INDEX": str(run.lock_index),
         "LOCKCTL_JOB": run.job,
         "LOCKCTL_WORKER": run.worker,
-        "LOCKCTL_ATTEMPT": "1",
+        "LOCKCTL_ATTEMPT": str(run.attempt),
         "LOCKCTL_IDEMPOTENCY_KEY": idempotency_key(run.job, run.tick, None, 0),
     }
 

@@ -101,7 +101,7 @@ class LockMonitors:
         thread.start()
 
     def await_child(self, child: JobBody) -> None:
-        """Wait for a retry's job instead (runner/retries.py): the renewer and the watcher go
+        """Wait for a retry's job instead (tick/retries.py): the renewer and the watcher go
         on; the ended attempt's descriptor is let go."""
         self._close_exit_fd()
         self._child = child

@@ -43,5 +43,5 @@ class RunResult:
     # the housekeeping after this run failed, or left a tick unrecorded that is not missed yet:
     # the next run should housekeep (a scheduler's cadence would otherwise wait a minute)
     housekeep_again: bool = False
-    attempts: int = 1  # how many times the job was started for this run (runner/retries.py)
+    attempts: int = 1  # how many times the job was started for this run (tick/retries.py)
     retries_cut: str | None = None  # why retries it still had were not made (ledger/attempts)

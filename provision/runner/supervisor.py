@@ -26,9 +26,9 @@ from provision.runner.events import EventLog, ms
 from provision.runner.lock import Ending, HeldLock, LockSession
 from provision.runner.monitors import LockMonitors
 from provision.runner.results import RunOptions, RunResult
-from provision.runner.retries import CUT, Stop, StopReason, delay_verdict, next_attempt
 from provision.runner.stop import StopRequest, Wakeup, wait_for
 from provision.runner.tick_lock import TickLock
+from provision.tick.retries import CUT, Stop, StopReason, delay_verdict, next_attempt
 
 REAP_POLL = 0.01  # while a signalled tree dies: its leftovers' deaths wake nobody
 STOP_POLL = 1.0  # seconds: the longest wait in a retry delay without looking at the lock
@@ -55,7 +55,7 @@ class Supervisor:
         self.terminated_at: float | None = None
         self.timeout = lock.job.timings.timeout
         self.timeout_at: float | None = None  # set at the job's start: its timeout counts from it
-        self.statuses: list[int | None] = []  # each attempt's exit status (runner/retries.py)
+        self.statuses: list[int | None] = []  # each attempt's exit status (tick/retries.py)
         self.cut: str | None = None  # why retries the job still had were not made
         self.retried = False  # a retry was planned: the record keeps the attempts
         self.next_tick_at: float | None = None  # the next tick's instant, on `clock`
@@ -66,7 +66,7 @@ class Supervisor:
         self, child: JobBody, waited: float, next_child: Callable[[], JobBody] | None = None
     ) -> RunResult:
         """Run the job under the held lock, and again when it failed and may be retried
-        (runner/retries.py): `next_child` prepares each further attempt's job."""
+        (tick/retries.py): `next_child` prepares each further attempt's job."""
         acquired_at = self.clock()
         child.start(lock_env(self.lock, self.held, 1), self.fence)  # before any thread starts
         self._started()

@@ -87,7 +87,7 @@ class CountsSnapshot:
     ticks_since_success: int = 0
     missed_recorded: int = 0  # ticks nobody ran, recorded missed by this replica's housekeeping
     run_failures: int = 0  # runs that ended with a non-zero exit status under the lock
-    retries: int = 0  # attempts made after a failed one (runner/retries.py), from the results
+    retries: int = 0  # attempts made after a failed one (tick/retries.py), from the results
     retries_cut: int = 0  # runs whose retries were cut (by the next tick, or a stop)
     running: bool = False
     consul_up: bool = True  # until a request of this loop goes unanswered

@@ -30,7 +30,7 @@ class Defaults:
     jitter: Duration = NO_JITTER
     timeout: Duration | None = None  # None: a run may go on as long as it likes
     catchup: str = DEFAULT_CATCHUP  # "skip" or "latest" (ledger/catchup.py)
-    retries: int = 0  # attempts after a failed first one (runner/retries.py)
+    retries: int = 0  # attempts after a failed first one (tick/retries.py)
     retry_delay: Duration = DEFAULT_RETRY_DELAY
     retry_on_timeout: bool = False
 

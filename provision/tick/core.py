@@ -334,7 +334,8 @@ class TickCore:
             return
         confirmed = confirmation_time(sent.at, sent.answered)
         keys, timings = plan.job.keys, plan.job.timings
-        self._run(state, plan, Claimed(keys, timings, claimed, sent.session, confirmed))
+        following = self._monotonic_at(plan.following)
+        self._run(state, plan, Claimed(keys, timings, claimed, sent.session, confirmed, following))
 
     def _send_claim(self, state: _Job, plan: TickPlan, judged: _Judged) -> _Sent | None:
         """The claim's transaction and what it answered. None when there was none (the job is
@@ -405,7 +406,10 @@ class TickCore:
         self._note("paused", state.job, claimed.tick, said.by or "")
 
     def _run(self, state: _Job, plan: TickPlan, claimed: Claimed) -> None:
-        held = HeldRun(self.store, self.clock, claimed, self._run_done, self.listener)
+        retry_body = None
+        if claimed.timings.retries:
+            retry_body = functools.partial(self.bodies, plan.job.name, plan.tick)
+        held = HeldRun(self.store, self.clock, claimed, self._run_done, self.listener, retry_body)
         state.held = held
         self._note("claimed", plan.job, plan.tick, f"lock index {claimed.record.lock_index}")
         if not self.pool.hold(claimed.session, held):

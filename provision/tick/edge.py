@@ -53,9 +53,10 @@ class LockLost(Exception):
 @dataclass(frozen=True)
 class Run:
     """One claimed tick as its body sees it: the tick (the one planned, claimed and recorded),
-    the fencing token to hand to what it writes to, and `check()`, which judges the fencing
-    bound on the clock at every call (a flag another callback sets may not have been set yet:
-    after a pause, the body can run before the core does)."""
+    the fencing token to hand to what it writes to, which attempt at the tick it is, and
+    `check()`, which judges the fencing bound on the clock at every call (a flag another
+    callback sets may not have been set yet: after a pause, the body can run before the core
+    does)."""
 
     job: str
     worker: str
@@ -63,6 +64,7 @@ class Run:
     lock_index: int
     session: str
     safe_now: Callable[[], bool] = field(repr=False, compare=False)
+    attempt: int = 1  # a retry of the tick's failed run, under the same lock: 2, 3, ...
 
     def safe(self) -> bool:
         """Whether the lock is still vouched for now (False: stop, another may run)."""

@@ -38,6 +38,7 @@ from provision.fencing import (
 from provision.ledger.records import TickOutcome, TickRecord
 from provision.ledger.store import Completion
 from provision.tick.edge import Body, Cancellable, Listener, Note, Run, StopHow, TimerClock
+from provision.tick.retries import CUT, Retry, StopReason, delay_verdict, next_attempt
 from provision.tick.store import JobKeys, TickStore
 from provision.timings import JobTimings
 
@@ -63,13 +64,15 @@ def renew_timeout(timings: JobTimings) -> float:
 class Claimed:
     """What a won claim hands the run: the job's keys and timings, the record as claimed (its
     tick, the fencing token, the ModifyIndex its completion is checked at), the session the
-    lock is held under, and the claim's confirmation time (its send time)."""
+    lock is held under, the claim's confirmation time (its send time), and when the next tick
+    comes."""
 
     keys: JobKeys
     timings: JobTimings
     record: TickRecord
     session: str
     confirmed_at: float
+    next_tick_at: float | None = None  # the schedule's next tick (monotonic): no retry from then
 
 
 def apply_fence(body: Body, decision: Decision) -> None:
@@ -111,8 +114,11 @@ class HeldRun:
         claimed: Claimed,
         done: Callable[[HeldRun], None],
         listener: Listener | None = None,
+        retry_body: Callable[[], Body] | None = None,
     ) -> None:
+        """`retry_body` makes each retry's body (tick/retries.py), when the job has retries."""
         self.store, self.clock, self.claimed = store, clock, claimed
+        self.retry_body = retry_body
         self.record = claimed.record
         self.bounds: FenceBounds = fence_bounds(claimed.timings, renew_timeout(claimed.timings))
         self.confirmed_at = claimed.confirmed_at
@@ -129,6 +135,11 @@ class HeldRun:
         self.completed: TickRecord | None = None  # the record as completed, once answered
         self._timer: Cancellable | None = None
         self._stepping = self._again = False
+        self.statuses: list[int | None] = []  # each ended attempt's exit status
+        self.retry: Retry | None = None  # the attempt waited for (no body runs meanwhile)
+        self.last: Decision | None = None  # the decision that ended the last attempt
+        self.cut: str | None = None  # why retries the job still had were cut
+        self.attempt = 0  # the attempt started last (1 for the first)
 
     @property
     def tick(self) -> datetime:
@@ -149,11 +160,14 @@ class HeldRun:
             action = Action.REPORT_LOST if lost else Action.RELEASE
             self._finish(Decision(action, verdict))
             return
-        self.body = body
+        self._start_body(body, 1)
+
+    def _start_body(self, body: Body, attempt: int) -> None:
+        self.body, self.attempt = body, attempt
         record, keys = self.record, self.claimed.keys
         assert record.lock_index is not None  # a won claim's record carries its token
         worker, session = record.worker or "", self.claimed.session
-        run = Run(keys.name, worker, record.tick, record.lock_index, session, self._safe)
+        run = Run(keys.name, worker, record.tick, record.lock_index, session, self._safe, attempt)
         body.start(run, self._step)
         self._step()
 
@@ -170,14 +184,18 @@ class HeldRun:
         """Consul said the lock is gone (its session ended)."""
         if self.lost is None:
             self.lost = reason
-            if self.body is not None:  # else start() finds it so, and starts nothing
+            if self.retry is not None:
+                self._await_retry()
+            elif self.body is not None:  # else start() finds it so, and starts nothing
                 self._step()
 
     def interrupt(self, signum: int = signal.SIGTERM) -> None:
         """A stop was asked for (the core's end): the body is told, then the lock released."""
         if self.stop_signal is None:
             self.stop_signal = signum
-            if self.body is not None:
+            if self.retry is not None:
+                self._await_retry()
+            elif self.body is not None:
                 self._step()
 
     # -- the decision, carried out ---------------------------------------------------------
@@ -186,6 +204,8 @@ class HeldRun:
         told from within stop() is looked at after the decision that stopped it)."""
         if self._stepping:
             self._again = True
+            return
+        if self.retry is not None:  # no body runs: _await_retry looks after the lock
             return
         self._stepping = True
         try:
@@ -202,6 +222,8 @@ class HeldRun:
         if decision.verdict is not self.verdict and decision.verdict in _TOLD:
             self._note(_TOLD[decision.verdict])
         self.verdict = decision.verdict
+        if decision.action is Action.RELEASE and self._retried(decision):
+            return
         if decision.action in (Action.RELEASE, Action.REPORT_LOST):
             self._finish(decision)
             return
@@ -238,19 +260,85 @@ class HeldRun:
             self._timer.cancel()
         self._timer = self.clock.call_at(wake, self._step)
 
+    # -- retries (tick/retries.py) ----------------------------------------------------------
+    def _retried(self, decision: Decision) -> bool:
+        """The attempt ended with the lock ours: whether another one is to come (then it is
+        waited for, the lock held and renewed meanwhile), or the run is over."""
+        ending = None if self.body is None else self.body.ending
+        status = None if ending is None else ending.exit_status
+        self.statuses.append(status)
+        self.last = decision
+        if self.retry_body is None:
+            return False
+        now, timings = self.clock.monotonic(), self.claimed.timings
+        attempt = len(self.statuses)
+        plan = next_attempt(
+            decision.verdict, status, attempt, timings, now, self.claimed.next_tick_at
+        )
+        if not isinstance(plan, Retry):
+            if plan.reason in CUT and timings.retries:
+                self.cut = plan.reason.value
+            return False
+        self.retry, self.body = plan, None
+        self._note("retrying", f"attempt {plan.attempt} after status {status}")
+        self._await_retry()
+        return True
+
+    def _await_retry(self) -> None:
+        """While a retry is waited for: the lock lost or not confirmed in time ends the run
+        lost, a stop ends it (its retries cut); else the retry starts when its time comes."""
+        retry = self.retry
+        if retry is None or self.finished:
+            return
+        now = self.clock.monotonic()
+        fence_after = self.bounds.fence_after
+        verdict = delay_verdict(
+            now, self.confirmed_at, fence_after, self.lost is not None, self.stop_signal
+        )
+        if verdict is not None:
+            self.retry = None
+            if verdict is Outcome.LOST:
+                self._note("fenced", "while waiting for a retry")
+                self._finish(Decision(Action.REPORT_LOST, Outcome.LOST))
+            else:
+                self.cut = StopReason.STOPPED.value
+                assert self.last is not None
+                self._finish(self.last)
+            return
+        if now < retry.at:
+            self._arm_retry(min(retry.at, self.confirmed_at + fence_after))
+            return
+        self.retry = None
+        self.verdict, self.told, self.terminated_at = None, False, None
+        timeout = self.claimed.timings.timeout
+        self.timeout_at = None if timeout is None else now + timeout
+        assert self.retry_body is not None
+        self._note("retry-started", f"attempt {retry.attempt}")
+        self._start_body(self.retry_body(), retry.attempt)
+
+    def _arm_retry(self, wake: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer = self.clock.call_at(wake, self._await_retry)
+
     # -- the record --------------------------------------------------------------------------
     def _finish(self, decision: Decision) -> None:
         self.finished = True
         if self._timer is not None:
             self._timer.cancel()
         ending = None if self.body is None else self.body.ending
-        status = None if ending is None else ending.exit_status
+        if len(self.statuses) < self.attempt:  # this attempt's end, not said to _retried
+            self.statuses.append(None if ending is None else ending.exit_status)
+        status = self.statuses[-1] if self.statuses else None
         kept = decision.action is Action.RELEASE  # else the lock was lost: the record says so
+        retried = len(self.statuses) > 1 or self.cut is not None
         done = self.record.completed(
             record_outcome(decision.verdict, status, kept),
             finished_at=self.clock.wall(),
             exit_status=status,
             duration=round(self.clock.monotonic() - self.started_at, 3),
+            attempts=tuple(self.statuses) if retried else None,
+            retries_cut=self.cut,
         )
         self._complete(done, COMPLETE_RETRY)
 

@@ -27,7 +27,6 @@ from provision.errors import InputError
 from provision.fencing import Outcome
 from provision.ledger.records import parse_tick_name
 from provision.runner.http_job import HttpJob, request_headers
-from provision.runner.retries import Retry, Stop, StopReason, next_attempt
 from provision.runner.supervisor import idempotency_key
 from provision.spec import SpecError, parse_spec
 from provision.system.http_call import (
@@ -37,6 +36,7 @@ from provision.system.http_call import (
     judge_target,
     url_problem,
 )
+from provision.tick.retries import Retry, Stop, StopReason, next_attempt
 from provision.timings import JobTimings
 from provision.workers.config import ConfigError, JobConfig, config_record, load_worker_config
 from provision.workers.job_config import job_record, read_job

@@ -13,9 +13,9 @@ from provision.fencing import Outcome
 from provision.ledger.attempts import attempts_text, decode_attempts, decode_cut
 from provision.ledger.records import TickOutcome, TickRecord, decode
 from provision.runner.results import RunResult
-from provision.runner.retries import Retry, Stop, StopReason, delay_verdict, next_attempt
 from provision.scheduler.counts import CountsSnapshot, after_result
 from provision.spec import SpecError, parse_spec
+from provision.tick.retries import Retry, Stop, StopReason, delay_verdict, next_attempt
 from provision.timings import JobTimings
 from provision.workers.config import config_record, load_worker_config
 
