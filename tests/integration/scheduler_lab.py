@@ -11,6 +11,7 @@ import subprocess
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,16 @@ Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 class SchedulerProcess:
-    def __init__(self, config: Path, *flags: str, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: Path,
+        *flags: str,
+        env: dict[str, str] | None = None,
+        program: Sequence[str] = LOCKCTL,  # another lockctl: test_upgrade.py's previous release
+    ) -> None:
         self.config = config
         self.process = subprocess.Popen(
-            [*LOCKCTL, "schedule", "--config", str(config), *flags],
+            [*program, "schedule", "--config", str(config), *flags],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
