@@ -1,8 +1,9 @@
-"""The previous release of lockctl, for the upgrade tests: its tree taken from this repository's
-history (`git archive`), built into a wheel with the build backend this venv already has (no
-build isolation, no index), and installed with pip into a venv of its own. That venv finds its
-dependencies in this venv's site-packages (a .pth file) rather than downloading them: the
-releases share their dependency pins, and nothing here reaches the network.
+"""The previous release of lockctl, for the upgrade tests: its wheel, kept in tests/data (built
+once from the release's commit, below), installed with pip into a venv of its own. That venv
+finds its dependencies in this venv's site-packages (a .pth file) rather than downloading them:
+the releases share their dependency pins, and nothing here reaches the network. The wheel is
+kept rather than built here so the test needs neither the repository's history (a shallow
+clone has none) nor a build backend.
 
 The previous release's `provision` package sits in its venv's own site-packages, which comes
 before the .pth's folder on sys.path, so it never sees this checkout's code; its processes also
@@ -20,9 +21,16 @@ from pathlib import Path
 
 from tests.lockctl_process import LOCKCTL
 
-# The release a fleet upgrades from. A new release moves this to the commit it was cut from.
+# The release a fleet upgrades from: the commit it was cut from, and its wheel, made with
+#   git archive PREVIOUS_RELEASE | tar -x -C src
+#   pip wheel --no-deps --no-build-isolation --wheel-dir tests/data/previous-release src
+# (sha256 9b4ea46a8b1e14e3ef42d9a635a40e06eee799a2ea78a06b346bba8f2ee87610). A new release
+# moves both on.
 PREVIOUS_RELEASE = "8407647ed413ea2ed1a7f54468849b8ae04e10c3"
-STEP_TIMEOUT = 300  # seconds: each of git archive, the wheel's build and its install
+PREVIOUS_WHEEL = (
+    Path(__file__).resolve().parents[1] / "data/previous-release/lockctl-0.1.0-py3-none-any.whl"
+)
+STEP_TIMEOUT = 300  # seconds: each of the venv's making and the wheel's install
 # pip sees nothing but what it is given: no index, no configuration of this machine's
 OFFLINE_PIP = {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1"}
 OFFLINE_PIP |= {"PIP_DISABLE_PIP_VERSION_CHECK": "1"}
@@ -63,22 +71,15 @@ def _run(
     return done
 
 
-def build_previous_release(checkout: Path, folder: Path) -> Release:
-    """The previous release, exported from `checkout`'s history, built and installed under
-    `folder` (source/, wheel/, venv/)."""
-    source, wheels, venv = folder / "source", folder / "wheel", folder / "venv"
-    source.mkdir(parents=True)
-    archive = _run(["git", "-C", str(checkout), "archive", "--format=tar", PREVIOUS_RELEASE])
-    _run(["tar", "-x", "-C", str(source)], stdin=archive.stdout)
+def install_previous_release(folder: Path) -> Release:
+    """The previous release's wheel installed into a venv of its own under `folder`."""
+    venv = folder / "venv"
     offline = {**os.environ, **OFFLINE_PIP}
     pip = [sys.executable, "-m", "pip"]
-    build = ["wheel", "--quiet", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels)]
-    _run([*pip, *build, str(source)], env=offline)
-    (wheel,) = wheels.glob("lockctl-*.whl")
     _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     _lend_dependencies(venv / "bin" / "python")
     install = ["--python", str(venv / "bin" / "python"), "install", "--quiet", "--no-deps"]
-    _run([*pip, *install, str(wheel)], env=offline)
+    _run([*pip, *install, str(PREVIOUS_WHEEL)], env=offline)
     release = Release("previous", (str(venv / "bin" / "lockctl"),), isolated=True)
     _check_installed(release, venv)
     return release

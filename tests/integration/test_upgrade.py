@@ -14,12 +14,11 @@ worker with its worker's minted token, all with the worker configs the previous 
   schedulers (each tick recorded `paused`, with the pause's reason, none run), resumed by the
   other's `lockctl resume`; a `lockctl trigger` of either release runs once in the mixed fleet.
 
-Cost: the previous release is built once per test session (session fixture): `git archive` of
-its commit, a wheel built with the hatchling this venv has (no build isolation, no index), a
-venv whose dependencies are this venv's (a .pth) and a `pip install --no-deps` of the wheel:
-1.5 to 2 s here, printed, never asserted. The tests then take about 65 s (the rolling one 50 s,
-the pause one 15 s), nearly all of it the ticks they wait for; each wait is bounded, and no
-duration is asserted.
+Cost: the previous release is installed once per test session (session fixture): its wheel,
+kept in tests/data, into a venv whose dependencies are this venv's (a .pth), with `pip install
+--no-deps`: about 1.5 s here, printed, never asserted. The tests then take about 65 s (the
+rolling one 50 s, the pause one 15 s), nearly all of it the ticks they wait for; each wait is
+bounded, and no duration is asserted.
 """
 
 from __future__ import annotations
@@ -39,7 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
-from previous_release import CURRENT, Release, build_previous_release
+from previous_release import CURRENT, Release, install_previous_release
 from scheduler_lab import SchedulerProcess
 from workers_lab import minted_workers, spec_text
 
@@ -54,7 +53,6 @@ from tests.lockctl_process import eventually
 if TYPE_CHECKING:
     from conftest import LiveCluster
 
-ROOT = Path(__file__).resolve().parents[2]
 WORKERS = ("worker-1", "worker-2", "worker-3")
 EVERY = 2
 SCHEDULE = parse_schedule(f"@every {EVERY}s")
@@ -106,8 +104,8 @@ class Lab:
 @pytest.fixture(scope="session")
 def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Release:
     began = time.monotonic()
-    release = build_previous_release(ROOT, tmp_path_factory.mktemp("previous-release"))
-    print(f"\nthe previous release built and installed in {time.monotonic() - began:.1f} s")
+    release = install_previous_release(tmp_path_factory.mktemp("previous-release"))
+    print(f"\nthe previous release installed in {time.monotonic() - began:.1f} s")
     return release
 
 
