@@ -12,12 +12,15 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 import typer
 from typer.testing import CliRunner
 
+from provision.acl.agent_tokens import agent_policy_name
 from provision.cli import acl
 from provision.cli.app import ErrorBoundaryGroup
 from provision.cluster.consul_binary import install_consul
@@ -25,10 +28,16 @@ from provision.cluster.layout import AgentSpec
 from provision.consul import Consul
 from provision.consul.errors import ConsulError, PermissionDenied
 from provision.errors import EXIT_DENIED, EXIT_INPUT, EXIT_UNAVAILABLE
-from provision.spec.names import token_description
+from provision.spec.names import (
+    MANAGED_MARKER,
+    lock_policy_name,
+    session_policy_name,
+    token_description,
+)
 from provision.system.processes import read_pid, spawn
 from provision.system.secrets import read_secret_file
 from tests.conftest import TEST_SUBNET, LiveCluster
+from tests.integration.named_reads import policy_named, serf_health, tokens_with_policy
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
@@ -63,6 +72,7 @@ class Env:
         self.cluster = cluster
         self.spec = tmp_path / "locks.hcl"
         self.secrets = tmp_path / "secrets"
+        self.agent = agent  # the agent lockctl talks to: its sessions are made on its node
         self.address = cluster.address(agent)
 
     def write_spec(self, jobs: dict[str, list[str]], workers: list[str]) -> None:
@@ -97,15 +107,22 @@ def env(tmp_path: Path, live_cluster: LiveCluster, monkeypatch: pytest.MonkeyPat
 
 
 def _tokens_for(consul: Consul, worker: str) -> list[str]:
+    """The accessors of `worker`'s tokens: every token apply or rotate mints for it carries its
+    session policy, so they are read by that link, not picked from the list of every token."""
+    session_policy = policy_named(consul, session_policy_name(worker))
+    if session_policy is None:
+        return []
     return [
         t.accessor_id
-        for t in consul.acl.list_tokens()
+        for t in tokens_with_policy(consul, session_policy.id)
         if t.description == token_description(worker)
     ]
 
 
-def _policy_names(consul: Consul) -> dict[str, str]:
-    return {p.name: p.id for p in consul.acl.list_policies()}
+def _existing(consul: Consul, names: Iterable[str]) -> dict[str, str]:
+    """Which of `names` are policies in Consul (name -> ID), each read by its name."""
+    found = {name: policy_named(consul, name) for name in names}
+    return {name: policy.id for name, policy in found.items() if policy is not None}
 
 
 def test_apply_twice_creates_nothing_the_second_time(env: Env) -> None:
@@ -183,30 +200,46 @@ def test_existing_policy_is_adopted_by_name(env: Env) -> None:
     after = mgmt.acl.read_policy(made.id)
     assert after.rules is not None and 'key_prefix "locks/adopt-me/"' in after.rules
     assert after.description.startswith("lockctl-managed")
-    assert list(_policy_names(mgmt)).count("lock-adopt-me") == 1
+    adopted = policy_named(mgmt, "lock-adopt-me")  # the one made by hand, not a second one
+    assert adopted is not None and adopted.id == made.id
 
 
 def test_prune_deletes_only_what_lockctl_manages(env: Env) -> None:
     mgmt = env.cluster.management()
-    hand = mgmt.acl.create_policy("lock-hand-made", 'key_prefix "h/" { policy = "read" }', "ops")
-    hand_token = mgmt.acl.create_token("ops token", ["lock-hand-made"])
-    env.write_spec({"prune-a": ["worker-1"], "prune-b": ["worker-1"]}, ["worker-1"])
-    assert env.run("apply").exit_code == 0
-    env.write_spec({"prune-a": ["worker-1"]}, ["worker-1"])
-    kept = env.run("apply")
-    assert kept.exit_code == 0
-    assert "lock-prune-b" in _policy_names(mgmt)
-    assert "policy lock-prune-b" in kept.stderr  # named as stale, kept without --prune
-    pruned = env.run("apply", "--prune")
-    assert pruned.exit_code == 0, pruned.output
-    names = _policy_names(mgmt)
-    assert "lock-prune-b" not in names
-    assert "lock-prune-a" in names
-    assert names["lock-hand-made"] == hand.id
-    assert any(t.accessor_id == hand_token.accessor_id for t in mgmt.acl.list_tokens())
-    assert any(n.startswith("agent-") for n in names)  # the cluster's agent policies stay
-    mgmt.acl.delete_token(hand_token.accessor_id)
-    mgmt.acl.delete_policy(hand.id)
+    uid = uuid.uuid4().hex[:8]
+    # Bystanders of this test's own: a lock- policy and a token made by hand (unmarked), and a
+    # policy marked as lockctl's but neither a lock nor a session policy, as the cluster's agent
+    # policies are.
+    hand_rules = 'key_prefix "h/" { policy = "read" }'
+    hand = mgmt.acl.create_policy(f"lock-hand-made-{uid}", hand_rules, "ops")
+    hand_token = mgmt.acl.create_token(f"ops token {uid}", [hand.name])
+    node = f"prune-{uid}"
+    agent = mgmt.acl.create_policy(
+        agent_policy_name(node),
+        f'node "{node}" {{ policy = "write" }}',
+        f"{MANAGED_MARKER}: agent token for node {node}",
+    )
+    names = ["lock-prune-a", "lock-prune-b", hand.name, agent.name]
+    try:
+        env.write_spec({"prune-a": ["worker-1"], "prune-b": ["worker-1"]}, ["worker-1"])
+        assert env.run("apply").exit_code == 0
+        env.write_spec({"prune-a": ["worker-1"]}, ["worker-1"])
+        kept = env.run("apply")
+        assert kept.exit_code == 0
+        assert "lock-prune-b" in _existing(mgmt, names)
+        assert "policy lock-prune-b" in kept.stderr  # named as stale, kept without --prune
+        pruned = env.run("apply", "--prune")
+        assert pruned.exit_code == 0, pruned.output
+        left = _existing(mgmt, names)
+        assert "lock-prune-b" not in left
+        assert "lock-prune-a" in left
+        assert left[hand.name] == hand.id
+        assert mgmt.acl.read_token(hand_token.accessor_id).accessor_id == hand_token.accessor_id
+        assert left[agent.name] == agent.id  # as the cluster's agent policies stay
+    finally:
+        mgmt.acl.delete_token(hand_token.accessor_id)
+        for policy in (hand, agent):
+            mgmt.acl.delete_policy(policy.id)
 
 
 def test_rotate_revokes_the_old_token_only_after_the_new_one_works(env: Env) -> None:
@@ -272,7 +305,7 @@ def test_no_token_is_a_permission_error_naming_the_permission(env: Env) -> None:
     assert result.exit_code == EXIT_DENIED
     assert result.stderr.count("\n") == 1
     assert "403" in result.stderr and 'acl = "read"' in result.stderr
-    assert "lock-denied" not in _policy_names(env.cluster.management())
+    assert policy_named(env.cluster.management(), "lock-denied") is None
 
 
 def test_token_without_acl_write_is_refused_and_changes_nothing(env: Env) -> None:
@@ -288,7 +321,7 @@ def test_token_without_acl_write_is_refused_and_changes_nothing(env: Env) -> Non
     assert result.exit_code == EXIT_DENIED, result.output
     assert 'acl = "write"' in result.stderr
     assert token.secret.reveal() not in result.output
-    assert "lock-readonly" not in _policy_names(mgmt)
+    assert policy_named(mgmt, "lock-readonly") is None
     mgmt.acl.delete_token(token.accessor_id)
     mgmt.acl.delete_policy(reader.id)
 
@@ -303,16 +336,26 @@ def test_consul_unreachable_is_a_clear_error(env: Env) -> None:
 
 
 def test_invalid_spec_changes_nothing(env: Env) -> None:
+    """Nothing the spec names is made or changed: its job's and workers' policies, their tokens."""
     mgmt = env.cluster.management()
-    before = (_policy_names(mgmt), sorted(t.accessor_id for t in mgmt.acl.list_tokens()))
+    job = f"bad-{uuid.uuid4().hex[:8]}"
+    workers = ["worker-1", "nobody"]
+    names = [lock_policy_name(job), *(session_policy_name(w) for w in workers)]
+
+    def state() -> tuple[dict[str, int], list[list[str]]]:
+        found = {name: policy_named(mgmt, name) for name in names}
+        policies = {name: p.modify_index for name, p in found.items() if p is not None}
+        return policies, [_tokens_for(mgmt, w) for w in workers]
+
+    before = state()
+    assert lock_policy_name(job) not in before[0]
     env.spec.write_text(
-        'worker "worker-1" {}\njob "bad" {\n  prefix = ""\n  workers = ["nobody"]\n}\n'
+        f'worker "worker-1" {{}}\njob "{job}" {{\n  prefix = ""\n  workers = ["nobody"]\n}}\n'
     )
     result = env.run("apply")
     assert result.exit_code == EXIT_INPUT
     assert "locks.hcl:" in result.stderr
-    after = (_policy_names(mgmt), sorted(t.accessor_id for t in mgmt.acl.list_tokens()))
-    assert after == before
+    assert state() == before
     assert not env.secrets.exists()
 
 
@@ -322,24 +365,23 @@ def test_unwritable_secrets_dir_is_refused_before_any_change(env: Env) -> None:
     blocker.write_text("x")
     result = runner.invoke(_app(), ["apply", *env.flags(), "--secrets-dir", str(blocker / "s")])
     assert result.exit_code == 6, result.output
-    assert "lock-nodir" not in _policy_names(env.cluster.management())
+    assert policy_named(env.cluster.management(), "lock-nodir") is None
 
 
 # --- kills ----------------------------------------------------------------------------------
 
 
 def _reset(mgmt: Consul, jobs: list[str], workers: list[str]) -> None:
-    names = _policy_names(mgmt)
     for worker in workers:
         for accessor in _tokens_for(mgmt, worker):
             mgmt.acl.delete_token(accessor)
-    for name in [f"lock-{j}" for j in jobs] + [f"session-{w}" for w in workers]:
-        if name in names:
-            mgmt.acl.delete_policy(names[name])
+    names = [f"lock-{j}" for j in jobs] + [f"session-{w}" for w in workers]
+    for policy_id in _existing(mgmt, names).values():
+        mgmt.acl.delete_policy(policy_id)
 
 
 def _assert_converged(mgmt: Consul, env: Env, jobs: list[str], workers: list[str]) -> None:
-    names = _policy_names(mgmt)
+    names = _existing(mgmt, [f"lock-{j}" for j in jobs])
     assert all(f"lock-{j}" in names for j in jobs)
     for worker in workers:
         accessors = _tokens_for(mgmt, worker)
@@ -356,6 +398,7 @@ def test_sigkill_at_random_points_then_rerun_converges(env: Env) -> None:
     mgmt = env.cluster.management()
     argv = [sys.executable, "-c", APP_SOURCE, "apply", *env.flags(), "--concurrency", "2"]
     rng = random.Random(4)
+    first_writes = sorted(f"lock-{j}" for j in jobs)[:2]
     partial = 0
     for _ in range(4):
         _reset(mgmt, jobs, workers)
@@ -365,15 +408,16 @@ def test_sigkill_at_random_points_then_rerun_converges(env: Env) -> None:
             argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         # Kill once the apply has started writing (not after a fixed sleep: on a loaded
-        # machine start-up alone can take longer), at a random point after that.
+        # machine start-up alone can take longer), at a random point after that. It creates
+        # the policies in name order, so its first writes are the first two job policies.
         give_up_at = time.monotonic() + 30
-        while not set(_policy_names(mgmt)) & {f"lock-{j}" for j in jobs} and process.poll() is None:
+        while not _existing(mgmt, first_writes) and process.poll() is None:
             assert time.monotonic() < give_up_at, "the apply never started writing"
             time.sleep(0.02)
         time.sleep(rng.uniform(0.0, 0.4))
         process.send_signal(signal.SIGKILL)
         process.wait()
-        made = sum(1 for name in _policy_names(mgmt) if name in {f"lock-{j}" for j in jobs})
+        made = len(_existing(mgmt, [f"lock-{j}" for j in jobs]))
         partial += 0 < made < len(jobs) or 0 < len(list(env.secrets.glob("*.token"))) < len(workers)
         rerun = env.run("apply", "--concurrency", "8")
         assert rerun.exit_code == 0, rerun.output
@@ -394,9 +438,8 @@ def _restart(live_cluster: LiveCluster, agent: AgentSpec) -> None:
     give_up_at = time.monotonic() + 60
     while time.monotonic() < give_up_at:
         try:
-            checks = mgmt.health.checks_in_state("passing")
-            if any(c["Node"] == agent.name and c["CheckID"] == "serfHealth" for c in checks):
-                live_cluster.management(agent.name).acl.list_policies()
+            if serf_health(mgmt, agent.name) == "passing":
+                live_cluster.management(agent.name).acl.read_self_token()  # it resolves tokens
                 return
         except ConsulError:
             pass
@@ -408,7 +451,8 @@ def test_leader_kill_during_apply_is_ridden_out(env: Env, live_cluster: LiveClus
     workers = [f"lk-{n}" for n in range(5)]
     jobs = [f"leader-{n:03d}" for n in range(120)]
     env.write_spec({j: random.Random(j).sample(workers, 2) for j in jobs}, workers)
-    env.address = live_cluster.address("worker-1")  # a client agent: it survives the kill
+    env.agent = "worker-1"  # a client agent: it survives the kill
+    env.address = live_cluster.address(env.agent)
     mgmt = live_cluster.management("worker-1")
     _reset(mgmt, jobs, workers)
     leader_raft = mgmt.status.leader()

@@ -22,6 +22,7 @@ from provision.errors import EXIT_DENIED, EXIT_ENVIRONMENT, EXIT_INPUT
 from provision.spec.names import token_description
 from provision.system.secrets import read_secret_file
 from tests.conftest import LiveCluster
+from tests.integration.named_reads import policy_named
 from tests.integration.procscan import catches
 from tests.integration.test_apply import Env, _tokens_for
 
@@ -167,7 +168,7 @@ def test_a_read_only_token_is_refused_at_lockctls_lock(env: Env) -> None:
         applied = env.run("apply", "--token-file", str(reader))
         assert applied.exit_code == EXIT_DENIED, applied.output
         assert LOCK_KEY in applied.stderr and 'acl = "write"' in applied.stderr
-        assert "lock-tf-ro2" not in {p.name for p in env.cluster.management().acl.list_policies()}
+        assert policy_named(env.cluster.management(), "lock-tf-ro2") is None
     finally:
         mgmt = env.cluster.management()
         mgmt.acl.delete_token(accessor)
@@ -185,7 +186,7 @@ def test_rotate_takes_only_a_worker_of_the_spec(env: Env) -> None:
             assert result.exit_code == EXIT_INPUT, result.output
             assert says in result.stderr and result.stderr.count("\n") == 1
         assert sorted(p.name for p in env.tmp.iterdir()) == before  # nothing written anywhere
-        assert any(t.accessor_id == planted.accessor_id for t in mgmt.acl.list_tokens())
+        assert mgmt.acl.read_token(planted.accessor_id).accessor_id == planted.accessor_id
     finally:
         mgmt.acl.delete_token(planted.accessor_id)
 
@@ -300,17 +301,20 @@ def test_sigterm_frees_the_lock_at_once(env: Env) -> None:
     assert env.run("apply", "--lock-wait", "0").exit_code == 0
 
 
-def _lock_sessions(mgmt: Consul) -> list[str]:
-    return [s.id for s in mgmt.session.list() if s.name == "lockctl apply"]
+def _lock_sessions(mgmt: Consul, env: Env) -> list[str]:
+    """The sessions of apply's own lock on the node of the agent `env` sends its applies to
+    (a session is made on the serving agent's node), not every session of the cluster."""
+    on_node = mgmt.session.list(node=env.agent)
+    return [s.id for s in on_node if s.name == "lockctl apply"]
 
 
-def _when(moment: str, process: subprocess.Popen[str], mgmt: Consul) -> None:
+def _when(moment: str, process: subprocess.Popen[str], mgmt: Consul, env: Env) -> None:
     """Wait (polling as fast as it can) for `moment` of the apply's life, or its end."""
     give_up_at = time.monotonic() + 60
     while process.poll() is None and time.monotonic() < give_up_at:
         if moment == "handler" and catches(process.pid, signal.SIGTERM):
             return
-        if moment == "session" and _lock_sessions(mgmt):
+        if moment == "session" and _lock_sessions(mgmt, env):
             return
         if moment == "holder":
             entry, _ = mgmt.kv.get(LOCK_KEY, consistency="consistent")
@@ -337,7 +341,7 @@ def test_sigterm_at_any_moment_never_leaves_lockctls_lock_held(env: Env) -> None
         env.write_spec({f"sa{round_number}-{n:02d}": workers for n in range(30)}, workers)
         process = _start(env, "apply", "--concurrency", "1")
         try:
-            _when(moment, process, mgmt)
+            _when(moment, process, mgmt, env)
             caught = catches(process.pid, signal.SIGTERM)
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGTERM)
@@ -352,7 +356,7 @@ def test_sigterm_at_any_moment_never_leaves_lockctls_lock_held(env: Env) -> None
         else:  # signalled during the interpreter's start: nothing can have been taken yet
             assert process.returncode in (0, 130, -signal.SIGTERM), context
         assert mgmt.kv.get(LOCK_KEY, consistency="consistent")[0] is None, context
-        assert _lock_sessions(mgmt) == [], context
+        assert _lock_sessions(mgmt, env) == [], context
     assert env.run("apply", "--lock-wait", "0").exit_code == 0
     assert env.run("plan").exit_code == 0
 
@@ -370,7 +374,7 @@ def test_a_live_holder_elsewhere_makes_apply_give_up_after_lock_wait(env: Env) -
         assert 1 <= time.monotonic() - began < 5
         assert result.stderr.count("\n") == 1 and "\x1b" not in result.stderr
         assert LOCK_KEY in result.stderr and "pid 1 on elsewhere" in result.stderr
-        assert "lock-busy" not in {p.name for p in mgmt.acl.list_policies()}
+        assert policy_named(mgmt, "lock-busy") is None
     finally:
         mgmt.session.destroy(session)
     assert env.run("apply", "--lock-wait", "5").exit_code == 0
@@ -384,9 +388,9 @@ def test_the_lock_session_is_destroyed_when_apply_fails(env: Env) -> None:
     (blocker / "worker-1.token").mkdir()  # a folder where the token file goes: the write fails
     # Only apply's own lock sessions count: other tests' schedulers share the cluster, and a
     # session a killed test left behind lives on until its TTL (CI once saw one here).
-    earlier = set(_lock_sessions(mgmt))
+    earlier = set(_lock_sessions(mgmt, env))
     result = env.run("apply")
     assert result.exit_code == EXIT_ENVIRONMENT, result.output
     assert "cannot write token file" in result.stderr and result.stderr.count("\n") == 1
     assert mgmt.kv.get(LOCK_KEY)[0] is None
-    assert set(_lock_sessions(mgmt)) <= earlier
+    assert set(_lock_sessions(mgmt, env)) <= earlier

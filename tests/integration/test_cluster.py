@@ -20,6 +20,7 @@ from provision.consul.errors import PermissionDenied
 from provision.errors import EXIT_ENVIRONMENT, EXIT_FAILED
 from provision.system.processes import is_running, read_pid
 from tests.conftest import TEST_SUBNET, LiveCluster
+from tests.integration.named_reads import policy_named, tokens_with_policy
 
 LIFECYCLE_SUBNET = os.environ.get("LOCKCTL_TEST_LIFECYCLE_SUBNET", "127.0.4")
 runner = CliRunner()
@@ -64,14 +65,15 @@ def test_acls_deny_by_default(live_cluster: LiveCluster) -> None:
 
 def test_every_agent_has_a_minimal_agent_token(live_cluster: LiveCluster) -> None:
     management = live_cluster.management()
-    policies = {p.name: p for p in management.acl.list_policies()}
-    tokens = management.acl.list_tokens()
     for agent in live_cluster.layout.agents:
-        rules = management.acl.read_policy(policies[f"agent-{agent.name}"].id).rules or ""
+        policy = policy_named(management, f"agent-{agent.name}")
+        assert policy is not None, agent.name
+        rules = policy.rules or ""
         assert f'node "{agent.name}"' in rules
         assert "key" not in rules and "session" not in rules
-        owned = [t for t in tokens if t.policy_names == (f"agent-{agent.name}",)]
-        assert len(owned) == 1, agent.name
+        # one token carries the agent's policy, and nothing else
+        owned = [t.policy_names for t in tokens_with_policy(management, policy.id)]
+        assert owned == [(f"agent-{agent.name}",)], agent.name
 
 
 def test_up_on_a_running_cluster_starts_nothing_and_prints_no_secret(

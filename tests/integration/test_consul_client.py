@@ -28,6 +28,7 @@ from provision.consul import (
 from provision.consul.models import Policy, Token
 from provision.consul.transport import Call, Sending
 from provision.system.secrets import Secret
+from tests.integration.named_reads import policy_named, tokens_with_policy
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
@@ -186,12 +187,18 @@ def test_members_are_the_five_agents_alive(live_cluster: LiveCluster) -> None:
 
 def test_every_node_has_a_passing_serf_health_check(live_cluster: LiveCluster) -> None:
     client = live_cluster.management("worker-1")
-    passing = client.health.checks_in_state("passing")
-    nodes = {c["Node"] for c in passing if c["CheckID"] == "serfHealth"}
-    assert nodes == {a.name for a in live_cluster.layout.agents}
-    critical = client.health.checks_in_state("critical")
-    assert not [c for c in critical if c["CheckID"] == "serfHealth"]
-    assert len(client.health.checks_in_state("any")) >= len(passing)
+    # The state lists are what is under test; only the cluster's own agents are looked at.
+    agents = {a.name for a in live_cluster.layout.agents}
+
+    def serf(state: str) -> list[str]:
+        checks = client.health.checks_in_state(state)
+        return sorted(
+            c["Node"] for c in checks if c["CheckID"] == "serfHealth" and c["Node"] in agents
+        )
+
+    assert serf("passing") == sorted(agents)
+    assert serf("critical") == []
+    assert serf("any") == sorted(agents)
 
 
 def test_unknown_check_state(mgmt: Consul) -> None:
@@ -224,7 +231,10 @@ def test_set_agent_token_is_applied_and_persisted(
 ) -> None:
     agent = next(a for a in live_cluster.layout.agents if a.name == "worker-2")
     description = "lockctl-managed: agent token for node worker-2"
-    original = next(t for t in mgmt.acl.list_tokens() if t.description == description)
+    agent_policy = policy_named(mgmt, "agent-worker-2")
+    assert agent_policy is not None
+    (original,) = tokens_with_policy(mgmt, agent_policy.id)
+    assert original.description == description
     original_secret = token_secret(mgmt.acl.read_token(original.accessor_id))
     replacement = minted.token('node "worker-2" { policy = "write" }')
     persisted = live_cluster.layout.data_dir(agent) / "acl-tokens.json"
@@ -272,14 +282,17 @@ def test_policy_create_read_update_list_delete(mgmt: Consul, minted: Minted) -> 
     assert updated.modify_index > created.modify_index
     assert mgmt.acl.read_policy(created.id).rules == new_rules
 
+    # The list is what is under test; only this test's own policies are looked at in it.
+    other = minted.policy('key "lockctl-test/b" { policy = "read" }')
     listed = {p.name: p for p in mgmt.acl.list_policies()}
     assert listed[created.name].id == created.id
     assert listed[created.name].rules is None  # list answers omit rules
-    assert "global-management" in listed
+    assert listed[other.name].id == other.id
 
     mgmt.acl.delete_policy(created.id)
     assert mgmt.acl.read_policy_by_name(created.name) is None
-    assert created.name not in {p.name for p in mgmt.acl.list_policies()}
+    names = {p.name for p in mgmt.acl.list_policies()}
+    assert created.name not in names and other.name in names
 
 
 def test_missing_policy_name_is_none(mgmt: Consul) -> None:
@@ -343,12 +356,17 @@ def test_token_create_read_self_update_list_delete(
     assert updated.policy_names == tuple(sorted([first.name, second.name]))
     assert mgmt.acl.read_token(created.accessor_id).secret == secret  # the secret stays
 
+    # The list is what is under test; only this test's own tokens are looked at in it.
+    other = minted.token('key "lockctl-test/t3" { policy = "read" }')
     listed = {t.accessor_id: t for t in mgmt.acl.list_tokens()}
     assert listed[created.accessor_id].description == "renamed"
-    assert all(t.secret is None for t in listed.values())  # no secret in a list answer
+    assert listed[other.accessor_id].description == other.description
+    mine = [listed[created.accessor_id], listed[other.accessor_id]]
+    assert [t.secret for t in mine] == [None, None]  # no secret in a list answer
 
     mgmt.acl.delete_token(created.accessor_id)
-    assert created.accessor_id not in {t.accessor_id for t in mgmt.acl.list_tokens()}
+    accessors = {t.accessor_id for t in mgmt.acl.list_tokens()}
+    assert created.accessor_id not in accessors and other.accessor_id in accessors
     with pytest.raises((NotFound, PermissionDenied)):
         mgmt.acl.read_token(created.accessor_id)
 
@@ -413,6 +431,7 @@ def test_session_lifecycle_with_a_node_scoped_token(
     assert renewed.id == session_id
     assert renewed.ttl == "20s"
 
+    # list() without a node is what is under test; only this test's session is looked for in it
     assert session_id in {s.id for s in worker.session.list()}
     assert session_id in {s.id for s in worker.session.list(node="worker-1")}
     assert session_id not in {s.id for s in worker.session.list(node="worker-2")}
@@ -445,14 +464,15 @@ def test_session_rule_is_scoped_to_the_serving_agents_node(
 def test_session_create_without_a_token_or_with_a_bogus_one_is_denied(
     live_cluster: LiveCluster, agent: str
 ) -> None:
-    before = {s.id for s in live_cluster.management(agent).session.list()}
-    for token in (None, bogus()):
+    names = {unique("lockctl-test"): token for token in (None, bogus())}
+    for name, token in names.items():
         client = live_cluster.client(agent, token)
         with pytest.raises(PermissionDenied) as caught:
-            client.session.create(name=unique("lockctl-test"), ttl=15, lock_delay=0)
+            client.session.create(name=name, ttl=15, lock_delay=0)
         assert caught.value.status == 403
-    # a subset, not equal: a session other tests left may reach its TTL meanwhile
-    assert {s.id for s in live_cluster.management(agent).session.list()} <= before
+    # made on the serving agent's node, had Consul taken it: none of this test's names is there
+    on_node = live_cluster.management(agent).session.list(node=agent)
+    assert [s.id for s in on_node if s.name in names] == []
 
 
 def test_session_renew_and_destroy_of_a_stranger_are_denied(

@@ -14,6 +14,7 @@ from provision.consul import Consul, PermissionDenied
 from provision.consul.errors import ConsulError
 from provision.system.secrets import Secret
 from tests.conftest import LiveCluster
+from tests.integration.named_reads import binding_rules_of, role_named
 from tests.integration.test_apply import Env
 from tests.jwt_issuer import ISSUER, make_key, sign_jwt
 
@@ -57,11 +58,16 @@ def _apply(env: Env, text: str, *extra: str) -> dict[str, object]:
     return record
 
 
-def _mine(consul: Consul) -> tuple[set[str], dict[str, tuple[str, ...]], dict[str, str]]:
-    methods = {m.name for m in consul.identity.list_auth_methods()}
-    roles = {r.name: r.policy_names for r in consul.identity.list_roles()}
-    rules = {r.bind_name: r.selector for r in consul.identity.list_binding_rules()}
-    return methods, roles, rules
+ROLES = ("worker-worker-1", "worker-worker-2", "it-theirs")  # the roles this module makes
+
+
+def _mine(consul: Consul) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
+    """The roles this module makes and the binding rules of its auth method, each role read by
+    its name (not the lists of every role and binding rule in the cluster)."""
+    found = {name: role_named(consul, name) for name in ROLES}
+    roles = {name: role.policy_names for name, role in found.items() if role is not None}
+    rules = {r.bind_name: r.selector for r in binding_rules_of(consul, "it-k8s")}
+    return roles, rules
 
 
 def test_apply_creates_then_changes_nothing_then_updates_a_claim_then_prunes(env: Env) -> None:
@@ -76,8 +82,8 @@ def test_apply_creates_then_changes_nothing_then_updates_a_claim_then_prunes(env
         ("create", "binding-rule", "worker-1"),
         ("create", "binding-rule", "worker-2"),
     ]
-    methods, roles, rules = _mine(mgmt)
-    assert "it-k8s" in methods
+    assert mgmt.identity.read_auth_method("it-k8s").name == "it-k8s"
+    roles, rules = _mine(mgmt)
     assert roles["worker-worker-1"] == ("lock-it-worker-1", "session-worker-1")
     assert rules["worker-worker-2"] == (
         'value.namespace == "it" and value.service_account == "sa-2"'
@@ -93,11 +99,11 @@ def test_apply_creates_then_changes_nothing_then_updates_a_claim_then_prunes(env
             "reason": "selector differs (the worker's claims changed)",
         }
     ]
-    assert _mine(mgmt)[2]["worker-worker-2"].endswith('"sa-2b"')
+    assert _mine(mgmt)[1]["worker-worker-2"].endswith('"sa-2b"')
     pruned = _apply(env, _spec({"worker-1": "sa-1"}), "--prune")
     deleted = {(c["kind"], c["name"]) for c in pruned["identity"]}  # type: ignore[union-attr]
     assert deleted == {("binding-rule", "worker-2"), ("role", "worker-worker-2")}
-    methods, roles, rules = _mine(mgmt)
+    roles, rules = _mine(mgmt)
     assert "worker-worker-2" not in roles and "worker-worker-2" not in rules
     assert "worker-worker-1" in roles and "it-theirs" in roles  # unmanaged: untouched
     mgmt.identity.delete_role(theirs.id)

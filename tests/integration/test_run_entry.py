@@ -177,8 +177,14 @@ def test_a_free_lock_is_run_through_the_engine(lab: Lab) -> None:
 
 
 def _sessions_of(lab: Lab, node: str) -> set[str]:
-    """The sessions on one worker's node (this test's workers: no other test's)."""
-    return {s.id for s in lab.cluster.management().session.list(node=node)}
+    """The sessions of this module's jobs on one worker's node (a run names its session
+    `lockctl <job> on <worker>`); other tests' sessions on the node are not looked at."""
+    on_node = lab.cluster.management().session.list(node=node)
+    return {s.id for s in on_node if _of_lab(lab, s.name)}
+
+
+def _of_lab(lab: Lab, session_name: str) -> bool:
+    return any(job in session_name for job in (lab.job, lab.tick_job))
 
 
 def test_a_skip_loads_neither_typer_nor_rich_nor_the_other_commands(lab: Lab) -> None:
@@ -261,5 +267,5 @@ def test_a_run_with_its_streams_closed_runs_releases_and_exits_as_the_job(
     consul = lab.cluster.management("worker-2")
     entry, _ = consul.kv.get(lab.key)
     assert entry is None or not entry.session, entry  # released, not left to its TTL
-    node_sessions = [s for s in consul.session.list() if s.name and lab.job in s.name]
+    node_sessions = [s for s in consul.session.list(node="worker-2") if lab.job in s.name]
     assert not node_sessions, node_sessions

@@ -105,7 +105,10 @@ def _env(applied: Applied) -> dict[str, str]:
 
 
 def _verify_sessions(applied: Applied) -> set[str]:
-    sessions = applied.management.session.list()
+    """Verify's sessions on the nodes of the agents it talks to: the spec's workers' (each
+    worker's token makes them on its own node) and the server `_env` points it at."""
+    nodes = [*(w.name for w in applied.spec.workers), applied.cluster.layout.servers[0].name]
+    sessions = [s for node in nodes for s in applied.management.session.list(node=node)]
     return {s.id for s in sessions if s.name.startswith("lockctl verify")}
 
 

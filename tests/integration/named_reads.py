@@ -1,0 +1,64 @@
+"""Reads of what a test made, by name or by link, never a list of the whole cluster: the client's
+list methods answer with every policy, token, role and binding rule, other tests' too. Consul
+filters some lists itself (`?policy=`, `?authmethod=`), which the client does not offer, so these
+go through its transport, as test_login.py's token list does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from provision.consul import Consul, NotFound, PermissionDenied
+from provision.consul.identity import BindingRule, Role
+from provision.consul.models import Policy, Token
+from provision.consul.transport import IDEMPOTENT, Call, quote_path
+
+
+def _get(consul: Consul, path: str, **params: str) -> Any:
+    return consul.transport.request(Call("GET", path, params=params or None), IDEMPOTENT).body
+
+
+def policy_named(consul: Consul, name: str) -> Policy | None:
+    """The policy called `name` (with its rules), or None when there is none.
+    GET /v1/acl/policy/name/:name
+
+    Consul 1.8.7 answers a missing name with 403 "ACL not found" (newer versions 404); any other
+    403 is a denial and raised. The client's `read_policy_by_name` tells the two apart by
+    listing every policy instead.
+    """
+    try:
+        return Policy.from_api(_get(consul, "/v1/acl/policy/name/" + quote_path(name)))
+    except NotFound:
+        return None
+    except PermissionDenied as denied:
+        if "ACL not found" in denied.body:
+            return None
+        raise
+
+
+def tokens_with_policy(consul: Consul, policy_id: str) -> list[Token]:
+    """The tokens linked to one policy, without their secrets.
+    GET /v1/acl/tokens?policy="""
+    return [Token.from_api(raw) for raw in _get(consul, "/v1/acl/tokens", policy=policy_id) or ()]
+
+
+def role_named(consul: Consul, name: str) -> Role | None:
+    """The role called `name`, or None (1.8.7 answers a missing one with 404).
+    GET /v1/acl/role/name/:name"""
+    try:
+        return Role.from_api(_get(consul, "/v1/acl/role/name/" + quote_path(name)))
+    except NotFound:
+        return None
+
+
+def binding_rules_of(consul: Consul, auth_method: str) -> list[BindingRule]:
+    """The binding rules of one auth method ([] when it has none or does not exist).
+    GET /v1/acl/binding-rules?authmethod="""
+    answer = _get(consul, "/v1/acl/binding-rules", authmethod=auth_method)
+    return [BindingRule.from_api(raw) for raw in answer or ()]
+
+
+def serf_health(consul: Consul, node: str) -> str | None:
+    """The status of `node`'s serfHealth check ("passing", "critical"), or None without one.
+    GET /v1/health/node/:node"""
+    checks = _get(consul, "/v1/health/node/" + quote_path(node)) or ()
+    return next((str(c["Status"]) for c in checks if c["CheckID"] == "serfHealth"), None)
