@@ -1,9 +1,9 @@
-"""A command's process tree as the tick core's body (tick/edge.py `Body`): started in its PID
-namespace as `lockctl run` starts a job (runner/child.py), stopped by a signal to its whole
-tree, and said to have ended only once no process of it is left: its first process exited,
-then whatever it left behind is killed and gone. A reaper thread waits for it and hands the
-news to the core's own thread (`call_at` of now on the core's clock), never calling the core
-itself."""
+"""The runner's bodies as the tick core's body (tick/edge.py `Body`): a command's process tree
+in its PID namespace as `lockctl run` starts it (runner/child.py), or a call to the job's app
+(runner/http_job.py). Stopped by a signal to its whole tree (a call: its connection cut), and
+said to have ended only once nothing of it is left: its first process exited, then whatever it
+left behind is killed and gone. A reaper thread waits for it and hands the news to the core's
+own thread (`call_at` of now on the core's clock), never calling the core itself."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 
 from provision.ledger.records import tick_name
 from provision.runner.child import Child
+from provision.runner.http_job import HttpJob
 from provision.runner.supervisor import idempotency_key
+from provision.system.http_call import HttpCall
 from provision.tick.edge import BodyEnd, Run, StopHow, TimerClock
 
 LEFTOVERS_GONE_WITHIN = 5.0  # seconds the reaper waits for a SIGKILLed tree to be gone
@@ -29,16 +31,25 @@ class Command:
 
     argv: tuple[str, ...]
     environment: Mapping[str, str] = field(repr=False)
-    lock_key: str
     hidden: tuple[str, ...] = ()
     secrets: tuple[str, ...] = field(default=(), repr=False)
 
+    def prepare(self) -> Child:
+        """A run's process tree, its namespace's init waiting for the go."""
+        return Child(self.argv, self.environment, None, self.hidden, self.secrets)
 
-def run_env(command: Command, run: Run) -> dict[str, str]:
-    """What the job is told of its claimed tick and its lock (the names `lockctl run` uses)."""
+
+def call_of(call: HttpCall, secrets: tuple[str, ...] = ()) -> Callable[[], HttpJob]:
+    """What makes each run's call of an HTTP job."""
+    return lambda: HttpJob(call, secrets)
+
+
+def run_env(lock_key: str, run: Run) -> dict[str, str]:
+    """What the job is told of its claimed tick and its lock (the names `lockctl run` uses; an
+    HTTP job's call sends them as headers)."""
     return {
         "LOCKCTL_TICK": tick_name(run.tick),
-        "LOCK_KEY": command.lock_key,
+        "LOCK_KEY": lock_key,
         "LOCK_SESSION": run.session,
         "LOCK_INDEX": str(run.lock_index),
         "LOCKCTL_JOB": run.job,
@@ -48,41 +59,40 @@ def run_env(command: Command, run: Run) -> dict[str, str]:
     }
 
 
-class CommandBody:
-    """One run of a command under the core's held lock."""
+# the runner's bodies that need no fence of their own (the core's HeldRun fences them)
+Unfenced = Child | HttpJob
 
-    def __init__(self, command: Command, clock: TimerClock) -> None:
-        self.command, self.clock = command, clock
-        self._child: Child | None = None
+
+class RunnerBody:
+    """One run of a runner's body under the core's held lock."""
+
+    def __init__(self, prepare: Callable[[], Unfenced], lock_key: str, clock: TimerClock) -> None:
+        self.prepare, self.lock_key, self.clock = prepare, lock_key, clock
+        self._body: Unfenced | None = None
         self._end: BodyEnd | None = None
 
     @property
     def ending(self) -> BodyEnd | None:
         return self._end
 
-    @property
-    def pid(self) -> int | None:
-        return None if self._child is None or self._child.process is None else self._child.pid
-
     def start(self, run: Run, ended: Callable[[], None]) -> None:
-        command = self.command
-        child = Child(command.argv, command.environment, None, command.hidden, command.secrets)
-        child.start(run_env(command, run))
-        self._child = child
-        threading.Thread(target=self._reap, args=(child, ended), daemon=True).start()
+        body = self.prepare()
+        body.start(run_env(self.lock_key, run))
+        self._body = body
+        threading.Thread(target=self._reap, args=(body, ended), daemon=True).start()
 
     def stop(self, how: StopHow) -> None:
-        if self._child is not None and self._end is None:
-            self._child.signal_tree(signal.SIGKILL if how is StopHow.KILL else signal.SIGTERM)
+        if self._body is not None and self._end is None:
+            self._body.signal_tree(signal.SIGKILL if how is StopHow.KILL else signal.SIGTERM)
 
-    def _reap(self, child: Child, ended: Callable[[], None]) -> None:
+    def _reap(self, body: Unfenced, ended: Callable[[], None]) -> None:
         """Wait for the job, then for the last process of its tree (its leftovers killed)."""
-        status = child.wait()
+        status = body.wait()
         give_up = time.monotonic() + LEFTOVERS_GONE_WITHIN
-        while child.tree_alive() and time.monotonic() < give_up:
-            child.signal_tree(signal.SIGKILL)
+        while body.tree_alive() and time.monotonic() < give_up:
+            body.signal_tree(signal.SIGKILL)
             time.sleep(LOOK_EVERY)
-        child.close()
+        body.close()
 
         def said() -> None:
             self._end = BodyEnd(status)

@@ -11,6 +11,7 @@ started outlives its run; a stop completes the runs and destroys the sessions.""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import threading
 import time
@@ -18,6 +19,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,9 +28,10 @@ import pytest
 from provision.consul import AgentClock, Consul
 from provision.ledger.records import TickOutcome, TickRecord, parse_tick_name
 from provision.ledger.store import Ledger
-from provision.runner.core_body import Command, CommandBody
+from provision.runner.core_body import Command, RunnerBody, call_of
 from provision.runner.engine import job_environment
 from provision.schedule import parse_schedule
+from provision.system.http_call import HttpCall
 from provision.tick.clock import ThreadTimerClock
 from provision.tick.consul_store import ConsulTickStore
 from provision.tick.core import CoreJob, Identity, TickCore
@@ -87,9 +90,45 @@ class Replica:
 
 @dataclass(frozen=True)
 class Lab:
-    jobs: tuple[CoreJob, ...]
-    oracle: Path  # one line per run: job tick worker lock-index leftover-marker
-    marker: str  # in the argv of every leftover the jobs start
+    jobs: tuple[CoreJob, ...]  # two commands, then an HTTP job
+    oracle: Path  # one line per command's run: job tick worker lock-index
+    marker: str  # in the argv of every leftover the commands start
+    app: str  # the HTTP job's URL
+    calls: Path  # what the app was sent: one JSON line per call
+
+    @property
+    def web(self) -> CoreJob:
+        return self.jobs[-1]
+
+
+class App(BaseHTTPRequestHandler):
+    """The HTTP job's app: each call's headers as an oracle line, and its Idempotency-Key."""
+
+    oracle: Path
+
+    def do_POST(self) -> None:
+        said = [self.headers[h] for h in ("X-Lockctl-Job", "X-Lockctl-Tick", "X-Lockctl-Worker")]
+        line = [*said, self.headers["X-Lockctl-Lock-Index"], self.headers["Idempotency-Key"]]
+        with self.oracle.open("a") as oracle:
+            oracle.write(json.dumps(line) + "\n")
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        """Quiet: the calls are in the oracle."""
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    calls = tmp_path / "calls"
+    handler = type("Handler", (App,), {"oracle": calls})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/job", calls
+    server.shutdown()
+    server.server_close()
+    thread.join(10)
 
 
 def _job_script(oracle: Path, marker: str) -> str:
@@ -101,15 +140,16 @@ def _job_script(oracle: Path, marker: str) -> str:
 
 
 @pytest.fixture
-def lab(tmp_path: Path, live_cluster: LiveCluster) -> Iterator[Lab]:
+def lab(tmp_path: Path, live_cluster: LiveCluster, app: tuple[str, Path]) -> Iterator[Lab]:
     uid = uuid.uuid4().hex[:8]
     schedule = parse_schedule(f"@every {EVERY}s")
     jobs = tuple(
         CoreJob(JobKeys(f"core-{name}-{uid}", f"test/core-{name}-{uid}/.lock"), schedule, TIMINGS)
-        for name in ("a", "b")
+        for name in ("a", "b", "web")
     )
     marker = str(int(uuid.uuid4().int % 10**9)).zfill(9)  # digits: `sleep 6<marker>`
-    yield Lab(jobs, tmp_path / "oracle", f".{marker}")
+    url, calls = app
+    yield Lab(jobs, tmp_path / "oracle", f".{marker}", url, calls)
     consul = live_cluster.management()
     for job in jobs:
         consul.kv.delete(job.keys.lock_key.removesuffix(".lock"), recurse=True)
@@ -121,16 +161,16 @@ def _replica(live: LiveCluster, worker: str, lab: Lab) -> Replica:
     clock = ThreadTimerClock(agent)
     script = _job_script(lab.oracle, lab.marker)
     environment = job_environment(os.environ)
-    commands = {
-        job.name: Command(("sh", "-c", script), environment, job.keys.lock_key) for job in lab.jobs
-    }
+    makers = {job.name: Command(("sh", "-c", script), environment).prepare for job in lab.jobs}
+    makers[lab.web.name] = call_of(HttpCall(lab.app, method="POST", timeout=10.0))
+    locks = {job.name: job.keys.lock_key for job in lab.jobs}
     notes: list[Note] = []
     core = TickCore(
         ConsulTickStore(consul),
         clock,
         Identity(worker, host=worker, pid=os.getpid()),
         lab.jobs,
-        lambda job, tick: CommandBody(commands[job], clock),
+        lambda job, tick: RunnerBody(makers[job], locks[job], clock),
         notes.append,
     )
     return Replica(core, clock, consul, notes)
@@ -165,7 +205,7 @@ def test_two_replicas_run_each_tick_once_on_consul_with_real_processes(
             replica.stop()
     stopped = datetime.now().astimezone()
 
-    runs = [line.split() for line in lab.oracle.read_text().splitlines()]
+    runs = [line.split() for line in lab.oracle.read_text().splitlines()] + _calls(lab)
     consul = live_cluster.management()
     for job in lab.jobs:
         records = {r.tick: r for r in Ledger(consul, job.keys.lock_key).records()}
@@ -194,6 +234,19 @@ def test_two_replicas_run_each_tick_once_on_consul_with_real_processes(
         assert not live, f"{worker}: sessions left: {live}"
     completed = [n for replica in replicas for n in replica.notes if n.kind == "completed"]
     assert len(completed) >= len(lab.jobs), [replica.notes[-8:] for replica in replicas]
+
+
+def _calls(lab: Lab) -> list[list[str]]:
+    """The HTTP job's runs as the app saw them (job, tick, worker, lock index), each with the
+    run's Idempotency-Key `lockctl run` would send."""
+    calls = []
+    for line in lab.calls.read_text().splitlines():
+        *fields, key = json.loads(line)
+        job, tick = fields[0], fields[1]
+        assert key == f'"lockctl:{job}:{tick}"', line
+        calls.append(fields)
+    assert calls, "the HTTP job never ran"
+    return calls
 
 
 def _ticks_between(first: datetime, last: datetime) -> list[datetime]:
