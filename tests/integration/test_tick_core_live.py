@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+from procscan import pids_with
 
 from provision.consul import AgentClock, Consul
 from provision.ledger.records import TickOutcome, TickRecord, parse_tick_name
@@ -132,9 +133,9 @@ def app(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 
 def _job_script(oracle: Path, marker: str) -> str:
-    """The job: a line for the oracle, a setsid'd leftover that would sleep a minute, a
-    child it waits for."""
-    leftover = f"setsid sleep 6{marker} >/dev/null 2>&1 &"
+    """The job: a line for the oracle, a setsid'd leftover that ignores SIGTERM and would sleep
+    a minute, a child it waits for."""
+    leftover = f"setsid sh -c 'trap \"\" TERM; exec sleep 6{marker}' >/dev/null 2>&1 &"
     line = f'echo "$LOCKCTL_JOB $LOCKCTL_TICK $LOCKCTL_WORKER $LOCK_INDEX" >> {oracle}'
     return f"{line}; {leftover} sleep 0.3 & wait $!"
 
@@ -176,21 +177,6 @@ def _replica(live: LiveCluster, worker: str, lab: Lab) -> Replica:
     return Replica(core, clock, consul, notes)
 
 
-def _leftovers(marker: str) -> list[int]:
-    """Processes still running a leftover of this test's jobs (its marker in their argv)."""
-    alive = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if argv[:1] == [b"sleep"] and argv[1:2] == [f"6{marker}".encode()]:
-            alive.append(int(entry.name))
-    return alive
-
-
 def test_two_replicas_run_each_tick_once_on_consul_with_real_processes(
     live_cluster: LiveCluster, lab: Lab
 ) -> None:
@@ -227,7 +213,7 @@ def test_two_replicas_run_each_tick_once_on_consul_with_real_processes(
             assert record.outcome in (TickOutcome.SUCCEEDED, TickOutcome.INTERRUPTED), record
         assert _tokens_grow(records.values()), sorted(records.values(), key=lambda r: r.tick)
         assert sum(1 for tick in window if records[tick].outcome is TickOutcome.SUCCEEDED) >= 1
-    assert _leftovers(lab.marker) == []  # every leftover was killed before its run ended
+    assert pids_with(f"6{lab.marker}") == []  # every leftover was killed before its run ended
     for worker in WORKERS:  # the stop destroyed every session the replica claimed under
         mine = {r.session for r in _all_records(consul, lab) if r.worker == worker}
         live = {s for s in mine if s and consul.session.info(s) is not None}  # each by its ID
