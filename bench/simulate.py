@@ -126,8 +126,8 @@ def _claim_anyway(record: TickRecord | None) -> bool:
     return True
 
 
-def _record_nothing(*args: object) -> int:
-    return 0
+def _record_nothing(*args: object) -> list[TickRecord]:
+    return []
 
 
 def _from_answer(sent: float, received: float) -> float:

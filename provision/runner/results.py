@@ -3,11 +3,13 @@ skip (runner/precheck.py) reports a result without loading the engine."""
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass
 from datetime import datetime
 
 from provision.fencing import Outcome
+from provision.tick.edge import SkipReason
+
+__all__ = ["RunOptions", "RunResult", "SkipReason"]
 
 
 @dataclass(frozen=True)
@@ -15,18 +17,6 @@ class RunOptions:
     wait: bool = False
     timeout: float | None = None  # with --wait: give up after this many seconds
     min_hold: float | None = None  # overrides the job's configured min_hold
-
-
-class SkipReason(str, enum.Enum):
-    """Why a run skipped its tick, in a word: decided where the skip is (runner/tick_lock.py,
-    scheduler/loop.py), never read back from the reason's text (it can quote anyone's record).
-    The values are the `reason` label of `lockctl_skips_total` (scheduler/exposition.py)."""
-
-    TAKEN = "taken"  # the tick has a record: another runner has (or had) it
-    OVERLAP = "overlap"  # the job's previous tick still runs (here, or holding the lock)
-    LOCK_DELAY = "lock-delay"  # the lock's last holder's session ended: Consul's lock-delay
-    PAUSED = "paused"  # the job is paused (lockctl pause): its tick is recorded paused
-    OTHER = "other"  # held by something else, or the tick has not come on Consul's clock
 
 
 @dataclass(frozen=True)

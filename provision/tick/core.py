@@ -10,6 +10,11 @@ TimerClock only (so one thread runs it, and a simulation runs a fleet of them in
              the arbiter whatever the clocks and ranks say
     run      held.py: the body under the lock, renewed by the session pool (pool.py), fenced
              by the pure decision, the record completed and the lock released in one write
+    off the schedule  an operator's trigger (`trigger`): a claim at the trigger's own instant,
+             which also records the trigger taken, tried again while another run holds the
+             lock; a catch-up (`catchup`): after this replica's first turn (and after a turn
+             Consul did not answer), the newest tick nobody ran, once, while within its start
+             deadline (ledger/catchup.py), its claim over its `missed` record as read
     fate     a tick whose fate this replica did not learn (Consul did not answer, the lock was
              refused, the job was busy here, the turn came too late) is read again once its
              claim window closed on Consul's clock, and recorded `missed` if nobody claimed it
@@ -32,11 +37,13 @@ import json
 import signal
 import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from provision.consul import ConsulError, ConsulUnavailable
-from provision.ledger.control import decode_note, unrun_record
+from provision.ledger.catchup import catchup_tick, may_catch_up
+from provision.ledger.control import ControlNote, decode_note, manual_tick, unrun_record
 from provision.ledger.records import TickOutcome, TickRecord, tick_name
 from provision.ledger.ticks import (
     MISSED_GRACE,
@@ -49,12 +56,15 @@ from provision.ledger.ticks import (
 )
 from provision.ledger.turns import CLAIM_STAGGER, Turn, turn
 from provision.schedule import Schedule
+from provision.sessions import AgentlessNode
 from provision.tick.calendar import Calendar
-from provision.tick.edge import BodyFactory, Cancellable, Listener, Note, TimerClock
+from provision.tick.edge import BodyFactory, Cancellable, Listener, Note, SkipReason, TimerClock
 from provision.tick.held import Claimed, HeldRun
 from provision.tick.pool import SessionPool, confirmation_time
 from provision.tick.store import (
+    PLAIN,
     Claim,
+    ClaimTerms,
     InvalidSession,
     JobKeys,
     TickStore,
@@ -64,6 +74,10 @@ from provision.timings import JobTimings
 
 MAX_MISSED_PER_HOUSEKEEPING = 60  # one transaction's worth (ledger/store.py CHUNK)
 FATE_RETRY = 5.0  # seconds: Consul did not answer a look at a tick's fate: look again then
+# A trigger waits for the job's lock (a run of it going on here or elsewhere) at most this
+# long after it was asked, trying again after TRIGGER_POLL, doubling up to TRIGGER_POLL_MAX.
+TRIGGER_WINDOW = 24 * 3600.0
+TRIGGER_POLL, TRIGGER_POLL_MAX = 1.0, 16.0
 
 
 @dataclass(frozen=True)
@@ -76,6 +90,7 @@ class CoreJob:
     timings: JobTimings
     workers: tuple[str, ...] = ()
     history_limit: int = 50
+    catchup: bool = False  # catchup = "latest": the newest tick nobody ran is run late, once
 
     @property
     def name(self) -> str:
@@ -89,6 +104,17 @@ class Identity:
     worker: str
     host: str | None = None
     pid: int | None = None
+    node: AgentlessNode | None = None  # an agentless worker's catalog node: its sessions' home
+
+
+@dataclass(frozen=True)
+class OffSchedule:
+    """A claim outside a tick's own turn: an operator's trigger (`note`: who asked, when, why,
+    its id) or, without a note, a catch-up of a tick nobody ran. `terms`: what its claim checks
+    beyond the tick (the trigger not taken since it was read; the `missed` record as read)."""
+
+    terms: ClaimTerms
+    note: ControlNote | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +128,7 @@ class TickPlan:
     turn: Turn
     window: float
     following: datetime
+    off: OffSchedule | None = None
 
     @property
     def closes(self) -> datetime:
@@ -142,15 +169,36 @@ def claimable(record: TickRecord | None) -> bool:
 
 def record_missed(
     store: TickStore, job: CoreJob, ticks: Sequence[datetime], worker: str, now: datetime
-) -> int:
+) -> list[TickRecord]:
     """Record `ticks` (nobody ran them) `paused` where a pause held them, else `missed`, each
-    only where no record exists: how many were written. The control keys are read only when
-    there is something to record (rarely)."""
+    only where no record exists: those written. The control keys are read only when there is
+    something to record (rarely)."""
     if not ticks:
-        return 0
+        return []
     pauses = store.read_control(job.keys).pauses
     records = [unrun_record(tick, worker, now, pauses.holding(tick)) for tick in ticks]
-    return len(store.record_unrun(job.keys, records))
+    return store.record_unrun(job.keys, records)
+
+
+def trigger_plan(job: CoreJob, note: ControlNote, taken_index: int, now: datetime) -> TickPlan:
+    """The plan of a trigger's run (pure): at the trigger's own instant (never a scheduled
+    tick's), first in line, claimable for TRIGGER_WINDOW, its claim checking that no replica
+    took a trigger since the taken-trigger key was read at `taken_index`."""
+    assert note.id is not None and note.at is not None
+    terms = ClaimTerms(trigger=(note.id, taken_index))
+    following = job.schedule.next_ticks(now, 1)[0]  # its retries end where the schedule goes on
+    first = Turn(0, 0.0, 0.0)
+    return TickPlan(
+        job, manual_tick(note.at), first, TRIGGER_WINDOW, following, OffSchedule(terms, note)
+    )
+
+
+def catchup_plan(job: CoreJob, tick: datetime, missed: TickRecord | None, worker: str) -> TickPlan:
+    """The plan of the catch-up of `tick` (pure): claimable while within the job's start
+    deadline (the next tick does not cut it), over `missed` as read (None: no record)."""
+    terms = ClaimTerms(over=0 if missed is None else missed.modify_index)
+    plan = plan_tick(job, tick, worker)
+    return replace(plan, window=job.timings.start_deadline, off=OffSchedule(terms))
 
 
 @dataclass(frozen=True)
@@ -194,11 +242,20 @@ class _Job:
     held: HeldRun | None = None
     housekeep: bool = False  # a housekeeping is due after the next run won here
     unanswered: str | None = None  # the session of a claim Consul did not answer
+    last: datetime | None = None  # the scheduled tick of the last turn taken here
+    retired: bool = False  # a reload removed the job: no more turns; its run ends as it would
+    catchup_look: bool = False  # a catch-up is to be looked for once the job is free here
+    triggers: list[ControlNote] = field(default_factory=list)  # heard, not claimed or taken
+    trigger_timer: Cancellable | None = None
+    trigger_backoff: float = TRIGGER_POLL
+    idle_timer: Cancellable | None = None
 
 
 class TickCore:
     """One replica's ticks: `start()` plans every job's next tick, `stop()` ends it (no more
-    claims; runs interrupted, completed, released; sessions destroyed)."""
+    claims; runs interrupted, completed, released; sessions destroyed). Every method runs on
+    the core's clock's thread: another thread hands a call over with `clock.call_at(now, ...)`
+    (ThreadTimerClock's is thread-safe)."""
 
     def __init__(
         self,
@@ -211,8 +268,9 @@ class TickCore:
     ) -> None:
         self.store, self.clock, self.identity = store, clock, identity
         self.bodies, self.listener = bodies, listener
-        self.pool = SessionPool(store, clock, identity.worker)
-        self._jobs = [_Job(replace(j, schedule=Calendar.of(j.schedule))) for j in jobs]
+        self.pool = SessionPool(store, clock, identity.worker, identity.node, listener)
+        self._jobs = [_Job(_calendared(job)) for job in jobs]
+        self._retiring: list[_Job] = []  # removed by a reload while their run goes on
         self.stopping = False
 
     @property
@@ -220,9 +278,13 @@ class TickCore:
         return self.identity.worker
 
     @property
+    def jobs(self) -> list[CoreJob]:
+        return [state.job for state in self._jobs]
+
+    @property
     def runs(self) -> list[HeldRun]:
         """The runs this core holds a lock for now."""
-        return [state.held for state in self._jobs if state.held is not None]
+        return [state.held for state in self._jobs + self._retiring if state.held is not None]
 
     def plan(self, job: CoreJob, tick: datetime) -> TickPlan:
         return plan_tick(job, tick, self.worker)
@@ -230,26 +292,88 @@ class TickCore:
     def start(self) -> None:
         """Plan each job's tick: the current one while its window is open, else the next; and
         a housekeeping once the windows of the ticks before now have closed."""
-        now = self.clock.wall()
         for state in self._jobs:
-            schedule = state.job.schedule
-            current = self.plan(state.job, schedule.latest_tick_at_or_before(now))
-            first = current if now < current.closes else self.plan(state.job, current.following)
-            self._arm_turn(state, first)
-            settled = self._monotonic_at(current.closes + timedelta(seconds=MISSED_GRACE))
-            self.clock.call_at(settled, functools.partial(self._housekeep, state, True))
+            self._begin(state)
 
     def stop(self) -> None:
         """No more claims; every run is told to stop, completed and released; the sessions are
         destroyed once the last run is done (at once when none runs)."""
         self.stopping = True
-        for state in self._jobs:
-            if state.turn is not None:
-                state.turn.cancel()
+        for state in self._jobs + self._retiring:
+            for timer in (state.turn, state.trigger_timer, state.idle_timer):
+                if timer is not None:
+                    timer.cancel()
             if state.held is not None:
                 state.held.interrupt(signal.SIGTERM)
         if not self.runs:
             self.pool.close()
+
+    def update(self, jobs: Iterable[CoreJob]) -> None:
+        """A reload: a job no longer in `jobs` gets no more turns (its run going on ends as it
+        would have); a changed job's next turn is planned anew (a run going on keeps the terms
+        it was claimed with); a new job is planned as at the start."""
+        wanted = {job.name: _calendared(job) for job in jobs}
+        current = []
+        for state in self._jobs:
+            job = wanted.pop(state.job.name, None)
+            if job is None:
+                self._retire(state)
+                continue
+            current.append(state)
+            if job != state.job:
+                if state.turn is not None:
+                    state.turn.cancel()
+                state.job = job
+                self._arm_turn(state, self._first_plan(state))
+        added = [_Job(job) for job in wanted.values()]
+        self._jobs = current + added
+        for state in added:
+            self._begin(state)
+        self.pool.keep_only([state.job.timings for state in self._jobs + self._retiring])
+
+    def trigger(self, name: str, note: ControlNote) -> None:
+        """An operator's trigger of job `name` (lockctl trigger): run it once now, claimed at
+        the trigger's own instant (trigger_plan); right after the job's run when one goes on
+        here, and tried again while a run of it elsewhere holds the lock. Every replica hears
+        of it and tries; the claim (which records the trigger taken) lets one run it, once."""
+        state = next((s for s in self._jobs if s.job.name == name), None)
+        if state is None or note.id is None or note.at is None or not self._live(state):
+            return
+        if any(heard.id == note.id for heard in state.triggers):
+            return  # heard again (the watch answers again): one attempt at a time
+        state.triggers.append(note)
+        self._note("trigger", state.job, manual_tick(note.at), note.id)
+        self._idle(state)
+
+    def _begin(self, state: _Job) -> None:
+        self._arm_turn(state, self._first_plan(state))
+        state.catchup_look = state.job.catchup
+        current = self.plan(
+            state.job, state.job.schedule.latest_tick_at_or_before(self.clock.wall())
+        )
+        settled = self._monotonic_at(current.closes + timedelta(seconds=MISSED_GRACE))
+        self.clock.call_at(settled, functools.partial(self._housekeep, state, True))
+
+    def _first_plan(self, state: _Job) -> TickPlan:
+        """The current tick while its window is open and no turn was taken at it here, else
+        the next one."""
+        schedule = state.job.schedule
+        current = self.plan(state.job, schedule.latest_tick_at_or_before(self.clock.wall()))
+        taken = state.last is not None and current.tick <= state.last
+        if self.clock.wall() < current.closes and not taken:
+            return current
+        return self.plan(state.job, current.following)
+
+    def _retire(self, state: _Job) -> None:
+        state.retired = True
+        for timer in (state.turn, state.trigger_timer, state.idle_timer):
+            if timer is not None:
+                timer.cancel()
+        if state.held is not None:
+            self._retiring.append(state)
+
+    def _live(self, state: _Job) -> bool:
+        return not self.stopping and not state.retired
 
     # -- a tick's turn -------------------------------------------------------------------------
     def _arm_turn(self, state: _Job, plan: TickPlan) -> None:
@@ -257,9 +381,11 @@ class TickCore:
         state.turn = self.clock.call_at(self._monotonic_at(due), lambda: self._turn(state, plan))
 
     def _turn(self, state: _Job, plan: TickPlan) -> None:
-        if self.stopping:
+        if not self._live(state):
             return
+        state.last = plan.tick
         self._arm_turn(state, self._successor(state, plan))
+        self._note("due", plan.job, plan.tick)
         self._take(state, plan)
 
     def _successor(self, state: _Job, plan: TickPlan) -> TickPlan:
@@ -279,9 +405,8 @@ class TickCore:
     def _take(self, state: _Job, plan: TickPlan) -> None:
         """This replica's turn at the tick: read, then claim unless it is taken or not due."""
         if state.busy is not None:
-            self._note(
-                "skipped", plan.job, plan.tick, f"busy: tick {tick_name(state.busy)} runs here"
-            )
+            detail = f"busy: tick {tick_name(state.busy)} runs here"
+            self._note("skipped", plan.job, plan.tick, detail, skip=SkipReason.OVERLAP)
             self._arm_fate(state, plan)
             return
         sent = self.clock.monotonic()
@@ -290,10 +415,13 @@ class TickCore:
             record, date = self.store.read_tick(plan.job.keys, plan.tick, stale=True)
         except ConsulError as exc:
             self._note("unavailable", plan.job, plan.tick, str(exc))
+            state.catchup_look = state.job.catchup  # the tick may need catching up
             self._arm_fate(state, plan)
+            self._idle(state)
             return
         if not claimable(record):
-            self._note("skipped", plan.job, plan.tick, "taken")
+            self._note("skipped", plan.job, plan.tick, "taken", skip=SkipReason.TAKEN)
+            self._idle(state)
             return
         # Consul's clock now: its Date, plus all the time since the read was sent (a slow
         # answer, a pause): never less than it is. Whether the tick has come: the Date alone.
@@ -301,11 +429,12 @@ class TickCore:
         deadline = plan.job.timings.start_deadline
         judged = _Judged(judge_tick(plan.job.schedule, plan.tick, now, deadline, date), sent)
         choice = judged.choice
-        if self.stopping:
+        if not self._live(state):
             return
         if choice.too_late:
-            self._note("skipped", plan.job, plan.tick, "too late")
+            self._note("skipped", plan.job, plan.tick, "too late", skip=SkipReason.OTHER)
             self._arm_fate(state, plan)
+            self._idle(state)
         elif choice.wait > 0:  # Consul's clock is not at the tick yet: let it come, then look
             due = self.clock.monotonic() + choice.wait
             self.clock.call_at(due, lambda: self._take(state, plan))
@@ -321,13 +450,15 @@ class TickCore:
         sent = self._send_claim(state, plan, judged)
         if sent is None:
             return
-        if not sent.claim.won:
-            state.busy = None
-            self._note("skipped", plan.job, plan.tick, _refusal(sent.claim))
-            if not sent.claim.tick_taken:
-                self._arm_fate(state, plan)
-            return
         claim = sent.claim
+        if plan.off is not None and plan.off.note is not None and (claim.won or claim.tick_taken):
+            self._forget_trigger(state, plan.off.note)  # run here, or taken: never tried again
+        if not claim.won:
+            self._note("skipped", plan.job, plan.tick, _refusal(claim), skip=_skip_reason(claim))
+            if not claim.tick_taken:
+                self._unclaimed(state, plan)
+            self._free(state)
+            return
         claimed = replace(sent.record, lock_index=claim.lock_index, modify_index=claim.record_index)
         if claim.paused is not None:
             self._complete_paused(state, claimed, sent.session, claim.paused)
@@ -339,12 +470,13 @@ class TickCore:
 
     def _send_claim(self, state: _Job, plan: TickPlan, judged: _Judged) -> _Sent | None:
         """The claim's transaction and what it answered. None when there was none (the job is
-        free again, the tick's fate looked at later), or Consul did not answer it (it may have
+        free again, the plan left to `_unclaimed`), or Consul did not answer it (it may have
         applied it: the job stays busy until `_resolve` finds out).
 
         Judged again on the clock just before it is sent: the claim's transaction refuses a
         tick that has a record, but not one whose record retention has deleted, which a claim
         sent long after its read (a pause, a slow answer) would run a second time."""
+        terms = PLAIN if plan.off is None else plan.off.terms
         for _ in range(2):  # a session Consul forgot (its TTL ran out) is made again once
             try:
                 session = self.pool.session_for(plan.job.timings)
@@ -353,11 +485,11 @@ class TickCore:
                 break
             at = self.clock.monotonic()
             if judged.lag(at) > judged.choice.window:
-                self._note("skipped", plan.job, plan.tick, "too late")
+                self._note("skipped", plan.job, plan.tick, "too late", skip=SkipReason.OTHER)
                 break
             record = self._claim_record(plan, session, judged.lag(at))
             try:
-                claim = self.store.claim(plan.job.keys, record, session, self._holder(plan))
+                claim = self.store.claim(plan.job.keys, record, session, self._holder(plan), terms)
             except InvalidSession as exc:
                 self.pool.drop(session, str(exc))
                 continue
@@ -366,13 +498,13 @@ class TickCore:
                 self._resolve(state, plan, session)
                 return None
             return _Sent(claim, record, session, at, self.clock.monotonic())
-        state.busy = None
-        self._arm_fate(state, plan)
+        self._unclaimed(state, plan)
+        self._free(state)
         return None
 
     def _claim_record(self, plan: TickPlan, session: str, lag: float) -> TickRecord:
         claimed_at = plan.tick + timedelta(seconds=max(0.0, lag))
-        return TickRecord(
+        record = TickRecord(
             plan.tick,
             TickOutcome.RUNNING,
             worker=self.worker,
@@ -383,6 +515,12 @@ class TickCore:
             start_lag=max(0.0, lag),
             planned_start=plan.turn.planned or None,
         )
+        if plan.off is None:
+            return record
+        note = plan.off.note
+        if note is None:
+            return replace(record, catchup=True)
+        return replace(record, by=note.by, reason=note.reason, asked_at=note.at, trigger=note.id)
 
     def _holder(self, plan: TickPlan) -> bytes:
         """The lock's value while we hold it (who, for what tick: `lockctl status` shows it)."""
@@ -402,8 +540,8 @@ class TickCore:
         )
         with contextlib.suppress(ConsulError):
             self.store.complete(state.job.keys, paused, session, release=True)
-        state.busy = None
-        self._note("paused", state.job, claimed.tick, said.by or "")
+        self._note("paused", state.job, claimed.tick, said.by or "", record=paused)
+        self._free(state)
 
     def _run(self, state: _Job, plan: TickPlan, claimed: Claimed) -> None:
         retry_body = None
@@ -411,7 +549,10 @@ class TickCore:
             retry_body = functools.partial(self.bodies, plan.job.name, plan.tick)
         held = HeldRun(self.store, self.clock, claimed, self._run_done, self.listener, retry_body)
         state.held = held
-        self._note("claimed", plan.job, plan.tick, f"lock index {claimed.record.lock_index}")
+        lock_index = claimed.record.lock_index
+        self._note(
+            "claimed", plan.job, plan.tick, f"lock index {lock_index}", record=claimed.record
+        )
         if not self.pool.hold(claimed.session, held):
             held.lose("the session is gone")
         if self.stopping:
@@ -419,15 +560,117 @@ class TickCore:
         held.start(self.bodies(plan.job.name, plan.tick))
 
     def _run_done(self, held: HeldRun) -> None:
-        state = next(s for s in self._jobs if s.held is held)
-        state.held, state.busy = None, None
+        state = next(s for s in self._jobs + self._retiring if s.held is held)
+        state.held = None
         self.pool.let_go(held.claimed.session, held)
+        if state in self._retiring:
+            self._retiring.remove(state)
         if self.stopping:
             if not self.runs:
                 self.pool.close()
             return
+        self._free(state)
+        if state.retired:
+            return
         if state.housekeep or housekeeps(state.job, held.tick):
             self._housekeep(state)
+
+    # -- what waits for the job to be free here: a trigger, a catch-up --------------------------
+    def _free(self, state: _Job) -> None:
+        state.busy = None
+        self._idle(state)
+
+    def _idle(self, state: _Job) -> None:
+        """The job may be free here: a trigger heard meanwhile, or a catch-up to look for after
+        a turn, goes next (from a timer of its own: never inside the step that freed it)."""
+        wanted = state.triggers or (state.catchup_look and state.last is not None)
+        if not wanted or state.idle_timer is not None or not self._live(state):
+            return
+        state.idle_timer = self.clock.call_at(self.clock.monotonic(), lambda: self._next(state))
+
+    def _next(self, state: _Job) -> None:
+        state.idle_timer = None
+        if state.busy is not None or not self._live(state):
+            return  # looked at again when the job is free
+        if state.triggers:
+            if state.trigger_timer is None:
+                self._try_trigger(state)
+        elif state.catchup_look:
+            self._look_for_catchup(state)
+
+    def _try_trigger(self, state: _Job) -> None:
+        """The oldest trigger heard: read whether one took it, then claim (trigger_plan)."""
+        state.trigger_timer = None
+        if not state.triggers or state.busy is not None or not self._live(state):
+            return
+        note = state.triggers[0]
+        tick = manual_tick(note.at) if note.at is not None else None
+        sent = self.clock.monotonic()
+        try:
+            control = self.store.read_control(state.job.keys)
+        except ConsulError as exc:
+            self._note("unavailable", state.job, tick, str(exc))
+            self._retry_trigger(state)
+            return
+        now = self.clock.wall()
+        plan = trigger_plan(state.job, note, control.taken_index, now)
+        lag = (now - plan.tick).total_seconds()
+        if note.id is not None and control.taken == note.id.encode():
+            self._forget_trigger(state, note)
+            self._note("skipped", state.job, plan.tick, "trigger taken", skip=SkipReason.TAKEN)
+            self._idle(state)
+        elif lag > TRIGGER_WINDOW:
+            self._forget_trigger(state, note)
+            self._note("skipped", state.job, plan.tick, "trigger expired", skip=SkipReason.OTHER)
+            self._idle(state)
+        else:
+            self._claim(state, plan, _Judged(TickChoice(plan.tick, TRIGGER_WINDOW, lag, 0.0), sent))
+
+    def _retry_trigger(self, state: _Job) -> None:
+        """A trigger not claimed (the lock held elsewhere, Consul not answering): again later."""
+        if state.trigger_timer is not None or not self._live(state):
+            return
+        due = self.clock.monotonic() + state.trigger_backoff
+        state.trigger_backoff = min(state.trigger_backoff * 2, TRIGGER_POLL_MAX)
+        state.trigger_timer = self.clock.call_at(due, lambda: self._try_trigger(state))
+
+    def _forget_trigger(self, state: _Job, note: ControlNote) -> None:
+        state.triggers = [heard for heard in state.triggers if heard.id != note.id]
+        state.trigger_backoff = TRIGGER_POLL
+
+    def _look_for_catchup(self, state: _Job) -> None:
+        """catchup = "latest" (ledger/catchup.py): the newest tick nobody ran, claimed over its
+        `missed` record as read, once. Looked for after this replica's first turn and after a
+        turn Consul did not answer, once the job is free here (the due tick goes first: its
+        window is the shorter); a look Consul does not answer is made after the next turn."""
+        job = state.job
+        sent = self.clock.monotonic()
+        try:
+            recorded, date = self.store.read_tick_names(job.keys)
+            now = self.clock.wall() if date is None else date
+            tick = catchup_tick(job.schedule, now, job.timings.start_deadline, recorded)
+            record = None
+            if tick is not None and tick in recorded:
+                record, _ = self.store.read_tick(job.keys, tick)
+        except ConsulError as exc:
+            self._note("unavailable", job, None, str(exc))
+            return
+        state.catchup_look = False
+        if tick is None or not may_catch_up(record):
+            return
+        plan = catchup_plan(job, tick, record, self.worker)
+        lag = (now - tick).total_seconds()
+        self._claim(state, plan, _Judged(TickChoice(tick, plan.window, lag, 0.0), sent))
+
+    def _unclaimed(self, state: _Job, plan: TickPlan) -> None:
+        """`plan` was not claimed, and may still be: a tick's fate is looked at once its window
+        closed, a trigger is tried again, a catch-up looked for after the next turn."""
+        if plan.off is None:
+            self._arm_fate(state, plan)
+        elif plan.off.note is not None:
+            self._retry_trigger(state)
+        else:
+            state.catchup_look = True
 
     # -- a tick's fate, and housekeeping ---------------------------------------------------------
     def _arm_fate(self, state: _Job, plan: TickPlan) -> None:
@@ -440,7 +683,7 @@ class TickCore:
     def _fate(self, state: _Job, plan: TickPlan) -> None:
         """Nobody claimed the tick in its window (Consul's clock says it closed): record it
         missed, once."""
-        if self.stopping:
+        if not self._live(state):
             return
         try:
             record, date = self.store.read_tick(plan.job.keys, plan.tick)
@@ -452,8 +695,9 @@ class TickCore:
                 self.clock.call_at(self.clock.monotonic() + wait, lambda: self._fate(state, plan))
                 return
             now = date if date is not None else self.clock.wall()
-            if record_missed(self.store, plan.job, [plan.tick], self.worker, now):
-                self._note("missed", plan.job, plan.tick, "recorded")
+            self._missed(
+                plan.job, record_missed(self.store, plan.job, [plan.tick], self.worker, now)
+            )
         except ConsulError:
             due = self.clock.monotonic() + FATE_RETRY
             self.clock.call_at(due, lambda: self._fate(state, plan))
@@ -473,21 +717,22 @@ class TickCore:
                 answer = self.store.complete(plan.job.keys, ended, session, release=True)
                 if not answer.recorded and answer.released is None:
                     raise ConsulUnavailable("no answer to the completion of an unanswered claim")
-                self._note("orphan", plan.job, plan.tick, "completed interrupted")
+                self._note("orphan", plan.job, plan.tick, "completed interrupted", record=ended)
         except ConsulError:
             due = self.clock.monotonic() + FATE_RETRY
             self.clock.call_at(due, lambda: self._resolve(state, plan, session))
             return
-        state.unanswered, state.busy = None, None
+        state.unanswered = None
         if record is None:
-            self._arm_fate(state, plan)
+            self._unclaimed(state, plan)
+        self._free(state)
 
     def _housekeep(self, state: _Job, first: bool = False) -> None:
         """The ticks nobody ran recorded missed (missed_ticks: after the oldest record, within
         its walk), and retention (to_prune). Consul's clock judges both: a read's answer. The
         first, at the start, is tried again until Consul answers (only it sees the ticks from
         before this core); a later one waits for the next run."""
-        if self.stopping:
+        if not self._live(state):
             return
         job = state.job
         try:
@@ -505,8 +750,13 @@ class TickCore:
             state.housekeep = True  # else after the next run won here
             return
         state.housekeep = False
+        self._missed(job, written)
         if written:
-            self._note("housekeeping", job, None, f"{written} missed recorded")
+            self._note("housekeeping", job, None, f"{len(written)} missed recorded")
+
+    def _missed(self, job: CoreJob, written: Sequence[TickRecord]) -> None:
+        for record in written:
+            self._note(record.outcome.value, job, record.tick, "recorded", record=record)
 
     # -- helpers ---------------------------------------------------------------------------------
     def _since(self, moment: float) -> float:
@@ -516,6 +766,20 @@ class TickCore:
         """The monotonic instant at which this replica's wall clock shows `moment`."""
         return self.clock.monotonic() + (moment - self.clock.wall()).total_seconds()
 
-    def _note(self, kind: str, job: CoreJob, tick: datetime | None, detail: str = "") -> None:
+    def _note(
+        self, kind: str, job: CoreJob, tick: datetime | None, detail: str = "", **more: Any
+    ) -> None:
+        """Tell the listener; `more`: the note's record and skip reason (edge.py Note)."""
         if self.listener is not None:
-            self.listener(Note(kind, job.name, tick, detail))
+            self.listener(Note(kind, job.name, tick, detail, **more))
+
+
+def _calendared(job: CoreJob) -> CoreJob:
+    """The job with its schedule's ticks cached (tick/calendar.py): asked for at every turn."""
+    return replace(job, schedule=Calendar.of(job.schedule))
+
+
+def _skip_reason(claim: Claim) -> SkipReason:
+    if claim.tick_taken:
+        return SkipReason.TAKEN
+    return SkipReason.LOCK_DELAY if lock_delayed(claim) else SkipReason.OVERLAP

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from provision.ledger.records import TickRecord
 from provision.tick.clock import Clock
 
 
@@ -96,15 +97,30 @@ class Body(Protocol):
 BodyFactory = Callable[[str, datetime], Body]  # (job name, tick) -> the body to run for it
 
 
+class SkipReason(str, enum.Enum):
+    """Why a replica did not run a tick it had a turn at, in a word: decided where the skip is,
+    never read back from a reason's text (it can quote anyone's record). The values are the
+    `reason` label of `lockctl_skips_total`."""
+
+    TAKEN = "taken"  # the tick has a record: another runner has (or had) it
+    OVERLAP = "overlap"  # the job's previous tick still runs (here, or holding the lock)
+    LOCK_DELAY = "lock-delay"  # the lock's last holder's session ended: Consul's lock-delay
+    PAUSED = "paused"  # the job is paused (lockctl pause): its tick is recorded paused
+    OTHER = "other"  # held by something else, too late, or not come on Consul's clock
+
+
 @dataclass(frozen=True)
 class Note:
     """Something the core did or found, for a listener (events, metrics, a simulation's
-    trace): `kind` in a word, the job and tick, and a few words more."""
+    trace): `kind` in a word, the job and tick, a few words more, the record as written when
+    there is one (claimed, completed, paused), and why a tick was skipped."""
 
     kind: str
     job: str
     tick: datetime | None = None
     detail: str = ""
+    record: TickRecord | None = None
+    skip: SkipReason | None = None
 
 
 Listener = Callable[[Note], None]

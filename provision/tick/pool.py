@@ -11,12 +11,13 @@ the last confirmation and run out by themselves. A session Consul no longer know
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from provision.consul import ConsulError
-from provision.sessions import SessionTerms
-from provision.tick.edge import Cancellable, TimerClock
+from provision.sessions import AgentlessNode, SessionTerms
+from provision.tick.edge import Cancellable, Listener, Note, TimerClock
 from provision.tick.store import SessionGone, TickStore
 from provision.timings import JobTimings
 
@@ -38,10 +39,24 @@ def confirmation_time(sent: float, received: float) -> float:
     return sent
 
 
-def session_terms(worker: str, timings: JobTimings) -> SessionTerms:
-    return SessionTerms(
-        f"lockctl {worker}", timings.ttl, timings.lock_delay, BEHAVIOR, timings.renew_interval
-    )
+@dataclass(frozen=True)
+class PoolKey:
+    """What tells two of a core's sessions apart: the timings Consul holds a session to, and
+    where it lives (an agentless worker's catalog node; None: the serving agent's). A
+    datacenter joins it when a core claims in more than one."""
+
+    ttl: float
+    lock_delay: float
+    node: str | None = None
+
+
+def session_terms(worker: str, timings: JobTimings, node: AgentlessNode | None) -> SessionTerms:
+    ttl, delay, interval = timings.ttl, timings.lock_delay, timings.renew_interval
+    return SessionTerms(f"lockctl {worker}", ttl, delay, BEHAVIOR, interval, node)
+
+
+def pool_key(terms: SessionTerms) -> PoolKey:
+    return PoolKey(terms.ttl, terms.lock_delay, None if terms.node is None else terms.node.name)
 
 
 @dataclass(eq=False)
@@ -53,23 +68,33 @@ class _Kept:
 
 
 class SessionPool:
-    """The sessions of one core (one replica), by (TTL, LockDelay)."""
+    """The sessions of one core (one replica), by PoolKey."""
 
-    def __init__(self, store: TickStore, clock: TimerClock, worker: str) -> None:
-        self.store, self.clock, self.worker = store, clock, worker
-        self._kept: dict[tuple[float, float], _Kept] = {}
+    def __init__(
+        self,
+        store: TickStore,
+        clock: TimerClock,
+        worker: str,
+        node: AgentlessNode | None = None,
+        listener: Listener | None = None,
+    ) -> None:
+        """`node`: an agentless worker's catalog node, its sessions' home."""
+        self.store, self.clock, self.worker, self.node = store, clock, worker, node
+        self.listener = listener
+        self._kept: dict[PoolKey, _Kept] = {}
         self.closed = False
 
     def session_for(self, timings: JobTimings) -> str:
         """The session for these timings, made now if there is none (ConsulError if Consul
         cannot make it: the claim that needs it fails closed)."""
-        key = (timings.ttl, timings.lock_delay)
+        terms = session_terms(self.worker, timings, self.node)
+        key = pool_key(terms)
         kept = self._kept.get(key)
         if kept is None:
-            terms = session_terms(self.worker, timings)
             kept = _Kept(self.store.create_session(terms), terms)
             self._kept[key] = kept
             self._arm(kept, self.clock.monotonic())
+            self._note("session-created", f"TTL {terms.ttl:g}s, LockDelay {terms.lock_delay:g}s")
         return kept.id
 
     def hold(self, session_id: str, holder: Holder) -> bool:
@@ -91,11 +116,26 @@ class SessionPool:
         kept = self._find(session_id)
         if kept is None:
             return
-        del self._kept[(kept.terms.ttl, kept.terms.lock_delay)]
+        del self._kept[pool_key(kept.terms)]
         if kept.timer is not None:
             kept.timer.cancel()
+        self._note("session-gone", reason)
         for holder in list(kept.holders):
             holder.lose(reason)
+
+    def keep_only(self, in_use: Iterable[JobTimings]) -> None:
+        """After a reload: destroy the sessions no job's timings ask for any more and no lock is
+        held under (one a run still holds goes when the next reload finds it free, or at the
+        end). Best effort: a session not destroyed ends by its TTL."""
+        wanted = {pool_key(session_terms(self.worker, t, self.node)) for t in in_use}
+        for key, kept in list(self._kept.items()):
+            if key in wanted or kept.holders:
+                continue
+            del self._kept[key]
+            if kept.timer is not None:
+                kept.timer.cancel()
+            with contextlib.suppress(ConsulError):
+                self.store.destroy_session(kept.id)
 
     def close(self) -> None:
         """Destroy every session (the end of a core): another replica claims at once, without
@@ -127,8 +167,9 @@ class SessionPool:
         except SessionGone:
             self.drop(kept.id, "the session is gone (Consul no longer knows it)")
             return
-        except ConsulError:
+        except ConsulError as exc:
             self._arm(kept, sent)  # no answer: the holders' bounds run on; try again
+            self._note("renew-failed", str(exc))
             return
         confirmed = confirmation_time(sent, self.clock.monotonic())
         if self._find(kept.id) is not kept:
@@ -136,3 +177,7 @@ class SessionPool:
         self._arm(kept, sent)
         for holder in list(kept.holders):
             holder.confirm(confirmed)
+
+    def _note(self, kind: str, detail: str) -> None:
+        if self.listener is not None:
+            self.listener(Note(kind, "", None, detail))

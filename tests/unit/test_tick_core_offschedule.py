@@ -1,0 +1,261 @@
+"""The tick core's claims outside a tick's own turn, and a reload, in virtual time against the
+in-memory Consul: an operator's trigger runs once across the fleet at its own instant, after a
+run going on; a catch-up runs the newest tick nobody ran, once, after the replica's first turn;
+`update` changes a core's jobs without a tick run twice or a run cut short."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime, timedelta
+
+from tick_fleet import KEYS, WORKERS, Fleet, at, every_10s
+
+from provision.consul import ConsulUnavailable
+from provision.ledger.control import ControlNote, manual_tick
+from provision.ledger.records import TickOutcome, TickRecord
+from provision.ledger.turns import claim_order
+from provision.schedule import parse_schedule
+from provision.system.control_keys import paused_key, trigger_key
+from provision.tick.core import TRIGGER_WINDOW, CoreJob
+from provision.tick.edge import SkipReason
+from provision.tick.memory import MemoryTickStore
+from provision.tick.store import ControlState, JobKeys
+
+
+def trigger(fleet: Fleet, seconds: float, trigger_id: str = "t-1") -> ControlNote:
+    """`lockctl trigger`'s note at `seconds`, written to the job's trigger key, and handed to
+    every core (as each one's watch would: all hear it)."""
+    note = ControlNote("alice", at(seconds) + timedelta(milliseconds=250), "now", id=trigger_id)
+    fleet.store.put(trigger_key(KEYS.name), note.encode())
+    for core in fleet.cores.values():
+        core.trigger(KEYS.name, note)
+    return note
+
+
+# -- triggers -----------------------------------------------------------------------------------
+def test_a_trigger_every_replica_hears_runs_once_at_its_own_instant_and_is_recorded() -> None:
+    fleet = Fleet(job=every_10s(), duration=1.0)
+    for worker in WORKERS:
+        fleet.start(worker)
+    fleet.run(3)  # tick 0 ran (1 s) and ended
+    note = trigger(fleet, 3)
+    fleet.run(4)
+    instant = manual_tick(note.at or at(0))
+    assert len(fleet.ran(instant)) == 1
+    record = fleet.record(instant)
+    assert record is not None and record.outcome is TickOutcome.SUCCEEDED
+    assert (record.trigger, record.by, record.reason) == ("t-1", "alice", "now")
+    assert fleet.store.read_control(KEYS).taken == b"t-1"
+    for core in fleet.cores.values():  # heard again (the watch answers again): not run again
+        core.trigger(KEYS.name, note)
+    fleet.run(4)
+    assert len(fleet.ran(instant)) == 1
+
+
+def test_a_trigger_heard_while_the_job_runs_here_runs_right_after_that_run() -> None:
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)), duration=5.0)
+    fleet.start("w1")
+    fleet.run(1)  # tick 0 runs until 5
+    note = trigger(fleet, 1)
+    instant = manual_tick(note.at or at(0))
+    fleet.run(3)
+    assert fleet.ran(instant) == []  # not while tick 0 runs: one run of a job at a time
+    fleet.run(3)
+    assert fleet.ran(instant) == ["w1"]
+    started = {tick: body.started_at for _, tick, body in fleet.bodies}
+    assert 5.0 <= started[instant] < 6.0
+
+
+def test_a_trigger_waits_while_another_replica_holds_the_lock_then_runs_once() -> None:
+    fleet = Fleet(job=every_10s(), duration=6.0)
+    first = claim_order(KEYS.name, at(0), WORKERS)[0]
+    for worker in WORKERS:
+        fleet.start(worker)
+    fleet.run(1)  # `first` runs tick 0 until 6; the others hold no lock
+    note = trigger(fleet, 1)
+    instant = manual_tick(note.at or at(0))
+    fleet.run(4)
+    assert fleet.ran(instant) == []
+    refused = [
+        n
+        for _, worker, n in fleet.notes
+        if worker != first and n.kind == "skipped" and n.tick == instant
+    ]
+    assert refused and all(n.skip is SkipReason.OVERLAP for n in refused)
+    fleet.run(9)
+    assert len(fleet.ran(instant)) == 1
+    record = fleet.record(instant)
+    assert record is not None and record.trigger == "t-1"
+
+
+def test_a_trigger_taken_before_a_replica_tries_it_is_never_run_again() -> None:
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)), duration=1.0)
+    fleet.start("w1")
+    fleet.run(3)
+    note = ControlNote("alice", at(3), "now", id="t-9")
+    fleet.store.put(trigger_key(KEYS.name), note.encode())
+    fleet.store.put(KEYS.taken, b"t-9")  # another replica ran it, and retention took its record
+    fleet.cores["w1"].trigger(KEYS.name, note)
+    fleet.run(3)
+    assert fleet.ran(manual_tick(at(3))) == []
+    skipped = [n for _, n in fleet.said("w1", "skipped") if n.detail == "trigger taken"]
+    assert [n.skip for n in skipped] == [SkipReason.TAKEN]
+
+
+def test_a_trigger_older_than_its_window_is_dropped_unrun() -> None:
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)), duration=1.0)
+    fleet.start("w1")
+    fleet.run(3)
+    asked = at(3) - timedelta(seconds=TRIGGER_WINDOW + 60)
+    note = ControlNote("alice", asked, "long ago", id="t-old")
+    fleet.store.put(trigger_key(KEYS.name), note.encode())
+    fleet.cores["w1"].trigger(KEYS.name, note)
+    fleet.run(3)
+    assert fleet.ran(manual_tick(asked)) == []
+    assert [n.detail for _, n in fleet.said("w1", "skipped")] == ["trigger expired"]
+
+
+def test_a_trigger_of_a_paused_job_is_recorded_paused_and_taken() -> None:
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)), duration=1.0)
+    fleet.start("w1")
+    fleet.run(3)
+    fleet.store.put(paused_key(KEYS.name), ControlNote("ops", at(2), "disk swap").encode())
+    note = trigger(fleet, 3)
+    fleet.run(3)
+    instant = manual_tick(note.at or at(0))
+    assert fleet.ran(instant) == []
+    record = fleet.record(instant)
+    assert record is not None and record.outcome is TickOutcome.PAUSED
+    assert fleet.store.read_control(KEYS).taken == b"t-1"
+
+
+class Unanswering:
+    """A replica's store whose control reads Consul does not answer while `down`."""
+
+    def __init__(self, store: MemoryTickStore) -> None:
+        self.store, self.down = store, False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+    def read_control(self, job: JobKeys) -> ControlState:
+        if self.down:
+            raise ConsulUnavailable("simulated: no answer within 10s")
+        return self.store.read_control(job)
+
+
+def test_a_trigger_consul_does_not_answer_is_tried_again() -> None:
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)), duration=1.0)
+    store = Unanswering(fleet.store)
+    fleet.start("w1", store=store)
+    fleet.run(3)
+    store.down = True
+    note = trigger(fleet, 3)
+    fleet.run(2)
+    store.down = False
+    fleet.run(5)
+    assert fleet.ran(manual_tick(note.at or at(0))) == ["w1"]
+    unavailable = [n for _, n in fleet.said("w1", "unavailable") if n.tick is not None]
+    assert unavailable  # said, then run
+
+
+# -- catch-up -----------------------------------------------------------------------------------
+def hourly_with_catchup(workers: tuple[str, ...] = ("w1",)) -> CoreJob:
+    """Every 10 s, claimable up to 25 s late: a tick whose window closed unclaimed (cut at the
+    next tick) can still be caught up while 25 s have not passed."""
+    job = every_10s(workers=workers, start_deadline=25.0)
+    return replace(job, catchup=True)
+
+
+def seed_ledger(fleet: Fleet, *ticks: float) -> None:
+    for seconds in ticks:
+        record = TickRecord(at(seconds), TickOutcome.SUCCEEDED, worker="earlier")
+        fleet.store.record_unrun(KEYS, [record])
+
+
+def test_catch_up_runs_the_newest_tick_nobody_ran_once_after_the_first_turn() -> None:
+    fleet = Fleet(workers=("w1",), job=hourly_with_catchup(), duration=1.0)
+    seed_ledger(fleet, -40.0)  # the job ran before; then nobody ran -30, -20, -10
+    fleet.start("w1")
+    fleet.run(5)  # the first turn (tick 0) runs first; then the catch-up of tick -10
+    assert fleet.ran(at(0)) == ["w1"]
+    assert fleet.ran(at(-10)) == ["w1"]
+    assert fleet.ran(at(-20)) == [] and fleet.ran(at(-30)) == []  # older ones stay missed
+    caught = fleet.record(at(-10))
+    assert caught is not None and caught.catchup is True
+    assert caught.outcome is TickOutcome.SUCCEEDED
+    order = [tick for _, tick, _ in fleet.bodies]
+    assert order.index(at(0)) < order.index(at(-10))
+    fleet.run(30)
+    assert fleet.ran(at(-10)) == ["w1"]  # once: never looked for in the steady state
+
+
+def test_two_replicas_coming_back_at_once_catch_up_once() -> None:
+    workers = ("w1", "w2")
+    fleet = Fleet(workers=workers, job=hourly_with_catchup(workers), duration=1.0)
+    seed_ledger(fleet, -40.0)
+    for worker in workers:
+        fleet.start(worker)
+    fleet.run(10)
+    assert len(fleet.ran(at(-10))) == 1
+
+
+def test_catch_up_claims_over_a_missed_record_but_not_over_a_run() -> None:
+    fleet = Fleet(workers=("w1",), job=hourly_with_catchup(), duration=1.0)
+    seed_ledger(fleet, -40.0)
+    fleet.store.record_unrun(KEYS, [TickRecord(at(-10), TickOutcome.MISSED, worker="w9")])
+    fleet.start("w1")
+    fleet.run(5)
+    caught = fleet.record(at(-10))
+    assert caught is not None and caught.catchup is True and fleet.ran(at(-10)) == ["w1"]
+
+    other = Fleet(workers=("w1",), job=hourly_with_catchup(), duration=1.0)
+    seed_ledger(other, -40.0, -10.0)  # tick -10 ran: nothing to catch up
+    other.start("w1")
+    other.run(5)
+    assert other.ran(at(-10)) == []
+
+
+def test_a_job_without_catchup_never_runs_a_past_tick() -> None:
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",), start_deadline=25.0))
+    seed_ledger(fleet, -40.0)
+    fleet.start("w1")
+    fleet.run(30)
+    assert all(tick >= at(0) for _, tick, _ in fleet.bodies)
+
+
+# -- a reload -----------------------------------------------------------------------------------
+def ticks_of(fleet: Fleet, job: str) -> list[datetime]:
+    return [tick for _, tick, body in fleet.bodies if body.run is not None and body.run.job == job]
+
+
+def test_update_adds_changes_and_removes_jobs_without_a_tick_twice_or_a_run_cut() -> None:
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)), duration=4.0)
+    core = fleet.start("w1")
+    fleet.run(2)  # tick 0 runs until 4
+    other_keys = JobKeys("other", "jobs/other/.lock")
+    other = CoreJob(other_keys, parse_schedule("@every 5s"), fleet.job.timings, ("w1",))
+    slower = replace(fleet.job, schedule=parse_schedule("@every 20s"))
+    core.update([slower, other])
+    fleet.run(20)
+    assert ticks_of(fleet, "report") == [at(0), at(20)]  # the @every 10s plan dropped
+    record = fleet.record(at(0))
+    assert record is not None and record.outcome is TickOutcome.SUCCEEDED  # run to its end
+    # planned from the reload on: its tick 0 (claimed 2 s late, run until 6: tick 5 overlaps)
+    assert ticks_of(fleet, "other") == [at(0), at(10), at(15), at(20)]
+    core.update([other])  # report removed: no more turns
+    fleet.run(30)
+    assert ticks_of(fleet, "report") == [at(0), at(20)]
+    assert at(50) in ticks_of(fleet, "other")
+
+
+def test_a_job_removed_while_it_runs_ends_its_run_and_records_it() -> None:
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)), duration=4.0)
+    core = fleet.start("w1")
+    fleet.run(2)
+    core.update([])
+    fleet.run(20)
+    assert ticks_of(fleet, "report") == [at(0)]
+    record = fleet.record(at(0))
+    assert record is not None and record.outcome is TickOutcome.SUCCEEDED
+    assert core.runs == []
