@@ -22,11 +22,18 @@ hangs. The oracle checks, after every step:
     token              the fencing tokens (LockIndex) of a job's successive runs only grow
     check-after-bound  a body's `run.check()` never passes once `fence_after` has passed since
                        its last confirmation (the send time of a renewal the core was answered)
-    loser-wrote        a replica that read a tick as taken never claims it (no write)
+    loser-wrote        a replica that read a tick as taken at its turn never claims it (no write)
     missed-too-early   no tick is recorded missed before its claim window closed
     unaccounted        every tick ends in a recorded outcome (succeeded, failed, lost, missed,
                        timed-out, interrupted, paused; or `running` under a replica killed
                        with it) within SLACK of time during which Consul and a replica were up
+    trigger-unrun      an operator's trigger (`lockctl trigger`: one now and then, heard by
+                       every replica up, and by each one that boots while it is pending) is
+                       taken by a claim within RUN_SLACK + SLACK of the fleet's up-time; it
+                       runs at most once (tick-twice, at the trigger's own instant)
+
+One job in five catches up (`catchup = "latest"`): after a replica's first turn, and after a
+turn Consul did not answer, the newest tick nobody ran is run late, once (tick-twice holds it).
 
 A violation prints its invariant, the seed and the last events; `--seed S` (with the same
 plants) replays it exactly. `--plant NAME` replaces a named function of the core from outside
@@ -61,11 +68,13 @@ from types import ModuleType
 
 from provision.consul import ConsulNotReached, ConsulUnavailable
 from provision.fencing import fence_bounds
+from provision.ledger.control import ControlNote, manual_tick
 from provision.ledger.records import TickRecord, tick_name
 from provision.ledger.store import Claim, Completion
 from provision.ledger.ticks import claim_window
 from provision.schedule import parse_schedule
 from provision.sessions import SessionTerms
+from provision.system.control_keys import trigger_key
 from provision.tick import core, held, pool
 from provision.tick.calendar import Calendar
 from provision.tick.clock import Timer, VirtualClock
@@ -369,7 +378,8 @@ class ReplicaStore:
         terms: ClaimTerms = PLAIN,
     ) -> Claim:
         delay, at = self._send(), self.world.clock.monotonic()
-        self.world.oracle.claiming(self.replica, job.name, record.tick, self.taken)
+        if not terms.over:  # a catch-up claims over the `missed` record a read found
+            self.world.oracle.claiming(self.replica, job.name, record.tick, self.taken)
         claim = self.base.claim(job, record, session_id, holder, terms)
         if claim.won:
             self.world.oracle.claimed(self.replica, job.name, record.tick, at)
@@ -398,8 +408,12 @@ class ReplicaStore:
         delay = self._send()
         record, date = self.base.read_tick(job, tick, stale=stale)
         self._answer(delay)
-        # what the replica knows from its latest answer (a slow one may come after another
-        # read of the same tick answered meanwhile: the later answer is what it acts on)
+        # what the replica knows from its latest answer at a turn (a stale read: a slow one
+        # may come after another read of the same tick answered meanwhile: the later answer is
+        # what it acts on). A look at a tick's fate, or a catch-up's, reads consistently, and
+        # may run while a claim decided on an earlier answer is in flight: not this invariant's.
+        if not stale:
+            return record, date
         if record is not None:
             self.taken[job.name] = tick
         elif self.taken.get(job.name) == tick:
@@ -544,6 +558,16 @@ class Replica:
         )
         world.trace.add(world.clock.monotonic(), self.name, "boot")
         self.core.start()
+        for job, pending in world.triggers.items():  # the trigger watch's first answer
+            self.hear(job, pending.note)
+
+    def hear(self, job: str, note: ControlNote) -> None:
+        """The trigger watch's answer reaches the core a moment later, on the core's thread."""
+        core_now = self.core
+        if core_now is None:
+            return
+        later = self.world.rng.uniform(0.0, 2.0)
+        self.clock.call_later(later, lambda: core_now.trigger(job, note))
 
     def kill(self) -> None:
         self.incarnation += 1
@@ -583,6 +607,10 @@ class Replica:
     def _note(self, note: Note) -> None:
         now = self.world.clock.monotonic()
         self.world.trace.add(now, self.name, note.kind, note.job, note.tick, note.detail)
+        record = note.record
+        if note.kind == "claimed" and record is not None and (record.catchup or record.trigger):
+            kind = "caught-up" if record.catchup else "trigger-run"
+            self.world.trace.add(now, self.name, kind, note.job, note.tick)
 
 
 # -- the oracle -------------------------------------------------------------------------------
@@ -601,6 +629,12 @@ class _Pending:
     job: str
     tick: datetime
     up_at: float  # the fleet's up-time when the tick's window closed
+
+
+@dataclass(frozen=True)
+class _Trigger:
+    note: ControlNote
+    up_at: float  # the fleet's up-time when it was asked
 
 
 class Oracle:
@@ -735,7 +769,10 @@ class Oracle:
 
     def _mark(self, job: str, tick: datetime, fate: _Fate) -> None:
         """What the ledger says of a tick not accounted for yet (one accounted for already,
-        written again by a retry or retention, changes nothing)."""
+        written again by a retry or retention, changes nothing). A trigger's instant is not a
+        scheduled tick: its trigger is accounted for by `triggers`."""
+        if tick.microsecond:
+            return
         cursor = self.cursor.get(job)
         if cursor is None or tick >= cursor or (job, tick) in self.open:
             self.fates[(job, tick)] = fate
@@ -806,6 +843,19 @@ class Oracle:
                 tick = spec.schedule.next_ticks(tick, 1)[0]
             self.cursor[spec.name] = tick
         self.pending = [p for p in self.pending if not self._accounted(p)]
+        self.triggers()
+
+    def triggers(self) -> None:
+        """A pending trigger is taken (the job's taken-trigger key names it) within
+        RUN_SLACK + SLACK of the fleet's up-time: it may wait for a long run of the job."""
+        world = self.world
+        for job, pending in list(world.triggers.items()):
+            taken = world.store.read_control(world.job_named[job].keys).taken
+            if pending.note.id is not None and taken == pending.note.id.encode():
+                del world.triggers[job]
+            elif self.up_fleet - pending.up_at > RUN_SLACK + SLACK:
+                self.fail("trigger-unrun", f"{job} trigger {pending.note.id}: not taken")
+                del world.triggers[job]
 
     def _accounted(self, pending: _Pending) -> bool:
         key = (pending.job, pending.tick)
@@ -857,6 +907,8 @@ class World:
         self.in_flight = 0  # requests waiting for their answer (nested sleeps)
         self.faults = 0
         self.faulting = True
+        self.triggers: dict[str, _Trigger] = {}  # by job: an operator's trigger not taken yet
+        self.asked = itertools.count(1)
         names = tuple(f"w{n + 1}" for n in range(config.replicas))
         self.jobs = make_jobs(config.jobs, names)
         self.job_named = {job.name: job for job in self.jobs}
@@ -888,7 +940,8 @@ class World:
             return
         self.next_fault()
         kind = self.rng.choices(
-            ("kill", "pause", "skew", "down", "slow", "expire", "hang"), (1, 3, 1, 1, 1, 1, 1)
+            ("kill", "pause", "skew", "down", "slow", "expire", "hang", "trigger"),
+            (1, 3, 1, 1, 1, 1, 1, 1),
         )[0]
         replica = self.rng.choice(self.replicas)
         getattr(self, f"_{kind}")(replica)
@@ -979,6 +1032,21 @@ class World:
         end = functools.partial(self.store.destroy_session, session)
         self.change("session-ended", replica.name, end, f"session ...{session[-6:]}")
 
+    def _trigger(self, replica: Replica) -> None:
+        """An operator's `lockctl trigger` of a job with none pending: its note written to the
+        trigger key, and heard by every replica up (each one's watch answers)."""
+        job = self.rng.choice(self.jobs).name
+        if job in self.triggers or self.down_until is not None:
+            return
+        self.oracle.settle()
+        note = ControlNote("ops", self.wall(), "simulated", id=f"t-{next(self.asked)}")
+        self.store.put(trigger_key(job), note.encode())
+        self.triggers[job] = _Trigger(note, self.oracle.up_fleet)
+        self.trace.add(self.clock.monotonic(), "ops", "asked", job, manual_tick(self.wall()))
+        for each in self.replicas:
+            if each.alive:
+                each.hear(job, note)
+
     def _hang(self, replica: Replica) -> None:
         self.faults += 1
         replica.hang_next = True
@@ -1013,7 +1081,8 @@ def make_jobs(count: int, workers: tuple[str, ...]) -> list[CoreJob]:
         name = f"job-{n + 1}"
         schedule = Calendar.of(parse_schedule(text, zone))
         keys = JobKeys(name, f"lockctl/sim/{name}/.lock")
-        jobs.append(CoreJob(keys, schedule, timings, workers, HISTORY))
+        catchup = n % len(SHAPES) == 1  # @every 5s: a start deadline (30 s) past its interval
+        jobs.append(CoreJob(keys, schedule, timings, workers, HISTORY, catchup))
     return jobs
 
 
@@ -1093,6 +1162,8 @@ def report_lines(report: Report, config: SimConfig) -> list[str]:
     lines.append(
         f"runs {counts.get('body-start', 0)}, missed recorded {counts.get('missed', 0)}, "
         f"fenced {counts.get('fenced', 0)}, timed out {counts.get('timed-out', 0)}, "
+        f"triggers run {counts.get('trigger-run', 0)} of {counts.get('asked', 0)}, "
+        f"caught up {counts.get('caught-up', 0)}, "
         f"simulated {report.simulated / 86400:.1f} days, "
         f"{report.ticks / max(report.seconds, 1e-9):,.0f} ticks/s{digest}"
     )

@@ -94,6 +94,15 @@ class Timer:
         self.cancelled = True
 
 
+# No simulated fleet runs this many callbacks at one instant (a few per job and replica do):
+# more is a loop of timers that set themselves again at once, which would never end.
+MAX_AT_ONE_INSTANT = 100_000
+
+
+class Livelock(RuntimeError):
+    """Virtual time stopped moving: timers keep setting timers at the same instant."""
+
+
 class _Timeline:
     """The one virtual time a clock and its skewed views share, with their timers."""
 
@@ -109,10 +118,16 @@ class _Timeline:
         """Run the timers due by `deadline` in order, each at its due time, until `stop()` says
         so (True) or none is left; then time is at least `deadline` (False). Never backwards: a
         timer's callback may move time itself (a sleep of its own) past this deadline."""
+        spins = 0  # timers run at one instant: a timer that sets itself again at once spins
         while self.queue and self.queue[0][0] <= deadline:
             due, _, timer = heapq.heappop(self.queue)
             if timer.cancelled:
                 continue
+            spins = spins + 1 if due <= self.now else 0
+            if spins > MAX_AT_ONE_INSTANT:
+                raise Livelock(
+                    f"over {MAX_AT_ONE_INSTANT} timers at t={self.now:.3f} without time moving"
+                )
             self.now = max(self.now, due)
             timer.callback()
             if stop():

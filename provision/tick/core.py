@@ -244,7 +244,8 @@ class _Job:
     unanswered: str | None = None  # the session of a claim Consul did not answer
     last: datetime | None = None  # the scheduled tick of the last turn taken here
     retired: bool = False  # a reload removed the job: no more turns; its run ends as it would
-    catchup_look: bool = False  # a catch-up is to be looked for once the job is free here
+    catchup_look: bool = False  # a catch-up is to be looked for after the next turn...
+    catchup_due: bool = False  # ...once the job is free here (one look per turn at most)
     triggers: list[ControlNote] = field(default_factory=list)  # heard, not claimed or taken
     trigger_timer: Cancellable | None = None
     trigger_backoff: float = TRIGGER_POLL
@@ -383,7 +384,7 @@ class TickCore:
     def _turn(self, state: _Job, plan: TickPlan) -> None:
         if not self._live(state):
             return
-        state.last = plan.tick
+        state.last, state.catchup_due = plan.tick, state.catchup_look
         self._arm_turn(state, self._successor(state, plan))
         self._note("due", plan.job, plan.tick)
         self._take(state, plan)
@@ -432,7 +433,7 @@ class TickCore:
         if not self._live(state):
             return
         if choice.too_late:
-            self._note("skipped", plan.job, plan.tick, "too late", skip=SkipReason.OTHER)
+            self._note("too-late", plan.job, plan.tick, "its claim window closed")
             self._arm_fate(state, plan)
             self._idle(state)
         elif choice.wait > 0:  # Consul's clock is not at the tick yet: let it come, then look
@@ -445,7 +446,13 @@ class TickCore:
 
     # -- the claim -----------------------------------------------------------------------------
     def _claim(self, state: _Job, plan: TickPlan, judged: _Judged) -> None:
-        """Claim the tick (one transaction); won: its run starts under the lock."""
+        """Claim the tick (one transaction); won: its run starts under the lock. Not while the
+        job is busy here: a slow read before this claim (a trigger's, a catch-up's) may have let
+        another claim of the job go first, and under the replica's one session this claim would
+        re-acquire the lock that run holds, with its fencing token."""
+        if state.busy is not None or not self._live(state):
+            self._unclaimed(state, plan)
+            return
         state.busy = plan.tick
         sent = self._send_claim(state, plan, judged)
         if sent is None:
@@ -485,7 +492,7 @@ class TickCore:
                 break
             at = self.clock.monotonic()
             if judged.lag(at) > judged.choice.window:
-                self._note("skipped", plan.job, plan.tick, "too late", skip=SkipReason.OTHER)
+                self._note("too-late", plan.job, plan.tick, "its claim window closed")
                 break
             record = self._claim_record(plan, session, judged.lag(at))
             try:
@@ -583,7 +590,7 @@ class TickCore:
     def _idle(self, state: _Job) -> None:
         """The job may be free here: a trigger heard meanwhile, or a catch-up to look for after
         a turn, goes next (from a timer of its own: never inside the step that freed it)."""
-        wanted = state.triggers or (state.catchup_look and state.last is not None)
+        wanted = state.triggers or state.catchup_due
         if not wanted or state.idle_timer is not None or not self._live(state):
             return
         state.idle_timer = self.clock.call_at(self.clock.monotonic(), lambda: self._next(state))
@@ -595,7 +602,7 @@ class TickCore:
         if state.triggers:
             if state.trigger_timer is None:
                 self._try_trigger(state)
-        elif state.catchup_look:
+        elif state.catchup_due:
             self._look_for_catchup(state)
 
     def _try_trigger(self, state: _Job) -> None:
@@ -604,12 +611,11 @@ class TickCore:
         if not state.triggers or state.busy is not None or not self._live(state):
             return
         note = state.triggers[0]
-        tick = manual_tick(note.at) if note.at is not None else None
         sent = self.clock.monotonic()
         try:
             control = self.store.read_control(state.job.keys)
         except ConsulError as exc:
-            self._note("unavailable", state.job, tick, str(exc))
+            self._note("unavailable", state.job, None, str(exc))  # no tick lost: tried again
             self._retry_trigger(state)
             return
         now = self.clock.wall()
@@ -643,7 +649,7 @@ class TickCore:
         `missed` record as read, once. Looked for after this replica's first turn and after a
         turn Consul did not answer, once the job is free here (the due tick goes first: its
         window is the shorter); a look Consul does not answer is made after the next turn."""
-        job = state.job
+        job, state.catchup_due = state.job, False
         sent = self.clock.monotonic()
         try:
             recorded, date = self.store.read_tick_names(job.keys)
@@ -664,7 +670,8 @@ class TickCore:
 
     def _unclaimed(self, state: _Job, plan: TickPlan) -> None:
         """`plan` was not claimed, and may still be: a tick's fate is looked at once its window
-        closed, a trigger is tried again, a catch-up looked for after the next turn."""
+        closed, a trigger is tried again, a catch-up looked for after the next turn (never at
+        once: a claim refused for good, too late, would be tried again at the same instant)."""
         if plan.off is None:
             self._arm_fate(state, plan)
         elif plan.off.note is not None:
@@ -756,7 +763,7 @@ class TickCore:
 
     def _missed(self, job: CoreJob, written: Sequence[TickRecord]) -> None:
         for record in written:
-            self._note(record.outcome.value, job, record.tick, "recorded", record=record)
+            self._note("missed", job, record.tick, record.outcome.value, record=record)
 
     # -- helpers ---------------------------------------------------------------------------------
     def _since(self, moment: float) -> float:

@@ -106,7 +106,7 @@ class SkipReason(str, enum.Enum):
     OVERLAP = "overlap"  # the job's previous tick still runs (here, or holding the lock)
     LOCK_DELAY = "lock-delay"  # the lock's last holder's session ended: Consul's lock-delay
     PAUSED = "paused"  # the job is paused (lockctl pause): its tick is recorded paused
-    OTHER = "other"  # held by something else, too late, or not come on Consul's clock
+    OTHER = "other"  # held by something else, or not come on Consul's clock
 
 
 @dataclass(frozen=True)

@@ -280,7 +280,7 @@ class HeldRun:
                 self.cut = plan.reason.value
             return False
         self.retry, self.body = plan, None
-        self._note("retrying", f"attempt {plan.attempt} after status {status}")
+        self._note("retrying", f"attempt {plan.attempt} after status {status}", self._so_far())
         self._await_retry()
         return True
 
@@ -313,7 +313,7 @@ class HeldRun:
         timeout = self.claimed.timings.timeout
         self.timeout_at = None if timeout is None else now + timeout
         assert self.retry_body is not None
-        self._note("retry-started", f"attempt {retry.attempt}")
+        self._note("retry-started", f"attempt {retry.attempt}", self._so_far())
         self._start_body(self.retry_body(), retry.attempt)
 
     def _arm_retry(self, wake: float) -> None:
@@ -363,9 +363,15 @@ class HeldRun:
             return
         lost = completion.released is False  # the lock was no longer ours
         self.completed = replace(done, outcome=TickOutcome.LOST) if lost else done
-        self._note("completed", self.completed.outcome.value)
+        self._note("completed", self.completed.outcome.value, self.completed)
         self._done(self)
 
-    def _note(self, kind: str, detail: str = "") -> None:
+    def _so_far(self) -> TickRecord:
+        """The record as claimed, with the exit status of each attempt ended so far: the next
+        attempt is the one after them (a listener reads that, never the note's words)."""
+        return replace(self.record, attempts=tuple(self.statuses))
+
+    def _note(self, kind: str, detail: str = "", record: TickRecord | None = None) -> None:
         if self._listener is not None:
-            self._listener(Note(kind, self.claimed.keys.name, self.record.tick, detail))
+            name, tick = self.claimed.keys.name, self.record.tick
+            self._listener(Note(kind, name, tick, detail, record))

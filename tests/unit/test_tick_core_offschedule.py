@@ -5,6 +5,7 @@ run going on; a catch-up runs the newest tick nobody ran, once, after the replic
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -15,6 +16,7 @@ from provision.ledger.control import ControlNote, manual_tick
 from provision.ledger.records import TickOutcome, TickRecord
 from provision.ledger.turns import claim_order
 from provision.schedule import parse_schedule
+from provision.sessions import SessionTerms
 from provision.system.control_keys import paused_key, trigger_key
 from provision.tick.core import TRIGGER_WINDOW, CoreJob
 from provision.tick.edge import SkipReason
@@ -155,8 +157,8 @@ def test_a_trigger_consul_does_not_answer_is_tried_again() -> None:
     store.down = False
     fleet.run(5)
     assert fleet.ran(manual_tick(note.at or at(0))) == ["w1"]
-    unavailable = [n for _, n in fleet.said("w1", "unavailable") if n.tick is not None]
-    assert unavailable  # said, then run
+    unavailable = fleet.said("w1", "unavailable")
+    assert unavailable and all(n.tick is None for _, n in unavailable)  # no tick lost: said
 
 
 # -- catch-up -----------------------------------------------------------------------------------
@@ -222,6 +224,63 @@ def test_a_job_without_catchup_never_runs_a_past_tick() -> None:
     fleet.start("w1")
     fleet.run(30)
     assert all(tick >= at(0) for _, tick, _ in fleet.bodies)
+
+
+class SessionRefused:
+    """A replica's store on which no session can be made (Consul answers reads only)."""
+
+    def __init__(self, store: MemoryTickStore) -> None:
+        self.store, self.looks = store, 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+    def create_session(self, terms: SessionTerms) -> str:
+        raise ConsulUnavailable("simulated: no answer within 10s")
+
+    def read_tick_names(self, job: JobKeys) -> tuple[set[datetime], datetime | None]:
+        self.looks += 1
+        return self.store.read_tick_names(job)
+
+
+def test_a_catch_up_that_cannot_be_claimed_is_looked_for_again_only_after_the_next_turn() -> None:
+    fleet = Fleet(workers=("w1",), job=hourly_with_catchup(), duration=1.0)
+    seed_ledger(fleet, -40.0)
+    store = SessionRefused(fleet.store)
+    fleet.start("w1", store=store)
+    fleet.run(35)  # turns at 0, 10, 20, 30; a housekeeping at the start
+    turns = len(fleet.said("w1", "due"))
+    assert turns == 4
+    assert store.looks <= turns + 2  # one catch-up look per turn at most, never a spin
+    assert fleet.ran(at(-10)) == []
+
+
+class SlowLook:
+    """A replica's store whose catch-up look is answered `late` seconds after it was sent: the
+    replica's other timers (the next turn) run meanwhile."""
+
+    def __init__(self, fleet: Fleet, late: float) -> None:
+        self.fleet, self.store, self.late = fleet, fleet.store, late
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+    def read_tick_names(self, job: JobKeys) -> tuple[set[datetime], datetime | None]:
+        answer = self.store.read_tick_names(job)
+        self.fleet.clock.advance(self.late)
+        return answer
+
+
+def test_a_catch_up_answered_after_the_next_turn_claimed_waits_for_that_run() -> None:
+    fleet = Fleet(workers=("w1",), job=hourly_with_catchup(), duration=6.0)
+    seed_ledger(fleet, -40.0)
+    fleet.start("w1", store=SlowLook(fleet, 5.0))  # the look at 6 is answered at 11
+    fleet.run(40)
+    runs = sorted((body.started_at, body.started_at + 6.0, tick) for _, tick, body in fleet.bodies)
+    for (_, ended, _), (started, _, _) in itertools.pairwise(runs):
+        assert started >= ended  # one run of the job at a time here, one lock, one token
+    tokens = [body.run.lock_index for _, _, body in fleet.bodies if body.run is not None]
+    assert len(set(tokens)) == len(tokens)
 
 
 # -- a reload -----------------------------------------------------------------------------------
