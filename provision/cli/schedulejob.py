@@ -106,6 +106,10 @@ def _schedule(args: ScheduleArgs, stop: StopRequest, reload: ReloadRequest) -> i
     worker_config = load_worker_config(args.config, allow_unsafe=args.allow_unsafe)
     with single_instance(args.config):
         become_subreaper()  # the jobs' orphans come back to us: none outlives its lock
+        if os.environ.get("LOCKCTL_SCHEDULER") == "core":  # hidden: the tick core, migrating
+            from provision.scheduler.on_core import run_on_core
+
+            return run_on_core(worker_config, stop, reload.forward_to, address, args.allow_unsafe)
         scheduler = Scheduler(worker_config, stop, sys.stderr, allow_unsafe=args.allow_unsafe)
         reload.forward_to(scheduler.request_reload)  # a SIGHUP since the read: reload at once
         # bound before any job starts: a port in use is exit 6 with nothing run

@@ -1,0 +1,708 @@
+"""`lockctl schedule` on the tick core (provision/tick/), chosen with LOCKCTL_SCHEDULER=core while
+the old engine (service.py) stays the default: the process around the core's tick decisions.
+
+    the clock thread   one ThreadTimerClock on the Consul agent's clock (the clients' AgentClock,
+                       learnt before the first turn): every call into a core, the store's calls,
+                       the bodies' news and the report's notes (scheduler/report.py)
+    a replica          one per connection (address, token file, TLS, login): its client, its
+                       ConsulTickStore, its TickCore (with its session pool); one ForkServer for
+                       every run of the process
+    the main thread    SIGTERM, SIGINT: every core stopped, its runs completed, its sessions
+                       destroyed, an agentless node deregistered, exit 0. SIGHUP: the config
+                       checked whole first (refused: the old one kept), then `core.update(jobs)`;
+                       a changed connection retires the old replica's jobs (runs under way end
+                       as they would, under their session), stops it once they have, and starts
+                       a new replica. Clock steps are said.
+    the trigger watch  one blocking query (scheduler/triggers.py); each trigger is handed to the
+                       core on the clock thread
+
+What the core does not do (yet) is done here around it, each at a seam: a body that cannot start
+fails the turn before its claim (`tick-failed`, the tick never claimed, as today), a token Consul
+refuses is `tick-failed` (never `consul-unavailable`), a run's output tails go into its record, a
+trigger's run has its own Idempotency-Key, a `completed` note carries its record, a core that
+takes over from an older connection's does not take again a tick that one had its turn at, the
+store's calls retry briefly (they block the one thread every fence runs on), and an error nobody
+foresaw in a core callback is said instead of ending the clock thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from provision.consul import (
+    NO_RETRY,
+    AgentClock,
+    Consul,
+    ConsulError,
+    ConsulSettings,
+    PermissionDenied,
+    RetryPolicy,
+)
+from provision.consul.clock import WallSteps
+from provision.consul.login import Login
+from provision.errors import InputError, LockctlError
+from provision.ledger.catchup import LATEST
+from provision.ledger.control import ControlNote
+from provision.ledger.records import TickRecord
+from provision.ledger.store import Claim, ClaimTerms, Completion
+from provision.runner.child import Child, check_program
+from provision.runner.core_body import RunnerBody, Unfenced, run_env
+from provision.runner.engine import credential_files, job_environment
+from provision.runner.events import ms
+from provision.runner.forkserver import ForkServer
+from provision.runner.http_job import HttpJob
+from provision.runner.output import runner_secrets
+from provision.runner.stop import StopRequest
+from provision.runner.supervisor import idempotency_key
+from provision.schedule import parse_schedule
+from provision.scheduler.exposition import Health
+from provision.scheduler.listen import ListenAddress, Listener
+from provision.scheduler.loop import token_refused, unexpected
+from provision.scheduler.reload import plan_reload
+from provision.scheduler.report import CoreReport
+from provision.scheduler.service import (
+    CLOCK_PROBE_TIMEOUT,
+    IN_FLIGHT,
+    JOIN_POLL,
+    POOL_SIZE,
+    checked_connection,
+    connection_key,
+    scheduled_jobs,
+)
+from provision.scheduler.triggers import TriggerWatch
+from provision.sessions import SessionTerms, agentless_node, deregister_node
+from provision.tick.clock import ThreadTimerClock, Timer
+from provision.tick.consul_store import ConsulTickStore
+from provision.tick.core import CoreJob, Identity, TickCore, TickPlan
+from provision.tick.edge import Body, BodyEnd, Note, Run, TimerClock
+from provision.tick.held import HeldRun
+from provision.tick.store import PLAIN, ControlState, JobKeys
+from provision.workers.config import JobConfig, WorkerConfig, load_worker_config
+from provision.workers.login import open_login
+
+# The core calls its store on its one thread, which also runs every fence and renewal timer: a
+# call retried for the client's whole timeout (10 s by default) when Consul refuses connections
+# would hold them all back that long. Its calls retry briefly (a blip, not a leader election);
+# a tick not claimed meanwhile fails closed and is looked at again (missed, caught up).
+CORE_RETRY = RetryPolicy(deadline=1.0, first_backoff=0.05, max_backoff=0.25)
+SETTLE_POLL = 0.1  # seconds between two looks at a stopping or retiring core's runs
+LEFTOVERS_GONE_WITHIN = 5.0  # seconds the reaper waits for a SIGKILLed tree (core_body.py's)
+LOOK_EVERY = 0.05
+
+Tails = tuple[str | None, str | None]  # the ends of a run's stdout and stderr, for its record
+
+
+def core_job(job: JobConfig) -> CoreJob:
+    """`job` as the tick core runs it (pure): its keys, its schedule in its timezone, its
+    timings, its workers in the claim order job_turn hands ledger/turns.py, how many records
+    its ledger keeps, and whether it catches up (catchup = "latest")."""
+    if job.schedule is None:
+        raise ValueError(f"job {job.name}: no schedule (the core runs scheduled jobs only)")
+    return CoreJob(
+        JobKeys(job.name, job.lock_key),
+        parse_schedule(job.schedule, job.timezone),
+        job.timings,
+        tuple(job.workers),
+        job.history_limit,
+        catchup=job.catchup == LATEST,
+    )
+
+
+class GuardedClock(ThreadTimerClock):
+    """The core's clock, whose thread no callback ends: an error nobody foresaw (a bug) is
+    handed to `failed` and the next callback runs (ThreadTimerClock.run would end with it,
+    and every job with it)."""
+
+    def __init__(self, agent_clock: AgentClock, failed: Callable[[Exception], None]) -> None:
+        super().__init__(agent_clock)
+        self.failed = failed
+
+    def call_at(self, deadline: float, callback: Callable[[], object]) -> Timer:
+        return super().call_at(deadline, functools.partial(self._guarded, callback))
+
+    def _guarded(self, callback: Callable[[], object]) -> None:
+        try:
+            callback()
+        except Exception as exc:  # a bug: said, and the clock goes on
+            self.failed(exc)
+
+
+class ServiceBody(RunnerBody):
+    """A runner's body (core_body.py) with what the scheduler adds: a trigger's run has an
+    Idempotency-Key of its own, a body that cannot start after all is said (`failed`) and ends
+    at once without an exit status, and the ends of its output are kept for the record."""
+
+    def __init__(
+        self,
+        prepare: Callable[[], Unfenced],
+        lock_key: str,
+        clock: TimerClock,
+        trigger: str | None,
+        failed: Callable[[str], None],
+    ) -> None:
+        super().__init__(prepare, lock_key, clock)
+        self.trigger, self.failed = trigger, failed
+        self.tails: Tails | None = None
+
+    def start(self, run: Run, ended: Callable[[], None]) -> None:
+        environment = run_env(self.lock_key, run)
+        if self.trigger is not None:
+            key = idempotency_key(run.job, run.tick, self.trigger, 0)
+            environment["LOCKCTL_IDEMPOTENCY_KEY"] = key
+        body: Unfenced | None = None
+        try:
+            body = self.prepare()
+            body.start(environment)
+        except (LockctlError, OSError) as exc:  # gone since the turn's check, or cannot fork
+            if body is not None:
+                body.abort()
+                body.close()
+            self.failed(str(exc))
+            self.clock.call_at(self.clock.monotonic(), functools.partial(self._said, None, ended))
+            return
+        self._body = body
+        threading.Thread(target=self._reap, args=(body, ended), daemon=True).start()
+
+    def _reap(self, body: Unfenced, ended: Callable[[], None]) -> None:
+        """Wait for the job and the last process of its tree, keep its output's ends, then
+        hand the end to the core's thread."""
+        status = body.wait()
+        give_up = time.monotonic() + LEFTOVERS_GONE_WITHIN
+        while body.tree_alive() and time.monotonic() < give_up:
+            body.signal_tree(signal.SIGKILL)
+            time.sleep(LOOK_EVERY)
+        self.tails = body.output_tails()  # before close: the pump has read to the end
+        body.close()
+        self.clock.call_at(self.clock.monotonic(), functools.partial(self._said, status, ended))
+
+    def _said(self, status: int | None, ended: Callable[[], None]) -> None:
+        self._end = BodyEnd(status)
+        ended()
+
+
+class ContinuedCore(TickCore):
+    """A TickCore that may take over from an older connection's core (a reload that changed
+    the connection): a tick whose turn that core took is not taken again here (as a replaced
+    loop of the old engine went on from its predecessor's last tick); an outage's ticks are
+    then caught up after the next run, as on one core. `taken`: each job's last turn there."""
+
+    taken: Mapping[str, datetime] = {}
+
+    def _first_plan(self, state: Any) -> TickPlan:
+        plan = super()._first_plan(state)
+        last = self.taken.get(plan.job.name)
+        if last is not None and plan.tick <= last:
+            return self.plan(plan.job, plan.job.schedule.next_ticks(last, 1)[0])
+        return plan
+
+
+class BodyCannotStart(ConsulError):
+    """A turn's read refused by the store because the job's command cannot start: a
+    ConsulError, so that the core fails the turn closed (no claim; its fate looked at later)."""
+
+
+class ServiceStore(ConsulTickStore):
+    """The core's store on Consul, with the seams the service needs: the turn's read checks the
+    job's command can start (`precheck`) before any claim; a refusal of the token (403) is
+    kept for the note that follows (`take_refusal`); a completion carries the run's output
+    tails; a destroyed session is said (`session-destroyed`)."""
+
+    def __init__(
+        self,
+        consul: Consul,
+        said: Callable[..., object],
+        precheck: Callable[[str], None],
+        tails: Callable[[str, datetime], Tails | None],
+    ) -> None:
+        super().__init__(consul)
+        self.said, self.precheck, self.tails = said, precheck, tails
+        self.refusal: str | None = None  # why the last call failed, when lockctl's own fault
+
+    def take_refusal(self) -> str | None:
+        refusal, self.refusal = self.refusal, None
+        return refusal
+
+    @contextlib.contextmanager
+    def _heard(self) -> Iterator[None]:
+        self.refusal = None
+        try:
+            yield
+        except PermissionDenied as exc:
+            self.refusal = token_refused(exc)
+            raise
+
+    def create_session(self, terms: SessionTerms) -> str:
+        with self._heard():
+            return super().create_session(terms)
+
+    def destroy_session(self, session_id: str) -> None:
+        super().destroy_session(session_id)
+        self.said("session-destroyed", session=session_id)
+
+    def claim(
+        self,
+        job: JobKeys,
+        record: TickRecord,
+        session_id: str,
+        holder: bytes,
+        terms: ClaimTerms = PLAIN,
+    ) -> Claim:
+        with self._heard():
+            return super().claim(job, record, session_id, holder, terms)
+
+    def complete(
+        self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool
+    ) -> Completion:
+        tails = self.tails(job.name, record.tick)
+        if tails is not None:
+            record = replace(record, stdout=tails[0], stderr=tails[1])
+        return super().complete(job, record, session_id, release=release)
+
+    def read_tick(
+        self, job: JobKeys, tick: datetime, *, stale: bool = False
+    ) -> tuple[TickRecord | None, datetime | None]:
+        with self._heard():
+            if stale:  # the turn's read (core.py _take), the last step before its claim
+                self._check_body(job)
+            return super().read_tick(job, tick, stale=stale)
+
+    def read_tick_names(self, job: JobKeys) -> tuple[set[datetime], datetime | None]:
+        with self._heard():
+            return super().read_tick_names(job)
+
+    def read_control(self, job: JobKeys) -> ControlState:
+        with self._heard():
+            return super().read_control(job)
+
+    def _check_body(self, job: JobKeys) -> None:
+        try:
+            self.precheck(job.name)
+        except LockctlError as exc:
+            self.refusal = str(exc)
+            raise BodyCannotStart(str(exc)) from None
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What every replica of the process shares: the clock (its thread runs every core), who
+    it is, the report its notes go to, and the namespace helper of every run."""
+
+    clock: GuardedClock
+    identity: Identity
+    report: CoreReport
+    forks: ForkServer
+
+
+class Replica:
+    """One connection's core: its client, its store, its TickCore, and the configs of the jobs
+    it was given (a removed job's too: a retry of its run going on needs its body)."""
+
+    def __init__(
+        self,
+        consul: Consul,
+        jobs: Sequence[JobConfig],
+        shared: Shared,
+        taken: Mapping[str, datetime] | None = None,
+    ) -> None:
+        """`taken`: each job's last turn on the core this one takes over from."""
+        self.consul, self.shared = consul, shared
+        self.turns: dict[str, datetime] = {}  # each job's last turn here (a successor's taken)
+        self.configs = {job.name: job for job in jobs}
+        self.environment = job_environment(os.environ)
+        self.hidden = credential_files(consul.settings)
+        report = shared.report
+        core_consul = consul.with_retry(CORE_RETRY)
+        self.store = ServiceStore(core_consul, report.events.emit, self._check_body, self._tails)
+        cores = [core_job(job) for job in jobs]
+        self.core = ContinuedCore(
+            self.store, shared.clock, shared.identity, cores, self._body, self._hear
+        )
+        self.core.taken = dict(taken or {})
+
+    @property
+    def stopped(self) -> bool:
+        """Stopped, its runs completed and its sessions destroyed."""
+        return self.core.stopping and not self.core.runs and self.core.pool.closed
+
+    def update(self, jobs: Sequence[JobConfig]) -> None:
+        """A reload (on the clock thread): the core's update (core.py `update`)."""
+        self.configs.update({job.name: job for job in jobs})
+        self.core.update([core_job(job) for job in jobs])
+
+    # -- the bodies -----------------------------------------------------------------------
+    def _held(self, name: str, tick: datetime | None) -> HeldRun | None:
+        runs = self.core.runs
+        return next((r for r in runs if r.claimed.keys.name == name and r.tick == tick), None)
+
+    def _body(self, name: str, tick: datetime) -> Body:
+        job, held = self.configs[name], self._held(name, tick)
+        trigger = None if held is None else held.record.trigger
+        failed = functools.partial(self._failed, name, tick)
+        return ServiceBody(self._prepare(job), job.lock_key, self.shared.clock, trigger, failed)
+
+    def _prepare(self, job: JobConfig) -> Callable[[], Unfenced]:
+        """What makes each attempt's body: the job's call, or its command in a namespace the
+        process's ForkServer forks (checked again: gone since the turn, it says so)."""
+        http, command = job.http, tuple(job.command or ())
+        if http is not None:
+            return lambda: HttpJob(http, self._secrets())
+        forks, environment, hidden = self.shared.forks, self.environment, self.hidden
+        return lambda: Child(command, environment, forks, hidden, self._secrets())
+
+    def _secrets(self) -> list[str]:
+        """What a record's output tails must not show, read at each run: the token sent now
+        (a login's, or a rotated file's), the environment's, the TLS key's lines."""
+        sent = self.consul.transport.tokens.current or self.consul.settings.token
+        token = None if sent is None else sent.reveal()
+        return runner_secrets(token, os.environ, self.consul.settings.client_key)
+
+    def _check_body(self, name: str) -> None:
+        """Before a turn's claim: the job's command can start (InputError if not)."""
+        job = self.configs.get(name)
+        if job is not None and job.http is None:
+            check_program(job.command or (), self.environment)
+
+    def _tails(self, name: str, tick: datetime) -> Tails | None:
+        held = self._held(name, tick)
+        body = None if held is None else held.body
+        return body.tails if isinstance(body, ServiceBody) else None
+
+    def _failed(self, name: str, tick: datetime, why: str) -> None:
+        self.shared.report.tick_failed(name, why, tick)
+
+    # -- the notes --------------------------------------------------------------------------
+    def _hear(self, note: Note) -> None:
+        """The core's note, to the report: a failure of lockctl's own (a refused token, a
+        body that cannot start) as `tick-failed`, a completion with its record."""
+        report = self.shared.report
+        if note.job and note.kind in ("unavailable", "unanswered"):
+            refusal = self.store.take_refusal()
+            if refusal is not None:
+                report.tick_failed(note.job, refusal, note.tick)
+                return
+        if note.kind == "completed" and note.record is None:
+            held = self._held(note.job, note.tick)  # done() comes after the note: still held
+            if held is not None:
+                note = replace(note, record=held.completed)
+        if note.kind == "due" and note.tick is not None and note.job in self.configs:
+            self.turns[note.job] = note.tick
+            job = self.configs[note.job]
+            following = parse_schedule(job.schedule or "", job.timezone).next_ticks(note.tick, 1)
+            report.next_tick(note.job, following[0].timestamp())
+        report(note)
+
+
+class CoreScheduler:
+    """Every scheduled job of one worker's config on the tick core, until a stop (`run`)."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        stop: StopRequest,
+        stream: TextIO,
+        *,
+        allow_unsafe: bool = False,
+        loader: Callable[[Path], WorkerConfig] | None = None,
+    ) -> None:
+        self.config, self.stop = config, stop
+        self.loader = loader or (lambda path: load_worker_config(path, allow_unsafe=allow_unsafe))
+        self.report = CoreReport(config.worker, stream)
+        self.events = self.report.events  # the scheduler's own (job "lockctl-schedule")
+        self.forks = ForkServer()  # one namespace helper for every run of this process
+        # Consul's clock, every tick decision's: kept across reloads (the agent's does not
+        # change with the config); the core's wall
+        self.agent_clock = AgentClock()
+        self.wall_steps = WallSteps()
+        self.clock = GuardedClock(self.agent_clock, self._unexpected)
+        # no local agent: the catalog node its TTL-only sessions live on (kept across reloads)
+        self.node = agentless_node(config.worker, config.agentless, os.environ)
+        identity = Identity(config.worker, socket.gethostname(), os.getpid(), self.node)
+        self.shared = Shared(self.clock, identity, self.report, self.forks)
+        self.current: Replica | None = None  # read by the trigger watch's thread
+        self._retiring: list[Replica] = []  # an older connection's, until its runs end
+        self._connection: ConsulSettings | None = None
+        self._logins: list[Login] = []  # logged out at the very end, after the sessions
+        self._names: tuple[str, ...] = ()  # the current jobs, for the trigger watch's thread
+        self._reload = False  # set by a signal handler: a plain flag, never a lock
+        self._watch_stop = threading.Event()
+        self._watch: TriggerWatch | None = None
+        self._thread: threading.Thread | None = None
+
+    def request_reload(self) -> None:
+        """From a signal handler: only a flag, read by the main loop (a lock could deadlock)."""
+        self._reload = True
+
+    def run(self) -> int:
+        settings = checked_connection(self.config)
+        self.forks.start()
+        try:
+            self._start(settings)
+            while not self.stop.requested:
+                self.stop.sleep(JOIN_POLL)
+                self._watch_clocks()
+                if self._reload:
+                    self._reload = False
+                    self._reload_config()
+            self._end()
+        finally:
+            self.clock.close()
+            self.forks.close()  # after the last run: no job of ours is left to fork or keep
+            for login in self._logins:  # the tokens go with the process
+                login.close()
+        self.events.emit("stopped", signal=self.stop.signum)
+        return 0
+
+    # -- start and end ------------------------------------------------------------------------
+    def _start(self, settings: ConsulSettings) -> None:
+        consul = self._connect(settings, self.config, reload=False)
+        self._learn_clock(consul)  # before any turn is worked out
+        jobs = scheduled_jobs(self.config)
+        self.current = Replica(consul, jobs, self.shared)
+        self._know(jobs)
+        self.clock.call_at(self.clock.monotonic(), self.current.core.start)
+        self._thread = threading.Thread(target=self.clock.run, name="lockctl-core", daemon=True)
+        self._thread.start()
+        # one blocking query for every job's trigger (scheduler/triggers.py), not one per job
+        self._watch = TriggerWatch(
+            lambda: None if self.current is None else self.current.consul,
+            lambda: self._names,
+            self._fire,
+            self.events,
+            self._watch_stop,
+            paused=self.report.paused,
+        )
+        self._watch.start()
+        self.events.emit("started", config=str(self.config.path), jobs=list(self._names))
+
+    def _connect(self, settings: ConsulSettings, config: WorkerConfig, *, reload: bool) -> Consul:
+        """A client for this connection, logged in first when the config logs in: at start it
+        waits out Consul being unavailable; on a reload a refusal is raised (nothing changed)."""
+        consul = Consul(
+            settings,
+            pool_size=POOL_SIZE,
+            max_in_flight=IN_FLIGHT,
+            batch_txns=True,
+            agent_clock=self.agent_clock,  # kept across reloads: another agent's answers correct it
+        )
+        wait = None if reload else self.stop.sleep
+        login = open_login(consul, config, self.events.emit, wait=wait)
+        if login is not None:
+            self._logins.append(login)
+        self._connection = connection_key(settings)
+        return consul
+
+    def _learn_clock(self, consul: Consul) -> None:
+        """One answer of the agent before the first turn, for its clock; unreachable, the
+        turns start on this host's clock (each judged on Consul's Date before its claim)."""
+        with contextlib.suppress(ConsulError):
+            consul.status.leader(retry=NO_RETRY, timeout=CLOCK_PROBE_TIMEOUT)
+
+    def _end(self) -> None:
+        """Stop every core (no claim; runs told, completed, released), wait until each has
+        destroyed its sessions, then let the agentless node go."""
+        self._watch_stop.set()  # its thread ends with its query (a daemon: never waited for)
+        if self._thread is None:
+            return
+        done = threading.Event()
+        self.clock.call_at(self.clock.monotonic(), functools.partial(self._stop_cores, done))
+        while not done.wait(JOIN_POLL) and self._thread.is_alive():
+            pass
+        self.clock.close()
+        self._thread.join()
+        self._deregister()
+
+    def _stop_cores(self, done: threading.Event) -> None:
+        for replica in self._replicas():
+            if not replica.core.stopping:
+                replica.core.stop()
+        self._until_stopped(done)
+
+    def _until_stopped(self, done: threading.Event) -> None:
+        if all(replica.stopped for replica in self._replicas()):
+            done.set()
+        else:
+            self.clock.call_later(SETTLE_POLL, functools.partial(self._until_stopped, done))
+
+    def _replicas(self) -> list[Replica]:
+        return [*self._retiring, *([] if self.current is None else [self.current])]
+
+    def _deregister(self) -> None:
+        """An agentless worker's node leaves the catalog at a clean stop, after its sessions;
+        best effort: a node left behind holds nothing."""
+        if self.node is None or self.current is None:
+            return
+        error = deregister_node(self.current.consul, self.node)
+        self.events.emit("node-deregistered", node=self.node.name, error=error)
+
+    def _unexpected(self, exc: Exception) -> None:
+        """A bug in a callback of the clock thread: said; the clock goes on."""
+        self.events.emit("tick-failed", error=unexpected(exc))
+
+    # -- triggers, clocks ---------------------------------------------------------------------
+    def _fire(self, name: str, note: ControlNote) -> None:
+        """From the trigger watch's thread: the trigger goes to the core, on the core's thread."""
+        self.clock.call_at(self.clock.monotonic(), functools.partial(self._trigger, name, note))
+
+    def _trigger(self, name: str, note: ControlNote) -> None:
+        if self.current is not None:
+            self.current.core.trigger(name, note)
+
+    def _watch_clocks(self) -> None:
+        """A step of this host's wall clock, or of the agent's, is said at once. Neither moves
+        a decision: the core judges each turn on Consul's clock as it reads it."""
+        host = self.wall_steps.step()
+        if host is not None:
+            self.events.emit(
+                "clock-step",
+                clock="host",
+                step_ms=ms(host),
+                detail="this host's wall clock stepped; ticks are judged by the Consul agent's",
+            )
+        for jump in self.agent_clock.take_steps():
+            self.events.emit(
+                "clock-step",
+                clock="consul-agent",
+                step_ms=ms(jump),
+                detail="the Consul agent's clock stepped; ticks follow it",
+            )
+
+    # -- reload -------------------------------------------------------------------------------
+    def _reload_config(self) -> None:
+        """Load and check the whole new config, its files included, before anything changes:
+        one that could not work is refused and the cores go on untouched. Then the core takes
+        the jobs (`update`), or, for a new connection, a new core does."""
+        try:
+            fresh = self.loader(self.config.path)
+            if fresh.agentless != self.config.agentless:
+                raise InputError(f"{self.config.path}: agentless changed: restart to change it")
+            if fresh.worker != self.config.worker:
+                raise InputError(
+                    f"{self.config.path}: now for worker {fresh.worker}, not {self.config.worker}"
+                )
+            settings = checked_connection(fresh)
+        except LockctlError as exc:
+            self.events.emit("reload-refused", error=str(exc), kept=str(self.config.path))
+            return
+        assert self.current is not None
+        moved = connection_key(settings) != self._connection or fresh.login != self.config.login
+        running = {job.name: job for job in scheduled_jobs(self.config)}
+        jobs = scheduled_jobs(fresh)
+        plan = plan_reload(running, {job.name: job for job in jobs}, connection_changed=moved)
+        consul = None
+        if moved:  # new runs use it; runs under way finish on theirs
+            try:
+                consul = self._connect(settings, fresh, reload=True)
+            except LockctlError as exc:  # a refused login: nothing changed yet
+                self.events.emit("reload-refused", error=str(exc), kept=str(self.config.path))
+                return
+        elif fresh.login is None:  # (a login keeps its own token: consul/login.py)
+            self.current.consul.use_token(settings.token)  # the token just read: the same file's
+        self.config = fresh
+        self._on_clock(functools.partial(self._swap, consul, jobs))
+        for name in plan.remove:
+            self.report.forget(name)
+        self._know(jobs)
+        if moved and self._watch is not None:
+            self._watch.seen.clear()  # a trigger the old core had not run yet: the new one's
+        self.events.emit("reloaded", jobs=sorted(self._names), **plan.event_fields())
+
+    def _swap(self, consul: Consul | None, jobs: Sequence[JobConfig]) -> None:
+        """On the clock thread: the jobs to the current core, or to a new core on `consul`
+        while the old one's jobs retire (each run going on ends as it would, under its
+        session) and it stops once they have."""
+        assert self.current is not None
+        if consul is None:
+            self.current.update(jobs)
+            return
+        old = self.current
+        self.current = Replica(consul, jobs, self.shared, old.turns)
+        old.update([])
+        self._retiring.append(old)
+        self.current.core.start()
+        self._retire(old)
+
+    def _retire(self, replica: Replica) -> None:
+        """Stop an older connection's core once its last run is over (its sessions then go)."""
+        if replica.core.runs and not replica.core.stopping:
+            self.clock.call_later(SETTLE_POLL, functools.partial(self._retire, replica))
+            return
+        if not replica.core.stopping:
+            replica.core.stop()
+        if replica.stopped:
+            self._retiring.remove(replica)
+        else:  # a stop's runs still end
+            self.clock.call_later(SETTLE_POLL, functools.partial(self._retire, replica))
+
+    def _on_clock(self, call: Callable[[], object]) -> None:
+        """Run `call` on the clock thread and wait for it (the cores are that thread's only)."""
+        done = threading.Event()
+
+        def then() -> None:
+            try:
+                call()
+            finally:
+                done.set()
+
+        self.clock.call_at(self.clock.monotonic(), then)
+        while not done.wait(JOIN_POLL) and self._thread is not None and self._thread.is_alive():
+            pass
+
+    def _know(self, jobs: Sequence[JobConfig]) -> None:
+        """What the report cannot learn from the core's notes: each job's schedule, timeout,
+        and next tick (until its first turn says it)."""
+        now = self.agent_clock()
+        for job in jobs:
+            schedule = parse_schedule(job.schedule or "", job.timezone)
+            self.report.schedule_known(
+                job.name, job.schedule or "", job.timezone, timeout=job.timings.timeout
+            )
+            self.report.next_tick(job.name, schedule.next_ticks(now, 1)[0].timestamp())
+        self._names = tuple(job.name for job in jobs)
+
+
+def _health(report: CoreReport) -> Health:
+    verdict = report.verdict()
+    return Health(verdict.status, verdict.text)
+
+
+@contextlib.contextmanager
+def serving_report(address: ListenAddress | None, report: CoreReport) -> Iterator[None]:
+    """/metrics (the report's registry) and /healthz (its verdict) at `address` meanwhile;
+    bound before any job starts, so a port in use is exit 6 with nothing run."""
+    if address is None:
+        yield
+        return
+    listener = Listener(address, report.registry, functools.partial(_health, report))
+    report.events.emit("listening", address=str(address), loopback=address.loopback)
+    listener.start()
+    try:
+        yield
+    finally:
+        listener.stop()
+
+
+def run_on_core(
+    config: WorkerConfig,
+    stop: StopRequest,
+    forward_reload: Callable[[Callable[[], object]], None],
+    address: ListenAddress | None,
+    allow_unsafe: bool = False,
+) -> int:
+    """`lockctl schedule` on the tick core, its signals already turned into `stop` and a
+    reload request (`forward_reload`: where SIGHUP goes once the scheduler exists)."""
+    scheduler = CoreScheduler(config, stop, sys.stderr, allow_unsafe=allow_unsafe)
+    forward_reload(scheduler.request_reload)  # a SIGHUP since the config was read: now
+    with serving_report(address, scheduler.report):
+        return scheduler.run()
