@@ -426,15 +426,24 @@ def _trigger(note: Note, run: RunContext) -> list[Event]:
 
 
 def _session_created(note: Note, run: RunContext) -> list[Event]:
-    return [("session-created", {"terms": _text(note.detail)})]
+    """As the old pool said it: the session, its TTL, and an agentless worker's node (its
+    sessions are TTL-only: no serfHealth check)."""
+    fields: dict[str, Any] = {"session": note.session}
+    terms = note.terms
+    if terms is not None:
+        fields["ttl"] = terms.ttl
+        if terms.node is not None:
+            fields.update(ttl_only=True, node=terms.node.name)
+    return [("session-created", fields)]
 
 
 def _session_gone(note: Note, run: RunContext) -> list[Event]:
-    return [("session-lost", {"reason": _text(note.detail)})]
+    return [("session-lost", {"session": note.session, "reason": _text(note.detail)})]
 
 
 def _renew_failed(note: Note, run: RunContext) -> list[Event]:
-    return [("renew-failed", {"error": _text(note.detail) or "no answer"})]
+    fields = {"session": note.session, "error": _text(note.detail) or "no answer"}
+    return [("renew-failed", fields)]
 
 
 _EVENT_MAKERS: dict[str, Callable[[Note, RunContext], list[Event]]] = {

@@ -15,10 +15,13 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from provision.ledger.records import TickRecord
 from provision.tick.clock import Clock
+
+if TYPE_CHECKING:
+    from provision.sessions import SessionTerms
 
 
 class Cancellable(Protocol):
@@ -113,7 +116,8 @@ class SkipReason(str, enum.Enum):
 class Note:
     """Something the core did or found, for a listener (events, metrics, a simulation's
     trace): `kind` in a word, the job and tick, a few words more, the record as written when
-    there is one (claimed, completed, paused), and why a tick was skipped."""
+    there is one (claimed, completed, paused), and why a tick was skipped; of the session
+    pool's (job ""), the session and its terms."""
 
     kind: str
     job: str
@@ -121,6 +125,8 @@ class Note:
     detail: str = ""
     record: TickRecord | None = None
     skip: SkipReason | None = None
+    session: str | None = None
+    terms: SessionTerms | None = None
 
 
 Listener = Callable[[Note], None]

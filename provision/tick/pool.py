@@ -94,7 +94,7 @@ class SessionPool:
             kept = _Kept(self.store.create_session(terms), terms)
             self._kept[key] = kept
             self._arm(kept, self.clock.monotonic())
-            self._note("session-created", f"TTL {terms.ttl:g}s, LockDelay {terms.lock_delay:g}s")
+            self._note("session-created", f"TTL {terms.ttl:g}s", kept)
         return kept.id
 
     def hold(self, session_id: str, holder: Holder) -> bool:
@@ -119,7 +119,7 @@ class SessionPool:
         del self._kept[pool_key(kept.terms)]
         if kept.timer is not None:
             kept.timer.cancel()
-        self._note("session-gone", reason)
+        self._note("session-gone", reason, kept)
         for holder in list(kept.holders):
             holder.lose(reason)
 
@@ -169,7 +169,7 @@ class SessionPool:
             return
         except ConsulError as exc:
             self._arm(kept, sent)  # no answer: the holders' bounds run on; try again
-            self._note("renew-failed", str(exc))
+            self._note("renew-failed", str(exc), kept)
             return
         confirmed = confirmation_time(sent, self.clock.monotonic())
         if self._find(kept.id) is not kept:
@@ -178,6 +178,6 @@ class SessionPool:
         for holder in list(kept.holders):
             holder.confirm(confirmed)
 
-    def _note(self, kind: str, detail: str) -> None:
+    def _note(self, kind: str, detail: str, kept: _Kept) -> None:
         if self.listener is not None:
-            self.listener(Note(kind, "", None, detail))
+            self.listener(Note(kind, "", None, detail, session=kept.id, terms=kept.terms))

@@ -33,6 +33,7 @@ from provision.scheduler.report import (
     skip_reason,
     tick_outcome,
 )
+from provision.sessions import AgentlessNode, SessionTerms
 from provision.system.control_keys import paused_key, trigger_key
 from provision.tick.clock import VirtualClock
 from provision.tick.core import CoreJob, Identity, TickCore
@@ -42,6 +43,9 @@ from provision.tick.store import JobKeys, TickStore
 
 JOB = KEYS.name
 HOSTILE = "simulated: no route\x1b[31m\nforged line"  # Consul's words: anything may be in them
+
+TERMS = SessionTerms("lockctl w1", 15.0, 15.0, "release", 5.0)
+AGENTLESS = replace(TERMS, node=AgentlessNode("worker-9", "10.0.0.9"))
 
 
 class Scripted:
@@ -659,8 +663,27 @@ def so_far(*statuses: int | None) -> TickRecord:
                 )
             ],
         ),
-        (Note("renew-failed", "", None, ""), [("renew-failed", {"error": "no answer"})]),
-        (Note("session-gone", "", None, "gone"), [("session-lost", {"reason": "gone"})]),
+        (
+            Note("renew-failed", "", None, "", session="s-1"),
+            [("renew-failed", {"session": "s-1", "error": "no answer"})],
+        ),
+        (
+            Note("session-gone", "", None, "gone", session="s-1"),
+            [("session-lost", {"session": "s-1", "reason": "gone"})],
+        ),
+        (
+            Note("session-created", "", None, "", session="s-1", terms=TERMS),
+            [("session-created", {"session": "s-1", "ttl": 15.0})],
+        ),
+        (
+            Note("session-created", "", None, "", session="s-2", terms=AGENTLESS),
+            [
+                (
+                    "session-created",
+                    {"session": "s-2", "ttl": 15.0, "ttl_only": True, "node": "worker-9"},
+                )
+            ],
+        ),
         (Note("housekeeping", JOB, None, "1 missed recorded"), []),  # each record said alone
     ],
 )
