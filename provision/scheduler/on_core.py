@@ -47,7 +47,6 @@ from provision.consul import (
     Consul,
     ConsulError,
     ConsulSettings,
-    PermissionDenied,
     RetryPolicy,
 )
 from provision.consul.clock import WallSteps
@@ -56,7 +55,7 @@ from provision.errors import InputError, LockctlError
 from provision.ledger.catchup import LATEST
 from provision.ledger.control import ControlNote
 from provision.ledger.records import TickRecord
-from provision.ledger.store import Claim, ClaimTerms, Completion
+from provision.ledger.store import Completion
 from provision.runner.child import Child, check_program
 from provision.runner.core_body import RunnerBody, Unfenced, run_env
 from provision.runner.engine import credential_files, job_environment
@@ -69,7 +68,7 @@ from provision.runner.supervisor import idempotency_key
 from provision.schedule import parse_schedule
 from provision.scheduler.exposition import Health
 from provision.scheduler.listen import ListenAddress, Listener
-from provision.scheduler.loop import token_refused, unexpected
+from provision.scheduler.loop import unexpected
 from provision.scheduler.reload import plan_reload
 from provision.scheduler.report import CoreReport
 from provision.scheduler.service import (
@@ -82,13 +81,14 @@ from provision.scheduler.service import (
     scheduled_jobs,
 )
 from provision.scheduler.triggers import TriggerWatch
-from provision.sessions import SessionTerms, agentless_node, deregister_node
+from provision.sessions import agentless_node, deregister_node
+from provision.tick.aside import aside_store
 from provision.tick.clock import ThreadTimerClock, Timer
 from provision.tick.consul_store import ConsulTickStore
 from provision.tick.core import CoreJob, Identity, TickCore, TickPlan
 from provision.tick.edge import Body, BodyEnd, Note, Run, TimerClock
 from provision.tick.held import HeldRun
-from provision.tick.store import PLAIN, ControlState, JobKeys
+from provision.tick.store import JobKeys, Refused
 from provision.workers.config import JobConfig, WorkerConfig, load_worker_config
 from provision.workers.login import open_login
 
@@ -208,15 +208,15 @@ class ContinuedCore(TickCore):
         return plan
 
 
-class BodyCannotStart(ConsulError):
-    """A turn's read refused by the store because the job's command cannot start: a
-    ConsulError, so that the core fails the turn closed (no claim; its fate looked at later)."""
+class BodyCannotStart(Refused):
+    """A turn's read refused by the store because the job's command cannot start: a refusal
+    (the core says `refused`, the report `tick-failed`), so that the turn fails closed, never
+    claimed, its fate looked at later."""
 
 
 class ServiceStore(ConsulTickStore):
     """The core's store on Consul, with the seams the service needs: the turn's read checks the
-    job's command can start (`precheck`) before any claim; a refusal of the token (403) is
-    kept for the note that follows (`take_refusal`); a completion carries the run's output
+    job's command can start (`precheck`) before any claim; a completion carries the run's output
     tails; a destroyed session is said (`session-destroyed`)."""
 
     def __init__(
@@ -228,39 +228,10 @@ class ServiceStore(ConsulTickStore):
     ) -> None:
         super().__init__(consul)
         self.said, self.precheck, self.tails = said, precheck, tails
-        self.refusal: str | None = None  # why the last call failed, when lockctl's own fault
-
-    def take_refusal(self) -> str | None:
-        refusal, self.refusal = self.refusal, None
-        return refusal
-
-    @contextlib.contextmanager
-    def _heard(self) -> Iterator[None]:
-        self.refusal = None
-        try:
-            yield
-        except PermissionDenied as exc:
-            self.refusal = token_refused(exc)
-            raise
-
-    def create_session(self, terms: SessionTerms) -> str:
-        with self._heard():
-            return super().create_session(terms)
 
     def destroy_session(self, session_id: str) -> None:
         super().destroy_session(session_id)
         self.said("session-destroyed", session=session_id)
-
-    def claim(
-        self,
-        job: JobKeys,
-        record: TickRecord,
-        session_id: str,
-        holder: bytes,
-        terms: ClaimTerms = PLAIN,
-    ) -> Claim:
-        with self._heard():
-            return super().claim(job, record, session_id, holder, terms)
 
     def complete(
         self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool
@@ -273,25 +244,12 @@ class ServiceStore(ConsulTickStore):
     def read_tick(
         self, job: JobKeys, tick: datetime, *, stale: bool = False
     ) -> tuple[TickRecord | None, datetime | None]:
-        with self._heard():
-            if stale:  # the turn's read (core.py _take), the last step before its claim
-                self._check_body(job)
-            return super().read_tick(job, tick, stale=stale)
-
-    def read_tick_names(self, job: JobKeys) -> tuple[set[datetime], datetime | None]:
-        with self._heard():
-            return super().read_tick_names(job)
-
-    def read_control(self, job: JobKeys) -> ControlState:
-        with self._heard():
-            return super().read_control(job)
-
-    def _check_body(self, job: JobKeys) -> None:
-        try:
-            self.precheck(job.name)
-        except LockctlError as exc:
-            self.refusal = str(exc)
-            raise BodyCannotStart(str(exc)) from None
+        if stale:  # the turn's read (core.py _take), the last step before its claim
+            try:
+                self.precheck(job.name)
+            except LockctlError as exc:
+                raise BodyCannotStart(str(exc)) from None
+        return super().read_tick(job, tick, stale=stale)
 
 
 @dataclass(frozen=True)
@@ -327,7 +285,12 @@ class Replica:
         self.store = ServiceStore(core_consul, report.events.emit, self._check_body, self._tails)
         cores = [core_job(job) for job in jobs]
         self.core = ContinuedCore(
-            self.store, shared.clock, shared.identity, cores, self._body, self._hear
+            aside_store(self.store, shared.clock),
+            shared.clock,
+            shared.identity,
+            cores,
+            self._body,
+            self._hear,
         )
         self.core.taken = dict(taken or {})
 
@@ -387,11 +350,6 @@ class Replica:
         """The core's note, to the report: a failure of lockctl's own (a refused token, a
         body that cannot start) as `tick-failed`, a completion with its record."""
         report = self.shared.report
-        if note.job and note.kind in ("unavailable", "unanswered"):
-            refusal = self.store.take_refusal()
-            if refusal is not None:
-                report.tick_failed(note.job, refusal, note.tick)
-                return
         if note.kind == "completed" and note.record is None:
             held = self._held(note.job, note.tick)  # done() comes after the note: still held
             if held is not None:

@@ -593,6 +593,9 @@ class CoreReport:
         return self.metrics.registry
 
     def __call__(self, note: Note) -> None:
+        if note.kind == "refused" and note.job:  # lockctl's own: a token refused, a body that
+            self.tick_failed(note.job, note.detail, note.tick)  # cannot start; no outage
+            return
         with self._lock:
             if not note.job:
                 self._pool_note(note)

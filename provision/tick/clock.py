@@ -6,7 +6,8 @@ and waiting until an instant or an event.
     VirtualClock   a simulation's: time moves only when the simulation moves it (advance,
                    advance_to, or a caller's sleep_until), and timers run in order of due time
     ThreadTimerClock  the real clocks with timers (a TimerClock, tick/edge.py): one thread runs
-                   them in order of due time, as a VirtualClock does, in real time
+                   them in order of due time, as a VirtualClock does, in real time; a call to
+                   Consul made `aside` lets the other timers run while it waits for its answer
 
 A VirtualClock never waits in real time. In a single-threaded simulation the caller of
 `sleep_until` is the only one running, so its sleep *is* time passing: the clock moves to the
@@ -17,6 +18,7 @@ its inputs (a seed's replay is exact). It is not meant to be shared between thre
 
 from __future__ import annotations
 
+import concurrent.futures
 import heapq
 import itertools
 import threading
@@ -24,9 +26,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from provision.consul import AgentClock
+
+T = TypeVar("T")
 
 # A virtual clock's first wall time, unless told otherwise: a fixed instant, so runs repeat.
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -210,9 +214,18 @@ class ThreadTimerClock(SystemClock):
     in order of due time (ties in the order they were set), one at a time, in the thread that
     calls it, until `close()`. The tick core runs in that thread: its state is never touched by
     two threads, as under a VirtualClock (a body's reaper or a renewal's answer hands its news
-    over with a call_at of now)."""
+    over with a call_at of now).
+
+    `aside(call)`, from a callback: the call runs on a worker thread while this thread runs the
+    other callbacks as they come due, nested, until its answer is in; then the callback that
+    asked goes on. So a slow or silent Consul holds back no fence and no renewal of another
+    run, as the simulator's slow answers hold back none (bench/simulate.py: a request waiting
+    for its answer is a nested sleep during which the replica's other timers run). At most
+    MAX_ASIDE calls wait so at once; beyond, a call runs inline (it waits, and holds the thread,
+    for one call's time at most)."""
 
     IDLE = 1.0  # seconds between two looks at a closed loop while nothing is due
+    MAX_ASIDE = 16  # calls waiting for their answer at once, nested (each a few stack frames)
 
     def __init__(
         self,
@@ -224,6 +237,9 @@ class ThreadTimerClock(SystemClock):
         self._order = itertools.count()
         self._changed = threading.Condition()
         self._closed = False
+        self._loop: int | None = None  # the thread running the callbacks
+        self._aside = 0  # calls waiting aside now (nested)
+        self._workers: concurrent.futures.ThreadPoolExecutor | None = None
 
     def call_at(self, deadline: float, callback: Callable[[], object]) -> Timer:
         timer = Timer(deadline, callback)
@@ -237,6 +253,7 @@ class ThreadTimerClock(SystemClock):
 
     def run(self) -> None:
         """Run the timers as they come due, until `close()` (what is due then is not run)."""
+        self._loop = threading.get_ident()
         while (callback := self._next()) is not None:
             callback()
 
@@ -245,11 +262,40 @@ class ThreadTimerClock(SystemClock):
         with self._changed:
             self._closed = True
             self._changed.notify_all()
+        if self._workers is not None:
+            self._workers.shutdown(wait=False)
 
-    def _next(self) -> Callable[[], object] | None:
-        """The next callback once it is due; None once closed."""
+    def aside(self, call: Callable[[], T]) -> T:
+        """`call()`'s answer (or its exception), the other callbacks run meanwhile as they come
+        due. Inline when not called from a callback of `run()`, or MAX_ASIDE calls wait."""
+        if threading.get_ident() != self._loop or self._aside >= self.MAX_ASIDE or self._closed:
+            return call()
+        if self._workers is None:
+            self._workers = concurrent.futures.ThreadPoolExecutor(
+                self.MAX_ASIDE, thread_name_prefix="lockctl-aside"
+            )
+        answered = threading.Event()
+        future = self._workers.submit(self._answer, call, answered)
+        self._aside += 1
+        try:
+            while (callback := self._next(answered)) is not None:
+                callback()
+        finally:
+            self._aside -= 1
+        return future.result()  # closed meanwhile: the answer is waited for here
+
+    def _answer(self, call: Callable[[], T], answered: threading.Event) -> T:
+        try:
+            return call()
+        finally:
+            with self._changed:
+                answered.set()
+                self._changed.notify_all()
+
+    def _next(self, answered: threading.Event | None = None) -> Callable[[], object] | None:
+        """The next callback once it is due; None once closed, or once `answered` is set."""
         with self._changed:
-            while not self._closed:
+            while not self._closed and not (answered is not None and answered.is_set()):
                 if not self._due:
                     self._changed.wait(self.IDLE)
                     continue

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from provision.consul import ConsulError, ConsulUnavailable
+from provision.consul import ConsulError, ConsulUnavailable, PermissionDenied
 from provision.ledger.catchup import catchup_tick, may_catch_up
 from provision.ledger.control import ControlNote, decode_note, manual_tick, unrun_record
 from provision.ledger.records import TickOutcome, TickRecord, tick_name
@@ -63,6 +63,7 @@ from provision.tick.held import Claimed, HeldRun
 from provision.tick.pool import SessionPool, confirmation_time
 from provision.tick.store import (
     PLAIN,
+    REFUSALS,
     Claim,
     ClaimTerms,
     InvalidSession,
@@ -415,7 +416,7 @@ class TickCore:
             # stale: any server answers; a claim it missed, the claim's own transaction refuses
             record, date = self.store.read_tick(plan.job.keys, plan.tick, stale=True)
         except ConsulError as exc:
-            self._note("unavailable", plan.job, plan.tick, str(exc))
+            self._failed(exc, plan.job, plan.tick)
             state.catchup_look = state.job.catchup  # the tick may need catching up
             self._arm_fate(state, plan)
             self._idle(state)
@@ -488,7 +489,7 @@ class TickCore:
             try:
                 session = self.pool.session_for(plan.job.timings)
             except ConsulError as exc:
-                self._note("unavailable", plan.job, plan.tick, str(exc))
+                self._failed(exc, plan.job, plan.tick)
                 break
             at = self.clock.monotonic()
             if judged.lag(at) > judged.choice.window:
@@ -500,6 +501,9 @@ class TickCore:
             except InvalidSession as exc:
                 self.pool.drop(session, str(exc))
                 continue
+            except REFUSALS as exc:  # answered: nothing applied
+                self._failed(exc, plan.job, plan.tick)
+                break
             except ConsulError as exc:
                 self._note("unanswered", plan.job, plan.tick, str(exc))
                 self._resolve(state, plan, session)
@@ -615,7 +619,7 @@ class TickCore:
         try:
             control = self.store.read_control(state.job.keys)
         except ConsulError as exc:
-            self._note("unavailable", state.job, None, str(exc))  # no tick lost: tried again
+            self._failed(exc, state.job, None)  # no tick lost: tried again
             self._retry_trigger(state)
             return
         now = self.clock.wall()
@@ -659,7 +663,7 @@ class TickCore:
             if tick is not None and tick in recorded:
                 record, _ = self.store.read_tick(job.keys, tick)
         except ConsulError as exc:
-            self._note("unavailable", job, None, str(exc))
+            self._failed(exc, job, None)
             return
         state.catchup_look = False
         if tick is None or not may_catch_up(record):
@@ -760,6 +764,16 @@ class TickCore:
         self._missed(job, written)
         if written:
             self._note("housekeeping", job, None, f"{len(written)} missed recorded")
+
+    def _failed(self, exc: ConsulError, job: CoreJob, tick: datetime | None) -> None:
+        """A request that failed: `refused` (Consul's 403, a seam's check: not an outage, and no
+        retry fixes it), else `unavailable` (Consul did not answer)."""
+        if not isinstance(exc, REFUSALS):
+            self._note("unavailable", job, tick, str(exc))
+        elif isinstance(exc, PermissionDenied):  # unknown, deleted, or lacking a right
+            self._note("refused", job, tick, f"Consul refused the token: {exc}")
+        else:
+            self._note("refused", job, tick, str(exc))
 
     def _missed(self, job: CoreJob, written: Sequence[TickRecord]) -> None:
         for record in written:

@@ -15,7 +15,9 @@ Errors: a refusal Consul answers is a TickStoreError, the same class from both s
 store also raises what the client raises (ConsulUnavailable, ...) when Consul is not reached.
 
     ConsulError
+    +-- PermissionDenied     Consul refused the token (403): not an outage, no retry fixes it
     +-- TickStoreError
+        +-- Refused          a refusal no retry fixes, of a store's own (a seam's check)
         +-- SessionGone      renew of a session Consul no longer knows (404)
         +-- InvalidSession   a claim with a session Consul does not know ("invalid session")
         +-- TermsRefused     a session TTL outside 10s..86400s (Consul: 500)
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from provision.consul import ConsulError
+from provision.consul import ConsulError, PermissionDenied
 from provision.ledger.control import ControlNote, Pauses, taken_key
 from provision.ledger.operator import is_pending
 from provision.ledger.records import (
@@ -57,6 +59,7 @@ __all__ = [
     "MAX_WATCH",
     "MIN_TTL",
     "PLAIN",
+    "REFUSALS",
     "REQUEST_MAX_BYTES",
     "VALUE_MAX_BYTES",
     "Claim",
@@ -65,6 +68,7 @@ __all__ = [
     "ControlState",
     "InvalidSession",
     "JobKeys",
+    "Refused",
     "SessionGone",
     "TermsRefused",
     "TickStore",
@@ -78,6 +82,15 @@ __all__ = [
 
 class TickStoreError(ConsulError):
     """A refusal Consul answers, raised alike by both stores."""
+
+
+class Refused(TickStoreError):
+    """The store refuses the request for a reason no retry fixes: a seam's own check (the job's
+    command cannot start). With Consul's 403 (REFUSALS), the core says `refused`, never that
+    Consul is unavailable."""
+
+
+REFUSALS = (Refused, PermissionDenied)
 
 
 class SessionGone(TickStoreError):

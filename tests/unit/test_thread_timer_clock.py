@@ -89,3 +89,93 @@ def test_a_callback_may_set_timers_and_close_ends_the_loop() -> None:
     thread.join(WAIT)
     assert not thread.is_alive()
     assert ran == [1, 2, 3, 4, 5]
+
+
+# -- a call made aside ---------------------------------------------------------------------------
+def test_a_call_aside_lets_the_other_timers_run_until_its_answer_comes() -> None:
+    """A callback's call to a Consul that does not answer yet: a fence due meanwhile runs, in
+    the loop's thread, before the call's answer reaches the callback."""
+    clock = ThreadTimerClock()
+    order: list[str] = []
+    answer_now = threading.Event()
+    done = threading.Event()
+
+    def slow_call() -> str:
+        assert answer_now.wait(WAIT)
+        return "answer"
+
+    def fence() -> None:
+        order.append(f"fence in {threading.current_thread().name}")
+        answer_now.set()  # the answer comes after the fence ran: never before, whatever load
+
+    def turn() -> None:
+        clock.call_at(clock.monotonic(), fence)
+        order.append(clock.aside(slow_call))
+        done.set()
+
+    clock.call_at(clock.monotonic(), turn)
+    thread = _running(clock)
+    assert done.wait(WAIT)
+    _closed(clock, thread)
+    assert order == [f"fence in {thread.name}", "answer"]
+
+
+def test_a_call_aside_raises_what_the_call_raised() -> None:
+    clock = ThreadTimerClock()
+    caught: list[BaseException] = []
+    done = threading.Event()
+
+    def refused() -> None:
+        raise PermissionError("403")
+
+    def turn() -> None:
+        try:
+            clock.aside(refused)
+        except PermissionError as exc:
+            caught.append(exc)
+        done.set()
+
+    clock.call_at(clock.monotonic(), turn)
+    thread = _running(clock)
+    assert done.wait(WAIT)
+    _closed(clock, thread)
+    assert [str(exc) for exc in caught] == ["403"]
+
+
+def test_calls_aside_nest_up_to_the_bound_then_run_inline() -> None:
+    """Each waiting call lets the next callback run, which makes a call of its own: at most
+    MAX_ASIDE wait at once, each on a worker; the next ones run inline, in the loop's thread
+    (the first of them lets every waiting call answer)."""
+    clock = ThreadTimerClock()
+    bound = ThreadTimerClock.MAX_ASIDE
+    where: dict[int, str] = {}
+    release, done = threading.Event(), threading.Event()
+    loops: list[str] = []  # the loop thread's name, as the first turn sees it
+
+    def call(n: int) -> None:
+        where[n] = threading.current_thread().name
+        if where[n] == loops[0]:
+            release.set()
+        else:
+            assert release.wait(WAIT)
+
+    def turn(n: int) -> None:
+        loops.append(threading.current_thread().name)
+        if n < bound + 2:
+            clock.call_at(clock.monotonic(), lambda: turn(n + 1))
+        clock.aside(lambda: call(n))
+        if n == 1:
+            done.set()
+
+    clock.call_at(clock.monotonic(), lambda: turn(1))
+    loop = _running(clock)
+    assert done.wait(WAIT)
+    _closed(clock, loop)
+    assert sorted(where) == list(range(1, bound + 3))
+    assert all(where[n] != loop.name for n in range(1, bound + 1))
+    assert where[bound + 1] == where[bound + 2] == loop.name
+
+
+def test_a_call_aside_from_outside_the_loop_runs_inline() -> None:
+    clock = ThreadTimerClock()
+    assert clock.aside(threading.current_thread) is threading.current_thread()

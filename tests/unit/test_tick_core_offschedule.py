@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from tick_fleet import KEYS, WORKERS, Fleet, at, every_10s
 
-from provision.consul import ConsulUnavailable
+from provision.consul import ConsulUnavailable, PermissionDenied
 from provision.ledger.control import ControlNote, manual_tick
 from provision.ledger.records import TickOutcome, TickRecord
 from provision.ledger.turns import claim_order
@@ -318,3 +318,30 @@ def test_a_job_removed_while_it_runs_ends_its_run_and_records_it() -> None:
     record = fleet.record(at(0))
     assert record is not None and record.outcome is TickOutcome.SUCCEEDED
     assert core.runs == []
+
+
+# -- a refusal is not an outage -----------------------------------------------------------------
+class TokenRefused:
+    """A replica's store whose claims Consul refuses (403: the token lacks the right)."""
+
+    def __init__(self, store: MemoryTickStore) -> None:
+        self.store, self.claims = store, 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+    def claim(self, *args: object, **kwargs: object) -> object:
+        self.claims += 1
+        raise PermissionDenied("PUT /v1/txn: 403", status=403, body="Permission denied")
+
+
+def test_a_claim_consul_refuses_is_said_refused_and_leaves_the_job_free() -> None:
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)))
+    store = TokenRefused(fleet.store)
+    fleet.start("w1", store=store)
+    fleet.run(25)  # turns at 0, 10, 20: each tries (the job is not left busy), none claims
+    refused = fleet.said("w1", "refused")
+    assert [n.tick for _, n in refused] == [at(0), at(10), at(20)]
+    assert all(n.detail.startswith("Consul refused the token: ") for _, n in refused)
+    assert store.claims == 3
+    assert fleet.said("w1", "unanswered") == [] and fleet.said("w1", "unavailable") == []
