@@ -11,6 +11,7 @@ from provision.consul import Consul, NotFound, PermissionDenied
 from provision.consul.identity import BindingRule, Role
 from provision.consul.models import Policy, Token
 from provision.consul.transport import IDEMPOTENT, Call, quote_path
+from provision.spec.names import session_policy_name, token_description
 
 
 def _get(consul: Consul, path: str, **params: str) -> Any:
@@ -41,11 +42,34 @@ def tokens_with_policy(consul: Consul, policy_id: str) -> list[Token]:
     return [Token.from_api(raw) for raw in _get(consul, "/v1/acl/tokens", policy=policy_id) or ()]
 
 
+def worker_tokens(consul: Consul, worker: str) -> list[str]:
+    """The accessors of `worker`'s lockctl tokens: every token apply or rotate mints for it
+    carries its session policy, so they are read by that link, not picked from the list of every
+    token (in the order Consul lists them)."""
+    session_policy = policy_named(consul, session_policy_name(worker))
+    if session_policy is None:
+        return []
+    return [
+        t.accessor_id
+        for t in tokens_with_policy(consul, session_policy.id)
+        if t.description == token_description(worker)
+    ]
+
+
 def role_named(consul: Consul, name: str) -> Role | None:
     """The role called `name`, or None (1.8.7 answers a missing one with 404).
     GET /v1/acl/role/name/:name"""
     try:
         return Role.from_api(_get(consul, "/v1/acl/role/name/" + quote_path(name)))
+    except NotFound:
+        return None
+
+
+def auth_method_named(consul: Consul, name: str) -> str | None:
+    """The name of the auth method called `name` if there is one, else None.
+    GET /v1/acl/auth-method/:name"""
+    try:
+        return str(_get(consul, "/v1/acl/auth-method/" + quote_path(name))["Name"])
     except NotFound:
         return None
 

@@ -1,5 +1,8 @@
 """Token files that are not their worker's token, management tokens that may not read secrets,
-and lockctl run several times at once, against the real cluster (issue 13, items B and C)."""
+and lockctl run several times at once, against the real cluster (issue 13, items B and C).
+
+Each test names its jobs and workers with its own uid (test_apply.Env), so what its plan and
+apply compare and change is its own, and deletes what its specs made at its end."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,12 +23,12 @@ import pytest
 from provision.acl.serialize import LOCK_KEY
 from provision.consul import Consul
 from provision.errors import EXIT_DENIED, EXIT_ENVIRONMENT, EXIT_INPUT
-from provision.spec.names import token_description
+from provision.spec.names import lock_policy_name, token_description
 from provision.system.secrets import read_secret_file
 from tests.conftest import LiveCluster
-from tests.integration.named_reads import policy_named
+from tests.integration.named_reads import policy_named, worker_tokens
 from tests.integration.procscan import catches
-from tests.integration.test_apply import Env, _tokens_for
+from tests.integration.test_apply import Env, env_on
 
 ROOT = Path(__file__).resolve().parents[2]
 APP_SOURCE = (
@@ -38,10 +42,10 @@ WRITE_SECRET = "write-secret"
 
 
 @pytest.fixture
-def env(tmp_path: Path, live_cluster: LiveCluster, monkeypatch: pytest.MonkeyPatch) -> Env:
-    for name in ("CONSUL_HTTP_TOKEN", "CONSUL_HTTP_TOKEN_FILE", "CONSUL_HTTP_ADDR"):
-        monkeypatch.delenv(name, raising=False)
-    return Env(tmp_path, live_cluster)
+def env(
+    tmp_path: Path, live_cluster: LiveCluster, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Env]:
+    yield from env_on(live_cluster, tmp_path, monkeypatch)
 
 
 def _token_writes(plan_stdout: str) -> dict[str, str]:
@@ -54,7 +58,7 @@ def _token_writes(plan_stdout: str) -> dict[str, str]:
 
 
 def _live_secret(mgmt: Consul, worker: str) -> str:
-    (accessor,) = _tokens_for(mgmt, worker)
+    (accessor,) = worker_tokens(mgmt, worker)
     secret = mgmt.acl.read_token(accessor).secret
     assert secret is not None
     return secret.reveal()
@@ -72,8 +76,8 @@ def _assert_file_is_the_live_token(env: Env, mgmt: Consul, worker: str) -> None:
 
 def test_each_wrong_token_file_shows_in_plan_and_apply_fixes_it(env: Env) -> None:
     """Once "No changes" for all of them: plan only checked that the file existed."""
-    workers = ["worker-1", "worker-2"]
-    env.write_spec({"tf-a": workers}, workers)
+    workers = [env.name("w1"), env.name("w2")]
+    env.write_spec({env.name("tf-a"): workers}, workers)
     assert env.run("apply").exit_code == 0
     mgmt = env.cluster.management()
     revoked = mgmt.acl.create_token("revoked soon (test)", [])
@@ -81,7 +85,7 @@ def test_each_wrong_token_file_shows_in_plan_and_apply_fixes_it(env: Env) -> Non
     mgmt.acl.delete_token(revoked.accessor_id)
     foreign = mgmt.acl.create_token("someone else's (test)", [])
     assert foreign.secret is not None
-    right = _live_secret(mgmt, "worker-1")
+    right = _live_secret(mgmt, workers[0])
     cases: list[tuple[str, str, int, str]] = [
         ("revoked", revoked.secret.reveal(), 0o600, "revoked or unknown secret"),
         ("foreign", foreign.secret.reveal(), 0o600, "another token's secret"),
@@ -89,19 +93,19 @@ def test_each_wrong_token_file_shows_in_plan_and_apply_fixes_it(env: Env) -> Non
         ("garbage", "<hidden>\n", 0o600, "does not hold a token secret"),
         ("0644", right + "\n", 0o644, "mode 0644 lets group or others in"),
     ]
-    path = env.secrets / "worker-1.token"
+    path = env.secrets / f"{workers[0]}.token"
     try:
         for name, content, mode, reason in cases:
             path.write_text(content, encoding="utf-8")
             path.chmod(mode)
             plan = env.run("plan", "--json")
             assert plan.exit_code == 2, (name, plan.output)
-            assert reason in _token_writes(plan.stdout).get("worker-1", ""), (name, plan.stdout)
-            assert "worker-2" not in _token_writes(plan.stdout)
+            assert reason in _token_writes(plan.stdout).get(workers[0], ""), (name, plan.stdout)
+            assert workers[1] not in _token_writes(plan.stdout)
             applied = env.run("apply")
             assert applied.exit_code == 0, (name, applied.output)
             assert f"wrote {path} (mode 0600)" in applied.stdout
-            _assert_file_is_the_live_token(env, mgmt, "worker-1")
+            _assert_file_is_the_live_token(env, mgmt, workers[0])
             assert env.run("plan").exit_code == 0, name
     finally:
         mgmt.acl.delete_token(foreign.accessor_id)
@@ -109,20 +113,22 @@ def test_each_wrong_token_file_shows_in_plan_and_apply_fixes_it(env: Env) -> Non
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="chown to another user needs root")
 def test_a_token_file_owned_by_another_user_is_rewritten(env: Env) -> None:
-    env.write_spec({"tf-own": ["worker-1"]}, ["worker-1"])
+    worker = env.name("w")
+    env.write_spec({env.name("tf-own"): [worker]}, [worker])
     assert env.run("apply").exit_code == 0
-    path = env.secrets / "worker-1.token"
+    path = env.secrets / f"{worker}.token"
     os.chown(path, 65534, 65534)
     plan = env.run("plan", "--json")
     assert plan.exit_code == 2
-    assert "owned by uid 65534" in _token_writes(plan.stdout)["worker-1"]
+    assert "owned by uid 65534" in _token_writes(plan.stdout)[worker]
     assert env.run("apply").exit_code == 0
-    _assert_file_is_the_live_token(env, env.cluster.management(), "worker-1")
+    _assert_file_is_the_live_token(env, env.cluster.management(), worker)
 
 
 def _token_with(env: Env, name: str, rules: str) -> tuple[Path, str, str]:
     """A token with only `rules`, in a file; returns the file, the accessor and the policy ID."""
     mgmt = env.cluster.management()
+    name = env.name(name)
     policy = mgmt.acl.create_policy(name, rules, "test")
     token = mgmt.acl.create_token(f"{name} (test)", [name])
     assert token.secret is not None
@@ -135,7 +141,8 @@ def _token_with(env: Env, name: str, rules: str) -> tuple[Path, str, str]:
 def test_a_management_token_that_cannot_read_secrets_never_writes_one(env: Env) -> None:
     """acl = "read" (and what lockctl's own lock needs): Consul shows SecretID "<hidden>".
     apply once wrote "<hidden>" as the token file, said "wrote ... (mode 0600)" and exited 0."""
-    env.write_spec({"tf-ro": ["worker-1"]}, ["worker-1"])
+    worker = env.name("w")
+    env.write_spec({env.name("tf-ro"): [worker]}, [worker])
     assert env.run("apply").exit_code == 0
     reader, accessor, policy_id = _token_with(
         env,
@@ -143,12 +150,12 @@ def test_a_management_token_that_cannot_read_secrets_never_writes_one(env: Env) 
         f'acl = "read"\nsession_prefix "" {{ policy = "write" }}\n'
         f'key "{LOCK_KEY}" {{ policy = "write" }}\n',
     )
-    path = env.secrets / "worker-1.token"
+    path = env.secrets / f"{worker}.token"
     path.unlink()
     try:
         plan = env.run("plan", "--json", "--token-file", str(reader))
         assert plan.exit_code == 2, plan.output
-        assert _token_writes(plan.stdout) == {"worker-1": "token file missing"}
+        assert _token_writes(plan.stdout) == {worker: "token file missing"}
         applied = env.run("apply", "--token-file", str(reader))
         assert applied.exit_code == EXIT_DENIED, applied.output
         assert 'needs acl = "write" to read token secrets' in applied.stderr
@@ -162,13 +169,14 @@ def test_a_management_token_that_cannot_read_secrets_never_writes_one(env: Env) 
 
 
 def test_a_read_only_token_is_refused_at_lockctls_lock(env: Env) -> None:
-    env.write_spec({"tf-ro2": ["worker-1"]}, ["worker-1"])
+    job = env.name("tf-ro2")
+    env.write_spec({job: [env.name("w")]}, [env.name("w")])
     reader, accessor, policy_id = _token_with(env, "acl-read-only", 'acl = "read"')
     try:
         applied = env.run("apply", "--token-file", str(reader))
         assert applied.exit_code == EXIT_DENIED, applied.output
         assert LOCK_KEY in applied.stderr and 'acl = "write"' in applied.stderr
-        assert policy_named(env.cluster.management(), "lock-tf-ro2") is None
+        assert policy_named(env.cluster.management(), lock_policy_name(job)) is None
     finally:
         mgmt = env.cluster.management()
         mgmt.acl.delete_token(accessor)
@@ -176,12 +184,13 @@ def test_a_read_only_token_is_refused_at_lockctls_lock(env: Env) -> None:
 
 
 def test_rotate_takes_only_a_worker_of_the_spec(env: Env) -> None:
-    env.write_spec({"tf-rot": ["worker-1"]}, ["worker-1"])
+    env.write_spec({env.name("tf-rot"): [env.name("w")]}, [env.name("w")])
     mgmt = env.cluster.management()
     planted = mgmt.acl.create_token(token_description("../outside"), [])
     before = sorted(p.name for p in env.tmp.iterdir())
     try:
-        for name, says in (("../outside", "not a valid worker name"), ("worker-9", "not a worker")):
+        stranger = env.name("w9")
+        for name, says in (("../outside", "not a valid worker name"), (stranger, "not a worker")):
             result = env.run("rotate", "--worker", name)
             assert result.exit_code == EXIT_INPUT, result.output
             assert says in result.stderr and result.stderr.count("\n") == 1
@@ -213,8 +222,8 @@ def _finish(processes: list[subprocess.Popen[str]], env: Env) -> list[tuple[int,
 
 def test_three_applies_at_once_mint_one_token_per_worker(env: Env) -> None:
     """Three at once once minted two tokens per worker."""
-    workers = [f"cc-{n}" for n in range(6)]
-    env.write_spec({f"cc-job-{n}": workers[n : n + 3] for n in range(4)}, workers)
+    workers = sorted(env.name(f"cc-{n}") for n in range(6))
+    env.write_spec({env.name(f"cc-job-{n}"): workers[n : n + 3] for n in range(4)}, workers)
     mgmt = env.cluster.management()
     results = _finish([_start(env, "apply", "--json") for _ in range(3)], env)
     for code, out, err in results:
@@ -227,7 +236,7 @@ def test_three_applies_at_once_mint_one_token_per_worker(env: Env) -> None:
     ]
     assert sorted(created) == workers  # each worker's token minted by exactly one of them
     for worker in workers:
-        assert len(_tokens_for(mgmt, worker)) == 1, worker
+        assert len(worker_tokens(mgmt, worker)) == 1, worker
         _assert_file_is_the_live_token(env, mgmt, worker)
     assert env.run("plan").exit_code == 0
     assert mgmt.kv.get(LOCK_KEY)[0] is None  # released: the session and its key are gone
@@ -235,13 +244,12 @@ def test_three_applies_at_once_mint_one_token_per_worker(env: Env) -> None:
 
 def test_three_rotates_at_once_never_announce_a_revoked_token(env: Env) -> None:
     """Three at once once revoked two of the three tokens they announced as new."""
-    env.write_spec({"cc-rot": ["worker-1"]}, ["worker-1"])
+    worker = env.name("w")
+    env.write_spec({env.name("cc-rot"): [worker]}, [worker])
     assert env.run("apply").exit_code == 0
     mgmt = env.cluster.management()
-    (first,) = _tokens_for(mgmt, "worker-1")
-    results = _finish(
-        [_start(env, "rotate", "--worker", "worker-1", "--json") for _ in range(3)], env
-    )
+    (first,) = worker_tokens(mgmt, worker)
+    results = _finish([_start(env, "rotate", "--worker", worker, "--json") for _ in range(3)], env)
     announced = {}
     for code, out, err in results:
         assert code == 0, (out, err)
@@ -253,8 +261,8 @@ def test_three_rotates_at_once_never_announce_a_revoked_token(env: Env) -> None:
     while len(chain) <= len(announced):
         (after,) = [new for new, revoked in announced.items() if revoked == [chain[-1]]]
         chain.append(after)
-    assert _tokens_for(mgmt, "worker-1") == [chain[-1]]
-    _assert_file_is_the_live_token(env, mgmt, "worker-1")
+    assert worker_tokens(mgmt, worker) == [chain[-1]]
+    _assert_file_is_the_live_token(env, mgmt, worker)
 
 
 def _wait_for_holder(mgmt: Consul, seconds: float = 30) -> str:
@@ -268,8 +276,8 @@ def _wait_for_holder(mgmt: Consul, seconds: float = 30) -> str:
 
 
 def test_a_killed_holders_lock_is_taken_over_at_once_on_the_same_machine(env: Env) -> None:
-    workers = [f"kl-{n}" for n in range(8)]
-    env.write_spec({f"kl-job-{n:03d}": workers for n in range(150)}, workers)
+    workers = [env.name(f"kl-{n}") for n in range(8)]
+    env.write_spec({env.name(f"kl-job-{n:03d}"): workers for n in range(150)}, workers)
     mgmt = env.cluster.management()
     process = _start(env, "apply", "--concurrency", "1")
     try:
@@ -287,8 +295,8 @@ def test_a_killed_holders_lock_is_taken_over_at_once_on_the_same_machine(env: En
 
 def test_sigterm_frees_the_lock_at_once(env: Env) -> None:
     """SIGTERM unwinds like Ctrl-C: the session is destroyed, not left to its TTL."""
-    workers = [f"st-{n}" for n in range(8)]
-    env.write_spec({f"st-job-{n:03d}": workers for n in range(150)}, workers)
+    workers = [env.name(f"st-{n}") for n in range(8)]
+    env.write_spec({env.name(f"st-job-{n:03d}"): workers for n in range(150)}, workers)
     mgmt = env.cluster.management()
     process = _start(env, "apply", "--concurrency", "1")
     held_by = _wait_for_holder(mgmt)
@@ -331,14 +339,15 @@ def test_sigterm_at_any_moment_never_leaves_lockctls_lock_held(env: Env) -> None
     moments: however it ends, nothing of lockctl's lock is left (an apply killed while it held
     the lock once left it to its TTL, and the next apply waited), and from the moment a
     handler is in place the exit is 0 or 130, never a death by signal."""
-    workers = [f"sa-{n}" for n in range(4)]
+    workers = [env.name(f"sa-{n}") for n in range(4)]
     mgmt = env.cluster.management()
     random.seed(os.getpid())
     moments = ["handler", "session", "holder"] * 3 + [
         f"{random.uniform(0, 1.5):.3f}" for _ in "123"
     ]
     for round_number, moment in enumerate(moments):
-        env.write_spec({f"sa{round_number}-{n:02d}": workers for n in range(30)}, workers)
+        jobs = {env.name(f"sa{round_number}-{n:02d}"): workers for n in range(30)}
+        env.write_spec(jobs, workers)
         process = _start(env, "apply", "--concurrency", "1")
         try:
             _when(moment, process, mgmt, env)
@@ -362,7 +371,8 @@ def test_sigterm_at_any_moment_never_leaves_lockctls_lock_held(env: Env) -> None
 
 
 def test_a_live_holder_elsewhere_makes_apply_give_up_after_lock_wait(env: Env) -> None:
-    env.write_spec({"busy": ["worker-1"]}, ["worker-1"])
+    job = env.name("busy")
+    env.write_spec({job: [env.name("w")]}, [env.name("w")])
     mgmt = env.cluster.management()
     session = mgmt.session.create(name="test holder", ttl=30, lock_delay=0)
     forged = b'{"command": "apply\\u001b[2J", "host": "elsewhere", "pid": 1, "machine": "x"}'
@@ -374,18 +384,19 @@ def test_a_live_holder_elsewhere_makes_apply_give_up_after_lock_wait(env: Env) -
         assert 1 <= time.monotonic() - began < 5
         assert result.stderr.count("\n") == 1 and "\x1b" not in result.stderr
         assert LOCK_KEY in result.stderr and "pid 1 on elsewhere" in result.stderr
-        assert policy_named(mgmt, "lock-busy") is None
+        assert policy_named(mgmt, lock_policy_name(job)) is None
     finally:
         mgmt.session.destroy(session)
     assert env.run("apply", "--lock-wait", "5").exit_code == 0
 
 
 def test_the_lock_session_is_destroyed_when_apply_fails(env: Env) -> None:
-    env.write_spec({"fail-lock": ["worker-1"]}, ["worker-1"])
+    worker = env.name("w")
+    env.write_spec({env.name("fail-lock"): [worker]}, [worker])
     mgmt = env.cluster.management()
     blocker = env.secrets
     blocker.mkdir(parents=True, exist_ok=True)
-    (blocker / "worker-1.token").mkdir()  # a folder where the token file goes: the write fails
+    (blocker / f"{worker}.token").mkdir()  # a folder where the token file goes: the write fails
     # Only apply's own lock sessions count: other tests' schedulers share the cluster, and a
     # session a killed test left behind lives on until its TTL (CI once saw one here).
     earlier = set(_lock_sessions(mgmt, env))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import stat
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -18,16 +17,11 @@ from typer.testing import CliRunner
 
 from provision.cli import acl
 from provision.cli.app import ErrorBoundaryGroup
-from provision.cluster.agent_config import ConfigDialect, render_agent_config
-from provision.cluster.consul_binary import install_consul
-from provision.cluster.layout import AgentSpec, ClusterLayout
 from provision.consul import Consul, ConsulSettings
-from provision.consul.errors import ConsulError
 from provision.errors import EXIT_INPUT
-from provision.system.processes import spawn, stop
 from provision.system.secrets import read_secret_file
-from provision.system.templates import find_templates_dir, make_environment
-from tests.conftest import TEST_SUBNET, LiveCluster
+from tests.conftest import LiveCluster
+from tests.integration.private_consul import FreshServer
 
 runner = CliRunner()
 
@@ -37,46 +31,6 @@ def _app() -> typer.Typer:
     app.command("bootstrap")(acl.bootstrap)
     app.command("plan")(acl.plan)  # two commands: a group, so the name is an argument
     return app
-
-
-class FreshServer:
-    def __init__(self, state_dir: Path, host: int) -> None:
-        self.agent = AgentSpec(f"fresh-{host}", f"{TEST_SUBNET}.{host}", True)
-        self.layout = ClusterLayout(state_dir, (self.agent,))
-
-    @property
-    def address(self) -> str:
-        return self.agent.http_address
-
-    def start(self) -> None:
-        layout, agent = self.layout, self.agent
-        layout.data_dir(agent).mkdir(parents=True)
-        binary = install_consul()
-        config = render_agent_config(
-            make_environment(find_templates_dir()),
-            layout,
-            agent,
-            ConfigDialect.of(binary.version),
-            gossip_key=None,  # a plain-HTTP server: bootstrap needs nothing more
-            log_level="warn",
-        )
-        layout.config_file(agent).write_text(config, encoding="utf-8")
-        argv = [str(binary.path), "agent", f"-config-file={layout.config_file(agent)}"]
-        spawn(argv, layout.log_file(agent), layout.pidfile(agent))
-        client = Consul(ConsulSettings(address=self.address, timeout=1))
-        give_up_at = time.monotonic() + 30
-        while time.monotonic() < give_up_at:
-            try:
-                if client.status.leader():
-                    return
-            except ConsulError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError("the fresh server elected no leader")
-
-    def stop(self) -> None:
-        pid = int(self.layout.pidfile(self.agent).read_text())
-        stop([(pid, str(self.layout.config_file(self.agent)))])
 
 
 @pytest.fixture

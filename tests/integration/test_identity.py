@@ -1,11 +1,18 @@
 """Workload identity on the real cluster: apply creates the auth method, roles and binding rules,
 a second apply changes nothing, a changed claim updates only its binding rule, --prune deletes
 only lockctl's own; and a JWT the test signs (as a service-account issuer would, RS256 with a
-key made here, a JWT signed with PyJWT) logs in as worker-1 with exactly its privileges."""
+key made here, a JWT signed with PyJWT) logs in as worker-1 with exactly its privileges.
+
+`--prune` deletes every lockctl-managed object its spec does not name, roles and binding rules
+included, whoever made them, and the first apply's exact list of creations holds only where no
+earlier test left a `worker-<w>` role: the apply-then-prune test runs on a Consul of its own
+(private_consul.py). The login test needs the real nodes, so it runs on the shared cluster
+under names of its own, and deletes what its spec made (test_apply.Env)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,13 +21,15 @@ from provision.consul import Consul, PermissionDenied
 from provision.consul.errors import ConsulError
 from provision.system.secrets import Secret
 from tests.conftest import LiveCluster
-from tests.integration.named_reads import binding_rules_of, role_named
-from tests.integration.test_apply import Env
+from tests.integration.named_reads import binding_rules_of, role_named, worker_tokens
+from tests.integration.private_consul import PrivateConsul, private_consul
+from tests.integration.test_apply import Env, env_on
 from tests.jwt_issuer import ISSUER, make_key, sign_jwt
 
 
-def _spec(workers: dict[str, str], method: str = "it-k8s") -> str:
-    """A spec whose workers (name -> service account) log in through `method`."""
+def _spec(workers: dict[str, str], method: str = "it-k8s", uid: str = "") -> str:
+    """A spec whose workers (name -> service account) log in through `method`; each worker's
+    job is `it-<worker><uid>`, on the prefix `it/<worker><uid>/`."""
     out = [
         f'auth_method "{method}" {{\n  type = "jwt"\n  bound_issuer = "{ISSUER}"\n'
         '  bound_audiences = ["consul"]\n  jwt_validation_pub_keys_file = "issuer.pem"\n'
@@ -35,22 +44,35 @@ def _spec(workers: dict[str, str], method: str = "it-k8s") -> str:
             "    }\n  }\n}\n"
         )
     for worker in workers:
-        out.append(
-            f'job "it-{worker}" {{\n  prefix = "it/{worker}/"\n  workers = ["{worker}"]\n}}\n'
-        )
+        job = f"{worker}{uid}"
+        out.append(f'job "it-{job}" {{\n  prefix = "it/{job}/"\n  workers = ["{worker}"]\n}}\n')
     return "".join(out)
 
 
 @pytest.fixture
-def env(tmp_path: Path, live_cluster: LiveCluster, monkeypatch: pytest.MonkeyPatch) -> Env:
-    for name in ("CONSUL_HTTP_TOKEN", "CONSUL_HTTP_TOKEN_FILE", "CONSUL_HTTP_ADDR"):
-        monkeypatch.delenv(name, raising=False)
+def env(
+    tmp_path: Path, live_cluster: LiveCluster, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Env]:
     make_key(tmp_path)  # issuer.key, issuer.pem
-    return Env(tmp_path, live_cluster)
+    yield from env_on(live_cluster, tmp_path, monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def own_consul(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateConsul]:
+    with private_consul(tmp_path_factory.mktemp("own-consul"), 44) as consul:
+        yield consul
+
+
+@pytest.fixture
+def own_env(
+    tmp_path: Path, own_consul: PrivateConsul, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Env]:
+    make_key(tmp_path)
+    yield from env_on(own_consul, tmp_path, monkeypatch)
 
 
 def _apply(env: Env, text: str, *extra: str) -> dict[str, object]:
-    env.spec.write_text(text, encoding="utf-8")
+    env.write_text(text)
     result = env.run("apply", "--json", *extra)
     assert result.exit_code == 0, result.output
     record = json.loads(result.stdout)
@@ -70,7 +92,10 @@ def _mine(consul: Consul) -> tuple[dict[str, tuple[str, ...]], dict[str, str]]:
     return roles, rules
 
 
-def test_apply_creates_then_changes_nothing_then_updates_a_claim_then_prunes(env: Env) -> None:
+def test_apply_creates_then_changes_nothing_then_updates_a_claim_then_prunes(
+    own_env: Env,
+) -> None:
+    env = own_env
     mgmt = env.cluster.management()
     theirs = mgmt.identity.create_role("it-theirs", "made by hand", [])
     first = _apply(env, _spec({"worker-1": "sa-1", "worker-2": "sa-2"}))
@@ -100,9 +125,15 @@ def test_apply_creates_then_changes_nothing_then_updates_a_claim_then_prunes(env
         }
     ]
     assert _mine(mgmt)[1]["worker-worker-2"].endswith('"sa-2b"')
+    (worker_2_token,) = worker_tokens(mgmt, "worker-2")
     pruned = _apply(env, _spec({"worker-1": "sa-1"}), "--prune")
     deleted = {(c["kind"], c["name"]) for c in pruned["identity"]}  # type: ignore[union-attr]
     assert deleted == {("binding-rule", "worker-2"), ("role", "worker-worker-2")}
+    # everything on its Consul is its own: what --prune deletes there is known exactly
+    policies = sorted((c["action"], c["name"]) for c in pruned["policies"])  # type: ignore[union-attr]
+    assert policies == [("delete", "lock-it-worker-2"), ("delete", "session-worker-2")]
+    tokens = [(c["action"], c["accessor_id"]) for c in pruned["tokens"]]  # type: ignore[union-attr]
+    assert tokens == [("delete", worker_2_token)]
     roles, rules = _mine(mgmt)
     assert "worker-worker-2" not in roles and "worker-worker-2" not in rules
     assert "worker-worker-1" in roles and "it-theirs" in roles  # unmanaged: untouched
@@ -118,25 +149,29 @@ def _jwt(key: Path, namespace: str, account: str) -> Secret:
 
 
 def test_a_login_as_worker_1_gets_exactly_its_privileges_and_a_stranger_none(env: Env) -> None:
-    _apply(env, _spec({"worker-1": "sa-1", "worker-2": "sa-2"}, method="it-login"))
+    """On the shared cluster (sessions on the real nodes): its auth method and jobs carry its
+    uid; the worker-<w> roles, session policies and tokens are the real nodes' names."""
+    method, uid = env.name("it-login"), f"-{env.uid}"
+    _apply(env, _spec({"worker-1": "sa-1", "worker-2": "sa-2"}, method=method, uid=uid))
     anonymous = env.cluster.client(token=None)
-    token = anonymous.identity.login("it-login", _jwt(env.tmp / "issuer.key", "it", "sa-1"))
+    token = anonymous.identity.login(method, _jwt(env.tmp / "issuer.key", "it", "sa-1"))
     assert token.secret is not None
     as_worker = env.cluster.client(token=token.secret)
     try:
         session = as_worker.session.create(name="it-login", ttl=15, lock_delay=0, node="worker-1")
-        assert as_worker.kv.put("it/worker-1/x.lock", b"1", acquire=session)
+        assert as_worker.kv.put(f"it/worker-1{uid}/x.lock", b"1", acquire=session)
         with pytest.raises(PermissionDenied):
-            as_worker.kv.put("it/worker-2/x.lock", b"1", acquire=session)
+            as_worker.kv.put(f"it/worker-2{uid}/x.lock", b"1", acquire=session)
         with pytest.raises(PermissionDenied):
             as_worker.session.create(name="it-login", ttl=15, lock_delay=0, node="worker-2")
         as_worker.session.destroy(session)
     finally:
         anonymous.identity.logout(token.secret)
+        env.cluster.management().kv.delete(f"it/worker-1{uid}/", recurse=True)
     with pytest.raises(PermissionDenied):
         as_worker.acl.read_self_token()
     with pytest.raises(PermissionDenied):  # no binding rule selects this identity
-        anonymous.identity.login("it-login", _jwt(env.tmp / "issuer.key", "it", "sa-9"))
+        anonymous.identity.login(method, _jwt(env.tmp / "issuer.key", "it", "sa-9"))
     with pytest.raises(ConsulError):  # Consul answers 500 for a bad signature (CONSUL_FACTS)
         other, _ = make_key(env.tmp, "other")
-        anonymous.identity.login("it-login", _jwt(other, "it", "sa-1"))
+        anonymous.identity.login(method, _jwt(other, "it", "sa-1"))

@@ -1,11 +1,16 @@
 """Each rendered policy, loaded into a real Consul, grants exactly what it claims: a token with it
 acquires inside the job's prefix and gets 403 one character outside it; a session policy works on
-its own node only."""
+its own node only.
+
+Each rendered policy is loaded under its name with the module's uid appended (the rules are
+what is tested, not the name): `session-worker-1` is the name every spec with a worker-1 gives
+its session policy, so loading, reading or deleting that one would touch other tests'."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 
@@ -18,9 +23,18 @@ from provision.system.templates import find_templates_dir
 from tests.conftest import LiveCluster
 
 
+@dataclass(frozen=True)
+class Loaded:
+    """The rendered spec, and the name each of its policies was loaded into Consul under."""
+
+    result: RenderResult
+    names: dict[str, str]  # rendered name -> loaded name
+
+
 @pytest.fixture(scope="module")
-def rendered(live_cluster: LiveCluster) -> Iterator[RenderResult]:
-    """Render a spec with unique names and load every policy into Consul (deleted after)."""
+def rendered(live_cluster: LiveCluster) -> Iterator[Loaded]:
+    """Render a spec with unique names and load every policy into Consul, each under its own
+    name with the run's uid (deleted after)."""
     run = uuid.uuid4().hex[:6]
     spec = parse_spec(
         f"""
@@ -39,16 +53,16 @@ job "beta-{run}" {{
     )
     result = render_policies(spec, find_templates_dir())
     management = live_cluster.management()
+    names = {policy.name: f"{policy.name}-{run}" for policy in result.policies}
     created = []
-    for policy in result.policies:
-        existing = management.acl.read_policy_by_name(policy.name)  # session-<w> is shared
-        if existing is None:
-            created.append(management.acl.create_policy(policy.name, policy.rules, "test"))
-        else:
-            assert existing.rules == policy.rules
-    yield result
-    for made in created:
-        management.acl.delete_policy(made.id)
+    try:
+        for policy in result.policies:
+            made = management.acl.create_policy(names[policy.name], policy.rules, "test")
+            created.append(made)
+        yield Loaded(result, names)
+    finally:
+        for made in created:
+            management.acl.delete_policy(made.id)
 
 
 def _token_with(live_cluster: LiveCluster, *policies: str) -> Iterator[Secret]:
@@ -62,13 +76,14 @@ def _token_with(live_cluster: LiveCluster, *policies: str) -> Iterator[Secret]:
 
 
 def test_every_lock_policy_grants_its_prefix_and_nothing_next_to_it(
-    live_cluster: LiveCluster, rendered: RenderResult
+    live_cluster: LiveCluster, rendered: Loaded
 ) -> None:
-    jobs = [p for p in rendered.policies if p.name.startswith("lock-")]
+    jobs = [p for p in rendered.result.policies if p.name.startswith("lock-")]
     assert len(jobs) == 2
     for policy in jobs:
         prefix = policy.rules.split('key_prefix "', 1)[1].split('"', 1)[0]
-        for secret in _token_with(live_cluster, policy.name, "session-worker-1"):
+        loaded = (rendered.names[policy.name], rendered.names["session-worker-1"])
+        for secret in _token_with(live_cluster, *loaded):
             client = live_cluster.client("worker-1", secret)
             session_id = client.session.create(name="render-live", ttl=10, lock_delay=0)
             try:
@@ -88,14 +103,14 @@ def test_every_lock_policy_grants_its_prefix_and_nothing_next_to_it(
 
 
 def test_every_session_policy_works_on_its_own_node_only(
-    live_cluster: LiveCluster, rendered: RenderResult
+    live_cluster: LiveCluster, rendered: Loaded
 ) -> None:
-    sessions = sorted(p.name for p in rendered.policies if p.name.startswith("session-"))
+    sessions = sorted(p.name for p in rendered.result.policies if p.name.startswith("session-"))
     assert sessions == ["session-worker-1", "session-worker-2"]
     for name in sessions:
         own = name.removeprefix("session-")
         other = "worker-2" if own == "worker-1" else "worker-1"
-        for secret in _token_with(live_cluster, name):
+        for secret in _token_with(live_cluster, rendered.names[name]):
             mine: Consul = live_cluster.client(own, secret)
             session_id = mine.session.create(name="render-live", ttl=10, lock_delay=0)
             assert mine.session.destroy(session_id) is True

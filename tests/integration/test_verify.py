@@ -1,5 +1,10 @@
 """`lockctl verify` on the live cluster: green when all is well, and each check goes red, naming
-the problem, on a cluster broken the way it guards against."""
+the problem, on a cluster broken the way it guards against.
+
+What the module's spec makes is deleted at its end (the worker-1 and worker-2 token and session
+policy only if it made them: they are named after the real nodes). A break no other test may
+see is made on a cluster of its own: the anonymous token, one per cluster, is given write on
+every key on a private server (private_consul.py), never on the shared cluster."""
 
 from __future__ import annotations
 
@@ -32,6 +37,9 @@ from provision.verify.context import VerifyContext, load_workers
 from provision.verify.evidence import CheckFailed, Evidence
 from provision.verify.tick_checks import scratch_tick, tick_once
 from tests.conftest import LiveCluster
+from tests.integration.named_reads import policy_named
+from tests.integration.private_consul import PrivateConsul, private_consul
+from tests.integration.spec_objects import SpecObjects
 
 ANONYMOUS_TOKEN = "00000000-0000-0000-0000-000000000002"
 ALLOW_SUBNET = os.environ.get("LOCKCTL_TEST_ALLOW_SUBNET", "127.0.10")
@@ -39,9 +47,12 @@ runner = CliRunner()
 
 
 class Applied:
-    """A spec applied to the live cluster: its file, the worker token files, the management."""
+    """A spec applied to a cluster (the live one, or a private server): its file, the worker
+    token files, the management."""
 
-    def __init__(self, spec_file: Path, secrets_dir: Path, cluster: LiveCluster) -> None:
+    def __init__(
+        self, spec_file: Path, secrets_dir: Path, cluster: LiveCluster | PrivateConsul
+    ) -> None:
         self.spec_file = spec_file
         self.secrets_dir = secrets_dir
         self.cluster = cluster
@@ -63,7 +74,9 @@ class Applied:
 
 
 @pytest.fixture(scope="module")
-def applied(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> Applied:
+def applied(
+    live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Applied]:
     run = uuid.uuid4().hex[:6]
     folder = tmp_path_factory.mktemp("verify")
     spec_file = folder / "locks.hcl"
@@ -91,9 +104,12 @@ job "only-two-{run}" {{
 }}
 """
     )
+    made = SpecObjects(live_cluster.management, run)
+    made.note(spec_file)
     result = Applied(spec_file, folder / "secrets", live_cluster)
     result.apply()
-    return result
+    yield result
+    made.delete()
 
 
 def _env(applied: Applied) -> dict[str, str]:
@@ -160,31 +176,37 @@ def test_unknown_check_name_is_an_input_error(applied: Applied) -> None:
 
 
 @pytest.fixture
-def anonymous_can_write(applied: Applied) -> Iterator[None]:
-    management = applied.management
-    name = f"verify-test-anonymous-{uuid.uuid4().hex[:6]}"
-    rules = 'key_prefix "" { policy = "write" }\nsession_prefix "" { policy = "write" }\n'
-    management.acl.create_policy(name, rules)
-    management.acl.update_token(ANONYMOUS_TOKEN, "Anonymous Token", [name])
-    try:
-        yield
-    finally:
-        management.acl.update_token(ANONYMOUS_TOKEN, "Anonymous Token", [])
-        policy = management.acl.read_policy_by_name(name)
-        assert policy is not None
-        management.acl.delete_policy(policy.id)
+def anonymous_can_write(tmp_path: Path) -> Iterator[Applied]:
+    """A cluster of its own, correct but for its anonymous token, which may write every key and
+    make sessions. (On the shared cluster, every request without a token, and any other test's
+    verify, would see that for as long as it lasted.)"""
+    with private_consul(tmp_path / "consul", 45) as consul:
+        run = uuid.uuid4().hex[:6]
+        spec_file = tmp_path / "locks.hcl"
+        spec_file.write_text(
+            f'worker "{consul.node}" {{\n  address = "{consul.address()}"\n}}\n'
+            f'job "anonymous-{run}" {{\n  prefix  = "verify-{run}/anonymous/"\n'
+            f'  workers = ["{consul.node}"]\n}}\n'
+        )
+        applied = Applied(spec_file, tmp_path / "secrets", consul)
+        applied.apply()
+        rules = 'key_prefix "" { policy = "write" }\nsession_prefix "" { policy = "write" }\n'
+        policy = applied.management.acl.create_policy(f"anonymous-writes-{run}", rules)
+        applied.management.acl.update_token(ANONYMOUS_TOKEN, "Anonymous Token", [policy.name])
+        yield applied
 
 
 def test_anonymous_token_with_key_write_fails_anonymous_denied(
-    applied: Applied, anonymous_can_write: None
+    anonymous_can_write: Applied,
 ) -> None:
-    results = applied.verify("anonymous-denied", "acl-enabled")
+    node = anonymous_can_write.spec.workers[0].name
+    results = anonymous_can_write.verify("anonymous-denied", "acl-enabled")
     status, summary = results["anonymous-denied"]
     assert status == "fail"
     assert "session create with no token got 200, not 403" in summary
     assert "anonymous token grants session write" in summary
     assert results["acl-enabled"][0] == "fail"
-    assert "an anonymous read was allowed, not 403, on worker-1 (404)" in results["acl-enabled"][1]
+    assert f"an anonymous read was allowed, not 403, on {node} (404)" in results["acl-enabled"][1]
 
 
 def test_worker_token_with_key_prefix_everything_fails_confined(
@@ -255,7 +277,7 @@ def test_policy_edited_by_hand_fails_live_policies_lint(applied: Applied) -> Non
     management = applied.management
     job = applied.spec.jobs[0]
     name = f"lock-{job.name}"
-    policy = management.acl.read_policy_by_name(name)
+    policy = policy_named(management, name)
     assert policy is not None and policy.rules is not None
     management.acl.update_policy(policy.id, name, 'key_prefix "" { policy = "write" }\n')
     try:
