@@ -421,6 +421,11 @@ def _complete_retry(note: Note, run: RunContext) -> list[Event]:
     return [("complete-retry", fields)]
 
 
+def _complete_abandoned(note: Note, run: RunContext) -> list[Event]:
+    detail = "stopping, and Consul did not answer: the record stays running until its session ends"
+    return [("complete-abandoned", {"tick": _tick(note), "detail": detail})]
+
+
 def _trigger(note: Note, run: RunContext) -> list[Event]:
     return [("trigger", {"tick": _tick(note), "trigger": _text(note.detail)})]
 
@@ -462,6 +467,7 @@ _EVENT_MAKERS: dict[str, Callable[[Note, RunContext], list[Event]]] = {
     "retrying": _retrying,
     "retry-started": _retry_started,
     "complete-retry": _complete_retry,
+    "complete-abandoned": _complete_abandoned,
     "completed": _completed,
     "trigger": _trigger,
     "session-created": _session_created,

@@ -6,7 +6,7 @@
        `decide`, the one `lockctl run` obeys) -> carry it out: wait until a given time, tell
        the body to end, end it, or let the lock go
     -> complete the tick's record (and release the lock) in one transaction, again until
-       Consul answers
+       Consul answers (after a stop, STOP_COMPLETE_WITHIN at most: a stop ends)
 
 The fencing bounds count from the send time of the newest confirmation, on the monotonic
 clock: SIGTERM at `fence_after`, SIGKILL at `kill_after` (fence_bounds). Nothing here waits:
@@ -45,6 +45,10 @@ from provision.timings import JobTimings
 REAP_POLL = 1.0  # seconds: a body told to end whose end was not heard of yet is looked at again
 COMPLETE_RETRY = 1.0  # seconds before a completion Consul did not answer is sent again...
 COMPLETE_RETRY_MAX = 30.0  # ...doubling up to this
+# After a stop (the process ends), a completion Consul does not answer is tried this long at
+# most: the record stays `running`, and the session's end (its TTL) frees the lock. A stop
+# must end in bounded time (systemd's TimeoutStopSec, a pod's grace period).
+STOP_COMPLETE_WITHIN = 10.0
 
 
 # the verdicts that end a body before its time, as the notes name them
@@ -134,6 +138,8 @@ class HeldRun:
         self.finished = False  # the fencing is over: the record is being completed
         self.completed: TickRecord | None = None  # the record as completed, once answered
         self._timer: Cancellable | None = None
+        self._abandon_at: float | None = None  # a stop's bound on an unanswered completion
+        self._completing: TickRecord | None = None  # a completion waiting to be sent again
         self._stepping = self._again = False
         self.statuses: list[int | None] = []  # each ended attempt's exit status
         self.retry: Retry | None = None  # the attempt waited for (no body runs meanwhile)
@@ -193,7 +199,9 @@ class HeldRun:
         """A stop was asked for (the core's end): the body is told, then the lock released."""
         if self.stop_signal is None:
             self.stop_signal = signum
-            if self.retry is not None:
+            if self._completing is not None:  # sent again now: the stop's bound starts
+                self._complete_soon(self._completing)
+            elif self.retry is not None:
                 self._await_retry()
             elif self.body is not None:
                 self._step()
@@ -356,10 +364,7 @@ class HeldRun:
         except ConsulError:
             completion = Completion(False, None)
         if not completion.recorded and completion.released is None:
-            self._note("complete-retry")
-            again = min(backoff * 2, COMPLETE_RETRY_MAX)
-            due = self.clock.monotonic() + backoff
-            self._timer = self.clock.call_at(due, lambda: self._complete(done, again))
+            self._complete_later(done, backoff)
             return
         lost = completion.released is False  # the lock was no longer ours
         self.completed = replace(done, outcome=TickOutcome.LOST) if lost else done
@@ -370,6 +375,30 @@ class HeldRun:
         """The record as claimed, with the exit status of each attempt ended so far: the next
         attempt is the one after them (a listener reads that, never the note's words)."""
         return replace(self.record, attempts=tuple(self.statuses))
+
+    def _complete_later(self, done: TickRecord, backoff: float) -> None:
+        """Consul did not answer the completion: again after `backoff`, doubling; after a stop,
+        until STOP_COMPLETE_WITHIN at most, then the run is given up (`complete-abandoned`)."""
+        now = self.clock.monotonic()
+        due = now + backoff
+        if self.stop_signal is not None:
+            if self._abandon_at is None:
+                self._abandon_at = now + STOP_COMPLETE_WITHIN
+            if now >= self._abandon_at:
+                self._note("complete-abandoned", "stopping, and Consul did not answer", done)
+                self._done(self)
+                return
+            due = min(due, self._abandon_at)
+        self._note("complete-retry")
+        again = min(backoff * 2, COMPLETE_RETRY_MAX)
+        self._completing = done
+        self._timer = self.clock.call_at(due, lambda: self._complete(done, again))
+
+    def _complete_soon(self, done: TickRecord) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        now = self.clock.monotonic()
+        self._timer = self.clock.call_at(now, lambda: self._complete(done, COMPLETE_RETRY))
 
     def _note(self, kind: str, detail: str = "", record: TickRecord | None = None) -> None:
         if self._listener is not None:

@@ -21,11 +21,13 @@ from tick_fleet import (
 
 from provision.consul import ConsulUnavailable
 from provision.ledger.records import TickOutcome, TickRecord
-from provision.ledger.store import Claim
+from provision.ledger.store import Claim, Completion
 from provision.ledger.turns import CLAIM_STAGGER, claim_order
 from provision.sessions import SessionTerms
 from provision.tick.core import housekeeps, plan_tick
 from provision.tick.edge import BodyEnd, StopHow
+from provision.tick.held import STOP_COMPLETE_WITHIN
+from provision.tick.memory import MemoryTickStore
 
 
 # -- one tick, one run ----------------------------------------------------------------------------
@@ -279,3 +281,31 @@ def test_housekeeping_is_chosen_alike_on_every_replica_about_once_in_half_the_hi
     plans = {w: plan_tick(job, at(0), w) for w in WORKERS}
     assert {p.window for p in plans.values()} == {10.0}
     assert sorted(p.turn.rank for p in plans.values()) == [0, 1, 2]
+
+
+class Unrecorded:
+    """A replica's store whose completions Consul never answers (its only server is gone)."""
+
+    def __init__(self, store: MemoryTickStore) -> None:
+        self.store, self.completions = store, 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+    def complete(self, *args: object, **kwargs: object) -> Completion:
+        self.completions += 1
+        return Completion(False, None)
+
+
+def test_a_stop_ends_in_bounded_time_though_consul_never_answers_the_completion() -> None:
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)), duration=1.0)
+    store = Unrecorded(fleet.store)
+    core = fleet.start("w1", store=store)
+    fleet.run(40)  # tick 0's completion is sent again and again, backing off to 30 s
+    assert core.runs and store.completions >= 3
+    core.stop()
+    fleet.run(STOP_COMPLETE_WITHIN + 1)
+    assert core.runs == [] and core.pool.closed
+    assert [n.tick for _, n in fleet.said("w1", "complete-abandoned")] == [at(0)]
+    record = fleet.record(at(0))
+    assert record is not None and record.outcome is TickOutcome.RUNNING  # its session ends it
