@@ -70,6 +70,20 @@ def clock_skew(sent: datetime, received: datetime, agent_date: datetime) -> floa
     return estimate if abs(estimate) - uncertainty >= SKEW_REPORTED else None
 
 
+SKEW_SAID_AGAIN = 1.0  # seconds a skew said must move before it is said again
+
+
+def skew_to_say(host_ahead: float | None, uncertainty: float, said: float | None) -> float | None:
+    """The skew of this host's clock to the agent's to warn of now (pure), or None: it is known
+    (`host_ahead`, the middle of what the answers allow, `uncertainty` their width) to be
+    SKEW_REPORTED or more, and was not said yet or has moved by SKEW_SAID_AGAIN since `said`."""
+    if host_ahead is None or abs(host_ahead) - uncertainty / 2 < SKEW_REPORTED:
+        return None
+    if said is not None and abs(host_ahead - said) < SKEW_SAID_AGAIN:
+        return None
+    return host_ahead
+
+
 def claim_window(schedule: Schedule, tick: datetime, start_deadline: float) -> float:
     following = schedule.next_ticks(tick, 1)[0]
     return min(start_deadline, (following - tick).total_seconds())

@@ -56,6 +56,7 @@ from provision.ledger.catchup import LATEST
 from provision.ledger.control import ControlNote
 from provision.ledger.records import TickRecord
 from provision.ledger.store import Completion
+from provision.ledger.ticks import skew_to_say
 from provision.runner.child import Child, check_program
 from provision.runner.core_body import RunnerBody, Unfenced, run_env
 from provision.runner.engine import credential_files, job_environment
@@ -92,10 +93,10 @@ from provision.tick.store import JobKeys, Refused
 from provision.workers.config import JobConfig, WorkerConfig, load_worker_config
 from provision.workers.login import open_login
 
-# The core calls its store on its one thread, which also runs every fence and renewal timer: a
-# call retried for the client's whole timeout (10 s by default) when Consul refuses connections
-# would hold them all back that long. Its calls retry briefly (a blip, not a leader election);
-# a tick not claimed meanwhile fails closed and is looked at again (missed, caught up).
+# The core's store calls wait aside (tick/aside.py): a retry holds back no fence, but a call
+# retried for the client's whole deadline (10 s) keeps a claim's job busy that long. They retry
+# briefly (a blip, not a leader election); a tick not claimed meanwhile fails closed and is
+# looked at again (missed, caught up).
 CORE_RETRY = RetryPolicy(deadline=1.0, first_backoff=0.05, max_backoff=0.25)
 SETTLE_POLL = 0.1  # seconds between two looks at a stopping or retiring core's runs
 LEFTOVERS_GONE_WITHIN = 5.0  # seconds the reaper waits for a SIGKILLed tree (core_body.py's)
@@ -383,6 +384,7 @@ class CoreScheduler:
         # change with the config); the core's wall
         self.agent_clock = AgentClock()
         self.wall_steps = WallSteps()
+        self._skew_said: float | None = None  # the skew last said (clock-skew)
         self.clock = GuardedClock(self.agent_clock, self._unexpected)
         # no local agent: the catalog node its TTL-only sessions live on (kept across reloads)
         self.node = agentless_node(config.worker, config.agentless, os.environ)
@@ -535,6 +537,23 @@ class CoreScheduler:
                 step_ms=ms(jump),
                 detail="the Consul agent's clock stepped; ticks follow it",
             )
+        self._say_skew()
+
+    def _say_skew(self) -> None:
+        """This host's clock off the agent's by SKEW_REPORTED or more: said once, and again
+        when it moves (it moves no decision: the core's clock is the agent's)."""
+        width = self.agent_clock.uncertainty
+        spread = 0.0 if width is None else width.total_seconds()
+        skew = skew_to_say(self.agent_clock.host_ahead(), spread, self._skew_said)
+        if skew is None:
+            return
+        self._skew_said = skew
+        self.events.emit(
+            "clock-skew",
+            skew_ms=ms(skew),
+            warning="this host's clock and the Consul agent's differ; lockctl judges ticks "
+            "by the agent's, keep them in sync (NTP)",
+        )
 
     # -- reload -------------------------------------------------------------------------------
     def _reload_config(self) -> None:

@@ -18,6 +18,7 @@ from provision.ledger.ticks import (
     clock_skew,
     judge_tick,
     missed_ticks,
+    skew_to_say,
     suspect,
     to_prune,
     unsettled_ticks,
@@ -324,3 +325,21 @@ def test_unsettled_ticks_are_the_unrecorded_ones_not_missable_yet(
     """After a run, the ticks a later housekeeping must still record (ledger/ticks.py): the
     scheduler housekeeps again at its next run while there are any, not a minute later."""
     assert unsettled_ticks(EVERY_5S, recorded, now, 300, before) == unsettled, why
+
+
+@pytest.mark.parametrize(
+    ("host_ahead", "uncertainty", "said", "say"),
+    [
+        (None, 0.0, None, None),  # no answer yet: nothing known
+        (1.9, 0.0, None, None),  # under SKEW_REPORTED
+        (2.5, 0.0, None, 2.5),  # said
+        (-65.0, 0.2, None, -65.0),  # behind, as much
+        (2.5, 1.2, None, None),  # the answers allow under 2 s: no evidence
+        (2.6, 0.0, 2.5, None),  # said already, moved under a second
+        (4.0, 0.0, 2.5, 4.0),  # moved: said again
+    ],
+)
+def test_a_skew_is_said_when_known_and_again_when_it_moves(
+    host_ahead: float | None, uncertainty: float, said: float | None, say: float | None
+) -> None:
+    assert skew_to_say(host_ahead, uncertainty, said) == say
