@@ -534,8 +534,19 @@ class TickCore:
         return replace(record, by=note.by, reason=note.reason, asked_at=note.at, trigger=note.id)
 
     def _holder(self, plan: TickPlan) -> bytes:
-        """The lock's value while we hold it (who, for what tick: `lockctl status` shows it)."""
-        fields = {"worker": self.worker, "job": plan.job.name, "tick": tick_name(plan.tick)}
+        """The lock's value while we hold it (who, for what tick: `lockctl status` shows it),
+        with the fields every release writes there (runner/lock.py): the claim's time, the
+        worker, the job, the host and the pid, and the tick."""
+        fields: dict[str, str | int] = {
+            "acquired_at": self.clock.wall().isoformat(timespec="seconds"),
+            "worker": self.worker,
+            "job": plan.job.name,
+        }
+        if self.identity.host is not None:
+            fields["host"] = self.identity.host
+        if self.identity.pid is not None:
+            fields["pid"] = self.identity.pid
+        fields["tick"] = tick_name(plan.tick)
         return json.dumps(fields, separators=(",", ":")).encode()
 
     def _complete_paused(self, state: _Job, claimed: TickRecord, session: str, note: bytes) -> None:

@@ -4,6 +4,7 @@ VirtualClock, in one thread. No real sleep, no wall clock: every run is the same
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 
 import pytest
@@ -13,6 +14,7 @@ from tick_fleet import (
     KILL_AFTER,
     START,
     WORKERS,
+    Body,
     Counting,
     Fleet,
     at,
@@ -20,11 +22,11 @@ from tick_fleet import (
 )
 
 from provision.consul import ConsulUnavailable
-from provision.ledger.records import TickOutcome, TickRecord
+from provision.ledger.records import TickOutcome, TickRecord, tick_name
 from provision.ledger.store import Claim, Completion
 from provision.ledger.turns import CLAIM_STAGGER, claim_order
 from provision.sessions import SessionTerms
-from provision.tick.core import housekeeps, plan_tick
+from provision.tick.core import Identity, TickCore, housekeeps, plan_tick
 from provision.tick.edge import BodyEnd, StopHow
 from provision.tick.held import STOP_COMPLETE_WITHIN
 from provision.tick.memory import MemoryTickStore
@@ -309,3 +311,22 @@ def test_a_stop_ends_in_bounded_time_though_consul_never_answers_the_completion(
     assert [n.tick for _, n in fleet.said("w1", "complete-abandoned")] == [at(0)]
     record = fleet.record(at(0))
     assert record is not None and record.outcome is TickOutcome.RUNNING  # its session ends it
+
+
+def test_the_lock_holds_the_fields_every_release_writes_there() -> None:
+    """A fleet upgrades one replica at a time: the lock's value keeps the old engine's fields
+    (runner/lock.py, runner/tick_lock.py: who claimed, on which host, its pid, the tick), which
+    `lockctl status` and older releases read."""
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)))
+    identity = Identity("w1", "host-1", 4242)
+    core = TickCore(
+        fleet.store,
+        fleet.clock,
+        identity,
+        [fleet.job],
+        lambda job, tick: Body(fleet.clock, 1.0, False),
+    )
+    value = json.loads(core._holder(core.plan(fleet.job, at(0))))
+    assert list(value) == ["acquired_at", "worker", "job", "host", "pid", "tick"]
+    assert (value["worker"], value["host"], value["pid"]) == ("w1", "host-1", 4242)
+    assert value["tick"] == tick_name(at(0)) and value["job"] == KEYS.name
