@@ -378,7 +378,7 @@ class ReplicaStore:
         terms: ClaimTerms = PLAIN,
     ) -> Claim:
         delay, at = self._send(), self.world.clock.monotonic()
-        if not terms.over:  # a catch-up claims over the `missed` record a read found
+        if not record.catchup:  # a catch-up judges on reads of its own (over a `missed` one)
             self.world.oracle.claiming(self.replica, job.name, record.tick, self.taken)
         claim = self.base.claim(job, record, session_id, holder, terms)
         if claim.won:

@@ -26,7 +26,10 @@ TimerClock only (so one thread runs it, and a simulation runs a fleet of them in
 The tick planned is the tick claimed, recorded and completed: `TickPlan.tick`, one frozen
 value carried through, never recomputed from a clock. A job busy here (its run, or its claim in
 flight) claims nothing: the session is this replica's for all its locks, and a claim under it
-would re-acquire the lock its own run holds.
+would re-acquire the lock its own run holds. A tick whose turn comes while the job runs here
+waits for that run's end, and is taken then if its window is still open (a run that outlasts
+its interval delays the next tick, as a cron job's late start would); one that passes whole
+meanwhile is skipped (overlap).
 """
 
 from __future__ import annotations
@@ -244,6 +247,7 @@ class _Job:
     housekeep: bool = False  # a housekeeping is due after the next run won here
     unanswered: str | None = None  # the session of a claim Consul did not answer
     last: datetime | None = None  # the scheduled tick of the last turn taken here
+    waiting: TickPlan | None = None  # a tick whose turn came while the job ran here
     retired: bool = False  # a reload removed the job: no more turns; its run ends as it would
     catchup_look: bool = False  # a catch-up is to be looked for after the next turn...
     catchup_due: bool = False  # ...once the job is free here (one look per turn at most)
@@ -406,9 +410,9 @@ class TickCore:
 
     def _take(self, state: _Job, plan: TickPlan) -> None:
         """This replica's turn at the tick: read, then claim unless it is taken or not due."""
-        if state.busy is not None:
-            detail = f"busy: tick {tick_name(state.busy)} runs here"
-            self._note("skipped", plan.job, plan.tick, detail, skip=SkipReason.OVERLAP)
+        if state.busy is not None:  # taken once the run ends, while its window is still open
+            self._overlapped(state, state.waiting)
+            state.waiting = plan
             self._arm_fate(state, plan)
             return
         sent = self.clock.monotonic()
@@ -605,7 +609,7 @@ class TickCore:
     def _idle(self, state: _Job) -> None:
         """The job may be free here: a trigger heard meanwhile, or a catch-up to look for after
         a turn, goes next (from a timer of its own: never inside the step that freed it)."""
-        wanted = state.triggers or state.catchup_due
+        wanted = state.waiting or state.triggers or state.catchup_due
         if not wanted or state.idle_timer is not None or not self._live(state):
             return
         state.idle_timer = self.clock.call_at(self.clock.monotonic(), lambda: self._next(state))
@@ -614,11 +618,21 @@ class TickCore:
         state.idle_timer = None
         if state.busy is not None or not self._live(state):
             return  # looked at again when the job is free
-        if state.triggers:
+        if state.waiting is not None:  # the scheduled tick first: its window is the shortest
+            plan, state.waiting = state.waiting, None
+            self._take(state, plan)
+        elif state.triggers:
             if state.trigger_timer is None:
                 self._try_trigger(state)
         elif state.catchup_due:
             self._look_for_catchup(state)
+
+    def _overlapped(self, state: _Job, plan: TickPlan | None) -> None:
+        """A tick whose turn came while the job ran here, and whose next tick's turn came
+        before that run ended: it passed whole, skipped (overlap)."""
+        if plan is not None and state.busy is not None:
+            detail = f"tick {tick_name(state.busy)} ran here meanwhile"
+            self._note("skipped", plan.job, plan.tick, detail, skip=SkipReason.OVERLAP)
 
     def _try_trigger(self, state: _Job) -> None:
         """The oldest trigger heard: read whether one took it, then claim (trigger_plan)."""

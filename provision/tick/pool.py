@@ -51,8 +51,11 @@ class PoolKey:
 
 
 def session_terms(worker: str, timings: JobTimings, node: AgentlessNode | None) -> SessionTerms:
+    """A replica's session for these timings, named as every release names it (`lockctl
+    status` and operators read the name; a fleet upgrades one replica at a time)."""
     ttl, delay, interval = timings.ttl, timings.lock_delay, timings.renew_interval
-    return SessionTerms(f"lockctl {worker}", ttl, delay, BEHAVIOR, interval, node)
+    name = f"lockctl schedule on {worker} (ttl {ttl:g}s, lock-delay {delay:g}s)"
+    return SessionTerms(name, ttl, delay, BEHAVIOR, interval, node)
 
 
 def pool_key(terms: SessionTerms) -> PoolKey:

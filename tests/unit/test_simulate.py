@@ -10,13 +10,16 @@ from bench import simulate
 from bench.simulate import PLANTS, SimConfig
 from provision.tick import core, held, pool
 
-# the invariant each plant must break first, in the default run
+# the invariants a plant may break first, in the default run (where the trace goes decides
+# which of its consequences comes first)
 CAUGHT_BY = {
-    "no-fence": "overlap",
-    "check-flag": "check-after-bound",
-    "blind-claim": "loser-wrote",
-    "no-missed": "unaccounted",
-    "late-confirm": "check-after-bound",
+    # never told to end: it runs past its bound beside another, or forever (still running)
+    "no-fence": {"overlap", "unaccounted"},
+    "check-flag": {"check-after-bound"},
+    "blind-claim": {"loser-wrote"},
+    "no-missed": {"unaccounted"},
+    # fenced late: check() passes past the bound, or the body runs past it beside another
+    "late-confirm": {"check-after-bound", "overlap"},
 }
 
 
@@ -36,7 +39,7 @@ def test_a_run_with_faults_finds_no_violation() -> None:
 def test_each_planted_bug_is_reported_in_the_default_run(plant: str) -> None:
     report = simulate.simulate(SimConfig(plants=(plant,)))
     assert report.violations, plant
-    assert report.violations[0].invariant == CAUGHT_BY[plant]
+    assert report.violations[0].invariant in CAUGHT_BY[plant]
     assert "tick-twice" not in {v.invariant for v in report.violations}  # the claim arbitrates
     assert any("VIOLATION" in line for line in report.trace)
 

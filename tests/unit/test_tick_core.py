@@ -13,6 +13,7 @@ from tick_fleet import (
     KEYS,
     KILL_AFTER,
     START,
+    TIMINGS,
     WORKERS,
     Body,
     Counting,
@@ -30,6 +31,7 @@ from provision.tick.core import Identity, TickCore, housekeeps, plan_tick
 from provision.tick.edge import BodyEnd, StopHow
 from provision.tick.held import STOP_COMPLETE_WITHIN
 from provision.tick.memory import MemoryTickStore
+from provision.tick.pool import session_terms
 
 
 # -- one tick, one run ----------------------------------------------------------------------------
@@ -330,3 +332,11 @@ def test_the_lock_holds_the_fields_every_release_writes_there() -> None:
     assert list(value) == ["acquired_at", "worker", "job", "host", "pid", "tick"]
     assert (value["worker"], value["host"], value["pid"]) == ("w1", "host-1", 4242)
     assert value["tick"] == tick_name(at(0)) and value["job"] == KEYS.name
+
+
+def test_a_session_is_named_as_every_release_names_it() -> None:
+    """`lockctl status` and operators read the session's name; the old engine's pool named it
+    so (scheduler/sessions.py), and a fleet upgrades one replica at a time."""
+    terms = session_terms("worker-2", TIMINGS, None)
+    assert terms.name == "lockctl schedule on worker-2 (ttl 15s, lock-delay 15s)"
+    assert (terms.ttl, terms.lock_delay, terms.behavior) == (15.0, 15.0, "release")
