@@ -7,7 +7,9 @@ job can leave the namespace. Elsewhere the job leads its own process group and t
 child subreaper (become_subreaper, set by whoever owns the process), finds its orphans.
 
 Either way the job's first process gets PDEATHSIG=SIGKILL, so if the runner itself is killed
-(kill -9), the job does not run on without a lock holder.
+(kill -9), the job does not run on without a lock holder. A namespace the machine refuses is
+found out by the first job that tries (its init says why, or unshare does on a pipe of ours);
+that job and every later one of the process then run in a process group.
 """
 
 from __future__ import annotations
@@ -31,9 +33,11 @@ from provision.runner.containment import (
     namespace_refused,
     open_pidfd,
     pdeathsig_argv,
+    refusal_reason,
     remember_refusal,
     send_signal,
 )
+from provision.runner.nsinit import READY
 from provision.runner.output import OutputTee
 
 if TYPE_CHECKING:
@@ -41,6 +45,8 @@ if TYPE_CHECKING:
     from provision.runner.forkserver import ForkServer, KeptProcess
 
 INIT_START_TIMEOUT = 10.0  # seconds for nsinit to say ready (a Python start on a loaded host)
+ANSWER_MAX = 1024  # bytes of the init's first line: ready, or the step the machine refused
+UNSHARE_SAID_MAX = 65536  # bytes of unshare's stderr read for why it failed (one line, usually)
 
 
 def check_program(command: Sequence[str], env: Mapping[str, str]) -> None:
@@ -79,6 +85,7 @@ class Child:
         self.process: subprocess.Popen[bytes] | KeptProcess | None = None
         self._kept: KeptProcess | None = None  # the process, when the helper forked it
         self._control: socket.socket | None = None
+        self._unshare_said: int | None = None  # the read end of unshare's stderr (one-shot way)
         self._init: int | None = None  # a pidfd (or the pid) of the namespace's init
         self._init_pid: int | None = None  # its PID: the one stray a namespaced job can have
         self.hidden = list(hidden)
@@ -104,14 +111,7 @@ class Child:
                 self._kept = forks.spawn(
                     self.command, self.env, theirs, self.hidden, self.output.child_fds
                 )
-            if self._kept is None:  # the one-shot way: unshare, and a Python for the init
-                ns_argv = namespace_argv(theirs.fileno(), self.command, self.hidden)
-                argv, needs_hook = pdeathsig_argv(ns_argv)
-                self.process = self._popen(
-                    argv, self.env, needs_hook, self.output.child_fds, (theirs.fileno(),)
-                )
-            else:
-                self.process = self._kept
+            self.process = self._kept if self._kept is not None else self._unshare(theirs)
         except InputError as exc:
             ours.close()
             self._refuse(str(exc))
@@ -119,6 +119,19 @@ class Child:
         finally:
             theirs.close()
         self._control, self.containment = ours, PID_NAMESPACE
+
+    def _unshare(self, control: socket.socket) -> subprocess.Popen[bytes]:
+        """The one-shot way: unshare, and a Python for the init. unshare's stderr is a pipe of
+        ours (why it could not make the namespace); the init gives the job its own stderr."""
+        stdout, stderr = self.output.child_fds
+        self._unshare_said, said_write = os.pipe()
+        try:
+            ns_argv = namespace_argv(control.fileno(), stderr, self.command, self.hidden)
+            argv, needs_hook = pdeathsig_argv(ns_argv)
+            pass_fds = (control.fileno(), stderr)
+            return self._popen(argv, self.env, needs_hook, (stdout, said_write), pass_fds)
+        finally:
+            os.close(said_write)
 
     def start(self, lock_env: Mapping[str, str], fence: BodyFence | None = None) -> None:
         """Start the job with the lock's variables added to its environment (the supervisor
@@ -132,9 +145,11 @@ class Child:
     def _go(self, control: socket.socket, lock_env: Mapping[str, str]) -> bool:
         """Wait for the init's ready, send the go; False when no namespace could be made."""
         self._control = None
+        said = b""
         try:
             control.settimeout(INIT_START_TIMEOUT)
-            if control.recv(64) != b"ready\n":
+            said = _init_answer(control)
+            if said != READY:
                 raise OSError("the job's init did not start")
             kept_init = None if self._kept is None else self._kept.init_pid
             self._init_pid = kept_init or _only_child(self.pid)
@@ -143,19 +158,28 @@ class Child:
             control.shutdown(socket.SHUT_WR)
             return True
         except (OSError, ValueError):
-            self._refuse(self._why_no_namespace())
+            self._refuse(self._why_no_namespace(said))
             return False
         finally:
             control.close()
 
-    def _why_no_namespace(self) -> str:
-        """The namespace's unshare ended before its init said ready: it was not allowed."""
+    def _why_no_namespace(self, init_said: bytes) -> str:
+        """The namespace ended before its init said ready: it was not allowed, and why."""
         assert self.process is not None
         with contextlib.suppress(subprocess.TimeoutExpired):
             code = self.process.wait(timeout=INIT_START_TIMEOUT)
-            return f"unshare could not make a PID namespace here (exit {code})"
+            return refusal_reason(init_said, self._read_unshare_said(), code)
         self._kill_prepared()
         return "the job's init did not say ready in time"
+
+    def _read_unshare_said(self) -> bytes:
+        """What unshare wrote on its stderr before it ended (none of it in the job's output)."""
+        if self._unshare_said is None:
+            return b""
+        os.set_blocking(self._unshare_said, False)
+        with contextlib.suppress(BlockingIOError):
+            return os.read(self._unshare_said, UNSHARE_SAID_MAX)
+        return b""
 
     def _note_children(self) -> None:
         """Children we already have are not the job's: a long-lived process (a scheduler, a
@@ -195,10 +219,12 @@ class Child:
         self.output.close()
 
     def _close_init(self) -> None:
-        if self._init is not None and self._init >= 0:
-            with contextlib.suppress(OSError):
-                os.close(self._init)
-        self._init = None
+        # unshare's stderr only now: closed while unshare lives, a word of it would kill it
+        for fd in (self._init, self._unshare_said):
+            if fd is not None and fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._init = self._unshare_said = None
         if self._kept is not None:
             self._kept.close()
 
@@ -321,6 +347,18 @@ class Child:
                     os.waitpid(pid, os.WNOHANG)
                 if pid == self._init_pid:
                     self._init_pid = None  # reaped: its PID may soon be another process's
+
+
+def _init_answer(control: socket.socket) -> bytes:
+    """The init's first line on the control socket (ready, or the step the machine refused), or
+    all that came before its end: nothing when it ended without a word (unshare failed)."""
+    said = b""
+    while not said.endswith(b"\n") and len(said) < ANSWER_MAX:
+        chunk = control.recv(ANSWER_MAX - len(said))
+        if not chunk:
+            break
+        said += chunk
+    return said
 
 
 def _our_children() -> list[tuple[int, str]]:

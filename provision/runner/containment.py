@@ -11,8 +11,13 @@ Two mechanisms, the strongest available is used:
   runner itself dies (unshare has PDEATHSIG=SIGKILL and takes its child along).
 - `process-group`: the job leads a process group and the runner is a child subreaper, so the
   group and the job's orphans are found and stopped. A process that leaves the group AND is
-  orphaned after the runner itself was SIGKILLed escapes: the runner says so with a
-  `containment` event on every run (never silently weaker).
+  orphaned after the runner itself was SIGKILLed escapes: every `acquired` event names the
+  mode, and the first run that falls back says why in a `containment` event, once per process
+  (never silently weaker, never a raw line on every tick).
+
+Why the machine refused the namespace comes back to the runner as words, not as a line in the
+job's output: the namespace helper's init says `refused STEP: WHY` on the control socket
+(nsserver.py), and unshare's own stderr is a pipe of the runner's (nsinit.py takes the job's).
 """
 
 from __future__ import annotations
@@ -25,8 +30,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
+
+from provision.runner.nsinit import REFUSED
+from provision.system.text import printable
 
 PID_NAMESPACE = "pid-namespace"
 PROCESS_GROUP = "process-group"
@@ -35,6 +44,9 @@ NSINIT = Path(__file__).with_name("nsinit.py")
 # Set once the machine refused a PID namespace (no unshare, no permission): every later run of
 # this process uses process groups without trying again. A fact about the machine, not a state.
 _refused: str | None = None
+# The refusals already said in a `containment` event: each once per process, not on every run.
+_told: set[str] = set()
+_told_lock = threading.Lock()
 
 
 def namespace_refused() -> str | None:
@@ -53,11 +65,34 @@ def remember_refusal(reason: str) -> None:
     _refused = reason
 
 
+def first_telling(reason: str) -> bool:
+    """Whether `reason` is yet to be said in this process (True once, then False): the run that
+    says it emits the `containment` event, the later ones only name their mode."""
+    with _told_lock:
+        told = reason in _told
+        _told.add(reason)
+    return not told
+
+
+def refusal_reason(init_said: bytes, unshare_said: bytes, code: int) -> str:
+    """Why the job's namespace ended before its init said ready: the step its init names
+    (`refused STEP: WHY`), else the last line unshare (or a Python that could not start the
+    init: its error ends a traceback) wrote on its stderr, else its exit status."""
+    if init_said.startswith(REFUSED):
+        return printable(init_said[len(REFUSED) :].decode(errors="replace").strip())
+    lines = unshare_said.decode(errors="replace").splitlines()
+    said = next((line.strip() for line in reversed(lines) if line.strip()), "")
+    if said:
+        return printable(said)
+    return f"the job's namespace ended before its init was ready (exit {code})"
+
+
 def namespace_argv(
-    control_fd: int, command: Sequence[str], hidden: Sequence[str] = ()
+    control_fd: int, stderr_fd: int, command: Sequence[str], hidden: Sequence[str] = ()
 ) -> list[str]:
-    """unshare + nsinit around `command`; nsinit talks to the runner on `control_fd` and
-    covers the `hidden` files (absolute paths: never `--`) before it says ready."""
+    """unshare + nsinit around `command`; nsinit talks to the runner on `control_fd`, gives
+    the job `stderr_fd` as its stderr (unshare keeps its own: the runner's, for why it failed)
+    and covers the `hidden` files (absolute paths: never `--`) before it says ready."""
     unshare = shutil.which("unshare") or "unshare"
     own = ["--pid"] if os.geteuid() == 0 else ["--user", "--map-current-user", "--pid"]
     if hidden and os.geteuid() != 0 and _keeps_caps(unshare):
@@ -68,7 +103,8 @@ def namespace_argv(
     # A /proc of the namespace's own (in a mount namespace of its own), or ps, pgrep and
     # /proc/self inside the job would describe the runner's namespace instead of the job's.
     own.append("--mount-proc")
-    nsinit = [sys.executable, "-I", "-S", str(NSINIT), str(control_fd), *hidden, "--", *command]
+    fds = [str(control_fd), str(stderr_fd)]
+    nsinit = [sys.executable, "-I", "-S", str(NSINIT), *fds, *hidden, "--", *command]
     return [unshare, *own, "--fork", "--kill-child=SIGKILL", "--", *nsinit]
 
 

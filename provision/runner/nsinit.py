@@ -1,9 +1,11 @@
 """PID 1 of a job's own PID namespace: the init that makes the job's process tree one unit.
 
 Started by the runner as `unshare --pid --mount-proc --fork --kill-child -- python -I -S
-nsinit.py FD -- CMD` before the lock is acquired (its start-up is off the hand-over path). It
-says `ready` on the control socket FD, then waits for the runner's go: the lock variables as
-JSON, then end of file. It starts CMD in a session of its own and from then on:
+nsinit.py FD ERR -- CMD` before the lock is acquired (its start-up is off the hand-over path).
+ERR is the job's stderr, passed apart: unshare's own stderr is a pipe the runner reads when it
+could not make the namespace (its words are the reason the runner gives, not a line in the job's
+output). It says `ready` on the control socket FD, then waits for the runner's go: the lock
+variables as JSON, then end of file. It starts CMD in a session of its own and from then on:
 
 - forwards SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to every process of the
   namespace (kill(-1) from PID 1), so a setsid'd daemon gets them too; one that came between
@@ -37,12 +39,18 @@ FORWARDED = (
 )
 RESET_TO_DEFAULT = (*FORWARDED, signal.SIGPIPE, signal.SIGXFSZ)
 MAX_GO_BYTES = 1024 * 1024
+# What the init says to the runner on the control socket: ready for the go, or (the namespace
+# helper's init, nsserver.py) which step of the namespace the machine refused, and why.
+READY = b"ready\n"
+REFUSED = b"refused "
 
 
 def main(argv: list[str]) -> int:
-    # nsinit.py FD [HIDDEN ...] -- CMD ...: the files to cover are absolute paths, never "--"
-    end = argv.index("--", 2)
-    return init(int(argv[1]), argv[end + 1 :], dict(os.environ), argv[2:end])
+    # nsinit.py FD ERR [HIDDEN ...] -- CMD ...: the files to cover are absolute paths, never "--"
+    end = argv.index("--", 3)
+    os.dup2(int(argv[2]), 2)  # the job's stderr from now on, ours included
+    os.close(int(argv[2]))
+    return init(int(argv[1]), argv[end + 1 :], dict(os.environ), argv[3:end])
 
 
 def init(
@@ -54,7 +62,7 @@ def init(
         signal.signal(signum, _forward)
     if hidden:
         _cover(hidden)
-    os.write(control, b"ready\n")
+    os.write(control, READY)
     extra_env = _read_go(control)
     os.close(control)
     if extra_env is None:

@@ -13,7 +13,10 @@ once (runner/forkserver.py), and for each job it forks twice, the way `unshare -
 
 A fork of this small single-threaded process costs well under a millisecond. The runner talks to
 the job's init on the control socket exactly as with unshare (ready, the go), signals the init
-through a pidfd, and reads the exit status from the status socket. The chain of PDEATHSIG=SIGKILL
+through a pidfd, and reads the exit status from the status socket. A step of the namespace the
+machine refuses (a container forbids the user namespace, or the mount of a /proc of its own) is
+said on the control socket instead of ready: `refused STEP: WHY`, the runner's reason to run the
+job in a process group; never a line in the job's output. The chain of PDEATHSIG=SIGKILL
 is the same as unshare's: the scheduler dies -> this helper -> the keeper -> PID 1 -> the
 kernel ends the namespace.
 
@@ -40,7 +43,7 @@ import signal
 import socket
 import struct
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
     from provision.runner import nsinit
@@ -113,22 +116,20 @@ def _fork_init(job: dict[str, Any], control: int, theirs: set[int]) -> tuple[int
     """As root, one fork: the child is PID 1 of a PID namespace made for it, and ours to reap
     (a second unshare of the PID namespace is refused until we set ours back: setns first)."""
     try:
-        _check(_libc.setns(_OWN_PID_NAMESPACE, CLONE_NEWPID))
-        _unshare(CLONE_NEWPID)  # for the next child only: we stay where we are
+        _check(_libc.setns(_OWN_PID_NAMESPACE, CLONE_NEWPID), "setns of our PID namespace")
+        _unshare(CLONE_NEWPID, "PID")  # for the next child only: we stay where we are
         pid = os.fork()
     except OSError:
         return 0, 0
     if pid == 0 and _is_child():
-        code = EXIT_NO_NAMESPACE
         try:
             # Our parent is outside our namespace now: getppid() says 0, it cannot be checked.
             # Had the helper died before the PDEATHSIG was set, the end of the control socket
             # (the runner gone with it) still ends this init before any job starts.
             _leave_the_helper(theirs | {_OWN_PID_NAMESPACE}, job["output"], check_parent=False)
-            _unshare(CLONE_NEWNS)
+            _unshare(CLONE_NEWNS, "mount")
         except OSError as exc:
-            os.write(2, f"lockctl: cannot make the job's namespace: {exc.strerror}\n".encode())
-            os._exit(code)
+            _refuse(control, exc)
         _pid1(job, control)
     return pid, 1
 
@@ -196,18 +197,16 @@ def _reap(statuses: dict[int, int]) -> None:
 def _keeper(job: dict[str, Any], control: int, theirs: set[int]) -> None:
     """In the forked child: make the namespace, start its init, wait for it, exit with its
     status. Never returns."""
-    code = EXIT_NO_NAMESPACE
     try:
         _leave_the_helper(theirs, job["output"])
         _enter_namespaces()
         init = os.fork()
-        if init == 0:
-            _pid1(job, control)
-        os.close(control)
-        code = _wait_for(init)
     except OSError as exc:
-        os.write(2, f"lockctl: cannot make the job's PID namespace: {exc.strerror}\n".encode())
-    os._exit(code)
+        _refuse(control, exc)
+    if init == 0:
+        _pid1(job, control)
+    os.close(control)
+    os._exit(_wait_for(init))
 
 
 def _leave_the_helper(theirs: set[int], output: list[int], *, check_parent: bool = True) -> None:
@@ -231,7 +230,7 @@ def _enter_namespaces() -> None:
     # Not root: an unprivileged user namespace, with our uid and gid mapped to themselves (as
     # unshare --user --map-current-user does), owns the PID and mount namespaces.
     uid, gid = os.geteuid(), os.getegid()
-    _unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS)
+    _unshare(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS, "user, PID and mount")
     _write("/proc/self/setgroups", "deny")
     _write("/proc/self/uid_map", f"{uid} {uid} 1")
     _write("/proc/self/gid_map", f"{gid} {gid} 1")
@@ -239,22 +238,41 @@ def _enter_namespaces() -> None:
 
 def _pid1(job: dict[str, Any], control: int) -> None:
     """PID 1 of the namespace: its own /proc, then nsinit's life. Never returns."""
+    try:
+        _become_pid1()
+    except OSError as exc:
+        _refuse(control, exc)
     code = 127
     try:
-        _die_with_parent()  # its parent dies (SIGKILL): so does the namespace
-        for signum in IGNORED:
-            signal.signal(signum, signal.SIG_DFL)
-        # A /proc of the namespace's own, in a mount namespace whose mounts stay in it, as
-        # unshare --mount-proc makes it: ps and /proc/self inside the job describe the job's.
-        _mount(b"none", b"/", None, MS_REC | MS_PRIVATE)
-        _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         command = [str(part) for part in job["command"]]
         env = {str(key): str(value) for key, value in job["env"].items()}
         hidden = [str(path) for path in job.get("hidden", ())]
         code = nsinit.init(control, command, env, hidden)
-    except OSError as exc:
+    except OSError as exc:  # after ready: the runner went away, or the job could not start
         os.write(2, f"lockctl: the job's init failed: {exc.strerror}\n".encode())
     os._exit(code)
+
+
+def _become_pid1() -> None:
+    _die_with_parent()  # its parent dies (SIGKILL): so does the namespace
+    for signum in IGNORED:
+        signal.signal(signum, signal.SIG_DFL)
+    # A /proc of the namespace's own, in a mount namespace whose mounts stay in it, as unshare
+    # --mount-proc makes it: ps and /proc/self inside the job describe the job's. A container
+    # that masks part of its own /proc (most do) refuses this mount to a user namespace.
+    _mount(b"none", b"/", None, MS_REC | MS_PRIVATE)
+    _mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def _refuse(control: int, exc: OSError) -> NoReturn:
+    """Tell the runner which step the machine refused (it runs the job in a process group
+    instead), and end. Never returns."""
+    said = f"{exc.filename or 'the namespace'}: {exc.strerror}\n"
+    try:  # noqa: SIM105 - contextlib would be one more import
+        os.write(control, nsinit.REFUSED + said.encode(errors="replace"))
+    except OSError:
+        pass  # the runner is gone: nobody to tell
+    os._exit(EXIT_NO_NAMESPACE)
 
 
 def _wait_for(pid: int) -> int:
@@ -270,29 +288,34 @@ def _wait_for(pid: int) -> int:
 
 
 def _die_with_parent() -> None:
-    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0))
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PR_SET_PDEATHSIG)")
 
 
-def _unshare(flags: int) -> None:
-    _check(_libc.unshare(flags))
+def _unshare(flags: int, which: str) -> None:
+    _check(_libc.unshare(flags), f"unshare of a {which} namespace")
 
 
 def _mount(source: bytes, target: bytes, kind: bytes | None, flags: int) -> None:
-    _check(_libc.mount(source, target, kind, flags, None))
+    what = target.decode() if kind else f"--make-rprivate {target.decode()}"
+    _check(_libc.mount(source, target, kind, flags, None), f"mount {what}")
 
 
-def _check(result: int) -> None:
+def _check(result: int, step: str) -> None:
+    """An OSError naming the `step` (its filename: the runner's reason says it) if it failed."""
     if result != 0:
         errno = ctypes.get_errno()
-        raise OSError(errno, os.strerror(errno))
+        raise OSError(errno, os.strerror(errno), step)
 
 
 def _write(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
     try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, f"write {path}") from None
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from provision.fencing import (
 )
 from provision.ledger.records import tick_name
 from provision.runner.body import JobBody
+from provision.runner.containment import first_telling
 from provision.runner.events import EventLog, ms
 from provision.runner.lock import Ending, HeldLock, LockSession
 from provision.runner.monitors import LockMonitors
@@ -79,7 +80,8 @@ class Supervisor:
             child_pid=child.pid,
             containment=child.containment,
         )
-        if child.warning:
+        # Said once per process: the later runs name their mode in `acquired` only
+        if child.warning and first_telling(child.warning):
             self.events.emit(
                 "containment",
                 session=self.lock.session_id,

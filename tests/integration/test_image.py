@@ -198,6 +198,11 @@ def test_two_containers_run_each_tick_once(image: Image, lab: Lab, containers: l
         claimed += [(e["tick"], worker) for e in acquired]
         containment |= {e.get("containment") for e in acquired}
         assert [e for e in events if e["event"] == "stopped"], events
+        # why the container has no PID namespace for the job: one event, no raw line, no repeats
+        told = [e for e in events if e["event"] == "containment"]
+        assert len(told) == min(1, len(acquired)), told
+        raw = [line for line in _lines(name) if not line.startswith(("{", "tick "))]
+        assert raw == [], raw
     ticks = [tick for tick, _ in claimed]
     assert len(ticks) == len(set(ticks)), sorted(claimed)  # never twice
     by_tick = dict(claimed)

@@ -546,6 +546,9 @@ def test_without_pid_namespaces_the_runner_says_so_and_still_contains_its_group(
     events = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
     warning = next(e for e in events if e["event"] == "containment")
     assert warning["mode"] == "process-group" and "no PID namespace" in warning["warning"]
+    # unshare's words are the reason, not a line of the job's output
+    assert "(unshare: unshare failed: Operation not permitted)" in warning["warning"], warning
+    assert not [line for line in done.stderr.splitlines() if line.startswith("unshare:")]
     assert next(e for e in events if e["event"] == "acquired")["containment"] == "process-group"
     assert wait_until(lambda: not pids_with(marker), 2.0), pids_with(marker)
 
