@@ -296,8 +296,13 @@ class TickCore:
         return plan_tick(job, tick, self.worker)
 
     def start(self) -> None:
-        """Plan each job's tick: the current one while its window is open, else the next; and
-        a housekeeping once the windows of the ticks before now have closed."""
+        """Make the replica's sessions (one per PoolKey: a Raft write each, off the first
+        claim's path; Consul not answering, the first claim makes it), then plan each job's
+        tick: the current one while its window is open, else the next; and a housekeeping once
+        the windows of the ticks before now have closed."""
+        for timings in dict.fromkeys(state.job.timings for state in self._jobs):
+            with contextlib.suppress(ConsulError):
+                self.pool.session_for(timings)
         for state in self._jobs:
             self._begin(state)
 

@@ -340,3 +340,16 @@ def test_a_session_is_named_as_every_release_names_it() -> None:
     terms = session_terms("worker-2", TIMINGS, None)
     assert terms.name == "lockctl schedule on worker-2 (ttl 15s, lock-delay 15s)"
     assert (terms.ttl, terms.lock_delay, terms.behavior) == (15.0, 15.0, "release")
+
+
+def test_a_replica_makes_its_session_at_the_start_not_on_its_first_claims_path() -> None:
+    """One session per PoolKey at the start (a Raft write off the first claim's path): a
+    replica whose turns all find their ticks taken has its session all the same, kept across
+    ticks, destroyed at its stop."""
+    fleet = Fleet(duration=1.0)
+    first = claim_order(KEYS.name, at(0), WORKERS)[0]
+    fleet.start(first)
+    assert [n.kind for _, n in fleet.said(first, "session-created")] == ["session-created"]
+    assert fleet.notes and all(n.kind == "session-created" for _, _, n in fleet.notes)
+    fleet.run(35)  # before any turn: made at the start
+    assert len(fleet.said(first, "session-created")) == 1  # one, kept across the ticks
