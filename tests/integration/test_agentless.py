@@ -118,9 +118,16 @@ def _runs(tmp: Path) -> list[list[str]]:
 
 
 def _stop(process: subprocess.Popen[str]) -> int:
+    """SIGTERM, and its exit status; one that does not end within a minute is killed (by its
+    PID: nothing of a failed test outlives it) and the timeout raised."""
     if process.poll() is None:
         process.send_signal(signal.SIGTERM)
-    return process.wait(timeout=60)
+    try:
+        return process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+        raise
 
 
 def test_the_policy_lets_a_worker_register_exactly_its_own_node(
