@@ -47,25 +47,14 @@ from provision.ledger.records import TickOutcome, TickRecord, taken_fields, tick
 from provision.runner.events import EventLog, ms
 from provision.runner.metrics import LABELS, TICKS
 from provision.runner.tick_verdicts import paused_refusal
+
+# the outcomes, skip reasons and buckets of the scheduler's /metrics: one set, the old loop's
+# counts and this report's (they go here when the old engine does)
+from provision.scheduler.counts import DURATION_BUCKETS, LAG_BUCKETS, OUTCOMES, SKIP_REASONS
 from provision.system.text import printable
 from provision.tick.edge import Note, SkipReason
 
 SCHEDULER_EVENTS = "lockctl-schedule"  # the `job` field of the scheduler's own events
-# The tick outcomes of lockctl_ticks_total, each at 0 for every job from the start.
-OUTCOMES = (
-    "ran",
-    "skipped",
-    "missed",
-    "lost",
-    "interrupted",
-    "job-timed-out",
-    "error",
-    "consul-unavailable",
-)
-SKIP_REASONS = tuple(SkipReason)
-# Cron jobs run from under a second to hours; a tick starts within ms, or seconds when late.
-DURATION_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0)
-LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 HEALTH_TEXT_LIMIT = 160  # characters of a Consul error or a failure kept for /healthz
 HEALTH_LIMIT = 400  # characters of the /healthz line
 EVENT_TEXT_LIMIT = 400  # characters of Consul's (or anyone's) words in an event
