@@ -118,11 +118,15 @@ class Run:
     def check(self) -> None:
         """Raise LockLost (or RunStopped) when the run must not go on; else return at once.
         It judges the fencing bound itself, every call: it never returns once the bound has
-        passed since the newest confirmation, whatever the supervisor has done yet."""
-        if self.lost.is_set():
+        passed since the newest confirmation, whatever the supervisor has done yet.
+        One judgment, then the kind: judging `lost` and `stopping` apart let the bound pass
+        between the two reads, and a lost lock was said as a plain stop. `_fence` sets `lost`
+        before `stopping`, so a stop read here is known lost or not."""
+        if not self.stopping.is_set():
+            return
+        if threading.Event.is_set(self.lost):
             raise LockLost(self.reason or "the lock is no longer ours")
-        if self.stopping.is_set():
-            raise RunStopped(self.reason or "the run was asked to stop")
+        raise RunStopped(self.reason or "the run was asked to stop")
 
     def _judge(self) -> None:
         if self.vouch is not None and self.vouch.passed():

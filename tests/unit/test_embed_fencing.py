@@ -5,6 +5,7 @@ its app is killed or stopped."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -84,6 +85,27 @@ def test_check_judges_the_bound_itself(
             run.check()
         assert run.stopping.is_set()
         assert run.lost.is_set() is (raises is LockLost)
+
+
+class PassingBetweenReads:
+    """A clock that is inside the bound at its first reading and past it ever after: the
+    bound passes in the middle of one check()."""
+
+    def __init__(self) -> None:
+        self.readings = 0
+
+    def __call__(self) -> float:
+        self.readings += 1
+        return 100.0 if self.readings == 1 else 140.0
+
+
+def test_a_bound_that_passes_during_check_is_said_lost_not_stopped() -> None:
+    run = Run("job", "worker-1", datetime(2026, 12, 6, tzinfo=timezone.utc), 4, "s")
+    run.vouch = Vouch(PassingBetweenReads(), lambda: 100.0, BOUNDS.fence_after)
+    with contextlib.suppress(LockLost):  # inside the bound when judged: it may return
+        run.check()  # but a plain RunStopped is wrong
+    with pytest.raises(LockLost, match="no confirmation of the lock in time"):
+        run.check()
 
 
 def test_a_newer_confirmation_moves_the_bound() -> None:
