@@ -10,7 +10,6 @@ pass-through command that hands its words to the same `serve_schedule`.
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,8 +96,9 @@ def run_schedule(args: ScheduleArgs) -> int:
 
 def _schedule(args: ScheduleArgs, stop: StopRequest, reload: ReloadRequest) -> int:
     from provision.runner.containment import become_subreaper
-    from provision.scheduler.listen import parse_listen, serving
-    from provision.scheduler.service import Scheduler, single_instance
+    from provision.scheduler.listen import parse_listen
+    from provision.scheduler.on_core import run_on_core
+    from provision.scheduler.service import single_instance
     from provision.workers.config import load_worker_config
 
     address = None if args.listen is None else parse_listen(args.listen)  # refused first
@@ -106,12 +106,4 @@ def _schedule(args: ScheduleArgs, stop: StopRequest, reload: ReloadRequest) -> i
     worker_config = load_worker_config(args.config, allow_unsafe=args.allow_unsafe)
     with single_instance(args.config):
         become_subreaper()  # the jobs' orphans come back to us: none outlives its lock
-        if os.environ.get("LOCKCTL_SCHEDULER") == "core":  # hidden: the tick core, migrating
-            from provision.scheduler.on_core import run_on_core
-
-            return run_on_core(worker_config, stop, reload.forward_to, address, args.allow_unsafe)
-        scheduler = Scheduler(worker_config, stop, sys.stderr, allow_unsafe=args.allow_unsafe)
-        reload.forward_to(scheduler.request_reload)  # a SIGHUP since the read: reload at once
-        # bound before any job starts: a port in use is exit 6 with nothing run
-        with serving(address, scheduler.snapshots, worker_config.worker, scheduler.events):
-            return scheduler.run()
+        return run_on_core(worker_config, stop, reload.forward_to, address, args.allow_unsafe)

@@ -7,24 +7,19 @@ before any job starts, so a port in use is refused (exit 6) with nothing run.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import ipaddress
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from provision.errors import InputError, LocalEnvironmentError
-from provision.runner.events import EventLog
 from provision.scheduler.exposition import (
     Health,
-    Snapshots,
-    health_verdict,
-    metrics_registry,
     render,
 )
 
@@ -74,25 +69,6 @@ def parse_listen(value: str) -> ListenAddress:
         except ValueError:
             raise bad("the host must be an IP address or localhost") from None
     return ListenAddress(host, int(port_text))
-
-
-@contextlib.contextmanager
-def serving(
-    address: ListenAddress | None, snapshots: Snapshots, worker: str, events: EventLog
-) -> Iterator[Listener | None]:
-    """Serve the scheduler's metrics and health at `address` (None: no listener) meanwhile."""
-    if address is None:
-        yield None
-        return
-    listener = Listener(
-        address, metrics_registry(snapshots, worker), lambda: health_verdict(snapshots())
-    )
-    events.emit("listening", address=str(address), loopback=address.loopback)
-    listener.start()
-    try:
-        yield listener
-    finally:
-        listener.stop()
 
 
 class Listener:

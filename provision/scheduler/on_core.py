@@ -1,5 +1,5 @@
-"""`lockctl schedule` on the tick core (provision/tick/), chosen with LOCKCTL_SCHEDULER=core while
-the old engine (service.py) stays the default: the process around the core's tick decisions.
+"""`lockctl schedule` on the tick core (provision/tick/): the process around the core's tick
+decisions.
 
     the clock thread   one ThreadTimerClock on the Consul agent's clock (the clients' AgentClock,
                        learnt before the first turn): every call into a core, the store's calls,

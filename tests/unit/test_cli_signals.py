@@ -299,7 +299,7 @@ def test_schedule_sets_its_handlers_before_it_reads_the_config_and_reloads_on_si
     reload request, passed to the scheduler once it exists; SIGTERM alone stops."""
     from provision.cli import schedulejob
     from provision.runner import containment
-    from provision.scheduler import service
+    from provision.scheduler import on_core
     from provision.workers import config as worker_config
 
     config = tmp_path / "lockctl.json"
@@ -319,14 +319,11 @@ def test_schedule_sets_its_handlers_before_it_reads_the_config_and_reloads_on_si
 
     class FakeScheduler:
         def __init__(self, _config: Loaded, stop: StopRequest, *_a: object, **_k: object) -> None:
-            self.stop, self.reloads, self.events = stop, 0, None
+            self.stop, self.reloads, self.report = stop, 0, None
             made.append(self)
 
         def request_reload(self) -> None:
             self.reloads += 1
-
-        def snapshots(self) -> list[object]:
-            return []
 
         def run(self) -> int:
             assert self.reloads == 1 and not self.stop.requested  # the early SIGHUP
@@ -337,7 +334,7 @@ def test_schedule_sets_its_handlers_before_it_reads_the_config_and_reloads_on_si
             return 0
 
     monkeypatch.setattr(worker_config, "load_worker_config", load)
-    monkeypatch.setattr(service, "Scheduler", FakeScheduler)
+    monkeypatch.setattr(on_core, "CoreScheduler", FakeScheduler)
     monkeypatch.setattr(containment, "become_subreaper", lambda: None)
     assert schedulejob.run_schedule(schedulejob.ScheduleArgs(config)) == 0
     assert len(seen) == 1 and len(made) == 1
