@@ -26,24 +26,23 @@ from provision.embed.run import (
     RunEvents,
     RunOutcome,
 )
+from provision.embed.served import AppJob, AppJobs, serve_on_core
 from provision.errors import InputError
 from provision.fencing import Outcome
 from provision.ledger.health import JobHealth, assess
 from provision.ledger.history import JobHistory, LedgerJob, Wanted, read_history
 from provision.ledger.store import Ledger
-from provision.runner.body import JobBody
 from provision.runner.engine import run_job
 from provision.runner.events import EventLog
 from provision.runner.precheck import utc_now
 from provision.runner.results import RunOptions, SkipReason
 from provision.runner.stop import StopRequest
 from provision.runner.tick_lock import TickRun, current_tick, job_schedule, plan_tick
-from provision.scheduler.loop import JobTicks
 from provision.scheduler.sessions import SessionPool
-from provision.scheduler.timer import TickTimer
 from provision.workers.config import JobConfig, load_worker_config
 
 Events = TextIO | logging.Logger | None
+RUNNING_HERE = "a call of this job is still running in this process"
 CLOSE_TIMEOUT = 30.0  # seconds close() waits for the runs in flight by default
 
 
@@ -70,6 +69,7 @@ class Locker:
         self.sessions.start()
         self._stop = StopRequest()
         self._in_flight = 0
+        self._running: set[str] = set()  # the jobs a call runs now (one call of a job at once)
         self._idle = threading.Condition()
         self.registered: dict[str, Callable[[], RunOutcome]] = {}  # the decorated calls
         self.served: dict[str, Served] = {}  # what serve() runs at each tick
@@ -223,6 +223,10 @@ class Locker:
         assert schedule is not None  # self.job() said so
         if not self._enter():
             return RunOutcome(Outcome.INTERRUPTED)
+        if not self._begin(config.name):
+            self._leave()
+            events.emit("skipped", reason=RUNNING_HERE)
+            return RunOutcome(Outcome.SKIPPED, skip=SkipReason.OVERLAP)
         try:
             # The tick the caller's timer fired for, by the later of this host's clock and the
             # earliest the agent's may show (its Date has whole seconds: early on, that bound
@@ -250,8 +254,24 @@ class Locker:
             events.emit("consul-unavailable", error=str(exc))
             return RunOutcome(Outcome.SKIPPED, skip=SkipReason.OTHER, error=str(exc))
         finally:
+            self._end(config.name)
             self._leave()
         return RunOutcome.of(result, bodies[-1].error if bodies else None)
+
+    def _begin(self, job: str) -> bool:
+        """A call of `job` may claim: False while another call of it runs here. Every call
+        claims under the Locker's one session, and Consul lets a session acquire again a lock
+        it holds: a second call (an app's timer firing again, max_instances > 1) would run the
+        job beside the first, and its release would fence the first."""
+        with self._idle:
+            if job in self._running:
+                return False
+            self._running.add(job)
+            return True
+
+    def _end(self, job: str) -> None:
+        with self._idle:
+            self._running.discard(job)
 
     def _enter(self) -> bool:
         """A run (or serve()) starts: close() waits for it; False once closing."""
@@ -268,15 +288,24 @@ class Locker:
 
     # -- serving, closing, reading ---------------------------------------------------------
     def serve(self, stop: threading.Event | None = None) -> None:
-        """Run every decorated job at each of its ticks on `lockctl schedule`'s own timer
-        (scheduler/timer.py, loop.py: the claim order, the cadence of reads and housekeeping,
-        the overlap skips), until `stop` is set or close() is called; returns once the runs
-        under way have ended."""
+        """Run every decorated job at each of its ticks on the tick core, as `lockctl
+        schedule` runs a worker's jobs (embed/served.py: the claim order, catch-up, pauses, the
+        overlap skips), until `stop` is set (the runs under way end as they will) or close() is
+        called (they are told to stop); returns once they have ended."""
         if self._enter():
             try:
-                _serve_jobs(self, stop or threading.Event())
+                serve_on_core(self._app_jobs(), stop or threading.Event())
             finally:
                 self._leave()
+
+    def _app_jobs(self) -> AppJobs:
+        jobs = []
+        for name, served in self.served.items():
+            make = body_maker(self.job(name), served.function, served.isolation)
+            jobs.append(AppJob(self.job(name), make, served.on_lost))
+        return AppJobs(
+            self.consul, self.wall, self.worker, self.stream, tuple(jobs), lambda: self.stopping
+        )
 
     def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
         """Stop claiming, tell the runs in flight to stop (their records completed, their locks
@@ -367,57 +396,3 @@ def _ledger_job(job: JobConfig) -> LedgerJob:
     return LedgerJob(
         job.name, job.lock_key, schedule, job.timings.start_deadline, job.history_limit
     )
-
-
-# -- serve(): the decorated jobs at their ticks on `lockctl schedule`'s own machinery ---------
-# One TickTimer (scheduler/timer.py) for all the jobs, one JobTicks loop (scheduler/loop.py) per
-# job with the app's body instead of a command: the same claim order and jitter, the same cadence
-# of reads and housekeeping, the same overlap skips and `consul-unavailable` handling, under the
-# Locker's session pool and on its Consul clock. Each job's runs are one after the other, so one
-# RunEvents per job tells each run of its fencing in turn.
-SERVE_STOP_POLL = 0.5  # seconds: how soon a set `stop` event retires the timer
-
-
-def _serve_jobs(locker: Locker, stop: threading.Event) -> None:
-    """Until `stop` is set (the timer retires: runs under way end as they will) or the Locker
-    closes (its stop request: runs under way are told to stop)."""
-    loops = [_job_loop(locker, name) for name in locker.served]
-    timer = TickTimer(loops, locker.stop_request, wall=locker.wall)
-    watcher = threading.Thread(
-        target=_retire_when, args=(stop, locker, timer), name="lockctl-serve", daemon=True
-    )
-    watcher.start()
-    try:
-        timer.run()
-    finally:
-        stop.set()  # the watcher's end too
-        watcher.join()
-        for loop in loops:
-            loop.leave()
-
-
-def _job_loop(locker: Locker, name: str) -> JobTicks:
-    config, served = locker.job(name), locker.served[name]
-    events = RunEvents(name, locker.worker, locker.stream, served.on_lost)
-    make = body_maker(config, served.function, served.isolation)
-
-    def body() -> JobBody:
-        return make(events)
-
-    return JobTicks(
-        locker.consul,
-        config,
-        locker.worker,
-        events,
-        locker.stop_request,
-        wall=locker.wall,
-        sessions=locker.sessions,
-        body=body,
-    )
-
-
-def _retire_when(stop: threading.Event, locker: Locker, timer: TickTimer) -> None:
-    while not stop.wait(SERVE_STOP_POLL):
-        if locker.stopping:
-            return  # the timer sees the stop request itself
-    timer.retire()

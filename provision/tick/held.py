@@ -15,6 +15,8 @@ each step is a callback on the core's TimerClock, and the next one a timer.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -126,6 +128,7 @@ class HeldRun:
         self.record = claimed.record
         self.bounds: FenceBounds = fence_bounds(claimed.timings, renew_timeout(claimed.timings))
         self.confirmed_at = claimed.confirmed_at
+        self._followers: list[Callable[[float], None]] = []  # told of each confirmation
         self._done, self._listener = done, listener
         self.body: Body | None = None
         self.lost: str | None = None  # why the lock is gone, once the pool said so
@@ -183,8 +186,21 @@ class HeldRun:
     # -- facts that change -----------------------------------------------------------------
     def confirm(self, sent: float) -> None:
         """A renewal sent at `sent` confirmed the session: the bounds count from there (the
-        timer already set looks again when it fires)."""
-        self.confirmed_at = max(self.confirmed_at, sent)
+        timer already set looks again when it fires), and the followers are told."""
+        if sent > self.confirmed_at:
+            self.confirmed_at = sent
+            for follower in list(self._followers):
+                follower(sent)
+
+    def follow(self, follower: Callable[[float], None]) -> Callable[[], None]:
+        """Call `follower` with each newer confirmation (a body whose fencing lives outside
+        this process forwards them there: embed/bodies.py ProcessBody); returns what stops it."""
+        self._followers.append(follower)
+        return functools.partial(self._unfollow, follower)
+
+    def _unfollow(self, follower: Callable[[float], None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._followers.remove(follower)
 
     def lose(self, reason: str) -> None:
         """Consul said the lock is gone (its session ended)."""

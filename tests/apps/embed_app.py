@@ -1,5 +1,6 @@
 """A small app with its own in-process scheduler (APScheduler 3, a 2-second interval) whose one
-scheduled function is behind lockctl: `python -m tests.apps.embed_app CONFIG JOB STATE MODE`.
+scheduled function is behind lockctl: `python -m tests.apps.embed_app CONFIG JOB STATE MODE
+[DRIVER]`; DRIVER `serve`: no APScheduler, lockctl's own `locker.serve()` fires the function.
 
 The body appends a line to STATE/oracle.log (tick, worker, pid, lock index, start time, and
 whether the process STATE/sleep.pid names is alive), then writes to a tiny fenced store
@@ -83,6 +84,7 @@ def sleeper(pid_file: Path, *, escape: bool) -> list[str]:
 
 def main() -> None:
     config, job, state, mode = sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[4]
+    driver = sys.argv[5] if len(sys.argv) > 5 else "call"
     store = FencedStore(state / "fence.json")
     locker = Locker.from_config(config, events=sys.stderr)
     worker, first = locker.worker, threading.Event()
@@ -145,11 +147,18 @@ def main() -> None:
             flush=True,
         )
 
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    if driver == "serve":  # lockctl's own timer: the tick core, in this process
+        served = threading.Thread(target=locker.serve, name="serve")
+        served.start()
+        done.wait()
+        locker.close()  # serve() sees it: the run under way is told to stop
+        served.join(60)
+        return
     scheduler = BackgroundScheduler()
     scheduler.add_job(fire, "interval", seconds=INTERVAL, max_instances=3)
     scheduler.start()
-    done = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: done.set())
     done.wait()
     scheduler.shutdown(wait=False)
     locker.close()

@@ -38,6 +38,7 @@ pytestmark = pytest.mark.cluster
 
 WORKERS = ("worker-1", "worker-2", "worker-3")
 JOBS = ("once", "kill", "stop", "proc", "exit", "inproc", "pkill", "pstop", "check")
+SERVED = ("s-stop", "s-proc", "s-exit", "s-check")  # the same scenarios, fired by serve()
 TTL = float(FAST_DEFAULTS["ttl"].rstrip("s"))
 LOCK_DELAY = float(FAST_DEFAULTS["lock_delay"].rstrip("s"))
 # a dead replica's session ends within 2 x TTL (Consul's grace), then the lock-delay runs
@@ -58,13 +59,13 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
     tmp = tmp_path_factory.mktemp("embed")
     uid = uuid.uuid4().hex[:8]
     kv = f"test/embed-{uid}/"
-    jobs = {s: {"prefix": f'"{kv}{s}/"', "schedule": '"@every 2s"'} for s in JOBS}
+    jobs = {s: {"prefix": f'"{kv}{s}/"', "schedule": '"@every 2s"'} for s in JOBS + SERVED}
     spec_path = tmp / "locks.hcl"
     spec_path.write_text(
         spec_text(live_cluster, WORKERS, {f"{s}-{uid}": a for s, a in jobs.items()})
     )
     with minted_workers(live_cluster, spec_path, WORKERS, tmp, uid, kv) as made:
-        yield Lab(tmp, made.configs, {s: f"{s}-{uid}" for s in JOBS}, live_cluster)
+        yield Lab(tmp, made.configs, {s: f"{s}-{uid}" for s in JOBS + SERVED}, live_cluster)
 
 
 class App:
@@ -74,6 +75,7 @@ class App:
         self.worker = worker
         self.log = open(state / f"{worker}.err", "w")  # noqa: SIM115 (closed in stop)
         argv = [str(lab.configs[worker]), lab.jobs[short], str(state), mode]
+        argv += ["serve"] if short in SERVED else []
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.apps.embed_app", *argv],
             cwd=ROOT,
@@ -181,8 +183,11 @@ def test_kill9_of_the_running_replica_the_others_carry_on(lab: Lab, apps: list[A
     assert len(ticks) == len(set(ticks))
 
 
-def test_sigstop_past_the_ttl_sets_lost_and_the_store_refuses(lab: Lab, apps: list[App]) -> None:
-    state = start(lab, apps, "stop", "hang-once")
+@pytest.mark.parametrize("short", ["stop", "s-stop"])
+def test_sigstop_past_the_ttl_sets_lost_and_the_store_refuses(
+    lab: Lab, apps: list[App], short: str
+) -> None:
+    state = start(lab, apps, short, "hang-once")
     # each replica's first run hangs until lost; the first of them to run is the victim
     first = eventually(lambda: runs(state), timeout=30)
     assert first
@@ -200,7 +205,7 @@ def test_sigstop_past_the_ttl_sets_lost_and_the_store_refuses(lab: Lab, apps: li
     for app in apps:
         if app is not victim:
             app.stop()
-    helper = App(lab, next(w for w in WORKERS if w != victim.worker), "stop", "quick", state)
+    helper = App(lab, next(w for w in WORKERS if w != victim.worker), short, "quick", state)
     apps.append(helper)
     assert eventually(higher, timeout=2 * TTL + LOCK_DELAY + 30), "no later run took over"
     os.kill(victim.process.pid, signal.SIGCONT)
@@ -235,11 +240,20 @@ def _read_name(path: Path) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def test_process_isolation_kills_the_tree_before_another_runs(lab: Lab, apps: list[App]) -> None:
-    state = start(lab, apps, "proc", "process")
+@pytest.mark.parametrize("short", ["proc", "s-proc"])
+def test_process_isolation_kills_the_tree_before_another_runs(
+    lab: Lab, apps: list[App], short: str
+) -> None:
+    """The isolated body lives on while its lock is renewed (its warden is told of every
+    confirmation: without them it would end the body within LockDelay), and dies with the
+    lock, before another replica runs the job."""
+    state = start(lab, apps, short, "process")
     sleep_pid = child_pid(state)
     assert eventually(lambda: runs(state), timeout=30)
-    session = _lock_session(lab, "proc")
+    time.sleep(LOCK_DELAY + 2)
+    assert _alive(sleep_pid), "the isolated body was ended while its lock was renewed"
+    assert len(runs(state)) == 1
+    session = _lock_session(lab, short)
     assert session
     lab.cluster.management().session.destroy(session)  # the lock is lost under the body
     later = eventually(lambda: runs(state)[1:], timeout=TAKEOVER + 30)
@@ -278,10 +292,13 @@ def test_sigstop_of_the_app_the_warden_ends_the_body_in_time(lab: Lab, apps: lis
     assert not _alive(sleep_pid)
 
 
-def test_check_never_passes_after_another_replica_ran(lab: Lab, apps: list[App]) -> None:
+@pytest.mark.parametrize("short", ["check", "s-check"])
+def test_check_never_passes_after_another_replica_ran(
+    lab: Lab, apps: list[App], short: str
+) -> None:
     """A body looping on run.check() in an app stopped past TTL and LockDelay: after SIGCONT,
     check() raises at its first call; it never returned once another replica had run."""
-    state = start(lab, apps, "check", "check-loop")
+    state = start(lab, apps, short, "check-loop")
     victim = holder(state, apps)
     time.sleep(1.0)  # the body is in its loop: its lock confirmed by at least one renewal
     os.kill(victim.process.pid, signal.SIGSTOP)
@@ -315,12 +332,15 @@ def _lock_session(lab: Lab, short: str) -> str | None:
     return entry.session if entry is not None else None
 
 
-def test_on_lost_exit_ends_the_process_after_the_event(lab: Lab, apps: list[App]) -> None:
-    state = start(lab, apps, "exit", "exit")  # the first run anywhere hangs, never looking
+@pytest.mark.parametrize("short", ["exit", "s-exit"])
+def test_on_lost_exit_ends_the_process_after_the_event(
+    lab: Lab, apps: list[App], short: str
+) -> None:
+    state = start(lab, apps, short, "exit")  # the first run anywhere hangs, never looking
     first = eventually(lambda: runs(state), timeout=30)
     assert first
     holder = next(app for app in apps if app.worker == first[0]["worker"])
-    session = _lock_session(lab, "exit")
+    session = _lock_session(lab, short)
     assert session
     lab.cluster.management().session.destroy(session)
     assert holder.process.wait(TAKEOVER + 30) == EXIT_ON_LOST
