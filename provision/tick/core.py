@@ -7,7 +7,9 @@ TimerClock only (so one thread runs it, and a simulation runs a fleet of them in
     turn     read the tick's record, and Consul's clock in the answer (a read: no Raft write;
              no write at all when the tick is taken) -> judged again on the clock as it is sent
              -> claim it: ONE transaction (the tick has no record + the lock + the record),
-             the arbiter whatever the clocks and ranks say
+             the arbiter whatever the clocks and ranks say. The turns of every job due at one
+             instant are read together, and their claims sent together (one transaction while
+             they all apply, else each alone): each judged, and answered, as its own
     run      held.py: the body under the lock, renewed by the session pool (pool.py), fenced
              by the pure decision, the record completed and the lock released in one write
     off the schedule  an operator's trigger (`trigger`): a claim at the trigger's own instant,
@@ -557,8 +559,9 @@ class TickCore:
                 self._free(state)
                 continue
             record = self._claim_record(plan, session, judged.lag(at))
+            terms = PLAIN if plan.off is None else plan.off.terms
             sending.append((state, plan, judged))
-            calls.append(ClaimCall(plan.job.keys, record, session, self._holder(plan), PLAIN))
+            calls.append(ClaimCall(plan.job.keys, record, session, self._holder(plan), terms))
         answers = self._claims_sent(calls)
         answered = self.clock.monotonic()
         for (state, plan, judged), call, answer in zip(sending, calls, answers, strict=True):
