@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from provision.consul import (
@@ -17,6 +17,7 @@ from provision.consul import (
     KVOp,
     NotFound,
     PermissionDenied,
+    TxnAnswer,
 )
 from provision.consul.batch import MAX_OPERATIONS
 from provision.consul.models import KVEntry
@@ -69,6 +70,24 @@ def _known_session(job: JobKeys, claim: Claim) -> ClaimAnswer:
         return refuse_invalid_session(job, claim)
     except InvalidSession as exc:
         return exc
+
+
+def _refused_claims(claims: Sequence[_Sendable], answer: TxnAnswer) -> dict[int, TxnAnswer]:
+    """The claims (by position) whose operations failed in a rolled-back transaction, each
+    with its own answer: its errors, numbered as in its own transaction (batch.py's rule)."""
+    refused: dict[int, TxnAnswer] = {}
+    start = 0
+    for n, claim in enumerate(claims):
+        end = start + len(claim.ops)
+        own = tuple(
+            replace(error, op_index=error.op_index - start)
+            for error in answer.errors
+            if start <= error.op_index < end
+        )
+        if own:
+            refused[n] = replace(answer, results=(), errors=own)
+        start = end
+    return refused
 
 
 @dataclass(frozen=True)
@@ -146,9 +165,12 @@ class ConsulTickStore:
 
     def _claim_together(self, claims: Sequence[_Sendable]) -> list[ClaimAnswer]:
         """One transaction, every claim's operations in turn (their keys apart). Applied: each
-        claim's answer read from it, as Ledger.claim reads its own. Refused whole (a tick taken,
-        a lock held: Consul rolls every claim in it back; a right missing; too large): each
-        claim again on its own. No answer: each claim in it unanswered (maybe applied)."""
+        claim's answer read from it, as Ledger.claim reads its own. Rolled back (a tick taken,
+        a lock held: Consul rolls the whole transaction back, and names every operation that
+        failed): a claim whose operations failed has the answer it would have had alone (its
+        keys are nobody else's: the same operations fail), the others go again together.
+        Refused as a request (a right missing, too large): each claim again on its own. No
+        answer: each claim in it unanswered (maybe applied)."""
         if len(claims) == 1:
             return [self._claim_alone(claims[0].call)]
         ops = [op for claim in claims for op in claim.ops]
@@ -162,9 +184,19 @@ class ConsulTickStore:
             return [self._claim_alone(claim.call) for claim in claims]
         except ConsulError as exc:
             return [exc] * len(claims)
-        if not answer.applied:
+        if answer.applied:
+            return [_known_session(claim.call.job, claim.txn.read(answer)) for claim in claims]
+        refused = _refused_claims(claims, answer)
+        if not refused:  # errors that name no operation: nothing to tell apart, each alone
             return [self._claim_alone(claim.call) for claim in claims]
-        return [_known_session(claim.call.job, claim.txn.read(answer)) for claim in claims]
+        rest = [claim for n, claim in enumerate(claims) if n not in refused]
+        again = iter(self._claim_together(rest) if rest else [])
+        return [
+            _known_session(claim.call.job, claim.txn.read(refused[n]))
+            if n in refused
+            else next(again)
+            for n, claim in enumerate(claims)
+        ]
 
     def _claim_alone(self, call: ClaimCall) -> ClaimAnswer:
         try:

@@ -100,3 +100,22 @@ def test_claim_many_an_unknown_session_is_invalid_in_its_place_only(h: Harness) 
     assert isinstance(answers[0], InvalidSession)
     won(answers[1])
     assert h.store.read_tick(a, tick(0))[0] is None  # nothing written for the refused one
+
+
+def test_claim_many_two_refused_for_different_reasons_each_says_its_own(h: Harness) -> None:
+    """A tick taken and a lock held in one transaction: each refused claim has the answer it
+    would have had alone (taken; held), and the claims beside them win."""
+    first, second = h.session(), h.session()
+    a, b, c, d = jobs(h, 4)
+    assert h.claim(tick(0), first).won  # a's tick 0 (and a's lock) are first's
+    held = h.store.claim(c, call(h, c, first, 5).record, first, b"first")  # c's lock, tick 5
+    assert held.won
+    answers = h.store.claim_many([call(h, job, second) for job in (a, b, c, d)])
+    taken, held_elsewhere = answers[0], answers[2]
+    assert isinstance(taken, Claim) and not taken.won and taken.tick_taken
+    assert isinstance(held_elsewhere, Claim) and not held_elsewhere.won
+    assert not held_elsewhere.tick_taken and held_elsewhere.lock_refusal is not None
+    assert "already held" in held_elsewhere.lock_refusal
+    won(answers[1])
+    won(answers[3])
+    assert h.store.read_tick(c, tick(0))[0] is None  # the refused claim wrote nothing
