@@ -247,6 +247,7 @@ class _Job:
 
     job: CoreJob
     turn: Cancellable | None = None  # the timer of the next tick's turn
+    turn_at: float | None = None  # when that timer is due (monotonic)
     busy: datetime | None = None  # the tick whose claim is in flight or whose run goes on
     held: HeldRun | None = None
     housekeep: bool = False  # a housekeeping is due after the next run won here
@@ -396,7 +397,8 @@ class TickCore:
     # -- a tick's turn -------------------------------------------------------------------------
     def _arm_turn(self, state: _Job, plan: TickPlan) -> None:
         due = plan.tick + timedelta(seconds=plan.turn.delay)
-        state.turn = self.clock.call_at(self._monotonic_at(due), lambda: self._turn(state, plan))
+        state.turn_at = self._monotonic_at(due)
+        state.turn = self.clock.call_at(state.turn_at, lambda: self._turn(state, plan))
 
     def _turn(self, state: _Job, plan: TickPlan) -> None:
         if not self._live(state):
@@ -422,15 +424,30 @@ class TickCore:
 
     def _take(self, state: _Job, plan: TickPlan) -> None:
         """This replica's turn at the tick: read, then claim unless it is taken or not due. The
-        read waits for the other turns due at this instant (a timer of now, after theirs)."""
+        read waits for the other turns due at this instant, if any (a timer of now, after
+        theirs)."""
         if state.busy is not None:  # taken once the run ends, while its window is still open
             self._overlapped(state, state.waiting)
             state.waiting = plan
             self._arm_fate(state, plan)
             return
         self._reading.append((state, plan))
-        if self._read_timer is None:
+        if self._read_timer is not None:
+            return
+        if self._other_turn_due(state):
             self._read_timer = self.clock.call_at(self.clock.monotonic(), self._read_turns)
+        else:
+            self._read_turns()
+
+    def _other_turn_due(self, state: _Job) -> bool:
+        """Whether another job's turn is due and not taken yet (asked at the first turn of an
+        instant only: the others join the read it waits for)."""
+        now = self.clock.monotonic()
+        return any(
+            other.turn_at is not None and other.turn_at <= now
+            for other in self._jobs
+            if other is not state
+        )
 
     def _read_turns(self) -> None:
         """The reads of every turn due now, together (300 jobs ticking at once: a few requests,
