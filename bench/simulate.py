@@ -81,7 +81,15 @@ from provision.tick.clock import Timer, VirtualClock
 from provision.tick.core import CoreJob, Identity, TickCore
 from provision.tick.edge import BodyEnd, Cancellable, Note, Run, StopHow
 from provision.tick.memory import MemoryTickStore
-from provision.tick.store import PLAIN, ClaimTerms, ControlState, JobKeys
+from provision.tick.store import (
+    PLAIN,
+    ClaimAnswer,
+    ClaimCall,
+    ClaimTerms,
+    ControlState,
+    JobKeys,
+    TurnRead,
+)
 from provision.timings import JobTimings
 
 START = datetime(2026, 3, 28, 23, 0, tzinfo=timezone.utc)  # a DST change ahead (Berlin)
@@ -386,6 +394,22 @@ class ReplicaStore:
         self._answer(delay)
         return claim
 
+    def claim_many(self, claims: Sequence[ClaimCall]) -> list[ClaimAnswer]:
+        """One request for several claims (a transaction on Consul): one delay, one fate; each
+        claim judged by the oracle as it is handled."""
+        delay, at = self._send(), self.world.clock.monotonic()
+        oracle, answers = self.world.oracle, list[ClaimAnswer]()
+        for call in claims:
+            name, tick = call.job.name, call.record.tick
+            if not call.record.catchup:
+                oracle.claiming(self.replica, name, tick, self.taken)
+            [answer] = self.base.claim_many([call])
+            if isinstance(answer, Claim) and answer.won:
+                oracle.claimed(self.replica, name, tick, at)
+            answers.append(answer)
+        self._answer(delay)
+        return answers
+
     def complete(
         self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool
     ) -> Completion:
@@ -419,6 +443,20 @@ class ReplicaStore:
         elif self.taken.get(job.name) == tick:
             del self.taken[job.name]
         return record, date
+
+    def read_turns(self, turns: Sequence[tuple[JobKeys, datetime]]) -> list[TurnRead]:
+        """One request for the reads of several turns (a read-only transaction on Consul):
+        one delay, one fate; each answer then known as read_tick's is."""
+        delay = self._send()
+        read = [self.base.read_tick(job, tick, stale=True) for job, tick in turns]
+        self._answer(delay)
+        for (job, tick), (record, _) in zip(turns, read, strict=True):
+            if record is not None:
+                self.taken[job.name] = tick
+            elif self.taken.get(job.name) == tick:
+                del self.taken[job.name]
+        answers: list[TurnRead] = [*read]
+        return answers
 
     def read_ticks(self, job: JobKeys, *, stale: bool = False) -> list[TickRecord]:
         delay = self._send()

@@ -89,7 +89,7 @@ from provision.tick.consul_store import ConsulTickStore
 from provision.tick.core import CoreJob, Identity, TickCore, TickPlan
 from provision.tick.edge import Body, BodyEnd, Note, Run, TimerClock
 from provision.tick.held import HeldRun
-from provision.tick.store import JobKeys, Refused
+from provision.tick.store import JobKeys, Refused, TurnRead
 from provision.workers.config import JobConfig, WorkerConfig, load_worker_config
 from provision.workers.login import open_login
 
@@ -251,6 +251,19 @@ class ServiceStore(ConsulTickStore):
             except LockctlError as exc:
                 raise BodyCannotStart(str(exc)) from None
         return super().read_tick(job, tick, stale=stale)
+
+    def read_turns(self, turns: Sequence[tuple[JobKeys, datetime]]) -> list[TurnRead]:
+        """The turns' reads (core.py _read_turns), each job's command checked first: one that
+        cannot start is refused in its place, the others read together."""
+        refused: dict[int, TurnRead] = {}
+        for n, (job, _) in enumerate(turns):
+            try:
+                self.precheck(job.name)
+            except LockctlError as exc:
+                refused[n] = BodyCannotStart(str(exc))
+        fine = [turn for n, turn in enumerate(turns) if n not in refused]
+        read = iter(super().read_turns(fine))
+        return [refused[n] if n in refused else next(read) for n in range(len(turns))]
 
 
 @dataclass(frozen=True)

@@ -734,10 +734,12 @@ class CoreReport:
                 self._unanswered(name, job, note.detail or "no answer")
 
     def _set_health(self, name: str, job: _Job, **changes: Any) -> None:
-        """A job's health changed: replaced whole (a reader takes it as it is), gauges too."""
-        health = replace(job.health, **changes)
-        if health == job.health:
+        """A job's health changed: replaced whole (a reader takes it as it is), gauges too.
+        Nothing changed (most notes: every tick that goes through says so again): nothing
+        made, not even a copy to compare."""
+        if all(getattr(job.health, key) == value for key, value in changes.items()):
             return
+        health = replace(job.health, **changes)
         job.health = health
         self.metrics.gauge(CONSUL_UP, name).set(1.0 if health.consul_up else 0.0)
         self.metrics.gauge(FAILING, name).set(0.0 if health.failing is None else 1.0)

@@ -6,29 +6,48 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from datetime import datetime
 
-from provision.consul import NO_RETRY, Consul, ConsulHTTPError, KVOp, NotFound
+from provision.consul import (
+    NO_RETRY,
+    Consul,
+    ConsulError,
+    ConsulHTTPError,
+    KVOp,
+    NotFound,
+    PermissionDenied,
+    TxnAnswer,
+)
+from provision.consul.batch import MAX_OPERATIONS
+from provision.consul.models import KVEntry
 from provision.ledger.control import NOTE_MAX_BYTES, decode_note
 from provision.ledger.operator import read_pauses
-from provision.ledger.records import TickRecord
-from provision.ledger.store import Claim, Completion, Ledger
+from provision.ledger.records import TickRecord, decode
+from provision.ledger.store import Claim, ClaimTxn, Completion, Ledger
 from provision.sessions import SessionTerms, create_session
 from provision.system.control_keys import trigger_key
 from provision.tick.store import (
     MAX_WATCH,
     PLAIN,
+    ClaimAnswer,
+    ClaimCall,
     ClaimTerms,
     ControlState,
+    InvalidSession,
     JobKeys,
     SessionGone,
+    TurnRead,
     ValueTooLarge,
     check_terms,
+    claim_txn,
     records_under,
     refuse_invalid_session,
 )
 
 TOO_LARGE = 413  # Consul's answer to a request body or value over its caps
+# Consul's answers to a transaction refused as a request, before anything was applied
+REFUSED_WHOLE = frozenset({400, TOO_LARGE})
 
 
 @contextmanager
@@ -40,6 +59,65 @@ def _sized() -> Iterator[None]:
         if exc.status != TOO_LARGE:
             raise
         raise ValueTooLarge(str(exc)) from exc
+
+
+def _decoded(tick: datetime, entry: KVEntry | None) -> TickRecord | None:
+    return None if entry is None else decode(tick, entry.value, entry.modify_index)
+
+
+def _known_session(job: JobKeys, claim: Claim) -> ClaimAnswer:
+    try:
+        return refuse_invalid_session(job, claim)
+    except InvalidSession as exc:
+        return exc
+
+
+def _refused_claims(claims: Sequence[_Sendable], answer: TxnAnswer) -> dict[int, TxnAnswer]:
+    """The claims (by position) whose operations failed in a rolled-back transaction, each
+    with its own answer: its errors, numbered as in its own transaction (batch.py's rule)."""
+    refused: dict[int, TxnAnswer] = {}
+    start = 0
+    for n, claim in enumerate(claims):
+        end = start + len(claim.ops)
+        own = tuple(
+            replace(error, op_index=error.op_index - start)
+            for error in answer.errors
+            if start <= error.op_index < end
+        )
+        if own:
+            refused[n] = replace(answer, results=(), errors=own)
+        start = end
+    return refused
+
+
+@dataclass(frozen=True)
+class _Sendable:
+    """A claim of claim_many, its transaction and that transaction's operations."""
+
+    call: ClaimCall
+    txn: ClaimTxn
+    ops: list[KVOp]
+
+    @classmethod
+    def of(cls, call: ClaimCall) -> _Sendable:
+        txn = claim_txn(call.job, call.record.tick, call.terms)
+        return cls(call, txn, txn.ops(call.record, call.holder, call.session))
+
+
+def _apart(claims: Sequence[_Sendable]) -> list[list[_Sendable]]:
+    """The claims in order, in groups of one transaction each: at most MAX_OPERATIONS
+    operations, and no lock twice (a claim's keys are its job's alone)."""
+    groups: list[list[_Sendable]] = []
+    ops, locks = 0, set[str]()
+    for claim in claims:
+        lock = claim.call.job.lock_key
+        if not groups or ops + len(claim.ops) > MAX_OPERATIONS or lock in locks:
+            groups.append([])
+            ops, locks = 0, set()
+        groups[-1].append(claim)
+        ops += len(claim.ops)
+        locks.add(lock)
+    return groups
 
 
 class ConsulTickStore:
@@ -79,6 +157,53 @@ class ConsulTickStore:
             claim = self._ledger(job).claim(record, holder, session_id, terms)
         return refuse_invalid_session(job, claim)
 
+    def claim_many(self, claims: Sequence[ClaimCall]) -> list[ClaimAnswer]:
+        answers: list[ClaimAnswer] = []
+        for group in _apart([_Sendable.of(call) for call in claims]):
+            answers += self._claim_together(group)
+        return answers
+
+    def _claim_together(self, claims: Sequence[_Sendable]) -> list[ClaimAnswer]:
+        """One transaction, every claim's operations in turn (their keys apart). Applied: each
+        claim's answer read from it, as Ledger.claim reads its own. Rolled back (a tick taken,
+        a lock held: Consul rolls the whole transaction back, and names every operation that
+        failed): a claim whose operations failed has the answer it would have had alone (its
+        keys are nobody else's: the same operations fail), the others go again together.
+        Refused as a request (a right missing, too large): each claim again on its own. No
+        answer: each claim in it unanswered (maybe applied)."""
+        if len(claims) == 1:
+            return [self._claim_alone(claims[0].call)]
+        ops = [op for claim in claims for op in claim.ops]
+        try:
+            answer = self.consul.txn.kv(ops, urgent=True, batch=True)
+        except PermissionDenied:
+            return [self._claim_alone(claim.call) for claim in claims]
+        except ConsulHTTPError as exc:
+            if exc.status not in REFUSED_WHOLE:
+                return [exc] * len(claims)
+            return [self._claim_alone(claim.call) for claim in claims]
+        except ConsulError as exc:
+            return [exc] * len(claims)
+        if answer.applied:
+            return [_known_session(claim.call.job, claim.txn.read(answer)) for claim in claims]
+        refused = _refused_claims(claims, answer)
+        if not refused:  # errors that name no operation: nothing to tell apart, each alone
+            return [self._claim_alone(claim.call) for claim in claims]
+        rest = [claim for n, claim in enumerate(claims) if n not in refused]
+        again = iter(self._claim_together(rest) if rest else [])
+        return [
+            _known_session(claim.call.job, claim.txn.read(refused[n]))
+            if n in refused
+            else next(again)
+            for n, claim in enumerate(claims)
+        ]
+
+    def _claim_alone(self, call: ClaimCall) -> ClaimAnswer:
+        try:
+            return self.claim(call.job, call.record, call.session, call.holder, call.terms)
+        except ConsulError as exc:
+            return exc
+
     def complete(
         self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool
     ) -> Completion:
@@ -89,6 +214,35 @@ class ConsulTickStore:
         self, job: JobKeys, tick: datetime, *, stale: bool = False
     ) -> tuple[TickRecord | None, datetime | None]:
         return self._ledger(job).read(tick, stale=stale)
+
+    def read_turns(self, turns: Sequence[tuple[JobKeys, datetime]]) -> list[TurnRead]:
+        answers: list[TurnRead] = []
+        for start in range(0, len(turns), MAX_OPERATIONS):
+            answers += self._read_together(turns[start : start + MAX_OPERATIONS])
+        return answers
+
+    def _read_together(self, turns: Sequence[tuple[JobKeys, datetime]]) -> list[TurnRead]:
+        """One read-only transaction, ?stale (merged with the client's other reads, as
+        Ledger.read's): each tick's key read as a prefix, as Ledger.read reads one (a `get` of
+        a key with no record would fail the whole transaction; `get-tree` answers nothing)."""
+        keys = [job.tick(tick) for job, tick in turns]
+        try:
+            answer = self.consul.txn.read([KVOp("get-tree", key) for key in keys], batch=True)
+        except PermissionDenied:  # a token that may not read one of them: each on its own
+            return [self._read_alone(job, tick) for job, tick in turns]
+        except ConsulError as exc:
+            return [exc] * len(turns)
+        found = {entry.key: entry for entry in answer.results}
+        return [
+            (_decoded(tick, found.get(key)), answer.date)
+            for (_, tick), key in zip(turns, keys, strict=True)
+        ]
+
+    def _read_alone(self, job: JobKeys, tick: datetime) -> TurnRead:
+        try:
+            return self._ledger(job).read(tick, stale=True)
+        except ConsulError as exc:
+            return exc
 
     def read_ticks(self, job: JobKeys, *, stale: bool = False) -> list[TickRecord]:
         if not stale:

@@ -7,7 +7,9 @@ TimerClock only (so one thread runs it, and a simulation runs a fleet of them in
     turn     read the tick's record, and Consul's clock in the answer (a read: no Raft write;
              no write at all when the tick is taken) -> judged again on the clock as it is sent
              -> claim it: ONE transaction (the tick has no record + the lock + the record),
-             the arbiter whatever the clocks and ranks say
+             the arbiter whatever the clocks and ranks say. The turns of every job due at one
+             instant are read together, and their claims sent together (one transaction while
+             they all apply, else each alone): each judged, and answered, as its own
     run      held.py: the body under the lock, renewed by the session pool (pool.py), fenced
              by the pure decision, the record completed and the lock released in one write
     off the schedule  an operator's trigger (`trigger`): a claim at the trigger's own instant,
@@ -68,10 +70,13 @@ from provision.tick.store import (
     PLAIN,
     REFUSALS,
     Claim,
+    ClaimAnswer,
+    ClaimCall,
     ClaimTerms,
     InvalidSession,
     JobKeys,
     TickStore,
+    TurnRead,
     lock_delayed,
 )
 from provision.timings import JobTimings
@@ -242,6 +247,7 @@ class _Job:
 
     job: CoreJob
     turn: Cancellable | None = None  # the timer of the next tick's turn
+    turn_at: float | None = None  # when that timer is due (monotonic)
     busy: datetime | None = None  # the tick whose claim is in flight or whose run goes on
     held: HeldRun | None = None
     housekeep: bool = False  # a housekeeping is due after the next run won here
@@ -277,6 +283,8 @@ class TickCore:
         self.pool = SessionPool(store, clock, identity.worker, identity.node, listener)
         self._jobs = [_Job(_calendared(job)) for job in jobs]
         self._retiring: list[_Job] = []  # removed by a reload while their run goes on
+        self._reading: list[tuple[_Job, TickPlan]] = []  # turns whose read waits for _read_turns
+        self._read_timer: Cancellable | None = None
         self.stopping = False
 
     @property
@@ -389,7 +397,8 @@ class TickCore:
     # -- a tick's turn -------------------------------------------------------------------------
     def _arm_turn(self, state: _Job, plan: TickPlan) -> None:
         due = plan.tick + timedelta(seconds=plan.turn.delay)
-        state.turn = self.clock.call_at(self._monotonic_at(due), lambda: self._turn(state, plan))
+        state.turn_at = self._monotonic_at(due)
+        state.turn = self.clock.call_at(state.turn_at, lambda: self._turn(state, plan))
 
     def _turn(self, state: _Job, plan: TickPlan) -> None:
         if not self._live(state):
@@ -414,26 +423,71 @@ class TickCore:
         return self.plan(state.job, latest)
 
     def _take(self, state: _Job, plan: TickPlan) -> None:
-        """This replica's turn at the tick: read, then claim unless it is taken or not due."""
+        """This replica's turn at the tick: read, then claim unless it is taken or not due. The
+        read waits for the other turns due at this instant, if any (a timer of now, after
+        theirs)."""
         if state.busy is not None:  # taken once the run ends, while its window is still open
             self._overlapped(state, state.waiting)
             state.waiting = plan
             self._arm_fate(state, plan)
             return
+        self._reading.append((state, plan))
+        if self._read_timer is not None:
+            return
+        if self._other_turn_due(state):
+            self._read_timer = self.clock.call_at(self.clock.monotonic(), self._read_turns)
+        else:
+            self._read_turns()
+
+    def _other_turn_due(self, state: _Job) -> bool:
+        """Whether another job's turn is due and not taken yet (asked at the first turn of an
+        instant only: the others join the read it waits for)."""
+        now = self.clock.monotonic()
+        return any(
+            other.turn_at is not None and other.turn_at <= now
+            for other in self._jobs
+            if other is not state
+        )
+
+    def _read_turns(self) -> None:
+        """The reads of every turn due now, together (300 jobs ticking at once: a few requests,
+        not 300); a lone one is read_tick's. Stale: any server answers; a claim it missed, the
+        claim's own transaction refuses. Then each turn goes on with its own answer."""
+        self._read_timer = None
+        turns, self._reading = self._reading, []
         sent = self.clock.monotonic()
+        answers: list[TurnRead]
         try:
-            # stale: any server answers; a claim it missed, the claim's own transaction refuses
-            record, date = self.store.read_tick(plan.job.keys, plan.tick, stale=True)
+            if len(turns) == 1:
+                plan = turns[0][1]
+                answers = [self.store.read_tick(plan.job.keys, plan.tick, stale=True)]
+            else:
+                answers = self.store.read_turns([(plan.job.keys, plan.tick) for _, plan in turns])
         except ConsulError as exc:
-            self._failed(exc, plan.job, plan.tick)
+            answers = [exc] * len(turns)
+        claims = []
+        for (state, plan), answer in zip(turns, answers, strict=True):
+            judged = self._turn_read(state, plan, sent, answer)
+            if judged is not None:
+                claims.append((state, plan, judged))
+        self._claim_turns(claims)
+
+    def _turn_read(
+        self, state: _Job, plan: TickPlan, sent: float, answer: TurnRead
+    ) -> _Judged | None:
+        """A turn's read answered (sent at monotonic `sent`): the tick judged claimable, unless
+        it is taken, too late, or not come on Consul's clock yet (None: dealt with here)."""
+        if isinstance(answer, ConsulError):
+            self._failed(answer, plan.job, plan.tick)
             state.catchup_look = state.job.catchup  # the tick may need catching up
             self._arm_fate(state, plan)
             self._idle(state)
-            return
+            return None
+        record, date = answer
         if not claimable(record):
             self._note("skipped", plan.job, plan.tick, "taken", skip=SkipReason.TAKEN)
             self._idle(state)
-            return
+            return None
         # Consul's clock now: its Date, plus all the time since the read was sent (a slow
         # answer, a pause): never less than it is. Whether the tick has come: the Date alone.
         now = self.clock.wall() if date is None else date + timedelta(seconds=self._since(sent))
@@ -441,7 +495,7 @@ class TickCore:
         judged = _Judged(judge_tick(plan.job.schedule, plan.tick, now, deadline, date), sent)
         choice = judged.choice
         if not self._live(state):
-            return
+            return None
         if choice.too_late:
             self._note("too-late", plan.job, plan.tick, "its claim window closed")
             self._arm_fate(state, plan)
@@ -450,9 +504,10 @@ class TickCore:
             due = self.clock.monotonic() + choice.wait
             self.clock.call_at(due, lambda: self._take(state, plan))
         elif state.busy is None:  # still free after the read (a slow answer lets others run)
-            self._claim(state, plan, judged)
+            return judged
         else:
             self._arm_fate(state, plan)
+        return None
 
     # -- the claim -----------------------------------------------------------------------------
     def _claim(self, state: _Job, plan: TickPlan, judged: _Judged) -> None:
@@ -465,8 +520,12 @@ class TickCore:
             return
         state.busy = plan.tick
         sent = self._send_claim(state, plan, judged)
-        if sent is None:
-            return
+        if sent is not None:
+            self._answered(state, plan, sent)
+
+    def _answered(self, state: _Job, plan: TickPlan, sent: _Sent) -> None:
+        """A claim's answer: won, its run starts (or, the job paused, it is recorded so);
+        lost, the tick is skipped."""
         claim = sent.claim
         if plan.off is not None and plan.off.note is not None and (claim.won or claim.tick_taken):
             self._forget_trigger(state, plan.off.note)  # run here, or taken: never tried again
@@ -485,7 +544,76 @@ class TickCore:
         following = self._monotonic_at(plan.following)
         self._run(state, plan, Claimed(keys, timings, claimed, sent.session, confirmed, following))
 
-    def _send_claim(self, state: _Job, plan: TickPlan, judged: _Judged) -> _Sent | None:
+    def _claim_turns(self, turns: Sequence[tuple[_Job, TickPlan, _Judged]]) -> None:
+        """The claims of the turns read together, sent together (the store's claim_many: on
+        Consul one transaction while they all apply); a lone one is `_claim`'s. Each is judged
+        again on the clock just before they are sent, and goes on with its own answer as
+        `_claim`'s would: the claim's transaction is the arbiter, each claim's alone."""
+        if len(turns) <= 1:
+            for state, plan, judged in turns:
+                self._claim(state, plan, judged)
+            return
+        ready = []
+        for state, plan, judged in turns:
+            if state.busy is not None or not self._live(state):
+                self._unclaimed(state, plan)
+                continue
+            state.busy = plan.tick
+            try:
+                session = self.pool.session_for(plan.job.timings)
+            except ConsulError as exc:
+                self._failed(exc, plan.job, plan.tick)
+                self._unclaimed(state, plan)
+                self._free(state)
+                continue
+            ready.append((state, plan, judged, session))
+        at = self.clock.monotonic()
+        sending, calls = [], []
+        for state, plan, judged, session in ready:
+            if judged.lag(at) > judged.choice.window:
+                self._note("too-late", plan.job, plan.tick, "its claim window closed")
+                self._unclaimed(state, plan)
+                self._free(state)
+                continue
+            record = self._claim_record(plan, session, judged.lag(at))
+            terms = PLAIN if plan.off is None else plan.off.terms
+            sending.append((state, plan, judged))
+            calls.append(ClaimCall(plan.job.keys, record, session, self._holder(plan), terms))
+        answers = self._claims_sent(calls)
+        answered = self.clock.monotonic()
+        for (state, plan, judged), call, answer in zip(sending, calls, answers, strict=True):
+            if isinstance(answer, InvalidSession):  # made again, and claimed again, once
+                self.pool.drop(call.session, str(answer))
+                again = self._send_claim(state, plan, judged, attempts=1)
+                if again is not None:
+                    self._answered(state, plan, again)
+            elif isinstance(answer, REFUSALS):  # answered: nothing applied
+                self._failed(answer, plan.job, plan.tick)
+                self._unclaimed(state, plan)
+                self._free(state)
+            elif isinstance(answer, ConsulError):
+                self._note("unanswered", plan.job, plan.tick, str(answer))
+                self._resolve(state, plan, call.session)
+            else:
+                sent = _Sent(answer, call.record, call.session, at, answered)
+                self._answered(state, plan, sent)
+
+    def _claims_sent(self, calls: Sequence[ClaimCall]) -> list[ClaimAnswer]:
+        """The store's answers to `calls` (a lone one is `claim`'s), an error in its place."""
+        if len(calls) != 1:
+            try:
+                return self.store.claim_many(calls) if calls else []
+            except ConsulError as exc:
+                return [exc] * len(calls)
+        call = calls[0]
+        try:
+            return [self.store.claim(call.job, call.record, call.session, call.holder, call.terms)]
+        except ConsulError as exc:
+            return [exc]
+
+    def _send_claim(
+        self, state: _Job, plan: TickPlan, judged: _Judged, attempts: int = 2
+    ) -> _Sent | None:
         """The claim's transaction and what it answered. None when there was none (the job is
         free again, the plan left to `_unclaimed`), or Consul did not answer it (it may have
         applied it: the job stays busy until `_resolve` finds out).
@@ -494,7 +622,7 @@ class TickCore:
         tick that has a record, but not one whose record retention has deleted, which a claim
         sent long after its read (a pause, a slow answer) would run a second time."""
         terms = PLAIN if plan.off is None else plan.off.terms
-        for _ in range(2):  # a session Consul forgot (its TTL ran out) is made again once
+        for _ in range(attempts):  # a session Consul forgot (its TTL ran out) is made again once
             try:
                 session = self.pool.session_for(plan.job.timings)
             except ConsulError as exc:

@@ -37,7 +37,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from provision.consul import KVOp, TxnAnswer, TxnError
+from provision.consul import ConsulError, KVOp, TxnAnswer, TxnError
 from provision.consul.batch import MAX_OPERATIONS
 from provision.consul.keys import checked_key
 from provision.consul.models import KVEntry
@@ -53,11 +53,14 @@ from provision.tick.store import (
     PLAIN,
     REQUEST_MAX_BYTES,
     VALUE_MAX_BYTES,
+    ClaimAnswer,
+    ClaimCall,
     ClaimTerms,
     ControlState,
     JobKeys,
     SessionGone,
     TickStoreError,
+    TurnRead,
     ValueTooLarge,
     check_terms,
     claim_txn,
@@ -228,6 +231,10 @@ class MemoryTickStore:
         txn = claim_txn(job, record.tick, terms)  # Ledger.claim's transaction, as Consul runs it
         return refuse_invalid_session(job, txn.read(self._txn(txn.ops(record, holder, session_id))))
 
+    def claim_many(self, claims: Sequence[ClaimCall]) -> list[ClaimAnswer]:
+        # on Consul, one transaction while all apply, else each again alone: each one's answer
+        return [_claimed(self, call) for call in claims]
+
     def complete(
         self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool
     ) -> Completion:
@@ -270,6 +277,10 @@ class MemoryTickStore:
         if entry is None:
             return None, date
         return decode(tick, entry.value, entry.modify_index), date
+
+    def read_turns(self, turns: Sequence[tuple[JobKeys, datetime]]) -> list[TurnRead]:
+        # one request on Consul; here each read as read_tick answers it (the same instant)
+        return [self.read_tick(job, tick, stale=True) for job, tick in turns]
 
     def read_ticks(self, job: JobKeys, *, stale: bool = False) -> list[TickRecord]:
         with self._guard:
@@ -519,3 +530,10 @@ class MemoryTickStore:
         horizon = self._clock.monotonic() - self._stale_lag
         seen = bisect.bisect_right([at for at, _ in versions], horizon)
         return versions[seen - 1][1] if seen else None
+
+
+def _claimed(store: MemoryTickStore, call: ClaimCall) -> ClaimAnswer:
+    try:
+        return store.claim(call.job, call.record, call.session, call.holder, call.terms)
+    except ConsulError as exc:
+        return exc

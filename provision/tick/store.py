@@ -197,6 +197,25 @@ def records_under(
     return sorted(found, key=lambda record: record.tick)
 
 
+# A turn's read (TickStore.read_turns): the tick's record and Consul's clock, or why not.
+TurnRead = tuple[TickRecord | None, datetime | None] | ConsulError
+
+
+@dataclass(frozen=True)
+class ClaimCall:
+    """One claim of TickStore.claim_many: what `claim` is given."""
+
+    job: JobKeys
+    record: TickRecord
+    session: str
+    holder: bytes
+    terms: ClaimTerms = PLAIN
+
+
+# A claim's answer in TickStore.claim_many: the Claim, or what `claim` would have raised.
+ClaimAnswer = Claim | ConsulError
+
+
 class TickStore(Protocol):
     """Sessions, a tick's claim and completion, the ledger, control keys, the lock's watch."""
 
@@ -226,6 +245,13 @@ class TickStore(Protocol):
         the lock was refused (lock_delayed). InvalidSession for a session Consul does not know."""
         ...
 
+    def claim_many(self, claims: Sequence[ClaimCall]) -> list[ClaimAnswer]:
+        """`claim` of each (of as many jobs: their keys apart), in order, sent together (Consul:
+        one transaction while they all apply; refused whole, each claim is sent again on its
+        own, for the answer it alone has). In a claim's place, what `claim` would have raised:
+        a request Consul did not answer leaves each of its claims unanswered (maybe applied)."""
+        ...
+
     def complete(
         self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool
     ) -> Completion:
@@ -239,6 +265,13 @@ class TickStore(Protocol):
     ) -> tuple[TickRecord | None, datetime | None]:
         """The tick's record (None: unclaimed) and Consul's clock at the answer; `stale`: any
         server answers, and may miss the latest writes."""
+        ...
+
+    def read_turns(self, turns: Sequence[tuple[JobKeys, datetime]]) -> list[TurnRead]:
+        """For the turns of several jobs at one instant, what `read_tick(job, tick,
+        stale=True)` answers for each (job, tick), in order, read together (Consul: read-only
+        transactions of at most 64 operations, not one request per tick). In a turn's place,
+        the error of the request it was in, or a refusal that concerns it alone."""
         ...
 
     def read_ticks(self, job: JobKeys, *, stale: bool = False) -> list[TickRecord]:
