@@ -39,7 +39,7 @@ import functools
 import json
 import signal
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -263,6 +263,10 @@ class TickCore:
     the core's clock's thread: another thread hands a call over with `clock.call_at(now, ...)`
     (ThreadTimerClock's is thread-safe)."""
 
+    # Told a job's name when the job is free here with nothing left to do (no run, no claim in
+    # flight, nothing waiting): the end of a `take` (tick/once.py, `lockctl run`'s one tick).
+    on_quiet: Callable[[str], None] | None = None
+
     def __init__(
         self,
         store: TickStore,
@@ -355,6 +359,22 @@ class TickCore:
         state.triggers.append(note)
         self._note("trigger", state.job, manual_tick(note.at), note.id)
         self._idle(state)
+
+    # -- one tick outside the replica's loop (tick/once.py: `lockctl run`) ---------------------
+    def take(self, name: str, tick: datetime, *, catchup: bool = False) -> None:
+        """One turn at `tick` of job `name`, outside the loop (`start` is never called): read,
+        judged, claimed, run and completed as at any turn, housekept after a run won here, and
+        with `catchup` a catch-up looked for after it; no later turn is planned. `on_quiet`
+        hears when all that is over."""
+        state = next(s for s in self._jobs if s.job.name == name)
+        state.last, state.catchup_due, state.housekeep = tick, catchup, True
+        self._take(state, self.plan(state.job, tick))
+
+    def _quiet(self, state: _Job) -> None:
+        """Tell `on_quiet` when the job is free here and nothing waits for it."""
+        waits = state.waiting or state.triggers or state.catchup_due or state.idle_timer
+        if self.on_quiet is not None and state.busy is None and state.held is None and not waits:
+            self.on_quiet(state.job.name)
 
     def _begin(self, state: _Job) -> None:
         self._arm_turn(state, self._first_plan(state))
@@ -614,6 +634,7 @@ class TickCore:
     def _idle(self, state: _Job) -> None:
         """The job may be free here: a trigger heard meanwhile, or a catch-up to look for after
         a turn, goes next (from a timer of its own: never inside the step that freed it)."""
+        self._quiet(state)
         wanted = state.waiting or state.triggers or state.catchup_due
         if not wanted or state.idle_timer is not None or not self._live(state):
             return
@@ -694,9 +715,11 @@ class TickCore:
                 record, _ = self.store.read_tick(job.keys, tick)
         except ConsulError as exc:
             self._failed(exc, job, None)
+            self._quiet(state)
             return
         state.catchup_look = False
         if tick is None or not may_catch_up(record):
+            self._quiet(state)
             return
         plan = catchup_plan(job, tick, record, self.worker)
         lag = (now - tick).total_seconds()
