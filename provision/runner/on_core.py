@@ -153,15 +153,23 @@ class RunBody(RunnerBody):
     started (its PID, its containment), the ends of its output kept for the record."""
 
     def __init__(
-        self, prepare: Callable[[], Unfenced], ask: TickAsk, clock: ThreadTimerClock, say: Said
+        self,
+        prepare: Callable[[], Unfenced],
+        lock_key: str,
+        clock: ThreadTimerClock,
+        say: Said,
+        modify_index: int | None,
     ) -> None:
-        super().__init__(prepare, ask.job.lock_key, clock)
-        self.say = say
+        super().__init__(prepare, lock_key, clock)
+        self.say, self.modify_index = say, modify_index
         self.tails: Tails | None = None
 
     def start(self, run: Run, ended: Callable[[], None]) -> None:
         body = self.prepare()
-        body.start(run_env(self.lock_key, run))
+        environment = run_env(self.lock_key, run)
+        if self.modify_index is not None:  # the claim's one transaction: the lock's index too
+            environment["LOCK_MODIFY_INDEX"] = str(self.modify_index)
+        body.start(environment)
         self._body = body
         if run.attempt == 1:
             self.say.acquired(run, body)
@@ -187,9 +195,12 @@ class RunBody(RunnerBody):
 class Said:
     """The core's notes as today's event lines (on the core's clock thread)."""
 
-    def __init__(self, events: EventLog, clock: ThreadTimerClock, tick: datetime) -> None:
-        self.events, self.clock, self.tick = events, clock, tick
+    def __init__(self, events: EventLog, clock: ThreadTimerClock, ask: TickAsk) -> None:
+        self.events, self.clock, self.tick = events, clock, ask.tick
+        self.timeout = ask.job.timings.timeout
+        self.began = clock.monotonic()  # the run's start: `acquired` says how long it waited
         self.started: dict[datetime, float] = {}  # when each tick's body started (monotonic)
+        self.pids: dict[datetime, int | None] = {}
         self.sessions: dict[datetime, str] = {}
         self.missed: list[TickRecord] = []  # recorded by a housekeeping, said with it
 
@@ -200,13 +211,14 @@ class Said:
         )
 
     def acquired(self, run: Run, body: Unfenced) -> None:
-        self.started[run.tick] = self.clock.monotonic()
-        self.sessions[run.tick] = run.session
+        now = self.clock.monotonic()
+        self.started[run.tick], self.sessions[run.tick] = now, run.session
+        self.pids[run.tick] = body.pid
         self.event(
             "acquired",
             run.tick,
             lock_index=run.lock_index,
-            waited_ms=0.0,
+            waited_ms=ms(now - self.began),
             child_pid=body.pid,
             containment=body.containment,
         )
@@ -221,6 +233,9 @@ class Said:
             )
 
     def __call__(self, note: Note) -> None:
+        if note.kind == "renew-failed":  # the session pool's (no job)
+            self.events.emit("renew-failed", session=note.session, error=note.detail)
+            return
         handler = self._handlers.get(note.kind)
         if handler is not None and note.job:
             handler(self, note)
@@ -235,7 +250,9 @@ class Said:
         self.event("fenced", note.tick, reason=note.detail or "no confirmation of the lock in time")
 
     def _timed_out(self, note: Note) -> None:
-        self.event("timed-out", note.tick, detail=note.detail or None)
+        after = None if self.timeout is None else ms(self.timeout)
+        pid = None if note.tick is None else self.pids.get(note.tick)
+        self.event("timed-out", note.tick, after_ms=after, child_pid=pid)
 
     def _retrying(self, note: Note) -> None:
         attempts = () if note.record is None else note.record.attempts or ()
@@ -317,7 +334,7 @@ class _Core:
 
 def _core(consul: Consul, agent_clock: AgentClock, ask: TickAsk, events: EventLog) -> _Core:
     clock = ThreadTimerClock(agent_clock)
-    said = Said(events, clock, ask.tick)
+    said = Said(events, clock, ask)
     bodies: dict[datetime, RunBody] = {}
 
     def tails(tick: datetime) -> Tails | None:
@@ -327,7 +344,9 @@ def _core(consul: Consul, agent_clock: AgentClock, ask: TickAsk, events: EventLo
     prepare = prepare_body(consul, ask)
 
     def body(name: str, tick: datetime) -> Body:
-        made = bodies[tick] = RunBody(prepare, ask, clock, said)
+        held = next((run for run in core.runs if run.tick == tick), None)
+        index = None if held is None else held.claimed.record.modify_index
+        made = bodies[tick] = RunBody(prepare, ask.job.lock_key, clock, said, index)
         return made
 
     store = RunStore(consul.with_retry(CORE_RETRY), tails)

@@ -713,17 +713,24 @@ class TickCore:
             record = None
             if tick is not None and tick in recorded:
                 record, _ = self.store.read_tick(job.keys, tick)
+            held = tick is not None and may_catch_up(record) and self._held(job, tick)
         except ConsulError as exc:
             self._failed(exc, job, None)
             self._quiet(state)
             return
         state.catchup_look = False
-        if tick is None or not may_catch_up(record):
+        if tick is None or not may_catch_up(record) or held:
             self._quiet(state)
             return
         plan = catchup_plan(job, tick, record, self.worker)
         lag = (now - tick).total_seconds()
         self._claim(state, plan, _Judged(TickChoice(tick, plan.window, lag, 0.0), sent))
+
+    def _held(self, job: CoreJob, tick: datetime) -> bool:
+        """Whether a pause held `tick` (resumed since: every replica was down meanwhile), so it
+        was not due and is not caught up (runner/catchup.py's rule); read only for a tick that
+        would be caught up otherwise."""
+        return self.store.read_control(job.keys).pauses.holding(tick) is not None
 
     def _unclaimed(self, state: _Job, plan: TickPlan) -> None:
         """`plan` was not claimed, and may still be: a tick's fate is looked at once its window
