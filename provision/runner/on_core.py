@@ -240,11 +240,15 @@ class Said:
         if handler is not None and note.job:
             handler(self, note)
 
-    def _claimed(self, note: Note) -> None:
-        record = note.record
-        if record is not None and record.catchup and note.tick is not None:
-            lag = record.start_lag or 0.0
-            self.events.emit("catch-up", tick=tick_name(note.tick), lag_ms=ms(lag))
+    def _catch_up(self, note: Note) -> None:
+        """The core claims a catch-up next: said as runner/catchup.py says it."""
+        if note.tick is None:
+            return
+        lag = (self.clock.wall() - note.tick).total_seconds()
+        missed = note.record is not None and note.record.outcome is TickOutcome.MISSED
+        self.events.emit(
+            "catch-up", tick=tick_name(note.tick), lag_ms=ms(lag), recorded_missed=missed
+        )
 
     def _fenced(self, note: Note) -> None:
         self.event("fenced", note.tick, reason=note.detail or "no confirmation of the lock in time")
@@ -294,7 +298,7 @@ class Said:
         )
 
     _handlers: ClassVar[dict[str, Callable[[Said, Note], None]]] = {
-        "claimed": _claimed,
+        "catch-up": _catch_up,
         "fenced": _fenced,
         "timed-out": _timed_out,
         "retrying": _retrying,

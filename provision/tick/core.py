@@ -724,6 +724,8 @@ class TickCore:
             return
         plan = catchup_plan(job, tick, record, self.worker)
         lag = (now - tick).total_seconds()
+        # the tick to catch up, and the `missed` record (if any) its claim goes over
+        self._note("catch-up", job, tick, f"{lag:.1f}s after it", record=record)
         self._claim(state, plan, _Judged(TickChoice(tick, plan.window, lag, 0.0), sent))
 
     def _held(self, job: CoreJob, tick: datetime) -> bool:

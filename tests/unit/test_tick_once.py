@@ -211,6 +211,11 @@ def test_a_catch_up_runs_after_the_tick_and_the_verdict_stays_the_ticks() -> Non
     caught = _record(store, at(20))
     assert caught is not None and caught.catchup and caught.outcome is TickOutcome.SUCCEEDED
     assert [tick for tick, _ in runner.bodies] == [at(30), at(20)]  # its own tick first
+    # said before its claim, with the record it claims over: the run's housekeeping had
+    # recorded tick 20 missed (its window closed at 30, the run ended at 32)
+    (look,) = runner.said("catch-up")
+    assert look.tick == at(20) and look.record is not None
+    assert look.record.outcome is TickOutcome.MISSED
 
 
 def test_no_catch_up_of_a_tick_a_pause_held_though_it_was_resumed_meanwhile() -> None:
