@@ -56,7 +56,7 @@ from provision.runner.tick_lock import job_schedule, lock_refusal
 from provision.runner.tick_verdicts import paused_refusal
 from provision.sessions import AgentlessNode, SessionTerms
 from provision.tick.aside import aside_store
-from provision.tick.clock import ThreadTimerClock
+from provision.tick.clock import Clock, ThreadTimerClock
 from provision.tick.consul_store import ConsulTickStore
 from provision.tick.core import CoreJob, Identity, TickCore, record_missed
 from provision.tick.edge import Body, BodyEnd, Note, Run
@@ -195,7 +195,7 @@ class RunBody(RunnerBody):
 class Said:
     """The core's notes as today's event lines (on the core's clock thread)."""
 
-    def __init__(self, events: EventLog, clock: ThreadTimerClock, ask: TickAsk) -> None:
+    def __init__(self, events: EventLog, clock: Clock, ask: TickAsk) -> None:
         self.events, self.clock, self.tick = events, clock, ask.tick
         self.timeout = ask.job.timings.timeout
         self.began = clock.monotonic()  # the run's start: `acquired` says how long it waited
@@ -396,8 +396,10 @@ def _take(made: _Core, ask: TickAsk, events: EventLog, stop: StopRequest) -> tup
         clock.call_at(clock.monotonic(), functools.partial(one.take, ask.tick, catchup=catchup))
         _until_quiet(made, stop)
         found = one.verdict(ask.tick)
-        if give_up is None or not found.lock_refused or stop.requested:
+        if give_up is None or not found.lock_refused:
             return found, False
+        if stop.requested:  # stopped while waiting for the lock: interrupted, as today
+            return Verdict(Came.UNSETTLED, ask.tick), False
         if clock.monotonic() >= give_up:
             return found, True
         if not announced:
@@ -455,7 +457,7 @@ def _result(
     say already (a skip, a miss, a stop before the job started)."""
     tick = ask.tick
     if found.came is Came.RAN and found.record is not None:
-        return _ran(found.record, stop)
+        return ran_result(found.record, stop.signum)
     if found.came is Came.PAUSED and found.record is not None:
         refusal = paused_refusal(found.record)
         events.emit("skipped", **refusal.event_fields())
@@ -474,7 +476,10 @@ def _result(
     return RunResult(Outcome.INTERRUPTED, 128 + signum, tick=tick)
 
 
-def _ran(record: TickRecord, stop: StopRequest) -> RunResult:
+def ran_result(record: TickRecord, signum: int | None = None) -> RunResult:
+    """The result of a tick run here, from its record as completed (pure): the job's own exit
+    status, 76 lost (fenced), 124 past its timeout, 128 + the stop's signal when stopped before
+    the job started (`signum`: the stop's)."""
     outcome = _RAN.get(record.outcome, Outcome.LOST)
     status = record.exit_status
     if outcome is Outcome.LOST:
@@ -482,7 +487,7 @@ def _ran(record: TickRecord, stop: StopRequest) -> RunResult:
     elif outcome is Outcome.JOB_TIMED_OUT:
         code = EXIT_JOB_TIMEOUT
     elif outcome is Outcome.INTERRUPTED and status is None:  # stopped before its job started
-        code = 128 + (stop.signum or signal.SIGTERM)
+        code = 128 + (signum or signal.SIGTERM)
     else:
         code = status if status is not None else 1
     attempts = len(record.attempts) if record.attempts else 1
