@@ -59,9 +59,9 @@ from provision.tick.aside import aside_store
 from provision.tick.clock import Clock, ThreadTimerClock
 from provision.tick.consul_store import ConsulTickStore
 from provision.tick.core import CoreJob, Identity, TickCore, record_missed
-from provision.tick.edge import Body, BodyEnd, Note, Run
+from provision.tick.edge import Body, Note, Run
 from provision.tick.once import Came, OneTick, Verdict, wait_deadline
-from provision.tick.store import JobKeys
+from provision.tick.store import PLAIN, JobKeys
 from provision.workers.config import JobConfig
 
 # The core's store calls wait aside (tick/aside.py) and retry briefly, as the scheduler's do
@@ -125,12 +125,9 @@ class RunStore(ConsulTickStore):
         record: TickRecord,
         session_id: str,
         holder: bytes,
-        terms: ClaimTerms | None = None,
+        terms: ClaimTerms = PLAIN,
     ) -> Claim:
-        call = super().claim
-        if terms is None:
-            return self._kept(functools.partial(call, job, record, session_id, holder))
-        return self._kept(functools.partial(call, job, record, session_id, holder, terms))
+        return self._kept(functools.partial(super().claim, job, record, session_id, holder, terms))
 
     def complete(
         self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool
@@ -149,8 +146,8 @@ class RunStore(ConsulTickStore):
 
 
 class RunBody(RunnerBody):
-    """A runner's body (core_body.py) as `lockctl run` starts it: `acquired` said once its job
-    started (its PID, its containment), the ends of its output kept for the record."""
+    """A runner's body (core_body.py) as `lockctl run` starts it: told LOCK_MODIFY_INDEX too,
+    `acquired` (its PID, its containment) or `retry-started` said once its job started."""
 
     def __init__(
         self,
@@ -162,7 +159,6 @@ class RunBody(RunnerBody):
     ) -> None:
         super().__init__(prepare, lock_key, clock)
         self.say, self.modify_index = say, modify_index
-        self.tails: Tails | None = None
 
     def start(self, run: Run, ended: Callable[[], None]) -> None:
         body = self.prepare()
@@ -174,22 +170,9 @@ class RunBody(RunnerBody):
         if run.attempt == 1:
             self.say.acquired(run, body)
         else:
+            self.say.pids[run.tick] = body.pid  # a timeout names the attempt's job
             self.say.event("retry-started", run.tick, attempt=run.attempt, child_pid=body.pid)
         threading.Thread(target=self._reap, args=(body, ended), daemon=True).start()
-
-    def _reap(self, body: Unfenced, ended: Callable[[], None]) -> None:
-        status = body.wait()
-        give_up = self.clock.monotonic() + 5.0
-        while body.tree_alive() and self.clock.monotonic() < give_up:
-            body.signal_tree(signal.SIGKILL)
-            threading.Event().wait(0.05)
-        self.tails = body.output_tails()  # before close: the pump has read to the end
-        body.close()
-        self.clock.call_at(self.clock.monotonic(), functools.partial(self._said, status, ended))
-
-    def _said(self, status: int | None, ended: Callable[[], None]) -> None:
-        self._end = BodyEnd(status)
-        ended()
 
 
 class Said:
