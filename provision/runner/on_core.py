@@ -42,7 +42,7 @@ from provision.fencing import Outcome
 from provision.ledger.catchup import LATEST
 from provision.ledger.records import TickOutcome, TickRecord, taken_fields, tick_name
 from provision.ledger.store import Claim, ClaimTerms, Completion
-from provision.ledger.ticks import MISSED_GRACE
+from provision.ledger.ticks import MISSED_GRACE, skew_to_say
 from provision.runner.child import Child, check_program
 from provision.runner.containment import first_telling
 from provision.runner.core_body import RunnerBody, Unfenced, run_env
@@ -184,6 +184,7 @@ class Said:
         self.began = clock.monotonic()  # the run's start: `acquired` says how long it waited
         self.started: dict[datetime, float] = {}  # when each tick's body started (monotonic)
         self.pids: dict[datetime, int | None] = {}
+        self.agent_clock: AgentClock | None = None  # its skew is said at the turn's first note
         self.sessions: dict[datetime, str] = {}
         self.missed: list[TickRecord] = []  # recorded by a housekeeping, said with it
 
@@ -215,7 +216,25 @@ class Said:
                 "worker's token and TLS key are not hidden from the job",
             )
 
+    def skew(self, agent_clock: AgentClock) -> None:
+        """This host's clock off the agent's (learnt from the turn's read): said with the tick,
+        before the claim's events, as the old engine's read says it (it moves no decision)."""
+        width = agent_clock.uncertainty
+        spread = 0.0 if width is None else width.total_seconds()
+        skew = skew_to_say(agent_clock.host_ahead(), spread, None)
+        if skew is not None:
+            self.events.emit(
+                "clock-skew",
+                tick=tick_name(self.tick),
+                skew_ms=ms(skew),
+                warning="this host's clock and the Consul agent's differ; lockctl judges ticks "
+                "by the agent's, keep them in sync (NTP)",
+            )
+
     def __call__(self, note: Note) -> None:
+        if self.agent_clock is not None and note.tick == self.tick:  # the turn's first word
+            agent_clock, self.agent_clock = self.agent_clock, None
+            self.skew(agent_clock)
         if note.kind == "renew-failed":  # the session pool's (no job)
             self.events.emit("renew-failed", session=note.session, error=note.detail)
             return
@@ -322,6 +341,7 @@ class _Core:
 def _core(consul: Consul, agent_clock: AgentClock, ask: TickAsk, events: EventLog) -> _Core:
     clock = ThreadTimerClock(agent_clock)
     said = Said(events, clock, ask)
+    said.agent_clock = agent_clock
     bodies: dict[datetime, RunBody] = {}
 
     def tails(tick: datetime) -> Tails | None:

@@ -125,3 +125,36 @@ def test_the_pools_renewal_failure_is_said_and_its_other_notes_are_not() -> None
     heard.said(Note("renew-failed", "", None, "no answer", session="s-1"))
     (said,) = heard.lines()
     assert (said["event"], said["session"], said["error"]) == ("renew-failed", "s-1", "no answer")
+
+
+class AgentAhead:
+    """The agent's clock as the turn's read taught it: this host is `ahead` seconds ahead."""
+
+    def __init__(self, ahead: float) -> None:
+        self.ahead = ahead
+        self.uncertainty = timedelta(milliseconds=20)
+
+    def host_ahead(self) -> float:
+        return self.ahead
+
+
+def test_a_skewed_host_clock_is_said_once_at_the_turns_first_note() -> None:
+    heard = Heard()
+    heard.said.agent_clock = AgentAhead(5.0)  # type: ignore[assignment]
+    heard.said(Note("completed", JOB.name, TICK - timedelta(seconds=10)))  # not this turn's
+    assert heard.lines() == []
+    heard.said(Note("skipped", JOB.name, TICK, "taken"))
+    heard.said(Note("too-late", JOB.name, TICK))
+    (said,) = heard.lines()
+    assert (said["event"], said["tick"], said["skew_ms"]) == (
+        "clock-skew",
+        "2026-01-01T00:00:10Z",
+        5000.0,
+    )
+
+
+def test_a_host_clock_in_step_with_the_agents_is_not_said() -> None:
+    heard = Heard()
+    heard.said.agent_clock = AgentAhead(0.05)  # type: ignore[assignment]
+    heard.said(Note("skipped", JOB.name, TICK, "taken"))
+    assert heard.lines() == []
