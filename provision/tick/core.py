@@ -266,6 +266,10 @@ class TickCore:
     # Told a job's name when the job is free here with nothing left to do (no run, no claim in
     # flight, nothing waiting): the end of a `take` (tick/once.py, `lockctl run`'s one tick).
     on_quiet: Callable[[str], None] | None = None
+    # Whether a tick this replica did not learn the fate of is looked at once its window closed
+    # (`_arm_fate`): not for one tick whose process ends after it (tick/once.py); its own rule
+    # records a tick it came too late for, and a later run's housekeeping the others.
+    fates = True
 
     def __init__(
         self,
@@ -749,6 +753,8 @@ class TickCore:
     def _arm_fate(self, state: _Job, plan: TickPlan) -> None:
         """Look at the tick once its window closed on every clock within MISSED_GRACE of ours,
         staggered by rank as claims are (the first look usually settles it for the others)."""
+        if not self.fates:
+            return
         grace = MISSED_GRACE + plan.turn.rank * CLAIM_STAGGER
         due = self._monotonic_at(plan.closes + timedelta(seconds=grace))
         self.clock.call_at(due, lambda: self._fate(state, plan))

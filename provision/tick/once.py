@@ -102,6 +102,7 @@ class OneTick:
     def attach(self, core: TickCore) -> None:
         self.core = core
         core.on_quiet = self._on_quiet
+        core.fates = False  # the process ends after the tick: no look at a fate later
 
     def plan(self, tick: datetime) -> TickPlan:
         assert self.core is not None

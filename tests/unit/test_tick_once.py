@@ -118,6 +118,18 @@ def test_a_tick_whose_window_closed_is_too_late_and_claims_nothing() -> None:
     assert _record(store, at(10)) is None
 
 
+def test_a_tick_long_past_is_not_recorded_missed_by_the_one_tick() -> None:
+    """A host clock far behind picks a tick whose record retention may have deleted after it
+    ran: the one tick records nothing over it (lockctl run's own rule judges a too-late tick),
+    and no later look at its fate is left behind (the process ends after the tick)."""
+    clock, store = _world(45.0)  # tick 10's window closed at 20
+    runner = Runner(clock, store)
+    assert runner.take(at(10)).came is Came.TOO_LATE
+    clock.advance(60)
+    assert _record(store, at(10)) is None
+    assert not runner.said("missed")
+
+
 def test_a_tick_another_worker_took_is_skipped_taken_and_waiting_cannot_help() -> None:
     clock, store = _world(10.05)
     Runner(clock, store, "w2").take(at(10))
