@@ -6,9 +6,9 @@
              released (one transaction); housekeeping after a run won, a catch-up looked for
     verdict  what the turn came to, from the core's notes of that tick alone (pure): ran (the
              record as completed), skipped (why, in a word), paused, too late, or failed
-    wait     --wait: a claim refused because the lock is held (or in lock-delay) is taken again
-             once the lock's key changes (`watch_lock`, a blocking read), until the tick's
-             claim window closes or the caller's deadline passes
+    wait     --wait (runner/on_core.py): a claim refused because the lock is held (or in
+             lock-delay: `lock_refused`) is taken again once the lock's key changes
+             (`watch_lock`), until `wait_deadline` (the tick's claim window) or the caller's
 
 Nothing here decides a tick: the core does, as it does for `lockctl schedule`. `OneTick` only
 starts the turn on the core's clock, hears its notes, and knows when the core is quiet again.
@@ -18,16 +18,15 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from provision.ledger.records import TickOutcome, TickRecord
+from provision.ledger.records import TickRecord
 from provision.tick.core import TickCore, TickPlan
 from provision.tick.edge import Listener, Note, SkipReason
 
-# The notes that settle a tick's turn, in the order the core says them (a `claimed` tick ends
-# `completed`, or `paused` when its claim found the job paused).
+# The notes of a request that failed (a turn they end settles nothing else)
 _FAILURES = ("unavailable", "refused", "unanswered")
 
 
@@ -81,11 +80,6 @@ def verdict(notes: Sequence[Note], tick: datetime) -> Verdict:
         elif note.kind == "claimed":
             found = Verdict(Came.UNSETTLED, tick, note.record)
     return found
-
-
-def ran_outcome(found: Verdict) -> TickOutcome | None:
-    """The record's outcome of a tick run here (None: not run here)."""
-    return None if found.record is None or found.came is not Came.RAN else found.record.outcome
 
 
 class OneTick:
@@ -150,6 +144,3 @@ def wait_deadline(plan: TickPlan, now_wall: datetime, now_monotonic: float) -> f
     """The monotonic instant the tick's claim window closes (on the clock given): a wait for
     the lock never goes past it."""
     return now_monotonic + (plan.closes - now_wall).total_seconds()
-
-
-WatchLock = Callable[[int, float], tuple[str | None, int]]
