@@ -70,6 +70,8 @@ class RunnerBody:
         self.prepare, self.lock_key, self.clock = prepare, lock_key, clock
         self._body: Unfenced | None = None
         self._end: BodyEnd | None = None
+        # the ends of its stdout and stderr once it ended (for the tick's record)
+        self.tails: tuple[str | None, str | None] | None = None
 
     @property
     def ending(self) -> BodyEnd | None:
@@ -92,6 +94,7 @@ class RunnerBody:
         while body.tree_alive() and time.monotonic() < give_up:
             body.signal_tree(signal.SIGKILL)
             time.sleep(LOOK_EVERY)
+        self.tails = body.output_tails()  # before close: the pump has read to the end
         body.close()
 
         def said() -> None:

@@ -284,33 +284,7 @@ class TickLock(LockSession):
         return self._lock_refused()
 
     def _lock_refused(self) -> TickRefusal:
-        """The lock is held (the previous tick still runs) or in lock-delay: say which."""
-        when = tick_name(self.tick)
-        # Consul's own answer to the claim's lock operation: only it knows of a lock-delay
-        if self._lock_refusal is not None and "lock delay" in self._lock_refusal:
-            reason = f"tick {when}: the lock is in lock-delay (its last holder's session ended)"
-            skip = refused_skip(recorded=False, lock_delay=True, running=None)
-            return TickRefusal(self.tick, {"reason": reason}, skip)
-        try:
-            entry, _ = self.consul.kv.get(self.key)
-        except ConsulError:
-            entry = None
-        held = holder_record(entry.value if entry else None)  # bounded, printable
-        running, claims = held.get("tick"), held.get("worker", "?")
-        skip = refused_skip(recorded=False, lock_delay=False, running=running)
-        if running is not None:
-            reason = (
-                f"tick {when}: overlap, tick {running} is still running "
-                f"(its record claims worker {claims})"
-            )
-        else:
-            reason = f"tick {when}: the lock is held by another session (claims {claims})"
-        holder = entry.session if entry and entry.session else None
-        fields: dict[str, object] = {
-            "reason": reason,
-            "holder": None if holder is None else printable(holder, 64),
-        }
-        return TickRefusal(self.tick, fields, skip)
+        return lock_refusal(self.consul, self.key, self.tick, self._lock_refusal)
 
     def finish(self, ending: Ending, *, release: bool) -> bool | None:
         if self.record is None:  # never claimed
@@ -330,6 +304,38 @@ class TickLock(LockSession):
         if release and completion.released is None and not completion.recorded:
             return self.release()  # no answer to the transaction: at least free the key
         return completion.released
+
+
+def lock_refusal(consul: Consul, key: str, tick: datetime, refusal: str | None) -> TickRefusal:
+    """The claim of `tick` was refused for the lock: held (the previous tick still runs) or in
+    lock-delay (`refusal`, Consul's own answer, says so: only it knows). The lock's holder is
+    read to say which tick it runs."""
+    when = tick_name(tick)
+    # Consul's own answer to the claim's lock operation: only it knows of a lock-delay
+    if refusal is not None and "lock delay" in refusal:
+        reason = f"tick {when}: the lock is in lock-delay (its last holder's session ended)"
+        skip = refused_skip(recorded=False, lock_delay=True, running=None)
+        return TickRefusal(tick, {"reason": reason}, skip)
+    try:
+        entry, _ = consul.kv.get(key)
+    except ConsulError:
+        entry = None
+    held = holder_record(entry.value if entry else None)  # bounded, printable
+    running, claims = held.get("tick"), held.get("worker", "?")
+    skip = refused_skip(recorded=False, lock_delay=False, running=running)
+    if running is not None:
+        reason = (
+            f"tick {when}: overlap, tick {running} is still running "
+            f"(its record claims worker {claims})"
+        )
+    else:
+        reason = f"tick {when}: the lock is held by another session (claims {claims})"
+    holder = entry.session if entry and entry.session else None
+    fields: dict[str, object] = {
+        "reason": reason,
+        "holder": None if holder is None else printable(holder, 64),
+    }
+    return TickRefusal(tick, fields, skip)
 
 
 def housekeep(

@@ -41,7 +41,7 @@ import functools
 import json
 import signal
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -269,6 +269,14 @@ class TickCore:
     the core's clock's thread: another thread hands a call over with `clock.call_at(now, ...)`
     (ThreadTimerClock's is thread-safe)."""
 
+    # Told a job's name when the job is free here with nothing left to do (no run, no claim in
+    # flight, nothing waiting): the end of a `take` (tick/once.py, `lockctl run`'s one tick).
+    on_quiet: Callable[[str], None] | None = None
+    # Whether a tick this replica did not learn the fate of is looked at once its window closed
+    # (`_arm_fate`): not for one tick whose process ends after it (tick/once.py); its own rule
+    # records a tick it came too late for, and a later run's housekeeping the others.
+    fates = True
+
     def __init__(
         self,
         store: TickStore,
@@ -363,6 +371,22 @@ class TickCore:
         state.triggers.append(note)
         self._note("trigger", state.job, manual_tick(note.at), note.id)
         self._idle(state)
+
+    # -- one tick outside the replica's loop (tick/once.py: `lockctl run`) ---------------------
+    def take(self, name: str, tick: datetime, *, catchup: bool = False) -> None:
+        """One turn at `tick` of job `name`, outside the loop (`start` is never called): read,
+        judged, claimed, run and completed as at any turn, housekept after a run won here, and
+        with `catchup` a catch-up looked for after it; no later turn is planned. `on_quiet`
+        hears when all that is over."""
+        state = next(s for s in self._jobs if s.job.name == name)
+        state.last, state.catchup_due, state.housekeep = tick, catchup, True
+        self._take(state, self.plan(state.job, tick))
+
+    def _quiet(self, state: _Job) -> None:
+        """Tell `on_quiet` when the job is free here and nothing waits for it."""
+        waits = state.waiting or state.triggers or state.catchup_due or state.idle_timer
+        if self.on_quiet is not None and state.busy is None and state.held is None and not waits:
+            self.on_quiet(state.job.name)
 
     def _begin(self, state: _Job) -> None:
         self._arm_turn(state, self._first_plan(state))
@@ -742,6 +766,7 @@ class TickCore:
     def _idle(self, state: _Job) -> None:
         """The job may be free here: a trigger heard meanwhile, or a catch-up to look for after
         a turn, goes next (from a timer of its own: never inside the step that freed it)."""
+        self._quiet(state)
         wanted = state.waiting or state.triggers or state.catchup_due
         if not wanted or state.idle_timer is not None or not self._live(state):
             return
@@ -820,15 +845,26 @@ class TickCore:
             record = None
             if tick is not None and tick in recorded:
                 record, _ = self.store.read_tick(job.keys, tick)
+            held = tick is not None and may_catch_up(record) and self._held(job, tick)
         except ConsulError as exc:
             self._failed(exc, job, None)
+            self._quiet(state)
             return
         state.catchup_look = False
-        if tick is None or not may_catch_up(record):
+        if tick is None or not may_catch_up(record) or held:
+            self._quiet(state)
             return
         plan = catchup_plan(job, tick, record, self.worker)
         lag = (now - tick).total_seconds()
+        # the tick to catch up, and the `missed` record (if any) its claim goes over
+        self._note("catch-up", job, tick, f"{lag:.1f}s after it", record=record)
         self._claim(state, plan, _Judged(TickChoice(tick, plan.window, lag, 0.0), sent))
+
+    def _held(self, job: CoreJob, tick: datetime) -> bool:
+        """Whether a pause held `tick` (resumed since: every replica was down meanwhile), so it
+        was not due and is not caught up (runner/catchup.py's rule); read only for a tick that
+        would be caught up otherwise."""
+        return self.store.read_control(job.keys).pauses.holding(tick) is not None
 
     def _unclaimed(self, state: _Job, plan: TickPlan) -> None:
         """`plan` was not claimed, and may still be: a tick's fate is looked at once its window
@@ -845,6 +881,8 @@ class TickCore:
     def _arm_fate(self, state: _Job, plan: TickPlan) -> None:
         """Look at the tick once its window closed on every clock within MISSED_GRACE of ours,
         staggered by rank as claims are (the first look usually settles it for the others)."""
+        if not self.fates:
+            return
         grace = MISSED_GRACE + plan.turn.rank * CLAIM_STAGGER
         due = self._monotonic_at(plan.closes + timedelta(seconds=grace))
         self.clock.call_at(due, lambda: self._fate(state, plan))

@@ -148,6 +148,7 @@ class HeldRun:
         self.retry: Retry | None = None  # the attempt waited for (no body runs meanwhile)
         self.last: Decision | None = None  # the decision that ended the last attempt
         self.cut: str | None = None  # why retries the job still had were cut
+        self.retried = False  # a retry was planned: the record keeps every attempt's status
         self.attempt = 0  # the attempt started last (1 for the first)
 
     @property
@@ -303,7 +304,7 @@ class HeldRun:
             if plan.reason in CUT and timings.retries:
                 self.cut = plan.reason.value
             return False
-        self.retry, self.body = plan, None
+        self.retry, self.body, self.retried = plan, None, True
         self._note("retrying", f"attempt {plan.attempt} after status {status}", self._so_far())
         self._await_retry()
         return True
@@ -355,7 +356,9 @@ class HeldRun:
             self.statuses.append(None if ending is None else ending.exit_status)
         status = self.statuses[-1] if self.statuses else None
         kept = decision.action is Action.RELEASE  # else the lock was lost: the record says so
-        retried = len(self.statuses) > 1 or self.cut is not None
+        # a retry planned keeps the attempts, though the lock was lost before it started (as
+        # runner/supervisor.py records them)
+        retried = self.retried or self.cut is not None
         done = self.record.completed(
             record_outcome(decision.verdict, status, kept),
             finished_at=self.clock.wall(),

@@ -140,6 +140,7 @@ def test_the_lock_lost_while_a_retry_is_waited_for_ends_the_run_lost() -> None:
     assert len(replica.of(START)) == 1  # no attempt without the lock
     record = replica.record(START)
     assert record is not None and record.outcome is TickOutcome.LOST
+    assert record.attempts == (1,)  # the attempt made, as `lockctl run`'s record keeps it
 
 
 def test_a_stop_while_a_retry_is_waited_for_ends_the_run_and_cuts_its_retries() -> None:
