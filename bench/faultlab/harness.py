@@ -51,6 +51,7 @@ from provision.cluster.layout import AgentSpec, ClusterLayout
 from provision.cluster.local import ClusterShape, cluster_down, cluster_status, cluster_up
 from provision.consul import Consul
 from provision.consul.errors import ConsulError, PermissionDenied
+from provision.system.control_keys import CONTROL_ROOT
 from provision.system.deadline import Deadline, attempts, retry_until, wait_until
 from provision.system.processes import read_pid, stop, terminate
 from provision.system.secrets import Secret, read_secret_file, write_secret_file
@@ -197,8 +198,11 @@ class FaultLab:
             cluster_down(self.state_dir)
 
     def _mint(self, management: Consul, agent: AgentSpec) -> Path:
+        # what lockctl's own policies grant a worker (templates/policies/): its jobs' keys,
+        # read on their control keys (pauses, triggers), its node's sessions
         rules = (
             f'key_prefix "{PREFIX}/" {{ policy = "write" }}\n'
+            f'key_prefix "{CONTROL_ROOT}" {{ policy = "read" }}\n'
             f'session "{agent.name}" {{ policy = "write" }}\n'
             f'agent "{agent.name}" {{ policy = "read" }}\n'
         )

@@ -905,6 +905,8 @@ class TickCore:
             self._missed(
                 plan.job, record_missed(self.store, plan.job, [plan.tick], self.worker, now)
             )
+        except REFUSALS as exc:  # no retry fixes it: said once; housekeeping records it later
+            self._failed(exc, plan.job, plan.tick)
         except ConsulError:
             due = self.clock.monotonic() + FATE_RETRY
             self.clock.call_at(due, lambda: self._fate(state, plan))
@@ -950,8 +952,10 @@ class TickCore:
             missed = missed_ticks(job.schedule, recorded, now, deadline, limit=limit)
             written = record_missed(self.store, job, missed[::-1], self.worker, now)
             self.store.prune(job.keys, to_prune(recorded | set(missed), job.history_limit, now=now))
-        except ConsulError:
-            if first:
+        except ConsulError as exc:
+            if isinstance(exc, REFUSALS):  # no retry fixes it: said; after the next run again
+                self._failed(exc, job, None)
+            elif first:
                 again = functools.partial(self._housekeep, state, True)
                 self.clock.call_at(self.clock.monotonic() + FATE_RETRY, again)
             state.housekeep = True  # else after the next run won here

@@ -22,7 +22,7 @@ from tick_fleet import (
     every_10s,
 )
 
-from provision.consul import ConsulUnavailable
+from provision.consul import ConsulUnavailable, PermissionDenied
 from provision.ledger.records import TickOutcome, TickRecord, tick_name
 from provision.ledger.store import Claim, Completion
 from provision.ledger.turns import CLAIM_STAGGER, claim_order
@@ -32,6 +32,7 @@ from provision.tick.edge import BodyEnd, StopHow
 from provision.tick.held import STOP_COMPLETE_WITHIN
 from provision.tick.memory import MemoryTickStore
 from provision.tick.pool import session_terms
+from provision.tick.store import JobKeys
 
 
 # -- one tick, one run ----------------------------------------------------------------------------
@@ -235,6 +236,36 @@ def test_a_tick_nobody_can_claim_is_recorded_missed_once() -> None:
     assert fleet.bodies == []
     missed = [n for _, _, n in fleet.notes if n.kind == "missed" and n.tick == at(0)]
     assert len(missed) == 1  # one replica wrote it; the others' looks found it recorded
+
+
+class NoControlRead(Counting):
+    """A token without read on the job's control keys (an old or hand-written policy)."""
+
+    def __init__(self, store: MemoryTickStore) -> None:
+        super().__init__(store)
+        self.control_reads = 0
+
+    def read_control(self, job: JobKeys) -> object:
+        self.control_reads += 1
+        raise PermissionDenied("simulated: 403", status=403, body="Permission denied")
+
+
+def test_a_tick_whose_fate_consul_refuses_is_said_refused_once_never_retried() -> None:
+    """Recording a missed tick reads the job's pauses; a token Consul refuses that read is
+    said (`refused`, naming the tick), and the look is not tried again every few seconds for
+    ever (each unclaimed tick would add a loop of its own)."""
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)))
+    store = NoControlRead(fleet.store)
+    outsider = fleet.store.create_session(SessionTerms("outsider", 60, 15, "release", 20))
+    fleet.store.claim(KEYS, TickRecord(at(-100), TickOutcome.RUNNING), outsider, b"outsider")
+    fleet.start("w1", store=store)
+    fleet.run(300)  # the outsider's lock is free after 2 x TTL + LockDelay: then runs
+    refused = [n for _, n in fleet.said("w1", "refused")]
+    assert refused and all("403" in n.detail for n in refused)
+    fates = [n.tick for n in refused if n.tick is not None]  # the unclaimed ticks' looks
+    assert len(fates) >= 10 and len(set(fates)) == len(fates)  # each tick said once
+    assert store.control_reads == len(refused)  # each refusal read once: none in a loop
+    assert fleet.ran(at(200)) == ["w1"]  # the job itself goes on
 
 
 def test_a_claim_whose_answer_is_lost_keeps_the_job_busy_until_read_then_is_undone() -> None:
