@@ -46,6 +46,7 @@ STOP_POLL = 0.5  # seconds: how soon a set `stop` event, or the Locker's close()
 LEFTOVERS_GONE_WITHIN = 5.0  # seconds the reaper waits for a killed isolated body to be gone
 LOOK_EVERY = 0.05
 TOLD = ("fenced", "timed-out")  # the held run's verdicts the body's Run is told of
+EMBED_EVENTS = "lockctl-embed"  # the `job` field of serve()'s own events (its sessions)
 
 
 class AppBody:
@@ -161,7 +162,7 @@ class AppReplica(Replica):
 
 def serve_on_core(app: AppJobs, stop: threading.Event) -> None:
     """The decorated jobs at their ticks until `stop` is set or the Locker closes."""
-    report = CoreReport(app.worker, app.stream)
+    report = CoreReport(app.worker, app.stream, EMBED_EVENTS)
     clock = GuardedClock(app.wall, functools.partial(_unexpected, report))
     identity = Identity(app.worker, socket.gethostname(), os.getpid())
     replica = AppReplica(app, Shared(clock, identity, report, ForkServer()))

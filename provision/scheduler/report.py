@@ -576,10 +576,13 @@ class CoreReport:
     and the health of one scheduler (worker); safe to call from several threads (the core's,
     the trigger watch's) and to read from another (a scrape, /healthz)."""
 
-    def __init__(self, worker: str, stream: TextIO | None = None) -> None:
+    def __init__(
+        self, worker: str, stream: TextIO | None = None, process: str = SCHEDULER_EVENTS
+    ) -> None:
+        """`process`: the `job` field of the process's own events (sessions, start, stop)."""
         self.worker, self.stream = worker, stream
         self.metrics = Instruments(worker)
-        self.events = EventLog(SCHEDULER_EVENTS, worker, stream)  # the replica's own
+        self.events = EventLog(process, worker, stream)  # the replica's own
         self._jobs: dict[str, _Job] = {}
         self._lock = threading.RLock()
 
