@@ -34,7 +34,7 @@ from provision.fencing import BodyFence
 from provision.runner.core_body import run_env
 from provision.runner.forkserver import ForkServer
 from provision.scheduler.loop import unexpected
-from provision.scheduler.on_core import GuardedClock, Replica, Shared, Tails
+from provision.scheduler.on_core import BodySaid, GuardedClock, Replica, Shared, Tails
 from provision.scheduler.report import CoreReport
 from provision.tick.core import Identity
 from provision.tick.edge import Body, BodyEnd, Note, Run, StopHow, TimerClock
@@ -54,9 +54,15 @@ class AppBody:
     core holds, reaped by a thread of its own that hands the end to the core's clock."""
 
     def __init__(
-        self, made: ThreadBody, lock_key: str, clock: TimerClock, held: Callable[[], HeldRun]
+        self,
+        made: ThreadBody,
+        lock_key: str,
+        clock: TimerClock,
+        held: Callable[[], HeldRun],
+        said: BodySaid,
     ) -> None:
         self.body, self.lock_key, self.clock, self.held = made, lock_key, clock, held
+        self.said = said
         self._end: BodyEnd | None = None
         self.tails: Tails | None = None
 
@@ -72,6 +78,7 @@ class AppBody:
 
         fence = BodyFence(held.bounds, self.clock.monotonic, confirmed_at, held.follow)
         self.body.start(run_env(self.lock_key, run), fence)
+        self.said.started(self.body)
         threading.Thread(target=self._reap, args=(ended,), daemon=True).start()
 
     def stop(self, how: StopHow) -> None:
@@ -133,7 +140,8 @@ class AppReplica(Replica):
     def _body(self, name: str, tick: datetime) -> Body:
         made = self.app_jobs[name].make(self.told[name])
         lock_key = self.configs[name].lock_key
-        return AppBody(made, lock_key, self.shared.clock, self._held_at(name, tick))
+        held = self._held_at(name, tick)
+        return AppBody(made, lock_key, self.shared.clock, held, self._body_said(name, tick))
 
     def _held_at(self, name: str, tick: datetime) -> Callable[[], HeldRun]:
         def held() -> HeldRun:

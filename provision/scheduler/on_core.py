@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Protocol, TextIO
 
 from provision.consul import (
     NO_RETRY,
@@ -58,6 +58,7 @@ from provision.ledger.records import TickRecord
 from provision.ledger.store import Completion
 from provision.ledger.ticks import skew_to_say
 from provision.runner.child import Child, check_program
+from provision.runner.containment import first_telling
 from provision.runner.core_body import RunnerBody, Unfenced, run_env
 from provision.runner.engine import credential_files, job_environment
 from provision.runner.events import ms
@@ -103,6 +104,27 @@ LEFTOVERS_GONE_WITHIN = 5.0  # seconds the reaper waits for a SIGKILLed tree (co
 LOOK_EVERY = 0.05
 
 Tails = tuple[str | None, str | None]  # the ends of a run's stdout and stderr, for its record
+
+
+class Started(Protocol):
+    """What a body that started says of itself, for its `acquired` event."""
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def containment(self) -> str: ...
+
+    @property
+    def warning(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class BodySaid:
+    """Where a run's body tells its replica that it started (or could not), and why not."""
+
+    started: Callable[[Started | None], None]
+    failed: Callable[[str], None]
 
 
 def core_job(job: JobConfig) -> CoreJob:
@@ -151,10 +173,10 @@ class ServiceBody(RunnerBody):
         lock_key: str,
         clock: TimerClock,
         trigger: str | None,
-        failed: Callable[[str], None],
+        said: BodySaid,
     ) -> None:
         super().__init__(prepare, lock_key, clock)
-        self.trigger, self.failed = trigger, failed
+        self.trigger, self.said = trigger, said
         self.tails: Tails | None = None
 
     def start(self, run: Run, ended: Callable[[], None]) -> None:
@@ -170,10 +192,12 @@ class ServiceBody(RunnerBody):
             if body is not None:
                 body.abort()
                 body.close()
-            self.failed(str(exc))
+            self.said.started(None)
+            self.said.failed(str(exc))
             self.clock.call_at(self.clock.monotonic(), functools.partial(self._said, None, ended))
             return
         self._body = body
+        self.said.started(body)
         threading.Thread(target=self._reap, args=(body, ended), daemon=True).start()
 
     def _reap(self, body: Unfenced, ended: Callable[[], None]) -> None:
@@ -291,6 +315,7 @@ class Replica:
         """`taken`: each job's last turn on the core this one takes over from."""
         self.consul, self.shared = consul, shared
         self.turns: dict[str, datetime] = {}  # each job's last turn here (a successor's taken)
+        self._claims: dict[tuple[str, datetime | None], Note] = {}  # claims said at the start
         self.configs = {job.name: job for job in jobs}
         self.environment = job_environment(os.environ)
         self.hidden = credential_files(consul.settings)
@@ -326,8 +351,30 @@ class Replica:
     def _body(self, name: str, tick: datetime) -> Body:
         job, held = self.configs[name], self._held(name, tick)
         trigger = None if held is None else held.record.trigger
-        failed = functools.partial(self._failed, name, tick)
-        return ServiceBody(self._prepare(job), job.lock_key, self.shared.clock, trigger, failed)
+        said = self._body_said(name, tick)
+        return ServiceBody(self._prepare(job), job.lock_key, self.shared.clock, trigger, said)
+
+    def _body_said(self, name: str, tick: datetime) -> BodySaid:
+        return BodySaid(
+            functools.partial(self._started, name, tick),
+            functools.partial(self._failed, name, tick),
+        )
+
+    def _started(self, name: str, tick: datetime, body: Started | None) -> None:
+        """The run's body started (None: it could not): its claim is said now, `acquired`
+        naming its PID and containment (and, the first time this process is refused a PID
+        namespace, why: the `containment` event)."""
+        report = self.shared.report
+        facts = {} if body is None else {"child_pid": body.pid, "containment": body.containment}
+        report.body_started(name, facts)
+        self._say_claim(name, tick)
+        if body is not None and body.warning and first_telling(body.warning):
+            report.containment(name, tick, body.containment, body.warning)
+
+    def _say_claim(self, name: str, tick: datetime | None) -> None:
+        claimed = self._claims.pop((name, tick), None)
+        if claimed is not None:
+            self.shared.report(claimed)
 
     def _prepare(self, job: JobConfig) -> Callable[[], Unfenced]:
         """What makes each attempt's body: the job's call, or its command in a namespace the
@@ -364,6 +411,10 @@ class Replica:
         """The core's note, to the report: a failure of lockctl's own (a refused token, a
         body that cannot start) as `tick-failed`, a completion with its record."""
         report = self.shared.report
+        if note.kind == "claimed":  # said once its body started: its PID, its containment
+            self._claims[(note.job, note.tick)] = note
+            return
+        self._say_claim(note.job, note.tick)  # its body never started (a loss, a stop first)
         if note.kind == "completed" and note.record is None:
             held = self._held(note.job, note.tick)  # done() comes after the note: still held
             if held is not None:

@@ -34,8 +34,8 @@ import contextlib
 import enum
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, TextIO
 
@@ -147,6 +147,7 @@ class RunContext:
 
     claimed: TickRecord | None = None
     timeout: float | None = None
+    started: Mapping[str, Any] = field(default_factory=dict)  # the body's PID, containment
 
 
 # -- the pure mappings -----------------------------------------------------------------------
@@ -313,6 +314,7 @@ def _claimed(note: Note, run: RunContext) -> list[Event]:
         "start_lag_ms": lag,
         "trigger": record.trigger,
         "catchup": record.catchup,
+        **run.started,
     }
     return [*events, ("acquired", acquired)]
 
@@ -569,6 +571,7 @@ class _Job:
     said_down: bool = False  # a consul-unavailable was written: consul-recovered comes next
     claimed: TickRecord | None = None
     timeout: float | None = None
+    started: Mapping[str, Any] = field(default_factory=dict)
 
 
 class CoreReport:
@@ -602,7 +605,8 @@ class CoreReport:
             answered = consul_answered(note)
             if answered is True:
                 self._answered(note.job, job)
-            for event, fields in note_events(note, RunContext(job.claimed, job.timeout)):
+            context = RunContext(job.claimed, job.timeout, job.started)
+            for event, fields in note_events(note, context):
                 if event == "consul-unavailable" and note.tick is None and job.said_down:
                     continue  # said once per outage; a tick not run is said each time
                 job.said_down = job.said_down or event == "consul-unavailable"
@@ -634,6 +638,23 @@ class CoreReport:
         with self._lock:
             self._job(job)
             self.metrics.next_tick.labels(job, self.worker).set(unix_time)
+
+    def body_started(self, job: str, started: Mapping[str, Any]) -> None:
+        """What the body of the job's run just started says of itself (its PID, how it is
+        contained): the `acquired` event of that run's claim names it."""
+        with self._lock:
+            self._job(job).started = dict(started)
+
+    def containment(self, job: str, tick: datetime | None, mode: str, warning: str) -> None:
+        """The machine refused the job's PID namespace: said once per process (by its first
+        run), the runs in a weaker mode (`mode`), and why."""
+        with self._lock:
+            self._job(job).events.emit(
+                "containment",
+                tick=None if tick is None else tick_name(tick),
+                mode=mode,
+                warning=warning,
+            )
 
     def tick_failed(self, job: str, why: str, tick: datetime | None = None) -> None:
         """A tick failed for a reason of lockctl's own (its body cannot start, a refused

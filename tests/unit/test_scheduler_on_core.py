@@ -21,7 +21,7 @@ from provision.runner.core_body import Unfenced
 from provision.runner.supervisor import idempotency_key
 from provision.runner.tick_lock import job_turn
 from provision.schedule import parse_schedule
-from provision.scheduler.on_core import GuardedClock, ServiceBody, core_job
+from provision.scheduler.on_core import BodySaid, GuardedClock, ServiceBody, core_job
 from provision.tick.clock import VirtualClock
 from provision.tick.core import plan_tick
 from provision.tick.edge import BodyEnd, Run
@@ -115,7 +115,8 @@ def test_a_body_that_cannot_start_is_said_and_ends_at_once_without_a_status() ->
     def prepare() -> Unfenced:
         raise InputError("cannot start '/gone': not found or not executable")
 
-    body = ServiceBody(prepare, "locks/ingest/.lock", clock, None, failures.append)
+    said = BodySaid(lambda body: None, failures.append)
+    body = ServiceBody(prepare, "locks/ingest/.lock", clock, None, said)
     body.start(_run(clock), lambda: ended.append(body.ending))
     assert failures == ["cannot start '/gone': not found or not executable"]
     assert ended == [] and body.ending is None  # told from a callback of its own, not start()
@@ -157,7 +158,8 @@ def test_a_trigger_s_run_has_a_key_of_its_own_and_the_output_ends_are_kept(
     job = FakeJob()
     ended = threading.Event()
     prepare = cast("Callable[[], Unfenced]", lambda: job)
-    body = ServiceBody(prepare, "locks/ingest/.lock", clock, trigger, lambda why: None)
+    said = BodySaid(lambda body: None, lambda why: None)
+    body = ServiceBody(prepare, "locks/ingest/.lock", clock, trigger, said)
     run = _run(clock)
     body.start(run, ended.set)
     (told,) = job.told

@@ -877,3 +877,21 @@ def test_every_series_of_the_old_scheduler_is_there_under_the_same_name_type_hel
     assert shape(report.registry) == shape(old)
     names = {s.name for m in report.registry.collect() for s in m.samples}
     assert not [name for name in names if name.endswith("_created")]
+
+
+def test_acquired_names_the_started_body_and_a_refused_namespace_is_said_once() -> None:
+    """The replica says a claim once its body started (scheduler/on_core.py): `acquired`
+    carries the body's PID and containment, as the old engine's did; `containment` is the
+    report's own line, with the mode and why."""
+    report, stream = _report()
+    report.body_started(JOB, {"child_pid": 4242, "containment": "process-group"})
+    report(Note("claimed", JOB, at(0), record=CLAIMED))
+    report.containment(JOB, at(0), "process-group", "mount /proc: Operation not permitted")
+    acquired, told = _events(stream)
+    assert acquired["event"] == "acquired" and acquired["lock_index"] == CLAIMED.lock_index
+    assert (acquired["child_pid"], acquired["containment"]) == (4242, "process-group")
+    assert told["event"] == "containment" and told["mode"] == "process-group"
+    assert told["warning"] == "mount /proc: Operation not permitted"
+    report.body_started(JOB, {})  # a body that could not start: nothing of the last one
+    report(Note("claimed", JOB, at(10), record=replace(CLAIMED, tick=at(10))))
+    assert "containment" not in _events(stream)[-1]
