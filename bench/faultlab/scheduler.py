@@ -4,7 +4,8 @@ runner's (bench/faultlab/harness.py), shared by tests/faults/test_scheduler_faul
 
 Three schedulers, one per worker, each in its worker's namespace, run two jobs on `@every 5s`:
 a short one (1 s, well inside its interval) and a long one (8 s: it outlasts its interval, so
-each run skips the tick it overlaps, and every replica records that tick missed). Both jobs are
+the tick after each run waits for that run's end while its claim window is open, and the tick
+after that passes whole meanwhile: skipped, and recorded missed). Both jobs are
 the oracle's process tree (bench/faultlab/job.py), which now also tells the oracle its tick
 (LOCKCTL_TICK). One fault per scenario hits the scheduler whose long job is running, 1.5 s into
 it:
@@ -54,10 +55,10 @@ from bench.faultlab.harness import (
     lock_key,
 )
 from bench.faultlab.oracle import Holder
-from bench.faultlab.ticks import Excuse, TickVerdict, judge_ticks
+from bench.faultlab.ticks import RAN, Excuse, TickVerdict, judge_ticks
 from provision.cluster import netns as ns
 from provision.consul.errors import ConsulError
-from provision.ledger.records import TickRecord
+from provision.ledger.records import TickOutcome, TickRecord
 from provision.ledger.store import Ledger
 from provision.schedule import parse_schedule
 from provision.system.deadline import Deadline, attempts
@@ -269,6 +270,7 @@ def run_scenario(lab: FaultLab, scenario: str, number: int = 1, fleet: int = 0) 
         excuses.append(_excuse(fault_at, scenario))
         excuses += _startup_excuse(folder)
         _settle(lab, list(jobs), fault_at + timedelta(seconds=result.takeover or 0.0))
+        _settle_a_skip(lab, target)
     finally:
         result.runner_exits = fleet.stop_all()
         for job in jobs:
@@ -403,6 +405,19 @@ def _settle(lab: FaultLab, jobs: list[str], takeover_at: datetime) -> None:
     that tick (missed ticks are recorded by the run after their window closed)."""
     for _ in attempts(Deadline(SETTLE), 1.0):
         if all(_decided(lab, job, takeover_at) for job in jobs):
+            return
+
+
+def _settle_a_skip(lab: FaultLab, job: str) -> None:
+    """Wait until the long job has a tick recorded missed before one of its runs (what the
+    judge counts). A fault need not cost a tick (a quick takeover, or a run ended by its fence
+    early), and its own overlap skips one tick in three: the tick after a run waits for its end
+    while its window is open, and the one after that passes whole during the late run."""
+    for _ in attempts(Deadline(SETTLE), 1.0):
+        records = _records(lab, job)
+        missed = [r.tick for r in records if r.outcome is TickOutcome.MISSED]
+        ran = [r.tick for r in records if r.finished_at is not None and r.outcome in RAN]
+        if missed and ran and min(missed) < max(ran):
             return
 
 
