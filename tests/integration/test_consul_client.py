@@ -318,10 +318,11 @@ def test_read_policy_by_name_without_acl_read_is_denied_not_none(
     live_cluster: LiveCluster, minted: Minted
 ) -> None:
     """A caller that may not read ACLs must not be told "no such policy"."""
-    existing = minted.policy('key "lockctl-test/x" { policy = "read" }')
-    weak = minted.token('key "lockctl-test/x" { policy = "read" }')
+    key = f"lockctl-test/{minted.uid}/x"  # read only to learn the token is known everywhere
+    existing = minted.policy(f'key "{key}" {{ policy = "read" }}')
+    weak = minted.token(f'key "{key}" {{ policy = "read" }}')
     client = live_cluster.client("server-1", token_secret(weak))
-    eventually(lambda: client.kv.get("lockctl-test/x"))
+    eventually(lambda: client.kv.get(key))
     for name in (existing.name, unique("lockctl-test-missing")):
         with pytest.raises(PermissionDenied):
             client.acl.read_policy_by_name(name)
