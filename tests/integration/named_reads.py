@@ -5,13 +5,27 @@ go through its transport, as test_login.py's token list does."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, TypeVar
 
 from provision.consul import Consul, NotFound, PermissionDenied
 from provision.consul.identity import BindingRule, Role
-from provision.consul.models import Policy, Token
+from provision.consul.models import Policy, Session, Token
 from provision.consul.transport import IDEMPOTENT, Call, quote_path
 from provision.spec.names import session_policy_name, token_description
+
+Listed = TypeVar("Listed", Policy, Token, Session)
+
+
+def carrying(listed: Iterable[Listed], uid: str) -> list[Listed]:
+    """Of a list answer for the whole cluster (every test's policies, tokens or sessions), only
+    the objects whose name or description carries `uid`, in the order listed: for the tests of
+    the list calls themselves, which assert on what they made and nothing else."""
+    return [item for item in listed if uid in _label(item)]
+
+
+def _label(item: Policy | Token | Session) -> str:
+    return " ".join((getattr(item, "name", ""), getattr(item, "description", "")))
 
 
 def _get(consul: Consul, path: str, **params: str) -> Any:

@@ -1,11 +1,11 @@
 """A Consul of one test's own: one server started from lockctl's templates on a spare address of
 the test subnet, plain HTTP, nothing else on it. For what cannot be scoped on the shared
 cluster: `apply --prune` deletes every lockctl-managed object its spec does not name, whoever
-made it, and the anonymous token is one per cluster.
+made it, the anonymous token is one per cluster, and so is lockctl's own apply lock.
 
 Spare hosts of the test subnet (the live cluster uses .11-.13 and .21-.23): .41 and .42
 test_bootstrap.py (never bootstrapped), .43 test_apply.py, .44 test_identity.py,
-.45 test_verify.py.
+.45 test_verify.py, .46 test_apply_safety.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,10 @@
 and lockctl run several times at once, against the real cluster (issue 13, items B and C).
 
 Each test names its jobs and workers with its own uid (test_apply.Env), so what its plan and
-apply compare and change is its own, and deletes what its specs made at its end."""
+apply compare and change is its own, and deletes what its specs made at its end. lockctl's own
+lock (LOCK_KEY and its "lockctl apply" sessions) is one per cluster, every apply's: the tests
+that look at it, hold it or kill its holder run on a Consul of this module's own
+(private_consul.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +29,9 @@ from provision.errors import EXIT_DENIED, EXIT_ENVIRONMENT, EXIT_INPUT
 from provision.spec.names import lock_policy_name, token_description
 from provision.system.secrets import read_secret_file
 from tests.conftest import LiveCluster
+from tests.integration.made_sessions import note_sessions, still_there
 from tests.integration.named_reads import policy_named, worker_tokens
+from tests.integration.private_consul import PrivateConsul, private_consul
 from tests.integration.procscan import catches
 from tests.integration.test_apply import Env, env_on
 
@@ -46,6 +51,23 @@ def env(
     tmp_path: Path, live_cluster: LiveCluster, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[Env]:
     yield from env_on(live_cluster, tmp_path, monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def own_consul(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrivateConsul]:
+    with private_consul(tmp_path_factory.mktemp("own-consul"), 46) as consul:
+        yield consul
+
+
+@pytest.fixture
+def own_env(
+    tmp_path: Path, own_consul: PrivateConsul, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Env]:
+    """An Env on a Consul nothing but this module uses: whoever holds LOCK_KEY there, and every
+    "lockctl apply" session on its one node, is this module's."""
+    for env in env_on(own_consul, tmp_path, monkeypatch):
+        env.agent = own_consul.node  # where its applies' lock sessions are made
+        yield env
 
 
 def _token_writes(plan_stdout: str) -> dict[str, str]:
@@ -220,12 +242,12 @@ def _finish(processes: list[subprocess.Popen[str]], env: Env) -> list[tuple[int,
     return done
 
 
-def test_three_applies_at_once_mint_one_token_per_worker(env: Env) -> None:
+def test_three_applies_at_once_mint_one_token_per_worker(own_env: Env) -> None:
     """Three at once once minted two tokens per worker."""
-    workers = sorted(env.name(f"cc-{n}") for n in range(6))
-    env.write_spec({env.name(f"cc-job-{n}"): workers[n : n + 3] for n in range(4)}, workers)
-    mgmt = env.cluster.management()
-    results = _finish([_start(env, "apply", "--json") for _ in range(3)], env)
+    workers = sorted(own_env.name(f"cc-{n}") for n in range(6))
+    own_env.write_spec({own_env.name(f"cc-job-{n}"): workers[n : n + 3] for n in range(4)}, workers)
+    mgmt = own_env.cluster.management()
+    results = _finish([_start(own_env, "apply", "--json") for _ in range(3)], own_env)
     for code, out, err in results:
         assert code == 0, (out, err)
     created = [
@@ -237,8 +259,8 @@ def test_three_applies_at_once_mint_one_token_per_worker(env: Env) -> None:
     assert sorted(created) == workers  # each worker's token minted by exactly one of them
     for worker in workers:
         assert len(worker_tokens(mgmt, worker)) == 1, worker
-        _assert_file_is_the_live_token(env, mgmt, worker)
-    assert env.run("plan").exit_code == 0
+        _assert_file_is_the_live_token(own_env, mgmt, worker)
+    assert own_env.run("plan").exit_code == 0
     assert mgmt.kv.get(LOCK_KEY)[0] is None  # released: the session and its key are gone
 
 
@@ -275,11 +297,11 @@ def _wait_for_holder(mgmt: Consul, seconds: float = 30) -> str:
     raise AssertionError(f"nobody took {LOCK_KEY}")
 
 
-def test_a_killed_holders_lock_is_taken_over_at_once_on_the_same_machine(env: Env) -> None:
-    workers = [env.name(f"kl-{n}") for n in range(8)]
-    env.write_spec({env.name(f"kl-job-{n:03d}"): workers for n in range(150)}, workers)
-    mgmt = env.cluster.management()
-    process = _start(env, "apply", "--concurrency", "1")
+def test_a_killed_holders_lock_is_taken_over_at_once_on_the_same_machine(own_env: Env) -> None:
+    workers = [own_env.name(f"kl-{n}") for n in range(8)]
+    own_env.write_spec({own_env.name(f"kl-job-{n:03d}"): workers for n in range(150)}, workers)
+    mgmt = own_env.cluster.management()
+    process = _start(own_env, "apply", "--concurrency", "1")
     try:
         held_by = _wait_for_holder(mgmt)
     finally:
@@ -287,18 +309,18 @@ def test_a_killed_holders_lock_is_taken_over_at_once_on_the_same_machine(env: En
         process.communicate()
     assert mgmt.session.info(held_by) is not None  # its session outlives it (TTL 15 s)
     began = time.monotonic()
-    rerun = env.run("apply", "--lock-wait", "5")
+    rerun = own_env.run("apply", "--lock-wait", "5")
     assert rerun.exit_code == 0, rerun.output
     assert time.monotonic() - began < 5
-    assert env.run("plan").exit_code == 0
+    assert own_env.run("plan").exit_code == 0
 
 
-def test_sigterm_frees_the_lock_at_once(env: Env) -> None:
+def test_sigterm_frees_the_lock_at_once(own_env: Env) -> None:
     """SIGTERM unwinds like Ctrl-C: the session is destroyed, not left to its TTL."""
-    workers = [env.name(f"st-{n}") for n in range(8)]
-    env.write_spec({env.name(f"st-job-{n:03d}"): workers for n in range(150)}, workers)
-    mgmt = env.cluster.management()
-    process = _start(env, "apply", "--concurrency", "1")
+    workers = [own_env.name(f"st-{n}") for n in range(8)]
+    own_env.write_spec({own_env.name(f"st-job-{n:03d}"): workers for n in range(150)}, workers)
+    mgmt = own_env.cluster.management()
+    process = _start(own_env, "apply", "--concurrency", "1")
     held_by = _wait_for_holder(mgmt)
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=30)
@@ -306,12 +328,13 @@ def test_sigterm_frees_the_lock_at_once(env: Env) -> None:
     assert "interrupted by SIGTERM" in err and err.count("\n") == 1, err
     assert mgmt.session.info(held_by) is None
     assert mgmt.kv.get(LOCK_KEY)[0] is None
-    assert env.run("apply", "--lock-wait", "0").exit_code == 0
+    assert own_env.run("apply", "--lock-wait", "0").exit_code == 0
 
 
 def _lock_sessions(mgmt: Consul, env: Env) -> list[str]:
     """The sessions of apply's own lock on the node of the agent `env` sends its applies to
-    (a session is made on the serving agent's node), not every session of the cluster."""
+    (a session is made on the serving agent's node): on the module's own Consul, this module's
+    applies' (subprocesses, so not noted by made_sessions)."""
     on_node = mgmt.session.list(node=env.agent)
     return [s.id for s in on_node if s.name == "lockctl apply"]
 
@@ -333,24 +356,24 @@ def _when(moment: str, process: subprocess.Popen[str], mgmt: Consul, env: Env) -
             return
 
 
-def test_sigterm_at_any_moment_never_leaves_lockctls_lock_held(env: Env) -> None:
+def test_sigterm_at_any_moment_never_leaves_lockctls_lock_held(own_env: Env) -> None:
     """SIGTERM the instant the handlers are in place, the instant the lock's session exists
     (before the acquire), the instant the lock is held (before the block), and at random
     moments: however it ends, nothing of lockctl's lock is left (an apply killed while it held
     the lock once left it to its TTL, and the next apply waited), and from the moment a
     handler is in place the exit is 0 or 130, never a death by signal."""
-    workers = [env.name(f"sa-{n}") for n in range(4)]
-    mgmt = env.cluster.management()
+    workers = [own_env.name(f"sa-{n}") for n in range(4)]
+    mgmt = own_env.cluster.management()
     random.seed(os.getpid())
     moments = ["handler", "session", "holder"] * 3 + [
         f"{random.uniform(0, 1.5):.3f}" for _ in "123"
     ]
     for round_number, moment in enumerate(moments):
-        jobs = {env.name(f"sa{round_number}-{n:02d}"): workers for n in range(30)}
-        env.write_spec(jobs, workers)
-        process = _start(env, "apply", "--concurrency", "1")
+        jobs = {own_env.name(f"sa{round_number}-{n:02d}"): workers for n in range(30)}
+        own_env.write_spec(jobs, workers)
+        process = _start(own_env, "apply", "--concurrency", "1")
         try:
-            _when(moment, process, mgmt, env)
+            _when(moment, process, mgmt, own_env)
             caught = catches(process.pid, signal.SIGTERM)
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signal.SIGTERM)
@@ -365,21 +388,21 @@ def test_sigterm_at_any_moment_never_leaves_lockctls_lock_held(env: Env) -> None
         else:  # signalled during the interpreter's start: nothing can have been taken yet
             assert process.returncode in (0, 130, -signal.SIGTERM), context
         assert mgmt.kv.get(LOCK_KEY, consistency="consistent")[0] is None, context
-        assert _lock_sessions(mgmt, env) == [], context
-    assert env.run("apply", "--lock-wait", "0").exit_code == 0
-    assert env.run("plan").exit_code == 0
+        assert _lock_sessions(mgmt, own_env) == [], context
+    assert own_env.run("apply", "--lock-wait", "0").exit_code == 0
+    assert own_env.run("plan").exit_code == 0
 
 
-def test_a_live_holder_elsewhere_makes_apply_give_up_after_lock_wait(env: Env) -> None:
-    job = env.name("busy")
-    env.write_spec({job: [env.name("w")]}, [env.name("w")])
-    mgmt = env.cluster.management()
+def test_a_live_holder_elsewhere_makes_apply_give_up_after_lock_wait(own_env: Env) -> None:
+    job = own_env.name("busy")
+    own_env.write_spec({job: [own_env.name("w")]}, [own_env.name("w")])
+    mgmt = own_env.cluster.management()
     session = mgmt.session.create(name="test holder", ttl=30, lock_delay=0)
     forged = b'{"command": "apply\\u001b[2J", "host": "elsewhere", "pid": 1, "machine": "x"}'
     assert mgmt.kv.put(LOCK_KEY, forged, acquire=session)
     try:
         began = time.monotonic()
-        result = env.run("apply", "--lock-wait", "1")
+        result = own_env.run("apply", "--lock-wait", "1")
         assert result.exit_code == EXIT_ENVIRONMENT, result.output
         assert 1 <= time.monotonic() - began < 5
         assert result.stderr.count("\n") == 1 and "\x1b" not in result.stderr
@@ -387,21 +410,22 @@ def test_a_live_holder_elsewhere_makes_apply_give_up_after_lock_wait(env: Env) -
         assert policy_named(mgmt, lock_policy_name(job)) is None
     finally:
         mgmt.session.destroy(session)
-    assert env.run("apply", "--lock-wait", "5").exit_code == 0
+    assert own_env.run("apply", "--lock-wait", "5").exit_code == 0
 
 
-def test_the_lock_session_is_destroyed_when_apply_fails(env: Env) -> None:
-    worker = env.name("w")
-    env.write_spec({env.name("fail-lock"): [worker]}, [worker])
-    mgmt = env.cluster.management()
-    blocker = env.secrets
+def test_the_lock_session_is_destroyed_when_apply_fails(
+    own_env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker = own_env.name("w")
+    own_env.write_spec({own_env.name("fail-lock"): [worker]}, [worker])
+    mgmt = own_env.cluster.management()
+    blocker = own_env.secrets
     blocker.mkdir(parents=True, exist_ok=True)
     (blocker / f"{worker}.token").mkdir()  # a folder where the token file goes: the write fails
-    # Only apply's own lock sessions count: other tests' schedulers share the cluster, and a
-    # session a killed test left behind lives on until its TTL (CI once saw one here).
-    earlier = set(_lock_sessions(mgmt, env))
-    result = env.run("apply")
+    made = note_sessions(monkeypatch)  # the apply runs in this process: its session, by ID
+    result = own_env.run("apply")
     assert result.exit_code == EXIT_ENVIRONMENT, result.output
     assert "cannot write token file" in result.stderr and result.stderr.count("\n") == 1
     assert mgmt.kv.get(LOCK_KEY)[0] is None
-    assert set(_lock_sessions(mgmt, env)) <= earlier
+    assert made, "the apply made no session for its lock"
+    assert still_there(mgmt, made) == []

@@ -28,7 +28,7 @@ from provision.consul import (
 from provision.consul.models import Policy, Token
 from provision.consul.transport import Call, Sending
 from provision.system.secrets import Secret
-from tests.integration.named_reads import policy_named, tokens_with_policy
+from tests.integration.named_reads import carrying, policy_named, tokens_with_policy
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
@@ -78,21 +78,29 @@ def prefix(mgmt: Consul) -> Iterator[str]:
 
 
 class Minted:
-    """Policies and tokens made by one test; `cleanup` deletes all of them."""
+    """Policies and tokens made by one test, every name and description carrying its `uid`
+    (a list answer is narrowed to them by it); `cleanup` deletes all of them."""
 
     def __init__(self, mgmt: Consul) -> None:
         self.mgmt = mgmt
+        self.uid = uuid.uuid4().hex[:12]
         self.policies: list[Policy] = []
         self.tokens: list[Token] = []
+        self._made = 0
+
+    def name(self, kind: str) -> str:
+        """A new name (or description) of this test's: `lockctl-test-<kind>-<uid>-<n>`."""
+        self._made += 1
+        return f"lockctl-test-{kind}-{self.uid}-{self._made}"
 
     def policy(self, rules: str, description: str = "") -> Policy:
-        policy = self.mgmt.acl.create_policy(unique("lockctl-test"), rules, description)
+        policy = self.mgmt.acl.create_policy(self.name("policy"), rules, description)
         self.policies.append(policy)
         return policy
 
     def token(self, *rules: str) -> Token:
         names = [self.policy(r).name for r in rules]
-        token = self.mgmt.acl.create_token(unique("lockctl-test token"), names)
+        token = self.mgmt.acl.create_token(self.name("token"), names)
         self.tokens.append(token)
         return token
 
@@ -177,10 +185,12 @@ def test_agent_self_is_denied_without_a_token_and_with_a_bogus_one(
 
 
 def test_members_are_the_five_agents_alive(live_cluster: LiveCluster) -> None:
+    # The members list is what is under test; only the cluster's own agents are looked at.
+    agents = {a.name for a in live_cluster.layout.agents}
     members = live_cluster.management("worker-2").agent.members()
-    by_name = {m["Name"]: m for m in members}
-    assert set(by_name) == {a.name for a in live_cluster.layout.agents}
-    assert {m["Status"] for m in members} == {1}  # serf: 1 = alive
+    by_name = {m["Name"]: m for m in members if m["Name"] in agents}
+    assert set(by_name) == agents
+    assert {m["Status"] for m in by_name.values()} == {1}  # serf: 1 = alive
     assert by_name["server-1"]["Tags"]["role"] == "consul"
     assert by_name["worker-1"]["Tags"]["role"] == "node"
 
@@ -284,15 +294,15 @@ def test_policy_create_read_update_list_delete(mgmt: Consul, minted: Minted) -> 
 
     # The list is what is under test; only this test's own policies are looked at in it.
     other = minted.policy('key "lockctl-test/b" { policy = "read" }')
-    listed = {p.name: p for p in mgmt.acl.list_policies()}
+    listed = {p.name: p for p in carrying(mgmt.acl.list_policies(), minted.uid)}
+    assert set(listed) == {created.name, other.name}
     assert listed[created.name].id == created.id
     assert listed[created.name].rules is None  # list answers omit rules
     assert listed[other.name].id == other.id
 
     mgmt.acl.delete_policy(created.id)
     assert mgmt.acl.read_policy_by_name(created.name) is None
-    names = {p.name for p in mgmt.acl.list_policies()}
-    assert created.name not in names and other.name in names
+    assert [p.name for p in carrying(mgmt.acl.list_policies(), minted.uid)] == [other.name]
 
 
 def test_missing_policy_name_is_none(mgmt: Consul) -> None:
@@ -308,10 +318,11 @@ def test_read_policy_by_name_without_acl_read_is_denied_not_none(
     live_cluster: LiveCluster, minted: Minted
 ) -> None:
     """A caller that may not read ACLs must not be told "no such policy"."""
-    existing = minted.policy('key "lockctl-test/x" { policy = "read" }')
-    weak = minted.token('key "lockctl-test/x" { policy = "read" }')
+    key = f"lockctl-test/{minted.uid}/x"  # read only to learn the token is known everywhere
+    existing = minted.policy(f'key "{key}" {{ policy = "read" }}')
+    weak = minted.token(f'key "{key}" {{ policy = "read" }}')
     client = live_cluster.client("server-1", token_secret(weak))
-    eventually(lambda: client.kv.get("lockctl-test/x"))
+    eventually(lambda: client.kv.get(key))
     for name in (existing.name, unique("lockctl-test-missing")):
         with pytest.raises(PermissionDenied):
             client.acl.read_policy_by_name(name)
@@ -333,7 +344,7 @@ def test_token_create_read_self_update_list_delete(
 ) -> None:
     first = minted.policy('key "lockctl-test/t1" { policy = "read" }')
     second = minted.policy('key "lockctl-test/t2" { policy = "read" }')
-    description = unique("lockctl-test token")
+    description = minted.name("token")
     created = mgmt.acl.create_token(description, [first.name])
     minted.tokens.append(created)
     secret = token_secret(created)
@@ -351,29 +362,30 @@ def test_token_create_read_self_update_list_delete(
     assert me.accessor_id == created.accessor_id
     assert me.policy_names == (first.name,)
 
-    updated = mgmt.acl.update_token(created.accessor_id, "renamed", [first.name, second.name])
-    assert updated.description == "renamed"
+    renamed = minted.name("renamed")
+    updated = mgmt.acl.update_token(created.accessor_id, renamed, [first.name, second.name])
+    assert updated.description == renamed
     assert updated.policy_names == tuple(sorted([first.name, second.name]))
     assert mgmt.acl.read_token(created.accessor_id).secret == secret  # the secret stays
 
     # The list is what is under test; only this test's own tokens are looked at in it.
     other = minted.token('key "lockctl-test/t3" { policy = "read" }')
-    listed = {t.accessor_id: t for t in mgmt.acl.list_tokens()}
-    assert listed[created.accessor_id].description == "renamed"
+    listed = {t.accessor_id: t for t in carrying(mgmt.acl.list_tokens(), minted.uid)}
+    assert set(listed) == {created.accessor_id, other.accessor_id}
+    assert listed[created.accessor_id].description == renamed
     assert listed[other.accessor_id].description == other.description
-    mine = [listed[created.accessor_id], listed[other.accessor_id]]
-    assert [t.secret for t in mine] == [None, None]  # no secret in a list answer
+    assert [t.secret for t in listed.values()] == [None, None]  # no secret in a list answer
 
     mgmt.acl.delete_token(created.accessor_id)
-    accessors = {t.accessor_id for t in mgmt.acl.list_tokens()}
-    assert created.accessor_id not in accessors and other.accessor_id in accessors
+    mine = [t.accessor_id for t in carrying(mgmt.acl.list_tokens(), minted.uid)]
+    assert mine == [other.accessor_id]
     with pytest.raises((NotFound, PermissionDenied)):
         mgmt.acl.read_token(created.accessor_id)
 
 
 def test_local_token(mgmt: Consul, minted: Minted) -> None:
     policy = minted.policy('key "lockctl-test/l" { policy = "read" }')
-    token = mgmt.acl.create_token(unique("lockctl-test local"), [policy.name], local=True)
+    token = mgmt.acl.create_token(minted.name("local"), [policy.name], local=True)
     minted.tokens.append(token)
     assert token.local is True
     assert mgmt.acl.read_token(token.accessor_id).local is True
@@ -431,14 +443,17 @@ def test_session_lifecycle_with_a_node_scoped_token(
     assert renewed.id == session_id
     assert renewed.ttl == "20s"
 
-    # list() without a node is what is under test; only this test's session is looked for in it
-    assert session_id in {s.id for s in worker.session.list()}
-    assert session_id in {s.id for s in worker.session.list(node="worker-1")}
-    assert session_id not in {s.id for s in worker.session.list(node="worker-2")}
+    # list() is what is under test; only this test's session (its name) is looked at in it
+    def listed(node: str | None = None) -> list[str]:
+        return [s.id for s in carrying(worker.session.list(node=node), name)]
+
+    assert listed() == [session_id]
+    assert listed("worker-1") == [session_id]
+    assert listed("worker-2") == []
 
     assert worker.session.destroy(session_id) is True
     assert worker.session.info(session_id) is None
-    assert session_id not in {s.id for s in worker.session.list(node="worker-1")}
+    assert listed("worker-1") == []
     with pytest.raises(NotFound) as caught:
         worker.session.renew(session_id)
     assert caught.value.status == 404

@@ -37,6 +37,7 @@ from provision.verify.context import VerifyContext, load_workers
 from provision.verify.evidence import CheckFailed, Evidence
 from provision.verify.tick_checks import scratch_tick, tick_once
 from tests.conftest import LiveCluster
+from tests.integration.made_sessions import note_sessions, still_there
 from tests.integration.named_reads import policy_named
 from tests.integration.private_consul import PrivateConsul, private_consul
 from tests.integration.spec_objects import SpecObjects
@@ -120,18 +121,12 @@ def _env(applied: Applied) -> dict[str, str]:
     }
 
 
-def _verify_sessions(applied: Applied) -> set[str]:
-    """Verify's sessions on the nodes of the agents it talks to: the spec's workers' (each
-    worker's token makes them on its own node) and the server `_env` points it at."""
-    nodes = [*(w.name for w in applied.spec.workers), applied.cluster.layout.servers[0].name]
-    sessions = [s for node in nodes for s in applied.management.session.list(node=node)]
-    return {s.id for s in sessions if s.name.startswith("lockctl verify")}
-
-
-def test_a_correct_cluster_passes_every_check_and_leaves_nothing(applied: Applied) -> None:
+def test_a_correct_cluster_passes_every_check_and_leaves_nothing(
+    applied: Applied, monkeypatch: pytest.MonkeyPatch
+) -> None:
     junit = applied.secrets_dir.parent / "verify.xml"
     args = ["verify", "--spec", str(applied.spec_file), "--secrets-dir", str(applied.secrets_dir)]
-    earlier = _verify_sessions(applied)  # another test's, within their TTL, are not this run's
+    made = note_sessions(monkeypatch)  # this run's sessions, asked about by ID afterwards
     result = runner.invoke(
         app, [*args, "--slow", "--json", "--junit", str(junit)], env=_env(applied)
     )
@@ -155,7 +150,8 @@ def test_a_correct_cluster_passes_every_check_and_leaves_nothing(applied: Applie
     assert suite.tag == "testsuite" and suite.get("failures") == str(len(red))
     assert [case.get("name") for case in suite.iter("testcase")] == [c.name for c in CHECKS]
 
-    assert _verify_sessions(applied) <= earlier
+    assert made, "the lock checks made no session"
+    assert still_there(applied.management, made) == []
     for job in applied.spec.jobs:  # no lock key, no tick record of a check is left
         left = [k for k in applied.management.kv.keys(job.prefix) if ".lockctl-verify" in k]
         assert left == []

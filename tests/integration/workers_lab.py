@@ -59,10 +59,12 @@ class MintedWorkers:
     token_ids: list[str] = field(default_factory=list)
 
     def mint(self, description: str, policies: Sequence[str], path: Path) -> Secret:
-        """A token with these (rendered) policies, its secret written to `path` (0600)."""
+        """A token with these (rendered) policies, its secret written to `path` (0600). Its
+        description starts with the lab's uid, never with lockctl's token marker: no apply
+        --prune, nor any apply's list of stale managed objects, takes it for lockctl's own."""
         assert self.management is not None
         live = [self.policy_names[name] for name in policies]
-        token = self.management.acl.create_token(f"{description} {self.uid}", live)
+        token = self.management.acl.create_token(f"test {self.uid}: {description}", live)
         assert token.secret is not None
         self.token_ids.append(token.accessor_id)
         self.secrets.append(token.secret.reveal())
