@@ -308,10 +308,9 @@ def test_a_killed_holders_lock_is_taken_over_at_once_on_the_same_machine(own_env
         process.send_signal(signal.SIGKILL)
         process.communicate()
     assert mgmt.session.info(held_by) is not None  # its session outlives it (TTL 15 s)
-    began = time.monotonic()
+    # Taken at once: waiting out the dead holder's session (TTL 15 s) would pass --lock-wait.
     rerun = own_env.run("apply", "--lock-wait", "5")
     assert rerun.exit_code == 0, rerun.output
-    assert time.monotonic() - began < 5
     assert own_env.run("plan").exit_code == 0
 
 
@@ -404,7 +403,8 @@ def test_a_live_holder_elsewhere_makes_apply_give_up_after_lock_wait(own_env: En
         began = time.monotonic()
         result = own_env.run("apply", "--lock-wait", "1")
         assert result.exit_code == EXIT_ENVIRONMENT, result.output
-        assert 1 <= time.monotonic() - began < 5
+        # it gave up after --lock-wait, not once the holder's session (TTL 30 s) ended
+        assert 1 <= time.monotonic() - began < 20
         assert result.stderr.count("\n") == 1 and "\x1b" not in result.stderr
         assert LOCK_KEY in result.stderr and "pid 1 on elsewhere" in result.stderr
         assert policy_named(mgmt, lock_policy_name(job)) is None
