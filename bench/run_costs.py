@@ -3,9 +3,10 @@
 Each piece the scheduler runs for a tick of a job (no Consul, no job: the adapter is stubbed),
 timed in microseconds (the best of 5 repeats): the command's check, the TLS key's lines, an
 event, a tick's name and record, the claim order, an answer's Date, a call's preparation by the
-HTTP session, one run's counts, a batch's choice of queued claims. The old code is the baseline
-revision's `provision/` (default: where this branch left main), extracted with `git archive`
-into a temporary folder; the two are run alternately, --rounds times each, in child processes.
+HTTP session, one run's notes told to the scheduler's report (its events and metrics), a
+batch's choice of queued claims. The old code is the baseline revision's `provision/` (default:
+where this branch left main), extracted with `git archive` into a temporary folder; the two are
+run alternately, --rounds times each, in child processes.
 
     .venv/bin/python bench/run_costs.py [--baseline REV] [--rounds 2]
 """
@@ -34,10 +35,9 @@ from provision.ledger.records import TickOutcome, TickRecord, tick_name
 from provision.ledger.turns import claim_order
 from provision.runner.child import check_program
 from provision.runner.events import EventLog
-from provision.fencing import Outcome
 from provision.runner.output import runner_secrets
-from provision.runner.results import RunResult
-from provision.scheduler.counts import LoopCounts
+from provision.scheduler.report import CoreReport
+from provision.tick.edge import Note
 
 key = Path(tempfile.mkdtemp()) / "client.key"
 key.write_text("-----BEGIN EC PRIVATE KEY-----\n" + "A" * 64 + "\n-----END EC PRIVATE KEY-----\n")
@@ -70,11 +70,13 @@ def take():  # 100 claims queued at once, taken in batches
     while batcher._others:
         batcher._take()
 
-counts, result = LoopCounts(), RunResult(Outcome.RAN, 0, duration=0.01, start_lag=0.1)
+report = CoreReport("worker-1", open(os.devnull, "w"))
+claimed = TickRecord(tick, TickOutcome.RUNNING, worker="worker-1", session="s" * 36,
+                     claimed_at=tick, start_lag=0.1, lock_index=4)
 
-def count():
-    counts.tick_due(); counts.helper_event("acquired", None)
-    counts.helper_event("released", None); counts.not_running(); counts.finished(result, 1.0)
+def count():  # the core's notes of one run: due, claimed, completed
+    report(Note("due", "job-001", tick)); report(Note("claimed", "job-001", tick, record=claimed))
+    report(Note("completed", "job-001", tick, record=record))
 
 pieces = {
     "the command's check (twice a run before)": lambda: check_program(["/bin/sh"], os.environ),
@@ -85,7 +87,7 @@ pieces = {
     "the claim order of 3 workers": lambda: claim_order("job-001", tick, ["w1", "w2", "w3"]),
     "an answer's Date": lambda: answer_date({"Date": "Sat, 05 Dec 2026 01:28:01 GMT"}),
     "a call through the HTTP session, to the adapter": call,
-    "one run's counts": count,
+    "one run's notes to the report": count,
     "a batch's choice, per queued claim": take,
 }
 found = {}

@@ -2,14 +2,18 @@
 
 On its own local cluster (started here on --subnet, stopped at the end), on worker-1:
 
-  1. lock work per tick. The scheduler's engine in this process, exactly as a job loop of
-     `lockctl schedule` calls it (`run_job` with a session kept across ticks, a trivial child),
-     on an `@every 2s` job whose ledger holds its steady-state `history_limit` records; every
-     HTTP call it makes is timed at the transport. The figure with the target is the claim
-     transaction plus the completion transaction (what Consul does per tick); every other call
-     is listed too. Beside it, per tick, alternating tick by tick with the same child: one whole
-     `consul lock -timeout=1ms` process (the lock free) and one whole `lockctl run` process (a
-     job of its own with the same schedule and ledger). Target: median <= 5 ms.
+  1. lock work per tick. The Consul calls the tick core (provision/tick/core.py) makes for one
+     tick of `lockctl schedule`, in this process, in its order, through the same Consul
+     TickStore (provision/tick/consul_store.py): the turn's read of the tick's record, the claim
+     transaction, the child, the completion transaction that releases the lock, under one
+     session kept across ticks; on an `@every 2s` job whose ledger holds its steady-state
+     `history_limit` records; every HTTP call timed at the transport. The figure with the
+     target is the claim transaction plus the completion transaction (what Consul does per
+     tick); every other call is listed too (the core's housekeeping, a few reads per start
+     deadline, is not part of a tick here). Beside it, per tick, alternating tick by tick with
+     the same child: one whole `consul lock -timeout=1ms` process (the lock free) and one whole
+     `lockctl run` process (a job of its own with the same schedule and ledger). Target:
+     median <= 5 ms.
   2. idle CPU of one `lockctl schedule` process with 10 jobs on `* * * * *` (child `/bin/true`):
      utime+stime from /proc/<pid>/stat over --duration seconds (at least one minute tick inside
      the window, so the ticks' work is counted), sampled each second to split "between ticks"
@@ -27,7 +31,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import io
 import itertools
 import json
 import os
@@ -48,13 +51,11 @@ from provision.consul import Consul, ConsulError, ConsulSettings, KVOp
 from provision.consul.transport import Call, Sending
 from provision.ledger.records import TickOutcome, TickRecord
 from provision.ledger.store import CHUNK, Ledger
-from provision.runner.events import EventLog
-from provision.runner.lock import LockSession
-from provision.runner.stop import StopRequest
 from provision.schedule import parse_schedule
-from provision.scheduler.cadence import Cadence
-from provision.scheduler.runs import scheduled_run
+from provision.sessions import SessionTerms
 from provision.system.secrets import read_secret_file
+from provision.tick.consul_store import ConsulTickStore
+from provision.tick.store import JobKeys
 from provision.workers.config import load_worker_config
 
 LOCK_WORK_TARGET_MS = 5.0
@@ -236,53 +237,75 @@ def prefill_ledger(ledger: Ledger, before: datetime, count: int) -> None:
 
 
 class Engine:
-    """worker-1's scheduler engine in this process: its token, a kept session, timed calls."""
+    """worker-1's tick core's Consul work in this process: its token, the Consul TickStore, a
+    kept session, timed calls; each tick's calls made as the core makes them."""
 
     def __init__(self, bench: SchedulerBench) -> None:
         config = load_worker_config(bench.work / f"{HOLDER}.json")
         self.job = config.job(JOB_FOR["scheduler"])
+        self.keys = JobKeys(self.job.name, self.job.lock_key)
         secret = read_secret_file(bench.token_file("lockctl", HOLDER))
         self.consul = Consul(ConsulSettings(address=bench.addresses[HOLDER], token=secret))
         self.log = CallLog(self.consul)
-        self.session = LockSession(self.consul, self.job, HOLDER)
-        self.session_id = self.session.open()  # kept across ticks, as a job loop keeps it
+        self.store = ConsulTickStore(self.consul)
+        timings = self.job.timings
+        terms = SessionTerms(
+            f"lockctl {HOLDER}", timings.ttl, timings.lock_delay, "release", timings.renew_interval
+        )
+        self.session_id = self.store.create_session(terms)  # kept across ticks, as the pool does
         self.renewed_at = time.monotonic()
-        self.events = io.StringIO()
-        self.cadence = Cadence()  # the job loop's: how often it reads and housekeeps
         self.log.take()
 
     def tick(self, child: list[str]) -> tuple[float, list[tuple[str, float]]]:
-        """One tick as the scheduler's job loop runs it: (whole ms, the calls made)."""
+        """One tick as the core runs it: (whole ms, the calls made)."""
         self.log.take()
-        job = dataclasses.replace(self.job, command=tuple(child))
-        due = parse_schedule(TICK_SCHEDULE).latest_tick_at_or_before(datetime.now(timezone.utc))
+        now = datetime.now(timezone.utc)
+        due = parse_schedule(TICK_SCHEDULE).latest_tick_at_or_before(now)
         began = time.perf_counter()
-        result, self.cadence = scheduled_run(
-            self.consul,
-            job,
-            HOLDER,
+        record, _ = self.store.read_tick(self.keys, due, stale=True)  # the turn's read
+        if record is not None:
+            raise SystemExit(f"bench: tick {due} has a record already: {record}")
+        lag = max(0.0, (datetime.now(timezone.utc) - due).total_seconds())
+        claimed = TickRecord(
             due,
-            EventLog(self.job.name, HOLDER, self.events),
-            StopRequest(),
-            self.session_id,
-            self.cadence,
+            TickOutcome.RUNNING,
+            worker=HOLDER,
+            session=self.session_id,
+            host="bench",
+            pid=os.getpid(),
+            claimed_at=due + timedelta(seconds=lag),
+            start_lag=lag,
         )
+        holder = json.dumps({"worker": HOLDER, "job": self.job.name}).encode()
+        claim = self.store.claim(self.keys, claimed, self.session_id, holder)
+        if not claim.won:
+            raise SystemExit(f"bench: the core's claim of {due} was refused: {claim}")
+        started = time.perf_counter()
+        status = subprocess.run(child, timeout=WAIT, check=False).returncode
+        ran = time.perf_counter() - started
+        done = dataclasses.replace(claimed, modify_index=claim.record_index).completed(
+            TickOutcome.SUCCEEDED if status == 0 else TickOutcome.FAILED,
+            finished_at=datetime.now(timezone.utc),
+            exit_status=status,
+            duration=ran,
+        )
+        completion = self.store.complete(self.keys, done, self.session_id, release=True)
         took = (time.perf_counter() - began) * 1000
-        if result.exit_code != 0 or result.lock_index is None:
-            raise SystemExit(f"bench: the engine did not run its tick: {self.events.getvalue()}")
+        if status != 0 or not (completion.recorded and completion.released):
+            raise SystemExit(f"bench: the tick of {due} did not complete: {completion}")
         return took, self.log.take()
 
     def keep_session(self) -> None:
-        """Renew between ticks, as the job loop does (not part of a tick's work)."""
+        """Renew between ticks, as the core's session pool does (not part of a tick's work)."""
         if time.monotonic() - self.renewed_at >= self.job.timings.renew_interval:
-            self.session.renew()
+            self.store.renew_session(self.session_id)
             self.renewed_at = time.monotonic()
         self.log.take()
 
     def close(self) -> None:
         if self.session_id:
             with contextlib.suppress(ConsulError):
-                self.consul.session.destroy(self.session_id)
+                self.store.destroy_session(self.session_id)
             self.session_id = ""
 
 
@@ -573,7 +596,7 @@ def report_ticks(series: TickSeries, runs: int) -> bool:
     medians = {tool: _median(series.ms[tool]) for tool in TOOLS}
     ok = medians["scheduler"] <= LOCK_WORK_TARGET_MS
     print(f"\n1. lock work per tick: medians of {runs} ticks each (after one warm-up), the tools")
-    print("   rotating tick by tick; scheduler = claim + completion round trips of its engine,")
+    print("   rotating tick by tick; scheduler = claim + completion round trips of its core,")
     print("   the others = the whole process per tick\n")
     print(f"{'metric':28}" + "".join(f"{tool:>14}" for tool in TOOLS) + "  target")
     print(
@@ -584,7 +607,7 @@ def report_ticks(series: TickSeries, runs: int) -> bool:
     print(f"{'  p10..p90':28}" + "".join(f"{_spread(series.ms[tool]):>14}" for tool in TOOLS))
     ratios = [medians[tool] / medians["scheduler"] for tool in TOOLS[1:]]
     print(f"{'  x the scheduler':28}{'':14}" + "".join(f"{ratio:14.1f}" for ratio in ratios))
-    print("\n   the scheduler engine's Consul calls per tick (each call timed at the transport)\n")
+    print("\n   the tick core's Consul calls per tick (each call timed at the transport)\n")
     print(f"   {'call':32}{'calls/tick':>11}{'median ms':>11}{'p10..p90':>14}")
     kinds = sorted({kind for calls in series.calls for kind, _ in calls})
     for kind in kinds:
@@ -592,7 +615,7 @@ def report_ticks(series: TickSeries, runs: int) -> bool:
         _call_row(kind, each, len(each) / len(series.calls))
     totals = [sum(ms for k, ms in calls if k not in BLOCKING) for calls in series.calls]
     _call_row("all calls but the watch", totals)
-    _call_row("whole tick (run_job + child)", series.engine_whole_ms)
+    _call_row("whole tick (core's calls + child)", series.engine_whole_ms)
     floor_ok = _report_floor(series, medians["scheduler"])  # printed whatever `ok` is
     return ok or floor_ok
 

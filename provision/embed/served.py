@@ -33,9 +33,8 @@ from provision.embed.run import OnLost, RunEvents
 from provision.fencing import BodyFence
 from provision.runner.core_body import run_env
 from provision.runner.forkserver import ForkServer
-from provision.scheduler.loop import unexpected
 from provision.scheduler.on_core import BodySaid, GuardedClock, Replica, Shared, Tails
-from provision.scheduler.report import CoreReport
+from provision.scheduler.report import CoreReport, unexpected
 from provision.tick.core import Identity
 from provision.tick.edge import Body, BodyEnd, Note, Run, StopHow, TimerClock
 from provision.tick.held import HeldRun

@@ -1,7 +1,7 @@
 """A catch-up run (`catchup = "latest"`, ledger/catchup.py): after a time nobody ran the job,
 the newest tick nobody ran, once, while within its start deadline. `lockctl run` looks after
-its own tick (run first: its window is the shorter); a scheduler after its first tick and
-after its first tick once Consul answers again (scheduler/loop.py), never in its steady state.
+its own tick (run first: its window is the shorter); `lockctl schedule` and serve() run on
+the tick core, whose catch-up is its own (tick/core.py catchup_plan).
 The look reads the ledger's key names, and the candidate tick's record when it has one.
 
 The run is the engine's, for that tick (runner/engine.py): its claim is the tick's claim

@@ -100,19 +100,10 @@ def plan_tick(
     tick: datetime,
     events: EventLog,
     wall: WallClock = utc_now,
-    *,
-    read: bool = True,
 ) -> TickChoice | TickSkip:
     """Whether to claim `tick` (the one the caller waited for), or why not: taken already, too
     late, or not come yet on the agent's clock. `wall`: the clock every decision is judged by,
-    Consul's where the caller has one (consul/clock.py); its answers teach it, the read's too.
-
-    `read=False` (a scheduler whose clocks agreed lately and whose turn is first, scheduler/
-    cadence.py): no read of the tick's record and the agent's clock; the claim's transaction
-    still refuses a taken tick."""
-    if not read:
-        first = judge_tick(schedule, tick, wall(), job.timings.start_deadline)
-        return _too_late(ledger, job, first, events.worker, wall) if first.too_late else first
+    Consul's where the caller has one (consul/clock.py); its answers teach it, the read's too."""
     sent = utc_now()  # this host's clock, only to warn when it is not the agent's
     # stale: off the leader; a claim it missed, the claim's own transaction refuses
     record, agent_date = ledger.read(tick, stale=True)

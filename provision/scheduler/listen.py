@@ -1,8 +1,9 @@
 """`lockctl schedule --listen HOST:PORT`: `/metrics` and `/healthz` over HTTP, nothing else.
 
 The standard library's ThreadingHTTPServer, in a daemon thread of its own: a scrape never
-waits for a job loop, and a loop never waits for a scrape (they share only snapshots). Bound
-before any job starts, so a port in use is refused (exit 6) with nothing run.
+waits for the tick core, and the core never waits for a scrape (they share only the report's
+instruments, scheduler/report.py, which prometheus_client makes safe to read while they
+change). Bound before any job starts, so a port in use is refused (exit 6) with nothing run.
 """
 
 from __future__ import annotations
@@ -18,10 +19,6 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import urlsplit
 
 from provision.errors import InputError, LocalEnvironmentError
-from provision.scheduler.exposition import (
-    Health,
-    render,
-)
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -29,6 +26,22 @@ if TYPE_CHECKING:
 DEFAULT_HOST = "127.0.0.1"  # loopback: the metrics are for this host's scraper, not the network
 CLIENT_TIMEOUT = 10.0  # seconds a connection may sit idle: a stuck client holds no thread long
 JOIN_TIMEOUT = 5.0
+
+
+@dataclass(frozen=True)
+class Health:
+    """What /healthz answers."""
+
+    status: int  # 200 or 503
+    text: str  # one line
+
+
+def render(registry: CollectorRegistry, accept: str | None) -> tuple[bytes, str]:
+    """The exposition (text format, or OpenMetrics when the scraper asks) and its content type."""
+    from prometheus_client.exposition import choose_encoder
+
+    encoder, content_type = choose_encoder(accept or "")
+    return encoder(registry), content_type
 
 
 @dataclass(frozen=True)

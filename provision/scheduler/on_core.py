@@ -68,11 +68,9 @@ from provision.runner.output import runner_secrets
 from provision.runner.stop import StopRequest
 from provision.runner.supervisor import idempotency_key
 from provision.schedule import parse_schedule
-from provision.scheduler.exposition import Health
-from provision.scheduler.listen import ListenAddress, Listener
-from provision.scheduler.loop import unexpected
+from provision.scheduler.listen import Health, ListenAddress, Listener
 from provision.scheduler.reload import plan_reload
-from provision.scheduler.report import CoreReport
+from provision.scheduler.report import CoreReport, unexpected
 from provision.scheduler.service import (
     CLOCK_PROBE_TIMEOUT,
     IN_FLIGHT,

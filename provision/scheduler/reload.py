@@ -1,11 +1,12 @@
 """What a SIGHUP changes among the scheduler's job loops: only what the new config changed.
 
     the running jobs (by name, their JobConfig), the new config's, and whether the connection
-    (address, token file, TLS) changed -> keep (the loop goes on: its counters, its heap entry,
+    (address, token file, TLS) changed -> keep (the job goes on: its counters, its next turn,
     its session), add (starts at its next tick), remove (retires as its current run ends),
-    replace (the new loop takes over as the old one's current run ends)
+    replace (the new job takes over as the old one's current run ends)
 
-A reload never waits for the longest job: each loop is dealt with on its own (scheduler/timer.py).
+A reload never waits for the longest job: each job is dealt with on its own, by the tick core
+(scheduler/on_core.py hands it the new jobs: tick/core.py `update`).
 """
 
 from __future__ import annotations

@@ -34,9 +34,11 @@ import contextlib
 import enum
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from pathlib import Path
 from typing import Any, TextIO
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
@@ -47,12 +49,26 @@ from provision.ledger.records import TickOutcome, TickRecord, taken_fields, tick
 from provision.runner.events import EventLog, ms
 from provision.runner.metrics import LABELS, TICKS
 from provision.runner.tick_verdicts import paused_refusal
-
-# the outcomes, skip reasons and buckets of the scheduler's /metrics: one set, the old loop's
-# counts and this report's (they go here when the old engine does)
-from provision.scheduler.counts import DURATION_BUCKETS, LAG_BUCKETS, OUTCOMES, SKIP_REASONS
 from provision.system.text import printable
 from provision.tick.edge import Note, SkipReason
+
+# Skips by reason: a small fixed set decided where the skip is, never the reason's text.
+SKIP_REASONS = tuple(SkipReason)
+# The tick outcomes /metrics counts: a record's, plus the scheduler's own (its error, and
+# Consul not answering a tick's claim).
+OUTCOMES = (
+    "ran",
+    "skipped",
+    "missed",
+    "lost",
+    "interrupted",
+    "job-timed-out",
+    "error",
+    "consul-unavailable",
+)
+# Cron jobs run from under a second to hours; a tick starts within ms, or seconds when late.
+DURATION_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0)
+LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
 SCHEDULER_EVENTS = "lockctl-schedule"  # the `job` field of the scheduler's own events
 HEALTH_TEXT_LIMIT = 160  # characters of a Consul error or a failure kept for /healthz
@@ -258,6 +274,17 @@ def skip_words(skip: SkipReason, detail: str) -> str:
     """A skipped event's `reason`: the word first (`overlap: busy: tick ... runs here`), then
     the core's words, which may quote Consul's (printable, bounded)."""
     return _worded(skip.value, detail)
+
+
+PACKAGE = str(Path(__file__).resolve().parents[1])  # provision/, for where an error was raised
+
+
+def unexpected(exc: BaseException) -> str:
+    """An error nobody foresaw, in one line: its type, its text and where it was raised (the
+    innermost frame of lockctl's), for the report a bug needs without a traceback."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith(PACKAGE)]
+    where = f" at {Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else ""
+    return f"unexpected {type(exc).__name__}{where}: {exc}"
 
 
 def _worded(word: str, detail: str) -> str:

@@ -13,8 +13,8 @@ An agentless worker's sessions (`node`) are TTL-only, on the catalog node regist
 (provision/sessions.py): Consul invalidates one only when its TTL runs out, not when the
 replica's host goes away.
 
-Sessions are destroyed at the scheduler's end, after the last run: another replica then takes
-the next tick at once, without LockDelay.
+Sessions are destroyed at the end (embed's Locker closed), after the last run: another
+replica then takes the next tick at once, without LockDelay.
 """
 
 from __future__ import annotations
@@ -32,7 +32,6 @@ from provision.sessions import AgentlessNode, SessionTerms, create_session
 from provision.timings import JobTimings
 
 POLL = 0.25  # seconds between two looks at which session is due for renewal
-SessionListener = Callable[[str, str, "str | None"], None]  # (event, session id, error)
 
 
 @dataclass
@@ -63,25 +62,6 @@ class SessionPool:
         self._creating = threading.Lock()
         self._halt = threading.Event()
         self._renewer: threading.Thread | None = None
-        # replaced whole, never changed in place: the renewer iterates one while a reload
-        # adds or removes a job loop's listener
-        self._listeners: tuple[SessionListener, ...] = ()
-
-    def subscribe(self, listener: SessionListener) -> None:
-        """Call `listener(event, session_id, error)` when a session is lost, not renewed or
-        destroyed (`session-lost`, `renew-failed`, `session-destroyed`): the job loops whose
-        locks it holds count it (their /healthz says a lost session)."""
-        with self._lock:
-            self._listeners = (*self._listeners, listener)
-
-    def unsubscribe(self, listener: SessionListener) -> None:
-        """No more news for `listener` (its job loop was retired by a reload)."""
-        with self._lock:
-            self._listeners = tuple(x for x in self._listeners if x != listener)
-
-    def _tell(self, event: str, session_id: str, error: str | None = None) -> None:
-        for listener in self._listeners:
-            listener(event, session_id, error)
 
     def session_for(self, timings: JobTimings) -> str:
         """The session a job with these timings holds its lock under (made when first needed)."""
@@ -149,11 +129,9 @@ class SessionPool:
         except NotFound:
             self._forget(pair, kept)
             self.events.emit("session-lost", session=kept.session_id)
-            self._tell("session-lost", kept.session_id)
             return
         except ConsulError as exc:
             self.events.emit("renew-failed", session=kept.session_id, error=str(exc))
-            self._tell("renew-failed", kept.session_id, str(exc))
             return  # tried again at the next poll: its interval has passed
         kept.renewed_at = self.clock()
 
@@ -173,7 +151,6 @@ class SessionPool:
         for one in kept:
             self._destroy(one.session_id)
             self.events.emit("session-destroyed", session=one.session_id)
-            self._tell("session-destroyed", one.session_id)
 
     def _destroy(self, session_id: str) -> None:
         with contextlib.suppress(ConsulError):

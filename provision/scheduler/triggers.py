@@ -3,17 +3,17 @@ blocking query per scheduler, on every job's control keys at once, and run at on
 
     TriggerWatch   a thread: GET lockctl/control/?recurse&index=N (scheduler/../consul/watch.py),
                    which Consul filters to this worker's jobs (its token reads only those); each
-                   trigger not seen before goes to the timer, for the job it names; which jobs
-                   have their paused key goes to /metrics (lockctl_job_paused)
-    the timer      runs it on its own thread, right after the job's run when one is going on
-                   here (scheduler/timer.py)
-    manual_run     the run: claimed like a tick at the trigger's own instant (ledger/control.py
-                   manual_tick), waiting for the lock while a run of the job goes on anywhere
+                   trigger not seen before goes to the tick core, for the job it names
+                   (scheduler/on_core.py); which jobs have their paused key goes to /metrics
+                   (lockctl_job_paused)
+    the tick core  runs it: claimed like a tick at the trigger's own instant (tick/core.py
+                   trigger_plan), right after the job's run when one is going on here, and
+                   tried again while a run of the job elsewhere holds the lock
 
 Every replica hears of a trigger and tries it; the claim (one transaction: the instant's record,
 the lock, and the job's taken-trigger key at the index read) lets exactly one run it, and a
 trigger taken once is never run again, even after retention deleted its run's record.
-A query, not a watch per job: issue 20's hundreds of jobs cost one thread and one connection.
+A query, not a watch per job: hundreds of jobs cost one thread and one connection.
 """
 
 from __future__ import annotations
@@ -24,63 +24,14 @@ from collections.abc import Callable, Iterable
 
 from provision.consul import Consul, ConsulError
 from provision.consul.watch import watch_tree
-from provision.ledger.control import ControlNote, decode_note, manual_tick
-from provision.ledger.ticks import TickChoice
-from provision.runner.body import JobBody
-from provision.runner.engine import run_job
+from provision.ledger.control import ControlNote, decode_note
 from provision.runner.events import EventLog
-from provision.runner.forkserver import ForkServer
-from provision.runner.precheck import WallClock, utc_now
-from provision.runner.results import RunOptions, RunResult
-from provision.runner.stop import StopRequest
-from provision.runner.tick_lock import TickRun
 from provision.system.control_keys import CONTROL_ROOT, PAUSED, TRIGGER
-from provision.workers.config import JobConfig
 
 BLOCKING_WAIT = 300.0  # seconds a query waits for a change (Consul's default)
 MIN_PAUSE = 0.5  # seconds between two queries: a change storm, or an index that misleads
 ERROR_PAUSE = 5.0  # after an error (Consul unreachable): the loops say so; this waits
 WATCH_MAX_BYTES = 16 * 1024 * 1024  # every control key a worker may read, with room
-# How long a trigger's run may wait for the job's lock (a run of it still going here or on
-# another replica): it runs right after that run, within this bound.
-TRIGGER_WINDOW = 24 * 3600.0
-
-
-def manual_run(  # noqa: PLR0913 (until this shape runs on the tick core)
-    consul: Consul,
-    job: JobConfig,
-    worker: str,
-    note: ControlNote,
-    events: EventLog,
-    stop: StopRequest,
-    session: str,
-    *,
-    clock: Callable[[], float] = time.monotonic,
-    wall: WallClock = utc_now,
-    forks: ForkServer | None = None,
-    body: Callable[[], JobBody] | None = None,
-) -> RunResult:
-    """The run an operator's trigger asks for (lockctl trigger), at its own instant outside the
-    schedule: claimed like a tick (exactly once: the claim also records the trigger taken),
-    waiting for the lock while a run of the job goes on, recorded as a manual run."""
-    assert note.at is not None
-    tick = manual_tick(note.at)
-    plan = TickChoice(tick, TRIGGER_WINDOW, 0.0, 0.0)
-    return run_job(
-        consul,
-        job,
-        worker,
-        list(job.command or ()),
-        RunOptions(wait=True),
-        events,
-        stop,
-        clock,
-        wall,
-        TickRun(plan, housekeep=False, manual=note),
-        session=session,
-        forks=forks,
-        body=body,
-    )
 
 
 def pending_triggers(

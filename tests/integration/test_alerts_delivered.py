@@ -44,7 +44,7 @@ SUBNET = os.environ.get("LOCKCTL_TEST_SUBNET", "127.0.2")  # as tests/conftest.p
 PROMETHEUS_HOST, ALERTMANAGER_HOST = f"{SUBNET}.90", f"{SUBNET}.91"
 DELIVERY_WAIT = 180.0  # seconds: scrapes and evaluations every second, group_wait 1 s
 READY_WAIT = 60.0
-HOUSEKEEPING_WAIT = 180.0  # a restarted loop housekeeps within its first minute (cadence.py)
+HOUSEKEEPING_WAIT = 180.0  # a restarted scheduler housekeeps once its first tick's window closes
 
 
 class Webhook:

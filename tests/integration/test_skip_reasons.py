@@ -69,7 +69,7 @@ def _events(job: JobConfig) -> EventLog:
 
 
 def _claim(consul: Consul, job: JobConfig, plan: TickChoice | TickSkip) -> RunResult:
-    """The engine's run of the plan's tick, as the scheduler's (scheduler/loop.py)."""
+    """The engine's run of the plan's tick, as `lockctl run`'s."""
     return run_job(
         consul, job, WORKER, ["true"], RunOptions(), _events(job), StopRequest(), tick=TickRun(plan)
     )

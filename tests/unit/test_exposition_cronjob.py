@@ -1,33 +1,48 @@
 """What kube-state-metrics has for a CronJob, on `lockctl schedule --listen`'s /metrics: the next
 tick per job, paused per job (0/1), and an info metric with the schedule and the timezone; from
-the counts the loop and the trigger watch keep (scheduler/counts.py), as tables."""
+what the scheduler tells its report (scheduler/report.py) and what the trigger watch sees of the
+control keys, as tables."""
 
 from __future__ import annotations
 
 import io
-from dataclasses import replace
-from datetime import datetime, timedelta, timezone
+from dataclasses import dataclass
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from provision.scheduler import loop
-from provision.scheduler.counts import CountsSnapshot, LoopCounts
-from provision.scheduler.exposition import metrics_registry, render
-from provision.scheduler.loop import CountingEventLog, JobTicks
+from provision.scheduler.listen import render
+from provision.scheduler.report import CoreReport
 from provision.scheduler.triggers import paused_jobs
-from provision.workers.config import JobConfig, JobTimings
 
-TICK = datetime(2026, 12, 1, 13, 0, 6, tzinfo=timezone.utc)  # a tick of @every 3s
 NEW = ("lockctl_job_next_tick_timestamp_seconds", "lockctl_job_paused", "lockctl_job_info")
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def _samples(snapshots: list[tuple[str, CountsSnapshot]], accept: str | None = None) -> Samples:
-    """The new metrics' samples as a scrape sees them: (name, sorted labels) -> value."""
-    body, _ = render(metrics_registry(lambda: snapshots, "worker-1"), accept)
-    text = body.decode()
-    families = text_string_to_metric_families(text.replace("# EOF\n", ""))
+@dataclass(frozen=True)
+class Known:
+    """What the scheduler told the report of one job (None: not told)."""
+
+    schedule: str = "@every 3s"
+    timezone: str = "UTC"
+    next_tick: float | None = None
+    paused: bool = False
+
+
+def _report(jobs: dict[str, Known]) -> CoreReport:
+    report = CoreReport("worker-1", io.StringIO())
+    for name, known in jobs.items():
+        report.schedule_known(name, known.schedule, known.timezone)
+        if known.next_tick is not None:
+            report.next_tick(name, known.next_tick)
+    report.paused([name for name, known in jobs.items() if known.paused])
+    return report
+
+
+def _samples(jobs: dict[str, Known], accept: str | None = None) -> Samples:
+    """The CronJob metrics' samples as a scrape sees them: (name, sorted labels) -> value."""
+    body, _ = render(_report(jobs).registry, accept)
+    families = text_string_to_metric_families(body.decode().replace("# EOF\n", ""))
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in families
@@ -41,12 +56,18 @@ def _labels(job: str, **more: str) -> tuple[tuple[str, str], ...]:
 
 
 @pytest.mark.parametrize(
-    ("snapshot", "expected"),
+    ("known", "expected"),
     [
-        # a loop not made yet by a scheduler (its counts alone): paused 0, nothing else known
-        (CountsSnapshot(), {("lockctl_job_paused", _labels("a")): 0.0}),
+        # no next tick planned yet: paused 0 and the schedule, nothing else
         (
-            replace(CountsSnapshot(), schedule="@every 3s", next_tick=1796130006.0),
+            Known(),
+            {
+                ("lockctl_job_paused", _labels("a")): 0.0,
+                ("lockctl_job_info", _labels("a", schedule="@every 3s", timezone="UTC")): 1.0,
+            },
+        ),
+        (
+            Known(next_tick=1796130006.0),
             {
                 ("lockctl_job_next_tick_timestamp_seconds", _labels("a")): 1796130006.0,
                 ("lockctl_job_paused", _labels("a")): 0.0,
@@ -54,13 +75,7 @@ def _labels(job: str, **more: str) -> tuple[tuple[str, str], ...]:
             },
         ),
         (
-            replace(
-                CountsSnapshot(),
-                schedule="30 2 * * 1-5",
-                timezone="Europe/Berlin",
-                next_tick=1796175000.0,
-                paused=True,
-            ),
+            Known("30 2 * * 1-5", "Europe/Berlin", 1796175000.0, paused=True),
             {
                 ("lockctl_job_next_tick_timestamp_seconds", _labels("a")): 1796175000.0,
                 ("lockctl_job_paused", _labels("a")): 1.0,
@@ -72,7 +87,7 @@ def _labels(job: str, **more: str) -> tuple[tuple[str, str], ...]:
         ),
         # label values are escaped by the library, never cut or read back
         (
-            replace(CountsSnapshot(), schedule='@every 1m "x"\n', paused=True),
+            Known('@every 1m "x"\n', paused=True),
             {
                 ("lockctl_job_paused", _labels("a")): 1.0,
                 ("lockctl_job_info", _labels("a", schedule='@every 1m "x"\n', timezone="UTC")): 1.0,
@@ -80,126 +95,64 @@ def _labels(job: str, **more: str) -> tuple[tuple[str, str], ...]:
         ),
     ],
 )
-def test_the_cronjob_metrics_say_what_the_snapshot_holds(
-    snapshot: CountsSnapshot, expected: Samples
-) -> None:
-    assert _samples([("a", snapshot)]) == expected
+def test_the_cronjob_metrics_say_what_the_scheduler_knows(known: Known, expected: Samples) -> None:
+    assert _samples({"a": known}) == expected
 
 
 def test_each_job_has_its_own_series_and_openmetrics_says_the_same() -> None:
-    a = replace(CountsSnapshot(), schedule="@hourly", next_tick=1796133600.0)
-    b = replace(CountsSnapshot(), schedule="@every 2s", paused=True, next_tick=1796130008.0)
-    text = _samples([("a", a), ("b", b)])
+    jobs = {
+        "a": Known("@hourly", next_tick=1796133600.0),
+        "b": Known("@every 2s", next_tick=1796130008.0, paused=True),
+    }
+    text = _samples(jobs)
     assert text[("lockctl_job_paused", _labels("b"))] == 1.0
     assert text[("lockctl_job_paused", _labels("a"))] == 0.0
     assert text[("lockctl_job_next_tick_timestamp_seconds", _labels("a"))] == 1796133600.0
-    assert _samples([("a", a), ("b", b)], "application/openmetrics-text") == text
+    assert _samples(jobs, "application/openmetrics-text") == text
 
 
 def test_the_info_metric_is_a_gauge_in_the_text_format_and_info_in_openmetrics() -> None:
-    snapshots = [("a", replace(CountsSnapshot(), schedule="@hourly"))]
-    registry = metrics_registry(lambda: snapshots, "worker-1")
+    registry = _report({"a": Known("@hourly")}).registry
     assert "# TYPE lockctl_job_info gauge\n" in render(registry, None)[0].decode()
     openmetrics = render(registry, "application/openmetrics-text")[0].decode()
     assert "# TYPE lockctl_job info\n" in openmetrics
 
 
-# -- the counts: kept by the loop and the trigger watch ----------------------------------------
 @pytest.mark.parametrize(
-    ("calls", "schedule", "zone", "next_tick", "paused"),
+    ("told", "schedule", "zone", "paused"),
     [
-        ((), None, "UTC", None, False),
-        ((("schedule_known", "@every 3s", "UTC"),), "@every 3s", "UTC", None, False),
+        ((("schedule_known", "@every 3s", "UTC"),), "@every 3s", "UTC", 0.0),
         (
             (("schedule_known", "@hourly", "UTC"), ("schedule_known", "0 2 * * *", "Asia/Tokyo")),
-            "0 2 * * *",  # a reload's loop says the new one
+            "0 2 * * *",  # a reload says the new one: one series, the last
             "Asia/Tokyo",
-            None,
-            False,
+            0.0,
         ),
-        ((("tick_planned", 5.0), ("tick_planned", 8.0)), None, "UTC", 8.0, False),
-        ((("pause_known", True),), None, "UTC", None, True),
-        ((("pause_known", True), ("pause_known", False)), None, "UTC", None, False),
-    ],
-)
-def test_the_loop_counts_keep_the_schedule_the_next_tick_and_the_pause(
-    calls: tuple[tuple[object, ...], ...],
-    schedule: str | None,
-    zone: str,
-    next_tick: float | None,
-    paused: bool,
-) -> None:
-    counts = LoopCounts()
-    for name, *args in calls:
-        getattr(counts, str(name))(*args)
-    snap = counts.snapshot()
-    assert (snap.schedule, snap.timezone, snap.next_tick, snap.paused) == (
-        schedule,
-        zone,
-        next_tick,
-        paused,
-    )
-
-
-def _job(schedule: str = "@every 3s", zone: str = "UTC") -> JobConfig:
-    timings = JobTimings(15.0, 15.0, 5.0, 5.0, 0.0)
-    return JobConfig("job-a", "locks/a/.lock", timings, schedule, zone, command=("true",))
-
-
-def _loop(job: JobConfig, counts: LoopCounts, now: datetime) -> JobTicks:
-    events = CountingEventLog(job.name, "worker-1", io.StringIO(), counts)
-    return JobTicks(None, job, "worker-1", events, None, wall=lambda: now, counts=counts)  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize(
-    ("schedule", "zone", "had", "now", "planned"),
-    [
-        ("@every 3s", "UTC", TICK, TICK + timedelta(seconds=1), TICK + timedelta(seconds=3)),
-        ("@every 3s", "UTC", None, TICK + timedelta(seconds=1), TICK),  # still claimable: it
+        ((("schedule_known", "@hourly", "UTC"), ("paused", ["a"])), "@hourly", "UTC", 1.0),
         (
-            "0 2 * * *",
-            "Europe/Berlin",
-            None,
-            datetime(2026, 12, 1, 13, 0, tzinfo=timezone.utc),
-            datetime(2026, 12, 2, 1, 0, tzinfo=timezone.utc),  # 02:00 in Berlin (CET)
+            (("schedule_known", "@hourly", "UTC"), ("paused", ["a"]), ("paused", [])),
+            "@hourly",
+            "UTC",
+            0.0,  # resumed: the watch's next answer has no paused key
         ),
     ],
 )
-def test_a_loop_says_its_schedule_at_once_and_its_next_tick_when_it_plans_it(
-    schedule: str, zone: str, had: datetime | None, now: datetime, planned: datetime
+def test_the_last_schedule_and_pause_told_are_the_ones_exposed(
+    told: tuple[tuple[object, ...], ...], schedule: str, zone: str, paused: float
 ) -> None:
-    counts = LoopCounts()
-    ticks = _loop(_job(schedule, zone), counts, now)
-    ticks._last_tick = had  # the tick the loop ran last, if any
-    assert (counts.snapshot().schedule, counts.snapshot().timezone) == (schedule, zone)
-    assert counts.snapshot().next_tick is None
-    assert ticks.next_turn().tick == planned
-    assert counts.snapshot().next_tick == planned.timestamp()
-
-
-class _OneSession:
-    def session_for(self, timings: JobTimings) -> str:
-        return "session-1"
-
-    def subscribe(self, listener: object) -> None:
-        pass
-
-
-def test_while_a_tick_runs_the_next_tick_is_the_one_after_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    counts = LoopCounts()
-    events = CountingEventLog("job-a", "worker-1", io.StringIO(), counts)
-    ticks = JobTicks(None, _job(), "worker-1", events, None, counts=counts, sessions=_OneSession())  # type: ignore[arg-type]
-    seen: list[float | None] = []
-
-    def run(*args: object, **kwargs: object) -> None:  # the run, as the listener sees it
-        seen.append(counts.snapshot().next_tick)
-        raise RuntimeError("the run ends here")
-
-    monkeypatch.setattr(loop, "scheduled_run", run)
-    ticks.run_tick(TICK)
-    assert seen == [(TICK + timedelta(seconds=3)).timestamp()]
+    report = CoreReport("worker-1", io.StringIO())
+    for name, *args in told:
+        getattr(report, str(name))(*(["a", *args] if name == "schedule_known" else args))
+    samples = {
+        (s.name, s.labels.get("schedule"), s.labels.get("timezone")): s.value
+        for family in report.registry.collect()
+        for s in family.samples
+        if s.name in ("lockctl_job_info", "lockctl_job_paused")
+    }
+    assert samples == {
+        ("lockctl_job_info", schedule, zone): 1.0,
+        ("lockctl_job_paused", None, None): paused,
+    }
 
 
 @pytest.mark.parametrize(

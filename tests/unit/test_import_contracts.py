@@ -12,19 +12,23 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# lint-imports on the copy only: the editable install puts the checkout on sys.path too, and
-# `tests` and `bench` are namespace packages, whose portions in both trees would merge (grimp then
-# reads either one's modules, the planted or the real)
+# lint-imports on the copy only: the editable install puts a checkout on sys.path too (this one,
+# or another worktree's), and `tests` and `bench` are namespace packages, whose portions in both
+# trees would merge (grimp then reads either one's modules, the planted or the real): every
+# checkout on it (a pyproject.toml beside a `provision` folder) but the copy is left out
 LINT_COPY = (
-    "import sys; root = sys.argv.pop(1); "
-    "sys.path[:] = [p for p in sys.path if p.rstrip('/') != root]; "
+    "import os, sys; root = sys.argv.pop(1); here = os.getcwd(); "
+    "checkout = lambda p: all(os.path.exists(os.path.join(p, f)) for f in ('provision', "
+    "'pyproject.toml')); "
+    "sys.path[:] = [p for p in sys.path if p.rstrip('/') != root and "
+    "(p in ('', here) or not checkout(p))]; "
     "from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())"
 )
 
 # contract (the start of its name) -> (the module that gets the import, what it imports)
 PLANTS = {
     # sideways: two siblings of one tier
-    "layers:": ("provision/scheduler/timer.py", "provision.verify"),
+    "layers:": ("provision/scheduler/triggers.py", "provision.verify"),
     "http:": ("provision/ledger/history.py", "requests"),
     "consul:": ("provision/consul/keys.py", "provision.workers.config"),
     "pure:": ("provision/schedule.py", "subprocess"),

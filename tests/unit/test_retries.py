@@ -3,6 +3,7 @@ attempts and how history shows them, the spec's keys, the worker config and the 
 
 from __future__ import annotations
 
+import io
 import json
 from datetime import datetime, timezone
 from pathlib import Path
@@ -12,9 +13,9 @@ import pytest
 from provision.fencing import Outcome
 from provision.ledger.attempts import attempts_text, decode_attempts, decode_cut
 from provision.ledger.records import TickOutcome, TickRecord, decode
-from provision.runner.results import RunResult
-from provision.scheduler.counts import CountsSnapshot, after_result
+from provision.scheduler.report import CoreReport
 from provision.spec import SpecError, parse_spec
+from provision.tick.edge import Note
 from provision.tick.retries import Retry, Stop, StopReason, delay_verdict, next_attempt
 from provision.timings import JobTimings
 from provision.workers.config import config_record, load_worker_config
@@ -232,11 +233,30 @@ def test_a_hand_edited_config_is_checked_as_the_spec_is(
     assert problem in str(caught.value)
 
 
-def test_the_scheduler_counts_retries_from_the_results() -> None:
-    state = CountsSnapshot()
-    state = after_result(state, RunResult(RAN, 0, 7, duration=1.0, attempts=2), 1.0)
-    state = after_result(state, RunResult(RAN, 1, 8, duration=1.0, attempts=3), 2.0)
-    cut = RunResult(RAN, 1, 9, duration=1.0, attempts=1, retries_cut="next-tick")
-    state = after_result(state, cut, 3.0)
-    state = after_result(state, RunResult(RAN, 0, 10, duration=1.0), 4.0)
-    assert (state.retries, state.retries_cut, state.run_failures) == (3, 1, 2)
+def test_the_scheduler_counts_retries_and_cuts_from_the_core_s_notes() -> None:
+    report = CoreReport("w1", io.StringIO())
+    tick = datetime(2026, 12, 1, 13, 0, tzinfo=timezone.utc)
+
+    def completed(outcome: TickOutcome, status: int, **fields: object) -> Note:
+        record = TickRecord(
+            tick, outcome, worker="w1", session="s-1", lock_index=7, exit_status=status, **fields
+        )
+        return Note("completed", "job-a", tick, record=record)
+
+    for note in (
+        Note("retry-started", "job-a", tick, "attempt 2"),
+        completed(TickOutcome.SUCCEEDED, 0, attempts=(1, 0)),
+        Note("retry-started", "job-a", tick, "attempt 2"),
+        Note("retry-started", "job-a", tick, "attempt 3"),
+        completed(TickOutcome.FAILED, 1, attempts=(1, 1, 1)),
+        completed(TickOutcome.FAILED, 1, retries_cut="next-tick"),
+        completed(TickOutcome.SUCCEEDED, 0),
+    ):
+        report(note)
+
+    def total(name: str) -> float | None:
+        return report.registry.get_sample_value(name, {"job": "job-a", "worker": "w1"})
+
+    assert total("lockctl_job_retries_total") == 3
+    assert total("lockctl_retries_cut_total") == 1
+    assert total("lockctl_run_failures_total") == 2

@@ -755,6 +755,21 @@ def test_healthz_names_each_job_that_is_not_well(
     assert (verdict.status, verdict.text) == (status, text)
 
 
+def test_healthz_is_one_printable_bounded_line_naming_only_the_jobs_not_well() -> None:
+    report, _ = _report()
+    report(Note("due", "ok-job", at(0)))
+    report(Note("unavailable", "a", None, "connection refused\n\x1b]0;pwned\x07" + "x" * 900))
+    report(Note("session-gone", "", None, "the session is gone"))  # every job's, ok-job's too
+    report(Note("claimed", "ok-job", at(0), record=CLAIMED))  # a claim won: valid again
+    report(Note("unavailable", "b\x1b", None, "refused"))
+    verdict = report.verdict()
+    assert verdict.status == 503
+    assert verdict.text.startswith("a: Consul did not answer its last request (connection refused")
+    assert "b\\x1b: Consul did not answer" in verdict.text
+    assert verdict.text.isprintable() and len(verdict.text) <= 400
+    assert "ok-job" not in verdict.text
+
+
 # -- what the cores do not make here, fed directly -------------------------------------------------
 def _report() -> tuple[CoreReport, io.StringIO]:
     stream = io.StringIO()
@@ -849,34 +864,63 @@ def test_a_job_a_reload_removed_leaves_no_series() -> None:
     assert [name for name, _ in report.health()] == ["kept"]
 
 
-def test_every_series_of_the_old_scheduler_is_there_under_the_same_name_type_help_labels() -> None:
-    """The dashboards and alert rules read these: the families, their types and help, and each
-    sample's name and label names, as scheduler/exposition.py exposed them before the core."""
-    from provision.scheduler.counts import CountsSnapshot
-    from provision.scheduler.exposition import metrics_registry
+# The series the dashboards and alert rules read (dashboards/, alerts/): each family's type, and
+# each sample's suffix and the labels it has beyond job and worker, as the scheduler exposed them
+# before the tick core. A change here is a change to every dashboard and rule.
+HISTOGRAM = [("_bucket", ("le",)), ("_count", ()), ("_sum", ())]
+SERIES = {
+    "lockctl_ticks": ("counter", [("_total", ("outcome",))]),
+    "lockctl_skips": ("counter", [("_total", ("reason",))]),
+    "lockctl_run_duration_seconds": (
+        "histogram",
+        [("_bucket", ("le",)), ("_count", ()), ("_sum", ())],
+    ),
+    "lockctl_start_lag_seconds": (
+        "histogram",
+        [("_bucket", ("le",)), ("_count", ()), ("_sum", ())],
+    ),
+    "lockctl_job_running": ("gauge", [("", ())]),
+    "lockctl_consul_up": ("gauge", [("", ())]),
+    "lockctl_job_failing": ("gauge", [("", ())]),
+    "lockctl_ticks_since_success": ("gauge", [("", ())]),
+    "lockctl_job_paused": ("gauge", [("", ())]),
+    "lockctl_run_failures": ("counter", [("_total", ())]),
+    "lockctl_missed_ticks_recorded": ("counter", [("_total", ())]),
+    "lockctl_renew_failures": ("counter", [("_total", ())]),
+    "lockctl_job_retries": ("counter", [("_total", ())]),
+    "lockctl_retries_cut": ("counter", [("_total", ())]),
+    "lockctl_job_last_success_timestamp_seconds": ("gauge", [("", ())]),
+    "lockctl_job_next_tick_timestamp_seconds": ("gauge", [("", ())]),
+    "lockctl_job": ("info", [("_info", ("schedule", "timezone"))]),
+}
 
-    old = metrics_registry(
-        lambda: [(JOB, CountsSnapshot(last_success=5.0, schedule="@hourly", next_tick=9.0))], "w1"
-    )
+
+def test_every_series_of_the_scheduler_is_there_under_the_same_name_type_and_labels() -> None:
     report, _ = _report()
     report.schedule_known(JOB, "@hourly", "UTC")
     report.next_tick(JOB, 9.0)
     done = _record(TickOutcome.SUCCEEDED, exit_status=0, duration=1.0, finished_at=at(5))
     report(Note("completed", JOB, at(0), record=done))
-
-    def shape(registry: Any) -> dict[str, Any]:
-        return {
-            family.name: (
-                family.type,
-                family.documentation,
-                sorted({(s.name, tuple(sorted(s.labels))) for s in family.samples}),
-            )
-            for family in registry.collect()
-        }
-
-    assert shape(report.registry) == shape(old)
-    names = {s.name for m in report.registry.collect() for s in m.samples}
-    assert not [name for name in names if name.endswith("_created")]
+    shape = {
+        family.name: (
+            family.type,
+            sorted(
+                {
+                    (
+                        s.name.removeprefix(family.name),
+                        tuple(sorted(set(s.labels) - {"job", "worker"})),
+                    )
+                    for s in family.samples
+                }
+            ),
+        )
+        for family in report.registry.collect()
+    }
+    assert shape == SERIES
+    assert all(family.documentation for family in report.registry.collect())  # each has its help
+    samples = [s for family in report.registry.collect() for s in family.samples]
+    assert all({"job", "worker"} <= set(s.labels) for s in samples)
+    assert not [s.name for s in samples if s.name.endswith("_created")]
 
 
 def test_acquired_names_the_started_body_and_a_refused_namespace_is_said_once() -> None:

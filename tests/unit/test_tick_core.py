@@ -110,6 +110,20 @@ def test_the_planned_tick_is_the_one_claimed_recorded_and_completed_whatever_the
     assert body.run is not None and body.run.tick == at(0)
 
 
+@pytest.mark.parametrize("back", [2.0, 40.0])  # into the last tick's window; past ticks it had
+def test_a_wall_stepped_back_never_brings_a_tick_it_had_again(back: float) -> None:
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)))
+    fleet.start("w1")
+    fleet.run(15)  # ticks 0 and 10 ran
+    fleet.clocks["w1"].clock.step_wall(-back)  # Consul's clock (the core's wall) stepped back
+    fleet.run(80)
+    due = [n.tick for _, n in fleet.said("w1", "due")]
+    assert due[:2] == [at(0), at(10)] and len(due) > 3  # it went on ticking
+    assert due == sorted(set(due))  # each tick due once, in order: never one it had again
+    ran = [tick for _, tick, _ in fleet.bodies]
+    assert ran == sorted(set(ran))  # and run once each
+
+
 # -- fencing --------------------------------------------------------------------------------------
 def test_a_run_whose_session_ends_early_is_fenced_and_recorded_lost() -> None:
     fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)), duration=None)
