@@ -237,7 +237,7 @@ def _run(
                 if checked.metrics is not None:
                     _write_metrics(checked.metrics, events, skipped, time.monotonic() - began)
                 return skipped.exit_code
-            if chosen is not None and _on_core():  # the tick core's one tick (hidden switch)
+            if chosen is not None and _on_core():  # a scheduled job: the tick core's one tick
                 from provision.runner.on_core import TickAsk, run_tick_on_core
 
                 node = agentless_node(worker_config.worker, worker_config.agentless, os.environ)
@@ -286,9 +286,9 @@ def _finish(checked: _Checked, events: EventLog, result: RunResult, began: float
 
 
 def _on_core() -> bool:
-    """LOCKCTL_RUNNER=core: a scheduled job's run goes on the tick core (runner/on_core.py);
-    hidden while the old engine is the default."""
-    return os.environ.get("LOCKCTL_RUNNER") == "core"
+    """A scheduled job's run goes on the tick core (runner/on_core.py); LOCKCTL_RUNNER=engine
+    (hidden) keeps the old engine until it is deleted: a plain lock runs on it still."""
+    return os.environ.get("LOCKCTL_RUNNER") != "engine"
 
 
 def _taken_once_logged_in(

@@ -1,6 +1,6 @@
-"""`lockctl run` of a scheduled job on the tick core (provision/tick/), chosen with
-LOCKCTL_RUNNER=core while the old engine (engine.py) stays the default: the process around the
-core's one tick (tick/once.py).
+"""`lockctl run` of a scheduled job on the tick core (provision/tick/), the default (the old
+engine, engine.py, stays behind LOCKCTL_RUNNER=engine until it is deleted): the process around
+the core's one tick (tick/once.py).
 
     the clock thread   one ThreadTimerClock on the Consul agent's clock: the core's turn at the
                        tick (read, judge, claim, HeldRun, complete), the session's renewals, the
@@ -238,6 +238,9 @@ class Said:
         if note.kind == "renew-failed":  # the session pool's (no job)
             self.events.emit("renew-failed", session=note.session, error=note.detail)
             return
+        if note.kind == "renewed":  # the session pool's: the round trip, as the old engine's
+            self.events.emit("renewed", session=note.session, took_ms=_ms(note.seconds))
+            return
         handler = self._handlers.get(note.kind)
         if handler is not None and note.job:
             handler(self, note)
@@ -253,7 +256,8 @@ class Said:
         )
 
     def _fenced(self, note: Note) -> None:
-        self.event("fenced", note.tick, reason=note.detail or "no confirmation of the lock in time")
+        reason = note.detail or "no confirmation of the lock in time"
+        self.event("fenced", note.tick, reason=reason, since_confirmed_ms=_ms(note.seconds))
 
     def _timed_out(self, note: Note) -> None:
         after = None if self.timeout is None else ms(self.timeout)
@@ -263,7 +267,8 @@ class Said:
     def _retrying(self, note: Note) -> None:
         attempts = () if note.record is None else note.record.attempts or ()
         after = attempts[-1] if attempts else None
-        self.event("retrying", note.tick, attempt=len(attempts) + 1, after_status=after)
+        attempt, delay = len(attempts) + 1, _ms(note.seconds)
+        self.event("retrying", note.tick, attempt=attempt, after_status=after, delay_ms=delay)
 
     def _completed(self, note: Note) -> None:
         record, tick = note.record, note.tick
@@ -297,6 +302,7 @@ class Said:
             missed_recorded=len(missed),
             missed_ticks=[tick_name(t) for t in missed][:8] or None,
             paused_recorded=len(held) or None,
+            pruned=note.count or 0,
         )
 
     _handlers: ClassVar[dict[str, Callable[[Said, Note], None]]] = {
@@ -308,6 +314,10 @@ class Said:
         "missed": _missed,
         "housekeeping": _housekeeping,
     }
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else ms(seconds)
 
 
 def prepare_body(consul: Consul, ask: TickAsk) -> Callable[[], Unfenced]:

@@ -260,6 +260,10 @@ def _tick(note: Note) -> str | None:
     return None if note.tick is None else tick_name(note.tick)
 
 
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else ms(seconds)
+
+
 def _text(words: str) -> str | None:
     """Consul's (or anyone's) words for an event: printable, bounded; None when empty."""
     return printable(words, EVENT_TEXT_LIMIT) if words else None
@@ -396,6 +400,7 @@ def _held(event: str) -> Callable[[Note, RunContext], list[Event]]:
         fields: dict[str, Any] = {"tick": _tick(note), "session": _session(note, run)}
         if event == "fenced":
             fields["reason"] = _text(note.detail) or FENCED
+            fields["since_confirmed_ms"] = _ms(note.seconds)
         if event == "timed-out" and run.timeout is not None:
             fields["after_ms"] = ms(run.timeout)
         return [(event, fields)]
@@ -415,7 +420,7 @@ def next_attempt(note: Note) -> tuple[int | None, int | None]:
 def _retrying(note: Note, run: RunContext) -> list[Event]:
     attempt, after = next_attempt(note)
     fields = {"tick": _tick(note), "session": _session(note, run), "attempt": attempt}
-    return [("retrying", {**fields, "after_status": after})]
+    return [("retrying", {**fields, "after_status": after, "delay_ms": _ms(note.seconds)})]
 
 
 def _retry_started(note: Note, run: RunContext) -> list[Event]:

@@ -951,7 +951,9 @@ class TickCore:
             limit = MAX_MISSED_PER_HOUSEKEEPING
             missed = missed_ticks(job.schedule, recorded, now, deadline, limit=limit)
             written = record_missed(self.store, job, missed[::-1], self.worker, now)
-            self.store.prune(job.keys, to_prune(recorded | set(missed), job.history_limit, now=now))
+            pruned = self.store.prune(
+                job.keys, to_prune(recorded | set(missed), job.history_limit, now=now)
+            )
         except ConsulError as exc:
             if isinstance(exc, REFUSALS):  # no retry fixes it: said; after the next run again
                 self._failed(exc, job, None)
@@ -962,8 +964,9 @@ class TickCore:
             return
         state.housekeep = False
         self._missed(job, written)
-        if written:
-            self._note("housekeeping", job, None, f"{len(written)} missed recorded")
+        if written or pruned:
+            said = f"{len(written)} missed recorded, {pruned} pruned"
+            self._note("housekeeping", job, None, said, count=pruned)
 
     def _failed(self, exc: ConsulError, job: CoreJob, tick: datetime | None) -> None:
         """A request that failed: `refused` (Consul's 403, a seam's check: not an outage, and no

@@ -117,7 +117,9 @@ class Note:
     """Something the core did or found, for a listener (events, metrics, a simulation's
     trace): `kind` in a word, the job and tick, a few words more, the record as written when
     there is one (claimed, completed, paused), and why a tick was skipped; of the session
-    pool's (job ""), the session and its terms."""
+    pool's (job ""), the session and its terms. `seconds`: how long (a renewal's round trip,
+    the delay before a retry, the time since the lock was last confirmed when fenced);
+    `count`: how many (the records a housekeeping pruned)."""
 
     kind: str
     job: str
@@ -127,6 +129,8 @@ class Note:
     skip: SkipReason | None = None
     session: str | None = None
     terms: SessionTerms | None = None
+    seconds: float | None = None
+    count: int | None = None
 
 
 Listener = Callable[[Note], None]

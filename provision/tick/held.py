@@ -245,7 +245,7 @@ class HeldRun:
         now = self.clock.monotonic()
         decision = decide(self._facts(now), self.bounds)
         if decision.verdict is not self.verdict and decision.verdict in _TOLD:
-            self._note(_TOLD[decision.verdict])
+            self._tell(decision.verdict, now)
         self.verdict = decision.verdict
         if decision.action is Action.RELEASE and self._retried(decision):
             return
@@ -305,7 +305,8 @@ class HeldRun:
                 self.cut = plan.reason.value
             return False
         self.retry, self.body, self.retried = plan, None, True
-        self._note("retrying", f"attempt {plan.attempt} after status {status}", self._so_far())
+        said = f"attempt {plan.attempt} after status {status}"
+        self._note("retrying", said, self._so_far(), seconds=max(plan.at - now, 0.0))
         self._await_retry()
         return True
 
@@ -323,7 +324,7 @@ class HeldRun:
         if verdict is not None:
             self.retry = None
             if verdict is Outcome.LOST:
-                self._note("fenced", "while waiting for a retry")
+                self._tell(Outcome.LOST, now, "while waiting for a retry")
                 self._finish(Decision(Action.REPORT_LOST, Outcome.LOST))
             else:
                 self.cut = StopReason.STOPPED.value
@@ -419,7 +420,23 @@ class HeldRun:
         now = self.clock.monotonic()
         self._timer = self.clock.call_at(now, lambda: self._complete(done, COMPLETE_RETRY))
 
-    def _note(self, kind: str, detail: str = "", record: TickRecord | None = None) -> None:
+    def _tell(self, verdict: Outcome, now: float, when: str = "") -> None:
+        """A verdict that ends the body before its time, said once; fenced: why (the lock's
+        loss, else no confirmation in time) and how long since the lock was last confirmed."""
+        if verdict is not Outcome.LOST:
+            self._note(_TOLD[verdict])
+            return
+        why = self.lost or "no confirmation of the lock in time"
+        self._note("fenced", f"{why} ({when})" if when else why, seconds=now - self.confirmed_at)
+
+    def _note(
+        self,
+        kind: str,
+        detail: str = "",
+        record: TickRecord | None = None,
+        *,
+        seconds: float | None = None,
+    ) -> None:
         if self._listener is not None:
             name, tick = self.claimed.keys.name, self.record.tick
-            self._listener(Note(kind, name, tick, detail, record))
+            self._listener(Note(kind, name, tick, detail, record, seconds=seconds))

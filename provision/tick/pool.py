@@ -174,13 +174,16 @@ class SessionPool:
             self._arm(kept, sent)  # no answer: the holders' bounds run on; try again
             self._note("renew-failed", str(exc), kept)
             return
-        confirmed = confirmation_time(sent, self.clock.monotonic())
+        answered = self.clock.monotonic()
+        confirmed = confirmation_time(sent, answered)
         if self._find(kept.id) is not kept:
             return
         self._arm(kept, sent)
         for holder in list(kept.holders):
             holder.confirm(confirmed)
+        self._note("renewed", "", kept, seconds=answered - sent)
 
-    def _note(self, kind: str, detail: str, kept: _Kept) -> None:
+    def _note(self, kind: str, detail: str, kept: _Kept, seconds: float | None = None) -> None:
         if self.listener is not None:
-            self.listener(Note(kind, "", None, detail, session=kept.id, terms=kept.terms))
+            note = Note(kind, "", None, detail, session=kept.id, terms=kept.terms, seconds=seconds)
+            self.listener(note)

@@ -109,12 +109,13 @@ def test_a_housekeeping_says_the_ticks_it_recorded_missed_and_paused() -> None:
     for tick in earlier[:2]:
         heard.said(Note("missed", JOB.name, tick, record=TickRecord(tick, TickOutcome.MISSED)))
     heard.said(Note("missed", JOB.name, earlier[2], record=paused))
-    heard.said(Note("housekeeping", JOB.name, None, "3 missed recorded"))
+    heard.said(Note("housekeeping", JOB.name, None, "3 missed recorded, 4 pruned", count=4))
     (said,) = heard.lines()
-    assert (said["event"], said["missed_recorded"], said["paused_recorded"]) == (
+    assert (said["event"], said["missed_recorded"], said["paused_recorded"], said["pruned"]) == (
         "housekeeping",
         2,
         1,
+        4,
     )
     assert said["missed_ticks"] == ["2025-12-31T23:59:50Z", "2026-01-01T00:00:00Z"]
 
@@ -158,3 +159,14 @@ def test_a_host_clock_in_step_with_the_agents_is_not_said() -> None:
     heard.said.agent_clock = AgentAhead(0.05)  # type: ignore[assignment]
     heard.said(Note("skipped", JOB.name, TICK, "taken"))
     assert heard.lines() == []
+
+
+def test_a_renewal_a_retry_and_a_fence_are_said_with_their_figures() -> None:
+    heard = Heard()
+    heard.said(Note("renewed", "", None, session="s-1", seconds=0.0042))
+    heard.said(Note("retrying", JOB.name, TICK, "attempt 2 after status 3", seconds=5.0))
+    heard.said(Note("fenced", JOB.name, TICK, "the session is gone", seconds=12.5))
+    renewed, retrying, fenced = heard.lines()
+    assert (renewed["event"], renewed["session"], renewed["took_ms"]) == ("renewed", "s-1", 4.2)
+    assert (retrying["event"], retrying["attempt"], retrying["delay_ms"]) == ("retrying", 1, 5000.0)
+    assert (fenced["reason"], fenced["since_confirmed_ms"]) == ("the session is gone", 12500.0)

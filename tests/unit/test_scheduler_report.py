@@ -585,7 +585,7 @@ def so_far(*statuses: int | None) -> TickRecord:
         ),
         (
             # the attempt from the record's ended attempts, never from the note's words
-            Note("retrying", JOB, at(0), "attempt 9 after status 4", so_far(1, None)),
+            Note("retrying", JOB, at(0), "attempt 9 after status 4", so_far(1, None), seconds=2.5),
             [
                 (
                     "retrying",
@@ -594,6 +594,7 @@ def so_far(*statuses: int | None) -> TickRecord:
                         "session": "s-2",
                         "attempt": 3,
                         "after_status": None,
+                        "delay_ms": 2500.0,
                     },
                 )
             ],
@@ -603,7 +604,13 @@ def so_far(*statuses: int | None) -> TickRecord:
             [
                 (
                     "retrying",
-                    {"tick": tick_name(at(0)), "session": "s-2", "attempt": 2, "after_status": -15},
+                    {
+                        "tick": tick_name(at(0)),
+                        "session": "s-2",
+                        "attempt": 2,
+                        "after_status": -15,
+                        "delay_ms": None,
+                    },
                 )
             ],
         ),
@@ -617,6 +624,7 @@ def so_far(*statuses: int | None) -> TickRecord:
                         "session": "s-1",
                         "attempt": None,
                         "after_status": None,
+                        "delay_ms": None,
                     },
                 )
             ],

@@ -5,6 +5,7 @@ VirtualClock, in one thread. No real sleep, no wall clock: every run is the same
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime, timedelta
 
 import pytest
@@ -330,6 +331,18 @@ def test_housekeeping_is_chosen_alike_on_every_replica_about_once_in_half_the_hi
     plans = {w: plan_tick(job, at(0), w) for w in WORKERS}
     assert {p.window for p in plans.values()} == {10.0}
     assert sorted(p.turn.rank for p in plans.values()) == [0, 1, 2]
+
+
+def test_a_housekeeping_that_prunes_says_how_many_records_it_deleted() -> None:
+    job = replace(every_10s(workers=("w1",)), history_limit=10)
+    fleet = Fleet(job=job, workers=("w1",))
+    fleet.start("w1")
+    fleet.run(400)  # 40 ticks, each run here; one run in 5 housekeeps after it
+    kept, _ = fleet.store.read_tick_names(KEYS)
+    said = [n for _, n in fleet.said("w1", "housekeeping")]
+    assert len(kept) < len(fleet.ran_ticks()) and said  # some were pruned
+    assert all(n.count for n in said)  # said only when it did something: here, pruned
+    assert sum(n.count or 0 for n in said) == len(fleet.ran_ticks()) - len(kept)
 
 
 class Unrecorded:

@@ -157,3 +157,27 @@ def test_a_stop_while_a_retry_is_waited_for_ends_the_run_and_cuts_its_retries() 
         CUT_BY_STOP,
     )
     assert not replica.core.runs
+
+
+def test_the_notes_say_a_retrys_delay_and_a_renewals_round_trip() -> None:
+    """What `lockctl run` says with them (retrying's delay_ms, renewed's took_ms): measured
+    where they happen, on the core's clock."""
+    replica = Replica(job(retries=3, retry_delay=6.0), statuses=[1] * 10)
+    replica.clock.advance(6)  # the first attempt failed at 0.5 (retry due at 6.5); renewed at 5
+    (retrying,) = [n for n in replica.notes if n.kind == "retrying"]
+    assert retrying.seconds == 6.0
+    (renewed,) = [n for n in replica.notes if n.kind == "renewed"]
+    assert renewed.seconds is not None and renewed.seconds >= 0
+    assert renewed.session is not None and renewed.job == ""  # the pool's, no job's
+
+
+def test_a_fence_says_why_and_how_long_since_the_lock_was_confirmed() -> None:
+    replica = Replica(job(retries=3, retry_delay=6.0), statuses=[1] * 10)
+    replica.clock.advance(2)  # the first attempt failed at 0.5; the retry is due at 6.5
+    (first,) = replica.of(START)
+    assert first.run is not None
+    replica.store.destroy_session(first.run.session)  # the renewal at 5 finds it gone
+    replica.clock.advance(8)
+    (fenced,) = [n for n in replica.notes if n.kind == "fenced"]
+    assert "session is gone" in fenced.detail and "while waiting for a retry" in fenced.detail
+    assert fenced.seconds is not None and fenced.seconds >= 5.0  # confirmed at the claim, at 0

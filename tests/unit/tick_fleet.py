@@ -151,6 +151,9 @@ class Fleet:
     def ran(self, tick: datetime) -> list[str]:
         return [worker for worker, t, _ in self.bodies if t == tick]
 
+    def ran_ticks(self) -> set[datetime]:
+        return {t for _, t, _ in self.bodies}
+
     def said(self, worker: str, kind: str) -> list[tuple[float, Note]]:
         return [(when, n) for when, who, n in self.notes if who == worker and n.kind == kind]
 
