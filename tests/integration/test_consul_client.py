@@ -268,11 +268,11 @@ def test_set_agent_token_needs_agent_write(live_cluster: LiveCluster) -> None:
 
 
 def test_bootstrap_on_a_bootstrapped_cluster_is_denied_at_once(mgmt: Consul) -> None:
-    started = time.monotonic()
+    sent = mgmt.transport.count.value
     with pytest.raises(PermissionDenied) as caught:
         mgmt.acl.bootstrap()
     assert caught.value.status == 403
-    assert time.monotonic() - started < 2.0  # a 403 is final: not retried
+    assert mgmt.transport.count.value - sent == 1  # a 403 is final: not retried
 
 
 def test_policy_create_read_update_list_delete(mgmt: Consul, minted: Minted) -> None:
@@ -596,7 +596,9 @@ def test_blocking_get_with_no_change_returns_after_wait(mgmt: Consul, prefix: st
     started = time.monotonic()
     unchanged, after = mgmt.kv.get(key, index=meta.index, wait=1.5)
     elapsed = time.monotonic() - started
-    assert 1.4 <= elapsed < 1.5 * 17 / 16 + 1.0  # Consul adds up to wait/16 of jitter
+    # it waited (Consul adds up to wait/16 of jitter), and returned at the wait's end: not at
+    # the client's timeout, nor Consul's default wait of 5 minutes
+    assert 1.4 <= elapsed < 10
     assert unchanged == entry
     assert after.index == meta.index
 
@@ -608,7 +610,7 @@ def test_blocking_get_on_a_missing_key_times_out_to_none(mgmt: Consul, prefix: s
     entry, after = mgmt.kv.get(prefix + "never", index=meta.index, wait=1)
     assert entry is None
     assert after.index is not None
-    assert 0.9 <= time.monotonic() - started < 3
+    assert 0.9 <= time.monotonic() - started < 10  # at the wait's end, not Consul's default 5 min
 
 
 def test_cas_put(mgmt: Consul, prefix: str) -> None:

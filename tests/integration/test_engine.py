@@ -121,7 +121,8 @@ def test_a_stop_while_waiting_ends_the_wait_and_destroys_the_session(
         began = time.monotonic()
         result = _run(consul, job, ["true"], stop, wait=True, stream=stream)
         assert result.outcome is Outcome.INTERRUPTED and result.exit_code == 128 + 15
-        assert time.monotonic() - began < 0.5 + 1.5  # seen within the stop poll (1 s)
+        # the stop ended the wait: the holder's session (TTL 10 s, never renewed) was still on
+        assert time.monotonic() - began < 8
         assert _sessions(consul, job) == []
         kinds = [(e["event"], e.get("signal")) for e in stream.events()]
         assert kinds == [("waiting", None), ("interrupted", "SIGTERM")]
