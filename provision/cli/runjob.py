@@ -24,11 +24,10 @@ from provision.errors import InputError, LockctlError
 
 if TYPE_CHECKING:
     from provision.cli.parsing import CommandParser
-    from provision.consul import AgentClock, Consul
+    from provision.consul import Consul
     from provision.runner.events import EventLog
     from provision.runner.precheck import ScheduledTick
-    from provision.runner.results import RunOptions, RunResult
-    from provision.runner.stop import StopRequest
+    from provision.runner.results import RunResult
     from provision.workers.config import JobConfig, WorkerConfig
 
 
@@ -209,13 +208,10 @@ def _run(
 ) -> int:
     from provision.cli.signals import signals_request_stop
     from provision.consul import AgentClock, Consul, resolve_settings
-    from provision.ledger.store import Ledger
     from provision.runner.containment import become_subreaper
-    from provision.runner.engine import run_job
     from provision.runner.events import EventLog
     from provision.runner.results import RunOptions
     from provision.runner.stop import StopRequest
-    from provision.runner.tick_lock import TickRun, job_schedule, plan_tick
     from provision.sessions import agentless_node
     from provision.workers.login import open_login
 
@@ -237,35 +233,27 @@ def _run(
                 if checked.metrics is not None:
                     _write_metrics(checked.metrics, events, skipped, time.monotonic() - began)
                 return skipped.exit_code
-            if chosen is not None and _on_core():  # a scheduled job: the tick core's one tick
+            node = agentless_node(worker_config.worker, worker_config.agentless, os.environ)
+            if chosen is not None:  # a scheduled job: its tick on the tick core
                 from provision.runner.on_core import TickAsk, run_tick_on_core
 
-                node = agentless_node(worker_config.worker, worker_config.agentless, os.environ)
                 command = tuple(args.command)
                 ask = TickAsk(job_config, worker_config.worker, command, options, chosen.tick, node)
                 result = run_tick_on_core(consul, agent_clock, ask, events, stop)
-                return _finish(checked, events, result, began)
-            tick = None
-            schedule = job_schedule(job_config)
-            if chosen is not None and schedule is not None:  # the tick chosen at the start
-                ledger = Ledger(consul, job_config.lock_key)
-                plan = plan_tick(ledger, job_config, schedule, chosen.tick, events, agent_clock)
-                tick = TickRun(plan, chosen.turn.planned)
-            result = run_job(
-                consul,
-                job_config,
-                worker_config.worker,
-                args.command,
-                options,
-                events,
-                stop,
-                wall=agent_clock,
-                tick=tick,
-                node=agentless_node(worker_config.worker, worker_config.agentless, os.environ),
-            )
-            if tick is not None and not stop.requested:
-                worker = worker_config.worker
-                _catch_up(consul, job_config, worker, args, options, events, stop, agent_clock)
+            else:  # a plain lock
+                from provision.runner.engine import run_job
+
+                result = run_job(
+                    consul,
+                    job_config,
+                    worker_config.worker,
+                    args.command,
+                    options,
+                    events,
+                    stop,
+                    wall=agent_clock,
+                    node=node,
+                )
     except LockctlError:  # Consul unreachable, refused, ...: counted too, as outcome "error"
         if checked.metrics is not None:
             _write_metrics(checked.metrics, events, None, time.monotonic() - began)
@@ -285,12 +273,6 @@ def _finish(checked: _Checked, events: EventLog, result: RunResult, began: float
     return result.exit_code
 
 
-def _on_core() -> bool:
-    """A scheduled job's run goes on the tick core (runner/on_core.py); LOCKCTL_RUNNER=engine
-    (hidden) keeps the old engine until it is deleted: a plain lock runs on it still."""
-    return os.environ.get("LOCKCTL_RUNNER") != "engine"
-
-
 def _taken_once_logged_in(
     worker_config: WorkerConfig,
     job_config: JobConfig,
@@ -306,28 +288,6 @@ def _taken_once_logged_in(
 
     token = consul.transport.tokens.current
     return tick_taken(worker_config, job_config, chosen.tick, events, token=token)
-
-
-def _catch_up(  # noqa: PLR0913 (until this shape runs on the tick core)
-    consul: Consul,
-    job: JobConfig,
-    worker: str,
-    args: RunArgs,
-    options: RunOptions,
-    events: EventLog,
-    stop: StopRequest,
-    wall: AgentClock,
-) -> None:
-    """catchup = "latest": after this run's tick, the newest tick nobody ran. Its result is in
-    its events and record; the exit status stays this tick's, so a Consul error here is said
-    (`catch-up-failed`), not raised: the tick itself ran."""
-    from provision.consul import ConsulError
-    from provision.runner.catchup import run_catchup
-
-    try:
-        run_catchup(consul, job, worker, args.command, options, events, stop, wall=wall)
-    except ConsulError as exc:
-        events.emit("catch-up-failed", warning=str(exc))
 
 
 def _write_metrics(path: Path, events: EventLog, result: RunResult | None, elapsed: float) -> None:

@@ -1,6 +1,5 @@
-"""`lockctl run` of a scheduled job on the tick core (provision/tick/), the default (the old
-engine, engine.py, stays behind LOCKCTL_RUNNER=engine until it is deleted): the process around
-the core's one tick (tick/once.py).
+"""`lockctl run` of a scheduled job on the tick core (provision/tick/): the process around the
+core's one tick (tick/once.py). A plain lock (no schedule) runs on the old engine (engine.py).
 
     the clock thread   one ThreadTimerClock on the Consul agent's clock: the core's turn at the
                        tick (read, judge, claim, HeldRun, complete), the session's renewals, the
@@ -13,8 +12,6 @@ the core's one tick (tick/once.py).
     the events         the core's notes as today's event lines (acquired, fenced, timed-out,
                        retrying, released / lost, catch-up, housekeeping); the tick's verdict as
                        today's skipped / missed / interrupted lines and exit codes
-
-Only a job with a schedule: a plain lock (no tick) runs on the old engine whatever the switch.
 """
 
 from __future__ import annotations
@@ -246,7 +243,7 @@ class Said:
             handler(self, note)
 
     def _catch_up(self, note: Note) -> None:
-        """The core claims a catch-up next: said as runner/catchup.py says it."""
+        """The core claims a catch-up next: `catch-up`, its lag, whether over a missed record."""
         if note.tick is None:
             return
         lag = (self.clock.wall() - note.tick).total_seconds()

@@ -77,7 +77,7 @@ class TickRun:
     planned_start: float = 0.0  # seconds after the tick
     housekeep: bool = True
     manual: ControlNote | None = None  # a trigger's run: its instant is `plan.tick`
-    # a catch-up (runner/catchup.py): the ModifyIndex of the tick's `missed` record it claims
+    # a catch-up (ledger/catchup.py): the ModifyIndex of the tick's `missed` record it claims
     # over, 0 when the tick has no record; None: the tick's own run
     catchup_over: int | None = None
 

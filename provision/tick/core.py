@@ -862,8 +862,8 @@ class TickCore:
 
     def _held(self, job: CoreJob, tick: datetime) -> bool:
         """Whether a pause held `tick` (resumed since: every replica was down meanwhile), so it
-        was not due and is not caught up (runner/catchup.py's rule); read only for a tick that
-        would be caught up otherwise."""
+        was not due and is not caught up (a pause's tick is no missed one); read only for a
+        tick that would be caught up otherwise."""
         return self.store.read_control(job.keys).pauses.holding(tick) is not None
 
     def _unclaimed(self, state: _Job, plan: TickPlan) -> None:

@@ -1,6 +1,6 @@
 """`lockctl run` on the tick core (runner/on_core.py): the core's notes said as today's event
 lines, and a tick's record as completed turned into today's exit status. Pure: no Consul, no
-process (the real cluster's runs are test_run_core*_e2e.py)."""
+process (the real cluster's runs: every `lockctl run` of a scheduled job in tests/integration)."""
 
 from __future__ import annotations
 
