@@ -190,13 +190,16 @@ class Calls:
             return
         self.core.take(turn.name, turn.tick)
 
-    def stop(self, look_again: Callable[[], object]) -> None:
+    def stop(self, look_again: Callable[[], object], ended: Callable[[], None]) -> None:
         """No more turns; the runs under way told to stop (SIGTERM), completed, released; then
-        the sessions destroyed and `settled` set (`look_again` asks for another look later)."""
+        the sessions destroyed, `ended` told, and `settled` set (`look_again` asks for another
+        look later). `ended` comes first: what it says is written before any caller waiting
+        for its turn is let go (and writes what its call returned)."""
         assert self.core is not None
         if not self.core.stopping:
             self.core.stop()
         if not self.core.runs and self.core.pool.closed:
+            ended()
             self.settled.set()
         else:
             look_again()
@@ -277,15 +280,17 @@ class CallCore:
         self.clock.call_at(self.clock.monotonic(), self._stop)
 
     def _stop(self) -> None:
-        self.calls.stop(lambda: self.clock.call_later(SETTLE_POLL, self._stop))
+        if not self.calls.settled.is_set():
+            self.calls.stop(lambda: self.clock.call_later(SETTLE_POLL, self._stop), self._ended)
+
+    def _ended(self) -> None:
+        for session in self.live:
+            self.events.emit("session-destroyed", session=session)
+        self.live.clear()
 
     def close(self, timeout: float) -> None:
-        """Wait (up to `timeout`) for the stop to settle, say the sessions destroyed, and end
-        the clock thread."""
-        if self.calls.settled.wait(timeout):
-            for session in self.live:
-                self.events.emit("session-destroyed", session=session)
-            self.live.clear()
+        """Wait (up to `timeout`) for the stop to settle, then end the clock thread."""
+        self.calls.settled.wait(timeout)
         self.clock.close()
         self.thread.join(timeout)
 

@@ -196,11 +196,15 @@ def test_a_stop_interrupts_the_run_and_lets_the_caller_go_once_the_sessions_are_
     clock.advance(1.0)
     assert app.bodies and not turn.quiet.is_set()
 
+    ended: list[bool] = []  # whether the callers were still held when the end was said
+
     def stop() -> None:
-        app.calls.stop(lambda: clock.call_later(0.05, stop))
+        ended_now = lambda: ended.append(app.calls.settled.is_set())  # noqa: E731
+        app.calls.stop(lambda: clock.call_later(0.05, stop), ended_now)
 
     stop()
     until(clock, app.calls.settled.is_set)
+    assert ended == [False]
     outcome = outcome_of(turn.verdict(), turn, HELD_FIELDS, None)
     assert outcome.outcome is Outcome.INTERRUPTED
     recorded = _record(store, at(10))
