@@ -1,6 +1,7 @@
 """The Locker: an app's scheduled functions behind lockctl's tick core, once per tick across
 every replica that calls them (the claim, the ledger, the fencing rules and the events of
-`lockctl run`; runner/engine.py drives the body through runner/body.py's seam)."""
+`lockctl run`): a call's turn at its tick on the Locker's one core (embed/called.py), serve()'s
+ticks on a core of its own (embed/served.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -18,6 +20,7 @@ from typing import Any, TextIO
 
 from provision.consul import AgentClock, Consul, ConsulError, resolve_settings
 from provision.embed.bodies import BlockBody, Body, ProcessBody, ThreadBody
+from provision.embed.called import CallCore, CallSetting, call_turn, outcome_of, refusal_fields
 from provision.embed.run import (
     Isolation,
     LoggerStream,
@@ -31,14 +34,12 @@ from provision.errors import InputError
 from provision.fencing import Outcome
 from provision.ledger.health import JobHealth, assess
 from provision.ledger.history import JobHistory, LedgerJob, Wanted, read_history
+from provision.ledger.records import tick_name
 from provision.ledger.store import Ledger
-from provision.runner.engine import run_job
-from provision.runner.events import EventLog
 from provision.runner.precheck import utc_now
-from provision.runner.results import RunOptions, SkipReason
+from provision.runner.results import RunResult, SkipReason
 from provision.runner.stop import StopRequest
-from provision.runner.tick_lock import TickRun, current_tick, job_schedule, plan_tick
-from provision.scheduler.sessions import SessionPool
+from provision.runner.tick_lock import TickSkip, current_tick, job_schedule, plan_tick
 from provision.workers.config import JobConfig, load_worker_config
 
 Events = TextIO | logging.Logger | None
@@ -64,9 +65,7 @@ class Locker:
         self.isolation, self.on_lost = isolation, on_lost
         self.wall = wall or AgentClock()
         self._stream = LoggerStream(events) if isinstance(events, logging.Logger) else events
-        self._pool_events = EventLog("lockctl-embed", worker, self._stream)  # type: ignore[arg-type]
-        self.sessions = SessionPool(consul, worker, self._pool_events)
-        self.sessions.start()
+        self._core: CallCore | None = None  # the calls' tick core, made at the first call
         self._stop = StopRequest()
         self._in_flight = 0
         self._running: set[str] = set()  # the jobs a call runs now (one call of a job at once)
@@ -150,14 +149,8 @@ class Locker:
     ) -> RunOutcome:
         """Claim the tick of this moment and run `body(run)` if the claim is ours."""
         config = self.job(job)
-        bodies: list[ThreadBody] = []
-
-        def make(events: RunEvents) -> ThreadBody:
-            made = body_maker(config, body, isolation or self.isolation)(events)
-            bodies.append(made)
-            return made
-
-        return self._claim(config, make, on_lost or self.on_lost, bodies)
+        make = body_maker(config, body, isolation or self.isolation)
+        return self._claim(config, make, on_lost or self.on_lost)
 
     async def run_async(self, call: Callable[[], RunOutcome]) -> RunOutcome:
         """Await a decorated job from asyncio: it runs in the loop's default executor, so the
@@ -186,7 +179,7 @@ class Locker:
 
         def claim_it() -> None:
             try:
-                claim.outcome = self._claim(config, make, on_lost or self.on_lost, [])
+                claim.outcome = self._claim(config, make, on_lost or self.on_lost)
             except BaseException as exc:  # raised in the caller's thread, below
                 failed.append(exc)
             finally:
@@ -216,8 +209,8 @@ class Locker:
         config: JobConfig,
         make: Callable[[RunEvents], ThreadBody],
         on_lost: OnLost,
-        bodies: list[ThreadBody],
     ) -> RunOutcome:
+        """The call's turn at the tick of this moment on the calls' core (embed/called.py)."""
         events = RunEvents(config.name, self.worker, self._stream, on_lost)  # type: ignore[arg-type]
         schedule = job_schedule(config)
         assert schedule is not None  # self.job() said so
@@ -231,38 +224,50 @@ class Locker:
             # The tick the caller's timer fired for, by the later of this host's clock and the
             # earliest the agent's may show (its Date has whole seconds: early on, that bound
             # lags by up to a second, and a call at :26.7 would be judged late for :24).
-            # plan_tick then judges it on the agent's clock, and waits if that is behind.
+            # plan_tick then judges it on the agent's clock (the cheap skip of a taken tick),
+            # and the core's turn judges it again on the agent's clock, and waits if that is
+            # behind.
             now = current_tick(config, schedule, lambda: max(utc_now(), self.wall()))
             plan = plan_tick(
                 Ledger(self.consul, config.lock_key), config, schedule, now, events, self.wall
             )
-            session = self.sessions.session_for(config.timings)
-            result = run_job(
-                self.consul,
-                config,
-                self.worker,
-                (),
-                RunOptions(),
-                events,
-                self._stop,
-                wall=self.wall,
-                tick=TickRun(plan),
-                session=session,
-                body=lambda: make(events),
-            )
+            if isinstance(plan, TickSkip):
+                events.emit(plan.outcome.value, tick=tick_name(plan.tick), **plan.fields)
+                return RunOutcome.of(RunResult(plan.outcome, 0, tick=plan.tick, skip=plan.skip))
+            core = self._call_core()
+            if core is None:  # close() came first
+                events.emit("interrupted", signal=signal.Signals.SIGTERM.name)
+                return RunOutcome(Outcome.INTERRUPTED, plan.tick)
+            turn = call_turn(config, plan.tick, events, make, core.clock)
+            found = core.take(turn)
+            refusal = functools.partial(refusal_fields, self.consul)
+            return outcome_of(found, turn, refusal, self._stop.signum)
         except ConsulError as exc:  # fail closed: no body runs without the claim
             events.emit("consul-unavailable", error=str(exc))
             return RunOutcome(Outcome.SKIPPED, skip=SkipReason.OTHER, error=str(exc))
         finally:
             self._end(config.name)
             self._leave()
-        return RunOutcome.of(result, bodies[-1].error if bodies else None)
+
+    def _call_core(self) -> CallCore | None:
+        """The calls' core, made at the first call (its clock thread, then its sessions at
+        the first claim); None once closing (close() reads it under the same lock)."""
+        with self._idle:
+            if self._stop.requested:
+                return None
+            if self._core is None:
+                scheduled = tuple(job for job in self.jobs.values() if job.schedule)
+                setting = CallSetting(self.consul, self.wall, self.worker, self.stream, scheduled)
+                self._core = CallCore(setting)
+            return self._core
 
     def _begin(self, job: str) -> bool:
         """A call of `job` may claim: False while another call of it runs here. Every call
         claims under the Locker's one session, and Consul lets a session acquire again a lock
         it holds: a second call (an app's timer firing again, max_instances > 1) would run the
-        job beside the first, and its release would fence the first."""
+        job beside the first, and its release would fence the first. (The core's own busy
+        state would not do: a second turn there waits for the first run's end, and a turn
+        whose read is under way is not busy yet.)"""
         with self._idle:
             if job in self._running:
                 return False
@@ -313,8 +318,22 @@ class Locker:
         replica takes the next tick at once, without LockDelay."""
         self._stop.request(signal.SIGTERM)
         with self._idle:
+            core = self._core
+        if core is not None:
+            core.stop()  # the calls' runs told to stop (serve() sees the request itself)
+        give_up = time.monotonic() + timeout
+        with self._idle:
             self._idle.wait_for(lambda: self._in_flight == 0, timeout)
-        self.sessions.close()
+            core = self._core  # made by a call that began before the stop was asked
+        if core is not None:
+            core.stop()
+            core.close(max(0.0, give_up - time.monotonic()))
+
+    @property
+    def sessions(self) -> list[str]:
+        """The calls' sessions alive now (none before the first claim, none after close())."""
+        core = self._core
+        return [] if core is None else list(core.live)
 
     def __enter__(self) -> Locker:
         return self

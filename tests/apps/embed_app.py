@@ -134,18 +134,17 @@ def main() -> None:
 
     def fire() -> None:
         outcome: RunOutcome = refresh()
-        print(
-            json.dumps(
-                {
-                    "worker": worker,
-                    "outcome": outcome.outcome.value,
-                    "skip": outcome.skip,
-                    "tick": str(outcome.tick),
-                    "error": outcome.error,
-                }
-            ),
-            flush=True,
-        )
+        said = {
+            "worker": worker,
+            "outcome": outcome.outcome.value,
+            "skip": outcome.skip,
+            "tick": str(outcome.tick),
+            "error": outcome.error,
+        }
+        # one write of the whole line: stdout and stderr (lockctl's events, written from other
+        # threads) share one file, and print() writes the text and its newline apart
+        sys.stdout.write(json.dumps(said) + "\n")
+        sys.stdout.flush()
 
     done = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: done.set())

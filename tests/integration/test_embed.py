@@ -415,4 +415,4 @@ def test_block_serve_and_asyncio_in_one_process(lab: Lab) -> None:
     finally:
         one.close()
         two.close()
-    assert not one.sessions.sessions and not two.sessions.sessions  # destroyed by close()
+    assert not one.sessions and not two.sessions  # destroyed by close()

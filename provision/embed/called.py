@@ -1,0 +1,369 @@
+"""A decorated call, and `with locker.tick(job)`, on the tick core (provision/tick/): the
+Locker's one TickCore for every call of its jobs, never started (no turn of its own), as
+`lockctl run`'s one tick (runner/on_core.py, tick/once.py).
+
+    the clock thread   one ThreadTimerClock on the agent's clock, made at the Locker's first
+                       call: each call's turn at its tick (`TickCore.take`: read, judged on
+                       Consul's clock, claimed, the body under the held lock, completed and
+                       released), the sessions' renewals, the fencing bounds, housekeeping
+    the caller         plans the tick of this moment (as before: the cheap skip of a taken
+                       tick), hands the turn to the clock thread, waits until it is over, and
+                       turns its verdict (tick/once.py `verdict`) into the call's RunOutcome
+    the events         a call's notes said as `lockctl run` says them (runner/on_core.py Said),
+                       through the call's RunEvents: `fenced` and `timed-out` reach its Run
+                       (on_lost="exit" ends the process there); the sessions' under
+                       `lockctl-embed`
+
+One call of a job at a time (the Locker refuses a second one, overlap): a call's notes are
+the job's notes while it runs, so they are routed by the job's name. The body is serve()'s
+(served.py AppBody): it learns its fencing from the run the core holds, so `run.check()`,
+`run.lost` and an isolated body's warden behave as under serve().
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import TextIO
+
+from provision.consul import AgentClock, Consul, ConsulError
+from provision.embed.bodies import ThreadBody
+from provision.embed.run import RunEvents, RunOutcome
+from provision.embed.served import EMBED_EVENTS, AppBody
+from provision.fencing import Outcome
+from provision.ledger.records import TickRecord, taken_fields, tick_name
+from provision.ledger.store import Completion
+from provision.runner.events import EventLog, ms
+from provision.runner.on_core import CORE_RETRY, Said, TickAsk, ran_result
+from provision.runner.results import RunOptions, SkipReason
+from provision.runner.tick_lock import lock_refusal
+from provision.runner.tick_verdicts import paused_refusal
+from provision.scheduler.on_core import BodySaid, GuardedClock, core_job
+from provision.scheduler.report import note_events, unexpected
+from provision.tick.aside import aside_store
+from provision.tick.clock import Clock
+from provision.tick.consul_store import ConsulTickStore
+from provision.tick.core import Identity, TickCore
+from provision.tick.edge import Body, Note, Run, TimerClock
+from provision.tick.held import HeldRun
+from provision.tick.once import Came, Verdict, verdict
+from provision.tick.store import JobKeys
+from provision.workers.config import JobConfig
+
+WAIT_POLL = 0.1  # seconds between two looks at a stopping core while a call waits for its turn
+SETTLE_POLL = 0.05  # seconds between two looks at a stopping core's runs and sessions
+
+Tails = tuple[str | None, str | None]
+
+
+class CallTurn:
+    """One call's turn at its tick: what makes its body, its events, the core's notes of its
+    job while it runs, and `quiet` once the turn is over."""
+
+    def __init__(
+        self,
+        config: JobConfig,
+        tick: datetime,
+        events: RunEvents,
+        make: Callable[[RunEvents], ThreadBody],
+        said: Said,
+    ) -> None:
+        self.config, self.tick, self.events, self.make, self.said = config, tick, events, make, said
+        self.notes: list[Note] = []
+        self.quiet = threading.Event()
+        self.bodies: list[AppBody] = []  # each attempt's (a retry makes another)
+        self.session: str | None = None  # the session its claim won the lock under
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def hear(self, note: Note) -> None:
+        self.notes.append(note)
+        if note.kind == "claimed" and note.record is not None and note.tick == self.tick:
+            self.session = note.record.session  # its run holds the lock under it
+        self.said(note)
+
+    def verdict(self) -> Verdict:
+        return verdict(self.notes, self.tick)
+
+    def tails(self, tick: datetime) -> Tails | None:
+        """The ends of the body's output kept for the record (a thread's: its exception)."""
+        body = self.bodies[-1] if self.bodies and tick == self.tick else None
+        return None if body is None else body.tails
+
+    @property
+    def error(self) -> str | None:
+        return self.bodies[-1].body.error if self.bodies else None
+
+
+class CallStore(ConsulTickStore):
+    """The core's store on Consul, putting a call's body's output tails in its record."""
+
+    def __init__(self, consul: Consul, tails: Callable[[str, datetime], Tails | None]) -> None:
+        super().__init__(consul)
+        self.tails = tails
+
+    def complete(
+        self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool
+    ) -> Completion:
+        tails = self.tails(job.name, record.tick)
+        if tails is not None:
+            record = replace(record, stdout=tails[0], stderr=tails[1])
+        return super().complete(job, record, session_id, release=release)
+
+
+class CallBody(AppBody):
+    """serve()'s body of an app's run, whose start is said as `lockctl run` says it:
+    `acquired` (its PID, its containment), or `retry-started` for a retry's attempt."""
+
+    def __init__(
+        self, made: ThreadBody, turn: CallTurn, clock: TimerClock, held: Callable[[], HeldRun]
+    ) -> None:
+        quiet = BodySaid(lambda body: None, lambda why: None)
+        super().__init__(made, turn.config.lock_key, clock, held, quiet)
+        self.turn = turn
+
+    def start(self, run: Run, ended: Callable[[], None]) -> None:
+        super().start(run, ended)
+        said, body = self.turn.said, self.body
+        if run.attempt != 1:
+            said.event("retry-started", run.tick, attempt=run.attempt, child_pid=body.pid)
+            return
+        now = self.clock.monotonic()
+        said.started[run.tick], said.sessions[run.tick] = now, run.session
+        said.pids[run.tick] = body.pid
+        said.event(
+            "acquired",
+            run.tick,
+            lock_index=run.lock_index,
+            waited_ms=ms(now - said.began),
+            child_pid=body.pid,
+            containment=body.containment,
+        )
+
+
+@dataclass(frozen=True)
+class CallSetting:
+    """What the Locker gives its call core: its client and Consul clock, who it is, where
+    the sessions' events go, and its scheduled jobs."""
+
+    consul: Consul
+    wall: AgentClock
+    worker: str
+    stream: TextIO | None
+    jobs: tuple[JobConfig, ...]
+
+
+BodyOf = Callable[[CallTurn, Callable[[], HeldRun]], Body]  # a turn's body, and its held run
+
+
+class Calls:
+    """The calls' side of the core, on its clock thread: a turn taken, the core's notes routed
+    to the call of their job (the session pool's to `pool`), a turn ended once its verdict is
+    settled, a stop settled once no run is left and the sessions are destroyed."""
+
+    def __init__(self, body_of: BodyOf, pool: Callable[[Note], None]) -> None:
+        self.body_of, self.pool = body_of, pool
+        self.core: TickCore | None = None
+        self.calls: dict[str, CallTurn] = {}  # each job's call now (or its last one)
+        self.settled = threading.Event()  # stopped: no run left, the sessions destroyed
+
+    def attach(self, core: TickCore) -> None:
+        """Build the core with `bodies=calls.body, listener=calls.hear`, then attach it."""
+        self.core = core
+        core.on_quiet = self.quiet
+        core.fates = False  # as before: a call looks at no other tick than its own
+
+    def take(self, turn: CallTurn) -> None:
+        """The turn at `turn.tick`; `turn.quiet` once it is over."""
+        assert self.core is not None
+        self.calls[turn.name] = turn
+        if self.core.stopping:
+            turn.quiet.set()  # unsettled: the call says it was interrupted
+            return
+        self.core.take(turn.name, turn.tick)
+
+    def stop(self, look_again: Callable[[], object], ended: Callable[[], None]) -> None:
+        """No more turns; the runs under way told to stop (SIGTERM), completed, released; then
+        the sessions destroyed, `ended` told, and `settled` set (`look_again` asks for another
+        look later). `ended` comes first: what it says is written before any caller waiting
+        for its turn is let go (and writes what its call returned)."""
+        assert self.core is not None
+        if not self.core.stopping:
+            self.core.stop()
+        if not self.core.runs and self.core.pool.closed:
+            ended()
+            self.settled.set()
+        else:
+            look_again()
+
+    def quiet(self, name: str) -> None:
+        """The core is done with the job: its call's turn is over once its verdict is settled
+        (a quiet moment of the job before the call's own claim, or the end of an earlier
+        call's housekeeping, settles nothing)."""
+        turn = self.calls.get(name)
+        stopping = self.core is not None and self.core.stopping
+        if turn is not None and (turn.verdict().came is not Came.UNSETTLED or stopping):
+            turn.quiet.set()
+
+    def hear(self, note: Note) -> None:
+        if not note.job:
+            self.pool(note)
+            self._renewal(note)
+            return
+        turn = self.calls.get(note.job)
+        if turn is not None:
+            turn.hear(note)
+
+    def _renewal(self, note: Note) -> None:
+        """A renewal of a session a call's run holds its lock under is said with the call's
+        events too (`renewed` and its round trip, `renew-failed`), as `lockctl run` says it."""
+        if note.kind not in ("renewed", "renew-failed"):
+            return
+        for turn in self.calls.values():
+            if not turn.quiet.is_set() and note.session == turn.session:
+                turn.said(note)
+
+    def body(self, name: str, tick: datetime) -> Body:
+        turn = self.calls[name]
+        return self.body_of(turn, functools.partial(self.held, name, tick))
+
+    def held(self, name: str, tick: datetime) -> HeldRun:
+        assert self.core is not None
+        runs = self.core.runs
+        held = next((r for r in runs if r.claimed.keys.name == name and r.tick == tick), None)
+        assert held is not None, "the core starts a body only for a run it holds"
+        return held
+
+    def tails(self, name: str, tick: datetime) -> Tails | None:
+        turn = self.calls.get(name)
+        return None if turn is None else turn.tails(tick)
+
+
+class CallCore:
+    """The Locker's TickCore for its calls, on its own clock thread (made at the first call,
+    ended by `stop` and `close`: the runs under way interrupted, completed, released; the
+    sessions destroyed)."""
+
+    def __init__(self, setting: CallSetting) -> None:
+        self.setting = setting
+        self.events = EventLog(EMBED_EVENTS, setting.worker, setting.stream)
+        self.clock = GuardedClock(setting.wall, self._unexpected)
+        self.calls = Calls(self._body_of, self._pool_note)
+        self.store = CallStore(setting.consul.with_retry(CORE_RETRY), self.calls.tails)
+        identity = Identity(setting.worker, socket.gethostname(), os.getpid())
+        jobs = [core_job(job) for job in setting.jobs]
+        store = aside_store(self.store, self.clock)
+        core = TickCore(store, self.clock, identity, jobs, self.calls.body, self.calls.hear)
+        self.calls.attach(core)
+        self.live: list[str] = []  # the sessions made and not gone
+        self.thread = threading.Thread(target=self.clock.run, name="lockctl-embed", daemon=True)
+        self.thread.start()
+
+    def take(self, turn: CallTurn) -> Verdict:
+        """The turn at `turn.tick`, on the clock thread; its verdict once it is over (or the
+        core stopped meanwhile)."""
+        self.clock.call_at(self.clock.monotonic(), functools.partial(self.calls.take, turn))
+        while not turn.quiet.wait(WAIT_POLL) and not self.calls.settled.is_set():
+            pass
+        return turn.verdict()
+
+    def stop(self) -> None:
+        """No more turns; the runs under way told to stop, then the sessions destroyed."""
+        self.clock.call_at(self.clock.monotonic(), self._stop)
+
+    def _stop(self) -> None:
+        if not self.calls.settled.is_set():
+            self.calls.stop(lambda: self.clock.call_later(SETTLE_POLL, self._stop), self._ended)
+
+    def _ended(self) -> None:
+        for session in self.live:
+            self.events.emit("session-destroyed", session=session)
+        self.live.clear()
+
+    def close(self, timeout: float) -> None:
+        """Wait (up to `timeout`) for the stop to settle, then end the clock thread."""
+        self.calls.settled.wait(timeout)
+        self.clock.close()
+        self.thread.join(timeout)
+
+    def _body_of(self, turn: CallTurn, held: Callable[[], HeldRun]) -> Body:
+        body = CallBody(turn.make(turn.events), turn, self.clock, held)
+        turn.bodies.append(body)
+        return body
+
+    def _pool_note(self, note: Note) -> None:
+        """The session pool's news: the Locker's own events (`lockctl-embed`)."""
+        if note.kind == "session-created" and note.session:
+            self.live.append(note.session)
+        elif note.kind == "session-gone" and note.session in self.live:
+            self.live.remove(note.session)
+        for event, fields in note_events(note):
+            self.events.emit(event, **fields)
+
+    def _unexpected(self, exc: Exception) -> None:
+        self.events.emit("tick-failed", error=unexpected(exc))
+
+
+def call_turn(
+    config: JobConfig,
+    tick: datetime,
+    events: RunEvents,
+    make: Callable[[RunEvents], ThreadBody],
+    clock: Clock,
+) -> CallTurn:
+    """A call's turn at `tick`, its notes said through `events`."""
+    ask = TickAsk(config, events.worker, (), RunOptions(), tick)
+    return CallTurn(config, tick, events, make, Said(events, clock, ask))
+
+
+Refusal = Callable[[Verdict, "CallTurn"], dict[str, object]]  # a skipped claim's event fields
+
+
+def outcome_of(found: Verdict, turn: CallTurn, refusal: Refusal, signum: int | None) -> RunOutcome:
+    """The turn's verdict as the call's RunOutcome, and the event the core's notes did not
+    say already (a skip, a miss, Consul not answering, a stop before the body started)."""
+    tick, events = turn.tick, turn.events
+    if found.came is Came.RAN and found.record is not None:
+        return RunOutcome.of(ran_result(found.record, signum), turn.error)
+    if found.came is Came.PAUSED and found.record is not None:
+        events.emit("skipped", **paused_refusal(found.record).event_fields())
+        return RunOutcome(Outcome.SKIPPED, tick, skip=SkipReason.PAUSED)
+    if found.came is Came.SKIPPED:
+        events.emit("skipped", tick=tick_name(tick), **refusal(found, turn))
+        return RunOutcome(Outcome.SKIPPED, tick, skip=found.skip)
+    if found.came is Came.TOO_LATE:
+        reason = f"tick {tick_name(tick)}: {found.detail or 'its claim window closed'}; not run"
+        events.emit("missed", tick=tick_name(tick), reason=reason, recorded=False)
+        return RunOutcome(Outcome.MISSED, tick)
+    if found.came is Came.FAILED:  # fail closed: no body ran without the claim
+        error = found.detail or "Consul did not answer"
+        events.emit("consul-unavailable", error=error)
+        return RunOutcome(Outcome.SKIPPED, tick, skip=SkipReason.OTHER, error=error)
+    stopped = signum or signal.SIGTERM
+    events.emit("interrupted", signal=signal.Signals(stopped).name)
+    return RunOutcome(Outcome.INTERRUPTED, tick)
+
+
+def refusal_fields(consul: Consul, found: Verdict, turn: CallTurn) -> dict[str, object]:
+    """Why the claim was refused, as the old engine said it: the tick's record (taken since
+    the call's read), or the lock's holder (held, in lock-delay)."""
+    tick, config = turn.tick, turn.config
+    if found.skip is SkipReason.TAKEN:
+        try:
+            keys = JobKeys(config.name, config.lock_key)
+            record, _ = ConsulTickStore(consul).read_tick(keys, tick)
+        except ConsulError:
+            record = None
+        if record is not None:
+            return taken_fields(record)
+        return {"reason": f"tick {tick_name(tick)} already taken"}
+    said = "lock delay" if found.skip is SkipReason.LOCK_DELAY else None
+    return lock_refusal(consul, config.lock_key, tick, said).fields
