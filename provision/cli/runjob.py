@@ -241,19 +241,11 @@ def _run(
                 ask = TickAsk(job_config, worker_config.worker, command, options, chosen.tick, node)
                 result = run_tick_on_core(consul, agent_clock, ask, events, stop)
             else:  # a plain lock
-                from provision.runner.engine import run_job
+                from provision.runner.engine import PlainAsk, run_job
 
-                result = run_job(
-                    consul,
-                    job_config,
-                    worker_config.worker,
-                    args.command,
-                    options,
-                    events,
-                    stop,
-                    wall=agent_clock,
-                    node=node,
-                )
+                command = tuple(args.command)
+                plain = PlainAsk(job_config, worker_config.worker, command, options, node)
+                result = run_job(consul, plain, events, stop)
     except LockctlError:  # Consul unreachable, refused, ...: counted too, as outcome "error"
         if checked.metrics is not None:
             _write_metrics(checked.metrics, events, None, time.monotonic() - began)

@@ -115,7 +115,7 @@ def judge_tick(
 
 
 # The ticks the missed-tick walk looks at, newest first from now: the most a housekeeping
-# records at once (runner/tick_lock.py MAX_MISSED_PER_RUN, 60) and the newest few whose claim
+# records at once (tick/core.py MAX_MISSED_PER_HOUSEKEEPING, 60) and the newest few whose claim
 # window (at most one interval) and grace (MISSED_GRACE: 2 s, three ticks of a 1 s schedule)
 # are still open. Fixed, not tied to history_limit (up to 10,000: each tick a cron step) or to
 # how many records there are: an older gap is not lost, every housekeeping (after each run) and

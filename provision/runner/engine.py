@@ -1,14 +1,11 @@
-"""The lock-and-run engine: run a command on this worker only while it holds the job's lock.
+"""The lock-and-run engine of a plain lock (`lockctl run` of a job without a schedule; a job
+with one runs its tick on the tick core, runner/on_core.py): run a command on this worker only
+while it holds the job's lock.
 
-    [a job with a schedule: the tick this run is for, unless another worker took it already]
     open session -> acquire once (or --wait) -> start the job in its own PID namespace
     -> renew every R, watch the key, fence on loss or at the job's timeout (provision/fencing.py
     decides, runner/supervisor.py acts) -> the job and its leftovers end -> min-hold
     -> release -> destroy the session
-
-For a job with a schedule, acquiring is claiming the tick, in one transaction with the lock,
-and releasing completes the tick's record first (runner/tick_lock.py, provision/ledger/): so a
-tick runs once however the workers' timers and clocks differ.
 
 The engine keeps no process-global state: it installs no signal handler (whoever owns the
 process's signals hands it a StopRequest) and joins its helper threads before it returns, so one
@@ -22,34 +19,20 @@ import os
 import signal
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
-from datetime import timedelta
+from dataclasses import dataclass
 
 from provision.consul import Consul, ConsulSettings, NotFound
 from provision.errors import EXIT_WAIT_TIMEOUT, LocalEnvironmentError
 from provision.fencing import Outcome, waiting_verdict
-from provision.ledger.records import tick_name
-from provision.ledger.store import Ledger
 from provision.runner.body import JobBody
 from provision.runner.child import Child, check_program
 from provision.runner.events import EventLog, ms
-from provision.runner.forkserver import ForkServer
 from provision.runner.http_job import HttpJob
 from provision.runner.lock import Ending, HeldLock, LockSession
 from provision.runner.output import runner_secrets
-from provision.runner.precheck import WallClock, utc_now
 from provision.runner.results import RunOptions, RunResult, SkipReason
 from provision.runner.stop import StopRequest
 from provision.runner.supervisor import Supervisor
-from provision.runner.tick_lock import (
-    TickLock,
-    TickRun,
-    TickSkip,
-    current_tick,
-    housekeep,
-    job_schedule,
-    plan_tick,
-)
 from provision.sessions import AgentlessNode
 from provision.system.secrets import Secret
 from provision.workers.config import JobConfig
@@ -58,100 +41,49 @@ MIN_DELAY_RETRY = 0.1
 STOP_POLL = 1.0  # seconds: the longest blocking wait while waiting for the lock (a stop's delay)
 
 
-def run_job(  # noqa: PLR0913 (until this shape runs on the tick core)
+@dataclass(frozen=True)
+class PlainAsk:
+    """What `lockctl run` of a plain lock (a job without a schedule) asks of the engine: the
+    job, this worker (and its agentless node), the command and the flags."""
+
+    job: JobConfig
+    worker: str
+    command: tuple[str, ...]
+    options: RunOptions
+    node: AgentlessNode | None = None
+
+
+def run_job(
     consul: Consul,
-    job: JobConfig,
-    worker: str,
-    command: Sequence[str],
-    options: RunOptions,
+    ask: PlainAsk,
     events: EventLog,
     stop: StopRequest,
     clock: Callable[[], float] = time.monotonic,
-    wall: WallClock = utc_now,
-    tick: TickRun | None = None,
-    *,
-    session: str | None = None,
-    forks: ForkServer | None = None,
-    node: AgentlessNode | None = None,
-    body: Callable[[], JobBody] | None = None,
 ) -> RunResult:
-    """Run `command` under the job's lock; the result says what happened and the exit code.
-
-    `tick`: for a job with a schedule, the tick its caller waited for and judged (TickRun),
-    which this run claims (without one: the tick of this moment, judged here). What a
-    long-lived caller keeps across runs: `session`, used and not destroyed (by default the run
-    makes its own and destroys it at the end), and `forks`, its namespace helper. `node`: an
-    agentless worker's catalog node, registered and left registered (another run of the same
-    worker may hold a session on it: deregistering would end that session). `body`: what
-    makes the job instead of `command` (provision/embed/: a Python callable), each attempt's."""
-    schedule = job_schedule(job)
-    lock = LockSession(consul, job, worker, clock)
-    if schedule is not None:
-        if tick is None:
-            now = current_tick(job, schedule, wall)
-            ledger = Ledger(consul, job.lock_key)
-            tick = TickRun(plan_tick(ledger, job, schedule, now, events, wall))
-        plan = tick.plan
-        if isinstance(plan, TickSkip):
-            return _tick_skipped(plan, events)
-        if plan.wait > 0:  # this host's clock is ahead of the agent's: let the tick come
-            events.emit("waiting", tick=tick_name(plan.tick), for_clock_ms=ms(plan.wait))
-            stop.sleep(plan.wait)  # a stop meanwhile ends the run before it claims
-        previous = None  # a trigger's run: its own instant, outside the schedule
-        if tick.manual is None:
-            previous = schedule.latest_tick_at_or_before(plan.tick - timedelta(seconds=1))
-        lock = TickLock(
-            consul,
-            job,
-            worker,
-            plan.tick,
-            clock,
-            wall,
-            tick.planned_start,
-            previous,
-            tick.catchup_over,
-            manual=tick.manual,
-        )
-        lock.next_tick = schedule.next_ticks(plan.tick, 1)[0]  # no retry starts at or past it
-        if options.wait:  # wait for the lock, but not past the tick's claim window
-            left = max(0.0, plan.window - plan.lag - plan.wait)
-            options = replace(options, timeout=min(options.timeout or left, left))
-    if node is not None:  # an agentless worker: its session is TTL-only, on its own node
-        lock.place_on(node)
-    if session is not None:
-        lock.adopt(session)
-    result = _run_locked(lock, command, options, events, stop, clock, forks, body)
-    if not isinstance(lock, TickLock) or schedule is None or tick is None:
-        return result
-    # We ran the tick: tidy the ledger after, when the caller's cadence asks, and at once when
-    # the claim saw the previous tick unrecorded (nobody ran it: it may be missed).
-    again = False
-    if lock.record is not None and (tick.housekeep or lock.previous_recorded is False):
-        again = housekeep(lock.ledger, job, schedule, worker, events, lock.tick, wall)
-    lag = None
-    if lock.record is not None and result.duration is not None:  # the job of our claim started
-        lag = lock.record.start_lag
-    return replace(result, tick=lock.tick, start_lag=lag, housekeep_again=again)
+    """Run the ask's command under the job's lock; the result says what happened and the exit
+    code. An agentless worker's catalog node (`ask.node`) is registered and left registered
+    (another run of the same worker may hold a session on it: deregistering would end it)."""
+    lock = LockSession(consul, ask.job, ask.worker, clock)
+    if ask.node is not None:  # an agentless worker: its session is TTL-only, on its own node
+        lock.place_on(ask.node)
+    return _run_locked(lock, ask.command, ask.options, events, stop, clock)
 
 
-def _run_locked(  # noqa: PLR0913 (until this shape runs on the tick core)
+def _run_locked(
     lock: LockSession,
     command: Sequence[str],
     options: RunOptions,
     events: EventLog,
     stop: StopRequest,
     clock: Callable[[], float],
-    forks: ForkServer | None = None,
-    body: Callable[[], JobBody] | None = None,
 ) -> RunResult:
-    # Refused here (exit 2) if it cannot start, before any lock is taken for it. For a plain
-    # lock its init starts in its namespace while we acquire: the hand-over then only says go.
-    # A tick's claim is lost by every replica but one, so there nothing starts before it is won.
-    # An HTTP job (runner/http_job.py) has no command: its body is a call to the app, made
-    # when the lock is ours, so nothing is prepared for it before.
+    # Refused here (exit 2) if it cannot start, before any lock is taken for it. Its init
+    # starts in its namespace while we acquire: the hand-over then only says go. An HTTP job
+    # (runner/http_job.py) has no command: its body is a call to the app, made when the lock
+    # is ours, so nothing is prepared for it before.
     child: JobBody | None = None
-    prepare = body or _command_body(lock, command, forks)
-    if not isinstance(lock, TickLock) and lock.job.http is None and body is None:
+    prepare = _command_body(lock, command)
+    if lock.job.http is None:
         child = prepare()
     try:
         if stop.requested:
@@ -175,9 +107,7 @@ def _run_locked(  # noqa: PLR0913 (until this shape runs on the tick core)
         lock.destroy()  # whatever happened above; a stop request now changes nothing
 
 
-def _command_body(
-    lock: LockSession, command: Sequence[str], forks: ForkServer | None
-) -> Callable[[], JobBody]:
+def _command_body(lock: LockSession, command: Sequence[str]) -> Callable[[], JobBody]:
     """What makes each attempt's job of `command` (or of the job's `http` call): checked now,
     before any lock is taken."""
     environment = job_environment(os.environ)
@@ -193,15 +123,9 @@ def _command_body(
         if http is not None:
             return HttpJob(http, secrets)
         fresh, checked[0] = checked[0], False  # a retry's attempt checks it again
-        return Child(command, environment, forks, hidden, secrets, checked=fresh)
+        return Child(command, environment, None, hidden, secrets, checked=fresh)
 
     return prepare
-
-
-def _tick_skipped(skip: TickSkip, events: EventLog) -> RunResult:
-    """Another worker has this tick, or it is too late for it: nothing ran, exit 0."""
-    events.emit(skip.outcome.value, tick=tick_name(skip.tick), **skip.fields)
-    return RunResult(skip.outcome, 0, tick=skip.tick, skip=skip.skip)
 
 
 def _interrupted(stop: StopRequest, lock: LockSession, events: EventLog) -> RunResult:
@@ -232,7 +156,7 @@ def _acquire(
         held = lock.try_acquire()
         if held is not None:
             return held
-        if not options.wait or (isinstance(lock, TickLock) and lock.final_refusal):
+        if not options.wait:
             return _skipped(lock, events)
         verdict = waiting_verdict(clock(), give_up_at, stop.signum)
         if verdict is Outcome.TIMED_OUT:
@@ -250,16 +174,11 @@ def _acquire(
 
 
 def _skipped(lock: LockSession, events: EventLog) -> RunResult:
-    """Not acquired, and not waiting for it: say who has the lock (or the tick), and why."""
-    fields: Mapping[str, object]
-    if isinstance(lock, TickLock):
-        refusal = lock.why_not_acquired()
-        fields, skip = refusal.event_fields(), refusal.skip
-    else:  # a plain lock: held by another session, or in lock-delay
-        holder = lock.why_not_acquired()
-        fields = holder.event_fields()
-        skip = SkipReason.LOCK_DELAY if holder.in_lock_delay else SkipReason.TAKEN
-    events.emit("skipped", session=lock.session_id, **fields)
+    """Not acquired, and not waiting for it: say who has the lock, and why (held by another
+    session, or in lock-delay)."""
+    holder = lock.why_not_acquired()
+    skip = SkipReason.LOCK_DELAY if holder.in_lock_delay else SkipReason.TAKEN
+    events.emit("skipped", session=lock.session_id, **holder.event_fields())
     return RunResult(Outcome.SKIPPED, 0, skip=skip)
 
 

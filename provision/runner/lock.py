@@ -36,8 +36,6 @@ class Ending:
     verdict: str  # the engine's Outcome value: ran, lost, interrupted, job-timed-out
     exit_status: int | None  # the job's main process (negative: killed by that signal)
     duration: float  # seconds from the job's start (0: it never started)
-    stdout: str | None = None  # the end of the job's output, safe to store (system/tails.py)
-    stderr: str | None = None
     attempts: tuple[int | None, ...] | None = None  # each attempt's status, when retried
     retries_cut: str | None = None  # why retries the job still had were not made
 
@@ -52,9 +50,6 @@ class HeldLock:
 
 class LockSession:
     """A session on the local agent, and the lock key it competes for."""
-
-    # A plain lock is worth waiting for; a tick's lock (TickLock) is not once its tick is taken.
-    tick_taken = False
 
     def __init__(
         self,
@@ -86,11 +81,6 @@ class LockSession:
         return self.session.id
 
     # -- the session -------------------------------------------------------------------------
-    def adopt(self, session_id: str) -> None:
-        """Use a session kept by someone else across runs (`lockctl schedule` keeps one per job,
-        renewed between ticks): open() does not make one, destroy() leaves it."""
-        self.session.adopt(session_id)
-
     def place_on(self, node: AgentlessNode) -> None:
         """Make the session on `node`, an agentless worker's catalog node (registered first),
         TTL-only: no agent of ours runs a check Consul could invalidate it by."""
@@ -99,7 +89,7 @@ class LockSession:
     def open(self) -> str:
         """Create the session on the agent we talk to (its node's serfHealth check), or on the
         agentless worker's node (place_on)."""
-        return self.session.id if self.session.adopted else self.session.create()
+        return self.session.create()
 
     @property
     def renew_timeout(self) -> float:
@@ -113,7 +103,7 @@ class LockSession:
         self.confirm(sent)
 
     def destroy(self) -> None:
-        """Destroy the session (best effort: the TTL ends it anyway); not an adopted one."""
+        """Destroy the session (best effort: the TTL ends it anyway)."""
         self.session.destroy()
 
     # -- the key -----------------------------------------------------------------------------
@@ -191,8 +181,7 @@ class LockSession:
         return held, next_index if next_index >= index else 0
 
     def finish(self, ending: Ending, *, release: bool) -> bool | None:
-        """The run is over (`ending` says how): release the key if `release`. A tick's lock
-        (TickLock) also completes the tick's record here, before the key is free."""
+        """The run is over (`ending` says how): release the key if `release`."""
         return self.release() if release else False
 
     def release(self) -> bool | None:

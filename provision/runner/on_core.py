@@ -376,7 +376,7 @@ def run_tick_on_core(
     consul: Consul, agent_clock: AgentClock, ask: TickAsk, events: EventLog, stop: StopRequest
 ) -> RunResult:
     """`lockctl run` of `ask.tick` on the tick core: its result (the exit status, the events
-    said meanwhile), as run_job's for the same tick."""
+    said meanwhile), as the old engine's were for the same tick."""
     made = _core(consul, agent_clock, ask, events)
     made.thread.start()
     try:

@@ -28,7 +28,6 @@ from provision.runner.lock import Ending, HeldLock, LockSession
 from provision.runner.monitors import LockMonitors
 from provision.runner.results import RunOptions, RunResult
 from provision.runner.stop import StopRequest, Wakeup, wait_for
-from provision.runner.tick_lock import TickLock
 from provision.tick.retries import CUT, Stop, StopReason, delay_verdict, next_attempt
 
 REAP_POLL = 0.01  # while a signalled tree dies: its leftovers' deaths wake nobody
@@ -59,9 +58,6 @@ class Supervisor:
         self.statuses: list[int | None] = []  # each attempt's exit status (tick/retries.py)
         self.cut: str | None = None  # why retries the job still had were not made
         self.retried = False  # a retry was planned: the record keeps the attempts
-        self.next_tick_at: float | None = None  # the next tick's instant, on `clock`
-        if isinstance(lock, TickLock) and lock.next_tick is not None:  # on Consul's clock
-            self.next_tick_at = clock() + (lock.next_tick - lock.wall()).total_seconds()
 
     def run(
         self, child: JobBody, waited: float, next_child: Callable[[], JobBody] | None = None
@@ -73,7 +69,6 @@ class Supervisor:
         self._started()
         self.events.emit(  # after the start, which is the hand-over's critical path
             "acquired",
-            tick=tick_name(self.lock.tick) if isinstance(self.lock, TickLock) else None,
             session=self.lock.session_id,
             lock_index=self.held.lock_index,
             waited_ms=ms(waited),
@@ -100,12 +95,10 @@ class Supervisor:
             # Release first, then stop the helpers: waking the renewer would contend for the
             # GIL with the release, the hand-over's critical path (~1.5 ms measured).
             monitors.releasing = True
-            tails = child.output_tails() if isinstance(self.lock, TickLock) else (None, None)
             ending = Ending(
                 (decision.verdict or Outcome.LOST).value,
                 child.exit_status,
                 self.clock() - acquired_at,
-                *tails,
                 attempts=tuple(self.statuses) if self.retried else None,
                 retries_cut=self.cut,
             )
@@ -148,7 +141,7 @@ class Supervisor:
                 attempt,
                 self.lock.job.timings,
                 self.clock(),
-                self.next_tick_at,
+                None,  # a plain lock has no next tick to cut its retries at
                 http=self.lock.job.http is not None,
             )
             if isinstance(plan, Stop):
@@ -207,10 +200,8 @@ class Supervisor:
     def _emit_retry(self, event: str, attempt: int, **fields: object) -> None:
         """`retrying` (the attempt to come, after which status, in how long), `retry-started`
         (its job's PID) or `retries-cut` (after which attempt, why)."""
-        tick = self.lock.tick if isinstance(self.lock, TickLock) else None
         self.events.emit(
             event,
-            tick=None if tick is None else tick_name(tick),
             session=self.lock.session_id,
             attempt=attempt,
             **fields,
@@ -256,10 +247,8 @@ class Supervisor:
         """Record the verdict; the moment it becomes LOST, say so once (the `fenced` event), or
         JOB_TIMED_OUT (the `timed-out` event, with `after_ms`: --wait's has `waited_ms`)."""
         if decision.verdict is Outcome.JOB_TIMED_OUT and self.verdict is None:
-            tick = self.lock.tick if isinstance(self.lock, TickLock) else None
             self.events.emit(
                 "timed-out",
-                tick=None if tick is None else tick_name(tick),
                 session=self.lock.session_id,
                 after_ms=ms(self.timeout or 0.0),
                 child_pid=child.pid,
@@ -311,19 +300,11 @@ def _earliest(*moments: float | None) -> float | None:
 
 
 def lock_env(lock: LockSession, held: HeldLock, attempt: int) -> dict[str, str]:
-    """What the job is told of its lock: key, session, indexes, job, worker (and tick), which
+    """What the job is told of its lock: key, session, indexes, job, worker, which
     attempt of the run this is (1 for the first), and the run's key, the same for every
     attempt of it (runner/http_job.py sends it as the Idempotency-Key)."""
-    tick = {"LOCKCTL_TICK": tick_name(lock.tick)} if isinstance(lock, TickLock) else {}
-    manual = lock.manual if isinstance(lock, TickLock) else None
-    key = idempotency_key(
-        lock.job.name,
-        lock.tick if isinstance(lock, TickLock) else None,
-        None if manual is None else manual.id or "unknown",
-        held.modify_index,
-    )
+    key = idempotency_key(lock.job.name, None, None, held.modify_index)
     return {
-        **tick,
         "LOCK_KEY": lock.key,
         "LOCK_SESSION": lock.session_id,
         "LOCK_INDEX": str(held.lock_index),

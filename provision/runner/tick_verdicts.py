@@ -1,14 +1,12 @@
-"""A scheduled run's words for how its tick went, pure: why its claim was refused (in a word,
-for the metrics, and in the `skipped` event's fields) and what its record says once it ended."""
+"""A scheduled run's words for why its claim was refused, pure: in a word, for the metrics, and
+in the `skipped` event's fields."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
 
-from provision.fencing import Outcome
-from provision.ledger.records import TickOutcome, TickRecord, tick_name
-from provision.runner.lock import Ending
+from provision.ledger.records import TickRecord, tick_name
 from provision.runner.results import SkipReason
 
 
@@ -38,8 +36,8 @@ def refused_skip(
     """Why a claim was refused, in a word: the tick has a record (another runner has or had
     it); the job is paused (our claim found its paused key: the tick is recorded paused);
     Consul refused the lock for its lock-delay; the lock's holder names the tick it runs
-    (TickLock writes it: the job's previous tick still runs, an overlap); else the lock is held
-    by something else (a plain `lockctl run`, a record that names no tick)."""
+    (a tick's claim writes it: the job's previous tick still runs, an overlap); else the lock
+    is held by something else (a plain `lockctl run`, a record that names no tick)."""
     if recorded:
         return SkipReason.TAKEN
     if paused:
@@ -47,14 +45,3 @@ def refused_skip(
     if lock_delay:
         return SkipReason.LOCK_DELAY
     return SkipReason.OTHER if running is None else SkipReason.OVERLAP
-
-
-def tick_outcome(ending: Ending, release: bool) -> TickOutcome:
-    """The record's outcome for how the run ended; not releasing means the lock was lost."""
-    if not release or ending.verdict == "lost":
-        return TickOutcome.LOST
-    if ending.verdict == "interrupted":
-        return TickOutcome.INTERRUPTED
-    if ending.verdict == Outcome.JOB_TIMED_OUT.value:
-        return TickOutcome.TIMED_OUT
-    return TickOutcome.SUCCEEDED if ending.exit_status == 0 else TickOutcome.FAILED

@@ -99,7 +99,7 @@ def vouched(run: HeldRun) -> bool:
 
 def record_outcome(verdict: Outcome | None, exit_status: int | None, kept: bool) -> TickOutcome:
     """The record's outcome for how the run ended; `kept`: the decision was to release (the
-    lock was ours to the end), else it was lost (runner/tick_verdicts.py tick_outcome)."""
+    lock was ours to the end), else it was lost."""
     if not kept or verdict is Outcome.LOST or verdict is None:
         return TickOutcome.LOST
     if verdict is Outcome.INTERRUPTED:

@@ -26,7 +26,7 @@ from procscan import pids_with
 
 from provision.consul import Consul
 from provision.fencing import Outcome
-from provision.runner.engine import run_job
+from provision.runner.engine import PlainAsk, run_job
 from provision.runner.events import EventLog
 from provision.runner.results import RunOptions, RunResult
 from provision.runner.stop import StopRequest
@@ -91,7 +91,7 @@ def _run(
 ) -> RunResult:
     events = EventLog(job.name, WORKER, kw.pop("stream", io.StringIO()))  # type: ignore[arg-type]
     options = RunOptions(**kw)  # type: ignore[arg-type]
-    return run_job(consul, job, WORKER, command, options, events, stop)
+    return run_job(consul, PlainAsk(job, WORKER, tuple(command), options), events, stop)
 
 
 def test_a_thousand_runs_in_one_process_leak_no_thread_fd_or_session(

@@ -13,7 +13,6 @@ suspect ones (dated in the future) a test writes itself.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import re
@@ -34,8 +33,7 @@ from workers_lab import minted_workers
 from provision.consul import Consul, ConsulError
 from provision.ledger.records import TickOutcome, TickRecord, tick_key, tick_name
 from provision.ledger.store import Ledger
-from provision.runner.events import EventLog
-from provision.runner.tick_lock import housekeep, job_schedule
+from provision.ledger.ticks import to_prune
 from provision.schedule import parse_schedule
 from provision.system.secrets import Secret, write_secret_file
 from provision.workers.config import load_worker_config
@@ -469,17 +467,15 @@ def _write_suspect(lab: Lab) -> datetime:
     return soon
 
 
-def _housekeep(lab: Lab) -> str:
-    """The runner's housekeeping after a run of T, as worker-1 with its own config
-    and token. Its events."""
+def _retention(lab: Lab) -> int:
+    """Retention as a housekeeping does it (tick/core.py: to_prune over the ledger's names, on
+    Consul's clock), as worker-1 with its own config and token. How many records it deleted."""
     config = load_worker_config(lab.configs["worker-1"]).job(lab.jobs["future"])
     assert config.history_limit == FUTURE_LIMIT
-    events = io.StringIO()
-    log = EventLog(config.name, "worker-1", events)
-    schedule = job_schedule(config)
-    assert schedule is not None
-    housekeep(Ledger(lab.worker_1, config.lock_key), config, schedule, "worker-1", log, lab.tick)
-    return events.getvalue()
+    ledger = Ledger(lab.worker_1, config.lock_key)
+    recorded, date = ledger.tick_names()
+    assert date is not None  # Consul's clock, from the same answer
+    return ledger.prune(to_prune(recorded, config.history_limit, now=date))
 
 
 def _ledger_names(lab: Lab) -> set[str]:
@@ -492,9 +488,9 @@ def test_suspect_records_are_kept_by_retention_and_never_taken_for_a_run(lab: La
     soon = _write_suspect(lab)
     before = _ledger_names(lab)  # FUTURE_REAL real ones (10 after the next test) and 2 suspect
     assert {tick_name(FAR), tick_name(soon), _days(lab, 0)} <= before
-    events = _housekeep(lab)
-    assert _ledger_names(lab) == before, events  # the real ones are within the slack
-    assert '"pruned"' not in events, events
+    pruned = _retention(lab)
+    assert _ledger_names(lab) == before  # the real ones are within the slack
+    assert pruned == 0
 
     ticks = _history_json(lab, "future")
     shown = [(t["tick"], t["outcome"], t["recorded_outcome"]) for t in ticks[:3]]
@@ -530,10 +526,10 @@ def test_retention_still_prunes_real_records_beside_suspect_ones(lab: Lab) -> No
     _run(lab, "future", FUTURE_REAL, TickOutcome.SUCCEEDED)  # a 12th real record, the oldest
     suspect = {name for name in _ledger_names(lab) if name > _days(lab, 0)}
     assert len(suspect) >= 2  # 2099 and one a few minutes ahead (per test that wrote one)
-    events = _housekeep(lab)
+    pruned = _retention(lab)
     kept = {_days(lab, days) for days in range(FUTURE_LIMIT)}
-    assert _ledger_names(lab) == kept | suspect, events
-    assert '"pruned":2' in events, events
+    assert _ledger_names(lab) == kept | suspect
+    assert pruned == 2
 
 
 # --- status --------------------------------------------------------------------------------------

@@ -23,8 +23,8 @@ from provision.ledger.ticks import (
     to_prune,
     unsettled_ticks,
 )
-from provision.runner.tick_lock import MAX_MISSED_PER_RUN
 from provision.schedule import Schedule, parse_schedule
+from provision.tick.core import MAX_MISSED_PER_HOUSEKEEPING
 
 UTC = timezone.utc
 T = datetime(2026, 12, 1, 2, 0, 0, tzinfo=UTC)  # a tick of every schedule below
@@ -191,12 +191,12 @@ def test_the_missed_tick_walk_is_bounded_whatever_the_ledger_and_the_limit(
 
 
 def test_the_walk_covers_what_one_housekeeping_records() -> None:
-    """Housekeeping records up to MAX_MISSED_PER_RUN at once: the walk must reach them past the
-    newest ticks whose windows are still open (at most one interval, plus MISSED_GRACE: three
-    ticks of a 1 s schedule)."""
+    """A housekeeping records up to MAX_MISSED_PER_HOUSEKEEPING at once: the walk must reach
+    them past the newest ticks whose windows are still open (at most one interval, plus
+    MISSED_GRACE: three ticks of a 1 s schedule)."""
     every_second = parse_schedule("@every 1s")
-    missed = missed_ticks(every_second, {T}, at(3600), 300, limit=MAX_MISSED_PER_RUN)
-    assert len(missed) == MAX_MISSED_PER_RUN
+    missed = missed_ticks(every_second, {T}, at(3600), 300, limit=MAX_MISSED_PER_HOUSEKEEPING)
+    assert len(missed) == MAX_MISSED_PER_HOUSEKEEPING
 
 
 @pytest.mark.parametrize(

@@ -37,7 +37,7 @@ def _lock(settings: ConsulSettings) -> Any:
 
 def test_a_command_that_cannot_start_is_refused_before_the_run_prepares_anything() -> None:
     with pytest.raises(InputError, match="cannot start '/nonexistent/job'"):
-        engine._command_body(_lock(ConsulSettings()), ["/nonexistent/job"], None)
+        engine._command_body(_lock(ConsulSettings()), ["/nonexistent/job"])
 
 
 def test_the_first_attempt_trusts_that_check_and_each_retry_checks_again(
@@ -45,7 +45,7 @@ def test_the_first_attempt_trusts_that_check_and_each_retry_checks_again(
 ) -> None:
     made: list[bool] = []
     monkeypatch.setattr(engine, "Child", lambda *args, checked: made.append(checked))
-    prepare = engine._command_body(_lock(ConsulSettings()), ["/bin/sh", "-c", "true"], None)
+    prepare = engine._command_body(_lock(ConsulSettings()), ["/bin/sh", "-c", "true"])
     for _ in range(3):
         prepare()
     assert made == [True, False, False]
