@@ -58,6 +58,7 @@ from provision.ledger.ticks import (
     judge_tick,
     missed_ticks,
     to_prune,
+    unsettled_ticks,
 )
 from provision.ledger.turns import CLAIM_STAGGER, Turn, turn
 from provision.schedule import Schedule
@@ -83,6 +84,7 @@ from provision.timings import JobTimings
 
 MAX_MISSED_PER_HOUSEKEEPING = 60  # one transaction's worth (ledger/store.py CHUNK)
 FATE_RETRY = 5.0  # seconds: Consul did not answer a look at a tick's fate: look again then
+SETTLE_AGAIN = 1.0  # seconds: the start's housekeeping found a tick not missable yet (Date's step)
 # A trigger waits for the job's lock (a run of it going on here or elsewhere) at most this
 # long after it was asked, trying again after TRIGGER_POLL, doubling up to TRIGGER_POLL_MAX.
 TRIGGER_WINDOW = 24 * 3600.0
@@ -395,7 +397,7 @@ class TickCore:
             state.job, state.job.schedule.latest_tick_at_or_before(self.clock.wall())
         )
         settled = self._monotonic_at(current.closes + timedelta(seconds=MISSED_GRACE))
-        self.clock.call_at(settled, functools.partial(self._housekeep, state, True))
+        self.clock.call_at(settled, functools.partial(self._housekeep, state, current.following))
 
     def _first_plan(self, state: _Job) -> TickPlan:
         """The current tick while its window is open and no turn was taken at it here, else
@@ -936,11 +938,13 @@ class TickCore:
             self._unclaimed(state, plan)
         self._free(state)
 
-    def _housekeep(self, state: _Job, first: bool = False) -> None:
+    def _housekeep(self, state: _Job, settle: datetime | None = None) -> None:
         """The ticks nobody ran recorded missed (missed_ticks: after the oldest record, within
         its walk), and retention (to_prune). Consul's clock judges both: a read's answer. The
-        first, at the start, is tried again until Consul answers (only it sees the ticks from
-        before this core); a later one waits for the next run."""
+        first, at the start, settles every tick before `settle` (only it sees the ticks from
+        before this core): tried again until Consul answers, and while one of them can not be
+        called missed yet on Consul's clock (its Date has whole seconds: up to a second behind
+        the instant this turn was timed for); a later one waits for the next run."""
         if not self._live(state):
             return
         job = state.job
@@ -957,8 +961,8 @@ class TickCore:
         except ConsulError as exc:
             if isinstance(exc, REFUSALS):  # no retry fixes it: said; after the next run again
                 self._failed(exc, job, None)
-            elif first:
-                again = functools.partial(self._housekeep, state, True)
+            elif settle is not None:
+                again = functools.partial(self._housekeep, state, settle)
                 self.clock.call_at(self.clock.monotonic() + FATE_RETRY, again)
             state.housekeep = True  # else after the next run won here
             return
@@ -967,6 +971,11 @@ class TickCore:
         if written or pruned:
             said = f"{len(written)} missed recorded, {pruned} pruned"
             self._note("housekeeping", job, None, said, count=pruned)
+        if settle is not None:
+            deadline = job.timings.start_deadline
+            if unsettled_ticks(job.schedule, recorded | set(missed), now, deadline, settle):
+                again = functools.partial(self._housekeep, state, settle)
+                self.clock.call_at(self.clock.monotonic() + SETTLE_AGAIN, again)
 
     def _failed(self, exc: ConsulError, job: CoreJob, tick: datetime | None) -> None:
         """A request that failed: `refused` (Consul's 403, a seam's check: not an outage, and no

@@ -44,7 +44,7 @@ SUBNET = os.environ.get("LOCKCTL_TEST_SUBNET", "127.0.2")  # as tests/conftest.p
 PROMETHEUS_HOST, ALERTMANAGER_HOST = f"{SUBNET}.90", f"{SUBNET}.91"
 DELIVERY_WAIT = 180.0  # seconds: scrapes and evaluations every second, group_wait 1 s
 READY_WAIT = 60.0
-HOUSEKEEPING_WAIT = 180.0  # a restarted scheduler housekeeps once its first tick's window closes
+HOUSEKEEPING_WAIT = 60.0  # a restarted scheduler housekeeps once its first tick's window closes
 
 
 class Webhook:
@@ -304,13 +304,16 @@ def test_ticks_nobody_ran_are_counted_when_recorded_missed(
                 return found + _sum(back, "lockctl_ticks_total", "missed")
 
             assert eventually(lambda: counted() >= 3, HOUSEKEEPING_WAIT), back.lines
-            recorded = counted()
+            # every record the counter says this scheduler wrote is in the ledger (a tick found
+            # too late and then recorded missed by the same replica is in both views: the
+            # ledger is held to the records alone)
+            written = _sum(back, "lockctl_missed_ticks_recorded_total")
             missed = [
                 r
                 for r in Ledger(live_cluster.management(), f"{kv}.lock").records()
                 if r.outcome is TickOutcome.MISSED
             ]
-            assert len(missed) >= recorded, (missed, back.lines)
+            assert len(missed) >= written >= 3, (missed, back.lines)
         finally:
             assert back.stop() == 0, back.lines
 
