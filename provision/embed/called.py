@@ -39,7 +39,7 @@ from provision.embed.served import EMBED_EVENTS, AppBody
 from provision.fencing import Outcome
 from provision.ledger.records import TickRecord, taken_fields, tick_name
 from provision.ledger.store import Completion
-from provision.runner.events import EventLog, ms
+from provision.runner.events import EventLog
 from provision.runner.on_core import CORE_RETRY, Said, TickAsk, ran_result
 from provision.runner.results import RunOptions, SkipReason
 from provision.runner.tick_lock import lock_refusal
@@ -136,17 +136,7 @@ class CallBody(AppBody):
         if run.attempt != 1:
             said.event("retry-started", run.tick, attempt=run.attempt, child_pid=body.pid)
             return
-        now = self.clock.monotonic()
-        said.started[run.tick], said.sessions[run.tick] = now, run.session
-        said.pids[run.tick] = body.pid
-        said.event(
-            "acquired",
-            run.tick,
-            lock_index=run.lock_index,
-            waited_ms=ms(now - said.began),
-            child_pid=body.pid,
-            containment=body.containment,
-        )
+        said.body_started(run, body.pid, body.containment)
 
 
 @dataclass(frozen=True)

@@ -192,17 +192,7 @@ class Said:
         )
 
     def acquired(self, run: Run, body: Unfenced) -> None:
-        now = self.clock.monotonic()
-        self.started[run.tick], self.sessions[run.tick] = now, run.session
-        self.pids[run.tick] = body.pid
-        self.event(
-            "acquired",
-            run.tick,
-            lock_index=run.lock_index,
-            waited_ms=ms(now - self.began),
-            child_pid=body.pid,
-            containment=body.containment,
-        )
+        self.body_started(run, body.pid, body.containment)
         if body.warning and first_telling(body.warning):
             self.events.emit(
                 "containment",
@@ -212,6 +202,21 @@ class Said:
                 "its process group and outlives a killed runner is not contained, and the "
                 "worker's token and TLS key are not hidden from the job",
             )
+
+    def body_started(self, run: Run, pid: int | None, containment: str) -> None:
+        """`acquired`: the first attempt's body started under the lock (its PID, how it is
+        contained, how long the run waited for it)."""
+        now = self.clock.monotonic()
+        self.started[run.tick], self.sessions[run.tick] = now, run.session
+        self.pids[run.tick] = pid
+        self.event(
+            "acquired",
+            run.tick,
+            lock_index=run.lock_index,
+            waited_ms=ms(now - self.began),
+            child_pid=pid,
+            containment=containment,
+        )
 
     def skew(self, agent_clock: AgentClock) -> None:
         """This host's clock off the agent's (learnt from the turn's read): said with the tick,
