@@ -20,6 +20,8 @@ What it follows (each shown on real Consul too by tests/contract; docs/tick-core
 - request bodies over 512 KB (values in base64) and KV values over 512 KB are refused (413).
 - a blocking read returns at once when the KV index passed the one given, else when the key
   changes or `wait` runs out; it waits on the Clock, so in virtual time it is time passing.
+- every answer's date (a claim's, a read's) is Consul's clock as its HTTP Date header says it:
+  whole seconds, the fraction dropped.
 - stale reads see the KV as it was `stale_lag` seconds ago (a lag real Consul cannot be made
   to show on demand: tested on the model only).
 
@@ -273,7 +275,7 @@ class MemoryTickStore:
         with self._guard:
             self._expire()
             entry = self._read(job.tick(tick), stale)
-            date = self._clock.wall()
+            date = self._date()
         if entry is None:
             return None, date
         return decode(tick, entry.value, entry.modify_index), date
@@ -299,7 +301,7 @@ class MemoryTickStore:
         with self._guard:
             self._expire()
             names = {key[len(job.ticks) :].split("/")[0] for key in self._keys_under(job.ticks)}
-            date = self._clock.wall()
+            date = self._date()
         return {tick for tick in map(parse_tick_name, names) if tick is not None}, date
 
     def record_unrun(self, job: JobKeys, records: Sequence[TickRecord]) -> list[TickRecord]:
@@ -364,6 +366,11 @@ class MemoryTickStore:
                 if not self._watchers[key]:
                     del self._watchers[key]
 
+    def _date(self) -> datetime:
+        """Consul's clock as an answer's Date header says it (RFC 7231): whole seconds, the
+        fraction dropped; the tick core judges a window by it."""
+        return self._clock.wall().replace(microsecond=0)
+
     def _holder(self, key: str) -> str | None:
         entry = self._kv.get(key)
         return None if entry is None else entry.session
@@ -381,7 +388,7 @@ class MemoryTickStore:
             raise ValueTooLarge(f"transaction of {size} bytes, over Consul's {REQUEST_MAX_BYTES}")
         with self._guard:
             self._expire()
-            now, date = self._clock.monotonic(), self._clock.wall()
+            now, date = self._clock.monotonic(), self._date()
             delayed = tuple(
                 TxnError(number, f'failed to lock key "{op.key}" due to lock delay')
                 for number, op in enumerate(ops)

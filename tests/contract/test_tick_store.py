@@ -9,7 +9,9 @@ whatever the machine's load (a lock-delay counted from a destroy we sent before,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 from tick_harness import LOCK_DELAY, TICK0, TTL, Harness, tick
@@ -17,11 +19,12 @@ from tick_harness import LOCK_DELAY, TICK0, TTL, Harness, tick
 from provision.consul import NO_RETRY, ConsulServerError
 from provision.ledger.control import ControlNote, decode_note, encode_pauses
 from provision.ledger.records import TickOutcome, TickRecord
-from provision.ledger.store import CHUNK, MAX_PRUNED_PER_RUN
+from provision.ledger.store import CHUNK, MAX_PRUNED_PER_RUN, Claim
 from provision.ledger.ticks import to_prune
 from provision.sessions import SessionTerms
 from provision.system.control_keys import paused_key, pauses_key, trigger_key
 from provision.tick.store import (
+    ClaimCall,
     ClaimTerms,
     InvalidSession,
     SessionGone,
@@ -36,6 +39,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.contract
 DEADLINE = 60.0  # seconds a test waits at most for what Consul promises (a loaded machine)
 DESTROY_LOCK_DELAY = 8.0  # the holder's, where a claim must be asked inside it
+T = TypeVar("T")
 
 
 # --- sessions ---------------------------------------------------------------------------------
@@ -406,6 +410,65 @@ def test_control_keys_are_read_and_a_paused_claim_says_so(h: Harness) -> None:
     assert not again.won and again.tick_taken  # another replica took the trigger
     h.operator.delete(paused_key(job.name))
     assert h.store.read_control(job).pauses.paused is None
+
+
+# --- Consul's clock in its answers -------------------------------------------------------------
+
+
+def _consuls_date(h: Harness, asked: Callable[[], T], date_of: Callable[[T], object]) -> T:
+    """What `asked` answers, once the date in it is shown to be Consul's clock as its HTTP Date
+    says it: whole seconds, the fraction dropped (never ahead of the clock after the answer,
+    and within the second the clock showed before it was asked)."""
+    before = h.clock.wall()
+    answer = asked()
+    after = h.clock.wall()
+    date = date_of(answer)
+    assert isinstance(date, datetime), f"{answer!r}: no date"
+    assert date.microsecond == 0, f"{date}: finer than Consul's Date (whole seconds)"
+    assert before - timedelta(seconds=1) < date <= after, f"{date}: not in [{before}, {after}]"
+    h.sleep(0.3)  # the next answer at another fraction of a second
+    return answer
+
+
+def test_every_date_a_store_returns_is_a_whole_second_never_ahead_of_the_clock(
+    h: Harness,
+) -> None:
+    """The tick core reads Consul's clock from its answers' Date header (RFC 7231: whole
+    seconds): a store whose dates were finer would judge a tick's window a fraction of a second
+    earlier than Consul lets a real replica."""
+    first, second = h.session(lock_delay=DESTROY_LOCK_DELAY), h.session()
+    h.sleep(0.4)  # off a whole second: a virtual clock starts on one
+
+    def claim_date(claim: Claim) -> object:
+        return claim.date
+
+    def read_date(read: object) -> object:
+        assert isinstance(read, tuple), read
+        return read[1]
+
+    won = _consuls_date(h, lambda: h.claim(tick(0), first), claim_date)
+    assert won.won
+    taken = _consuls_date(h, lambda: h.claim(tick(0), second), claim_date)
+    assert taken.tick_taken
+    held = _consuls_date(h, lambda: h.claim(tick(1), second), claim_date)
+    assert not held.won and not held.tick_taken
+    calls = [ClaimCall(h.job, h.record(tick(2), second), second, b"holder")]
+    [together] = _consuls_date(
+        h, lambda: h.store.claim_many(calls), lambda answers: claim_date(answers[0])
+    )
+    assert isinstance(together, Claim) and not together.won
+    for stale in (False, True):
+        read = _consuls_date(h, lambda: h.store.read_tick(h.job, tick(0), stale=stale), read_date)
+        assert read[0] is not None
+    [turn] = _consuls_date(
+        h, lambda: h.store.read_turns([(h.job, tick(0))]), lambda turns: read_date(turns[0])
+    )
+    assert not isinstance(turn, Exception) and turn[0] is not None
+    names = _consuls_date(h, lambda: h.store.read_tick_names(h.job), read_date)
+    assert names[0] == {tick(0)}
+    h.store.destroy_session(first)
+    delayed = _consuls_date(h, lambda: h.claim(tick(3), second), claim_date)
+    assert lock_delayed(delayed)
 
 
 # --- the lock's watch -------------------------------------------------------------------------
