@@ -9,6 +9,7 @@ whatever the machine's load (a lock-delay counted from a destroy we sent before,
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
@@ -458,7 +459,8 @@ def test_every_date_a_store_returns_is_a_whole_second_never_ahead_of_the_clock(
     )
     assert isinstance(together, Claim) and not together.won
     for stale in (False, True):
-        read = _consuls_date(h, lambda: h.store.read_tick(h.job, tick(0), stale=stale), read_date)
+        asked = functools.partial(h.store.read_tick, h.job, tick(0), stale=stale)
+        read = _consuls_date(h, asked, read_date)
         assert read[0] is not None
     [turn] = _consuls_date(
         h, lambda: h.store.read_turns([(h.job, tick(0))]), lambda turns: read_date(turns[0])
