@@ -240,6 +240,25 @@ def test_lock_index_grows_with_every_new_holder_and_modify_index_with_every_writ
     assert indexes == sorted(set(indexes))  # every write moved the ModifyIndex on
 
 
+def test_a_plain_write_of_the_lock_key_keeps_its_holder_and_sets_its_lock_index_to_0(
+    h: Harness,
+) -> None:
+    """Measured: a PUT of a held lock's key (no ?acquire: an operator's, or any token that may
+    write the key) keeps its session but writes the request's LockIndex, 0: the holder's
+    re-acquire then answers 0, and the next holder 1. The fencing token goes backwards."""
+    first, second = h.session(), h.session()
+    won = h.claim(tick(0), first)
+    assert won.won and won.lock_index >= 1
+    h.operator.put(h.job.lock_key, b"an operator's note")
+    assert h.store.watch_lock(h.job, 0, wait=1.0)[0] == first  # still held
+    again = h.claim(tick(1), first)
+    assert again.won and again.lock_index == 0
+    h.store.complete(h.job, h.claimed(tick(1), again), first, release=True)
+    h.operator.put(h.job.lock_key, b"another note")
+    other = h.claim(tick(2), second)
+    assert other.won and other.lock_index == 1
+
+
 # --- completion -------------------------------------------------------------------------------
 
 
@@ -495,6 +514,24 @@ def test_a_watch_answers_at_once_when_behind_and_wakes_on_a_change(h: Harness) -
     h.later(0.5, complete)
     holder, index = store.watch_lock(job, index, wait=DEADLINE)
     assert holder is None and index > held_index
+
+
+def test_a_watch_answers_the_locks_own_index_and_sleeps_through_other_keys_writes(
+    h: Harness,
+) -> None:
+    """A blocking read of a key that exists answers that key's ModifyIndex (not the KV's), so
+    writes of other keys (the ledger beside the lock, an operator's) neither move the index a
+    watch waits on nor wake it: only a change of the lock does."""
+    store, job = h.store, h.job
+    session = h.session()
+    claim = h.claim(tick(0), session)
+    holder, index = store.watch_lock(job, 0, wait=30.0)
+    assert holder == session and index == claim.lock_modify_index
+    unrun = [TickRecord(tick(1), TickOutcome.MISSED, worker="w1")]
+    assert len(store.record_unrun(job, unrun)) == 1
+    h.operator.put(job.ticks + "not-a-tick", b"{}")
+    assert store.watch_lock(job, index, wait=1.0) == (session, index)  # its wait ran out
+    assert store.watch_lock(job, index - 1, wait=30.0) == (session, index)  # behind: at once
 
 
 # --- what real Consul shows of its own bounds ----------------------------------------------------
