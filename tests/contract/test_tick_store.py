@@ -534,6 +534,22 @@ def test_a_watch_answers_the_locks_own_index_and_sleeps_through_other_keys_write
     assert store.watch_lock(job, index - 1, wait=30.0) == (session, index)  # behind: at once
 
 
+def test_a_watch_of_a_lock_never_taken_wakes_on_a_write_beside_it(h: Harness) -> None:
+    """Measured: while the lock's key does not exist, a read of it answers the KV's index, and
+    a write beside it (the job's ledger) wakes a watch of it (Consul watches the nearest part of
+    its key tree): the watch answers before its wait runs out, at a later index."""
+    store, job = h.store, h.job
+    holder, index = store.watch_lock(job, 0, wait=1.0)
+    assert holder is None
+    missed = [TickRecord(tick(1), TickOutcome.MISSED, worker="w1")]
+    h.later(0.5, lambda: store.record_unrun(job, missed))
+    asked = h.clock.monotonic()
+    holder, again = store.watch_lock(job, index, wait=DEADLINE)
+    assert holder is None and again > index
+    assert h.clock.monotonic() < asked + DEADLINE, "slept through the write beside it"
+    assert store.read_tick(job, tick(1))[0] is not None
+
+
 # --- what real Consul shows of its own bounds ----------------------------------------------------
 
 
