@@ -20,8 +20,8 @@ What it follows (each shown on real Consul too by tests/contract; docs/tick-core
 - a release (unlock, ?release=) clears the session and sets the value to null.
 - request bodies over 512 KB (values in base64) and KV values over 512 KB are refused (413).
 - a read of a key answers its ModifyIndex (the KV's index while it is absent); a blocking read
-  returns at once when that passed the one given, else when the key changes or `wait` runs
-  out; it waits on the Clock, so in virtual time it is time passing.
+  returns at once when that passed the one given, else when the key changes (while it is
+  absent: when any key is written) or `wait` runs out; it waits on the Clock, so in virtual time it is time passing.
 - every answer's date (a claim's, a read's) is Consul's clock as its HTTP Date header says it:
   whole seconds, the fraction dropped.
 - stale reads see the KV as it was `stale_lag` seconds ago (a lag real Consul cannot be made
@@ -345,7 +345,7 @@ class MemoryTickStore:
 
     def watch_lock(self, job: JobKeys, index: int, wait: float) -> tuple[str | None, int]:
         key = job.lock_key
-        woken = threading.Event()  # set by any write of the key, an invalidation's release too
+        woken = threading.Event()  # set by a write of the key (_store), an invalidation's too
         with self._guard:
             self._expire()
             if self._key_index(key) > index:
@@ -520,8 +520,12 @@ class MemoryTickStore:
         self._kv_index = index
         if self._stale_lag:
             self._remember(key, entry, at)
-        for woken in self._watchers.get(key, ()):
-            woken.set()
+        for watched, events in self._watchers.items():
+            # a watch of an absent key wakes on any write: Consul watches the nearest part of
+            # its tree, so at least a write beside it wakes it (the model: a superset)
+            if watched == key or watched not in self._kv:
+                for woken in events:
+                    woken.set()
 
     def _keys_under(self, prefix: str) -> list[str]:
         start = bisect.bisect_left(self._keys, prefix)
