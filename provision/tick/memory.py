@@ -21,7 +21,8 @@ What it follows (each shown on real Consul too by tests/contract; docs/tick-core
 - request bodies over 512 KB (values in base64) and KV values over 512 KB are refused (413).
 - a read of a key answers its ModifyIndex (the KV's index while it is absent); a blocking read
   returns at once when that passed the one given, else when the key changes (while it is
-  absent: when any key is written) or `wait` runs out; it waits on the Clock, so in virtual time it is time passing.
+  absent: when any key is written) or `wait` runs out; it waits on the Clock, so in virtual
+  time it is time passing.
 - every answer's date (a claim's, a read's) is Consul's clock as its HTTP Date header says it:
   whole seconds, the fraction dropped.
 - stale reads see the KV as it was `stale_lag` seconds ago (a lag real Consul cannot be made
