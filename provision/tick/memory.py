@@ -13,13 +13,18 @@ What it follows (each shown on real Consul too by tests/contract; docs/tick-core
   transaction costs no index and names only its lock operation.
 - a transaction applies all of its operations or none; every operation is judged and every
   failure named; a refused one still costs one Raft index (refused after the commit).
-- LockIndex +1 on each acquire by a new holder (the holder's re-acquire keeps it); every write
+- LockIndex +1 on each acquire by a new holder (the holder's re-acquire keeps it); a plain write
+  (PUT, set, cas) keeps a held key's session and sets its LockIndex to 0; every write
   takes the transaction's Raft index as ModifyIndex, except one that changes nothing; a lock
   with a session Consul does not know fails with `invalid session`.
 - a release (unlock, ?release=) clears the session and sets the value to null.
 - request bodies over 512 KB (values in base64) and KV values over 512 KB are refused (413).
-- a blocking read returns at once when the KV index passed the one given, else when the key
-  changes or `wait` runs out; it waits on the Clock, so in virtual time it is time passing.
+- a read of a key answers its ModifyIndex (the KV's index while it is absent); a blocking read
+  returns at once when that passed the one given, else when the key changes (while it is
+  absent: when any key is written) or `wait` runs out; it waits on the Clock, so in virtual
+  time it is time passing.
+- every answer's date (a claim's, a read's) is Consul's clock as its HTTP Date header says it:
+  whole seconds, the fraction dropped.
 - stale reads see the KV as it was `stale_lag` seconds ago (a lag real Consul cannot be made
   to show on demand: tested on the model only).
 
@@ -175,8 +180,8 @@ class MemoryTickStore:
         with self._guard:
             work = self._begin()
             old = work.get(key)
-            session, lock_index = (None, 0) if old is None else (old.session, old.lock_index)
-            written = work.write(key, value, session, lock_index)
+            # a held key keeps its session; its LockIndex becomes the request's: 0 (measured)
+            written = work.write(key, value, None if old is None else old.session, 0)
             self._commit(work)
             return written.modify_index
 
@@ -273,7 +278,7 @@ class MemoryTickStore:
         with self._guard:
             self._expire()
             entry = self._read(job.tick(tick), stale)
-            date = self._clock.wall()
+            date = self._date()
         if entry is None:
             return None, date
         return decode(tick, entry.value, entry.modify_index), date
@@ -299,7 +304,7 @@ class MemoryTickStore:
         with self._guard:
             self._expire()
             names = {key[len(job.ticks) :].split("/")[0] for key in self._keys_under(job.ticks)}
-            date = self._clock.wall()
+            date = self._date()
         return {tick for tick in map(parse_tick_name, names) if tick is not None}, date
 
     def record_unrun(self, job: JobKeys, records: Sequence[TickRecord]) -> list[TickRecord]:
@@ -341,11 +346,11 @@ class MemoryTickStore:
 
     def watch_lock(self, job: JobKeys, index: int, wait: float) -> tuple[str | None, int]:
         key = job.lock_key
-        woken = threading.Event()  # set by any write of the key, an invalidation's release too
+        woken = threading.Event()  # set by a write of the key (_store), an invalidation's too
         with self._guard:
             self._expire()
-            if self._kv_index > index:
-                return self._holder(key), self._kv_index
+            if self._key_index(key) > index:
+                return self._holder(key), self._key_index(key)
             deadline = self._clock.monotonic() + min(max(wait, 0.0), MAX_WATCH)
             self._watchers.setdefault(key, []).append(woken)
         try:
@@ -353,7 +358,7 @@ class MemoryTickStore:
                 with self._guard:
                     self._expire()
                     if woken.is_set() or self._clock.monotonic() >= deadline:
-                        return self._holder(key), self._kv_index
+                        return self._holder(key), self._key_index(key)
                     # wake for the next invalidation too: nothing else would notice it is due
                     ends = (session.ends_at for session in self._sessions.values())
                     wake = min(deadline, min(ends, default=deadline))
@@ -363,6 +368,17 @@ class MemoryTickStore:
                 self._watchers[key].remove(woken)
                 if not self._watchers[key]:
                     del self._watchers[key]
+
+    def _date(self) -> datetime:
+        """Consul's clock as an answer's Date header says it (RFC 7231): whole seconds, the
+        fraction dropped; the tick core judges a window by it."""
+        return self._clock.wall().replace(microsecond=0)
+
+    def _key_index(self, key: str) -> int:
+        """What a read of `key` answers as X-Consul-Index: the key's ModifyIndex while it exists
+        (a write of another key moves nothing a watch of it waits on), else the KV's index."""
+        entry = self._kv.get(key)
+        return self._kv_index if entry is None else entry.modify_index
 
     def _holder(self, key: str) -> str | None:
         entry = self._kv.get(key)
@@ -381,7 +397,7 @@ class MemoryTickStore:
             raise ValueTooLarge(f"transaction of {size} bytes, over Consul's {REQUEST_MAX_BYTES}")
         with self._guard:
             self._expire()
-            now, date = self._clock.monotonic(), self._clock.wall()
+            now, date = self._clock.monotonic(), self._date()
             delayed = tuple(
                 TxnError(number, f'failed to lock key "{op.key}" due to lock delay')
                 for number, op in enumerate(ops)
@@ -430,14 +446,16 @@ class MemoryTickStore:
     def _write_op(self, work: _Work, op: KVOp, entry: KVEntry | None) -> KVEntry:
         key, session = op.key, None if entry is None else entry.session
         lock_index = 0 if entry is None else entry.lock_index
+        # a plain write keeps the key's session and writes the operation's LockIndex, which
+        # lockctl never sends: 0 (Consul's one write of a KV entry, as a PUT measured it)
         if op.verb == "set":
-            return work.write(key, op.value, session, lock_index)
+            return work.write(key, op.value, session, 0)
         if op.verb == "cas":
             wanted = op.index or 0  # index 0: only where the key does not exist
             current = 0 if entry is None else entry.modify_index
             if wanted != current:
                 raise _Refused(f'failed to set key "{key}", index is stale')
-            return work.write(key, op.value, session, lock_index)
+            return work.write(key, op.value, session, 0)
         if op.verb == "lock":
             if op.session not in self._sessions:
                 raise _Refused(f'invalid session "{op.session}"')
@@ -503,8 +521,12 @@ class MemoryTickStore:
         self._kv_index = index
         if self._stale_lag:
             self._remember(key, entry, at)
-        for woken in self._watchers.get(key, ()):
-            woken.set()
+        for watched, events in self._watchers.items():
+            # a watch of an absent key wakes on any write: Consul watches the nearest part of
+            # its tree, so at least a write beside it wakes it (the model: a superset)
+            if watched == key or watched not in self._kv:
+                for woken in events:
+                    woken.set()
 
     def _keys_under(self, prefix: str) -> list[str]:
         start = bisect.bisect_left(self._keys, prefix)

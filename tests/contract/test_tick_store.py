@@ -9,7 +9,10 @@ whatever the machine's load (a lock-delay counted from a destroy we sent before,
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, TypeVar
 
 import pytest
 from tick_harness import LOCK_DELAY, TICK0, TTL, Harness, tick
@@ -17,11 +20,12 @@ from tick_harness import LOCK_DELAY, TICK0, TTL, Harness, tick
 from provision.consul import NO_RETRY, ConsulServerError
 from provision.ledger.control import ControlNote, decode_note, encode_pauses
 from provision.ledger.records import TickOutcome, TickRecord
-from provision.ledger.store import CHUNK, MAX_PRUNED_PER_RUN
+from provision.ledger.store import CHUNK, MAX_PRUNED_PER_RUN, Claim
 from provision.ledger.ticks import to_prune
 from provision.sessions import SessionTerms
 from provision.system.control_keys import paused_key, pauses_key, trigger_key
 from provision.tick.store import (
+    ClaimCall,
     ClaimTerms,
     InvalidSession,
     SessionGone,
@@ -36,6 +40,7 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.contract
 DEADLINE = 60.0  # seconds a test waits at most for what Consul promises (a loaded machine)
 DESTROY_LOCK_DELAY = 8.0  # the holder's, where a claim must be asked inside it
+T = TypeVar("T")
 
 
 # --- sessions ---------------------------------------------------------------------------------
@@ -235,6 +240,25 @@ def test_lock_index_grows_with_every_new_holder_and_modify_index_with_every_writ
     assert indexes == sorted(set(indexes))  # every write moved the ModifyIndex on
 
 
+def test_a_plain_write_of_the_lock_key_keeps_its_holder_and_sets_its_lock_index_to_0(
+    h: Harness,
+) -> None:
+    """Measured: a PUT of a held lock's key (no ?acquire: an operator's, or any token that may
+    write the key) keeps its session but writes the request's LockIndex, 0: the holder's
+    re-acquire then answers 0, and the next holder 1. The fencing token goes backwards."""
+    first, second = h.session(), h.session()
+    won = h.claim(tick(0), first)
+    assert won.won and won.lock_index >= 1
+    h.operator.put(h.job.lock_key, b"an operator's note")
+    assert h.store.watch_lock(h.job, 0, wait=1.0)[0] == first  # still held
+    again = h.claim(tick(1), first)
+    assert again.won and again.lock_index == 0
+    h.store.complete(h.job, h.claimed(tick(1), again), first, release=True)
+    h.operator.put(h.job.lock_key, b"another note")
+    other = h.claim(tick(2), second)
+    assert other.won and other.lock_index == 1
+
+
 # --- completion -------------------------------------------------------------------------------
 
 
@@ -408,6 +432,66 @@ def test_control_keys_are_read_and_a_paused_claim_says_so(h: Harness) -> None:
     assert h.store.read_control(job).pauses.paused is None
 
 
+# --- Consul's clock in its answers -------------------------------------------------------------
+
+
+def _consuls_date(h: Harness, asked: Callable[[], T], date_of: Callable[[T], object]) -> T:
+    """What `asked` answers, once the date in it is shown to be Consul's clock as its HTTP Date
+    says it: whole seconds, the fraction dropped (never ahead of the clock after the answer,
+    and within the second the clock showed before it was asked)."""
+    before = h.clock.wall()
+    answer = asked()
+    after = h.clock.wall()
+    date = date_of(answer)
+    assert isinstance(date, datetime), f"{answer!r}: no date"
+    assert date.microsecond == 0, f"{date}: finer than Consul's Date (whole seconds)"
+    assert before - timedelta(seconds=1) < date <= after, f"{date}: not in [{before}, {after}]"
+    h.sleep(0.3)  # the next answer at another fraction of a second
+    return answer
+
+
+def test_every_date_a_store_returns_is_a_whole_second_never_ahead_of_the_clock(
+    h: Harness,
+) -> None:
+    """The tick core reads Consul's clock from its answers' Date header (RFC 7231: whole
+    seconds): a store whose dates were finer would judge a tick's window a fraction of a second
+    earlier than Consul lets a real replica."""
+    first, second = h.session(lock_delay=DESTROY_LOCK_DELAY), h.session()
+    h.sleep(0.4)  # off a whole second: a virtual clock starts on one
+
+    def claim_date(claim: Claim) -> object:
+        return claim.date
+
+    def read_date(read: object) -> object:
+        assert isinstance(read, tuple), read
+        return read[1]
+
+    won = _consuls_date(h, lambda: h.claim(tick(0), first), claim_date)
+    assert won.won
+    taken = _consuls_date(h, lambda: h.claim(tick(0), second), claim_date)
+    assert taken.tick_taken
+    held = _consuls_date(h, lambda: h.claim(tick(1), second), claim_date)
+    assert not held.won and not held.tick_taken
+    calls = [ClaimCall(h.job, h.record(tick(2), second), second, b"holder")]
+    [together] = _consuls_date(
+        h, lambda: h.store.claim_many(calls), lambda answers: claim_date(answers[0])
+    )
+    assert isinstance(together, Claim) and not together.won
+    for stale in (False, True):
+        asked = functools.partial(h.store.read_tick, h.job, tick(0), stale=stale)
+        read = _consuls_date(h, asked, read_date)
+        assert read[0] is not None
+    [turn] = _consuls_date(
+        h, lambda: h.store.read_turns([(h.job, tick(0))]), lambda turns: read_date(turns[0])
+    )
+    assert not isinstance(turn, Exception) and turn[0] is not None
+    names = _consuls_date(h, lambda: h.store.read_tick_names(h.job), read_date)
+    assert names[0] == {tick(0)}
+    h.store.destroy_session(first)
+    delayed = _consuls_date(h, lambda: h.claim(tick(3), second), claim_date)
+    assert lock_delayed(delayed)
+
+
 # --- the lock's watch -------------------------------------------------------------------------
 
 
@@ -430,6 +514,40 @@ def test_a_watch_answers_at_once_when_behind_and_wakes_on_a_change(h: Harness) -
     h.later(0.5, complete)
     holder, index = store.watch_lock(job, index, wait=DEADLINE)
     assert holder is None and index > held_index
+
+
+def test_a_watch_answers_the_locks_own_index_and_sleeps_through_other_keys_writes(
+    h: Harness,
+) -> None:
+    """A blocking read of a key that exists answers that key's ModifyIndex (not the KV's), so
+    writes of other keys (the ledger beside the lock, an operator's) neither move the index a
+    watch waits on nor wake it: only a change of the lock does."""
+    store, job = h.store, h.job
+    session = h.session()
+    claim = h.claim(tick(0), session)
+    holder, index = store.watch_lock(job, 0, wait=30.0)
+    assert holder == session and index == claim.lock_modify_index
+    unrun = [TickRecord(tick(1), TickOutcome.MISSED, worker="w1")]
+    assert len(store.record_unrun(job, unrun)) == 1
+    h.operator.put(job.ticks + "not-a-tick", b"{}")
+    assert store.watch_lock(job, index, wait=1.0) == (session, index)  # its wait ran out
+    assert store.watch_lock(job, index - 1, wait=30.0) == (session, index)  # behind: at once
+
+
+def test_a_watch_of_a_lock_never_taken_wakes_on_a_write_beside_it(h: Harness) -> None:
+    """Measured: while the lock's key does not exist, a read of it answers the KV's index, and
+    a write beside it (the job's ledger) wakes a watch of it (Consul watches the nearest part of
+    its key tree): the watch answers before its wait runs out, at a later index."""
+    store, job = h.store, h.job
+    holder, index = store.watch_lock(job, 0, wait=1.0)
+    assert holder is None
+    missed = [TickRecord(tick(1), TickOutcome.MISSED, worker="w1")]
+    h.later(0.5, lambda: store.record_unrun(job, missed))
+    asked = h.clock.monotonic()
+    holder, again = store.watch_lock(job, index, wait=DEADLINE)
+    assert holder is None and again > index
+    assert h.clock.monotonic() < asked + DEADLINE, "slept through the write beside it"
+    assert store.read_tick(job, tick(1))[0] is not None
 
 
 # --- what real Consul shows of its own bounds ----------------------------------------------------

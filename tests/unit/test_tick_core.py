@@ -345,25 +345,11 @@ def test_a_housekeeping_that_prunes_says_how_many_records_it_deleted() -> None:
     assert sum(n.count or 0 for n in said) == len(fleet.ran_ticks()) - len(kept)
 
 
-class WholeSeconds:
-    """A replica's store whose reads of the ledger's names carry Consul's Date as Consul's HTTP
-    answers do: whole seconds, the fraction dropped."""
-
-    def __init__(self, store: MemoryTickStore) -> None:
-        self.store = store
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.store, name)
-
-    def read_tick_names(self, job: JobKeys) -> tuple[set[datetime], datetime | None]:
-        names, date = self.store.read_tick_names(job)
-        return names, None if date is None else date.replace(microsecond=0)
-
-
 def test_a_replica_back_after_an_outage_records_every_tick_of_it_missed_at_its_start() -> None:
     """Its start's housekeeping is timed for the newest closed tick's window and grace on its
     clock; Consul's Date, a second coarser, can still call that tick not missable then. It is
-    looked at again until it is, not left to a housekeeping a few dozen ticks later."""
+    looked at again until it is, not left to a housekeeping a few dozen ticks later. (The
+    model's dates are whole seconds, as Consul's are.)"""
     job = every_10s(workers=("w1",), start_deadline=5.0)
     fleet = Fleet(job=job, workers=("w1",), duration=1.0)
     first = fleet.start("w1")
@@ -371,7 +357,7 @@ def test_a_replica_back_after_an_outage_records_every_tick_of_it_missed_at_its_s
     first.stop()
     fleet.run(32.5)  # the outage: ticks 10, 20, 30 pass their windows; back at 35.5, when
     # tick 30's window (to 35) has closed and its grace (to 37) not yet
-    fleet.start("w1", store=WholeSeconds(fleet.store))
+    fleet.start("w1")
     fleet.run(10)
     outage = [fleet.record(at(t)) for t in (10, 20, 30)]
     assert [r.outcome if r else None for r in outage] == [TickOutcome.MISSED] * 3
