@@ -218,7 +218,10 @@ class _LivePolicies:
         return "127.0.0.1:8300"
 
     def list_policies(self) -> list[SimpleNamespace]:
-        return [SimpleNamespace(name=name, id=name) for name in self._rules]
+        return [
+            SimpleNamespace(name=name, id=name, description=f'lockctl-managed: "{name}"')
+            for name in self._rules
+        ]
 
     def read_policy(self, policy_id: str) -> SimpleNamespace:
         return SimpleNamespace(rules=self._rules[policy_id])
