@@ -39,7 +39,10 @@ def foreign_objects(desired: Desired, live: LiveState) -> list[Foreign]:
         "policy", {p.name for p in desired.policies}, live.policies, desired.owner
     )
     found += _foreign_named(
-        "auth-method", {m.name for m in desired.identity.methods}, live.identity.methods, desired.owner
+        "auth-method",
+        {m.name for m in desired.identity.methods},
+        live.identity.methods,
+        desired.owner,
     )
     found += _foreign_named(
         "role", {r.name for r in desired.identity.roles}, live.identity.roles, desired.owner
@@ -82,7 +85,9 @@ def refuse_foreign_objects(desired: Desired, live: LiveState) -> None:
     first = found[0]
     more = ""
     if len(found) > 1:
-        others = ", ".join(f"{f.what} ({shown(f.owner)})" for f in found[1 : 1 + SHOWN_AT_MOST])
+        others = ", ".join(
+            f'{f.what} of owner "{shown(f.owner)}"' for f in found[1 : 1 + SHOWN_AT_MOST]
+        )
         rest = len(found) - 1 - SHOWN_AT_MOST
         more = f" (and {len(found) - 1} more: {others}{', ...' if rest > 0 else ''})"
     raise OwnerConflict(

@@ -75,7 +75,11 @@ class _WorkerToken:
 
 
 def _rotate(
-    consul: Consul, token: _WorkerToken, path: Path, read_back_deadline: float, stop: StopFlag | None
+    consul: Consul,
+    token: _WorkerToken,
+    path: Path,
+    read_back_deadline: float,
+    stop: StopFlag | None,
 ) -> RotateResult:
     worker, description = token.worker, token.description
     with denied_as(ACL_WRITE_HINT, "list ACL tokens"):

@@ -43,8 +43,8 @@ from provision.spec.values import (
     read_command,
     read_job_workers,
     read_prefix,
-    read_string,
     read_schedule,
+    read_string,
     read_timezone,
 )
 from provision.system.files import UnreadableFile, read_regular_file
@@ -151,9 +151,7 @@ def _owner(body: Body, problems: Problems) -> str:
                 "worker, job and auth_method",
             )
         elif found is not None:
-            problems.add(
-                attribute.line, "owner", f"set twice; the first is on line {found.line}"
-            )
+            problems.add(attribute.line, "owner", f"set twice; the first is on line {found.line}")
         else:
             found = attribute
     if found is None:
