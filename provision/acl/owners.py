@@ -93,5 +93,5 @@ def refuse_foreign_objects(desired: Desired, live: LiveState) -> None:
     raise OwnerConflict(
         f'{first.what} in Consul is managed by owner "{shown(first.owner)}", not by this '
         f'spec\'s owner "{desired.owner}"{more}: two specs on one cluster must not share a job, '
-        "worker or auth method name; rename it in one of them. Nothing was written"
+        "worker or auth method name (rename it in one of them); nothing was written"
     )
