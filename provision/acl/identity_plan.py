@@ -22,7 +22,7 @@ from provision.acl.identity import (
 )
 from provision.durations import DurationSyntaxError, parse_duration
 from provision.errors import InputError
-from provision.spec.names import DEFAULT_OWNER, ROLE_PREFIX, Marker, parse_managed
+from provision.spec.names import DEFAULT_OWNER, ROLE_PREFIX, parse_managed
 
 IdentityAction = Literal["create", "update", "delete"]
 Kind = Literal["auth-method", "role", "binding-rule"]
@@ -296,6 +296,6 @@ def _matching_rule(
 
 def _rule_label(rule: LiveRule) -> str:
     """A stale rule's worker, from its marker (`lockctl-managed: worker "w"` -> w)."""
-    marker: Marker | None = parse_managed(rule.description)
+    marker = parse_managed(rule.description)
     source = marker.source if marker is not None else ""
     return source.removeprefix(WORKER_SOURCE).removesuffix('"') or rule.id

@@ -17,13 +17,9 @@ from provision.acl.identity_plan import IdentityChange, plan_identity
 from provision.acl.owners import refuse_foreign_objects
 from provision.acl.rules import rules_equivalent
 
-# Re-exported: apply and the CLI take the plan's vocabulary from here, the two sides included.
+# The `X as X` imports are re-exported: apply and the CLI take the plan's vocabulary from here.
 from provision.acl.state import Desired as Desired
-from provision.acl.state import (
-    DesiredPolicy,
-    TokenFileState,
-    is_managed_policy,
-)
+from provision.acl.state import DesiredPolicy, TokenFileState, is_managed_policy
 from provision.acl.state import LivePolicy as LivePolicy
 from provision.acl.state import LiveState as LiveState
 from provision.acl.state import LiveToken as LiveToken
