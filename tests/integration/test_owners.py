@@ -1,11 +1,14 @@
 """Two specs of distinct owners on one cluster (the shared test cluster: each owner is made up
 for this test, so `apply --prune` here can touch nothing but the test's own objects): each
 apply and prune sees only its own owner's objects, a re-apply is a no-op for both, and a name
-the other owner manages is refused with nothing written. Every object is read back by name."""
+the other owner manages is refused with nothing written. And the upgrade: what the previous
+release applied (no owners) is this release's default owner's, unchanged. Every object is read
+back by name."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +18,7 @@ from provision.errors import EXIT_INPUT
 from provision.spec.names import lock_policy_name, parse_managed, session_policy_name
 from tests.conftest import LiveCluster
 from tests.integration.named_reads import policy_named, worker_tokens
+from tests.integration.previous_release import Release, install_previous_release
 from tests.integration.test_apply import Env, env_on, spec_text
 
 
@@ -145,3 +149,44 @@ def test_a_name_the_other_owner_manages_is_refused_with_nothing_written(
     # A is untouched by B's attempt: its re-apply is still a no-op.
     a_again = team_a.apply()
     assert (a_again["applied"], a_again["requests"]) == (0, 2 + 1), a_again
+
+
+@pytest.fixture(scope="module")
+def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Release:
+    return install_previous_release(tmp_path_factory.mktemp("previous-release"))
+
+
+def _previous(
+    team: Team, release: Release, cluster: LiveCluster, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """`lockctl ARGS` of the previous release, on the test's spec, secrets and cluster."""
+    argv = [*release.program, *args, *team.env.flags(), *cluster.tls_flags()]
+    return subprocess.run(
+        argv, capture_output=True, text=True, env=release.environment(), timeout=120, check=False
+    )
+
+
+def test_the_previous_releases_objects_are_the_default_owners_unchanged(
+    team_a: Team, team_b: Team, previous_release: Release, live_cluster: LiveCluster
+) -> None:
+    """The previous release applies a spec without an owner; this release's apply of the same
+    spec is a no-op (nothing written, the same requests), and the previous release does not
+    take a named owner's objects for its own (its plan lists none of them as stale)."""
+    old = team_a.env
+    worker, jobs = old.name("old-w"), [old.name("old-1"), old.name("old-2")]
+    old.write_text(spec_text({job: [worker] for job in jobs}, [worker]))
+    applied = _previous(team_a, previous_release, live_cluster, "apply")
+    assert applied.returncode == 0, applied.stderr
+    again = old.run("apply", "--json")
+    assert again.exit_code == 0, again.output
+    record = json.loads(again.stdout)
+    assert (record["applied"], record["requests"]) == (0, 2 + 1), record
+    assert len(worker_tokens(old.cluster.management(), worker)) == 1
+
+    team_b.write([team_b.job("one")])
+    team_b.apply()
+    seen = _previous(team_a, previous_release, live_cluster, "plan")
+    assert seen.returncode == 0, seen.stderr  # no change for the previous release either
+    for name in (lock_policy_name(team_b.job("one")), session_policy_name(team_b.worker)):
+        assert name not in seen.stderr, seen.stderr
+    assert team_b.worker not in seen.stderr
