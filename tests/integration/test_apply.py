@@ -6,7 +6,7 @@ test names its jobs and workers with its own uid (a worker is named after a real
 where sessions on that node are tested) and deletes what its specs made at its end; `--prune`
 of a spec without an owner, which deletes every object of the default owner its spec does not
 name, whoever made it, runs on a Consul of the test's own (private_consul.py). Two specs with
-owners of their own prune beside other tests' objects: test_owners.py."""
+owners of their own prune beside other tests' objects: test_two_owners.py."""
 
 from __future__ import annotations
 
