@@ -114,6 +114,12 @@ def test_prune_of_one_owner_leaves_the_other_owners_objects(team_a: Team, team_b
     assert team_b.token() == b_token
     b_again = team_b.apply("--prune")
     assert (b_again["applied"], b_again["requests"]) == (0, 2 + 3 + 1), b_again
+    # rotate finds B's token by B's owner, and leaves B with one token, converged.
+    rotated = team_b.env.run("rotate", "--worker", team_b.worker)
+    assert rotated.exit_code == 0, rotated.output
+    assert f"revoked {b_token}" in rotated.stdout
+    assert team_b.token() != b_token
+    assert team_b.apply()["applied"] == 0
 
 
 def test_a_name_the_other_owner_manages_is_refused_with_nothing_written(
