@@ -18,10 +18,9 @@ from typing import Any
 
 from provision.errors import InputError
 from provision.spec.models import AuthMethod, Spec
-from provision.spec.names import MANAGED_MARKER, role_name
+from provision.spec.names import managed_description, role_name
 from provision.system.files import UnreadableFile, read_regular_file
 
-DESCRIPTION_PREFIX = f"{MANAGED_MARKER}: "
 MAX_KEYS_BYTES = 1024 * 1024  # a PEM file of public keys; a JWKS of 1,000 keys is ~500 KB
 _PEM = re.compile(
     r"-----BEGIN (PUBLIC KEY|RSA PUBLIC KEY|EC PUBLIC KEY|CERTIFICATE)-----\n"
@@ -119,11 +118,6 @@ class DesiredIdentity:
 NO_IDENTITY = DesiredIdentity()
 
 
-def managed_description(source: str) -> str:
-    """`lockctl-managed: worker "w"`: the marker on every identity object lockctl manages."""
-    return f"{DESCRIPTION_PREFIX}{source}"
-
-
 def selector(claims: tuple[tuple[str, str], ...]) -> str:
     """The binding-rule selector matching exactly these claims: `value.a == "x" and ...`.
 
@@ -140,7 +134,7 @@ def desired_identity(spec: Spec, policies: Mapping[str, tuple[str, ...]]) -> Des
     for worker in spec.workers:
         if worker.identity is None:
             continue
-        source = managed_description(f'worker "{worker.name}"')
+        source = managed_description(f'worker "{worker.name}"', spec.owner)
         role = role_name(worker.name)
         roles.append(DesiredRole(worker.name, role, source, policies.get(worker.name, ())))
         rules.append(
@@ -159,7 +153,7 @@ def _method(spec: Spec, method: AuthMethod) -> DesiredAuthMethod:
     return DesiredAuthMethod(
         name=method.name,
         type=method.type,
-        description=managed_description(f'auth_method "{method.name}"'),
+        description=managed_description(f'auth_method "{method.name}"', spec.owner),
         max_token_ttl=method.max_token_ttl.seconds,
         bound_issuer=method.bound_issuer or "",
         bound_audiences=method.bound_audiences,

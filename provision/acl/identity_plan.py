@@ -4,8 +4,8 @@ Auth methods and roles are matched by name (an unmarked one of that name is adop
 to carry lockctl's marker), binding rules, which have no name, by their marker description
 (`lockctl-managed: worker "w"`) within their auth method, else adopted when an unmarked rule
 of that method binds the worker's role. Compared semantically: audiences and keys as sets,
-"10m0s" equal to "600s". With prune, managed objects the spec no longer has are deleted;
-nothing unmarked ever is.
+"10m0s" equal to "600s". With prune, the objects marked as the spec owner's that the spec no
+longer has are deleted; nothing unmarked, and nothing of another owner, ever is.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from provision.acl.identity import (
-    DESCRIPTION_PREFIX,
     DesiredAuthMethod,
     DesiredIdentity,
     DesiredRole,
@@ -23,12 +22,12 @@ from provision.acl.identity import (
 )
 from provision.durations import DurationSyntaxError, parse_duration
 from provision.errors import InputError
-from provision.spec.names import ROLE_PREFIX
+from provision.spec.names import DEFAULT_OWNER, ROLE_PREFIX, parse_managed
 
 IdentityAction = Literal["create", "update", "delete"]
 Kind = Literal["auth-method", "role", "binding-rule"]
-WORKER_MARK = f'{DESCRIPTION_PREFIX}worker "'
-METHOD_MARK = f'{DESCRIPTION_PREFIX}auth_method "'
+WORKER_SOURCE = 'worker "'  # the start of a role's or binding rule's marker source
+METHOD_SOURCE = 'auth_method "'
 _CONFIG_KEYS = ("BoundIssuer", "BoundAudiences", "JWTValidationPubKeys", "ClaimMappings")
 
 
@@ -101,13 +100,16 @@ class IdentityPlan:
     not_pruned: tuple[str, ...] = ()
 
 
-def plan_identity(desired: DesiredIdentity, live: LiveIdentity, *, prune: bool) -> IdentityPlan:
-    """The changes that make `live`'s identity objects match `desired`."""
+def plan_identity(
+    desired: DesiredIdentity, live: LiveIdentity, *, prune: bool, owner: str = DEFAULT_OWNER
+) -> IdentityPlan:
+    """The changes that make `live`'s identity objects match `desired`; only `owner`'s marked
+    objects are ever stale (deleted with `prune`)."""
     changes: list[IdentityChange] = []
     stale: list[IdentityChange] = []
     unchanged = 0
     for plan in (_plan_methods, _plan_roles, _plan_rules):
-        made, same, old = plan(desired, live)
+        made, same, old = plan(desired, live, owner)
         changes += made
         stale += old
         unchanged += same
@@ -123,7 +125,13 @@ def plan_identity(desired: DesiredIdentity, live: LiveIdentity, *, prune: bool) 
 _Planned = tuple[list[IdentityChange], int, list[IdentityChange]]
 
 
-def _plan_methods(desired: DesiredIdentity, live: LiveIdentity) -> _Planned:
+def _owned(description: str, owner: str, source: str) -> bool:
+    """Whether `description` is `owner`'s marker on an object made from `source` (`worker "`)."""
+    marker = parse_managed(description)
+    return marker is not None and marker.owner == owner and marker.source.startswith(source)
+
+
+def _plan_methods(desired: DesiredIdentity, live: LiveIdentity, owner: str) -> _Planned:
     by_name = {m.name: m for m in live.methods}
     changes: list[IdentityChange] = []
     unchanged = 0
@@ -150,7 +158,7 @@ def _plan_methods(desired: DesiredIdentity, live: LiveIdentity) -> _Planned:
     stale = [
         IdentityChange("delete", "auth-method", m.name, "managed, no longer in the spec", m.name)
         for m in sorted(live.methods, key=lambda m: m.name)
-        if m.name not in wanted and m.description.startswith(METHOD_MARK)
+        if m.name not in wanted and _owned(m.description, owner, METHOD_SOURCE)
     ]
     return changes, unchanged, stale
 
@@ -188,12 +196,12 @@ def _seconds(text: str) -> float:
 
 
 def _description_reason(current: str) -> str:
-    if not current.startswith(DESCRIPTION_PREFIX):
+    if parse_managed(current) is None:
         return "adopt: existing object of that name gets lockctl's marker"
     return "description differs"
 
 
-def _plan_roles(desired: DesiredIdentity, live: LiveIdentity) -> _Planned:
+def _plan_roles(desired: DesiredIdentity, live: LiveIdentity, owner: str) -> _Planned:
     by_name = {r.name: r for r in live.roles}
     changes: list[IdentityChange] = []
     unchanged = 0
@@ -219,7 +227,7 @@ def _plan_roles(desired: DesiredIdentity, live: LiveIdentity) -> _Planned:
         for r in sorted(live.roles, key=lambda r: r.name)
         if r.name not in wanted
         and r.name.startswith(ROLE_PREFIX)
-        and r.description.startswith(WORKER_MARK)
+        and _owned(r.description, owner, WORKER_SOURCE)
     ]
     return changes, unchanged, stale
 
@@ -230,7 +238,7 @@ def _set_change(what: str, old: tuple[str, ...], new: tuple[str, ...]) -> str:
     return f"{what} {' '.join(added + removed)}"
 
 
-def _plan_rules(desired: DesiredIdentity, live: LiveIdentity) -> _Planned:
+def _plan_rules(desired: DesiredIdentity, live: LiveIdentity, owner: str) -> _Planned:
     changes: list[IdentityChange] = []
     unchanged = 0
     used: set[str] = set()
@@ -260,7 +268,7 @@ def _plan_rules(desired: DesiredIdentity, live: LiveIdentity) -> _Planned:
             "delete", "binding-rule", _rule_label(r), "managed, no longer in the spec", r.id
         )
         for r in sorted(live.rules, key=lambda r: (r.description, r.id))
-        if r.id not in used and r.description.startswith(WORKER_MARK)
+        if r.id not in used and _owned(r.description, owner, WORKER_SOURCE)
     ]
     return changes, unchanged, stale
 
@@ -280,7 +288,7 @@ def _matching_rule(
     unmarked = [
         r
         for r in mine
-        if not r.description.startswith(DESCRIPTION_PREFIX)
+        if parse_managed(r.description) is None
         and (r.bind_type, r.bind_name) == ("role", want.role)
     ]
     return min(unmarked, key=lambda r: r.id) if unmarked else None
@@ -288,4 +296,6 @@ def _matching_rule(
 
 def _rule_label(rule: LiveRule) -> str:
     """A stale rule's worker, from its marker (`lockctl-managed: worker "w"` -> w)."""
-    return rule.description.removeprefix(WORKER_MARK).removesuffix('"') or rule.id
+    marker = parse_managed(rule.description)
+    source = marker.source if marker is not None else ""
+    return source.removeprefix(WORKER_SOURCE).removesuffix('"') or rule.id

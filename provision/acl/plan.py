@@ -14,21 +14,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from provision.acl.identity_plan import IdentityChange, plan_identity
+from provision.acl.owners import refuse_foreign_objects
 from provision.acl.rules import rules_equivalent
-from provision.acl.state import (
-    POLICY_DESCRIPTION_PREFIX,
-    DesiredPolicy,
-    TokenFileState,
-    is_managed_policy,
-)
 
-# Re-exported: apply and the CLI take the plan's vocabulary from here, the two sides included.
+# The `X as X` imports are re-exported: apply and the CLI take the plan's vocabulary from here.
 from provision.acl.state import Desired as Desired
+from provision.acl.state import DesiredPolicy, TokenFileState, is_managed_policy
 from provision.acl.state import LivePolicy as LivePolicy
 from provision.acl.state import LiveState as LiveState
 from provision.acl.state import LiveToken as LiveToken
 from provision.acl.state import desired_from_render as desired_from_render
-from provision.spec.names import TOKEN_DESCRIPTION_PREFIX
+from provision.spec.names import parse_managed, parse_token_description
 
 Action = Literal["create", "update", "delete", "write-secret"]
 
@@ -135,8 +131,11 @@ def plan_changes(
     `token_files`: the state of each worker's token file (a worker without an entry has none).
     A file that does not hold the worker's current token, or is open to others, is rewritten.
     With `prune`, managed policies and tokens no longer in the spec are deleted; never anything
-    unmarked.
+    unmarked. Only objects of the spec's owner are its own: one the spec wants that is marked as
+    another owner's is an OwnerConflict (raised before any change is planned), and another
+    owner's objects are never stale here.
     """
+    refuse_foreign_objects(desired, live)
     policy_changes, same_policies = _plan_policies(desired, live)
     token_changes, same_tokens = _plan_tokens(desired, live, token_files or {})
     stale_tokens = _stale_tokens(desired, live)
@@ -156,7 +155,7 @@ def plan_changes(
     else:
         not_pruned = [f"token {t.description!r}" for t in stale_tokens]
         not_pruned += [f"policy {p.name}" for p in stale_policies]
-    identity = plan_identity(desired.identity, live.identity, prune=prune)
+    identity = plan_identity(desired.identity, live.identity, prune=prune, owner=desired.owner)
     return Plan(
         tuple(policy_changes),
         tuple(token_changes),
@@ -199,7 +198,7 @@ def _policy_difference(policy: DesiredPolicy, current: LivePolicy) -> str | None
     if current.rules is None or not rules_equivalent(current.rules, policy.rules):
         reasons.append("rules differ")
     if current.description != policy.description:
-        if not current.description.startswith(POLICY_DESCRIPTION_PREFIX):
+        if parse_managed(current.description) is None:
             reasons.append("adopt: existing policy of that name gets lockctl's marker")
         else:
             reasons.append("description differs")
@@ -284,20 +283,27 @@ def _policy_set_change(old: Iterable[str], new: Iterable[str]) -> str:
 
 
 def _stale_tokens(desired: Desired, live: LiveState) -> list[LiveToken]:
+    """The owner's worker tokens whose worker the spec no longer has."""
     wanted = {t.description for t in desired.tokens}
     return sorted(
         (
             t
             for t in live.tokens
-            if t.description.startswith(TOKEN_DESCRIPTION_PREFIX) and t.description not in wanted
+            if _is_owners_token(t, desired.owner) and t.description not in wanted
         ),
         key=lambda t: (t.description, t.create_index),
     )
 
 
+def _is_owners_token(token: LiveToken, owner: str) -> bool:
+    marker = parse_token_description(token.description)
+    return marker is not None and marker.owner == owner
+
+
 def _stale_policies(desired: Desired, live: LiveState) -> list[LivePolicy]:
+    """The owner's policies the spec no longer has (another owner's are never stale here)."""
     wanted = {p.name for p in desired.policies}
     return sorted(
-        (p for p in live.policies if is_managed_policy(p) and p.name not in wanted),
+        (p for p in live.policies if is_managed_policy(p, desired.owner) and p.name not in wanted),
         key=lambda p: p.name,
     )

@@ -20,7 +20,12 @@ from provision.acl.identity import NO_IDENTITY, DesiredIdentity, desired_identit
 from provision.acl.lint import Finding, lint_rules
 from provision.errors import InputError
 from provision.spec.models import Spec
-from provision.spec.names import lock_policy_name, session_policy_name, token_description
+from provision.spec.names import (
+    DEFAULT_OWNER,
+    lock_policy_name,
+    session_policy_name,
+    token_description,
+)
 from provision.system.control_keys import control_prefix
 from provision.system.files import PUBLIC_MODE, write_atomically
 from provision.system.templates import make_environment, render_template
@@ -64,6 +69,7 @@ class RenderResult:
     policies: tuple[RenderedPolicy, ...]
     tokens: tuple[TokenPlan, ...]
     identity: DesiredIdentity = NO_IDENTITY
+    owner: str = DEFAULT_OWNER  # the spec's: written into every object's marker
 
     def manifest_text(self) -> str:
         """manifest.json: which policies exist and which token (one per worker) carries which."""
@@ -103,9 +109,12 @@ def render_policies(spec: Spec, templates_dir: Path) -> RenderResult:
     for policy in policies:
         _refuse_unless_clean(spec, policy, templates_dir, nodes)
     locks = _lock_policies_by_worker(spec)
-    tokens = tuple(_token(worker.name, locks.get(worker.name, [])) for worker in spec.workers)
+    tokens = tuple(
+        _token(worker.name, spec.owner, locks.get(worker.name, [])) for worker in spec.workers
+    )
     identity = desired_identity(spec, {t.worker: t.policies for t in tokens})
-    return RenderResult(spec.path, tuple(sorted(policies, key=lambda p: p.name)), tokens, identity)
+    ordered = tuple(sorted(policies, key=lambda p: p.name))
+    return RenderResult(spec.path, ordered, tokens, identity, spec.owner)
 
 
 def _lock_policies_by_worker(spec: Spec) -> dict[str, list[str]]:
@@ -118,9 +127,9 @@ def _lock_policies_by_worker(spec: Spec) -> dict[str, list[str]]:
     return found
 
 
-def _token(worker: str, lock_policies: list[str]) -> TokenPlan:
+def _token(worker: str, owner: str, lock_policies: list[str]) -> TokenPlan:
     names = [*lock_policies, session_policy_name(worker)]
-    return TokenPlan(worker, token_description(worker), tuple(sorted(names)))
+    return TokenPlan(worker, token_description(worker, owner), tuple(sorted(names)))
 
 
 def _refuse_unless_clean(

@@ -17,7 +17,7 @@ from provision.acl.writes import ACL_WRITE_HINT, RETRY_PAUSE, denied_as, mint_to
 from provision.consul import Consul, ConsulServerError, ConsulUnavailable, PermissionDenied
 from provision.consul.models import Token
 from provision.errors import LocalEnvironmentError
-from provision.spec.names import token_description
+from provision.spec.names import DEFAULT_OWNER, token_description
 from provision.system.deadline import Deadline, retry_until
 from provision.system.secrets import read_secret_file
 
@@ -51,6 +51,7 @@ def rotate_worker_token(
     read_back_deadline: float = READ_BACK_DEADLINE,
     lock_wait: float = DEFAULT_LOCK_WAIT,
     stop: StopFlag | None = None,
+    owner: str = DEFAULT_OWNER,
 ) -> RotateResult:
     """Mint a new token for `worker` with the same policies, write it, read it back from the
     file and through Consul, and only then revoke the old one(s); under lockctl's lock.
@@ -61,13 +62,26 @@ def rotate_worker_token(
     path = secret_path(secrets_dir, worker)  # checks the name before anything is read
     check_secrets_dir(secrets_dir)
     with apply_lock(consul, "rotate", wait=lock_wait, stop=stop):
-        return _rotate(consul, worker, path, read_back_deadline, stop)
+        token = _WorkerToken(worker, token_description(worker, owner))
+        return _rotate(consul, token, path, read_back_deadline, stop)
+
+
+@dataclass(frozen=True)
+class _WorkerToken:
+    """Which token a rotate replaces: the worker's, by the description of the spec's owner."""
+
+    worker: str
+    description: str
 
 
 def _rotate(
-    consul: Consul, worker: str, path: Path, read_back_deadline: float, stop: StopFlag | None
+    consul: Consul,
+    token: _WorkerToken,
+    path: Path,
+    read_back_deadline: float,
+    stop: StopFlag | None,
 ) -> RotateResult:
-    description = token_description(worker)
+    worker, description = token.worker, token.description
     with denied_as(ACL_WRITE_HINT, "list ACL tokens"):
         current = [t for t in consul.acl.list_tokens() if t.description == description]
     if not current:

@@ -15,15 +15,16 @@ from typing import TYPE_CHECKING, Any
 from provision.acl.identity import NO_IDENTITY, DesiredIdentity
 from provision.acl.identity_plan import NO_LIVE_IDENTITY, LiveIdentity
 from provision.spec.names import (
+    DEFAULT_OWNER,
     LOCK_POLICY_PREFIX,
-    MANAGED_MARKER,
     SESSION_POLICY_PREFIX,
+    managed_description,
+    parse_managed,
 )
 
 if TYPE_CHECKING:  # only a type here: importing render would load jinja2 into the pure plan
     from provision.acl.render import RenderResult
 
-POLICY_DESCRIPTION_PREFIX = f"{MANAGED_MARKER}: "
 MANAGED_POLICY_PREFIXES = (LOCK_POLICY_PREFIX, SESSION_POLICY_PREFIX)
 
 
@@ -53,22 +54,19 @@ class Desired:
     policies: tuple[DesiredPolicy, ...]
     tokens: tuple[DesiredToken, ...]
     identity: DesiredIdentity = NO_IDENTITY  # auth methods, roles, binding rules
-
-
-def policy_description(source: str) -> str:
-    """The description that marks a policy as lockctl's: `lockctl-managed: job "x"`."""
-    return f"{POLICY_DESCRIPTION_PREFIX}{source}"
+    owner: str = DEFAULT_OWNER  # the spec's: only objects whose marker names it are its own
 
 
 def desired_from_render(result: RenderResult) -> Desired:
     """What Consul should hold for a rendered spec."""
     policies = tuple(
-        DesiredPolicy(p.name, policy_description(p.source), p.rules) for p in result.policies
+        DesiredPolicy(p.name, managed_description(p.source, result.owner), p.rules)
+        for p in result.policies
     )
     tokens = tuple(
         DesiredToken(t.worker, t.description, tuple(sorted(t.policies))) for t in result.tokens
     )
-    return Desired(policies, tokens, result.identity)
+    return Desired(policies, tokens, result.identity, result.owner)
 
 
 def policy_hash(name: str, description: str, rules: str) -> str:
@@ -141,8 +139,11 @@ class TokenFileState:
     problems: tuple[str, ...] = ()
 
 
-def is_managed_policy(policy: LivePolicy) -> bool:
-    """lockctl's own worker policies: its name prefix and its marker description, both."""
-    return policy.name.startswith(MANAGED_POLICY_PREFIXES) and policy.description.startswith(
-        POLICY_DESCRIPTION_PREFIX
+def is_managed_policy(policy: LivePolicy, owner: str) -> bool:
+    """`owner`'s own worker policies: lockctl's name prefix and a marker naming `owner`."""
+    marker = parse_managed(policy.description)
+    return (
+        policy.name.startswith(MANAGED_POLICY_PREFIXES)
+        and marker is not None
+        and marker.owner == owner
     )

@@ -38,7 +38,8 @@ R = TypeVar("R")
 Prune = Annotated[
     bool,
     typer.Option(
-        "--prune", help="Delete lockctl-managed policies and tokens no longer in the spec."
+        "--prune",
+        help="Delete the spec owner's lockctl-managed objects that are no longer in the spec.",
     ),
 ]
 Concurrency = Annotated[
@@ -267,12 +268,13 @@ def _rotate(
     from provision.acl.apply import check_secrets_dir
     from provision.acl.rotate import rotate_worker_token
 
-    names = _spec_workers(spec, worker)
+    names, owner = _spec_workers(spec, worker)
     wait = _lock_wait(lock_wait)
     check_secrets_dir(secrets_dir)
     consul = connection.connect()
     results = [
-        rotate_worker_token(consul, name, secrets_dir, lock_wait=wait, stop=stop) for name in names
+        rotate_worker_token(consul, name, secrets_dir, lock_wait=wait, stop=stop, owner=owner)
+        for name in names
     ]
     if as_json:
         typer.echo(json.dumps([r.to_record() for r in results], indent=2))
@@ -296,20 +298,22 @@ def _desired(spec: Path, templates_dir: Path | None) -> Desired:
     return desired_from_render(render_policies(loaded, find_templates_dir(templates_dir)))
 
 
-def _spec_workers(spec: Path, names: list[str]) -> list[str]:
-    """`names` if each is a worker of the spec; checked before anything is read or written
-    (a name is part of a file path: `../x` would write outside the secrets folder)."""
+def _spec_workers(spec: Path, names: list[str]) -> tuple[list[str], str]:
+    """`names` if each is a worker of the spec, and the spec's owner (whose token to rotate);
+    checked before anything is read or written (a name is part of a file path: `../x` would
+    write outside the secrets folder)."""
     from provision.spec import load_spec
     from provision.spec.names import NAME_RULE, is_valid_name
 
     for name in names:
         if not is_valid_name(name):
             raise InputError(f"--worker {name!r}: not a valid worker name ({NAME_RULE})")
-    declared = {w.name for w in load_spec(spec).workers}
+    loaded = load_spec(spec)
+    declared = {w.name for w in loaded.workers}
     for name in names:
         if name not in declared:
             raise InputError(f"--worker {name}: not a worker of {spec}")
-    return names
+    return names, loaded.owner
 
 
 def _lock_wait(value: float) -> float:

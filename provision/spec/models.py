@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from provision.durations import Duration, parse_duration
-from provision.spec.names import lock_key
+from provision.spec.names import DEFAULT_OWNER, lock_key
 from provision.system.http_call import HttpCall
 from provision.timings import COUNT_DEFAULTS, DEFAULT_CATCHUP, DEFAULTS, JobTimings
 
@@ -114,6 +114,7 @@ class Spec:
     workers: tuple[Worker, ...]
     jobs: tuple[Job, ...]
     auth_methods: tuple[AuthMethod, ...] = ()  # sorted by name
+    owner: str = DEFAULT_OWNER  # whose Consul objects these are: plan and apply touch no other's
 
     def worker(self, name: str) -> Worker:
         """The worker called `name` (KeyError if it is not declared)."""

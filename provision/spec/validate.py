@@ -32,7 +32,7 @@ from provision.spec.job_timings import (
     with_retries,
 )
 from provision.spec.models import AuthMethod, Job, Spec, Worker
-from provision.spec.names import NAME_RULE, is_valid_name
+from provision.spec.names import DEFAULT_OWNER, NAME_RULE, is_valid_name
 from provision.spec.prefixes import check_job_prefixes
 from provision.spec.problems import Problems, shown
 from provision.spec.values import (
@@ -44,6 +44,7 @@ from provision.spec.values import (
     read_job_workers,
     read_prefix,
     read_schedule,
+    read_string,
     read_timezone,
 )
 from provision.system.files import UnreadableFile, read_regular_file
@@ -109,13 +110,11 @@ def parse_spec(text: str, path: str) -> Spec:
     return spec
 
 
+TOP_LEVEL_KEYS = ("owner",)
+
+
 def _build(body: Body, problems: Problems) -> Spec:
-    for attribute in body.attributes:
-        problems.add(
-            attribute.line,
-            attribute.name,
-            "unknown top-level attribute; expected blocks defaults, worker, job and auth_method",
-        )
+    owner = _owner(body, problems)
     blocks = _known_blocks(body.blocks, problems)
     _check_duplicates(blocks["worker"], "worker", problems)
     _check_duplicates(blocks["job"], "job", problems)
@@ -134,7 +133,34 @@ def _build(body: Body, problems: Problems) -> Spec:
         workers=tuple(sorted(workers, key=lambda w: w.name)),
         jobs=tuple(sorted(named_jobs, key=lambda j: j.name)),
         auth_methods=tuple(methods[name] for name in sorted(methods)),
+        owner=owner,
     )
+
+
+def _owner(body: Body, problems: Problems) -> str:
+    """The spec's `owner = "NAME"` (a name like a job's; DEFAULT_OWNER when absent), reporting
+    every other top-level attribute and a second `owner`."""
+    found: Attribute | None = None
+    for attribute in body.attributes:
+        if attribute.name not in TOP_LEVEL_KEYS:
+            hint = _did_you_mean(attribute.name, TOP_LEVEL_KEYS)
+            problems.add(
+                attribute.line,
+                attribute.name,
+                f"unknown top-level attribute{hint}; expected owner, and blocks defaults, "
+                "worker, job and auth_method",
+            )
+        elif found is not None:
+            problems.add(attribute.line, "owner", f"set twice; the first is on line {found.line}")
+        else:
+            found = attribute
+    if found is None:
+        return DEFAULT_OWNER
+    owner = read_string(found, "owner", problems)
+    if owner is not None and not is_valid_name(owner):
+        problems.add(found.line, "owner", f'"{shown(owner)}": invalid name: {NAME_RULE}')
+        return DEFAULT_OWNER
+    return owner or DEFAULT_OWNER
 
 
 def _known_blocks(blocks: Iterable[Block], problems: Problems) -> dict[str, list[Block]]:

@@ -10,6 +10,8 @@ from provision.acl.lint import has_errors, lint_rules
 from provision.acl.rules import rules_equivalent
 from provision.consul import Consul
 from provision.consul.errors import ConsulHTTPError
+from provision.spec.names import parse_managed
+from provision.spec.problems import shown
 from provision.system.secrets import Secret
 from provision.verify.context import VerifyContext, WorkerAccess
 from provision.verify.evidence import CheckFailed, CheckSkipped, Evidence, status_of, verify_session
@@ -174,6 +176,13 @@ def check_live_policies_lint(ctx: VerifyContext, ev: Evidence) -> str:
         if policy.name not in live:
             problems.append(f"policy {policy.name} is not in Consul (run lockctl apply)")
             continue
+        marker = parse_managed(live[policy.name].description)
+        if marker is not None and marker.owner != ctx.spec.owner:
+            problems.append(
+                f'policy {policy.name} in Consul is managed by owner "{shown(marker.owner)}", '
+                f'not by this spec\'s owner "{ctx.spec.owner}"'
+            )
+            continue  # another spec's policy: its rules are that spec's, not compared here
         rules = management.acl.read_policy(live[policy.name].id).rules or ""
         if not rules_equivalent(rules, policy.rules):
             problems.append(f"policy {policy.name} in Consul differs from the rendered one")

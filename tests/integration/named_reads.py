@@ -12,7 +12,7 @@ from provision.consul import Consul, NotFound, PermissionDenied
 from provision.consul.identity import BindingRule, Role
 from provision.consul.models import Policy, Session, Token
 from provision.consul.transport import IDEMPOTENT, Call, quote_path
-from provision.spec.names import session_policy_name, token_description
+from provision.spec.names import DEFAULT_OWNER, session_policy_name, token_description
 
 Listed = TypeVar("Listed", Policy, Token, Session)
 
@@ -56,17 +56,17 @@ def tokens_with_policy(consul: Consul, policy_id: str) -> list[Token]:
     return [Token.from_api(raw) for raw in _get(consul, "/v1/acl/tokens", policy=policy_id) or ()]
 
 
-def worker_tokens(consul: Consul, worker: str) -> list[str]:
-    """The accessors of `worker`'s lockctl tokens: every token apply or rotate mints for it
-    carries its session policy, so they are read by that link, not picked from the list of every
-    token (in the order Consul lists them)."""
+def worker_tokens(consul: Consul, worker: str, owner: str = DEFAULT_OWNER) -> list[str]:
+    """The accessors of `worker`'s lockctl tokens (of `owner`'s spec): every token apply or
+    rotate mints for it carries its session policy, so they are read by that link, not picked
+    from the list of every token (in the order Consul lists them)."""
     session_policy = policy_named(consul, session_policy_name(worker))
     if session_policy is None:
         return []
     return [
         t.accessor_id
         for t in tokens_with_policy(consul, session_policy.id)
-        if t.description == token_description(worker)
+        if t.description == token_description(worker, owner)
     ]
 
 

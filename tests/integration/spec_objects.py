@@ -28,17 +28,17 @@ from tests.integration.named_reads import (
 KINDS = ("auth-method", "role", "token", "policy")
 
 
-def _exists(consul: Consul, kind: str, name: str) -> bool:
+def _exists(consul: Consul, kind: str, name: str, owner: str) -> bool:
     if kind == "auth-method":
         return auth_method_named(consul, name) is not None
     if kind == "role":
         return role_named(consul, name) is not None
     if kind == "token":
-        return bool(worker_tokens(consul, name))
+        return bool(worker_tokens(consul, name, owner))
     return policy_named(consul, name) is not None
 
 
-def _delete(consul: Consul, kind: str, name: str) -> None:
+def _delete(consul: Consul, kind: str, name: str, owner: str) -> None:
     if kind == "auth-method":
         if auth_method_named(consul, name) is not None:
             consul.identity.delete_auth_method(name)
@@ -47,7 +47,7 @@ def _delete(consul: Consul, kind: str, name: str) -> None:
         if role is not None:
             consul.identity.delete_role(role.id)
     elif kind == "token":
-        for accessor in worker_tokens(consul, name):
+        for accessor in worker_tokens(consul, name, owner):
             consul.acl.delete_token(accessor)
     else:
         policy = policy_named(consul, name)
@@ -71,6 +71,7 @@ class SpecObjects:
         self.uid = uid
         self.named: set[tuple[str, str]] = set()
         self.theirs: set[tuple[str, str]] = set()
+        self.owner: dict[tuple[str, str], str] = {}  # the owner of the spec that named it first
 
     def note(self, spec_path: Path) -> None:
         """Call before the spec at `spec_path` is applied (an invalid one makes nothing)."""
@@ -83,7 +84,8 @@ class SpecObjects:
             if (kind, name) in self.named:
                 continue
             self.named.add((kind, name))
-            if self.uid not in name and _exists(consul, kind, name):
+            self.owner[(kind, name)] = rendered.owner
+            if self.uid not in name and _exists(consul, kind, name, rendered.owner):
                 self.theirs.add((kind, name))
 
     def delete(self) -> None:
@@ -93,7 +95,7 @@ class SpecObjects:
         failed = []
         for kind, name in mine:
             try:
-                _delete(consul, kind, name)
+                _delete(consul, kind, name, self.owner[(kind, name)])
             except ConsulError as exc:  # the others are still deleted; this one is reported
                 failed.append(f"{kind} {name}: {exc}")
         assert not failed, f"left behind: {'; '.join(failed)}"

@@ -3,9 +3,10 @@ secrets never printed, failures, SIGKILL at random points, and a leader kill mid
 
 The cluster is shared by every test, and lockctl's managed set is the whole cluster's: each
 test names its jobs and workers with its own uid (a worker is named after a real node only
-where sessions on that node are tested) and deletes what its specs made at its end; `--prune`,
-which deletes every lockctl-managed object its spec does not name, whoever made it, runs on a
-Consul of the test's own (private_consul.py)."""
+where sessions on that node are tested) and deletes what its specs made at its end; `--prune`
+of a spec without an owner, which deletes every object of the default owner its spec does not
+name, whoever made it, runs on a Consul of the test's own (private_consul.py). Two specs with
+owners of their own prune beside other tests' objects: test_two_owners.py."""
 
 from __future__ import annotations
 
@@ -250,9 +251,9 @@ def _deleted(record: dict[str, list[dict[str, str]]], kind: str, field: str) -> 
 
 
 def test_prune_deletes_only_what_lockctl_manages(own_env: Env, own_consul: PrivateConsul) -> None:
-    """On a Consul of the test's own: `--prune` deletes every lockctl-managed object its spec
-    does not name, whoever made it, so on the shared cluster it would take other tests' objects
-    (and what it deleted could not be asserted exactly)."""
+    """On a Consul of the test's own: `--prune` of a spec without an owner deletes every object
+    of the default owner its spec does not name, whoever made it, so on the shared cluster it
+    would take other tests' objects (and what it deleted could not be asserted exactly)."""
     env = own_env
     mgmt = env.cluster.management()
     uid = env.uid

@@ -23,6 +23,7 @@ from provision.consul import ConsulSettings, resolve_settings
 from provision.consul.errors import ConsulUnavailable
 from provision.runner.status import LockState
 from provision.spec import load_spec
+from provision.spec.names import DEFAULT_OWNER, managed_description
 from provision.system.templates import CHECKOUT_TEMPLATES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -209,16 +210,20 @@ def test_worker_config_help_shows_only_the_new_name() -> None:
 class _LivePolicies:
     """A management client whose Consul holds `rules` (policy name -> rules)."""
 
-    def __init__(self, rules: dict[str, str]) -> None:
+    def __init__(self, rules: dict[str, str], owner: str = DEFAULT_OWNER) -> None:
         self.acl = self
         self.status = self  # verify asks every agent for its leader before the checks
         self._rules = rules
+        self._owner = owner  # the owner every policy's marker names
 
     def leader(self) -> str:
         return "127.0.0.1:8300"
 
     def list_policies(self) -> list[SimpleNamespace]:
-        return [SimpleNamespace(name=name, id=name) for name in self._rules]
+        return [
+            SimpleNamespace(name=name, id=name, description=managed_description(name, self._owner))
+            for name in self._rules
+        ]
 
     def read_policy(self, policy_id: str) -> SimpleNamespace:
         return SimpleNamespace(rules=self._rules[policy_id])
@@ -254,6 +259,27 @@ def test_verify_lints_the_live_policies_against_the_given_templates(
     assert packaged.exit_code == 1, packaged.output
     (check,) = json.loads(packaged.stdout)["checks"]
     assert "in Consul differs from the rendered one" in check["summary"]
+
+
+def test_verify_fails_a_policy_another_owner_manages(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The example's policies, as they are rendered, but marked as another spec owner's."""
+    live = render_policies(load_spec(EXAMPLE), CHECKOUT_TEMPLATES)
+    fake = _LivePolicies({policy.name: policy.rules for policy in live.policies}, "billing")
+    monkeypatch.setattr("provision.verify.context.Consul", lambda settings: fake)
+    token = tmp_path / "management.token"
+    token.write_text("test-placeholder\n")
+    args = ["verify", "--spec", str(EXAMPLE), "--secrets-dir", str(tmp_path / "none")]
+    args += ["--token-file", str(token), "--only", "live-policies-lint", "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    (check,) = json.loads(result.stdout)["checks"]
+    assert check["status"] == "fail"
+    assert (
+        'policy lock-hourly-report in Consul is managed by owner "billing", not by this '
+        'spec\'s owner "default"'
+    ) in check["summary"]
 
 
 def test_verify_templates_dir_must_be_a_folder(tmp_path: Path) -> None:

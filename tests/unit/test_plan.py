@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from provision.acl.owners import OwnerConflict
 from provision.acl.plan import plan_changes, policies_to_read
 from provision.acl.render import render_policies
 from provision.acl.rules import rules_equivalent
@@ -32,6 +33,7 @@ from provision.acl.state import (
     policy_hash,
 )
 from provision.spec import parse_spec
+from provision.spec.names import DEFAULT_OWNER
 from provision.system.templates import find_templates_dir
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "plan"
@@ -44,6 +46,7 @@ def _desired(raw: dict[str, Any]) -> Desired:
         tuple(
             DesiredToken(t["worker"], t["description"], tuple(t["policies"])) for t in raw["tokens"]
         ),
+        owner=raw.get("owner", DEFAULT_OWNER),  # a case without one: a spec that names none
     )
 
 
@@ -69,7 +72,10 @@ def _plan_case(case: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         worker: TokenFileState(state["holds"], tuple(state["problems"]))
         for worker, state in case["token_files"].items()
     }
-    plan = plan_changes(desired, live, token_files=token_files, prune=case["prune"])
+    try:
+        plan = plan_changes(desired, live, token_files=token_files, prune=case["prune"])
+    except OwnerConflict as refused:  # the whole plan refused: nothing would be written
+        return {"refused": str(refused), "exit_code": refused.exit_code}, to_read
     return plan.to_record(), to_read
 
 

@@ -21,7 +21,12 @@ from provision.spec import (
 )
 from provision.spec.hcl import Unsupported
 from provision.spec.hcl_parse import parse_hcl
-from provision.spec.names import is_valid_name, lock_policy_name, session_policy_name
+from provision.spec.names import (
+    DEFAULT_OWNER,
+    is_valid_name,
+    lock_policy_name,
+    session_policy_name,
+)
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "spec"
 CASES = sorted(path.stem for path in GOLDEN.glob("*.hcl"))
@@ -53,7 +58,8 @@ def _describe(spec: Spec) -> dict[str, Any]:
         for job in spec.jobs
     ]
     workers = [{"name": w.name, "address": w.address, "line": w.line} for w in spec.workers]
-    return {"valid": True, "jobs": jobs, "workers": workers}
+    owner = {"owner": spec.owner} if spec.owner != DEFAULT_OWNER else {}  # older cases: none
+    return {"valid": True, "jobs": jobs, "workers": workers} | owner
 
 
 def test_there_are_golden_cases_for_valid_and_invalid_specs() -> None:

@@ -1,0 +1,6 @@
+owner = ["payments"]
+worker "worker-1" {}
+job "a" {
+  prefix  = "locks/a/"
+  workers = ["worker-1"]
+}
