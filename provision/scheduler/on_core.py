@@ -57,6 +57,8 @@ from provision.ledger.control import ControlNote
 from provision.ledger.records import TickRecord
 from provision.ledger.store import Completion
 from provision.ledger.ticks import skew_to_say
+from provision.notify.notifier import PING, JobNotify, Notifier, load_job
+from provision.notify.sender import Sender
 from provision.runner.child import Child, check_program
 from provision.runner.containment import first_telling
 from provision.runner.core_body import RunnerBody, Unfenced, run_env
@@ -297,6 +299,7 @@ class Shared:
     identity: Identity
     report: CoreReport
     forks: ForkServer
+    notifier: Callable[[Note], None] = lambda note: None  # notify/notifier.py
 
 
 class Replica:
@@ -423,6 +426,18 @@ class Replica:
             following = parse_schedule(job.schedule or "", job.timezone).next_ticks(note.tick, 1)
             report.next_tick(note.job, following[0].timestamp())
         report(note)
+        self.shared.notifier(self._with_tails(note))
+
+    def _with_tails(self, note: Note) -> Note:
+        """A completion's record with its output's ends, as the store completed it (the
+        core's copy has none: ServiceStore.complete adds them), for a webhook's body."""
+        record = note.record
+        if note.kind != "completed" or record is None or record.stdout or record.stderr:
+            return note
+        tails = self._tails(note.job, note.tick) if note.tick is not None else None
+        if tails is None:
+            return note
+        return replace(note, record=replace(record, stdout=tails[0], stderr=tails[1]))
 
 
 class CoreScheduler:
@@ -451,7 +466,10 @@ class CoreScheduler:
         # no local agent: the catalog node its TTL-only sessions live on (kept across reloads)
         self.node = agentless_node(config.worker, config.agentless, os.environ)
         identity = Identity(config.worker, socket.gethostname(), os.getpid(), self.node)
-        self.shared = Shared(self.clock, identity, self.report, self.forks)
+        # notifications: one queue and one thread apart from the ticks (notify/sender.py)
+        self.sender = Sender(self.report.notified)
+        self.notifier = Notifier(self.sender, self._read_tick)
+        self.shared = Shared(self.clock, identity, self.report, self.forks, self.notifier)
         self.current: Replica | None = None  # read by the trigger watch's thread
         self._retiring: list[Replica] = []  # an older connection's, until its runs end
         self._connection: ConsulSettings | None = None
@@ -468,6 +486,8 @@ class CoreScheduler:
 
     def run(self) -> int:
         settings = checked_connection(self.config)
+        self.notifier.update(notify_jobs(self.config))  # a URL file refused: nothing started
+        self.sender.start()
         self.forks.start()
         try:
             self._start(settings)
@@ -480,6 +500,7 @@ class CoreScheduler:
             self._end()
         finally:
             self.clock.close()
+            self.sender.close()  # what the last runs said, a few seconds at most
             self.forks.close()  # after the last run: no job of ours is left to fork or keep
             for login in self._logins:  # the tokens go with the process
                 login.close()
@@ -568,6 +589,14 @@ class CoreScheduler:
         error = deregister_node(self.current.consul, self.node)
         self.events.emit("node-deregistered", node=self.node.name, error=error)
 
+    def _read_tick(self, keys: JobKeys, tick: datetime) -> TickRecord | None:
+        """A recovery's look at the previous tick's record (the sender's thread): a stale read
+        on the current connection, past the service store's seams."""
+        replica = self.current
+        if replica is None:
+            return None
+        return ConsulTickStore(replica.consul).read_tick(keys, tick, stale=True)[0]
+
     def _unexpected(self, exc: Exception) -> None:
         """A bug in a callback of the clock thread: said; the clock goes on."""
         self.events.emit("tick-failed", error=unexpected(exc))
@@ -631,6 +660,7 @@ class CoreScheduler:
                     f"{self.config.path}: now for worker {fresh.worker}, not {self.config.worker}"
                 )
             settings = checked_connection(fresh)
+            notify = notify_jobs(fresh)
         except LockctlError as exc:
             self.events.emit("reload-refused", error=str(exc), kept=str(self.config.path))
             return
@@ -649,6 +679,7 @@ class CoreScheduler:
         elif fresh.login is None:  # (a login keeps its own token: consul/login.py)
             self.current.consul.use_token(settings.token)  # the token just read: the same file's
         self.config = fresh
+        self.notifier.update(notify)
         self._on_clock(functools.partial(self._swap, consul, jobs))
         for name in plan.remove:
             self.report.forget(name)
@@ -708,7 +739,25 @@ class CoreScheduler:
                 job.name, job.schedule or "", job.timezone, timeout=job.timings.timeout
             )
             self.report.next_tick(job.name, schedule.next_ticks(now, 1)[0].timestamp())
+            told = job.notifications
+            names = [t.name for t in told.targets] + ([PING] if told.ping_url_file else [])
+            self.report.notify_known(job.name, names)
         self._names = tuple(job.name for job in jobs)
+
+
+def notify_jobs(config: WorkerConfig) -> list[JobNotify]:
+    """The notifications of the config's scheduled jobs, their URL files read and checked
+    (InputError naming the config, the field and the file; never the URL)."""
+    ready = []
+    for job in scheduled_jobs(config):
+        if not job.notifications:
+            continue
+        try:
+            schedule = parse_schedule(job.schedule or "", job.timezone)
+            ready.append(load_job(JobKeys(job.name, job.lock_key), schedule, job.notifications))
+        except InputError as exc:
+            raise InputError(f"{config.path}: jobs.{job.name}: {exc}") from None
+    return ready
 
 
 def _health(report: CoreReport) -> Health:

@@ -1,0 +1,171 @@
+"""The notifications' one queue and one thread, apart from the ticks' work: a tick hands a
+delivery over and goes on; a receiver that never answers holds this thread only.
+
+Bounded everywhere: the queue holds QUEUE_SIZE deliveries (full: the oldest is dropped, and
+said and counted `dropped`); each request waits TIMEOUT at most; a delivery is tried ATTEMPTS
+times (again on no answer, a connection refused, a 429 or a 5xx; never on another 4xx), with
+BACKOFF doubling between tries. Each delivery's end is handed to `said(delivery, result,
+error)`: `sent`, `failed` (the error in words of our own: never the exception's text, which
+quotes the URL), `dropped`, or `skipped` (a success that was no recovery).
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import requests
+
+from provision.system.secrets import Secret
+
+QUEUE_SIZE = 100
+TIMEOUT = 5.0  # seconds to connect, and again to be answered
+ATTEMPTS = 3
+BACKOFF = 1.0  # seconds before the second try; doubling
+DRAIN = 5.0  # seconds a stop leaves the queue to empty (daemon thread: never waited beyond)
+USER_AGENT = "lockctl-notify"
+
+SENT, FAILED, DROPPED, SKIPPED = "sent", "failed", "dropped", "skipped"
+RESULTS = (SENT, FAILED, DROPPED)  # the metric's results, at 0 from the start
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """One request to make: a webhook's POST of `body`, or a ping's GET. `notify`: the notify
+    block's NAME, or "ping"; `wanted`: asked on the sender's thread first, a delivery it says
+    no to is skipped (a success's `recovered`, which reads the previous tick's record)."""
+
+    job: str
+    tick: datetime
+    notify: str
+    event: str
+    url: Secret = field(repr=False)
+    method: str = "POST"
+    body: dict[str, Any] | None = None
+    wanted: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
+
+
+Said = Callable[[Delivery, str, "str | None"], None]
+Post = Callable[[Delivery], int]  # the HTTP status; raises requests' errors
+
+
+class Sender:
+    """The queue and its thread (`start`, `submit`, `close`); `deliver` is one delivery's
+    tries, callable alone (the tests')."""
+
+    def __init__(
+        self,
+        said: Said,
+        *,
+        post: Post | None = None,
+        capacity: int = QUEUE_SIZE,
+        backoff: float = BACKOFF,
+    ) -> None:
+        self.said, self.capacity, self.backoff = said, capacity, backoff
+        self.post = post or _Http().post
+        self._queue: collections.deque[Delivery] = collections.deque()
+        self._changed = threading.Condition()
+        self._closing = threading.Event()  # no more tries
+        self._draining = False  # a stop: the thread ends once the queue is empty
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="lockctl-notify", daemon=True)
+        self._thread.start()
+
+    def submit(self, delivery: Delivery) -> None:
+        """Queue it; never waits (the core's thread calls this). Full: the oldest goes."""
+        dropped = None
+        with self._changed:
+            if len(self._queue) >= self.capacity:
+                dropped = self._queue.popleft()
+            self._queue.append(delivery)
+            self._changed.notify()
+        if dropped is not None:
+            self.said(dropped, DROPPED, f"the queue of {self.capacity} was full")
+
+    @property
+    def queued(self) -> int:
+        with self._changed:
+            return len(self._queue)
+
+    def close(self, drain: float = DRAIN) -> None:
+        """No more tries after `drain` seconds (a receiver that hangs keeps the thread, a
+        daemon, until its timeout; nobody waits for it)."""
+        with self._changed:
+            self._draining = True
+            self._changed.notify()
+        if self._thread is not None:
+            self._thread.join(drain)
+        self._closing.set()
+
+    def _run(self) -> None:
+        while not self._closing.is_set():
+            with self._changed:
+                while not self._queue and not self._draining:
+                    self._changed.wait()
+                if not self._queue:
+                    return
+                delivery = self._queue.popleft()
+            self.deliver(delivery)
+
+    def deliver(self, delivery: Delivery) -> None:
+        """Its tries, then its result said."""
+        try:
+            if delivery.wanted is not None and not delivery.wanted():
+                self.said(delivery, SKIPPED, None)
+                return
+        except Exception as exc:  # the previous record's read failed: no recovery known
+            self.said(delivery, FAILED, f"cannot tell a recovery: {type(exc).__name__}")
+            return
+        error, tries = "not tried", 0
+        for attempt in range(ATTEMPTS):
+            if attempt and self._closing.wait(self.backoff * 2 ** (attempt - 1)):
+                break
+            failed, again = self._try(delivery)
+            tries += 1
+            if failed is None:
+                self.said(delivery, SENT, None)
+                return
+            error = failed
+            if not again:
+                break
+        self.said(delivery, FAILED, f"{error} ({tries} of {ATTEMPTS} tries)")
+
+    def _try(self, delivery: Delivery) -> tuple[str | None, bool]:
+        """One request: (None, _) when answered 2xx, else (the error in words, retry?)."""
+        try:
+            status = self.post(delivery)
+        except requests.Timeout:
+            return f"no answer within {TIMEOUT:g}s", True
+        except requests.ConnectionError:
+            return "cannot connect", True
+        except requests.RequestException as exc:
+            return f"request failed ({type(exc).__name__})", False
+        if 200 <= status < 300:
+            return None, False
+        return f"answered HTTP {status}", status == 429 or status >= 500
+
+
+class _Http:
+    """requests, with a session of its own: no redirect followed (a redirect elsewhere would
+    carry the body away)."""
+
+    def __init__(self) -> None:
+        self.session = requests.Session()
+        self.session.headers["User-Agent"] = USER_AGENT
+
+    def post(self, delivery: Delivery) -> int:
+        answer = self.session.request(
+            delivery.method,
+            delivery.url.reveal(),
+            json=delivery.body,
+            timeout=(TIMEOUT, TIMEOUT),
+            allow_redirects=False,
+        )
+        answer.close()
+        return answer.status_code
