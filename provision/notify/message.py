@@ -8,7 +8,9 @@ The outcomes, from the record the deciding replica wrote:
     missed, a `missed` record       -> "missed"   (the one replica whose record_unrun wrote it)
     completed, succeeded            -> "succeeded": the ping; "recovered" when the job's
                                        previous scheduled tick's record is failed, timed-out,
-                                       lost or missed (`recovered`)
+                                       lost or missed (`recovered`); or, when that tick is
+                                       recorded missed only after this success, told by the
+                                       replica that records it (notifier.py `_after_missed`)
 
 An interrupted run (a stop) and a paused tick tell nobody: neither is the job's failure.
 """

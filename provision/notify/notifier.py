@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from provision.ledger.records import TickRecord
+from provision.ledger.records import TickOutcome, TickRecord
 from provision.notify.message import (
     SUCCEEDED,
     decided,
@@ -25,7 +25,7 @@ from provision.notify.message import (
     recovered,
     webhook_body,
 )
-from provision.notify.sender import Delivery, Sender
+from provision.notify.sender import Delivery, Later, Sender
 from provision.schedule import Schedule
 from provision.system.notify_rules import Notifications, read_url_file
 from provision.system.secrets import Secret
@@ -95,23 +95,43 @@ def deliveries(
     job: JobNotify, word: str, record: TickRecord, read_tick: ReadTick
 ) -> list[Delivery]:
     """What a decided tick sends: the ping (success, or /fail), then each notify block told of
-    the outcome (a success: those told of `recovered`, if it is one)."""
+    the outcome; a recovery's, to those told of `recovered`, made once a record is read."""
     name, tick, made = job.keys.name, record.tick, []
     if job.ping is not None and (word == SUCCEEDED or word in PING_FAILS):
         url = job.ping if word == SUCCEEDED else fail_url(job.ping)
         made.append(Delivery(name, tick, PING, word, url, "GET"))
-    event = "recovered" if word == SUCCEEDED else word
-    wanted = None
-    if word == SUCCEEDED:
-        wanted = functools.cache(functools.partial(_recovers, job, record, read_tick))
     secrets = job.secrets()
     for notify, on, url in job.targets:
-        if event in on:
-            body = webhook_body(name, event, record, notify, secrets)
-            made.append(Delivery(name, tick, notify, event, url, "POST", body, wanted))
+        if word != SUCCEEDED and word in on:
+            body = webhook_body(name, word, record, notify, secrets)
+            made.append(Delivery(name, tick, notify, word, url, "POST", body))
+        if "recovered" in on and word in (SUCCEEDED, "missed"):
+            look = _after_success if word == SUCCEEDED else _after_missed
+            later = functools.partial(look, job, record, notify, read_tick)
+            made.append(Delivery(name, tick, notify, "recovered", url, "POST", None, later))
     return made
 
 
-def _recovers(job: JobNotify, record: TickRecord, read_tick: ReadTick) -> bool:
+def _after_success(
+    job: JobNotify, record: TickRecord, notify: str, read_tick: ReadTick
+) -> Later | None:
+    """A success recovers when the job's previous tick's record says it went wrong."""
     before = previous_tick(job.schedule, record.tick)
-    return before is not None and recovered(read_tick(job.keys, before))
+    if before is None or not recovered(read_tick(job.keys, before)):
+        return None
+    return record.tick, webhook_body(job.keys.name, "recovered", record, notify, job.secrets())
+
+
+def _after_missed(
+    job: JobNotify, record: TickRecord, notify: str, read_tick: ReadTick
+) -> Later | None:
+    """A tick recorded missed after the next tick already succeeded (a replica back from an
+    outage runs a late tick before its housekeeping records the ones before): that success was
+    the recovery, and it could not know. Each side reads after its own write, so one of the two
+    sees the other's: a recovery is told at least once."""
+    after = job.schedule.next_ticks(record.tick, 1)[0]
+    succeeded = read_tick(job.keys, after)
+    if succeeded is None or succeeded.outcome is not TickOutcome.SUCCEEDED:
+        return None
+    body = webhook_body(job.keys.name, "recovered", succeeded, notify, job.secrets())
+    return succeeded.tick, body

@@ -6,7 +6,7 @@ said and counted `dropped`); each request waits TIMEOUT at most; a delivery is t
 times (again on no answer, a connection refused, a 429 or a 5xx; never on another 4xx), with
 BACKOFF doubling between tries. Each delivery's end is handed to `said(delivery, result,
 error)`: `sent`, `failed` (the error in words of our own: never the exception's text, which
-quotes the URL), `dropped`, or `skipped` (a success that was no recovery).
+quotes the URL), `dropped`, or `skipped` (a recovery's look found none).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -33,11 +33,15 @@ SENT, FAILED, DROPPED, SKIPPED = "sent", "failed", "dropped", "skipped"
 RESULTS = (SENT, FAILED, DROPPED)  # the metric's results, at 0 from the start
 
 
+Later = tuple[datetime, dict[str, Any]]  # the tick a recovery is of, and its body
+
+
 @dataclass(frozen=True)
 class Delivery:
     """One request to make: a webhook's POST of `body`, or a ping's GET. `notify`: the notify
-    block's NAME, or "ping"; `wanted`: asked on the sender's thread first, a delivery it says
-    no to is skipped (a success's `recovered`, which reads the previous tick's record)."""
+    block's NAME, or "ping"; `later`: when given, the tick and the body are made by it on the
+    sender's thread, and None from it skips the delivery (a recovery, which reads a record
+    first)."""
 
     job: str
     tick: datetime
@@ -46,7 +50,7 @@ class Delivery:
     url: Secret = field(repr=False)
     method: str = "POST"
     body: dict[str, Any] | None = None
-    wanted: Callable[[], bool] | None = field(default=None, repr=False, compare=False)
+    later: Callable[[], Later | None] | None = field(default=None, repr=False, compare=False)
 
 
 Said = Callable[[Delivery, str, "str | None"], None]
@@ -115,13 +119,16 @@ class Sender:
 
     def deliver(self, delivery: Delivery) -> None:
         """Its tries, then its result said."""
-        try:
-            if delivery.wanted is not None and not delivery.wanted():
+        if delivery.later is not None:
+            try:
+                made = delivery.later()
+            except Exception as exc:  # the record's read failed: no recovery known
+                self.said(delivery, FAILED, f"cannot tell a recovery: {type(exc).__name__}")
+                return
+            if made is None:
                 self.said(delivery, SKIPPED, None)
                 return
-        except Exception as exc:  # the previous record's read failed: no recovery known
-            self.said(delivery, FAILED, f"cannot tell a recovery: {type(exc).__name__}")
-            return
+            delivery = replace(delivery, tick=made[0], body=made[1], later=None)
         error, tries = "not tried", 0
         for attempt in range(ATTEMPTS):
             if attempt and self._closing.wait(self.backoff * 2 ** (attempt - 1)):

@@ -590,12 +590,13 @@ class CoreScheduler:
         self.events.emit("node-deregistered", node=self.node.name, error=error)
 
     def _read_tick(self, keys: JobKeys, tick: datetime) -> TickRecord | None:
-        """A recovery's look at the previous tick's record (the sender's thread): a stale read
-        on the current connection, past the service store's seams."""
+        """A recovery's look at a tick's record (the sender's thread): a consistent read, after
+        this replica's own write, on the current connection, past the service store's seams
+        (notify/notifier.py: so one of two replicas' looks sees the other's write)."""
         replica = self.current
         if replica is None:
             return None
-        return ConsulTickStore(replica.consul).read_tick(keys, tick, stale=True)[0]
+        return ConsulTickStore(replica.consul).read_tick(keys, tick)[0]
 
     def _unexpected(self, exc: Exception) -> None:
         """A bug in a callback of the clock thread: said; the clock goes on."""
