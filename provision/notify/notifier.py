@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Protocol
 
 from provision.ledger.records import TickOutcome, TickRecord
 from provision.notify.message import (
@@ -25,7 +26,7 @@ from provision.notify.message import (
     recovered,
     webhook_body,
 )
-from provision.notify.sender import Delivery, Later, Sender
+from provision.notify.sender import Delivery, Later
 from provision.schedule import Schedule
 from provision.system.notify_rules import Notifications, read_url_file
 from provision.system.secrets import Secret
@@ -36,6 +37,10 @@ PING = "ping"  # the `notify` label of a ping's deliveries
 PING_FAILS = ("failed", "lost")  # what a ping's /fail says; a missed tick is the ping's silence
 
 ReadTick = Callable[[JobKeys, datetime], "TickRecord | None"]
+
+
+class Submit(Protocol):
+    def submit(self, delivery: Delivery) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -70,7 +75,7 @@ def fail_url(url: Secret) -> Secret:
 class Notifier:
     """A Listener: `notifier(note)`. `jobs` may be replaced whole at any time (`update`)."""
 
-    def __init__(self, sender: Sender, read_tick: ReadTick) -> None:
+    def __init__(self, sender: Submit, read_tick: ReadTick) -> None:
         self.sender, self.read_tick = sender, read_tick
         self._jobs: dict[str, JobNotify] = {}
         self._lock = threading.Lock()

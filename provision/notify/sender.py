@@ -1,7 +1,8 @@
-"""The notifications' one queue and one thread, apart from the ticks' work: a tick hands a
-delivery over and goes on; a receiver that never answers holds this thread only.
+"""The notifications' queues and threads, apart from the ticks' work: a tick hands a delivery
+over and goes on; a receiver that never answers holds its own lane's thread only (`Lanes`:
+one queue and thread per notify block's NAME, one for the pings).
 
-Bounded everywhere: the queue holds QUEUE_SIZE deliveries (full: the oldest is dropped, and
+Bounded everywhere: each queue holds QUEUE_SIZE deliveries (full: the oldest is dropped, and
 said and counted `dropped`); each request waits TIMEOUT at most; a delivery is tried ATTEMPTS
 times (again on no answer, a connection refused, a 429 or a 5xx; never on another 4xx), with
 BACKOFF doubling between tries. Each delivery's end is handed to `said(delivery, result,
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -97,12 +99,16 @@ class Sender:
         with self._changed:
             return len(self._queue)
 
-    def close(self, drain: float = DRAIN) -> None:
-        """No more tries after `drain` seconds (a receiver that hangs keeps the thread, a
-        daemon, until its timeout; nobody waits for it)."""
+    def drain(self) -> None:
+        """The thread ends once the queue is empty."""
         with self._changed:
             self._draining = True
             self._changed.notify()
+
+    def close(self, drain: float = DRAIN) -> None:
+        """No more tries after `drain` seconds (a receiver that hangs keeps the thread, a
+        daemon, until its timeout; nobody waits for it)."""
+        self.drain()
         if self._thread is not None:
             self._thread.join(drain)
         self._closing.set()
@@ -176,3 +182,39 @@ class _Http:
         )
         answer.close()
         return answer.status_code
+
+
+class Lanes:
+    """One Sender per notify block's NAME (and one for the pings), made at its first delivery:
+    a receiver that hangs holds its own lane only, never another block's or the pings'."""
+
+    def __init__(self, said: Said, *, post: Post | None = None) -> None:
+        self.said, self.post = said, post
+        self._lanes: dict[str, Sender] = {}
+        self._lock = threading.Lock()
+        self._started = False
+
+    def start(self) -> None:
+        with self._lock:
+            self._started = True
+            for lane in self._lanes.values():
+                lane.start()
+
+    def submit(self, delivery: Delivery) -> None:
+        with self._lock:
+            lane = self._lanes.get(delivery.notify)
+            if lane is None:
+                lane = self._lanes[delivery.notify] = Sender(self.said, post=self.post)
+                if self._started:
+                    lane.start()
+        lane.submit(delivery)
+
+    def close(self, drain: float = DRAIN) -> None:
+        """Every lane drained for `drain` seconds at most, together."""
+        with self._lock:
+            lanes = list(self._lanes.values())
+        for lane in lanes:
+            lane.drain()
+        deadline = time.monotonic() + drain
+        for lane in lanes:
+            lane.close(max(0.0, deadline - time.monotonic()))

@@ -58,7 +58,7 @@ from provision.ledger.records import TickRecord
 from provision.ledger.store import Completion
 from provision.ledger.ticks import skew_to_say
 from provision.notify.notifier import PING, JobNotify, Notifier, load_job
-from provision.notify.sender import Sender
+from provision.notify.sender import Lanes
 from provision.runner.child import Child, check_program
 from provision.runner.containment import first_telling
 from provision.runner.core_body import RunnerBody, Unfenced, run_env
@@ -466,8 +466,8 @@ class CoreScheduler:
         # no local agent: the catalog node its TTL-only sessions live on (kept across reloads)
         self.node = agentless_node(config.worker, config.agentless, os.environ)
         identity = Identity(config.worker, socket.gethostname(), os.getpid(), self.node)
-        # notifications: one queue and one thread apart from the ticks (notify/sender.py)
-        self.sender = Sender(self.report.notified)
+        # notifications: queues and threads apart from the ticks, one per notify block's name
+        self.sender = Lanes(self.report.notified)
         self.notifier = Notifier(self.sender, self._read_tick)
         self.shared = Shared(self.clock, identity, self.report, self.forks, self.notifier)
         self.current: Replica | None = None  # read by the trigger watch's thread

@@ -5,6 +5,7 @@ the notifier on real TickCores in virtual time (a fleet of two on the in-memory 
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
@@ -25,7 +26,7 @@ from provision.notify.message import (
     webhook_body,
 )
 from provision.notify.notifier import PING, JobNotify, Notifier, deliveries, fail_url, load_job
-from provision.notify.sender import ATTEMPTS, Delivery, Sender
+from provision.notify.sender import ATTEMPTS, Delivery, Lanes, Sender
 from provision.schedule import parse_schedule
 from provision.system.notify_rules import (
     Notifications,
@@ -332,6 +333,35 @@ def test_the_thread_sends_in_order_and_a_stop_drains_the_queue() -> None:
     sender.start()
     sender.close()
     assert calls == ["a", "b"] and [r for _, r, _ in said.results] == ["sent", "sent"]
+
+
+def test_a_receiver_that_hangs_holds_its_own_lane_only() -> None:
+    """Orders, not durations: the `ops` lane's request is still held when `chat` has sent."""
+    held, release = threading.Event(), threading.Event()
+    said = Said()
+    sent = threading.Event()
+
+    def post(delivery: Delivery) -> int:
+        if delivery.notify == "ops":
+            held.set()
+            release.wait()
+        return 200
+
+    def heard(delivery: Delivery, result: str, error: str | None) -> None:
+        said(delivery, result, error)
+        if delivery.notify == "chat":
+            sent.set()
+
+    lanes = Lanes(heard, post=post)
+    lanes.start()
+    lanes.submit(_delivery("ops"))
+    assert held.wait(30)
+    lanes.submit(_delivery("chat"))
+    assert sent.wait(30)
+    assert not release.is_set() and said.results == [("chat", "sent", None)]
+    release.set()
+    lanes.close()
+    assert said.results == [("chat", "sent", None), ("ops", "sent", None)]
 
 
 # -- on the tick core, in virtual time --------------------------------------------------------
