@@ -235,11 +235,15 @@ def _run(
                 return skipped.exit_code
             node = agentless_node(worker_config.worker, worker_config.agentless, os.environ)
             if chosen is not None:  # a scheduled job: its tick on the tick core
+                from provision.runner.notified import run_notify, tell
                 from provision.runner.on_core import TickAsk, run_tick_on_core
 
+                notify = run_notify(job_config)  # its URL files read before anything runs
                 command = tuple(args.command)
                 ask = TickAsk(job_config, worker_config.worker, command, options, chosen.tick, node)
                 result = run_tick_on_core(consul, agent_clock, ask, events, stop)
+                if notify is not None:  # the tick's work is over: told before the exit
+                    tell(notify, consul, result, events)
             else:  # a plain lock
                 from provision.runner.engine import PlainAsk, run_job
 

@@ -22,7 +22,9 @@ from typing import Any
 
 import requests
 
+from provision.ledger.records import tick_name
 from provision.system.secrets import Secret
+from provision.system.text import printable
 
 QUEUE_SIZE = 100
 TIMEOUT = 5.0  # seconds to connect, and again to be answered
@@ -33,6 +35,7 @@ USER_AGENT = "lockctl-notify"
 
 SENT, FAILED, DROPPED, SKIPPED = "sent", "failed", "dropped", "skipped"
 RESULTS = (SENT, FAILED, DROPPED)  # the metric's results, at 0 from the start
+EVENT_TEXT_LIMIT = 400  # characters of an error in a notify-failed event
 
 
 Later = tuple[datetime, dict[str, Any]]  # the tick a recovery is of, and its body
@@ -56,7 +59,23 @@ class Delivery:
 
 
 Said = Callable[[Delivery, str, "str | None"], None]
+Event = tuple[str, dict[str, Any]]
 Post = Callable[[Delivery], int]  # the HTTP status; raises requests' errors
+
+
+def result_event(delivery: Delivery, result: str, error: str | None) -> Event | None:
+    """The event a delivery's end is said as: `notified`, or `notify-failed` with the error
+    in lockctl's words (never the URL); None for a recovery's look that found none."""
+    if result not in RESULTS:
+        return None
+    fields: dict[str, Any] = {
+        "tick": tick_name(delivery.tick),
+        "notify": delivery.notify,
+        "outcome": delivery.event,
+    }
+    if result == SENT:
+        return "notified", fields
+    return "notify-failed", {**fields, "error": printable(error or result, EVENT_TEXT_LIMIT)}
 
 
 class Sender:

@@ -46,7 +46,8 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
 
 from provision.ledger.records import TickOutcome, TickRecord, taken_fields, tick_name
-from provision.notify.sender import Delivery
+from provision.notify.sender import RESULTS as NOTIFY_RESULTS
+from provision.notify.sender import Delivery, result_event
 from provision.runner.events import EventLog, ms
 from provision.runner.metrics import LABELS, TICKS
 from provision.runner.tick_verdicts import paused_refusal
@@ -95,7 +96,6 @@ RENEW_FAILURES = "lockctl_renew_failures"
 RETRIES = "lockctl_job_retries"
 RETRIES_CUT = "lockctl_retries_cut"
 NOTIFICATIONS = "lockctl_notifications"  # labels job, worker, notify, result (notify/sender.py)
-NOTIFY_RESULTS = ("sent", "failed", "dropped")
 GAUGES = (RUNNING, CONSUL_UP, FAILING, SINCE_SUCCESS, PAUSED)
 COUNTERS = (RUN_FAILURES, MISSED_RECORDED, RENEW_FAILURES, RETRIES, RETRIES_CUT)
 HELP = {
@@ -727,7 +727,8 @@ class CoreReport:
         """A notification's end (notify/sender.py), from the sender's thread: counted, and
         said (`notified`, or `notify-failed` with the error in lockctl's words: never the
         URL). A success that was no recovery (`skipped`) is neither."""
-        if result not in NOTIFY_RESULTS:
+        said = result_event(delivery, result, error)
+        if said is None:
             return
         with self._lock:
             state = self._job(delivery.job)
@@ -735,12 +736,7 @@ class CoreReport:
             self.metrics.notifications.labels(
                 delivery.job, self.worker, delivery.notify, result
             ).inc()
-            fields = {"tick": tick_name(delivery.tick), "notify": delivery.notify}
-            if result == "sent":
-                state.events.emit("notified", **fields, outcome=delivery.event)
-            else:
-                why = printable(error or result, EVENT_TEXT_LIMIT)
-                state.events.emit("notify-failed", **fields, outcome=delivery.event, error=why)
+            state.events.emit(said[0], **said[1])
 
     def forget(self, job: str) -> None:
         """A reload removed the job: its series and its health go."""

@@ -300,3 +300,28 @@ def test_a_url_file_others_may_read_refuses_the_start_in_one_line(lab: Lab) -> N
         f"0644; it holds a secret, so others must not read it (chmod 600 {lab.hook_file})"
     ]
     _no_secret(done.stderr.splitlines(), lab.secrets)
+
+
+def test_lockctl_run_of_a_scheduled_job_notifies_before_it_exits(
+    lab: Lab, receiver: tuple[Receiver, http.server.ThreadingHTTPServer]
+) -> None:
+    """A per-tick timer's run: its tick's outcome is told from its record, after the run and
+    before the process exits (so the receiver has it by the time the exit is seen)."""
+    got, _ = receiver
+    command = ["/bin/sh", "-c", "echo disk full >&2; exit 3"]
+    run = [*LOCKCTL, "run", "--config", str(lab.config), "--job", lab.flaky, "--", *command]
+    done = None
+    for _ in range(5):  # a tick an earlier test's scheduler took is skipped: the next one is ours
+        done = subprocess.run(run, capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            break
+    assert done is not None and done.returncode == 3, done
+    events = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    tick = next(e["tick"] for e in events if e["event"] == "acquired")
+    bodies = [b for b in _bodies(got, "failed") if b["tick"] == tick]
+    assert len(bodies) == 1 and bodies[0]["output"]["stderr"] == ["disk full"], bodies
+    assert bodies[0]["exit_status"] == 3 and bodies[0]["text"].endswith("exit status 3: disk full")
+    told = [(e["event"], e["notify"]) for e in events if e["event"].startswith("notif")]
+    assert sorted(told) == [("notified", "chat"), ("notified", "ping")], told
+    assert f"/ping/{lab.secrets[1]}/fail" in [r.path for r in got.seen("GET", "/ping/")]
+    _no_secret(done.stderr.splitlines() + done.stdout.splitlines(), lab.secrets)
