@@ -590,13 +590,9 @@ class CoreScheduler:
         self.events.emit("node-deregistered", node=self.node.name, error=error)
 
     def _read_tick(self, keys: JobKeys, tick: datetime) -> TickRecord | None:
-        """A recovery's look at a tick's record (the sender's thread): a consistent read, after
-        this replica's own write, on the current connection, past the service store's seams
-        (notify/notifier.py: so one of two replicas' looks sees the other's write)."""
+        """A recovery's look at a tick's record, on the current connection (record_reader)."""
         replica = self.current
-        if replica is None:
-            return None
-        return ConsulTickStore(replica.consul).read_tick(keys, tick)[0]
+        return None if replica is None else record_reader(replica.consul)(keys, tick)
 
     def _unexpected(self, exc: Exception) -> None:
         """A bug in a callback of the clock thread: said; the clock goes on."""
@@ -749,15 +745,28 @@ class CoreScheduler:
 def notify_jobs(config: WorkerConfig) -> list[JobNotify]:
     """The notifications of the config's scheduled jobs, their URL files read and checked
     (InputError naming the config, the field and the file; never the URL)."""
+    return ready_notifications(scheduled_jobs(config), str(config.path))
+
+
+def record_reader(consul: Consul) -> Callable[[JobKeys, datetime], TickRecord | None]:
+    """A recovery's look at a tick's record (the notifications' thread): a consistent read,
+    after this replica's own write, past the service store's seams (notify/notifier.py: so
+    one of two replicas' looks sees the other's write)."""
+    store = ConsulTickStore(consul)
+    return lambda keys, tick: store.read_tick(keys, tick)[0]
+
+
+def ready_notifications(jobs: Sequence[JobConfig], where: str) -> list[JobNotify]:
+    """Each job's notifications with their URLs read (`where`: the config, for errors)."""
     ready = []
-    for job in scheduled_jobs(config):
-        if not job.notifications:
+    for job in jobs:
+        if not job.notifications or job.schedule is None:
             continue
         try:
-            schedule = parse_schedule(job.schedule or "", job.timezone)
+            schedule = parse_schedule(job.schedule, job.timezone)
             ready.append(load_job(JobKeys(job.name, job.lock_key), schedule, job.notifications))
         except InputError as exc:
-            raise InputError(f"{config.path}: jobs.{job.name}: {exc}") from None
+            raise InputError(f"{where}: jobs.{job.name}: {exc}") from None
     return ready
 
 
