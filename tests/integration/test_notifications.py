@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import socket
 import subprocess
 import threading
 import uuid
@@ -23,8 +24,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
-from scheduler_lab import SchedulerProcess
-from test_scheduler_listen import QUICK_DEFAULTS
+from scheduler_lab import ListeningScheduler
+from test_scheduler_listen import QUICK_DEFAULTS, _value
 from workers_lab import minted_workers
 
 from tests.conftest import TEST_SUBNET
@@ -110,6 +111,7 @@ class Lab:
     flag: Path  # the flaky job succeeds while it exists
     flaky: str
     hangs: str
+    nowhere: str  # its notify block's URL names a port nothing listens on
     secrets: tuple[str, ...]  # the URLs' secret parts
     hook_file: Path
 
@@ -140,6 +142,16 @@ def _spec_text(cluster: LiveCluster, uid: str, files: dict[str, Path], flag: Pat
             '    on       = ["failed", "recovered"]',
             "  }",
             "}",
+            f'job "nowhere-{uid}" {{',
+            f'  prefix   = "test/notify-{uid}/nowhere/"',
+            f'  workers  = ["{WORKER}"]',
+            '  schedule = "@every 2s"',
+            '  command  = ["/bin/sh", "-c", "exit 2"]',
+            '  notify "pager" {',
+            f'    url_file = "{files["nowhere"]}"',
+            '    on       = ["failed"]',
+            "  }",
+            "}",
             f'job "hangs-{uid}" {{',
             f'  prefix   = "test/notify-{uid}/hangs/"',
             f'  workers  = ["{WORKER}"]',
@@ -162,11 +174,16 @@ def lab(
     made, server = receiver
     tmp = tmp_path_factory.mktemp("notify")
     uid = uuid.uuid4().hex[:8]
-    secrets = tuple(f"s3cr3t-{kind}-{uuid.uuid4().hex}" for kind in ("hook", "ping", "hang"))
+    kinds = ("hook", "ping", "hang", "nowhere")
+    secrets = tuple(f"s3cr3t-{kind}-{uuid.uuid4().hex}" for kind in kinds)
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind((RECEIVER_HOST, 0))
+        closed = probe.getsockname()[1]
     urls = {
         "hook": made.url(server, f"/hook/{secrets[0]}"),
         "ping": made.url(server, f"/ping/{secrets[1]}"),
         "hang": made.url(server, f"/hang/{secrets[2]}"),
+        "nowhere": f"http://{RECEIVER_HOST}:{closed}/pager/{secrets[3]}",
     }
     files = {kind: _url_file(tmp, f"{kind}.url", url) for kind, url in urls.items()}
     flag = tmp / "healthy"
@@ -175,12 +192,18 @@ def lab(
     kv = f"test/notify-{uid}/"
     with minted_workers(live_cluster, spec_path, [WORKER], tmp, uid, kv) as minted:
         config = minted.configs[WORKER]
-        yield Lab(config, flag, f"flaky-{uid}", f"hangs-{uid}", secrets, files["hook"])
+        yield Lab(
+            config, flag, f"flaky-{uid}", f"hangs-{uid}", f"nowhere-{uid}", secrets, files["hook"]
+        )
 
 
-class Scheduler(SchedulerProcess):
+class Scheduler(ListeningScheduler):
     def of(self, event: str, job: str) -> list[dict[str, Any]]:
         return [e for e in self.events(event) if e.get("job") == job]
+
+
+def _metrics(scheduler: Scheduler) -> list[str]:
+    return [line for line in scheduler.get("/metrics")[1].splitlines() if "notifications" in line]
 
 
 def _bodies(got: Receiver, event: str) -> list[dict[str, Any]]:
@@ -237,8 +260,30 @@ def test_a_failed_tick_notifies_pings_fail_and_the_first_success_after_it_recove
         assert len(_bodies(got, "recovered")) == 1, _bodies(got, "recovered")
         notified = scheduler.of("notified", lab.flaky)
         assert {e["notify"] for e in notified} == {"chat", "ping"}
+        # a receiver nobody runs: its failure is an event and a count, never a URL
+        assert eventually(lambda: scheduler.of("notify-failed", lab.nowhere), WAIT)
+        failed_to = scheduler.of("notify-failed", lab.nowhere)[0]
+        assert (failed_to["notify"], failed_to["outcome"]) == ("pager", "failed")
+        assert failed_to["error"] == "cannot connect (3 of 3 tries)"
+        samples = scheduler.scrape()
+        sent = _value(samples, "lockctl_notifications_total", job=lab.flaky, result="sent")
+        assert sent >= len(notified)  # counted before said
+        print("\n".join(line for line in _metrics(scheduler) if lab.nowhere in line))
+        assert (
+            _value(
+                samples,
+                "lockctl_notifications_total",
+                job=lab.nowhere,
+                notify="pager",
+                result="failed",
+            )
+            >= 1
+        )
+        assert _value(samples, "lockctl_notifications_total", job=lab.flaky, result="dropped") == 0
         assert scheduler.stop() == 0
         _no_secret(scheduler.lines, lab.secrets)
+        shown = [line for line in scheduler.lines if '"event":"notif' in line]
+        print("\n".join(shown[:8]))  # for docs/notifications.md
     finally:
         scheduler.kill()
         lab.flag.unlink(missing_ok=True)
@@ -276,6 +321,8 @@ def test_a_receiver_that_hangs_delays_no_tick(
         assert scheduler.stop() == 0
         said = scheduler.of("notify-failed", lab.hangs)
         assert all(e["notify"] == "slow" and "s3cr3t" not in json.dumps(e) for e in said)
+        shown = [line for line in scheduler.lines if '"event":"notify-failed"' in line]
+        print("\n" + "\n".join(shown[:2]))  # for docs/notifications.md
         _no_secret(scheduler.lines, lab.secrets)
     finally:
         got.release.set()
@@ -310,12 +357,15 @@ def test_lockctl_run_of_a_scheduled_job_notifies_before_it_exits(
     got, _ = receiver
     command = ["/bin/sh", "-c", "echo disk full >&2; exit 3"]
     run = [*LOCKCTL, "run", "--config", str(lab.config), "--job", lab.flaky, "--", *command]
-    done = None
-    for _ in range(5):  # a tick an earlier test's scheduler took is skipped: the next one is ours
-        done = subprocess.run(run, capture_output=True, text=True, timeout=120)
-        if done.returncode != 0:
-            break
-    assert done is not None and done.returncode == 3, done
+    tries: list[subprocess.CompletedProcess[str]] = []
+
+    def ran() -> bool:  # a tick an earlier test's scheduler took is skipped: a later one is ours
+        tries.append(subprocess.run(run, capture_output=True, text=True, timeout=120))
+        return tries[-1].returncode != 0
+
+    assert eventually(ran, WAIT, pause=0.5), tries[-1]
+    done = tries[-1]
+    assert done.returncode == 3, done
     events = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
     tick = next(e["tick"] for e in events if e["event"] == "acquired")
     bodies = [b for b in _bodies(got, "failed") if b["tick"] == tick]
