@@ -42,7 +42,7 @@ RECEIVER_HOST = f"{TEST_SUBNET}.250"  # on this run's own loopback subnet
 @dataclass
 class Request:
     method: str
-    path: str
+    path: str = field(repr=False)  # its secret part: never in a report
     body: dict[str, Any] | None
 
 
@@ -51,8 +51,8 @@ class Receiver:
     """A tiny webhook receiver: every request kept, in order of arrival; a path under /hang/
     is accepted and never answered until `release` is set."""
 
-    requests: list[Request] = field(default_factory=list)
-    hanging: list[Request] = field(default_factory=list)  # arrived, not answered yet
+    requests: list[Request] = field(default_factory=list, repr=False)
+    hanging: list[Request] = field(default_factory=list, repr=False)  # not answered yet
     release: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -112,8 +112,8 @@ class Lab:
     flaky: str
     hangs: str
     nowhere: str  # its notify block's URL names a port nothing listens on
-    secrets: tuple[str, ...]  # the URLs' secret parts
     hook_file: Path
+    secrets: tuple[str, ...] = field(repr=False)  # the URLs' secret parts: never in a report
 
 
 def _url_file(folder: Path, name: str, url: str) -> Path:
@@ -193,7 +193,7 @@ def lab(
     with minted_workers(live_cluster, spec_path, [WORKER], tmp, uid, kv) as minted:
         config = minted.configs[WORKER]
         yield Lab(
-            config, flag, f"flaky-{uid}", f"hangs-{uid}", f"nowhere-{uid}", secrets, files["hook"]
+            config, flag, f"flaky-{uid}", f"hangs-{uid}", f"nowhere-{uid}", files["hook"], secrets
         )
 
 
