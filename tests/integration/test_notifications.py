@@ -13,7 +13,9 @@
 from __future__ import annotations
 
 import http.server
+import io
 import json
+import signal
 import socket
 import subprocess
 import threading
@@ -28,6 +30,7 @@ from scheduler_lab import ListeningScheduler
 from test_scheduler_listen import QUICK_DEFAULTS, _value
 from workers_lab import minted_workers
 
+from provision.embed import Locker, Run
 from tests.conftest import TEST_SUBNET
 from tests.lockctl_process import LOCKCTL, eventually
 
@@ -375,3 +378,66 @@ def test_lockctl_run_of_a_scheduled_job_notifies_before_it_exits(
     assert sorted(told) == [("notified", "chat"), ("notified", "ping")], told
     assert f"/ping/{lab.secrets[1]}/fail" in [r.path for r in got.seen("GET", "/ping/")]
     _no_secret(done.stderr.splitlines() + done.stdout.splitlines(), lab.secrets)
+
+
+def test_serve_of_an_embedded_app_notifies_its_jobs(
+    lab: Lab, receiver: tuple[Receiver, http.server.ThreadingHTTPServer]
+) -> None:
+    """provision.embed's serve() tells a decorated job's failures as `lockctl schedule` does."""
+    got, _ = receiver
+    events = io.StringIO()
+    locker = Locker.from_config(lab.config, events=events)
+    before = len(_bodies(got, "failed"))
+
+    @locker.singleton(lab.flaky)
+    def export(run: Run) -> None:
+        raise RuntimeError("the warehouse is down")
+
+    stop = threading.Event()
+    server = threading.Thread(target=locker.serve, args=(stop,))
+    server.start()
+    try:
+        assert eventually(lambda: len(_bodies(got, "failed")) > before, WAIT), events.getvalue()
+    finally:
+        stop.set()
+        server.join(60)
+        locker.close()
+    body = _bodies(got, "failed")[before]
+    assert (body["job"], body["worker"], body["notify"]) == (lab.flaky, WORKER, "chat")
+    assert body["exit_status"] not in (0, None)
+    said = [json.loads(line) for line in events.getvalue().splitlines() if line.startswith("{")]
+    assert any(e["event"] == "notified" and e["notify"] == "chat" for e in said), said
+    _no_secret(events.getvalue().splitlines(), lab.secrets)
+
+
+def test_a_reload_reads_the_url_files_again_and_refuses_one_others_may_read(
+    lab: Lab, receiver: tuple[Receiver, http.server.ThreadingHTTPServer]
+) -> None:
+    got, server = receiver
+    kept = lab.hook_file.read_text()
+    moved = f"/moved/{uuid.uuid4().hex}"  # the URL's new secret path
+    scheduler = Scheduler(lab.config)
+    try:
+        assert eventually(lambda: scheduler.of("notified", lab.flaky), WAIT), scheduler.lines
+        lab.hook_file.chmod(0o644)
+        scheduler.process.send_signal(signal.SIGHUP)
+        assert eventually(lambda: scheduler.events("reload-refused"), WAIT), scheduler.lines
+        refused = scheduler.events("reload-refused")[0]["error"]
+        assert refused == (
+            f"{lab.config}: jobs.{lab.flaky}: {lab.hook_file}: URL file has mode 0644; it holds "
+            f"a secret, so others must not read it (chmod 600 {lab.hook_file})"
+        )
+        told = len(scheduler.of("notified", lab.flaky))
+        assert eventually(lambda: len(scheduler.of("notified", lab.flaky)) > told, WAIT)
+
+        lab.hook_file.write_text(got.url(server, moved) + "\n")  # a new URL, taken at a reload
+        lab.hook_file.chmod(0o600)
+        scheduler.process.send_signal(signal.SIGHUP)
+        assert eventually(lambda: scheduler.events("reloaded"), WAIT), scheduler.lines
+        assert eventually(lambda: got.seen("POST", moved), WAIT), scheduler.lines
+        assert scheduler.stop() == 0
+        _no_secret(scheduler.lines, (*lab.secrets, moved))
+    finally:
+        scheduler.kill()
+        lab.hook_file.write_text(kept)
+        lab.hook_file.chmod(0o600)

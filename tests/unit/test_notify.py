@@ -4,6 +4,7 @@ the notifier on real TickCores in virtual time (a fleet of two on the in-memory 
 
 from __future__ import annotations
 
+import io
 import json
 import threading
 from collections.abc import Callable
@@ -28,6 +29,7 @@ from provision.notify.message import (
 from provision.notify.notifier import PING, JobNotify, Notifier, deliveries, fail_url, load_job
 from provision.notify.sender import ATTEMPTS, Delivery, Lanes, Sender
 from provision.schedule import parse_schedule
+from provision.scheduler.report import CoreReport
 from provision.system.notify_rules import (
     Notifications,
     NotifyTarget,
@@ -470,3 +472,40 @@ def test_on_the_core_a_tick_nobody_ran_is_missed_once_and_the_late_run_after_it_
     recoveries = [t for t, n, e in _told(sender) if e == "recovered"]
     first_run = min(r.tick for r in store.read_ticks(KEYS) if r.tick > recorded[-1].tick)
     assert recoveries == [first_run.strftime("%S")]
+
+
+# -- what the scheduler says and counts --------------------------------------------------------
+def test_the_report_says_and_counts_each_result_and_never_the_url() -> None:
+    stream = io.StringIO()
+    report = CoreReport("w1", stream)
+    report.notify_known("report", ["chat", PING])
+    report.notified(_delivery("chat"), "sent", None)
+    report.notified(_delivery("chat"), "dropped", "the queue of 100 was full")
+    report.notified(_delivery(PING), "failed", "answered HTTP 503 (3 of 3 tries)")
+    report.notified(_delivery("chat"), "skipped", None)  # a look that found no recovery
+    said = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [(e["event"], e["notify"], e.get("error")) for e in said] == [
+        ("notified", "chat", None),
+        ("notify-failed", "chat", "the queue of 100 was full"),
+        ("notify-failed", PING, "answered HTTP 503 (3 of 3 tries)"),
+    ]
+    assert all(e["tick"] == "2026-01-01T00:00:00Z" and e["outcome"] == "failed" for e in said)
+    counts = {
+        (s.labels["notify"], s.labels["result"]): s.value
+        for family in report.registry.collect()
+        for s in family.samples
+        if s.name == "lockctl_notifications_total"
+    }
+    assert counts == {
+        ("chat", "sent"): 1.0,
+        ("chat", "failed"): 0.0,
+        ("chat", "dropped"): 1.0,
+        (PING, "sent"): 0.0,
+        (PING, "failed"): 1.0,
+        (PING, "dropped"): 0.0,
+    }
+    assert "SECRET" not in stream.getvalue()
+    report.forget("report")
+    assert not [
+        s for f in report.registry.collect() for s in f.samples if s.labels.get("job") == "report"
+    ]
