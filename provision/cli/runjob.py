@@ -145,11 +145,14 @@ def run_command(args: RunArgs) -> int:
     checked = _check_flags(args)
     from provision.runner.events import EventLog
     from provision.runner.precheck import await_planned_start, lock_held, scheduled_tick, tick_taken
+    from provision.system.notify_rules import check_url_files
     from provision.workers.config import load_worker_config
 
     worker_config = load_worker_config(args.config, allow_unsafe=args.allow_unsafe)
     job_config = worker_config.job(args.job)
     _check_command(args, job_config)
+    if job_config.schedule is not None:  # every replica, a skipped one too, says a bad file
+        check_url_files(job_config.notifications, f"{args.config}: jobs.{args.job}")
     events = EventLog(args.job, worker_config.worker, sys.stderr)
     # Everything up to here is cheap (no HTTP stack loaded): a tick another worker took is
     # settled with one plain read, before the runner and the Consul client are loaded.

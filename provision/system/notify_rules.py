@@ -85,6 +85,17 @@ def ordered_on(values: tuple[str, ...] | list[str]) -> tuple[str, ...]:
     return tuple(value for value in ON_VALUES if value in values)
 
 
+def check_url_files(notifications: Notifications, where: str) -> None:
+    """Each URL file of a job read and checked (InputError: `where`, the file, why): what a
+    run checks before its cheap skip, so that every replica says a bad file, not only the one
+    that runs."""
+    for _, path in notifications.files():
+        try:
+            read_url_file(Path(path))
+        except InputError as exc:
+            raise InputError(f"{where}: {exc}") from None
+
+
 def read_url_file(path: Path) -> Secret:
     """The URL in `path`, checked: a regular file this user owns that nobody else may read
     (0600 or 0400), one http or https URL on one line. InputError naming the path (never the

@@ -332,24 +332,24 @@ def test_a_receiver_that_hangs_delays_no_tick(
         scheduler.kill()
 
 
-def test_a_url_file_others_may_read_refuses_the_start_in_one_line(lab: Lab) -> None:
+def test_a_url_file_others_may_read_refuses_the_start_and_a_run_in_one_line(lab: Lab) -> None:
+    schedule = [*LOCKCTL, "schedule", "--config", str(lab.config)]
+    run = [*LOCKCTL, "run", "--config", str(lab.config), "--job", lab.flaky, "--", "/bin/true"]
     lab.hook_file.chmod(0o644)
     try:
-        done = subprocess.run(
-            [*LOCKCTL, "schedule", "--config", str(lab.config)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        done = [
+            subprocess.run(c, capture_output=True, text=True, timeout=60) for c in (schedule, run)
+        ]
     finally:
         lab.hook_file.chmod(0o600)
-    assert done.returncode == 2, done
-    assert done.stdout == ""
-    assert done.stderr.strip().splitlines() == [
-        f"lockctl: error: {lab.config}: jobs.{lab.flaky}: {lab.hook_file}: URL file has mode "
-        f"0644; it holds a secret, so others must not read it (chmod 600 {lab.hook_file})"
-    ]
-    _no_secret(done.stderr.splitlines(), lab.secrets)
+    for each in done:  # the scheduler's start, and a run (whether its tick is taken or not)
+        assert each.returncode == 2, each
+        assert each.stdout == ""
+        assert each.stderr.strip().splitlines() == [
+            f"lockctl: error: {lab.config}: jobs.{lab.flaky}: {lab.hook_file}: URL file has mode "
+            f"0644; it holds a secret, so others must not read it (chmod 600 {lab.hook_file})"
+        ]
+        _no_secret(each.stderr.splitlines(), lab.secrets)
 
 
 def test_lockctl_run_of_a_scheduled_job_notifies_before_it_exits(
