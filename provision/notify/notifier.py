@@ -28,12 +28,11 @@ from provision.notify.message import (
 )
 from provision.notify.sender import Delivery, Later
 from provision.schedule import Schedule
-from provision.system.notify_rules import Notifications, read_url_file
+from provision.system.notify_rules import PING, Notifications, read_url_file
 from provision.system.secrets import Secret
 from provision.tick.edge import Note
 from provision.tick.store import JobKeys
 
-PING = "ping"  # the `notify` label of a ping's deliveries
 PING_FAILS = ("failed", "lost")  # what a ping's /fail says; a missed tick is the ping's silence
 
 ReadTick = Callable[[JobKeys, datetime], "TickRecord | None"]

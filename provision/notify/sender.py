@@ -140,7 +140,10 @@ class Sender:
                 if not self._queue:
                     return
                 delivery = self._queue.popleft()
-            self.deliver(delivery)
+            try:
+                self.deliver(delivery)
+            except Exception as exc:  # a bug: said, and the lane goes on with the next
+                self.said(delivery, FAILED, f"unexpected {type(exc).__name__}")
 
     def deliver(self, delivery: Delivery) -> None:
         """Its tries, then its result said."""

@@ -57,7 +57,7 @@ from provision.ledger.control import ControlNote
 from provision.ledger.records import TickRecord
 from provision.ledger.store import Completion
 from provision.ledger.ticks import skew_to_say
-from provision.notify.notifier import PING, JobNotify, Notifier, load_job
+from provision.notify.notifier import JobNotify, Notifier, load_job
 from provision.notify.sender import Lanes
 from provision.runner.child import Child, check_program
 from provision.runner.containment import first_telling
@@ -84,6 +84,7 @@ from provision.scheduler.service import (
 )
 from provision.scheduler.triggers import TriggerWatch
 from provision.sessions import agentless_node, deregister_node
+from provision.system.notify_rules import PING
 from provision.tick.aside import aside_store
 from provision.tick.clock import ThreadTimerClock, Timer
 from provision.tick.consul_store import ConsulTickStore

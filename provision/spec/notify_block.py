@@ -14,6 +14,8 @@ from provision.spec.problems import Problems, shown
 from provision.spec.values import read_checked_string
 from provision.system.notify_rules import (
     MAX_TARGETS,
+    PING,
+    PING_TAKEN,
     Notifications,
     NotifyTarget,
     on_problem,
@@ -72,6 +74,9 @@ def _target(block: Block, where: str, problems: Problems) -> NotifyTarget | None
     name, here = label.text, f'{where}.notify "{shown(label.text)}"'
     if not is_valid_name(name):
         problems.add(block.line, here, f"invalid name: {NAME_RULE}")
+        return None
+    if name == PING:
+        problems.add(block.line, here, PING_TAKEN)
         return None
     before = len(problems.found)
     attributes = _attributes(block, here, problems)

@@ -22,6 +22,8 @@ ON_VALUES = ("failed", "missed", "lost", "recovered")
 MAX_URL_FILE_BYTES = 4096  # a URL on one line; anything bigger is not one
 MAX_PATH = 1024
 MAX_TARGETS = 16  # notify blocks per job: more is no alerting anyone means
+PING = "ping"  # how a job's ping is named in events and metrics: no notify block's NAME
+PING_TAKEN = f'"{PING}" names the ping URL in events and metrics: choose another name'
 _PATH = re.compile(r"/[A-Za-z0-9._/+@=,-]*")
 _URL = re.compile(r"https?://[^\s/?#]+[^\s]*")
 

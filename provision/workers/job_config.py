@@ -20,6 +20,8 @@ from provision.system.http_call import (
 )
 from provision.system.notify_rules import (
     NO_NOTIFICATIONS,
+    PING,
+    PING_TAKEN,
     Notifications,
     NotifyTarget,
     on_problem,
@@ -229,6 +231,9 @@ def _notifications(raw: dict[str, Any], where: str, problems: list[str]) -> Noti
     targets = []
     for name in sorted(blocks):
         block, here = blocks[name], f"{where}notify.{name}."
+        if name == PING:
+            problems.append(f"{here[:-1]}: {PING_TAKEN}")
+            continue
         if not isinstance(block, dict) or set(block) != {"url_file", "on"}:
             problems.append(f'{here[:-1]}: must be {{"url_file": "/...", "on": [...]}}')
             continue

@@ -26,11 +26,12 @@ from provision.notify.message import (
     recovered,
     webhook_body,
 )
-from provision.notify.notifier import PING, JobNotify, Notifier, deliveries, fail_url, load_job
+from provision.notify.notifier import JobNotify, Notifier, deliveries, fail_url, load_job
 from provision.notify.sender import ATTEMPTS, Delivery, Lanes, Sender
 from provision.schedule import parse_schedule
 from provision.scheduler.report import CoreReport
 from provision.system.notify_rules import (
+    PING,
     Notifications,
     NotifyTarget,
     on_problem,
@@ -43,6 +44,7 @@ from provision.tick.core import CoreJob, Identity, TickCore
 from provision.tick.edge import BodyEnd, Note, Run, StopHow
 from provision.tick.memory import MemoryTickStore
 from provision.tick.store import JobKeys
+from provision.workers.job_config import notify_record, read_job
 
 HOOK = "http://127.0.0.1:9/hooks/T0-SECRET-hook-4f1c2a"
 PING_URL = "https://hc.example.net/ping/5b6e-SECRET-ping-77aa"
@@ -509,3 +511,38 @@ def test_the_report_says_and_counts_each_result_and_never_the_url() -> None:
     assert not [
         s for f in report.registry.collect() for s in f.samples if s.labels.get("job") == "report"
     ]
+
+
+# -- the worker config ---------------------------------------------------------------------------
+def test_the_worker_config_carries_the_paths_and_reads_them_back_checked() -> None:
+    told = Notifications(
+        (NotifyTarget("chat", "/etc/lockctl/chat.url", ("failed", "recovered")),),
+        "/etc/lockctl/x.ping",
+    )
+    record = notify_record(told)
+    assert record == {
+        "notify": {"chat": {"url_file": "/etc/lockctl/chat.url", "on": ["failed", "recovered"]}},
+        "ping_url_file": "/etc/lockctl/x.ping",
+    }
+    assert notify_record(Notifications()) == {}  # a config an older lockctl still reads
+    base = {"lock_key": "locks/a/.lock", "ttl": "15s", "lock_delay": "15s"}
+    base |= {"renew_interval": "5s", "kill_grace": "5s", "schedule": "@hourly"}
+    problems: list[str] = []
+    job = read_job("a", {**base, **record}, False, problems)
+    assert problems == [] and job is not None and job.notifications == told
+    bad = {
+        "notify": {
+            "chat": {"url_file": HOOK, "on": ["failed"]},
+            "ping": {"url_file": "/etc/lockctl/p.url", "on": ["failed"]},
+            "ops": {"url_file": "/etc/lockctl/ops.url", "on": ["exploded"]},
+        },
+        "ping_url_file": "relative.url",
+    }
+    assert read_job("a", {**base, **bad}, False, problems) is None
+    assert [p.split(":")[0] for p in problems] == [
+        "jobs.a.notify.chat.url_file",
+        "jobs.a.notify.ops.on",
+        "jobs.a.notify.ping",
+        "jobs.a.ping_url_file",
+    ]
+    assert "SECRET" not in " ".join(problems)

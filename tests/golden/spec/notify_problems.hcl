@@ -24,3 +24,11 @@ job "a" {
     on       = []
   }
 }
+job "b" {
+  prefix   = "locks/b/"
+  workers  = ["worker-1"]
+  schedule = "@hourly"
+  notify "ping" {
+    url_file = "/etc/lockctl/ping.url"
+  }
+}
