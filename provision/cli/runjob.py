@@ -145,11 +145,14 @@ def run_command(args: RunArgs) -> int:
     checked = _check_flags(args)
     from provision.runner.events import EventLog
     from provision.runner.precheck import await_planned_start, lock_held, scheduled_tick, tick_taken
+    from provision.system.notify_rules import check_url_files
     from provision.workers.config import load_worker_config
 
     worker_config = load_worker_config(args.config, allow_unsafe=args.allow_unsafe)
     job_config = worker_config.job(args.job)
     _check_command(args, job_config)
+    if job_config.schedule is not None:  # every replica, a skipped one too, says a bad file
+        check_url_files(job_config.notifications, f"{args.config}: jobs.{args.job}")
     events = EventLog(args.job, worker_config.worker, sys.stderr)
     # Everything up to here is cheap (no HTTP stack loaded): a tick another worker took is
     # settled with one plain read, before the runner and the Consul client are loaded.
@@ -235,11 +238,15 @@ def _run(
                 return skipped.exit_code
             node = agentless_node(worker_config.worker, worker_config.agentless, os.environ)
             if chosen is not None:  # a scheduled job: its tick on the tick core
+                from provision.runner.notified import run_notify, tell
                 from provision.runner.on_core import TickAsk, run_tick_on_core
 
+                notify = run_notify(job_config)  # its URL files read before anything runs
                 command = tuple(args.command)
                 ask = TickAsk(job_config, worker_config.worker, command, options, chosen.tick, node)
                 result = run_tick_on_core(consul, agent_clock, ask, events, stop)
+                if notify is not None:  # the tick's work is over: told before the exit
+                    tell(notify, consul, result, events)
             else:  # a plain lock
                 from provision.runner.engine import PlainAsk, run_job
 

@@ -31,10 +31,20 @@ from provision.consul import AgentClock, Consul
 from provision.embed.bodies import ThreadBody
 from provision.embed.run import OnLost, RunEvents
 from provision.fencing import BodyFence
+from provision.notify.notifier import Notifier
+from provision.notify.sender import Lanes
 from provision.runner.core_body import run_env
 from provision.runner.forkserver import ForkServer
-from provision.scheduler.on_core import BodySaid, GuardedClock, Replica, Shared, Tails
+from provision.scheduler.on_core import (
+    BodySaid,
+    GuardedClock,
+    Replica,
+    Shared,
+    Tails,
+    ready_notifications,
+)
 from provision.scheduler.report import CoreReport, unexpected
+from provision.tick.consul_store import ConsulTickStore
 from provision.tick.core import Identity
 from provision.tick.edge import Body, BodyEnd, Note, Run, StopHow, TimerClock
 from provision.tick.held import HeldRun
@@ -172,7 +182,13 @@ def serve_on_core(app: AppJobs, stop: threading.Event) -> None:
     report = CoreReport(app.worker, app.stream, EMBED_EVENTS)
     clock = GuardedClock(app.wall, functools.partial(_unexpected, report))
     identity = Identity(app.worker, socket.gethostname(), os.getpid())
-    replica = AppReplica(app, Shared(clock, identity, report, ForkServer()))
+    lanes = Lanes(report.notified)  # notifications, as lockctl schedule's (notify/)
+    notifier = Notifier(
+        lanes, lambda keys, tick: ConsulTickStore(app.consul).read_tick(keys, tick)[0]
+    )
+    notifier.update(ready_notifications([job.config for job in app.jobs], "serve()"))
+    lanes.start()
+    replica = AppReplica(app, Shared(clock, identity, report, ForkServer(), notifier))
     clock.call_at(clock.monotonic(), replica.core.start)
     thread = threading.Thread(target=clock.run, name="lockctl-serve", daemon=True)
     thread.start()
@@ -186,6 +202,7 @@ def serve_on_core(app: AppJobs, stop: threading.Event) -> None:
     finally:
         clock.close()
         thread.join()
+        lanes.close()
 
 
 def _end(replica: AppReplica, app: AppJobs, done: threading.Event) -> None:

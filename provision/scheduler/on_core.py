@@ -57,6 +57,8 @@ from provision.ledger.control import ControlNote
 from provision.ledger.records import TickRecord
 from provision.ledger.store import Completion
 from provision.ledger.ticks import skew_to_say
+from provision.notify.notifier import JobNotify, Notifier, load_job
+from provision.notify.sender import Lanes
 from provision.runner.child import Child, check_program
 from provision.runner.containment import first_telling
 from provision.runner.core_body import RunnerBody, Unfenced, run_env
@@ -82,6 +84,7 @@ from provision.scheduler.service import (
 )
 from provision.scheduler.triggers import TriggerWatch
 from provision.sessions import agentless_node, deregister_node
+from provision.system.notify_rules import PING
 from provision.tick.aside import aside_store
 from provision.tick.clock import ThreadTimerClock, Timer
 from provision.tick.consul_store import ConsulTickStore
@@ -297,6 +300,7 @@ class Shared:
     identity: Identity
     report: CoreReport
     forks: ForkServer
+    notifier: Callable[[Note], None] = lambda note: None  # notify/notifier.py
 
 
 class Replica:
@@ -423,6 +427,18 @@ class Replica:
             following = parse_schedule(job.schedule or "", job.timezone).next_ticks(note.tick, 1)
             report.next_tick(note.job, following[0].timestamp())
         report(note)
+        self.shared.notifier(self._with_tails(note))
+
+    def _with_tails(self, note: Note) -> Note:
+        """A completion's record with its output's ends, as the store completed it (the
+        core's copy has none: ServiceStore.complete adds them), for a webhook's body."""
+        record = note.record
+        if note.kind != "completed" or record is None or record.stdout or record.stderr:
+            return note
+        tails = self._tails(note.job, note.tick) if note.tick is not None else None
+        if tails is None:
+            return note
+        return replace(note, record=replace(record, stdout=tails[0], stderr=tails[1]))
 
 
 class CoreScheduler:
@@ -451,7 +467,10 @@ class CoreScheduler:
         # no local agent: the catalog node its TTL-only sessions live on (kept across reloads)
         self.node = agentless_node(config.worker, config.agentless, os.environ)
         identity = Identity(config.worker, socket.gethostname(), os.getpid(), self.node)
-        self.shared = Shared(self.clock, identity, self.report, self.forks)
+        # notifications: queues and threads apart from the ticks, one per notify block's name
+        self.sender = Lanes(self.report.notified)
+        self.notifier = Notifier(self.sender, self._read_tick)
+        self.shared = Shared(self.clock, identity, self.report, self.forks, self.notifier)
         self.current: Replica | None = None  # read by the trigger watch's thread
         self._retiring: list[Replica] = []  # an older connection's, until its runs end
         self._connection: ConsulSettings | None = None
@@ -468,6 +487,8 @@ class CoreScheduler:
 
     def run(self) -> int:
         settings = checked_connection(self.config)
+        self.notifier.update(notify_jobs(self.config))  # a URL file refused: nothing started
+        self.sender.start()
         self.forks.start()
         try:
             self._start(settings)
@@ -480,6 +501,7 @@ class CoreScheduler:
             self._end()
         finally:
             self.clock.close()
+            self.sender.close()  # what the last runs said, a few seconds at most
             self.forks.close()  # after the last run: no job of ours is left to fork or keep
             for login in self._logins:  # the tokens go with the process
                 login.close()
@@ -568,6 +590,11 @@ class CoreScheduler:
         error = deregister_node(self.current.consul, self.node)
         self.events.emit("node-deregistered", node=self.node.name, error=error)
 
+    def _read_tick(self, keys: JobKeys, tick: datetime) -> TickRecord | None:
+        """A recovery's look at a tick's record, on the current connection (record_reader)."""
+        replica = self.current
+        return None if replica is None else record_reader(replica.consul)(keys, tick)
+
     def _unexpected(self, exc: Exception) -> None:
         """A bug in a callback of the clock thread: said; the clock goes on."""
         self.events.emit("tick-failed", error=unexpected(exc))
@@ -631,6 +658,7 @@ class CoreScheduler:
                     f"{self.config.path}: now for worker {fresh.worker}, not {self.config.worker}"
                 )
             settings = checked_connection(fresh)
+            notify = notify_jobs(fresh)
         except LockctlError as exc:
             self.events.emit("reload-refused", error=str(exc), kept=str(self.config.path))
             return
@@ -649,6 +677,7 @@ class CoreScheduler:
         elif fresh.login is None:  # (a login keeps its own token: consul/login.py)
             self.current.consul.use_token(settings.token)  # the token just read: the same file's
         self.config = fresh
+        self.notifier.update(notify)
         self._on_clock(functools.partial(self._swap, consul, jobs))
         for name in plan.remove:
             self.report.forget(name)
@@ -708,7 +737,38 @@ class CoreScheduler:
                 job.name, job.schedule or "", job.timezone, timeout=job.timings.timeout
             )
             self.report.next_tick(job.name, schedule.next_ticks(now, 1)[0].timestamp())
+            told = job.notifications
+            names = [t.name for t in told.targets] + ([PING] if told.ping_url_file else [])
+            self.report.notify_known(job.name, names)
         self._names = tuple(job.name for job in jobs)
+
+
+def notify_jobs(config: WorkerConfig) -> list[JobNotify]:
+    """The notifications of the config's scheduled jobs, their URL files read and checked
+    (InputError naming the config, the field and the file; never the URL)."""
+    return ready_notifications(scheduled_jobs(config), str(config.path))
+
+
+def record_reader(consul: Consul) -> Callable[[JobKeys, datetime], TickRecord | None]:
+    """A recovery's look at a tick's record (the notifications' thread): a consistent read,
+    after this replica's own write, past the service store's seams (notify/notifier.py: so
+    one of two replicas' looks sees the other's write)."""
+    store = ConsulTickStore(consul)
+    return lambda keys, tick: store.read_tick(keys, tick)[0]
+
+
+def ready_notifications(jobs: Sequence[JobConfig], where: str) -> list[JobNotify]:
+    """Each job's notifications with their URLs read (`where`: the config, for errors)."""
+    ready = []
+    for job in jobs:
+        if not job.notifications or job.schedule is None:
+            continue
+        try:
+            schedule = parse_schedule(job.schedule, job.timezone)
+            ready.append(load_job(JobKeys(job.name, job.lock_key), schedule, job.notifications))
+        except InputError as exc:
+            raise InputError(f"{where}: jobs.{job.name}: {exc}") from None
+    return ready
 
 
 def _health(report: CoreReport) -> Health:

@@ -46,6 +46,8 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
 
 from provision.ledger.records import TickOutcome, TickRecord, taken_fields, tick_name
+from provision.notify.sender import RESULTS as NOTIFY_RESULTS
+from provision.notify.sender import Delivery, result_event
 from provision.runner.events import EventLog, ms
 from provision.runner.metrics import LABELS, TICKS
 from provision.runner.tick_verdicts import paused_refusal
@@ -93,6 +95,7 @@ MISSED_RECORDED = "lockctl_missed_ticks_recorded"
 RENEW_FAILURES = "lockctl_renew_failures"
 RETRIES = "lockctl_job_retries"
 RETRIES_CUT = "lockctl_retries_cut"
+NOTIFICATIONS = "lockctl_notifications"  # labels job, worker, notify, result (notify/sender.py)
 GAUGES = (RUNNING, CONSUL_UP, FAILING, SINCE_SUCCESS, PAUSED)
 COUNTERS = (RUN_FAILURES, MISSED_RECORDED, RENEW_FAILURES, RETRIES, RETRIES_CUT)
 HELP = {
@@ -119,6 +122,8 @@ HELP = {
     PAUSED: "1 while the job is paused (lockctl pause), as this scheduler last saw its control "
     "keys, else 0.",
     INFO: "The job's schedule and its timezone, as this scheduler runs them (value 1).",
+    NOTIFICATIONS: "Notifications of the job's outcomes this scheduler made, by notify block "
+    "(ping: the ping URL) and result (sent, failed after its tries, dropped from a full queue).",
 }
 
 FAIL_CLOSED = "the tick is not run (fail closed); it shows up as missed once Consul answers again"
@@ -559,6 +564,10 @@ class Instruments:
         self.last_success = Gauge(LAST_SUCCESS, HELP[LAST_SUCCESS], LABELS, registry=own)
         self.next_tick = Gauge(NEXT_TICK, HELP[NEXT_TICK], LABELS, registry=own)
         self.info = Info(INFO, HELP[INFO], LABELS, registry=own)
+        self.notifications = Counter(
+            NOTIFICATIONS, HELP[NOTIFICATIONS], (*LABELS, "notify", "result"), registry=own
+        )
+        self._notify: dict[str, set[str]] = {}  # each job's notify series made
 
     def add_job(self, job: str) -> None:
         """A job's series, at their start values (Consul up until a request goes unanswered)."""
@@ -585,6 +594,15 @@ class Instruments:
         for metric, values in labelled:
             with contextlib.suppress(KeyError):  # a series never made
                 metric.remove(*values)
+        for notify in self._notify.pop(job, set()):
+            for result in NOTIFY_RESULTS:
+                self.notifications.remove(job, self.worker, notify, result)
+
+    def add_notify(self, job: str, notify: str) -> None:
+        """A notify block's (or the ping's) series, every result at 0."""
+        self._notify.setdefault(job, set()).add(notify)
+        for result in NOTIFY_RESULTS:
+            self.notifications.labels(job, self.worker, notify, result)
 
     def gauge(self, name: str, job: str) -> Gauge:
         return self.gauges[name].labels(job, self.worker)
@@ -697,6 +715,28 @@ class CoreReport:
             state.events.emit("tick-failed", tick=name, error=printable(why, EVENT_TEXT_LIMIT))
             self._counted(job, "error")
             self._set_health(job, state, failing=printable(why, HEALTH_TEXT_LIMIT))
+
+    def notify_known(self, job: str, names: Iterable[str]) -> None:
+        """The job's notify blocks (and "ping"), so their counts are there at 0."""
+        with self._lock:
+            self._job(job)
+            for name in names:
+                self.metrics.add_notify(job, name)
+
+    def notified(self, delivery: Delivery, result: str, error: str | None) -> None:
+        """A notification's end (notify/sender.py), from the sender's thread: counted, and
+        said (`notified`, or `notify-failed` with the error in lockctl's words: never the
+        URL). A success that was no recovery (`skipped`) is neither."""
+        said = result_event(delivery, result, error)
+        if said is None:
+            return
+        with self._lock:
+            state = self._job(delivery.job)
+            self.metrics.add_notify(delivery.job, delivery.notify)
+            self.metrics.notifications.labels(
+                delivery.job, self.worker, delivery.notify, result
+            ).inc()
+            state.events.emit(said[0], **said[1])
 
     def forget(self, job: str) -> None:
         """A reload removed the job: its series and its health go."""

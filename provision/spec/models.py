@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from provision.durations import Duration, parse_duration
 from provision.spec.names import DEFAULT_OWNER, lock_key
 from provision.system.http_call import HttpCall
+from provision.system.notify_rules import NO_NOTIFICATIONS, Notifications
 from provision.timings import COUNT_DEFAULTS, DEFAULT_CATCHUP, DEFAULTS, JobTimings
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8500"
@@ -33,6 +34,7 @@ class Defaults:
     retries: int = 0  # attempts after a failed first one (tick/retries.py)
     retry_delay: Duration = DEFAULT_RETRY_DELAY
     retry_on_timeout: bool = False
+    notifications: Notifications = NO_NOTIFICATIONS  # notify blocks and ping_url_file
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,7 @@ class Job:
     # an HTTP job may call a link-local or metadata target, and lint says nothing of a remote one
     allow_remote_target: bool = False
     http_url_line: int | None = None  # where `http.url` is: lint's findings of the target
+    notifications: Notifications = NO_NOTIFICATIONS  # its own over those of `defaults`
 
     @property
     def lock_key(self) -> str:

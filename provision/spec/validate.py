@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from provision.errors import InputError
@@ -33,6 +33,7 @@ from provision.spec.job_timings import (
 )
 from provision.spec.models import AuthMethod, Job, Spec, Worker
 from provision.spec.names import DEFAULT_OWNER, NAME_RULE, is_valid_name
+from provision.spec.notify_block import PING_KEY, read_notifications
 from provision.spec.prefixes import check_job_prefixes
 from provision.spec.problems import Problems, shown
 from provision.spec.values import (
@@ -49,10 +50,11 @@ from provision.spec.values import (
 )
 from provision.system.files import UnreadableFile, read_regular_file
 from provision.system.http_call import RETRY_ON_TIMEOUT_REFUSED
+from provision.system.notify_rules import Notifications
 from provision.timings import DEFAULT_CATCHUP
 
 MAX_SPEC_BYTES = 16 * 1024 * 1024  # a 10,000-job spec is about 3 MB
-DEFAULTS_KEYS = (*DURATION_KEYS, *COUNT_KEYS, *CHOICE_KEYS)
+DEFAULTS_KEYS = (*DURATION_KEYS, *COUNT_KEYS, *CHOICE_KEYS, PING_KEY)
 # allow_remote_target: a job's own decision (an HTTP job's target), never a default
 JOB_KEYS = (
     "prefix",
@@ -120,16 +122,20 @@ def _build(body: Body, problems: Problems) -> Spec:
     _check_duplicates(blocks["job"], "job", problems)
     catchup = _default_catchup(blocks["defaults"], problems)
     defaults, counts = _defaults(blocks["defaults"], problems)
+    notifications = _default_notifications(blocks["defaults"], problems)
     methods = read_auth_methods(blocks["auth_method"], problems)
     workers = _workers(blocks["worker"], methods, _method_names(blocks), problems)
     declared = {worker.name for worker in workers}
-    jobs = [_job(block, defaults, counts, catchup, declared, problems) for block in blocks["job"]]
+    inherited = _Inherited(defaults, counts, catchup, notifications)
+    jobs = [_job(block, inherited, declared, problems) for block in blocks["job"]]
     named_jobs = [job for job in jobs if job is not None]
     check_job_prefixes(blocks["job"], problems)
     _check_not_empty(blocks["worker"], blocks["job"], problems)
     return Spec(
         path=problems.path,
-        defaults=replace(final_defaults(defaults, counts), catchup=catchup),
+        defaults=replace(
+            final_defaults(defaults, counts), catchup=catchup, notifications=notifications
+        ),
         workers=tuple(sorted(workers, key=lambda w: w.name)),
         jobs=tuple(sorted(named_jobs, key=lambda j: j.name)),
         auth_methods=tuple(methods[name] for name in sorted(methods)),
@@ -291,12 +297,21 @@ def _defaults(blocks: list[Block], problems: Problems) -> tuple[Settings, Counts
         return settings, counts
     block = blocks[0]
     _labels(block, "defaults", 0, problems)
-    attributes = _attributes(block, "defaults", DEFAULTS_KEYS, problems)
+    attributes = _attributes(block, "defaults", DEFAULTS_KEYS, problems, blocks=("notify",))
     for key in DURATION_KEYS:
         if key in attributes:
             settings[key] = read_duration(attributes, key, "defaults", problems)
     own_counts = read_counts(attributes, "defaults", counts, problems)
     return settings, counts if own_counts is None else own_counts
+
+
+def _default_notifications(blocks: list[Block], problems: Problems) -> Notifications:
+    """The notify blocks and ping file every job inherits (spec/notify_block.py)."""
+    if not blocks:
+        return Notifications()
+    block = blocks[0]
+    ping = next((a for a in block.body.attributes if a.name == PING_KEY), None)
+    return read_notifications(block, "defaults", ping, Notifications(), problems)
 
 
 # --- workers --------------------------------------------------------------------------------
@@ -343,17 +358,24 @@ def _method_names(blocks: dict[str, list[Block]]) -> set[str]:
 # --- jobs -----------------------------------------------------------------------------------
 
 
-def _job(
-    block: Block,
-    defaults: Settings,
-    default_counts: Counts,
-    default_catchup: str,
-    declared: set[str],
-    problems: Problems,
-) -> Job | None:
+@dataclass(frozen=True)
+class _Inherited:
+    """What a job takes from `defaults` unless it sets its own."""
+
+    settings: Settings
+    counts: Counts
+    catchup: str
+    notifications: Notifications
+
+
+def _job(block: Block, inherited: _Inherited, declared: set[str], problems: Problems) -> Job | None:
+    defaults, default_counts = inherited.settings, inherited.counts
     name = _labels(block, "job", 1, problems)
     where = _display(block, "job")
-    attributes = _attributes(block, where, JOB_KEYS, problems, blocks=("http",))
+    attributes = _attributes(block, where, JOB_KEYS, problems, blocks=("http", "notify"))
+    notifications = read_notifications(
+        block, where, attributes.get(PING_KEY), inherited.notifications, problems
+    )
     prefix = read_prefix(attributes.get("prefix"), f"{where}.prefix", block.line, problems)
     workers = read_job_workers(attributes.get("workers"), where, block.line, declared, problems)
     zone = read_timezone(attributes.get("timezone"), f"{where}.timezone", problems)
@@ -372,7 +394,9 @@ def _job(
         timings = with_retries(timings, counts, every, attributes, where, problems)
     if http is not None and counts is not None and counts["retry_on_timeout"]:
         _refuse_retry_on_timeout(block, where, attributes, problems)
-    catchup = read_catchup(attributes.get("catchup"), f"{where}.catchup", default_catchup, problems)
+    catchup = read_catchup(
+        attributes.get("catchup"), f"{where}.catchup", inherited.catchup, problems
+    )
     if name is None or prefix is None or workers is None or timings is None or counts is None:
         return None
     if catchup is None:
@@ -391,6 +415,7 @@ def _job(
         catchup=catchup,
         allow_remote_target=allow_remote,
         http_url_line=None if http is None else http.url_line,
+        notifications=notifications,
     )
 
 

@@ -18,6 +18,16 @@ from provision.system.http_call import (
     method_problem,
     url_problem,
 )
+from provision.system.notify_rules import (
+    NO_NOTIFICATIONS,
+    PING,
+    PING_TAKEN,
+    Notifications,
+    NotifyTarget,
+    on_problem,
+    ordered_on,
+    url_file_problem,
+)
 from provision.timings import (
     COUNT_DEFAULTS,
     DEFAULT_CATCHUP,
@@ -51,6 +61,7 @@ class JobConfig:
     workers: tuple[str, ...] = ()  # every worker of the job, for the claim order; (): unknown
     http: HttpCall | None = None  # an HTTP job's call, instead of `command` (runner/http_job.py)
     catchup: str = DEFAULT_CATCHUP  # "latest": run the newest tick nobody ran (ledger/catchup.py)
+    notifications: Notifications = NO_NOTIFICATIONS  # the URL files only (system/notify_rules.py)
 
 
 def job_record(job: Job) -> dict[str, Any]:
@@ -66,7 +77,21 @@ def job_record(job: Job) -> dict[str, Any]:
         **http_record(job.http),
         # only when set: a lockctl from before it refuses the field; without it, "skip"
         **({"catchup": job.catchup} if job.catchup != DEFAULT_CATCHUP else {}),
+        **notify_record(job.notifications),
     }
+
+
+def notify_record(notifications: Notifications) -> dict[str, Any]:
+    """The job's notify blocks and ping file, only when it has them (a lockctl from before
+    them refuses the fields): the files' paths, never a URL."""
+    record: dict[str, Any] = {}
+    if notifications.targets:
+        record["notify"] = {
+            t.name: {"url_file": t.url_file, "on": list(t.on)} for t in notifications.targets
+        }
+    if notifications.ping_url_file:
+        record["ping_url_file"] = notifications.ping_url_file
+    return record
 
 
 def http_record(http: HttpCall | None) -> dict[str, dict[str, str]]:
@@ -125,6 +150,8 @@ JOB_FIELDS = {
     "retry_on_timeout",
     "http",
     "catchup",
+    "notify",
+    "ping_url_file",
 }
 
 
@@ -161,6 +188,7 @@ def read_job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> Jo
     catchup = raw.get("catchup", DEFAULT_CATCHUP)
     if catchup_problem(catchup):
         problems.append(f"{where}catchup: {catchup_problem(catchup)}")
+    notifications = _notifications(raw, where, problems)
     late = None if len(problems) > before else jitter_problem(jitter, deadline)
     if late:
         problems.append(f"{where}jitter: {late}")
@@ -179,8 +207,48 @@ def read_job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> Jo
         timings, retries=retries, retry_delay=retry_delay, retry_on_timeout=on_timeout
     )
     return JobConfig(
-        name, key, timings, schedule, zone, history_limit, command, workers, http, catchup
+        name,
+        key,
+        timings,
+        schedule,
+        zone,
+        history_limit,
+        command,
+        workers,
+        http,
+        catchup,
+        notifications,
     )
+
+
+def _notifications(raw: dict[str, Any], where: str, problems: list[str]) -> Notifications:
+    """The job's notify blocks and ping file, checked as the spec checks them; none when the
+    config has none (an older lockctl's)."""
+    blocks, ping = raw.get("notify", {}), raw.get("ping_url_file")
+    if not isinstance(blocks, dict):
+        problems.append(f'{where}notify: must be {{"NAME": {{"url_file": "/...", "on": [...]}}}}')
+        return Notifications()
+    targets = []
+    for name in sorted(blocks):
+        block, here = blocks[name], f"{where}notify.{name}."
+        if name == PING:
+            problems.append(f"{here[:-1]}: {PING_TAKEN}")
+            continue
+        if not isinstance(block, dict) or set(block) != {"url_file", "on"}:
+            problems.append(f'{here[:-1]}: must be {{"url_file": "/...", "on": [...]}}')
+            continue
+        problem = url_file_problem(block["url_file"])
+        if problem:
+            problems.append(f"{here}url_file: {problem}")
+        wrong_on = on_problem(block["on"])
+        if wrong_on:
+            problems.append(f"{here}on: {wrong_on}")
+        if not problem and not wrong_on:
+            targets.append(NotifyTarget(name, block["url_file"], ordered_on(block["on"])))
+    if ping is not None and (problem := url_file_problem(ping)):
+        problems.append(f"{where}ping_url_file: {problem}")
+        ping = None
+    return Notifications(tuple(targets), ping)
 
 
 def _http(

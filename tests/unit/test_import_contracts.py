@@ -33,6 +33,7 @@ PLANTS = {
     "consul:": ("provision/consul/keys.py", "provision.workers.config"),
     "pure:": ("provision/schedule.py", "subprocess"),
     "fencing:": ("provision/fencing.py", "provision.runner.lock"),
+    "notify:": ("provision/notify/message.py", "provision.consul"),
     "runner:": ("provision/workers/config.py", "provision.acl.render"),
     "skip:": ("provision/runner/precheck.py", "provision.runner.engine"),
     "cli tiers:": ("provision/cli/app.py", "provision.cli.entry"),

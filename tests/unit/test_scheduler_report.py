@@ -900,6 +900,7 @@ SERIES = {
     "lockctl_job_last_success_timestamp_seconds": ("gauge", [("", ())]),
     "lockctl_job_next_tick_timestamp_seconds": ("gauge", [("", ())]),
     "lockctl_job": ("info", [("_info", ("schedule", "timezone"))]),
+    "lockctl_notifications": ("counter", [("_total", ("notify", "result"))]),
 }
 
 
@@ -907,6 +908,7 @@ def test_every_series_of_the_scheduler_is_there_under_the_same_name_type_and_lab
     report, _ = _report()
     report.schedule_known(JOB, "@hourly", "UTC")
     report.next_tick(JOB, 9.0)
+    report.notify_known(JOB, ["ping"])
     done = _record(TickOutcome.SUCCEEDED, exit_status=0, duration=1.0, finished_at=at(5))
     report(Note("completed", JOB, at(0), record=done))
     shape = {

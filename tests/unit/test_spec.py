@@ -12,6 +12,7 @@ from provision.durations import DurationSyntaxError
 from provision.errors import EXIT_INPUT, InputError
 from provision.spec import (
     MAX_SPEC_BYTES,
+    Job,
     Spec,
     SpecError,
     format_duration,
@@ -53,6 +54,7 @@ def _describe(spec: Spec) -> dict[str, Any]:
             "command": list(job.command) if job.command else None,
             "timeout": job.timings.timeout,
             **({"catchup": job.catchup} if job.catchup != "skip" else {}),
+            **(_notifications(job) if job.notifications else {}),
             "line": job.line,
         }
         for job in spec.jobs
@@ -60,6 +62,12 @@ def _describe(spec: Spec) -> dict[str, Any]:
     workers = [{"name": w.name, "address": w.address, "line": w.line} for w in spec.workers]
     owner = {"owner": spec.owner} if spec.owner != DEFAULT_OWNER else {}  # older cases: none
     return {"valid": True, "jobs": jobs, "workers": workers} | owner
+
+
+def _notifications(job: Job) -> dict[str, Any]:
+    told = job.notifications
+    notify = {t.name: {"url_file": t.url_file, "on": list(t.on)} for t in told.targets}
+    return {"notify": notify, "ping_url_file": told.ping_url_file}
 
 
 def test_there_are_golden_cases_for_valid_and_invalid_specs() -> None:
