@@ -180,7 +180,7 @@ def break_refusal(view: HolderView, force: bool) -> Refusal | None:
         return None
     if not view.lockctls:
         name = printable(view.session.name, FIELD_LIMIT)
-        return Refusal(f"the session is not lockctl's (named {name!r}): --force to destroy it")
+        return Refusal(f'the session is not lockctl\'s (named "{name}"): --force to destroy it')
     if view.serf_health == "critical":
         return None
     if view.serf_health is None:
@@ -228,7 +228,7 @@ def describe(view: HolderView, now: datetime) -> list[str]:
     session = view.session
     lines = [
         f"lock:       {view.key} (job {view.job}), LockIndex {view.lock_index} (the fencing token)",
-        f"session:    {view.shown_id} {printable(session.name, FIELD_LIMIT)!r} (Consul's word)",
+        f'session:    {view.shown_id} "{printable(session.name, FIELD_LIMIT)}" (Consul\'s word)',
         f"node:       {view.node}, serfHealth {view.serf_health or 'unknown (no such check)'}",
         f"age:        made at Raft index {session.create_index}: Consul 1.8.7 keeps no time "
         "for a session (an index is no time)",
