@@ -132,6 +132,9 @@ def break_lock(
         typer.echo(line)
     if refusal is not None:
         raise BreakRefused(f"not broken: {refusal.reason}")
+    overridden = break_refusal(view, force=False)
+    if overridden is not None:
+        typer.echo(f"--force: {overridden.reason}")
     typer.echo(fencing_note(view))
     if not yes:
         if not sys.stdin.isatty():

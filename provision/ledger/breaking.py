@@ -21,7 +21,7 @@ from datetime import datetime, timedelta, timezone
 
 from provision.consul import Consul
 from provision.consul.models import Session
-from provision.errors import LockctlError
+from provision.errors import EXIT_DENIED, LockctlError
 from provision.ledger.records import (
     RECORD_MAX_BYTES,
     TickRecord,
@@ -45,6 +45,12 @@ class Refusal:
 
     reason: str
     nothing_held: bool = False
+
+
+class BreakDenied(LockctlError):
+    """This token may not read the holder's session: exit 4, as Consul's 403."""
+
+    exit_code = EXIT_DENIED
 
 
 class BreakRefused(LockctlError):
@@ -106,6 +112,7 @@ def read_holder(consul: Consul, job: str, lock_key: str, others: dict[str, str])
     view = HolderView(job, lock_key, entry.session, entry.lock_index)
     session = consul.session.info(entry.session, consistency="consistent")
     if session is None:
+        _unless_hidden(consul, view)
         return view
     claims = holder_claims(entry.value)
     checks = consul.health.node_checks(session.node, consistency="consistent")
@@ -121,6 +128,18 @@ def read_holder(consul: Consul, job: str, lock_key: str, others: dict[str, str])
         _tick_record(consul, lock_key, claims.get("tick")),
         _also_held(consul, entry.session, others),
     )
+
+
+def _unless_hidden(consul: Consul, view: HolderView) -> None:
+    """Consul answers a session this token may not read as it answers one that ended: empty.
+    A key that still names the session after that consistent read tells them apart (an ended
+    session leaves its keys in the same Raft entry)."""
+    entry, _ = consul.kv.get(view.key, consistency="consistent", max_bytes=HOLDER_MAX_BYTES * 2)
+    if entry is not None and entry.session == view.session_id:
+        raise BreakDenied(
+            f"the session holding {view.key} ({view.shown_id}) is not readable with this token "
+            "(no session read on its node): break needs an operator's token"
+        )
 
 
 def holder_claims(value: bytes | None) -> dict[str, str]:
@@ -232,6 +251,8 @@ def describe(view: HolderView, now: datetime) -> list[str]:
         f"node:       {view.node}, serfHealth {view.serf_health or 'unknown (no such check)'}",
         f"age:        made at Raft index {session.create_index}: Consul 1.8.7 keeps no time "
         "for a session (an index is no time)",
+        f"ttl:        {printable(session.ttl, FIELD_LIMIT) or 'none'}: a session nobody renews "
+        "ends by itself within twice that, then its lock-delay",
         f"lock-delay: {view.lock_delay:g}s after the destroy, nobody may take the lock",
     ]
     lines += _holder_lines(view, now)

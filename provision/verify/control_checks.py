@@ -1,13 +1,15 @@
 """The control-key check of `lockctl verify`: a worker's token reads its jobs' control keys
 (every claim does: a paused job's tick is recorded paused) and cannot write them, so a worker
-cannot pause, resume or trigger a job (issue 21); nor read another job's."""
+cannot pause, resume or trigger a job (issue 21); nor read another job's. The break check: a
+worker's token cannot destroy a session on another worker's node (`lockctl break` is the
+operators')."""
 
 from __future__ import annotations
 
 from provision.system.control_keys import paused_key, pauses_key, trigger_key
 from provision.verify.acl_checks import workers_with_tokens
 from provision.verify.context import VerifyContext
-from provision.verify.evidence import CheckFailed, Evidence, status_of
+from provision.verify.evidence import CheckFailed, CheckSkipped, Evidence, status_of, verify_session
 
 # The writes are sent with a cas index no key ever has: denied, they prove the token may not
 # write; allowed (a policy too broad), they still change nothing, so verify never pauses a job.
@@ -46,3 +48,35 @@ def check_worker_token_control(ctx: VerifyContext, ev: Evidence) -> str:
     if problems:
         raise CheckFailed("; ".join(problems))
     return "worker tokens read their jobs' control keys and get 403 on pause, resume, trigger"
+
+
+def check_worker_token_break(ctx: VerifyContext, ev: Evidence) -> str:
+    """`lockctl break` is the operators': a worker's token gets 403 destroying a session on
+    another worker's node (Consul authorizes a destroy by the session's node), and destroys a
+    session on its own node (its right: its replica ends its own sessions). Each worker's
+    session is made through its own agent and holds nothing; the probes run while every one of
+    them exists (a destroy of an unknown session succeeds whoever asks: it would prove
+    nothing)."""
+    workers = workers_with_tokens(ctx)
+    if len(workers) < 2:
+        raise CheckSkipped("needs two workers with tokens")
+    sessions = {w.name: verify_session(ctx, ctx.client(w.name), "break") for w in workers}
+    problems = []
+    for worker in workers:
+        client = ctx.client(worker.name)
+        for other in (o for o in workers if o.name != worker.name):
+            status, body = status_of(client.session.destroy, sessions[other.name])
+            ev.add(f"{worker.name}: destroy {other.name}'s session -> {status}")
+            if status != 403:
+                problems.append(
+                    f"{worker.name}'s token got {status} {body}, not 403, destroying a session "
+                    f"on {other.name}: a worker could break another's lock"
+                )
+    for worker in workers:
+        status, body = status_of(ctx.client(worker.name).session.destroy, sessions[worker.name])
+        ev.add(f"{worker.name}: destroy its own session -> {status}")
+        if status != 200:
+            problems.append(f"{worker.name}'s token got {status} {body} destroying its own session")
+    if problems:
+        raise CheckFailed("; ".join(problems))
+    return "worker tokens get 403 destroying another worker's session, and destroy their own"

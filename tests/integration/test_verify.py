@@ -269,6 +269,41 @@ def test_a_worker_token_cannot_pause_resume_or_trigger(applied: Applied, tmp_pat
         management.acl.delete_policy(policy.id)
 
 
+def test_a_worker_token_cannot_break_another_workers_session(
+    applied: Applied, tmp_path: Path
+) -> None:
+    """Green with the rendered policies (session write on the worker's own node only); red for
+    a worker token that may also write every node's sessions, which could break any lock."""
+    status, summary = applied.verify("worker-token-break")["worker-token-break"]
+    assert (status, summary) == (
+        "pass",
+        "worker tokens get 403 destroying another worker's session, and destroy their own",
+    )
+    management = applied.management
+    name = f"verify-test-break-{uuid.uuid4().hex[:6]}"
+    policy = management.acl.create_policy(name, 'session_prefix "" { policy = "write" }\n')
+    rendered = render_policies(applied.spec, find_templates_dir())
+    worker_1 = next(t for t in rendered.tokens if t.worker == "worker-1")
+    broad = management.acl.create_token(
+        "verify test: worker-1 that may write every node's sessions", [*worker_1.policies, name]
+    )
+    try:
+        assert broad.secret is not None
+        write_secret_file(tmp_path / "worker-1.token", broad.secret)
+        write_secret_file(
+            tmp_path / "worker-2.token", read_secret_file(applied.secrets_dir / "worker-2.token")
+        )
+        eventually_usable(applied.cluster.client("worker-1", broad.secret))
+        results = applied.verify("worker-token-break", secrets_dir=tmp_path)
+        status, summary = results["worker-token-break"]
+        assert status == "fail"
+        assert "worker-1's token got 200 True, not 403, destroying a session on worker-2" in summary
+        assert "worker-2's token" not in summary  # its own policy: 403 on worker-1's session
+    finally:
+        management.acl.delete_token(broad.accessor_id)
+        management.acl.delete_policy(policy.id)
+
+
 def test_policy_edited_by_hand_fails_live_policies_lint(applied: Applied) -> None:
     management = applied.management
     job = applied.spec.jobs[0]

@@ -134,6 +134,26 @@ class _FakeConsul:
         self.destroyed.append(session_id)
         return True
 
+    def info(self, session_id: str, **_: Any) -> Session | None:
+        return None  # what Consul answers for a session that ended, and for one not readable
+
+
+def test_a_session_this_token_may_not_read_is_a_denial_not_a_free_lock() -> None:
+    """Consul filters a session the token may not read out of its answer: empty, as for one
+    that ended. The key still naming it tells the two apart."""
+    with pytest.raises(breaking.BreakDenied, match="break needs an operator's token") as denied:
+        breaking.read_holder(_FakeConsul("sess-1"), "nightly-ingest", KEY, {})  # type: ignore[arg-type]
+    assert denied.value.exit_code == 4
+
+    class _Ended(_FakeConsul):
+        def get(self, key: str, **_: Any) -> tuple[KVEntry | None, None]:
+            self.reads = getattr(self, "reads", 0) + 1  # the second read: its session ended
+            return KVEntry(key, None, 0, "sess-1" if self.reads == 1 else None, 7, 1, 9), None
+
+    view = breaking.read_holder(_Ended("sess-1"), "nightly-ingest", KEY, {})  # type: ignore[arg-type]
+    refusal = break_refusal(view, force=True)
+    assert refusal is not None and refusal.nothing_held and "ended meanwhile" in refusal.reason
+
 
 def test_break_destroys_the_session_it_showed_and_says_when_the_lock_is_free_again() -> None:
     consul = _FakeConsul("sess-1")
@@ -178,5 +198,6 @@ def test_the_command_refuses_asks_or_destroys(monkeypatch: pytest.MonkeyPatch) -
 
     code, said, destroyed = _invoke(monkeypatch, _held("passing"), "--force", "--yes")
     assert code == 0 and len(destroyed) == 1, said
+    assert "--force: node worker-1 is healthy (serfHealth passing)" in said
     assert "exit 76" in said and "LockIndex 7" in said
     assert "may be taken again from about 2026-12-06T03:00:15Z (LockDelay 15s)" in said
