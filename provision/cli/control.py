@@ -131,10 +131,10 @@ def break_lock(
     for line in describe(view, datetime.now(timezone.utc)):
         typer.echo(line)
     if refusal is not None:
-        raise BreakRefused(f"not broken: {refusal.reason}")
+        raise BreakRefused(f"not broken: {refusal.said()}")
     overridden = break_refusal(view, force=False)
     if overridden is not None:
-        typer.echo(f"--force: {overridden.reason}")
+        typer.echo(f"forced (--force): {overridden.reason}")
     typer.echo(fencing_note(view))
     if not yes:
         if not sys.stdin.isatty():

@@ -45,6 +45,10 @@ class Refusal:
 
     reason: str
     nothing_held: bool = False
+    advice: str = ""  # what would allow it
+
+    def said(self) -> str:
+        return f"{self.reason}; {self.advice}" if self.advice else self.reason
 
 
 class BreakDenied(LockctlError):
@@ -199,18 +203,22 @@ def break_refusal(view: HolderView, force: bool) -> Refusal | None:
         return None
     if not view.lockctls:
         name = printable(view.session.name, FIELD_LIMIT)
-        return Refusal(f'the session is not lockctl\'s (named "{name}"): --force to destroy it')
+        return Refusal(
+            f'the session is not lockctl\'s (named "{name}")', advice="--force to destroy it"
+        )
     if view.serf_health == "critical":
         return None
     if view.serf_health is None:
         return Refusal(
             f"node {view.node} has no serfHealth check this token can read (a TTL-only session "
             "of an agentless worker, or no node read): whether its replica is gone cannot be "
-            "told; make sure it is, then --force"
+            "told",
+            advice="make sure it is, then --force",
         )
     return Refusal(
         f"node {view.node} is healthy (serfHealth {view.serf_health}): its replica may be "
-        "alive and renewing; make sure it is gone, then --force"
+        "alive and renewing",
+        advice="make sure it is gone, then --force",
     )
 
 

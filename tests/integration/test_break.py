@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from scheduler_lab import SchedulerProcess
 from workers_lab import eventually_usable, minted_workers, operator_command, spec_text
 
 from provision.consul import PermissionDenied
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 
 WORKERS = ("worker-1", "worker-2")
 LOCK_DELAY = 45.0  # long: the run asked right after the break is inside it, however loaded
+SCHEDULED_TTL = 120.0
 WAIT = 120.0  # seconds a runner may take at most (a loaded machine; the lock-delay included)
 
 
@@ -60,9 +62,16 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
     tmp = tmp_path_factory.mktemp("break")
     uid = uuid.uuid4().hex[:8]
     prefix, job = f"test/break-{uid}/", f"break-{uid}"
-    attributes = {"prefix": json.dumps(prefix), "lock_delay": f'"{LOCK_DELAY:g}s"'}
+    attributes = {"prefix": json.dumps(f"{prefix}plain/"), "lock_delay": f'"{LOCK_DELAY:g}s"'}
+    scheduled = {
+        "prefix": json.dumps(f"{prefix}nightly/"),
+        "schedule": '"@every 2s"',
+        "command": json.dumps(["/bin/sleep", "20"]),
+        "ttl": f'"{SCHEDULED_TTL:g}s"',  # its replica killed, its session outlives the test
+    }
+    jobs = {job: attributes, f"nightly-{uid}": scheduled}
     spec_path = tmp / "locks.hcl"
-    spec_path.write_text(spec_text(live_cluster, WORKERS, {job: attributes}))
+    spec_path.write_text(spec_text(live_cluster, WORKERS, jobs))
     management = live_cluster.management()
     with minted_workers(live_cluster, spec_path, WORKERS, tmp, uid, prefix) as made:
         policy = management.acl.create_policy(f"test-operator-{uid}", operator_rules(prefix))
@@ -76,7 +85,7 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
                 live_cluster,
                 spec_path,
                 job,
-                f"{prefix}.lock",
+                f"{prefix}plain/.lock",
                 made.configs,
                 tmp / "operator.token",
                 tmp,
@@ -97,22 +106,19 @@ def _events(stderr: str, name: str) -> list[dict[str, Any]]:
     return [event for event in events if event["event"] == name]
 
 
-def _holder(lab: Lab) -> str | None:
-    entry, _ = lab.cluster.management().kv.get(lab.key, consistency="consistent")
+def _holder(lab: Lab, key: str | None = None) -> str | None:
+    entry, _ = lab.cluster.management().kv.get(key or lab.key, consistency="consistent")
     return None if entry is None else entry.session
 
 
-def _break(lab: Lab, *args: str, token: Path | None = None) -> subprocess.CompletedProcess[str]:
+def _break(
+    lab: Lab, *args: str, token: Path | None = None, job: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    job = job or lab.job
     result = operator_command(
-        lab.cluster,
-        lab.spec_path,
-        lab.secrets,
-        "break",
-        lab.job,
-        *args,
-        token=token or lab.operator,
+        lab.cluster, lab.spec_path, lab.secrets, "break", job, *args, token=token or lab.operator
     )
-    print(f"\n$ lockctl break {lab.job} {' '.join(args)}\n{result.stdout}{result.stderr}")
+    print(f"\n$ lockctl break {job} {' '.join(args)}\n{result.stdout}{result.stderr}")
     return result
 
 
@@ -186,3 +192,30 @@ def test_break_refuses_a_healthy_holder_and_breaks_it_with_force(lab: Lab) -> No
         if holder.poll() is None:
             holder.terminate()
             holder.communicate(timeout=WAIT)
+
+
+def test_break_shows_the_tick_a_killed_replica_held(lab: Lab) -> None:
+    """A `lockctl schedule` replica killed (kill -9) while its job runs: its session lives on
+    (its TTL, long here), its node is healthy; break shows the tick from the holder's record
+    and checks it against the ledger's, refuses without --force, and breaks it with it."""
+    job = lab.job.replace("break-", "nightly-")
+    key = lab.key.replace("/plain/", "/nightly/")
+    replica = SchedulerProcess(lab.configs["worker-1"])
+    try:
+        session = eventually(lambda: _holder(lab, key), 60.0)
+        assert session, "\n".join(replica.lines)
+    finally:
+        replica.kill()
+    assert _holder(lab, key) == session  # killed: nobody released it
+
+    refused = _break(lab, "--yes", job=job)
+    assert refused.returncode == 1, refused.stderr
+    assert "not broken: node worker-1 is healthy" in refused.stderr
+    assert f'"lockctl schedule on worker-1 (ttl {SCHEDULED_TTL:g}s,' in refused.stdout
+    tick = next(line for line in refused.stdout.splitlines() if line.startswith("tick:"))
+    assert "running in the ledger, claimed by worker-1 under its session" in tick, tick
+
+    broken = _break(lab, "--force", "--yes", job=job)
+    assert broken.returncode == 0, broken.stderr
+    assert f"session {session} destroyed" in broken.stdout
+    assert _holder(lab, key) is None

@@ -198,6 +198,6 @@ def test_the_command_refuses_asks_or_destroys(monkeypatch: pytest.MonkeyPatch) -
 
     code, said, destroyed = _invoke(monkeypatch, _held("passing"), "--force", "--yes")
     assert code == 0 and len(destroyed) == 1, said
-    assert "--force: node worker-1 is healthy (serfHealth passing)" in said
+    assert "forced (--force): node worker-1 is healthy (serfHealth passing)" in said
     assert "exit 76" in said and "LockIndex 7" in said
     assert "may be taken again from about 2026-12-06T03:00:15Z (LockDelay 15s)" in said
