@@ -8,6 +8,8 @@ another worker's session (403), and a worker's `lockctl break` says it needs an 
 from __future__ import annotations
 
 import json
+import os
+import pty
 import subprocess
 import time
 import uuid
@@ -215,7 +217,38 @@ def test_break_shows_the_tick_a_killed_replica_held(lab: Lab) -> None:
     tick = next(line for line in refused.stdout.splitlines() if line.startswith("tick:"))
     assert "running in the ledger, claimed by worker-1 under its session" in tick, tick
 
-    broken = _break(lab, "--force", "--yes", job=job)
+    declined = _answered(lab, job, "n")
+    assert declined.returncode == 1, declined.stderr
+    assert f"destroy session {session} on node worker-1? [y/N]" in declined.stdout
+    assert "not broken: not confirmed" in declined.stderr
+    assert _holder(lab, key) == session
+
+    broken = _answered(lab, job, "y")
     assert broken.returncode == 0, broken.stderr
     assert f"session {session} destroyed" in broken.stdout
     assert _holder(lab, key) is None
+
+
+def _answered(lab: Lab, job: str, answer: str) -> subprocess.CompletedProcess[str]:
+    """`lockctl break JOB --force` at a terminal (a pseudo-terminal its stdin), `answer` typed
+    at its question."""
+    flags = ["--spec", str(lab.spec_path), "--address", lab.cluster.address("server-1")]
+    flags += ["--token-file", str(lab.operator), *lab.cluster.tls_flags()]
+    controller, terminal = pty.openpty()
+    try:
+        os.write(controller, f"{answer}\n".encode())  # waits in the terminal until read
+        result = subprocess.run(
+            [*LOCKCTL, "break", job, "--force", *flags],
+            stdin=terminal,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    print(f"\n$ lockctl break {job} --force  (answered {answer})\n{result.stdout}{result.stderr}")
+    assert not any(secret in result.stdout + result.stderr for secret in lab.secrets)
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
