@@ -16,7 +16,11 @@ from provision.verify.acl_checks import (
     check_worker_token_allowed,
     check_worker_token_confined,
 )
-from provision.verify.control_checks import check_worker_token_break, check_worker_token_control
+from provision.verify.control_checks import (
+    check_operator_token_break,
+    check_worker_token_break,
+    check_worker_token_control,
+)
 from provision.verify.evidence import CheckFunction
 from provision.verify.lock_checks import (
     check_consistency_headers,
@@ -63,6 +67,11 @@ CHECKS = (
         "worker-token-break",
         check_worker_token_break,
         what="worker tokens cannot destroy another worker's session",
+    ),
+    Check(
+        "operator-token-break",
+        check_operator_token_break,
+        what="the operators' token may break a lock on every worker's node",
     ),
     Check("single-holder", check_single_holder, what="one of two racing sessions wins"),
     Check("release-handover", check_release_handover, what="release hands over at once"),
