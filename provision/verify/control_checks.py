@@ -130,5 +130,5 @@ def _operator_breaks(
     status, body = status_of(operator.session.destroy, session_id)
     ev.add(f"operator: destroy {node}'s session -> {status}")
     if status != 200:
-        problems.append(f"the operators' token got {status} {body} destroying a session on {node}")
+        problems.append(f"the operators' token got {status} destroying a session on {node}: {body}")
     return problems

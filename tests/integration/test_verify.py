@@ -364,9 +364,10 @@ def test_the_operators_token_may_break_and_one_without_the_session_rules_may_not
     assert refused.exit_code == 1, refused.output
     (check,) = json.loads(refused.stdout)["checks"]
     summary = check["summary"]
+    print(f"\noperator-token-break with only the pause and trigger rules: {summary}")  # docs
     assert 'cannot read sessions on worker-1 (session "worker-1" write)' in summary, summary
     assert "cannot read worker-2's health (node read)" in summary
-    assert "got 403" in summary and "destroying a session on worker-2" in summary
+    assert "got 403 destroying a session on worker-2: " in summary
 
 
 def test_policy_edited_by_hand_fails_live_policies_lint(applied: Applied) -> None:
