@@ -15,7 +15,7 @@ from provision.errors import InputError
 
 if TYPE_CHECKING:
     from provision.ledger.operator import PauseChange
-    from provision.spec import Job
+    from provision.spec import Job, Spec
 
 JobArgument = Annotated[str, typer.Argument(help="The job's name, as in the spec.", metavar="JOB")]
 Reason = Annotated[
@@ -120,7 +120,7 @@ def break_lock(
     from provision.spec import load_spec
 
     spec = load_spec(spec_file)
-    _known_job(spec_file, job)
+    _job_in(spec, spec_file, job)
     keys = {known.name: known.lock_key for known in spec.jobs}
     consul = connection.connect()
     view = read_holder(consul, job, keys.pop(job), keys)
@@ -141,19 +141,18 @@ def break_lock(
             raise InputError("stdin is not a terminal: confirm with --yes")
         if not typer.confirm(f"destroy session {view.shown_id} on node {view.node}?"):
             raise BreakRefused("not broken: not confirmed")
-    broken = destroy_holder(consul, view)
-    claimable = broken.claimable_at.isoformat(timespec="seconds").replace("+00:00", "Z")
-    typer.echo(
-        f"session {broken.session_id} destroyed: the lock may be taken again from about "
-        f"{claimable} (LockDelay {broken.lock_delay:g}s)"
-    )
+    typer.echo(destroy_holder(consul, view).said())
 
 
 def _known_job(spec_file: Path, job: str) -> Job:
     """JOB must be a job of the spec (a typo must not pause nothing)."""
     from provision.spec import load_spec
 
-    found = [known for known in load_spec(spec_file).jobs if known.name == job]
+    return _job_in(load_spec(spec_file), spec_file, job)
+
+
+def _job_in(spec: Spec, spec_file: Path, job: str) -> Job:
+    found = [known for known in spec.jobs if known.name == job]
     if not found:
         raise InputError(f"job {job!r} is not in {spec_file}")
     return found[0]

@@ -232,6 +232,13 @@ class Broken:
     claimable_at: datetime
     lock_delay: float
 
+    def said(self) -> str:
+        claimable = self.claimable_at.isoformat(timespec="seconds").replace("+00:00", "Z")
+        return (
+            f"session {self.session_id} destroyed: the lock may be taken again from about "
+            f"{claimable} (LockDelay {self.lock_delay:g}s)"
+        )
+
 
 def destroy_holder(consul: Consul, shown: HolderView, now: datetime | None = None) -> Broken:
     """Destroy the session `shown` holds the lock under, if it still does (a consistent read
