@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from provision.consul import Consul
+from provision.consul import AnswerTooLarge, Consul
 from provision.consul.models import Session
 from provision.errors import EXIT_DENIED, LockctlError
 from provision.ledger.records import (
@@ -35,7 +35,6 @@ SERF_HEALTH = "serfHealth"
 LOCKCTL_SESSION = "lockctl "  # every session lockctl makes is named so (runner, scheduler, embed)
 FIELD_LIMIT = 64  # characters of one field shown: a name, a node, a time
 HOLDER_FIELDS = ("worker", "job", "host", "pid", "acquired_at", "tick")  # what lockctl writes
-HOLDER_MAX_BYTES = 4096  # a lockctl holder's value is under 200 bytes; anyone may write 512 KB
 
 
 @dataclass(frozen=True)
@@ -78,10 +77,6 @@ class HolderView:
     also_holds: tuple[str, ...] = ()  # the spec's other jobs whose locks the session holds
 
     @property
-    def held(self) -> bool:
-        return self.session_id is not None and self.session is not None
-
-    @property
     def lockctls(self) -> bool:
         """The session is lockctl's by its name (what a holder that is not lockctl's, e.g.
         `consul lock`, never is); the record is the holder's word and says nothing here."""
@@ -109,8 +104,10 @@ class HolderView:
 def read_holder(consul: Consul, job: str, lock_key: str, others: dict[str, str]) -> HolderView:
     """The job's lock and who holds it, from consistent reads: the key, its session, the
     session's node's checks, the tick record the holder's record names; and which of `others`
-    (the spec's other jobs: name -> lock key) the same session holds."""
-    entry, _ = consul.kv.get(lock_key, consistency="consistent", max_bytes=HOLDER_MAX_BYTES * 2)
+    (the spec's other jobs: name -> lock key) the same session holds. A lock key is read whole,
+    whatever its value (Consul caps it at 512 KB): a value planted to be too large must not keep
+    the operator from breaking the lock it sits on."""
+    entry, _ = consul.kv.get(lock_key, consistency="consistent")
     if entry is None or entry.session is None:
         return HolderView(job, lock_key, None, None if entry is None else entry.lock_index)
     view = HolderView(job, lock_key, entry.session, entry.lock_index)
@@ -138,7 +135,7 @@ def _unless_hidden(consul: Consul, view: HolderView) -> None:
     """Consul answers a session this token may not read as it answers one that ended: empty.
     A key that still names the session after that consistent read tells them apart (an ended
     session leaves its keys in the same Raft entry)."""
-    entry, _ = consul.kv.get(view.key, consistency="consistent", max_bytes=HOLDER_MAX_BYTES * 2)
+    entry, _ = consul.kv.get(view.key, consistency="consistent")
     if entry is not None and entry.session == view.session_id:
         raise BreakDenied(
             f"the session holding {view.key} ({view.shown_id}) is not readable with this token "
@@ -168,9 +165,12 @@ def _tick_record(consul: Consul, lock_key: str, tick: str | None) -> TickRecord 
     moment = None if tick is None else parse_tick_name(tick)
     if tick is None or moment is None:
         return None
-    entry, _ = consul.kv.get(
-        ticks_prefix(lock_key) + tick, consistency="consistent", max_bytes=RECORD_MAX_BYTES * 2
-    )
+    try:
+        entry, _ = consul.kv.get(
+            ticks_prefix(lock_key) + tick, consistency="consistent", max_bytes=RECORD_MAX_BYTES * 2
+        )
+    except AnswerTooLarge:
+        return None  # no record of lockctl's is that large: nothing it says is shown
     return None if entry is None else decode(moment, entry.value, entry.modify_index)
 
 
@@ -179,7 +179,7 @@ def _also_held(consul: Consul, session_id: str, others: dict[str, str]) -> tuple
     destroying it frees all their locks."""
     held = []
     for job, key in sorted(others.items()):
-        entry, _ = consul.kv.get(key, consistency="consistent", max_bytes=HOLDER_MAX_BYTES * 2)
+        entry, _ = consul.kv.get(key, consistency="consistent")
         if entry is not None and entry.session == session_id:
             held.append(job)
     return tuple(held)
@@ -245,7 +245,7 @@ def destroy_holder(consul: Consul, shown: HolderView, now: datetime | None = Non
     right before: a holder that changed while the operator confirmed is not the one they
     confirmed). PUT /v1/session/destroy/:id needs session write on the session's node."""
     assert shown.session_id is not None
-    entry, _ = consul.kv.get(shown.key, consistency="consistent", max_bytes=HOLDER_MAX_BYTES * 2)
+    entry, _ = consul.kv.get(shown.key, consistency="consistent")
     if entry is None or entry.session != shown.session_id:
         raise BreakRefused(
             f"the lock {shown.key} changed while you confirmed (its holder is no longer session "

@@ -77,6 +77,7 @@ def test_break_destroys_only_a_lockctl_session_on_a_failing_node_unless_forced(
         (b"not json", {}),
         (b"[1]", {}),
         (b"[" * 100_000, {}),  # nested too deep: no RecursionError
+        (b'{"worker": "' + b"w" * 524_000 + b'"}', {"worker": "w" * 46 + "...(+523954 chars)"}),
         (b'{"worker": {"nested": 1}, "pid": 42}', {"pid": "42"}),
         (
             json.dumps({"worker": "w\x1b[2J", "tick": "t" * 100}).encode(),
