@@ -1,6 +1,7 @@
 """`lockctl pause JOB`, `lockctl resume JOB`: an operator's hold on a job's ticks; `lockctl
 trigger JOB`: one run now, outside the schedule. Kept in Consul under the job's control keys
-(provision/ledger/operator.py), written with the operator's token, never a worker's."""
+(provision/ledger/operator.py), written with the operator's token, never a worker's. `lockctl
+break JOB`: the session of a gone replica destroyed (provision/ledger/breaking.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from provision.errors import InputError
 
 if TYPE_CHECKING:
     from provision.ledger.operator import PauseChange
-    from provision.spec import Job
+    from provision.spec import Job, Spec
 
 JobArgument = Annotated[str, typer.Argument(help="The job's name, as in the spec.", metavar="JOB")]
 Reason = Annotated[
@@ -87,11 +88,71 @@ def trigger(
     typer.echo(f"its run is recorded at {tick_name(manual_tick(note.at))} in its history")
 
 
+@options.consul_command
+def break_lock(
+    connection: options.Connection,
+    job: JobArgument,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Break it while its node is healthy, or when not lockctl's."),
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+    spec_file: options.SpecFile = options.DEFAULT_SPEC,
+) -> None:
+    """Destroy the session holding JOB's lock, when its replica is gone.
+
+    Shows the holder (session, node and its serfHealth, its record and tick), then asks. Refused
+    (exit 1) without --force while the holder's node is healthy or the session is not lockctl's;
+    exit 0 when the lock is free. Needs a token with session write on the holder's node (an
+    operator's, not a worker's). The lock may be taken again after the session's LockDelay.
+    """
+    import sys
+    from datetime import datetime, timezone
+
+    from provision.ledger.breaking import (
+        BreakRefused,
+        break_refusal,
+        describe,
+        destroy_holder,
+        fencing_note,
+        read_holder,
+    )
+    from provision.spec import load_spec
+
+    spec = load_spec(spec_file)
+    _job_in(spec, spec_file, job)
+    keys = {known.name: known.lock_key for known in spec.jobs}
+    consul = connection.connect()
+    view = read_holder(consul, job, keys.pop(job), keys)
+    refusal = break_refusal(view, force)
+    if refusal is not None and refusal.nothing_held:
+        typer.echo(refusal.reason)
+        return
+    for line in describe(view, datetime.now(timezone.utc)):
+        typer.echo(line)
+    if refusal is not None:
+        raise BreakRefused(f"not broken: {refusal.said()}")
+    overridden = break_refusal(view, force=False)
+    if overridden is not None:
+        typer.echo(f"forced (--force): {overridden.reason}")
+    typer.echo(fencing_note(view))
+    if not yes:
+        if not sys.stdin.isatty():
+            raise InputError("stdin is not a terminal: confirm with --yes")
+        if not typer.confirm(f"destroy session {view.shown_id} on node {view.node}?"):
+            raise BreakRefused("not broken: not confirmed")
+    typer.echo(destroy_holder(consul, view).said())
+
+
 def _known_job(spec_file: Path, job: str) -> Job:
     """JOB must be a job of the spec (a typo must not pause nothing)."""
     from provision.spec import load_spec
 
-    found = [known for known in load_spec(spec_file).jobs if known.name == job]
+    return _job_in(load_spec(spec_file), spec_file, job)
+
+
+def _job_in(spec: Spec, spec_file: Path, job: str) -> Job:
+    found = [known for known in spec.jobs if known.name == job]
     if not found:
         raise InputError(f"job {job!r} is not in {spec_file}")
     return found[0]

@@ -41,6 +41,13 @@ BearerTokenFiles = Annotated[
         "name that is no worker: a stranger's JWT, which must be refused.",
     ),
 ]
+OperatorTokenFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--operator-token-file",
+        help="The operators' token (pause, trigger, break), for operator-token-break.",
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,7 @@ class VerifyFlags:
     evidence: Evidence = False
     junit: Junit = None
     bearer_token_files: BearerTokenFiles = None
+    operator_token_file: OperatorTokenFile = None
 
 
 @options.flags_command(VerifyFlags)
@@ -69,6 +77,7 @@ def verify(connection: options.Connection, flags: VerifyFlags) -> None:
     that read agents and policies; the lock checks use each worker's own token and agent.
     """
     from provision.spec import load_spec
+    from provision.system.secrets import read_secret_file
     from provision.system.templates import find_templates_dir
     from provision.verify import run_verification, select_checks
     from provision.verify.context import VerifyContext, load_workers
@@ -81,6 +90,8 @@ def verify(connection: options.Connection, flags: VerifyFlags) -> None:
     workers = load_workers(spec, flags.secrets_dir, flags.inventory)
     context = VerifyContext(spec, settings, workers, templates_dir=templates)
     context.bearer_tokens = _bearer_tokens(flags.bearer_token_files or [])
+    if flags.operator_token_file is not None:
+        context.operator_token = read_secret_file(flags.operator_token_file)
     report = run_verification(context, checks)
     if flags.junit is not None:
         flags.junit.write_text(junit_xml(report), encoding="utf-8")

@@ -12,7 +12,7 @@ from typing import Any
 from provision.consul.answers import ConsulResponse
 from provision.consul.errors import NotFound, PermissionDenied
 from provision.consul.keys import checked_key
-from provision.consul.models import KVEntry, Policy, ReadMeta, Session, Token
+from provision.consul.models import KVEntry, NodeCheck, Policy, ReadMeta, Session, Token
 from provision.consul.transport import (
     DEFAULT_TOKEN,
     IDEMPOTENT,
@@ -86,6 +86,15 @@ class HealthAPI(_Area):
         GET /v1/health/state/:state"""
         path = "/v1/health/state/" + quote_path(state)
         return list(self._transport.request(Call("GET", path), IDEMPOTENT).body or ())
+
+    def node_checks(self, node: str, *, consistency: str = "default") -> list[NodeCheck]:
+        """The health checks of one node (serfHealth among them for a node with an agent);
+        empty for an unknown node, and for a token without node read on it (Consul filters).
+        GET /v1/health/node/:node"""
+        path = "/v1/health/node/" + quote_path(node)
+        call = Call("GET", path, params=_consistency(consistency))
+        body = self._transport.request(call, IDEMPOTENT).body or ()
+        return [NodeCheck.from_api(raw) for raw in body]
 
 
 class ACLAPI(_Area):

@@ -68,6 +68,7 @@ class Session:
     lock_delay_ns: int
     behavior: str
     checks: tuple[str, ...]
+    create_index: int = 0  # the Raft index it was made at: Consul 1.8.7 keeps no creation time
 
     @classmethod
     def from_api(cls, raw: dict[str, Any]) -> Session:
@@ -79,6 +80,7 @@ class Session:
             lock_delay_ns=int(raw.get("LockDelay", 0)),
             behavior=raw.get("Behavior", ""),
             checks=_session_checks(raw),
+            create_index=int(raw.get("CreateIndex") or 0),
         )
 
 
@@ -88,6 +90,24 @@ def _session_checks(raw: dict[str, Any]) -> tuple[str, ...]:
         return tuple(raw["Checks"])
     service = [check["ID"] for check in raw.get("ServiceChecks") or ()]
     return tuple([*(raw.get("NodeChecks") or ()), *service])
+
+
+@dataclass(frozen=True)
+class NodeCheck:
+    """One health check of a node: `check_id` (`serfHealth`: the agent's gossip liveness) and its
+    `status` (passing, warning, critical), as Consul's catalog has them."""
+
+    check_id: str
+    status: str
+    output: str = ""  # Consul's (or the check's) words: untrusted text, printable() before shown
+
+    @classmethod
+    def from_api(cls, raw: dict[str, Any]) -> NodeCheck:
+        return cls(
+            check_id=str(raw.get("CheckID", "")),
+            status=str(raw.get("Status", "")),
+            output=str(raw.get("Output") or ""),
+        )
 
 
 @dataclass(frozen=True)

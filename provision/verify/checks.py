@@ -16,7 +16,11 @@ from provision.verify.acl_checks import (
     check_worker_token_allowed,
     check_worker_token_confined,
 )
-from provision.verify.control_checks import check_worker_token_control
+from provision.verify.control_checks import (
+    check_operator_token_break,
+    check_worker_token_break,
+    check_worker_token_control,
+)
 from provision.verify.evidence import CheckFunction
 from provision.verify.lock_checks import (
     check_consistency_headers,
@@ -58,6 +62,16 @@ CHECKS = (
         "worker-token-control",
         check_worker_token_control,
         what="worker tokens cannot pause, resume or trigger",
+    ),
+    Check(
+        "worker-token-break",
+        check_worker_token_break,
+        what="worker tokens cannot destroy another worker's session",
+    ),
+    Check(
+        "operator-token-break",
+        check_operator_token_break,
+        what="the operators' token may break a lock on every worker's node",
     ),
     Check("single-holder", check_single_holder, what="one of two racing sessions wins"),
     Check("release-handover", check_release_handover, what="release hands over at once"),

@@ -49,6 +49,8 @@ class VerifyContext:
     cleanup: Cleanup = field(default_factory=lambda: Cleanup())
     # JWTs to log in with, by worker (or a stranger's name): --bearer-token-file (login_checks)
     bearer_tokens: dict[str, Secret] = field(default_factory=dict)
+    # the operators' token (pause, trigger, break): --operator-token-file (control_checks)
+    operator_token: Secret | None = field(default=None, repr=False)
 
     @cached_property
     def management(self) -> Consul | None:

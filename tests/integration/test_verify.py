@@ -8,6 +8,7 @@ every key on a private server (private_consul.py), never on the shared cluster."
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
@@ -121,11 +122,49 @@ def _env(applied: Applied) -> dict[str, str]:
     }
 
 
+OPERATOR_KEYS = 'key_prefix "lockctl/control/" {\n  policy = "write"\n}\n'
+
+
+def _operator_rules(spec: Spec) -> str:
+    """docs/operations.md's operators' policy: the control keys, and for `lockctl break` each
+    worker's sessions and its node's health."""
+    rules = [OPERATOR_KEYS]
+    for worker in spec.workers:
+        rules.append(f'session "{worker.name}" {{\n  policy = "write"\n}}\n')
+        rules.append(f'node "{worker.name}" {{\n  policy = "read"\n}}\n')
+    return "".join(rules)
+
+
+@contextlib.contextmanager
+def _operator_token(applied: Applied, rules: str, path: Path) -> Iterator[Secret]:
+    """A token with `rules`, its secret in `path`; deleted at the end."""
+    management = applied.management
+    policy = management.acl.create_policy(f"verify-test-operator-{uuid.uuid4().hex[:6]}", rules)
+    token = management.acl.create_token("verify test: alice (on-call)", [policy.name])
+    try:
+        assert token.secret is not None
+        write_secret_file(path, token.secret)
+        eventually_usable(applied.cluster.client("server-1", token.secret))
+        yield token.secret
+    finally:
+        management.acl.delete_token(token.accessor_id)
+        management.acl.delete_policy(policy.id)
+
+
+@pytest.fixture(scope="module")
+def operator_file(applied: Applied) -> Iterator[Path]:
+    """The operators' token of docs/operations.md for the applied spec's workers."""
+    path = applied.secrets_dir.parent / "operator.token"
+    with _operator_token(applied, _operator_rules(applied.spec), path):
+        yield path
+
+
 def test_a_correct_cluster_passes_every_check_and_leaves_nothing(
-    applied: Applied, monkeypatch: pytest.MonkeyPatch
+    applied: Applied, operator_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     junit = applied.secrets_dir.parent / "verify.xml"
     args = ["verify", "--spec", str(applied.spec_file), "--secrets-dir", str(applied.secrets_dir)]
+    args += ["--operator-token-file", str(operator_file)]
     made = note_sessions(monkeypatch)  # this run's sessions, asked about by ID afterwards
     result = runner.invoke(
         app, [*args, "--slow", "--json", "--junit", str(junit)], env=_env(applied)
@@ -267,6 +306,68 @@ def test_a_worker_token_cannot_pause_resume_or_trigger(applied: Applied, tmp_pat
     finally:
         management.acl.delete_token(broad.accessor_id)
         management.acl.delete_policy(policy.id)
+
+
+def test_a_worker_token_cannot_break_another_workers_session(
+    applied: Applied, tmp_path: Path
+) -> None:
+    """Green with the rendered policies (session write on the worker's own node only); red for
+    a worker token that may also write every node's sessions, which could break any lock."""
+    status, summary = applied.verify("worker-token-break")["worker-token-break"]
+    assert (status, summary) == (
+        "pass",
+        "worker tokens get 403 destroying another worker's session, and destroy their own",
+    )
+    management = applied.management
+    name = f"verify-test-break-{uuid.uuid4().hex[:6]}"
+    policy = management.acl.create_policy(name, 'session_prefix "" { policy = "write" }\n')
+    rendered = render_policies(applied.spec, find_templates_dir())
+    worker_1 = next(t for t in rendered.tokens if t.worker == "worker-1")
+    broad = management.acl.create_token(
+        "verify test: worker-1 that may write every node's sessions", [*worker_1.policies, name]
+    )
+    try:
+        assert broad.secret is not None
+        write_secret_file(tmp_path / "worker-1.token", broad.secret)
+        write_secret_file(
+            tmp_path / "worker-2.token", read_secret_file(applied.secrets_dir / "worker-2.token")
+        )
+        eventually_usable(applied.cluster.client("worker-1", broad.secret))
+        results = applied.verify("worker-token-break", secrets_dir=tmp_path)
+        status, summary = results["worker-token-break"]
+        assert status == "fail"
+        assert "worker-1's token got 200 True, not 403, destroying a session on worker-2" in summary
+        assert "worker-2's token" not in summary  # its own policy: 403 on worker-1's session
+    finally:
+        management.acl.delete_token(broad.accessor_id)
+        management.acl.delete_policy(policy.id)
+
+
+def test_the_operators_token_may_break_and_one_without_the_session_rules_may_not(
+    applied: Applied, operator_file: Path, tmp_path: Path
+) -> None:
+    args = ["verify", "--spec", str(applied.spec_file), "--secrets-dir", str(applied.secrets_dir)]
+    args += ["--only", "operator-token-break", "--json", "--evidence"]
+    allowed = runner.invoke(
+        app, [*args, "--operator-token-file", str(operator_file)], env=_env(applied)
+    )
+    assert allowed.exit_code == 0, allowed.output
+    (check,) = json.loads(allowed.stdout)["checks"]
+    assert check["summary"] == (
+        "the operators' token reads, judges and destroys a session on every worker's node"
+    )
+    # pause and trigger only: no session or node rule
+    with _operator_token(applied, OPERATOR_KEYS, tmp_path / "narrow.token"):
+        refused = runner.invoke(
+            app, [*args, "--operator-token-file", str(tmp_path / "narrow.token")], env=_env(applied)
+        )
+    assert refused.exit_code == 1, refused.output
+    (check,) = json.loads(refused.stdout)["checks"]
+    summary = check["summary"]
+    print(f"\noperator-token-break with only the pause and trigger rules: {summary}")  # docs
+    assert 'cannot read sessions on worker-1 (session "worker-1" write)' in summary, summary
+    assert "cannot read worker-2's health (node read)" in summary
+    assert "got 403 destroying a session on worker-2: " in summary
 
 
 def test_policy_edited_by_hand_fails_live_policies_lint(applied: Applied) -> None:
