@@ -241,11 +241,11 @@ def _run(
                 ask = TickAsk(job_config, worker_config.worker, command, options, chosen.tick, node)
                 result = run_tick_on_core(consul, agent_clock, ask, events, stop)
             else:  # a plain lock
-                from provision.runner.engine import PlainAsk, run_job
+                from provision.runner.plain import PlainAsk, run_plain_on_core
 
                 command = tuple(args.command)
                 plain = PlainAsk(job_config, worker_config.worker, command, options, node)
-                result = run_job(consul, plain, events, stop)
+                result = run_plain_on_core(consul, agent_clock, plain, events, stop)
     except LockctlError:  # Consul unreachable, refused, ...: counted too, as outcome "error"
         if checked.metrics is not None:
             _write_metrics(checked.metrics, events, None, time.monotonic() - began)

@@ -5,7 +5,8 @@
     the ledger    read_tick, read_ticks, read_tick_names, record_unrun (missed or paused),
                   prune
     operators     read_control (paused, pauses, trigger, the trigger taken)
-    the lock      watch_lock (a blocking read: who holds it, the index to wait on next)
+    the lock      watch_lock (a blocking read: who holds it, the index to wait on next);
+                  acquire_lock, release_lock (a plain lock: the lock alone, no record)
 
 Two implementations: ConsulTickStore (consul_store.py, today's code over provision/consul) and
 MemoryTickStore (memory.py, a model of Consul's measured semantics on a Clock). tests/contract
@@ -299,4 +300,16 @@ class TickStore(Protocol):
     def watch_lock(self, job: JobKeys, index: int, wait: float) -> tuple[str | None, int]:
         """The session holding the job's lock (None: free) once the KV index passes `index`
         (at once if it has, or for index 0) or `wait` seconds pass; and the index to pass next."""
+        ...
+
+    def acquire_lock(self, job: JobKeys, session_id: str, holder: bytes) -> Claim:
+        """Take the job's lock alone (a plain lock: no tick, no record), `holder` its value, in
+        one transaction that reads it back. Won: the LockIndex (the fencing token) and the key's
+        ModifyIndex; lost: why the lock was refused (lock_delayed). InvalidSession for a
+        session Consul does not know."""
+        ...
+
+    def release_lock(self, job: JobKeys, session_id: str) -> bool:
+        """Let the job's lock go (no lock-delay after a release): True released, False it was
+        not this session's any more (lost). Not answered: ConsulError."""
         ...
