@@ -43,7 +43,7 @@ from provision.ledger.ticks import MISSED_GRACE, skew_to_say
 from provision.runner.child import Child, check_program
 from provision.runner.containment import first_telling
 from provision.runner.core_body import RunnerBody, Unfenced, run_env
-from provision.runner.engine import credential_files, job_environment
+from provision.runner.environment import credential_files, job_environment
 from provision.runner.events import EventLog, ms
 from provision.runner.http_job import HttpJob
 from provision.runner.output import runner_secrets
@@ -350,7 +350,13 @@ def prepare_body(consul: Consul, ask: Asked) -> Callable[[], Unfenced]:
     secrets = runner_secrets(token, os.environ, consul.settings.client_key)
     if http is not None:
         return lambda: HttpJob(http, secrets)
-    return lambda: Child(ask.command, environment, None, hidden, secrets)
+    checked = [True]  # the first attempt's command was checked just now
+
+    def prepare() -> Unfenced:
+        fresh, checked[0] = checked[0], False  # a retry's attempt checks it again
+        return Child(ask.command, environment, None, hidden, secrets, checked=fresh)
+
+    return prepare
 
 
 @dataclass

@@ -362,7 +362,7 @@ class HeldRun:
         status = self.statuses[-1] if self.statuses else None
         kept = decision.action is Action.RELEASE  # else the lock was lost: the record says so
         # a retry planned keeps the attempts, though the lock was lost before it started (as
-        # runner/supervisor.py records them)
+        # the old engine recorded them)
         retried = self.retried or self.cut is not None
         done = self.record.completed(
             record_outcome(decision.verdict, status, kept),

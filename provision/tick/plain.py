@@ -9,7 +9,10 @@ no ledger record, no housekeeping: the lock alone, held for one run of a body.
              lock alone (Claimed.ledger False), again until Consul answers
     watch    while the run holds the lock, a blocking read of the key (store.watch_lock, on the
              clock's timers: a ThreadTimerClock waits for it aside, tick/aside.py): the key
-             deleted or taken by another session is a lost lock, seen before the next renewal
+             deleted or taken by another session is a lost lock, seen before the next renewal;
+             our session on it confirms the lock from the read's send time, as a renewal does.
+             One run per process holds one such read: the core's runs (many per replica) do
+             not watch, their renewals alone confirm them
     stop     the run interrupted and released, then the session destroyed
 
 Everything here runs on one TimerClock's thread; `quiet` is set when nothing more is to come
@@ -192,6 +195,7 @@ class PlainLock:
         held = self.held
         if held is None or held.finished or self._over:
             return
+        sent = self.clock.monotonic()
         try:
             holder, seen = self.store.watch_lock(self.job.keys, index, WATCH_WAIT)
         except ConsulError:
@@ -202,6 +206,7 @@ class PlainLock:
         if holder != held.claimed.session:
             held.lose("the lock key no longer names our session")
             return
+        held.confirm(sent)  # a consistent read showed our session on the key after its send
         self._watch_later(seen)
 
     # -- the end ---------------------------------------------------------------------------------

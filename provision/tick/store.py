@@ -52,7 +52,7 @@ MAX_TTL = 86400.0
 MAX_LOCK_DELAY = 60.0  # a longer LockDelay is accepted, and only 60 s of it applies
 REQUEST_MAX_BYTES = 512 * 1024  # a transaction's body (values in base64): txn_max_req_len
 VALUE_MAX_BYTES = 512 * 1024  # a KV value: kv_max_value_size
-MAX_WATCH = 300.0  # seconds a blocking read waits at most (as runner/lock.py asks)
+MAX_WATCH = 300.0  # seconds a blocking read waits at most (Consul's own cap)
 
 __all__ = [
     "MAX_LOCK_DELAY",

@@ -11,6 +11,7 @@ from tick_fleet import START, TIMINGS, Body
 
 from provision.consul import ConsulUnavailable
 from provision.ledger.records import TickOutcome
+from provision.ledger.store import Completion
 from provision.sessions import SessionTerms
 from provision.tick.clock import VirtualClock
 from provision.tick.core import Identity
@@ -276,3 +277,28 @@ def test_renewals_confirm_the_lock_of_a_long_job() -> None:
     done = plain.lock.completed
     assert done is not None and done.outcome is TickOutcome.SUCCEEDED
     assert plain.bodies[0].told == []
+
+
+class Counting(MemoryTickStore):
+    """The model, counting the calls that end a run: a record's completion, a lock's release."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        super().__init__(clock)
+        self.completes = self.releases = 0
+
+    def complete(self, *args: object, **kwargs: object) -> Completion:
+        self.completes += 1
+        return super().complete(*args, **kwargs)  # type: ignore[arg-type]
+
+    def release_lock(self, job: JobKeys, session_id: str) -> bool:
+        self.releases += 1
+        return super().release_lock(job, session_id)
+
+
+def test_the_runs_end_releases_the_lock_alone_and_completes_no_record() -> None:
+    clock = VirtualClock(START)
+    store = Counting(clock)
+    plain = Plain(store, clock)
+    plain.lock.acquire()
+    plain.until_quiet()
+    assert (store.completes, store.releases) == (0, 1)
