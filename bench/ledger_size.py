@@ -74,7 +74,7 @@ def sample_records() -> dict[str, TickRecord]:
 
 
 def holder_value() -> bytes:
-    """What the lock key holds while a tick runs (runner.lock / tick_lock's holder record)."""
+    """What the lock key holds while a tick runs (tick/plain.py / tick_lock's holder record)."""
     fields = {
         "acquired_at": "2026-12-01T02:00:00+00:00",
         "worker": WORKER,

@@ -5,6 +5,9 @@ tools run by run, with the same children, the holder on worker-1 and the contend
 
   (a) hand-over: the holder's child writes a timestamp and exits; the waiting contender's child
       writes one as its first act. The difference is the hand-over (both include one `sh` start).
+      Both lockctl runs are plain locks (`--wait`, no schedule): the tick core's pieces
+      (runner/plain.py, tick/plain.py): the holder's release, the contender's blocking read of
+      the key woken by it, its acquire, its job's go.
   (b) skip path: the lock is held elsewhere; wall time of a whole `lockctl run` that skips vs
       `consul lock -timeout=1ms`, start to exit.
   (b') tick already taken: a job with a schedule whose current tick worker-1 has run already;

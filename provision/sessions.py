@@ -1,5 +1,5 @@
 """lockctl's own Consul sessions, made, renewed and destroyed one way wherever a key is held:
-the runner's job lock (runner/lock.py) and lockctl's apply lock (acl/serialize.py).
+a plain lock's session (tick/pool.py, tick/plain.py) and lockctl's apply lock (acl/serialize.py).
 
 A worker without a local agent (a pod talking to the servers: `agentless` in the spec) has no
 node of its own for a session to live on: lockctl registers the worker as a catalog node

@@ -248,11 +248,11 @@ def _run(
                 if notify is not None:  # the tick's work is over: told before the exit
                     tell(notify, consul, result, events)
             else:  # a plain lock
-                from provision.runner.engine import PlainAsk, run_job
+                from provision.runner.plain import PlainAsk, run_plain_on_core
 
                 command = tuple(args.command)
                 plain = PlainAsk(job_config, worker_config.worker, command, options, node)
-                result = run_job(consul, plain, events, stop)
+                result = run_plain_on_core(consul, agent_clock, plain, events, stop)
     except LockctlError:  # Consul unreachable, refused, ...: counted too, as outcome "error"
         if checked.metrics is not None:
             _write_metrics(checked.metrics, events, None, time.monotonic() - began)

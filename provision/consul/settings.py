@@ -48,7 +48,7 @@ class ConsulSettings:
     # the file's token
     token_read: Secret | None = dataclass_field(default=None, compare=False, repr=False)
     # the JWT a worker logs in with (consul/login.py): never sent as a token, but a credential
-    # file the job must not read (runner/engine.py credential_files)
+    # file the job must not read (runner/environment.py credential_files)
     bearer_token_file: Path | None = None
     # (field, what to call it in an error: where it came from) for each TLS file given
     tls_labels: tuple[tuple[str, str], ...] = dataclass_field(default=(), compare=False, repr=False)

@@ -1,4 +1,4 @@
-"""The body of an embedded job as the supervisor drives it (runner/body.py JobBody): a thread
+"""The body of an embedded job as the core's held run drives it (tick/held.py HeldRun): a thread
 of the app (cooperative: it cannot be killed, it is told through `Run`), a forked process
 killed like a `lockctl run` job (isolation="process"), or the block of a `with` statement."""
 

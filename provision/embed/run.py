@@ -104,7 +104,7 @@ class Run:
 
     @classmethod
     def from_lock_env(cls, env: Mapping[str, str]) -> Run:
-        """The run the supervisor started (runner/supervisor.py lock_env says what it is told)."""
+        """The run the supervisor started (runner/core_body.py run_env says what it is told)."""
         tick = parse_tick_name(env["LOCKCTL_TICK"])
         assert tick is not None, "the supervisor names the tick it claimed"
         return cls(

@@ -7,16 +7,18 @@ own thread (`call_at` of now on the core's clock), never calling the core itself
 
 from __future__ import annotations
 
+import hashlib
+import re
 import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from provision.ledger.records import tick_name
 from provision.runner.child import Child
 from provision.runner.http_job import HttpJob
-from provision.runner.supervisor import idempotency_key
 from provision.system.http_call import HttpCall
 from provision.tick.edge import BodyEnd, Run, StopHow, TimerClock
 
@@ -102,3 +104,29 @@ class RunnerBody:
             ended()
 
         self.clock.call_at(self.clock.monotonic(), said)
+
+
+# A job name or trigger id kept as it is in a run's key; anything else (a hand-edited worker
+# config, a trigger note not written by lockctl) is replaced by a hash, so the key stays a
+# short printable header value whatever the input.
+_KEY_PART = re.compile(r"[A-Za-z0-9._-]{1,64}")
+
+
+def idempotency_key(
+    job: str, tick: datetime | None, trigger: str | None, acquired_index: int
+) -> str:
+    """The key of one run of `job`, the same for each of its attempts and different for any
+    other run: `lockctl:<job>:<tick>` for a scheduled tick (the tick is claimed once, so it is
+    run once), `lockctl:<job>:<instant>:trigger:<id>` for an operator's trigger, and
+    `lockctl:<job>:lock:<index>` for a run without a tick (`acquired_index`: the lock's
+    ModifyIndex when acquired, which Consul never hands out twice). At most 170 characters."""
+    if tick is None:
+        return f"lockctl:{_key_part(job)}:lock:{acquired_index}"
+    key = f"lockctl:{_key_part(job)}:{tick_name(tick)}"
+    return key if trigger is None else f"{key}:trigger:{_key_part(trigger)}"
+
+
+def _key_part(text: str) -> str:
+    if _KEY_PART.fullmatch(text):
+        return text
+    return "sha256-" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]

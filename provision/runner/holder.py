@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from provision.system.text import printable
 
 CLAIM_LIMIT = 64  # characters of one field of a holder's record: a name, a host, a time
-# what a plain lock writes (runner/lock.py); a tick's claim adds its tick (tick/core.py)
+# what a plain lock writes (tick/plain.py); a tick's claim adds its tick (tick/core.py)
 RECORD_FIELDS = ("worker", "job", "host", "pid", "acquired_at", "tick")
 
 

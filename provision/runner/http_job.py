@@ -1,4 +1,5 @@
-"""An HTTP job's body (runner/body.py): the replica that claimed the tick calls its own app.
+"""An HTTP job's body (under the core's held lock: runner/core_body.py): the replica that
+claimed the tick calls its own app.
 
 The request carries what the app needs to guard its work and nothing of the worker's: the tick,
 the fencing token (`X-Lockctl-Lock-Index`, the lock's LockIndex), the moment the request is
@@ -39,7 +40,8 @@ REASON_LIMIT = 200  # characters of the reason kept for the record's stderr
 # timeout (provision/fencing.py); this only bounds a call nobody aborts.
 SOCKET_SLACK = 5.0
 FAILED = 1  # the exit status of a call that did not answer 2xx
-# lock_env's names (runner/supervisor.py lock_env) -> the headers the app is sent
+# the lock's names (runner/core_body.py run_env, runner/plain.py plain_env) -> the headers the
+# app is sent
 HEADERS = {
     "LOCKCTL_TICK": "X-Lockctl-Tick",
     "LOCK_INDEX": "X-Lockctl-Lock-Index",

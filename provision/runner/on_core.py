@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import ClassVar, TypeVar
+from typing import ClassVar, Protocol, TypeVar
 
 from provision.consul import (
     AgentClock,
@@ -43,7 +43,7 @@ from provision.ledger.ticks import MISSED_GRACE, skew_to_say
 from provision.runner.child import Child, check_program
 from provision.runner.containment import first_telling
 from provision.runner.core_body import RunnerBody, Unfenced, run_env
-from provision.runner.engine import credential_files, job_environment
+from provision.runner.environment import credential_files, job_environment
 from provision.runner.events import EventLog, ms
 from provision.runner.http_job import HttpJob
 from provision.runner.output import runner_secrets
@@ -84,6 +84,20 @@ class TickAsk:
     options: RunOptions
     tick: datetime
     node: AgentlessNode | None = None
+
+
+class Asked(Protocol):
+    """What Said and prepare_body read of a run's ask: a tick's (TickAsk), or a plain lock's
+    (runner/plain.py PlainAsk, whose tick is None)."""
+
+    @property
+    def job(self) -> JobConfig: ...
+
+    @property
+    def command(self) -> tuple[str, ...]: ...
+
+    @property
+    def tick(self) -> datetime | None: ...
 
 
 def core_job(ask: TickAsk) -> CoreJob:
@@ -175,8 +189,9 @@ class RunBody(RunnerBody):
 class Said:
     """The core's notes as today's event lines (on the core's clock thread)."""
 
-    def __init__(self, events: EventLog, clock: Clock, ask: TickAsk) -> None:
-        self.events, self.clock, self.tick = events, clock, ask.tick
+    def __init__(self, events: EventLog, clock: Clock, ask: Asked) -> None:
+        self.events, self.clock = events, clock
+        self.tick: datetime | None = ask.tick  # None: a plain lock's (runner/plain.py)
         self.timeout = ask.job.timings.timeout
         self.began = clock.monotonic()  # the run's start: `acquired` says how long it waited
         self.started: dict[datetime, float] = {}  # when each tick's body started (monotonic)
@@ -227,7 +242,7 @@ class Said:
         if skew is not None:
             self.events.emit(
                 "clock-skew",
-                tick=tick_name(self.tick),
+                tick=None if self.tick is None else tick_name(self.tick),
                 skew_ms=ms(skew),
                 warning="this host's clock and the Consul agent's differ; lockctl judges ticks "
                 "by the agent's, keep them in sync (NTP)",
@@ -322,7 +337,7 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else ms(seconds)
 
 
-def prepare_body(consul: Consul, ask: TickAsk) -> Callable[[], Unfenced]:
+def prepare_body(consul: Consul, ask: Asked) -> Callable[[], Unfenced]:
     """What makes each attempt's job: the job's call, or its command (checked now, before any
     lock is taken: a command that cannot start is refused here, exit 2, as today)."""
     environment = job_environment(os.environ)
@@ -335,7 +350,13 @@ def prepare_body(consul: Consul, ask: TickAsk) -> Callable[[], Unfenced]:
     secrets = runner_secrets(token, os.environ, consul.settings.client_key)
     if http is not None:
         return lambda: HttpJob(http, secrets)
-    return lambda: Child(ask.command, environment, None, hidden, secrets)
+    checked = [True]  # the first attempt's command was checked just now
+
+    def prepare() -> Unfenced:
+        fresh, checked[0] = checked[0], False  # a retry's attempt checks it again
+        return Child(ask.command, environment, None, hidden, secrets, checked=fresh)
+
+    return prepare
 
 
 @dataclass

@@ -1,9 +1,8 @@
-"""Waking the engine: from its helper threads (`Wakeup`) and from whoever owns the process's
-signals (`StopRequest`).
+"""Waking a run: from whoever owns the process's signals (`StopRequest`, a `Wakeup`).
 
-Both are self-pipes, not threading.Event: `StopRequest.request` is called from signal handlers,
-and a handler that took a lock the interrupted main thread already held would deadlock it. A
-write to a non-blocking pipe cannot block, and the engine waits on both pipes with one select.
+A self-pipe, not threading.Event: `StopRequest.request` is called from signal handlers, and a
+handler that took a lock the interrupted main thread already held would deadlock it. A write to
+a non-blocking pipe cannot block.
 """
 
 from __future__ import annotations
@@ -12,11 +11,10 @@ import contextlib
 import os
 import select
 import signal
-from collections.abc import Sequence
 
 
 class Wakeup:
-    """A level a thread (or a signal handler) can raise and the engine can wait on."""
+    """A level a thread (or a signal handler) can raise and a run can wait on."""
 
     def __init__(self) -> None:
         self._read, self._write = os.pipe()
@@ -43,7 +41,7 @@ class Wakeup:
 
 class StopRequest(Wakeup):
     """A request to stop, made once (by a signal handler, a test, a scheduler's shutdown); the
-    first signal number is kept. The engine forwards it to the job and ends the run."""
+    first signal number is kept. The run forwards it to the job and ends."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -74,17 +72,3 @@ def wait_readable(fds: list[int], timeout: float | None) -> None:
     for fd in fds:
         poller.register(fd, select.POLLIN)
     poller.poll(None if timeout is None else max(0, round(timeout * 1000)))
-
-
-def wait_for(
-    wakeup: Wakeup, stop: StopRequest, timeout: float | None, also: Sequence[int] = ()
-) -> None:
-    """Block until `wakeup` is set, a stop is requested (the first time), one of `also` is
-    readable (the job's exit), or `timeout` passes.
-
-    A stop already requested is not waited on again: it stays readable, and the engine has
-    already acted on it.
-    """
-    fds = [wakeup.fileno(), *also] + ([] if stop.requested else [stop.fileno()])
-    wait_readable(fds, timeout)
-    wakeup.clear()

@@ -61,14 +61,13 @@ from provision.notify.notifier import JobNotify, Notifier, load_job
 from provision.notify.sender import Lanes
 from provision.runner.child import Child, check_program
 from provision.runner.containment import first_telling
-from provision.runner.core_body import RunnerBody, Unfenced, run_env
-from provision.runner.engine import credential_files, job_environment
+from provision.runner.core_body import RunnerBody, Unfenced, idempotency_key, run_env
+from provision.runner.environment import credential_files, job_environment
 from provision.runner.events import ms
 from provision.runner.forkserver import ForkServer
 from provision.runner.http_job import HttpJob
 from provision.runner.output import runner_secrets
 from provision.runner.stop import StopRequest
-from provision.runner.supervisor import idempotency_key
 from provision.schedule import parse_schedule
 from provision.scheduler.listen import Health, ListenAddress, Listener
 from provision.scheduler.reload import plan_reload

@@ -5,7 +5,7 @@ pair, made when a tick first needs it and renewed once per renew interval by one
 many jobs share it (the shortest renew interval among them). A session Consul no longer knows
 (its TTL ran out while this host was cut off, its node failed its serfHealth check) is dropped
 and made again at the next tick that needs it; a run holding a lock under it is fenced by its
-own monitors (runner/monitors.py), as with a session of its own. So a lost session fences every
+own renewals, as with a session of its own. So a lost session fences every
 job of this replica that holds a lock under it at that moment, and only those: the others hold
 no lock between their ticks.
 
@@ -27,8 +27,8 @@ from dataclasses import dataclass
 
 from provision.consul import NO_RETRY, Consul, ConsulError, NotFound
 from provision.runner.events import EventLog
-from provision.runner.lock import SESSION_BEHAVIOR
 from provision.sessions import AgentlessNode, SessionTerms, create_session
+from provision.tick.pool import BEHAVIOR as SESSION_BEHAVIOR
 from provision.timings import JobTimings
 
 POLL = 0.25  # seconds between two looks at which session is due for renewal

@@ -265,6 +265,16 @@ class ThreadTimerClock(SystemClock):
         if self._workers is not None:
             self._workers.shutdown(wait=False)
 
+    def join_workers(self, timeout: float) -> None:
+        """After `close()`: wait, `timeout` at most, for the threads that made calls aside to
+        end (a process that runs many clocks, one after another, leaves none behind)."""
+        workers = self._workers
+        if workers is None:
+            return
+        waiter = threading.Thread(target=workers.shutdown, name="lockctl-aside-end", daemon=True)
+        waiter.start()
+        waiter.join(timeout)
+
     def aside(self, call: Callable[[], T]) -> T:
         """`call()`'s answer (or its exception), the other callbacks run meanwhile as they come
         due. Inline when not called from a callback of `run()`, or MAX_ASIDE calls wait."""

@@ -282,3 +282,18 @@ class ConsulTickStore:
         seen = meta.index or 0
         # Consul's advice: an index that goes backwards (a snapshot restore) starts over at 0
         return (None if entry is None else entry.session), (seen if seen >= index else 0)
+
+    # -- a plain lock: the lock alone, no tick ---------------------------------------------------
+    def acquire_lock(self, job: JobKeys, session_id: str, holder: bytes) -> Claim:
+        # one transaction: the lock and its read back (the token and the key's ModifyIndex)
+        ops = [KVOp("lock", job.lock_key, holder, session=session_id), KVOp("get", job.lock_key)]
+        answer = self.consul.txn.kv(ops, urgent=True)
+        entry = answer.entry(job.lock_key) if answer.applied else None
+        if entry is None:
+            refusal = answer.failed(0)
+            what = "refused" if refusal is None else refusal.what
+            return refuse_invalid_session(job, Claim(False, lock_refusal=what, date=answer.date))
+        return Claim(True, entry.lock_index, entry.modify_index, date=answer.date)
+
+    def release_lock(self, job: JobKeys, session_id: str) -> bool:
+        return self.consul.kv.put(job.lock_key, release=session_id)

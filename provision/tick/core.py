@@ -698,7 +698,7 @@ class TickCore:
 
     def _holder(self, plan: TickPlan) -> bytes:
         """The lock's value while we hold it (who, for what tick: `lockctl status` shows it),
-        with the fields every release writes there (runner/lock.py): the claim's time, the
+        with the fields every release writes there (tick/plain.py too): the claim's time, the
         worker, the job, the host and the pid, and the tick."""
         fields: dict[str, str | int] = {
             "acquired_at": self.clock.wall().isoformat(timespec="seconds"),

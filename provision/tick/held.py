@@ -6,7 +6,8 @@
        `decide`, the one `lockctl run` obeys) -> carry it out: wait until a given time, tell
        the body to end, end it, or let the lock go
     -> complete the tick's record (and release the lock) in one transaction, again until
-       Consul answers (after a stop, STOP_COMPLETE_WITHIN at most: a stop ends)
+       Consul answers (after a stop, STOP_COMPLETE_WITHIN at most: a stop ends); a plain
+       lock (no tick, no record: Claimed.ledger False) releases the lock alone
 
 The fencing bounds count from the send time of the newest confirmation, on the monotonic
 clock: SIGTERM at `fence_after`, SIGKILL at `kill_after` (fence_bounds). Nothing here waits:
@@ -79,6 +80,9 @@ class Claimed:
     session: str
     confirmed_at: float
     next_tick_at: float | None = None  # the schedule's next tick (monotonic): no retry from then
+    # False for a plain lock (`lockctl run` without a schedule): no record in the ledger, its
+    # `record` only says how the run went; its end releases the lock alone
+    ledger: bool = True
 
 
 def apply_fence(body: Body, decision: Decision) -> None:
@@ -358,7 +362,7 @@ class HeldRun:
         status = self.statuses[-1] if self.statuses else None
         kept = decision.action is Action.RELEASE  # else the lock was lost: the record says so
         # a retry planned keeps the attempts, though the lock was lost before it started (as
-        # runner/supervisor.py records them)
+        # the old engine recorded them)
         retried = self.retried or self.cut is not None
         done = self.record.completed(
             record_outcome(decision.verdict, status, kept),
@@ -377,12 +381,7 @@ class HeldRun:
         still holds (a fence on an unconfirmed lock, not a lost one) would be re-acquired by
         its next claim without a new LockIndex, the fencing token. Not ours: Consul refuses
         the unlock, and the record says `lost`."""
-        try:
-            completion = self.store.complete(
-                self.claimed.keys, done, self.claimed.session, release=True
-            )
-        except ConsulError:
-            completion = Completion(False, None)
+        completion = self._completion(done)
         if not completion.recorded and completion.released is None:
             self._complete_later(done, backoff)
             return
@@ -390,6 +389,16 @@ class HeldRun:
         self.completed = replace(done, outcome=TickOutcome.LOST) if lost else done
         self._note("completed", self.completed.outcome.value, self.completed)
         self._done(self)
+
+    def _completion(self, done: TickRecord) -> Completion:
+        """The record completed and the lock released; a plain lock's release alone."""
+        keys, session = self.claimed.keys, self.claimed.session
+        try:
+            if not self.claimed.ledger:
+                return Completion(False, self.store.release_lock(keys, session))
+            return self.store.complete(keys, done, session, release=True)
+        except ConsulError:
+            return Completion(False, None)
 
     def _so_far(self) -> TickRecord:
         """The record as claimed, with the exit status of each attempt ended so far: the next

@@ -260,6 +260,21 @@ class MemoryTickStore:
         except TickStoreError:
             return Completion(False, None)
 
+    def acquire_lock(self, job: JobKeys, session_id: str, holder: bytes) -> Claim:
+        # ConsulTickStore's transaction: the lock, and its read back
+        lock = KVOp("lock", job.lock_key, holder, session=session_id)
+        answer = self._txn([lock, KVOp("get", job.lock_key)])
+        entry = answer.entry(job.lock_key) if answer.applied else None
+        if entry is None:
+            refusal = answer.failed(0)
+            what = "refused" if refusal is None else refusal.what
+            return refuse_invalid_session(job, Claim(False, lock_refusal=what, date=answer.date))
+        return Claim(True, entry.lock_index, entry.modify_index, date=answer.date)
+
+    def release_lock(self, job: JobKeys, session_id: str) -> bool:
+        checked_key(job.lock_key)
+        return self._release(job.lock_key, session_id)
+
     def _release(self, key: str, session_id: str) -> bool:
         """PUT /v1/kv/:key?release= with an empty body: the value becomes null."""
         with self._guard:

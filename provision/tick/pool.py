@@ -50,11 +50,15 @@ class PoolKey:
     node: str | None = None
 
 
-def session_terms(worker: str, timings: JobTimings, node: AgentlessNode | None) -> SessionTerms:
+def session_terms(
+    worker: str, timings: JobTimings, node: AgentlessNode | None, name: str | None = None
+) -> SessionTerms:
     """A replica's session for these timings, named as every release names it (`lockctl
-    status` and operators read the name; a fleet upgrades one replica at a time)."""
+    status` and operators read the name; a fleet upgrades one replica at a time); `name`: a
+    plain lock's own (`lockctl <job> on <worker>`)."""
     ttl, delay, interval = timings.ttl, timings.lock_delay, timings.renew_interval
-    name = f"lockctl schedule on {worker} (ttl {ttl:g}s, lock-delay {delay:g}s)"
+    if name is None:
+        name = f"lockctl schedule on {worker} (ttl {ttl:g}s, lock-delay {delay:g}s)"
     return SessionTerms(name, ttl, delay, BEHAVIOR, interval, node)
 
 
@@ -80,17 +84,19 @@ class SessionPool:
         worker: str,
         node: AgentlessNode | None = None,
         listener: Listener | None = None,
+        name: str | None = None,
     ) -> None:
-        """`node`: an agentless worker's catalog node, its sessions' home."""
+        """`node`: an agentless worker's catalog node, its sessions' home; `name`: the
+        sessions' name, when not a replica's (a plain lock's)."""
         self.store, self.clock, self.worker, self.node = store, clock, worker, node
-        self.listener = listener
+        self.listener, self.name = listener, name
         self._kept: dict[PoolKey, _Kept] = {}
         self.closed = False
 
     def session_for(self, timings: JobTimings) -> str:
         """The session for these timings, made now if there is none (ConsulError if Consul
         cannot make it: the claim that needs it fails closed)."""
-        terms = session_terms(self.worker, timings, self.node)
+        terms = session_terms(self.worker, timings, self.node, self.name)
         key = pool_key(terms)
         kept = self._kept.get(key)
         if kept is None:
@@ -130,7 +136,7 @@ class SessionPool:
         """After a reload: destroy the sessions no job's timings ask for any more and no lock is
         held under (one a run still holds goes when the next reload finds it free, or at the
         end). Best effort: a session not destroyed ends by its TTL."""
-        wanted = {pool_key(session_terms(self.worker, t, self.node)) for t in in_use}
+        wanted = {pool_key(session_terms(self.worker, t, self.node, self.name)) for t in in_use}
         for key, kept in list(self._kept.items()):
             if key in wanted or kept.holders:
                 continue

@@ -2,7 +2,7 @@
 
 A job with `retries = N` gets up to N more attempts after a failed one, on the same replica,
 under the same lock (held and renewed through `retry_delay`, so no other replica can take the
-tick or overlap it) and for the same tick. The supervisor (runner/supervisor.py) asks
+tick or overlap it) and for the same tick. The held run (tick/held.py HeldRun) asks
 `next_attempt` after each attempt and `delay_verdict` while it waits; the table tests are in
 tests/unit/test_retries.py.
 

@@ -5,7 +5,8 @@
     the ledger    read_tick, read_ticks, read_tick_names, record_unrun (missed or paused),
                   prune
     operators     read_control (paused, pauses, trigger, the trigger taken)
-    the lock      watch_lock (a blocking read: who holds it, the index to wait on next)
+    the lock      watch_lock (a blocking read: who holds it, the index to wait on next);
+                  acquire_lock, release_lock (a plain lock: the lock alone, no record)
 
 Two implementations: ConsulTickStore (consul_store.py, today's code over provision/consul) and
 MemoryTickStore (memory.py, a model of Consul's measured semantics on a Clock). tests/contract
@@ -51,7 +52,7 @@ MAX_TTL = 86400.0
 MAX_LOCK_DELAY = 60.0  # a longer LockDelay is accepted, and only 60 s of it applies
 REQUEST_MAX_BYTES = 512 * 1024  # a transaction's body (values in base64): txn_max_req_len
 VALUE_MAX_BYTES = 512 * 1024  # a KV value: kv_max_value_size
-MAX_WATCH = 300.0  # seconds a blocking read waits at most (as runner/lock.py asks)
+MAX_WATCH = 300.0  # seconds a blocking read waits at most (Consul's own cap)
 
 __all__ = [
     "MAX_LOCK_DELAY",
@@ -299,4 +300,16 @@ class TickStore(Protocol):
     def watch_lock(self, job: JobKeys, index: int, wait: float) -> tuple[str | None, int]:
         """The session holding the job's lock (None: free) once the KV index passes `index`
         (at once if it has, or for index 0) or `wait` seconds pass; and the index to pass next."""
+        ...
+
+    def acquire_lock(self, job: JobKeys, session_id: str, holder: bytes) -> Claim:
+        """Take the job's lock alone (a plain lock: no tick, no record), `holder` its value, in
+        one transaction that reads it back. Won: the LockIndex (the fencing token) and the key's
+        ModifyIndex; lost: why the lock was refused (lock_delayed). InvalidSession for a
+        session Consul does not know."""
+        ...
+
+    def release_lock(self, job: JobKeys, session_id: str) -> bool:
+        """Let the job's lock go (no lock-delay after a release): True released, False it was
+        not this session's any more (lost). Not answered: ConsulError."""
         ...

@@ -1,11 +1,11 @@
-"""The lock-and-run engine inside one long-lived process, on the real cluster: it runs a job a
-thousand times without leaking a thread, a file descriptor or a session, and a stop request at
-any moment (waiting, right after acquiring, while the job runs, during the cleanup) ends the run
-with its session destroyed.
+"""A plain lock's run (runner/plain.py, on the tick core's pieces) inside one long-lived
+process, on the real cluster: it runs a job a thousand times without leaking a thread, a file
+descriptor or a session, and a stop request at any moment (waiting, right after acquiring,
+while the job runs, during the cleanup) ends the run with its session destroyed.
 
 The jobs are shell scripts with children (a background sleep, a TERM-ignoring grandchild), not a
-single process. The engine runs in the test process itself, which has children of its own (the
-cluster's agents are not ours, but other tests' processes may be): the engine must leave them be.
+single process. It runs in the test process itself, which has children of its own (the
+cluster's agents are not ours, but other tests' processes may be): the run must leave them be.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING
 import pytest
 from procscan import pids_with
 
-from provision.consul import Consul
+from provision.consul import AgentClock, Consul
 from provision.fencing import Outcome
-from provision.runner.engine import PlainAsk, run_job
 from provision.runner.events import EventLog
+from provision.runner.plain import PlainAsk, run_plain_on_core
 from provision.runner.results import RunOptions, RunResult
 from provision.runner.stop import StopRequest
 from provision.timings import JobTimings
@@ -80,7 +80,7 @@ def _open_fds() -> dict[int, str]:
 
 
 def _sessions(consul: Consul, job: JobConfig) -> list[str]:
-    """The engine's sessions for this job (named `lockctl <job> on <worker>`)."""
+    """The plain lock's sessions for this job (named `lockctl <job> on <worker>`)."""
     return [
         s.id for s in consul.session.list(node=WORKER) if s.name.startswith(f"lockctl {job.name} ")
     ]
@@ -91,7 +91,8 @@ def _run(
 ) -> RunResult:
     events = EventLog(job.name, WORKER, kw.pop("stream", io.StringIO()))  # type: ignore[arg-type]
     options = RunOptions(**kw)  # type: ignore[arg-type]
-    return run_job(consul, PlainAsk(job, WORKER, tuple(command), options), events, stop)
+    ask = PlainAsk(job, WORKER, tuple(command), options)
+    return run_plain_on_core(consul, AgentClock(), ask, events, stop)
 
 
 def test_a_thousand_runs_in_one_process_leak_no_thread_fd_or_session(

@@ -48,7 +48,7 @@ WATCHED = set(sys.argv[1].split(","))
 entry.exit_process = exit_process
 entry.main(sys.argv[2:])
 """
-HEAVY = ("requests", "urllib3", "provision.runner.engine", "provision.consul.client")
+HEAVY = ("requests", "urllib3", "provision.runner.plain", "provision.consul.client")
 NOT_FOR_RUN = (
     "typer",
     "click",
@@ -168,12 +168,12 @@ def test_a_held_lock_is_skipped_without_the_http_client_or_a_session(lab: Lab) -
     assert events[0]["reason"].startswith("held by"), events
 
 
-def test_a_free_lock_is_run_through_the_engine(lab: Lab) -> None:
+def test_a_free_lock_is_run_on_the_plain_lock_path(lab: Lab) -> None:
     """The quick read finds no holder: the run goes on and runs its job."""
     report, events = probe(lab, "--", "true", watched=HEAVY)
     assert report["code"] == 0, events
     assert "acquired" in [e["event"] for e in events], events
-    assert "provision.runner.engine" in report["loaded"]  # type: ignore[operator]
+    assert "provision.runner.plain" in report["loaded"]  # type: ignore[operator]
 
 
 def _sessions_of(lab: Lab, node: str) -> set[str]:

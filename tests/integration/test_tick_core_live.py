@@ -30,7 +30,7 @@ from provision.consul import AgentClock, Consul
 from provision.ledger.records import TickOutcome, TickRecord, parse_tick_name
 from provision.ledger.store import Ledger
 from provision.runner.core_body import Command, RunnerBody, call_of
-from provision.runner.engine import job_environment
+from provision.runner.environment import job_environment
 from provision.schedule import parse_schedule
 from provision.system.http_call import HttpCall
 from provision.tick.clock import ThreadTimerClock

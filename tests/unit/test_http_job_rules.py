@@ -26,8 +26,8 @@ from provision.cli.runjob import RunArgs, _check_command
 from provision.errors import InputError
 from provision.fencing import Outcome
 from provision.ledger.records import parse_tick_name
+from provision.runner.core_body import idempotency_key
 from provision.runner.http_job import HttpJob, request_headers
-from provision.runner.supervisor import idempotency_key
 from provision.spec import SpecError, parse_spec
 from provision.system.http_call import (
     RETRY_ON_TIMEOUT_REFUSED,

@@ -115,10 +115,10 @@ def test_run_loads_the_runner_but_not_rich_or_the_other_commands(tmp_path: Path)
         )
     )
     argv = ("run", "--config", str(config), "--job", "j", "--", "/nonexistent/program")
-    watched = ("requests", "provision.runner.engine", *NOT_FOR_RUN)
+    watched = ("requests", "provision.runner.plain", *NOT_FOR_RUN)
     code, loaded = _run_cli(*argv, watched=watched)
     assert code == 2  # cannot start /nonexistent/program: refused before any lock
-    assert loaded == ["provision.runner.engine", "requests"]
+    assert loaded == ["provision.runner.plain", "requests"]
 
 
 def test_run_help_is_served_without_typer_too() -> None:

@@ -26,7 +26,7 @@ from provision.consul.login import (
 )
 from provision.consul.tokens import TokenSource
 from provision.errors import EXIT_DENIED, InputError
-from provision.runner.engine import RUNNER_ONLY, credential_files
+from provision.runner.environment import RUNNER_ONLY, credential_files
 from provision.spec import parse_spec
 from provision.system.secrets import Secret
 from provision.workers.config import ConfigError, config_record, load_worker_config

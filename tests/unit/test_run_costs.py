@@ -20,7 +20,7 @@ from provision.consul import ConsulSettings, answers
 from provision.consul.answers import answer_date
 from provision.errors import InputError
 from provision.ledger.records import tick_name
-from provision.runner import engine, output
+from provision.runner import on_core, output
 from provision.runner.events import EventLog
 
 ARMOUR = "-----BEGIN EC PRIVATE KEY-----\n{}\n-----END EC PRIVATE KEY-----\n"
@@ -28,24 +28,28 @@ KEY = ARMOUR.format("MHcCAQEEIBase64LineOfTheKey")
 ROTATED = ARMOUR.format("MHcCAQEEIAnotherKeyLine42")
 
 
-def _lock(settings: ConsulSettings) -> Any:
-    """What _command_body reads of a lock: the job's http, the client's settings and token."""
+def _consul(settings: ConsulSettings) -> Any:
+    """What prepare_body reads of the client: its settings and token."""
     tokens = SimpleNamespace(current=None)
-    consul = SimpleNamespace(settings=settings, transport=SimpleNamespace(tokens=tokens))
-    return SimpleNamespace(job=SimpleNamespace(http=None), consul=consul)
+    return SimpleNamespace(settings=settings, transport=SimpleNamespace(tokens=tokens))
+
+
+def _ask(command: list[str]) -> Any:
+    """What prepare_body reads of a run's ask: the job's http (none), the command."""
+    return SimpleNamespace(job=SimpleNamespace(http=None), command=tuple(command), tick=None)
 
 
 def test_a_command_that_cannot_start_is_refused_before_the_run_prepares_anything() -> None:
     with pytest.raises(InputError, match="cannot start '/nonexistent/job'"):
-        engine._command_body(_lock(ConsulSettings()), ["/nonexistent/job"])
+        on_core.prepare_body(_consul(ConsulSettings()), _ask(["/nonexistent/job"]))
 
 
 def test_the_first_attempt_trusts_that_check_and_each_retry_checks_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     made: list[bool] = []
-    monkeypatch.setattr(engine, "Child", lambda *args, checked: made.append(checked))
-    prepare = engine._command_body(_lock(ConsulSettings()), ["/bin/sh", "-c", "true"])
+    monkeypatch.setattr(on_core, "Child", lambda *args, checked: made.append(checked))
+    prepare = on_core.prepare_body(_consul(ConsulSettings()), _ask(["/bin/sh", "-c", "true"]))
     for _ in range(3):
         prepare()
     assert made == [True, False, False]

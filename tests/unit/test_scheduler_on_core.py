@@ -17,8 +17,7 @@ import pytest
 from provision.consul import AgentClock
 from provision.errors import InputError
 from provision.ledger.records import tick_name
-from provision.runner.core_body import Unfenced
-from provision.runner.supervisor import idempotency_key
+from provision.runner.core_body import Unfenced, idempotency_key
 from provision.runner.tick_lock import job_turn
 from provision.schedule import parse_schedule
 from provision.scheduler.on_core import BodySaid, GuardedClock, ServiceBody, core_job

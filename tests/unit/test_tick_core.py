@@ -393,7 +393,7 @@ def test_a_stop_ends_in_bounded_time_though_consul_never_answers_the_completion(
 
 def test_the_lock_holds_the_fields_every_release_writes_there() -> None:
     """A fleet upgrades one replica at a time: the lock's value keeps the old engine's fields
-    (runner/lock.py, runner/tick_lock.py: who claimed, on which host, its pid, the tick), which
+    (tick/plain.py, runner/tick_lock.py: who claimed, on which host, its pid, the tick), which
     `lockctl status` and older releases read."""
     fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)))
     identity = Identity("w1", "host-1", 4242)
