@@ -65,6 +65,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from types import ModuleType
+from typing import TypeVar
 
 from provision.consul import ConsulNotReached, ConsulUnavailable
 from provision.fencing import fence_bounds
@@ -77,7 +78,7 @@ from provision.sessions import SessionTerms
 from provision.system.control_keys import trigger_key
 from provision.tick import core, held, pool
 from provision.tick.calendar import Calendar
-from provision.tick.clock import Timer, VirtualClock
+from provision.tick.clock import Answer, Answered, Timer, VirtualClock, answer_of
 from provision.tick.core import CoreJob, Identity, TickCore
 from provision.tick.edge import BodyEnd, Cancellable, Note, Run, StopHow
 from provision.tick.memory import MemoryTickStore
@@ -99,6 +100,8 @@ STEP = 10.0  # seconds of simulated time between two looks at the ledger's accou
 FAULT_EVERY = 90.0  # mean seconds of simulated time between two faults
 SLACK = 90.0  # seconds of Consul and some replica up by which a tick nobody ran is recorded
 RUN_SLACK = 180.0  # seconds of its replica and Consul up by which a claimed tick is completed
+T = TypeVar("T")
+
 CLIENT_TIMEOUT = 10.0  # seconds a call other than a renewal waits for its answer
 IN_FLIGHT = 24  # requests waiting for a slow answer at once, all replicas together
 CHECK_EVERY = 1.0  # seconds between a checking body's run.check() calls
@@ -276,10 +279,11 @@ class ReplicaClock:
     faults say), timers that do not run while it is paused (held, then run in order on
     resume) nor after it was killed."""
 
-    def __init__(self, replica: Replica) -> None:
+    def __init__(self, replica: Replica, store: ReplicaStore) -> None:
         self.replica, self.world = replica, replica.world
         self.incarnation = replica.incarnation
         self._time = replica.world.clock
+        self._store = store
 
     def wall(self) -> datetime:
         return self._time.wall() + self.replica.skew
@@ -301,6 +305,38 @@ class ReplicaClock:
     def call_later(self, delay: float, callback: Callable[[], object]) -> Cancellable:
         return self.call_at(self._time.monotonic() + delay, callback)
 
+    def prompt_at(self, deadline: float, callback: Callable[[], object]) -> Cancellable:
+        handle = _Handle()
+        if self.replica.incarnation == self.incarnation:
+            handle.timer = self._time.prompt_at(
+                deadline, lambda: self.fire(handle, deadline, callback)
+            )
+        return handle
+
+    def send_at(self, deadline: float, call: Callable[[], T], answered: Answered[T]) -> Cancellable:
+        return self.prompt_at(deadline, lambda: self._send(call, answered))
+
+    def _send(self, call: Callable[[], T], answered: Answered[T]) -> None:
+        """A call sent without waiting (a renewal): Consul handles it now, and its answer comes
+        back after the store's delay as a prompt timer of this replica's (held while it is
+        paused, gone with it when it is killed), never as a nested sleep: what
+        ThreadTimerClock.send_at does."""
+        sending, sent = _Sending(), self.monotonic()
+        self._store.sending = sending
+        try:
+            answer = answer_of(call)
+        finally:
+            self._store.sending = None
+        wait = min(sending.delay, sending.timeout)
+        if sending.delay >= sending.timeout:
+            answer = _timed_out(sending.timeout)
+        else:
+            answer = _then(answer, sending.then)
+        if wait > 0:  # a connection waits for the answer meanwhile (IN_FLIGHT)
+            self.world.in_flight += 1
+            self._time.call_at(sent + wait, self.world.answered)
+        self.prompt_at(sent + wait, lambda: answered(sent, answer))
+
     def fire(self, handle: _Handle, due: float, callback: Callable[[], object]) -> None:
         replica = self.replica
         if handle.cancelled or replica.incarnation != self.incarnation:
@@ -315,6 +351,33 @@ class ReplicaClock:
         self.world.after_step()
 
 
+@dataclass
+class _Sending:
+    """A call made by ReplicaClock.send: its answer's delay, and what its answer does once it
+    comes (the oracle hears of a renewal the core was answered only then)."""
+
+    delay: float = 0.0
+    timeout: float = CLIENT_TIMEOUT
+    then: list[Callable[[], None]] = field(default_factory=list)
+
+
+def _timed_out(timeout: float) -> Answer[T]:
+    def raised() -> T:
+        raise ConsulUnavailable(f"simulated: no answer within {timeout:g}s")
+
+    return raised
+
+
+def _then(answer: Answer[T], then: list[Callable[[], None]]) -> Answer[T]:
+    def said() -> T:
+        value = answer()  # an error said as it was; else what the answer does, then its value
+        for step in then:
+            step()
+        return value
+
+    return said
+
+
 class ReplicaStore:
     """The store as one replica reaches it: the store's faults, and every answer shown to the
     oracle. A request is handled when sent; a slow answer comes back late, or not at all (a
@@ -325,6 +388,7 @@ class ReplicaStore:
         self.base = replica.world.store
         self.incarnation = replica.incarnation
         self.taken: dict[str, datetime] = {}  # job -> the tick the latest answer found taken
+        self.sending: _Sending | None = None  # a call ReplicaClock.send makes now
 
     def _send(self) -> float:
         """Before a request: Consul reached, or ConsulNotReached; the answer's delay. While
@@ -343,6 +407,9 @@ class ReplicaStore:
     def _answer(self, delay: float, timeout: float = CLIENT_TIMEOUT) -> None:
         """After the request was handled: the answer's delay (the world goes on), or a client
         timeout; and the replica's fate meanwhile (paused: it waits; killed: it is gone)."""
+        if self.sending is not None:  # sent, not waited for: the answer comes by a timer
+            self.sending.delay, self.sending.timeout = delay, timeout
+            return
         if delay <= 0:
             return  # answered at once: nothing happened meanwhile
         clock, replica, world = self.world.clock, self.replica, self.world
@@ -370,7 +437,14 @@ class ReplicaStore:
         delay, at = self._send(), self.world.clock.monotonic()
         self.base.renew_session(session_id)
         self._answer(delay, limit)
-        self.world.oracle.confirmed[session_id] = at  # the core was answered: it counts
+        self._answered(functools.partial(self.world.oracle.confirmed.__setitem__, session_id, at))
+
+    def _answered(self, step: Callable[[], None]) -> None:
+        """What an answer does once the core has it (the oracle's confirmation: it counts)."""
+        if self.sending is not None:
+            self.sending.then.append(step)
+        else:
+            step()
 
     def destroy_session(self, session_id: str) -> None:
         delay = self._send()
@@ -589,11 +663,10 @@ class Replica:
         self.incarnation += 1
         self.alive, self.booted_at = True, world.clock.monotonic()
         self.paused_until, self.sessions = None, []
-        self.clock = ReplicaClock(self)
+        store = ReplicaStore(self)
+        self.clock = ReplicaClock(self, store)
         identity = Identity(self.name, host=self.name)
-        self.core = TickCore(
-            ReplicaStore(self), self.clock, identity, world.jobs, self._body, self._note
-        )
+        self.core = TickCore(store, self.clock, identity, world.jobs, self._body, self._note)
         world.trace.add(world.clock.monotonic(), self.name, "boot")
         self.core.start()
         for job, pending in world.triggers.items():  # the trigger watch's first answer
@@ -942,7 +1015,7 @@ class World:
         self.down_until: float | None = None
         self.slow_until: float | None = None
         self.slow_max = 0.0
-        self.in_flight = 0  # requests waiting for their answer (nested sleeps)
+        self.in_flight = 0  # requests waiting for their answer (nested sleeps, renewals sent)
         self.faults = 0
         self.faulting = True
         self.triggers: dict[str, _Trigger] = {}  # by job: an operator's trigger not taken yet
@@ -953,6 +1026,10 @@ class World:
         self.intervals = {job.name: _interval(job) for job in self.jobs}
         self.replicas = [Replica(self, name) for name in names]
         self.oracle = Oracle(self)
+
+    def answered(self) -> None:
+        """A renewal sent (ReplicaClock.send) has its answer: its connection is free."""
+        self.in_flight -= 1
 
     def wall(self) -> datetime:
         return self.clock.wall()

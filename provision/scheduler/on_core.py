@@ -155,6 +155,9 @@ class GuardedClock(ThreadTimerClock):
     def call_at(self, deadline: float, callback: Callable[[], object]) -> Timer:
         return super().call_at(deadline, functools.partial(self._guarded, callback))
 
+    def prompt_at(self, deadline: float, callback: Callable[[], object]) -> Timer:
+        return super().prompt_at(deadline, functools.partial(self._guarded, callback))
+
     def _guarded(self, callback: Callable[[], object]) -> None:
         try:
             callback()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import concurrent.futures
 import heapq
 import itertools
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +32,35 @@ from typing import Protocol, TypeVar
 from provision.consul import AgentClock
 
 T = TypeVar("T")
+
+# A call's answer as it is handed back: its value, or the exception it raised, when called.
+Answer = Callable[[], T]
+
+
+def answer_of(call: Callable[[], T]) -> Answer[T]:
+    """`call()` made now; its answer kept, to be said (returned or raised) later."""
+    try:
+        value = call()
+    except Exception as exc:  # said to whoever reads the answer, as call() said it
+        failure = exc
+
+        def raised() -> T:
+            raise failure
+
+        return raised
+    return lambda: value
+
+
+Answered = Callable[[float, Answer[T]], object]  # (when it was sent, its answer)
+
+
+def send_now(clock: _Timers, call: Callable[[], T], answered: Answered[T]) -> None:
+    """A call sent now where nothing runs beside the clock's thread (a VirtualClock): made at
+    once, its answer handed back as a prompt timer of now, never inside the caller."""
+    sent = clock.monotonic()
+    answer = answer_of(call)
+    clock.prompt_at(sent, lambda: answered(sent, answer))
+
 
 # A virtual clock's first wall time, unless told otherwise: a fixed instant, so runs repeat.
 DEFAULT_START = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -51,6 +81,12 @@ class Clock(Protocol):
         """Wait until `monotonic()` reaches `deadline`, or until `event` is set (at once if it
         is already); whether the event was set."""
         ...
+
+
+class _Timers(Protocol):
+    def monotonic(self) -> float: ...
+
+    def prompt_at(self, deadline: float, callback: Callable[[], object]) -> object: ...
 
 
 class SystemClock:
@@ -113,31 +149,49 @@ class _Timeline:
     def __init__(self, now: float) -> None:
         self.now = now
         self.queue: list[tuple[float, int, Timer]] = []
+        self.prompt: list[tuple[float, int, Timer]] = []  # ahead of the others once due
         self.order = itertools.count()  # ties by registration order
 
-    def add(self, timer: Timer) -> None:
-        heapq.heappush(self.queue, (timer.due, next(self.order), timer))
+    def add(self, timer: Timer, prompt: bool = False) -> None:
+        heapq.heappush(self.prompt if prompt else self.queue, (timer.due, next(self.order), timer))
 
     def run_until(self, deadline: float, stop: Callable[[], bool]) -> bool:
         """Run the timers due by `deadline` in order, each at its due time, until `stop()` says
         so (True) or none is left; then time is at least `deadline` (False). Never backwards: a
-        timer's callback may move time itself (a sleep of its own) past this deadline."""
+        timer's callback may move time itself (a sleep of its own, a hold) past this deadline,
+        and the timers that came due meanwhile then run in order, the prompt ones first."""
         spins = 0  # timers run at one instant: a timer that sets itself again at once spins
-        while self.queue and self.queue[0][0] <= deadline:
-            due, _, timer = heapq.heappop(self.queue)
-            if timer.cancelled:
-                continue
-            spins = spins + 1 if due <= self.now else 0
+        while (timer := self._next(deadline)) is not None:
+            spins = spins + 1 if timer.due <= self.now else 0
             if spins > MAX_AT_ONE_INSTANT:
                 raise Livelock(
                     f"over {MAX_AT_ONE_INSTANT} timers at t={self.now:.3f} without time moving"
                 )
-            self.now = max(self.now, due)
+            self.now = max(self.now, timer.due)
             timer.callback()
             if stop():
                 return True
         self.now = max(self.now, deadline)
         return False
+
+    def _next(self, deadline: float) -> Timer | None:
+        """The next timer to run by `deadline`: a prompt one once it is due (by now, or before
+        the next other one), else the next in order of due time."""
+        for heap in (self.prompt, self.queue):
+            while heap and heap[0][2].cancelled:
+                heapq.heappop(heap)
+        if self.now > deadline:
+            return None  # a callback moved time past it (a hold, a longer sleep): it is over
+        first = self.queue[0][0] if self.queue else math.inf
+        if self.prompt and self.prompt[0][0] <= min(deadline, max(self.now, first)):
+            return heapq.heappop(self.prompt)[2]
+        if first <= deadline:
+            return heapq.heappop(self.queue)[2]
+        return None
+
+    def next_due(self) -> float | None:
+        live = [due for due, _, t in (*self.queue, *self.prompt) if not t.cancelled]
+        return min(live, default=None)
 
 
 class VirtualClock:
@@ -190,10 +244,29 @@ class VirtualClock:
     def call_later(self, delay: float, callback: Callable[[], object]) -> Timer:
         return self.call_at(self._timeline.now + delay, callback)
 
+    def prompt_at(self, deadline: float, callback: Callable[[], object]) -> Timer:
+        """`call_at`, ahead of every other timer once due: when time jumped (a `hold`) past
+        several timers' due times, the prompt ones run first."""
+        timer = Timer(max(deadline, self._timeline.now), callback)
+        self._timeline.add(timer, prompt=True)
+        return timer
+
+    def send_at(self, deadline: float, call: Callable[[], T], answered: Answered[T]) -> Timer:
+        """At `deadline`, `call()` sent; `answered(sent, answer)` a prompt timer then (tick/
+        edge.py TimerClock.send_at): what ThreadTimerClock does, without its threads."""
+        return self.prompt_at(deadline, lambda: send_now(self, call, answered))
+
+    def hold(self, seconds: float) -> None:
+        """The thread is held `seconds` (a call made inline, a process started): time passes
+        and no timer runs meanwhile; what came due runs once the holder returns, in order, the
+        prompt ones first. From a timer's callback (a simulated store's or body's)."""
+        if seconds < 0:
+            raise ValueError("monotonic time never goes back")
+        self._timeline.now += seconds
+
     def next_due(self) -> float | None:
         """When the next timer not cancelled is due (None: there is none)."""
-        live = [due for due, _, timer in self._timeline.queue if not timer.cancelled]
-        return min(live, default=None)
+        return self._timeline.next_due()
 
     def step_wall(self, seconds: float) -> None:
         """The wall clock jumps `seconds` (back when negative): `date -s`, a VM resumed. The
@@ -226,6 +299,7 @@ class ThreadTimerClock(SystemClock):
 
     IDLE = 1.0  # seconds between two looks at a closed loop while nothing is due
     MAX_ASIDE = 16  # calls waiting for their answer at once, nested (each a few stack frames)
+    SENDERS = 4  # threads for `send`'s calls (a core's renewals: one per session and interval)
 
     def __init__(
         self,
@@ -234,12 +308,14 @@ class ThreadTimerClock(SystemClock):
     ) -> None:
         super().__init__(agent_clock, monotonic)
         self._due: list[tuple[float, int, Timer]] = []
+        self._prompt: list[tuple[float, int, Timer]] = []  # ahead of `_due` once due
         self._order = itertools.count()
         self._changed = threading.Condition()
         self._closed = False
         self._loop: int | None = None  # the thread running the callbacks
         self._aside = 0  # calls waiting aside now (nested)
         self._workers: concurrent.futures.ThreadPoolExecutor | None = None
+        self._senders: concurrent.futures.ThreadPoolExecutor | None = None
 
     def call_at(self, deadline: float, callback: Callable[[], object]) -> Timer:
         timer = Timer(deadline, callback)
@@ -264,6 +340,43 @@ class ThreadTimerClock(SystemClock):
             self._changed.notify_all()
         if self._workers is not None:
             self._workers.shutdown(wait=False)
+        if self._senders is not None:  # an answer would find no loop to run it
+            self._senders.shutdown(wait=False, cancel_futures=True)
+
+    def prompt_at(self, deadline: float, callback: Callable[[], object]) -> Timer:
+        """`call_at`, ahead of every other callback once due: a backlog of callbacks due
+        earlier (a burst of claims, body starts, completions) does not hold it back."""
+        timer = Timer(deadline, callback)
+        with self._changed:
+            heapq.heappush(self._prompt, (deadline, next(self._order), timer))
+            self._changed.notify()
+        return timer
+
+    def send_at(self, deadline: float, call: Callable[[], T], answered: Answered[T]) -> Timer:
+        """At `deadline` (a prompt timer), `call()` handed to a sender thread; its answer handed
+        back to `answered(sent, answer)` as a prompt timer of its own. Never waited for in this
+        thread, so never behind another call's wait (`aside`) nor a backlog of callbacks.
+        Closed: nothing is sent, nothing answered."""
+        return self.prompt_at(deadline, lambda: self._send(call, answered))
+
+    def _send(self, call: Callable[[], T], answered: Answered[T]) -> None:
+        with self._changed:
+            if self._closed:
+                return
+            if self._senders is None:
+                self._senders = concurrent.futures.ThreadPoolExecutor(
+                    self.SENDERS, thread_name_prefix="lockctl-send"
+                )
+            sent = self.monotonic()
+            future = self._senders.submit(answer_of, call)
+        future.add_done_callback(lambda done: self._hand_over(done, sent, answered))
+
+    def _hand_over(
+        self, done: concurrent.futures.Future[Answer[T]], sent: float, answered: Answered[T]
+    ) -> None:
+        if not done.cancelled():
+            answer = done.result()  # answer_of keeps the call's exception: result() never raises
+            self.prompt_at(self.monotonic(), lambda: answered(sent, answer))
 
     def join_workers(self, timeout: float) -> None:
         """After `close()`: wait, `timeout` at most, for the threads that made calls aside to
@@ -303,18 +416,22 @@ class ThreadTimerClock(SystemClock):
                 self._changed.notify_all()
 
     def _next(self, answered: threading.Event | None = None) -> Callable[[], object] | None:
-        """The next callback once it is due; None once closed, or once `answered` is set."""
+        """The next callback once it is due (a prompt one first); None once closed, or once
+        `answered` is set."""
         with self._changed:
             while not self._closed and not (answered is not None and answered.is_set()):
-                if not self._due:
+                for heap in (self._prompt, self._due):
+                    while heap and heap[0][2].cancelled:
+                        heapq.heappop(heap)
+                heads = [heap[0][0] for heap in (self._prompt, self._due) if heap]
+                if not heads:
                     self._changed.wait(self.IDLE)
                     continue
-                due, _, timer = self._due[0]
-                left = due - self.monotonic()
+                left = min(heads) - self.monotonic()
                 if left > 0:
                     self._changed.wait(min(left, self.IDLE))
                     continue
-                heapq.heappop(self._due)
-                if not timer.cancelled:
-                    return timer.callback
+                now = self.monotonic()
+                heap = self._prompt if self._prompt and self._prompt[0][0] <= now else self._due
+                return heapq.heappop(heap)[2].callback
             return None

@@ -620,9 +620,9 @@ class TickCore:
             elif isinstance(answer, ConsulError):
                 self._note("unanswered", plan.job, plan.tick, str(answer))
                 self._resolve(state, plan, call.session)
-            else:
+            else:  # each run started by a callback of its own: a renewal goes between them
                 sent = _Sent(answer, call.record, call.session, at, answered)
-                self._answered(state, plan, sent)
+                self.clock.call_at(answered, functools.partial(self._answered, state, plan, sent))
 
     def _claims_sent(self, calls: Sequence[ClaimCall]) -> list[ClaimAnswer]:
         """The store's answers to `calls` (a lone one is `claim`'s), an error in its place."""

@@ -15,13 +15,15 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from provision.ledger.records import TickRecord
-from provision.tick.clock import Clock
+from provision.tick.clock import Answered, Clock
 
 if TYPE_CHECKING:
     from provision.sessions import SessionTerms
+
+T = TypeVar("T")
 
 
 class Cancellable(Protocol):
@@ -33,6 +35,14 @@ class TimerClock(Clock, Protocol):
     the next chance, when it has), in order of due time. VirtualClock is one."""
 
     def call_at(self, deadline: float, callback: Callable[[], object]) -> Cancellable: ...
+
+    def send_at(self, deadline: float, call: Callable[[], T], answered: Answered[T]) -> Cancellable:
+        """At `deadline`, make `call()` without waiting for it in the clock's thread; its answer
+        (clock.py `Answer`: say it to get the value or the exception) is handed, with the time
+        it was sent, to `answered` as a prompt timer of now. Prompt timers run ahead of every
+        other callback due: a renewal is sent and confirms its holders on time, whatever
+        backlog the thread has (a burst of claims, body starts, completions)."""
+        ...
 
 
 class StopHow(str, enum.Enum):

@@ -11,12 +11,14 @@ the last confirmation and run out by themselves. A session Consul no longer know
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from provision.consul import ConsulError
 from provision.sessions import AgentlessNode, SessionTerms
+from provision.tick.clock import Answer
 from provision.tick.edge import Cancellable, Listener, Note, TimerClock
 from provision.tick.store import SessionGone, TickStore
 from provision.timings import JobTimings
@@ -164,15 +166,25 @@ class SessionPool:
         # every renew interval from the last send, not from its answer: a slow answer does not
         # push the next renewal later
         due = last_sent + kept.terms.renew_interval
-        kept.timer = self.clock.call_at(due, lambda: self._renew(kept))
+        # the client gives up within half an interval, so renewals never pile up
+        timeout = kept.terms.renew_interval / 2
+        # sent by the clock, not waited for here: sent on time and answered as prompt timers,
+        # ahead of whatever backlog the core's thread has. A renewal in line with the other
+        # callbacks (a burst of claims, body starts, completions) was sent, or its answer
+        # heard, after the fencing bound, and healthy runs were fenced (docs/tick-core.md)
+        kept.timer = self.clock.send_at(
+            due,
+            lambda: self.store.renew_session(kept.id, timeout=timeout),  # the store's, when sent
+            functools.partial(self._renewed, kept),
+        )
 
-    def _renew(self, kept: _Kept) -> None:
+    def _renewed(self, kept: _Kept, sent: float, answer: Answer[None]) -> None:
+        """A renewal's answer (sent at `sent`): the holders confirmed from its send time, the
+        next renewal an interval after it; a session gone dropped; no answer, try again."""
         if self._find(kept.id) is not kept:
             return  # dropped or closed meanwhile
-        sent = self.clock.monotonic()
         try:
-            # the client gives up within half an interval, so renewals never pile up
-            self.store.renew_session(kept.id, timeout=kept.terms.renew_interval / 2)
+            answer()
         except SessionGone:
             self.drop(kept.id, "the session is gone (Consul no longer knows it)")
             return
@@ -182,8 +194,6 @@ class SessionPool:
             return
         answered = self.clock.monotonic()
         confirmed = confirmation_time(sent, answered)
-        if self._find(kept.id) is not kept:
-            return
         self._arm(kept, sent)
         for holder in list(kept.holders):
             holder.confirm(confirmed)

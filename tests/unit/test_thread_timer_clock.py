@@ -179,3 +179,55 @@ def test_calls_aside_nest_up_to_the_bound_then_run_inline() -> None:
 def test_a_call_aside_from_outside_the_loop_runs_inline() -> None:
     clock = ThreadTimerClock()
     assert clock.aside(threading.current_thread) is threading.current_thread()
+
+
+def test_a_prompt_timer_runs_ahead_of_a_backlog_due_before_it() -> None:
+    """Callbacks due before it and not run yet (a burst's backlog) do not hold a prompt timer
+    back: once due, it runs next (a renewal, or its answer)."""
+    clock = ThreadTimerClock()
+    ran: list[str] = []
+    done = threading.Event()
+    now = clock.monotonic()
+    for n in range(3):
+        clock.call_at(now - 10 + n, lambda n=n: ran.append(f"backlog-{n}"))
+    clock.prompt_at(now - 1, lambda: ran.append("prompt"))
+    clock.call_at(now - 0.5, done.set)
+    thread = _running(clock)
+    assert done.wait(WAIT)
+    _closed(clock, thread)
+    assert ran == ["prompt", "backlog-0", "backlog-1", "backlog-2"]
+
+
+def test_a_call_sent_is_made_off_the_loop_and_answered_in_it_with_its_send_time() -> None:
+    """send_at: the call runs on another thread; its answer (a value, or the exception it
+    raised) comes back to the loop's thread with the time it was sent."""
+    clock = ThreadTimerClock()
+    made_in: list[int] = []
+    answers: list[tuple[float, int | str, int]] = []
+    done = threading.Event()
+
+    def call(value: int) -> int:
+        made_in.append(threading.get_ident())
+        if value < 0:
+            raise ValueError("refused")
+        return value
+
+    def answered(sent: float, answer: object) -> None:
+        try:
+            said: int | str = answer()  # type: ignore[operator]
+        except ValueError as exc:
+            said = str(exc)
+        answers.append((sent, said, threading.get_ident()))
+        if len(answers) == 2:
+            done.set()
+
+    now = clock.monotonic()
+    clock.send_at(now, lambda: call(7), answered)
+    clock.send_at(now, lambda: call(-1), answered)
+    thread = _running(clock)
+    assert done.wait(WAIT)
+    _closed(clock, thread)
+    assert sorted(str(said) for _, said, _ in answers) == ["7", "refused"]
+    assert all(sent >= now for sent, _, _ in answers)
+    assert {loop for _, _, loop in answers} == {thread.ident}
+    assert thread.ident not in made_in and len(made_in) == 2

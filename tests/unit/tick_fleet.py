@@ -7,18 +7,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import cast
+from typing import TypeVar, cast
 
 from provision.consul import ConsulUnavailable
 from provision.ledger.records import TickRecord
 from provision.ledger.store import Claim
 from provision.schedule import parse_schedule
-from provision.tick.clock import VirtualClock
+from provision.tick.clock import Answered, VirtualClock, send_now
 from provision.tick.core import CoreJob, Identity, TickCore
 from provision.tick.edge import BodyEnd, Cancellable, Note, Run, StopHow
 from provision.tick.memory import MemoryTickStore
 from provision.tick.store import PLAIN, ClaimTerms, JobKeys, TickStore
 from provision.timings import JobTimings
+
+T = TypeVar("T")
 
 START = datetime(2026, 1, 1, tzinfo=timezone.utc)
 TIMINGS = JobTimings(
@@ -101,6 +103,19 @@ class Held:
                 callback()
 
         return self.clock.call_at(deadline, fire)
+
+    def prompt_at(self, deadline: float, callback: Callable[[], object]) -> Cancellable:
+        def fire() -> None:
+            if self.paused:
+                self.held.append((deadline, len(self.held), fire))
+            else:
+                callback()
+
+        return self.clock.prompt_at(deadline, fire)
+
+    def send_at(self, deadline: float, call: Callable[[], T], answered: Answered[T]) -> Cancellable:
+        # sent and answered as prompt timers of this replica's: held while it is paused
+        return self.prompt_at(deadline, lambda: send_now(self, call, answered))
 
     def resume(self) -> None:
         self.paused = False
