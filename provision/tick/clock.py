@@ -379,12 +379,18 @@ class ThreadTimerClock(SystemClock):
             self.prompt_at(self.monotonic(), lambda: answered(sent, answer))
 
     def join_workers(self, timeout: float) -> None:
-        """After `close()`: wait, `timeout` at most, for the threads that made calls aside to
-        end (a process that runs many clocks, one after another, leaves none behind)."""
-        workers = self._workers
-        if workers is None:
+        """After `close()`: wait, `timeout` at most, for the threads that made calls aside or
+        sent renewals to end (a process that runs many clocks, one after another, leaves none
+        behind)."""
+        pools = [pool for pool in (self._workers, self._senders) if pool is not None]
+        if not pools:
             return
-        waiter = threading.Thread(target=workers.shutdown, name="lockctl-aside-end", daemon=True)
+
+        def shut() -> None:
+            for pool in pools:
+                pool.shutdown()
+
+        waiter = threading.Thread(target=shut, name="lockctl-clock-end", daemon=True)
         waiter.start()
         waiter.join(timeout)
 
