@@ -19,7 +19,7 @@ ln -sf /opt/lockctl/bin/lockctl /usr/local/bin/lockctl
 # schedule` at its start is compiled by importing it once, so the first tick starts as fast as
 # the later ones. The import is timed twice: the first compiles, the second is what a run pays.
 SITE=$(/opt/lockctl/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-WARM='import provision.cli.entry, provision.cli.runjob, provision.cli.signals, provision.consul, provision.ledger.store, provision.runner.engine, provision.runner.precheck, provision.runner.metrics, provision.runner.tick_lock, provision.workers.config, provision.scheduler.service, provision.scheduler.on_core, provision.scheduler.listen'
+WARM='import provision.cli.entry, provision.cli.runjob, provision.cli.signals, provision.consul, provision.ledger.store, provision.runner.plain, provision.runner.on_core, provision.runner.precheck, provision.runner.metrics, provision.runner.tick_lock, provision.workers.config, provision.scheduler.service, provision.scheduler.on_core, provision.scheduler.listen'
 ms() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 t=$(date +%s%N); /opt/lockctl/bin/python -m compileall -q "$SITE/provision"; COMPILE_MS=$(ms "$t")
 t=$(date +%s%N); /opt/lockctl/bin/python -c "$WARM"; FIRST_MS=$(ms "$t")

@@ -62,7 +62,7 @@ def request_headers(
     deadline = datetime.fromtimestamp(started.timestamp() + timeout, timezone.utc)
     headers = {header: lock_env[name] for name, header in HEADERS.items() if name in lock_env}
     name, header = IDEMPOTENCY_KEY
-    if name in lock_env:  # lock_env's key has no quote or backslash to escape (supervisor.py)
+    if name in lock_env:  # lock_env's key has no quote or backslash to escape (core_body.py)
         headers[header] = f'"{lock_env[name]}"'
     headers["X-Lockctl-Deadline"] = deadline.isoformat(timespec="milliseconds").replace(
         "+00:00", "Z"

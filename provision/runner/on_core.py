@@ -1,5 +1,5 @@
 """`lockctl run` of a scheduled job on the tick core (provision/tick/): the process around the
-core's one tick (tick/once.py). A plain lock (no schedule) runs on the old engine (engine.py).
+core's one tick (tick/once.py). A plain lock (no schedule) runs in runner/plain.py.
 
     the clock thread   one ThreadTimerClock on the Consul agent's clock: the core's turn at the
                        tick (read, judge, claim, HeldRun, complete), the session's renewals, the

@@ -9,6 +9,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import signal
 import ssl
 import sys
@@ -581,3 +582,16 @@ def test_a_delivery_feeds_each_node_its_own_tar_and_names_the_nodes_that_failed(
     assert (
         shell.commands[0] == "sudo tar -xpf - -C / && sudo stat -c 'server-1: %n %a %U' /k/server-1"
     )
+
+
+def test_the_workers_warm_import_names_only_modules_that_exist() -> None:
+    """The worker's provisioner imports what `lockctl run` and `schedule` load, once, to compile
+    it: a module renamed or deleted in provision/ must be renamed there too, or every VM's
+    provisioning fails (as it did when the runner's engine was deleted)."""
+    script = (REPO / "vagrant" / "provision-lockctl.sh").read_text(encoding="utf-8")
+    warm = re.search(r"^WARM='import (.+)'$", script, re.MULTILINE)
+    assert warm is not None, "vagrant/provision-lockctl.sh has no WARM import line"
+    modules = [name.strip() for name in warm.group(1).split(",")]
+    assert "provision.runner.plain" in modules  # what a plain lock's `lockctl run` loads
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    assert missing == [], f"WARM names modules that do not exist: {missing}"
