@@ -92,7 +92,7 @@ def check_operator_token_break(ctx: VerifyContext, ev: Evidence) -> str:
     session is made through the worker's own agent with its own token and holds nothing; the
     operator's calls go to --address."""
     if ctx.operator_token is None:
-        raise CheckSkipped("no operator token (give --operator-token-file)")
+        raise CheckSkipped("not applicable: no operator token (give --operator-token-file)")
     operator = Consul(replace(ctx.settings, token=ctx.operator_token))
     problems = []
     agentless = {worker.name for worker in ctx.spec.workers if worker.agentless}
