@@ -32,9 +32,9 @@ from datetime import datetime
 from provision.consul import AgentClock, Consul, ConsulError, RetryPolicy
 from provision.errors import EXIT_WAIT_TIMEOUT
 from provision.fencing import Outcome
+from provision.ledger.holder import Holder, claimed_worker
 from provision.runner.core_body import RunnerBody, Unfenced, idempotency_key
 from provision.runner.events import EventLog, ms
-from provision.runner.holder import Holder, claimed_worker
 from provision.runner.on_core import Said, prepare_body, ran_result
 from provision.runner.results import RunOptions, RunResult, SkipReason
 from provision.runner.stop import StopRequest
