@@ -408,7 +408,7 @@ def run_tick_on_core(
     try:
         found, waited_out = _take(made, ask, events, stop)
     finally:
-        _shut(made)
+        shut_clock(made.clock, made.one.quiet, made.one.stop, made.thread)
     if waited_out:
         events.emit("timed-out", waited_ms=ms(ask.options.timeout or 0.0))
         return RunResult(Outcome.TIMED_OUT, EXIT_WAIT_TIMEOUT, tick=ask.tick)
@@ -428,9 +428,8 @@ def _take(made: _Core, ask: TickAsk, events: EventLog, stop: StopRequest) -> tup
     announced = False
     while True:
         one.notes.clear()
-        one.quiet.clear()
-        clock.call_at(clock.monotonic(), functools.partial(one.take, ask.tick, catchup=catchup))
-        _until_quiet(made, stop)
+        on_clock(clock, one.quiet, functools.partial(one.take, ask.tick, catchup=catchup))
+        until_quiet(clock, one.quiet, one.stop, stop)
         found = one.verdict(ask.tick)
         if give_up is None or not found.lock_refused:
             return found, False
@@ -459,22 +458,35 @@ def _watch(made: _Core, ask: TickAsk, remaining: float) -> None:
         made.clock.sleep_until(made.clock.monotonic() + min(WATCH_POLL, max(remaining, 0.0)))
 
 
-def _until_quiet(made: _Core, stop: StopRequest) -> None:
-    """Wait for the core to be quiet; a stop asked meanwhile stops it (once)."""
+def on_clock(clock: ThreadTimerClock, quiet: threading.Event, call: Callable[[], None]) -> None:
+    """`call` on the clock's thread now, `quiet` cleared first so a wait sees its end."""
+    quiet.clear()
+    clock.call_at(clock.monotonic(), call)
+
+
+def until_quiet(
+    clock: ThreadTimerClock, quiet: threading.Event, halt: Callable[[], None], stop: StopRequest
+) -> None:
+    """Wait for `quiet`; a stop asked meanwhile halts the work on the clock (once)."""
     stopping = False
-    while not made.one.quiet.wait(STOP_POLL):
+    while not quiet.wait(STOP_POLL):
         if stop.requested and not stopping:
             stopping = True
-            made.clock.call_at(made.clock.monotonic(), made.one.stop)
+            clock.call_at(clock.monotonic(), halt)
 
 
-def _shut(made: _Core) -> None:
-    """The sessions destroyed (the core stopped: nothing runs any more), the clock closed."""
-    made.one.quiet.clear()
-    made.clock.call_at(made.clock.monotonic(), made.one.stop)
-    made.one.quiet.wait(SETTLE_WITHIN)
-    made.clock.close()
-    made.thread.join(SETTLE_WITHIN)
+def shut_clock(
+    clock: ThreadTimerClock,
+    quiet: threading.Event,
+    halt: Callable[[], None],
+    thread: threading.Thread,
+) -> None:
+    """The work halted on the clock if it still goes on (an error above) and given
+    SETTLE_WITHIN to end (its sessions destroyed), the clock closed, its thread joined."""
+    on_clock(clock, quiet, halt)
+    quiet.wait(SETTLE_WITHIN)
+    clock.close()
+    thread.join(SETTLE_WITHIN)
 
 
 _RAN = {
