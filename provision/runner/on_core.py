@@ -38,7 +38,7 @@ from provision.errors import EXIT_JOB_TIMEOUT, EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT
 from provision.fencing import Outcome
 from provision.ledger.catchup import LATEST
 from provision.ledger.records import TickOutcome, TickRecord, taken_fields, tick_name
-from provision.ledger.store import Claim, ClaimTerms, Completion
+from provision.ledger.store import Claim, ClaimTerms
 from provision.ledger.ticks import MISSED_GRACE, skew_to_say
 from provision.runner.child import Child, check_program
 from provision.runner.containment import first_telling
@@ -54,7 +54,7 @@ from provision.runner.tick_verdicts import paused_refusal
 from provision.sessions import AgentlessNode, SessionTerms
 from provision.tick.aside import aside_store
 from provision.tick.clock import Clock, ThreadTimerClock
-from provision.tick.consul_store import ConsulTickStore
+from provision.tick.consul_store import TailedStore, Tails
 from provision.tick.core import CoreJob, Identity, TickCore, record_missed
 from provision.tick.edge import Body, Note, Run
 from provision.tick.once import Came, OneTick, Verdict, wait_deadline
@@ -69,7 +69,6 @@ WATCH_POLL = 1.0  # seconds: the longest blocking read of the lock's key while w
 MIN_DELAY_RETRY = 0.1
 SETTLE_WITHIN = 20.0  # seconds the core is given to end its run and destroy its sessions
 
-Tails = tuple[str | None, str | None]
 _T = TypeVar("_T")
 
 
@@ -113,13 +112,12 @@ def core_job(ask: TickAsk) -> CoreJob:
     return CoreJob(keys, schedule, timings, workers, job.history_limit, catchup=catchup)
 
 
-class RunStore(ConsulTickStore):
+class RunStore(TailedStore):
     """The core's store on Consul, keeping the last error a call raised (the run's exit status
-    names it, as the old engine's error did) and putting the run's output tails in its record."""
+    names it, as the old engine's error did); its records carry the run's output tails."""
 
-    def __init__(self, consul: Consul, tails: Callable[[datetime], Tails | None]) -> None:
-        super().__init__(consul)
-        self.tails = tails
+    def __init__(self, consul: Consul, tails: Callable[[str, datetime], Tails | None]) -> None:
+        super().__init__(consul, tails)
         self.error: ConsulError | None = None
 
     def read_tick(
@@ -139,14 +137,6 @@ class RunStore(ConsulTickStore):
         terms: ClaimTerms = PLAIN,
     ) -> Claim:
         return self._kept(functools.partial(super().claim, job, record, session_id, holder, terms))
-
-    def complete(
-        self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool
-    ) -> Completion:
-        tails = self.tails(record.tick)
-        if tails is not None:
-            record = replace(record, stdout=tails[0], stderr=tails[1])
-        return super().complete(job, record, session_id, release=release)
 
     def _kept(self, call: Callable[[], _T]) -> _T:
         try:
@@ -377,7 +367,7 @@ def _core(consul: Consul, agent_clock: AgentClock, ask: TickAsk, events: EventLo
     said.agent_clock = agent_clock
     bodies: dict[datetime, RunBody] = {}
 
-    def tails(tick: datetime) -> Tails | None:
+    def tails(name: str, tick: datetime) -> Tails | None:
         body = bodies.get(tick)
         return None if body is None else body.tails
 
