@@ -30,11 +30,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import signal
 import socket
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -87,7 +85,7 @@ from provision.tick.aside import aside_store
 from provision.tick.clock import ThreadTimerClock, Timer
 from provision.tick.consul_store import ConsulTickStore, TailedStore, Tails
 from provision.tick.core import CoreJob, Identity, TickCore, TickPlan
-from provision.tick.edge import Body, BodyEnd, Note, Run, TimerClock
+from provision.tick.edge import Body, Note, Run, TimerClock
 from provision.tick.held import HeldRun
 from provision.tick.store import JobKeys, Refused, TurnRead
 from provision.workers.config import JobConfig, WorkerConfig, load_worker_config
@@ -99,8 +97,6 @@ from provision.workers.login import open_login
 # looked at again (missed, caught up).
 CORE_RETRY = RetryPolicy(deadline=1.0, first_backoff=0.05, max_backoff=0.25)
 SETTLE_POLL = 0.1  # seconds between two looks at a stopping or retiring core's runs
-LEFTOVERS_GONE_WITHIN = 5.0  # seconds the reaper waits for a SIGKILLed tree (core_body.py's)
-LOOK_EVERY = 0.05
 
 
 class Started(Protocol):
@@ -177,7 +173,6 @@ class ServiceBody(RunnerBody):
     ) -> None:
         super().__init__(prepare, lock_key, clock)
         self.trigger, self.said = trigger, said
-        self.tails: Tails | None = None
 
     def start(self, run: Run, ended: Callable[[], None]) -> None:
         environment = run_env(self.lock_key, run)
@@ -199,22 +194,6 @@ class ServiceBody(RunnerBody):
         self._body = body
         self.said.started(body)
         threading.Thread(target=self._reap, args=(body, ended), daemon=True).start()
-
-    def _reap(self, body: Unfenced, ended: Callable[[], None]) -> None:
-        """Wait for the job and the last process of its tree, keep its output's ends, then
-        hand the end to the core's thread."""
-        status = body.wait()
-        give_up = time.monotonic() + LEFTOVERS_GONE_WITHIN
-        while body.tree_alive() and time.monotonic() < give_up:
-            body.signal_tree(signal.SIGKILL)
-            time.sleep(LOOK_EVERY)
-        self.tails = body.output_tails()  # before close: the pump has read to the end
-        body.close()
-        self.clock.call_at(self.clock.monotonic(), functools.partial(self._said, status, ended))
-
-    def _said(self, status: int | None, ended: Callable[[], None]) -> None:
-        self._end = BodyEnd(status)
-        ended()
 
 
 class ContinuedCore(TickCore):
