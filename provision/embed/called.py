@@ -32,16 +32,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TextIO
 
-from provision.consul import AgentClock, Consul, ConsulError
+from provision.consul import AgentClock, Consul
 from provision.embed.bodies import ThreadBody
 from provision.embed.run import RunEvents, RunOutcome
 from provision.embed.served import EMBED_EVENTS, AppBody
 from provision.fencing import Outcome
-from provision.ledger.records import taken_fields, tick_name
+from provision.ledger.records import tick_name
 from provision.runner.events import EventLog
-from provision.runner.on_core import CORE_RETRY, Said, TickAsk, ran_result
+from provision.runner.on_core import CORE_RETRY, Said, TickAsk, ran_result, skip_fields
 from provision.runner.results import RunOptions, SkipReason
-from provision.runner.tick_lock import lock_refusal
 from provision.runner.tick_verdicts import paused_refusal
 from provision.scheduler.on_core import BodySaid, GuardedClock, core_job
 from provision.scheduler.report import note_events, unexpected
@@ -52,7 +51,6 @@ from provision.tick.core import Identity, TickCore
 from provision.tick.edge import Body, Note, Run, TimerClock
 from provision.tick.held import HeldRun
 from provision.tick.once import Came, Verdict, verdict
-from provision.tick.store import JobKeys
 from provision.workers.config import JobConfig
 
 WAIT_POLL = 0.1  # seconds between two looks at a stopping core while a call waits for its turn
@@ -324,17 +322,5 @@ def outcome_of(found: Verdict, turn: CallTurn, refusal: Refusal, signum: int | N
 
 
 def refusal_fields(consul: Consul, found: Verdict, turn: CallTurn) -> dict[str, object]:
-    """Why the claim was refused, as the old engine said it: the tick's record (taken since
-    the call's read), or the lock's holder (held, in lock-delay)."""
-    tick, config = turn.tick, turn.config
-    if found.skip is SkipReason.TAKEN:
-        try:
-            keys = JobKeys(config.name, config.lock_key)
-            record, _ = ConsulTickStore(consul).read_tick(keys, tick)
-        except ConsulError:
-            record = None
-        if record is not None:
-            return taken_fields(record)
-        return {"reason": f"tick {tick_name(tick)} already taken"}
-    said = "lock delay" if found.skip is SkipReason.LOCK_DELAY else None
-    return lock_refusal(consul, config.lock_key, tick, said).fields
+    """Why the call's claim was refused, as `lockctl run` says it."""
+    return skip_fields(ConsulTickStore(consul), turn.config, turn.tick, found.skip)

@@ -54,7 +54,7 @@ from provision.runner.tick_verdicts import paused_refusal
 from provision.sessions import AgentlessNode, SessionTerms
 from provision.tick.aside import aside_store
 from provision.tick.clock import Clock, ThreadTimerClock
-from provision.tick.consul_store import TailedStore, Tails
+from provision.tick.consul_store import ConsulTickStore, TailedStore, Tails
 from provision.tick.core import CoreJob, Identity, TickCore, record_missed
 from provision.tick.edge import Body, Note, Run
 from provision.tick.once import Came, OneTick, Verdict, wait_deadline
@@ -501,7 +501,7 @@ def _result(
         events.emit("skipped", **refusal.event_fields())
         return RunResult(Outcome.SKIPPED, 0, tick=tick, skip=SkipReason.PAUSED)
     if found.came is Came.SKIPPED:
-        fields = _skip_fields(found, made, ask)
+        fields = skip_fields(made.store, ask.job, tick, found.skip)
         events.emit("skipped", tick=tick_name(tick), **fields)
         return RunResult(Outcome.SKIPPED, 0, tick=tick, skip=found.skip)
     if found.came is Came.TOO_LATE:
@@ -541,20 +541,21 @@ def ran_result(record: TickRecord, signum: int | None = None) -> RunResult:
     )
 
 
-def _skip_fields(found: Verdict, made: _Core, ask: TickAsk) -> dict[str, object]:
-    """Why the claim was refused, as the old engine says it: the tick's record (taken), or the
-    lock's holder (held, in lock-delay)."""
-    tick = ask.tick
-    if found.skip is SkipReason.TAKEN:
+def skip_fields(
+    store: ConsulTickStore, job: JobConfig, tick: datetime, skip: SkipReason | None
+) -> dict[str, object]:
+    """Why the claim of `tick` was refused (`skip`), as the old engine says it: the tick's
+    record (taken since the turn's read), or the lock's holder (held, in lock-delay)."""
+    if skip is SkipReason.TAKEN:
         try:
-            record, _ = made.store.read_tick(JobKeys(ask.job.name, ask.job.lock_key), tick)
+            record, _ = store.read_tick(JobKeys(job.name, job.lock_key), tick)
         except ConsulError:
             record = None
         if record is not None:
             return taken_fields(record)
         return {"reason": f"tick {tick_name(tick)} already taken"}
-    said = "lock delay" if found.skip is SkipReason.LOCK_DELAY else None
-    return lock_refusal(made.store.consul, ask.job.lock_key, tick, said).fields
+    said = "lock delay" if skip is SkipReason.LOCK_DELAY else None
+    return lock_refusal(store.consul, job.lock_key, tick, said).fields
 
 
 def _missed_fields(made: _Core, ask: TickAsk) -> dict[str, object]:
