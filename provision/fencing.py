@@ -189,21 +189,3 @@ def _why_terminate(facts: Facts, verdict: Outcome) -> tuple[Reason, int]:
 def _still_holding(facts: Facts) -> bool:
     """min-hold keeps the lock after the job until hold_until, unless told to stop or lost."""
     return facts.now < facts.hold_until and facts.stop_signal is None and not facts.lost
-
-
-def waiting_verdict(
-    now: float, give_up_at: float | None, stop_signal: int | None
-) -> Outcome | None:
-    """While waiting for the lock (--wait): stop on a stop request, give up at the deadline."""
-    if stop_signal is not None:
-        return Outcome.INTERRUPTED
-    if give_up_at is not None and now >= give_up_at:
-        return Outcome.TIMED_OUT
-    return None
-
-
-def outcome_after_release(verdict: Outcome, released: bool | None) -> Outcome:
-    """Consul answering a release with `false` says the key was no longer ours: the lock was lost
-    at some point while the job ran, unnoticed in time (a paused runner), so its result cannot
-    be trusted. No answer (None) changes nothing: the session's TTL frees the key."""
-    return Outcome.LOST if released is False else verdict

@@ -109,7 +109,6 @@ class TxnAPI:
         else:
             answer = self._send(operations, urgent, token, max_bytes=max_bytes)
         return self._allowed(answer, operations)
-        return self._allowed(answer)
 
     def read(self, operations: Sequence[KVOp], *, batch: bool = False) -> TxnAnswer:
         """Read-only operations (get, get-tree, check-*) in one transaction, answered by

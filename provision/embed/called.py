@@ -28,38 +28,33 @@ import signal
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TextIO
 
-from provision.consul import AgentClock, Consul, ConsulError
+from provision.consul import AgentClock, Consul
 from provision.embed.bodies import ThreadBody
 from provision.embed.run import RunEvents, RunOutcome
 from provision.embed.served import EMBED_EVENTS, AppBody
 from provision.fencing import Outcome
-from provision.ledger.records import TickRecord, taken_fields, tick_name
-from provision.ledger.store import Completion
+from provision.ledger.records import tick_name
 from provision.runner.events import EventLog
-from provision.runner.on_core import CORE_RETRY, Said, TickAsk, ran_result
+from provision.runner.on_core import CORE_RETRY, Said, TickAsk, ran_result, skip_fields
 from provision.runner.results import RunOptions, SkipReason
-from provision.runner.tick_lock import lock_refusal
 from provision.runner.tick_verdicts import paused_refusal
 from provision.scheduler.on_core import BodySaid, GuardedClock, core_job
 from provision.scheduler.report import note_events, unexpected
 from provision.tick.aside import aside_store
 from provision.tick.clock import Clock
-from provision.tick.consul_store import ConsulTickStore
+from provision.tick.consul_store import ConsulTickStore, TailedStore, Tails
 from provision.tick.core import Identity, TickCore
 from provision.tick.edge import Body, Note, Run, TimerClock
 from provision.tick.held import HeldRun
 from provision.tick.once import Came, Verdict, verdict
-from provision.tick.store import JobKeys
 from provision.workers.config import JobConfig
 
 WAIT_POLL = 0.1  # seconds between two looks at a stopping core while a call waits for its turn
 SETTLE_POLL = 0.05  # seconds between two looks at a stopping core's runs and sessions
-
-Tails = tuple[str | None, str | None]
 
 
 class CallTurn:
@@ -101,22 +96,6 @@ class CallTurn:
     @property
     def error(self) -> str | None:
         return self.bodies[-1].body.error if self.bodies else None
-
-
-class CallStore(ConsulTickStore):
-    """The core's store on Consul, putting a call's body's output tails in its record."""
-
-    def __init__(self, consul: Consul, tails: Callable[[str, datetime], Tails | None]) -> None:
-        super().__init__(consul)
-        self.tails = tails
-
-    def complete(
-        self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool
-    ) -> Completion:
-        tails = self.tails(job.name, record.tick)
-        if tails is not None:
-            record = replace(record, stdout=tails[0], stderr=tails[1])
-        return super().complete(job, record, session_id, release=release)
 
 
 class CallBody(AppBody):
@@ -247,7 +226,7 @@ class CallCore:
         self.events = EventLog(EMBED_EVENTS, setting.worker, setting.stream)
         self.clock = GuardedClock(setting.wall, self._unexpected)
         self.calls = Calls(self._body_of, self._pool_note)
-        self.store = CallStore(setting.consul.with_retry(CORE_RETRY), self.calls.tails)
+        self.store = TailedStore(setting.consul.with_retry(CORE_RETRY), self.calls.tails)
         identity = Identity(setting.worker, socket.gethostname(), os.getpid())
         jobs = [core_job(job) for job in setting.jobs]
         store = aside_store(self.store, self.clock)
@@ -343,17 +322,5 @@ def outcome_of(found: Verdict, turn: CallTurn, refusal: Refusal, signum: int | N
 
 
 def refusal_fields(consul: Consul, found: Verdict, turn: CallTurn) -> dict[str, object]:
-    """Why the claim was refused, as the old engine said it: the tick's record (taken since
-    the call's read), or the lock's holder (held, in lock-delay)."""
-    tick, config = turn.tick, turn.config
-    if found.skip is SkipReason.TAKEN:
-        try:
-            keys = JobKeys(config.name, config.lock_key)
-            record, _ = ConsulTickStore(consul).read_tick(keys, tick)
-        except ConsulError:
-            record = None
-        if record is not None:
-            return taken_fields(record)
-        return {"reason": f"tick {tick_name(tick)} already taken"}
-    said = "lock delay" if found.skip is SkipReason.LOCK_DELAY else None
-    return lock_refusal(consul, config.lock_key, tick, said).fields
+    """Why the call's claim was refused, as `lockctl run` says it."""
+    return skip_fields(ConsulTickStore(consul), turn.config, turn.tick, found.skip)

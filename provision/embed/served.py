@@ -40,11 +40,10 @@ from provision.scheduler.on_core import (
     GuardedClock,
     Replica,
     Shared,
-    Tails,
     ready_notifications,
 )
 from provision.scheduler.report import CoreReport, unexpected
-from provision.tick.consul_store import ConsulTickStore
+from provision.tick.consul_store import ConsulTickStore, Tails
 from provision.tick.core import Identity
 from provision.tick.edge import Body, BodyEnd, Note, Run, StopHow, TimerClock
 from provision.tick.held import HeldRun

@@ -15,13 +15,13 @@ its session until its TTL ends, which needs `--force` and the operator's word th
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from provision.consul import AnswerTooLarge, Consul
 from provision.consul.models import Session
 from provision.errors import EXIT_DENIED, LockctlError
+from provision.ledger.holder import CLAIM_LIMIT, RECORD_FIELDS, holder_record
 from provision.ledger.records import (
     RECORD_MAX_BYTES,
     TickRecord,
@@ -33,8 +33,6 @@ from provision.system.text import printable
 
 SERF_HEALTH = "serfHealth"
 LOCKCTL_SESSION = "lockctl "  # every session lockctl makes is named so (runner, scheduler, embed)
-FIELD_LIMIT = 64  # characters of one field shown: a name, a node, a time
-HOLDER_FIELDS = ("worker", "job", "host", "pid", "acquired_at", "tick")  # what lockctl writes
 
 
 @dataclass(frozen=True)
@@ -84,11 +82,11 @@ class HolderView:
 
     @property
     def shown_id(self) -> str:
-        return printable(self.session_id or "", FIELD_LIMIT)
+        return printable(self.session_id or "", CLAIM_LIMIT)
 
     @property
     def node(self) -> str:
-        return "" if self.session is None else printable(self.session.node, FIELD_LIMIT)
+        return "" if self.session is None else printable(self.session.node, CLAIM_LIMIT)
 
     @property
     def lock_delay(self) -> float:
@@ -115,7 +113,7 @@ def read_holder(consul: Consul, job: str, lock_key: str, others: dict[str, str])
     if session is None:
         _unless_hidden(consul, view)
         return view
-    claims = holder_claims(entry.value)
+    claims = holder_record(entry.value)
     checks = consul.health.node_checks(session.node, consistency="consistent")
     serf = [check.status for check in checks if check.check_id == SERF_HEALTH]
     return HolderView(
@@ -124,7 +122,7 @@ def read_holder(consul: Consul, job: str, lock_key: str, others: dict[str, str])
         entry.session,
         entry.lock_index,
         session,
-        printable(serf[0], FIELD_LIMIT) if serf else None,
+        printable(serf[0], CLAIM_LIMIT) if serf else None,
         claims,
         _tick_record(consul, lock_key, claims.get("tick")),
         _also_held(consul, entry.session, others),
@@ -141,22 +139,6 @@ def _unless_hidden(consul: Consul, view: HolderView) -> None:
             f"the session holding {view.key} ({view.shown_id}) is not readable with this token "
             "(no session read on its node): break needs an operator's token"
         )
-
-
-def holder_claims(value: bytes | None) -> dict[str, str]:
-    """The fields a lockctl holder writes into its lock's value, each printable and bounded,
-    or {} for a value that is not such a record (anyone with write on the key writes it)."""
-    try:
-        record = json.loads(value or b"{}")
-    except (ValueError, RecursionError):
-        return {}
-    if not isinstance(record, dict):
-        return {}
-    return {
-        name: printable(str(record[name]), FIELD_LIMIT)
-        for name in HOLDER_FIELDS
-        if isinstance(record.get(name), str | int)
-    }
 
 
 def _tick_record(consul: Consul, lock_key: str, tick: str | None) -> TickRecord | None:
@@ -202,7 +184,7 @@ def break_refusal(view: HolderView, force: bool) -> Refusal | None:
     if force:
         return None
     if not view.lockctls:
-        name = printable(view.session.name, FIELD_LIMIT)
+        name = printable(view.session.name, CLAIM_LIMIT)
         return Refusal(
             f'the session is not lockctl\'s (named "{name}")', advice="--force to destroy it"
         )
@@ -262,11 +244,11 @@ def describe(view: HolderView, now: datetime) -> list[str]:
     session = view.session
     lines = [
         f"lock:       {view.key} (job {view.job}), LockIndex {view.lock_index} (the fencing token)",
-        f'session:    {view.shown_id} "{printable(session.name, FIELD_LIMIT)}" (Consul\'s word)',
+        f'session:    {view.shown_id} "{printable(session.name, CLAIM_LIMIT)}" (Consul\'s word)',
         f"node:       {view.node}, serfHealth {view.serf_health or 'unknown (no such check)'}",
         f"age:        made at Raft index {session.create_index}: Consul 1.8.7 keeps no time "
         "for a session (an index is no time)",
-        f"ttl:        {printable(session.ttl, FIELD_LIMIT) or 'none'}: a session nobody renews "
+        f"ttl:        {printable(session.ttl, CLAIM_LIMIT) or 'none'}: a session nobody renews "
         "ends by itself within twice that, then its lock-delay",
         f"lock-delay: {view.lock_delay:g}s after the destroy, nobody may take the lock",
     ]
@@ -282,7 +264,7 @@ def _holder_lines(view: HolderView, now: datetime) -> list[str]:
     claims = view.claims
     if not claims:
         return ["record:     none lockctl wrote (the key's value is not a lockctl holder's)"]
-    shown = ", ".join(f"{name} {claims[name]}" for name in HOLDER_FIELDS if name in claims)
+    shown = ", ".join(f"{name} {claims[name]}" for name in RECORD_FIELDS if name in claims)
     lines = [f"record:     {shown} (the holder's word)"]
     if view.forged:
         lines.append(

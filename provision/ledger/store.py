@@ -370,14 +370,6 @@ class Ledger:
         answer = self.consul.txn.kv(txn.ops(record, holder, session_id), urgent=True, batch=True)
         return txn.read(answer)
 
-    def untaken_trigger(self, trigger_id: str | None) -> tuple[str, int] | None:
-        """The trigger's id and the index the job's taken-trigger key is at (0: absent), for a
-        manual run's claim to check; None when that key names this trigger: it ran already."""
-        entry, _ = self.consul.kv.get(taken_key(self.lock_key), consistency="consistent")
-        if trigger_id is None or (entry is not None and entry.value == trigger_id.encode()):
-            return None
-        return trigger_id, 0 if entry is None else entry.modify_index
-
     def complete(self, record: TickRecord, session_id: str, *, release: bool) -> Completion:
         """Write how the run ended (cas at the claim's index) and, with `release`, unlock, in one
         transaction. If the lock was no longer ours the record says `lost`."""

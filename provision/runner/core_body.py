@@ -7,6 +7,7 @@ own thread (`call_at` of now on the core's clock), never calling the core itself
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import signal
@@ -98,12 +99,12 @@ class RunnerBody:
             time.sleep(LOOK_EVERY)
         self.tails = body.output_tails()  # before close: the pump has read to the end
         body.close()
+        self.clock.call_at(self.clock.monotonic(), functools.partial(self._said, status, ended))
 
-        def said() -> None:
-            self._end = BodyEnd(status)
-            ended()
-
-        self.clock.call_at(self.clock.monotonic(), said)
+    def _said(self, status: int | None, ended: Callable[[], None]) -> None:
+        """The end, on the core's thread."""
+        self._end = BodyEnd(status)
+        ended()
 
 
 # A job name or trigger id kept as it is in a run's key; anything else (a hand-edited worker

@@ -63,10 +63,6 @@ class KeptProcess:
                 self._status.close()
             return self.returncode
 
-    def status_fd(self) -> int:
-        """Readable once the helper has said the exit (or died): the engine waits on it."""
-        return self._status.fileno()
-
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
         while (code := self.poll()) is None:

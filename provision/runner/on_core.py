@@ -38,7 +38,7 @@ from provision.errors import EXIT_JOB_TIMEOUT, EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT
 from provision.fencing import Outcome
 from provision.ledger.catchup import LATEST
 from provision.ledger.records import TickOutcome, TickRecord, taken_fields, tick_name
-from provision.ledger.store import Claim, ClaimTerms, Completion
+from provision.ledger.store import Claim, ClaimTerms
 from provision.ledger.ticks import MISSED_GRACE, skew_to_say
 from provision.runner.child import Child, check_program
 from provision.runner.containment import first_telling
@@ -54,7 +54,7 @@ from provision.runner.tick_verdicts import paused_refusal
 from provision.sessions import AgentlessNode, SessionTerms
 from provision.tick.aside import aside_store
 from provision.tick.clock import Clock, ThreadTimerClock
-from provision.tick.consul_store import ConsulTickStore
+from provision.tick.consul_store import ConsulTickStore, TailedStore, Tails
 from provision.tick.core import CoreJob, Identity, TickCore, record_missed
 from provision.tick.edge import Body, Note, Run
 from provision.tick.once import Came, OneTick, Verdict, wait_deadline
@@ -69,7 +69,6 @@ WATCH_POLL = 1.0  # seconds: the longest blocking read of the lock's key while w
 MIN_DELAY_RETRY = 0.1
 SETTLE_WITHIN = 20.0  # seconds the core is given to end its run and destroy its sessions
 
-Tails = tuple[str | None, str | None]
 _T = TypeVar("_T")
 
 
@@ -113,13 +112,12 @@ def core_job(ask: TickAsk) -> CoreJob:
     return CoreJob(keys, schedule, timings, workers, job.history_limit, catchup=catchup)
 
 
-class RunStore(ConsulTickStore):
+class RunStore(TailedStore):
     """The core's store on Consul, keeping the last error a call raised (the run's exit status
-    names it, as the old engine's error did) and putting the run's output tails in its record."""
+    names it, as the old engine's error did); its records carry the run's output tails."""
 
-    def __init__(self, consul: Consul, tails: Callable[[datetime], Tails | None]) -> None:
-        super().__init__(consul)
-        self.tails = tails
+    def __init__(self, consul: Consul, tails: Callable[[str, datetime], Tails | None]) -> None:
+        super().__init__(consul, tails)
         self.error: ConsulError | None = None
 
     def read_tick(
@@ -139,14 +137,6 @@ class RunStore(ConsulTickStore):
         terms: ClaimTerms = PLAIN,
     ) -> Claim:
         return self._kept(functools.partial(super().claim, job, record, session_id, holder, terms))
-
-    def complete(
-        self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool
-    ) -> Completion:
-        tails = self.tails(record.tick)
-        if tails is not None:
-            record = replace(record, stdout=tails[0], stderr=tails[1])
-        return super().complete(job, record, session_id, release=release)
 
     def _kept(self, call: Callable[[], _T]) -> _T:
         try:
@@ -377,7 +367,7 @@ def _core(consul: Consul, agent_clock: AgentClock, ask: TickAsk, events: EventLo
     said.agent_clock = agent_clock
     bodies: dict[datetime, RunBody] = {}
 
-    def tails(tick: datetime) -> Tails | None:
+    def tails(name: str, tick: datetime) -> Tails | None:
         body = bodies.get(tick)
         return None if body is None else body.tails
 
@@ -408,7 +398,7 @@ def run_tick_on_core(
     try:
         found, waited_out = _take(made, ask, events, stop)
     finally:
-        _shut(made)
+        shut_clock(made.clock, made.one.quiet, made.one.stop, made.thread)
     if waited_out:
         events.emit("timed-out", waited_ms=ms(ask.options.timeout or 0.0))
         return RunResult(Outcome.TIMED_OUT, EXIT_WAIT_TIMEOUT, tick=ask.tick)
@@ -428,9 +418,8 @@ def _take(made: _Core, ask: TickAsk, events: EventLog, stop: StopRequest) -> tup
     announced = False
     while True:
         one.notes.clear()
-        one.quiet.clear()
-        clock.call_at(clock.monotonic(), functools.partial(one.take, ask.tick, catchup=catchup))
-        _until_quiet(made, stop)
+        on_clock(clock, one.quiet, functools.partial(one.take, ask.tick, catchup=catchup))
+        until_quiet(clock, one.quiet, one.stop, stop)
         found = one.verdict(ask.tick)
         if give_up is None or not found.lock_refused:
             return found, False
@@ -459,22 +448,35 @@ def _watch(made: _Core, ask: TickAsk, remaining: float) -> None:
         made.clock.sleep_until(made.clock.monotonic() + min(WATCH_POLL, max(remaining, 0.0)))
 
 
-def _until_quiet(made: _Core, stop: StopRequest) -> None:
-    """Wait for the core to be quiet; a stop asked meanwhile stops it (once)."""
+def on_clock(clock: ThreadTimerClock, quiet: threading.Event, call: Callable[[], None]) -> None:
+    """`call` on the clock's thread now, `quiet` cleared first so a wait sees its end."""
+    quiet.clear()
+    clock.call_at(clock.monotonic(), call)
+
+
+def until_quiet(
+    clock: ThreadTimerClock, quiet: threading.Event, halt: Callable[[], None], stop: StopRequest
+) -> None:
+    """Wait for `quiet`; a stop asked meanwhile halts the work on the clock (once)."""
     stopping = False
-    while not made.one.quiet.wait(STOP_POLL):
+    while not quiet.wait(STOP_POLL):
         if stop.requested and not stopping:
             stopping = True
-            made.clock.call_at(made.clock.monotonic(), made.one.stop)
+            clock.call_at(clock.monotonic(), halt)
 
 
-def _shut(made: _Core) -> None:
-    """The sessions destroyed (the core stopped: nothing runs any more), the clock closed."""
-    made.one.quiet.clear()
-    made.clock.call_at(made.clock.monotonic(), made.one.stop)
-    made.one.quiet.wait(SETTLE_WITHIN)
-    made.clock.close()
-    made.thread.join(SETTLE_WITHIN)
+def shut_clock(
+    clock: ThreadTimerClock,
+    quiet: threading.Event,
+    halt: Callable[[], None],
+    thread: threading.Thread,
+) -> None:
+    """The work halted on the clock if it still goes on (an error above) and given
+    SETTLE_WITHIN to end (its sessions destroyed), the clock closed, its thread joined."""
+    on_clock(clock, quiet, halt)
+    quiet.wait(SETTLE_WITHIN)
+    clock.close()
+    thread.join(SETTLE_WITHIN)
 
 
 _RAN = {
@@ -499,7 +501,7 @@ def _result(
         events.emit("skipped", **refusal.event_fields())
         return RunResult(Outcome.SKIPPED, 0, tick=tick, skip=SkipReason.PAUSED)
     if found.came is Came.SKIPPED:
-        fields = _skip_fields(found, made, ask)
+        fields = skip_fields(made.store, ask.job, tick, found.skip)
         events.emit("skipped", tick=tick_name(tick), **fields)
         return RunResult(Outcome.SKIPPED, 0, tick=tick, skip=found.skip)
     if found.came is Came.TOO_LATE:
@@ -539,20 +541,21 @@ def ran_result(record: TickRecord, signum: int | None = None) -> RunResult:
     )
 
 
-def _skip_fields(found: Verdict, made: _Core, ask: TickAsk) -> dict[str, object]:
-    """Why the claim was refused, as the old engine says it: the tick's record (taken), or the
-    lock's holder (held, in lock-delay)."""
-    tick = ask.tick
-    if found.skip is SkipReason.TAKEN:
+def skip_fields(
+    store: ConsulTickStore, job: JobConfig, tick: datetime, skip: SkipReason | None
+) -> dict[str, object]:
+    """Why the claim of `tick` was refused (`skip`), as the old engine says it: the tick's
+    record (taken since the turn's read), or the lock's holder (held, in lock-delay)."""
+    if skip is SkipReason.TAKEN:
         try:
-            record, _ = made.store.read_tick(JobKeys(ask.job.name, ask.job.lock_key), tick)
+            record, _ = store.read_tick(JobKeys(job.name, job.lock_key), tick)
         except ConsulError:
             record = None
         if record is not None:
             return taken_fields(record)
         return {"reason": f"tick {tick_name(tick)} already taken"}
-    said = "lock delay" if found.skip is SkipReason.LOCK_DELAY else None
-    return lock_refusal(made.store.consul, ask.job.lock_key, tick, said).fields
+    said = "lock delay" if skip is SkipReason.LOCK_DELAY else None
+    return lock_refusal(store.consul, job.lock_key, tick, said).fields
 
 
 def _missed_fields(made: _Core, ask: TickAsk) -> dict[str, object]:

@@ -32,10 +32,18 @@ from datetime import datetime
 from provision.consul import AgentClock, Consul, ConsulError, RetryPolicy
 from provision.errors import EXIT_WAIT_TIMEOUT
 from provision.fencing import Outcome
+from provision.ledger.holder import Holder, claimed_worker
 from provision.runner.core_body import RunnerBody, Unfenced, idempotency_key
 from provision.runner.events import EventLog, ms
-from provision.runner.holder import Holder, claimed_worker
-from provision.runner.on_core import Said, prepare_body, ran_result
+from provision.runner.on_core import (
+    SETTLE_WITHIN,
+    Said,
+    on_clock,
+    prepare_body,
+    ran_result,
+    shut_clock,
+    until_quiet,
+)
 from provision.runner.results import RunOptions, RunResult, SkipReason
 from provision.runner.stop import StopRequest
 from provision.sessions import AgentlessNode
@@ -51,8 +59,6 @@ from provision.workers.config import JobConfig
 # The store's calls retry briefly (as a scheduled run's: runner/on_core.py): the acquire is the
 # hand-over's critical path, and a release not answered is sent again by HeldRun itself.
 PLAIN_RETRY = RetryPolicy(deadline=2.0, first_backoff=0.05, max_backoff=0.25)
-STOP_POLL = 0.1  # seconds between two looks at a stop request while the run goes on
-SETTLE_WITHIN = 20.0  # seconds the clock thread is given to end after the run
 
 
 @dataclass(frozen=True)
@@ -206,8 +212,8 @@ def _acquired(made: _Plain, ask: PlainAsk, events: EventLog, stop: StopRequest) 
         give_up = clock.monotonic() + ask.options.timeout
     announced = False
     while True:
-        _on_clock(made, lock.acquire)
-        _until_quiet(made, stop)
+        on_clock(clock, lock.quiet, lock.acquire)
+        until_quiet(clock, lock.quiet, lock.stop, stop)
         if lock.held is not None:
             return _ran(lock, stop)
         if lock.failure is not None:
@@ -227,20 +233,6 @@ def _acquired(made: _Plain, ask: PlainAsk, events: EventLog, stop: StopRequest) 
             announced = True
         remaining = None if give_up is None else give_up - clock.monotonic()
         await_turn(made.store, clock, lock.job, remaining, lock_delayed(refusal))
-
-
-def _on_clock(made: _Plain, call: Callable[[], None]) -> None:
-    made.lock.quiet.clear()
-    made.clock.call_at(made.clock.monotonic(), call)
-
-
-def _until_quiet(made: _Plain, stop: StopRequest) -> None:
-    """Wait for the lock to be quiet; a stop asked meanwhile stops its run (once)."""
-    stopping = False
-    while not made.lock.quiet.wait(STOP_POLL):
-        if stop.requested and not stopping:
-            stopping = True
-            made.clock.call_at(made.clock.monotonic(), made.lock.stop)
 
 
 def _ran(lock: PlainLock, stop: StopRequest) -> RunResult:
@@ -291,10 +283,7 @@ def _interrupted(stop: StopRequest, session: str | None, events: EventLog) -> Ru
 def _shut(made: _Plain) -> None:
     """The run stopped if it still goes on (an error above), the session destroyed, the clock
     closed, the job made ready and never started let go."""
-    _on_clock(made, made.lock.stop)
-    made.lock.quiet.wait(SETTLE_WITHIN)
-    made.clock.close()
-    made.thread.join(SETTLE_WITHIN)
+    shut_clock(made.clock, made.lock.quiet, made.lock.stop, made.thread)
     made.clock.join_workers(SETTLE_WITHIN)
     for body in made.bodies:
         if body.reaper is not None:

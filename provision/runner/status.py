@@ -13,9 +13,9 @@ from typing import Any
 
 from provision.consul import Consul, ConsulError
 from provision.ledger.history import Wanted, ledger_job, read_history
+from provision.ledger.holder import CLAIM_LIMIT, claimed_worker, holder_record
 from provision.ledger.operator import readable_pause_state, readable_pending_trigger
 from provision.ledger.records import tick_name
-from provision.runner.holder import CLAIM_LIMIT, claimed_worker, holder_record
 from provision.spec import Job, Spec
 from provision.system.text import printable
 

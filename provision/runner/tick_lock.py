@@ -20,6 +20,7 @@ from datetime import datetime
 from provision.consul import Consul, ConsulError
 from provision.fencing import Outcome
 from provision.ledger.control import NO_PAUSES, unrun_record
+from provision.ledger.holder import holder_record
 from provision.ledger.operator import readable_pauses
 from provision.ledger.records import TickOutcome, TickRecord, taken_fields, tick_name
 from provision.ledger.store import Ledger
@@ -32,7 +33,6 @@ from provision.ledger.ticks import (
 )
 from provision.ledger.turns import Turn, turn
 from provision.runner.events import EventLog, ms
-from provision.runner.holder import holder_record
 from provision.runner.precheck import WallClock, utc_now
 from provision.runner.results import SkipReason
 from provision.runner.tick_verdicts import TickRefusal, refused_skip

@@ -30,11 +30,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import signal
 import socket
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -55,7 +53,6 @@ from provision.errors import InputError, LockctlError
 from provision.ledger.catchup import LATEST
 from provision.ledger.control import ControlNote
 from provision.ledger.records import TickRecord
-from provision.ledger.store import Completion
 from provision.ledger.ticks import skew_to_say
 from provision.notify.notifier import JobNotify, Notifier, load_job
 from provision.notify.sender import Lanes
@@ -86,9 +83,9 @@ from provision.sessions import agentless_node, deregister_node
 from provision.system.notify_rules import PING
 from provision.tick.aside import aside_store
 from provision.tick.clock import ThreadTimerClock, Timer
-from provision.tick.consul_store import ConsulTickStore
+from provision.tick.consul_store import ConsulTickStore, TailedStore, Tails
 from provision.tick.core import CoreJob, Identity, TickCore, TickPlan
-from provision.tick.edge import Body, BodyEnd, Note, Run, TimerClock
+from provision.tick.edge import Body, Note, Run, TimerClock
 from provision.tick.held import HeldRun
 from provision.tick.store import JobKeys, Refused, TurnRead
 from provision.workers.config import JobConfig, WorkerConfig, load_worker_config
@@ -100,10 +97,6 @@ from provision.workers.login import open_login
 # looked at again (missed, caught up).
 CORE_RETRY = RetryPolicy(deadline=1.0, first_backoff=0.05, max_backoff=0.25)
 SETTLE_POLL = 0.1  # seconds between two looks at a stopping or retiring core's runs
-LEFTOVERS_GONE_WITHIN = 5.0  # seconds the reaper waits for a SIGKILLed tree (core_body.py's)
-LOOK_EVERY = 0.05
-
-Tails = tuple[str | None, str | None]  # the ends of a run's stdout and stderr, for its record
 
 
 class Started(Protocol):
@@ -180,7 +173,6 @@ class ServiceBody(RunnerBody):
     ) -> None:
         super().__init__(prepare, lock_key, clock)
         self.trigger, self.said = trigger, said
-        self.tails: Tails | None = None
 
     def start(self, run: Run, ended: Callable[[], None]) -> None:
         environment = run_env(self.lock_key, run)
@@ -202,22 +194,6 @@ class ServiceBody(RunnerBody):
         self._body = body
         self.said.started(body)
         threading.Thread(target=self._reap, args=(body, ended), daemon=True).start()
-
-    def _reap(self, body: Unfenced, ended: Callable[[], None]) -> None:
-        """Wait for the job and the last process of its tree, keep its output's ends, then
-        hand the end to the core's thread."""
-        status = body.wait()
-        give_up = time.monotonic() + LEFTOVERS_GONE_WITHIN
-        while body.tree_alive() and time.monotonic() < give_up:
-            body.signal_tree(signal.SIGKILL)
-            time.sleep(LOOK_EVERY)
-        self.tails = body.output_tails()  # before close: the pump has read to the end
-        body.close()
-        self.clock.call_at(self.clock.monotonic(), functools.partial(self._said, status, ended))
-
-    def _said(self, status: int | None, ended: Callable[[], None]) -> None:
-        self._end = BodyEnd(status)
-        ended()
 
 
 class ContinuedCore(TickCore):
@@ -242,7 +218,7 @@ class BodyCannotStart(Refused):
     claimed, its fate looked at later."""
 
 
-class ServiceStore(ConsulTickStore):
+class ServiceStore(TailedStore):
     """The core's store on Consul, with the seams the service needs: the turn's read checks the
     job's command can start (`precheck`) before any claim; a completion carries the run's output
     tails; a destroyed session is said (`session-destroyed`)."""
@@ -254,20 +230,12 @@ class ServiceStore(ConsulTickStore):
         precheck: Callable[[str], None],
         tails: Callable[[str, datetime], Tails | None],
     ) -> None:
-        super().__init__(consul)
-        self.said, self.precheck, self.tails = said, precheck, tails
+        super().__init__(consul, tails)
+        self.said, self.precheck = said, precheck
 
     def destroy_session(self, session_id: str) -> None:
         super().destroy_session(session_id)
         self.said("session-destroyed", session=session_id)
-
-    def complete(
-        self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool
-    ) -> Completion:
-        tails = self.tails(job.name, record.tick)
-        if tails is not None:
-            record = replace(record, stdout=tails[0], stderr=tails[1])
-        return super().complete(job, record, session_id, release=release)
 
     def read_tick(
         self, job: JobKeys, tick: datetime, *, stale: bool = False
@@ -437,10 +405,7 @@ class Replica:
         record = note.record
         if note.kind != "completed" or record is None or record.stdout or record.stderr:
             return note
-        tails = self._tails(note.job, note.tick) if note.tick is not None else None
-        if tails is None:
-            return note
-        return replace(note, record=replace(record, stdout=tails[0], stderr=tails[1]))
+        return replace(note, record=self.store.with_tails(note.job, record))
 
 
 class CoreScheduler:

@@ -4,7 +4,7 @@ HTTP; this module translates the refusals the protocol names (store.py) and noth
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -48,6 +48,8 @@ from provision.tick.store import (
 TOO_LARGE = 413  # Consul's answer to a request body or value over its caps
 # Consul's answers to a transaction refused as a request, before anything was applied
 REFUSED_WHOLE = frozenset({400, TOO_LARGE})
+
+Tails = tuple[str | None, str | None]  # the ends of a run's stdout and stderr, for its record
 
 
 @contextmanager
@@ -297,3 +299,23 @@ class ConsulTickStore:
 
     def release_lock(self, job: JobKeys, session_id: str) -> bool:
         return self.consul.kv.put(job.lock_key, release=session_id)
+
+
+class TailedStore(ConsulTickStore):
+    """The store on Consul of a process that runs the bodies itself (`lockctl run`, `lockctl
+    schedule`, embed): a completion's record carries its run's output tails, which `tails`
+    answers for a job's name and tick (None: no run of that tick here)."""
+
+    def __init__(self, consul: Consul, tails: Callable[[str, datetime], Tails | None]) -> None:
+        super().__init__(consul)
+        self.tails = tails
+
+    def complete(
+        self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool
+    ) -> Completion:
+        return super().complete(job, self.with_tails(job.name, record), session_id, release=release)
+
+    def with_tails(self, name: str, record: TickRecord) -> TickRecord:
+        """The record with its run's output tails, if the run was here."""
+        tails = self.tails(name, record.tick)
+        return record if tails is None else replace(record, stdout=tails[0], stderr=tails[1])

@@ -43,9 +43,9 @@ from scheduler_lab import SchedulerProcess
 from workers_lab import minted_workers, spec_text
 
 from provision.consul import Consul
+from provision.ledger.holder import RECORD_FIELDS
 from provision.ledger.records import TickOutcome, TickRecord, tick_name, ticks_prefix
 from provision.ledger.store import Ledger
-from provision.runner.holder import RECORD_FIELDS
 from provision.schedule import parse_schedule
 from provision.system.control_keys import paused_key, pauses_key, trigger_key
 from tests.lockctl_process import eventually

@@ -20,8 +20,8 @@ from provision.ledger.breaking import (
     break_refusal,
     describe,
     destroy_holder,
-    holder_claims,
 )
+from provision.ledger.holder import holder_record
 from provision.ledger.records import TickOutcome, TickRecord
 
 NOW = datetime(2026, 12, 6, 3, 0, tzinfo=timezone.utc)
@@ -88,7 +88,7 @@ def test_break_destroys_only_a_lockctl_session_on_a_failing_node_unless_forced(
 def test_the_holders_record_is_untrusted_text(
     value: bytes | None, expected: dict[str, str]
 ) -> None:
-    assert holder_claims(value) == expected
+    assert holder_record(value) == expected
 
 
 def test_what_break_shows_says_whose_word_each_line_is() -> None:

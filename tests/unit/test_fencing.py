@@ -21,8 +21,6 @@ from provision.fencing import (
     Reason,
     decide,
     fence_bounds,
-    outcome_after_release,
-    waiting_verdict,
 )
 from provision.timings import JobTimings
 
@@ -336,35 +334,3 @@ def test_a_timeout_under_healthy_renewals_terms_then_kills_after_the_grace() -> 
         (30.0, Action.TERMINATE, Outcome.JOB_TIMED_OUT, Reason.TIMEOUT),
         (35.0, Action.KILL, Outcome.JOB_TIMED_OUT, Reason.GRACE_OVER),  # 30 + G
     ]
-
-
-@pytest.mark.parametrize(
-    ("verdict", "released", "expected"),
-    [
-        (Outcome.RAN, True, Outcome.RAN),
-        (Outcome.RAN, False, Outcome.LOST),  # Consul: the key was not ours any more
-        (Outcome.RAN, None, Outcome.RAN),  # no answer: the TTL frees the key
-        (Outcome.INTERRUPTED, True, Outcome.INTERRUPTED),
-        (Outcome.INTERRUPTED, False, Outcome.LOST),
-        (Outcome.JOB_TIMED_OUT, True, Outcome.JOB_TIMED_OUT),  # the lock was ours throughout
-        (Outcome.JOB_TIMED_OUT, False, Outcome.LOST),
-    ],
-)
-def test_outcome_after_release(verdict: Outcome, released: bool | None, expected: Outcome) -> None:
-    assert outcome_after_release(verdict, released) is expected
-
-
-@pytest.mark.parametrize(
-    ("now", "give_up_at", "stop", "expected"),
-    [
-        (10.0, None, None, None),  # wait for ever
-        (10.0, 20.0, None, None),
-        (20.0, 20.0, None, Outcome.TIMED_OUT),
-        (10.0, 20.0, SIGTERM, Outcome.INTERRUPTED),  # a signal while waiting
-        (30.0, 20.0, SIGINT, Outcome.INTERRUPTED),  # a stop beats the timeout
-    ],
-)
-def test_waiting_verdict(
-    now: float, give_up_at: float | None, stop: int | None, expected: Outcome | None
-) -> None:
-    assert waiting_verdict(now, give_up_at, stop) is expected

@@ -18,7 +18,7 @@ from provision.cli.app import app
 from provision.cli.verify import _print as print_verify_report
 from provision.consul import NO_RETRY, Consul, ConsulSettings
 from provision.consul.errors import ConsulServerError
-from provision.runner.holder import CLAIM_LIMIT, Holder, holder_record
+from provision.ledger.holder import CLAIM_LIMIT, Holder, holder_record
 from provision.system.text import MIN_LIMIT, printable
 from provision.verify import CheckResult, VerifyReport
 from provision.verify.report import junit_xml

@@ -1,6 +1,7 @@
 """Who holds a lock key, as its value and Consul's session info tell, made safe to print: the
-`skipped` event's fields. Light on imports (no HTTP client): `lockctl run`'s cheap skip of a
-held lock (runner/precheck.py) says it before the client is loaded."""
+`skipped` event's fields, and what `lockctl break` and `status` show of the holder's record.
+Light on imports (no HTTP client): `lockctl run`'s cheap skip of a held lock
+(runner/precheck.py) says it before the client is loaded."""
 
 from __future__ import annotations
 
@@ -54,16 +55,17 @@ class Holder:
 
 
 def holder_record(value: bytes | None) -> dict[str, str]:
-    """The record a holder wrote into the key (worker, job, host, pid, acquired_at), or {}.
+    """The record a holder wrote into the key (worker, job, host, pid, acquired_at, tick), or {}.
 
-    Only those fields, each printable and at most CLAIM_LIMIT characters: the value is
-    anyone's to write (up to Consul's 512 KB, nested as deep as they like).
+    Only those fields, each a string or a number as lockctl writes them, printable and at most
+    CLAIM_LIMIT characters: the value is anyone's to write (up to Consul's 512 KB, nested as
+    deep as they like).
     """
     record = _decoded(value)
     return {
         name: printable(str(record[name]), CLAIM_LIMIT)
         for name in RECORD_FIELDS
-        if record.get(name) is not None
+        if isinstance(record.get(name), str | int)
     }
 
 
