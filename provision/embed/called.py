@@ -38,7 +38,6 @@ from provision.embed.run import RunEvents, RunOutcome
 from provision.embed.served import EMBED_EVENTS, AppBody
 from provision.fencing import Outcome
 from provision.ledger.records import TickRecord, taken_fields, tick_name
-from provision.ledger.store import Completion
 from provision.runner.events import EventLog
 from provision.runner.on_core import CORE_RETRY, Said, TickAsk, ran_result
 from provision.runner.results import RunOptions, SkipReason
@@ -110,13 +109,9 @@ class CallStore(ConsulTickStore):
         super().__init__(consul)
         self.tails = tails
 
-    def complete(
-        self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool
-    ) -> Completion:
+    def finished(self, job: JobKeys, record: TickRecord) -> TickRecord:
         tails = self.tails(job.name, record.tick)
-        if tails is not None:
-            record = replace(record, stdout=tails[0], stderr=tails[1])
-        return super().complete(job, record, session_id, release=release)
+        return record if tails is None else replace(record, stdout=tails[0], stderr=tails[1])
 
 
 class CallBody(AppBody):

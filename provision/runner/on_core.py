@@ -38,7 +38,7 @@ from provision.errors import EXIT_JOB_TIMEOUT, EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT
 from provision.fencing import Outcome
 from provision.ledger.catchup import LATEST
 from provision.ledger.records import TickOutcome, TickRecord, taken_fields, tick_name
-from provision.ledger.store import Claim, ClaimTerms, Completion
+from provision.ledger.store import Claim, ClaimTerms
 from provision.ledger.ticks import MISSED_GRACE, skew_to_say
 from provision.runner.child import Child, check_program
 from provision.runner.containment import first_telling
@@ -140,13 +140,9 @@ class RunStore(ConsulTickStore):
     ) -> Claim:
         return self._kept(functools.partial(super().claim, job, record, session_id, holder, terms))
 
-    def complete(
-        self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool
-    ) -> Completion:
+    def finished(self, job: JobKeys, record: TickRecord) -> TickRecord:
         tails = self.tails(record.tick)
-        if tails is not None:
-            record = replace(record, stdout=tails[0], stderr=tails[1])
-        return super().complete(job, record, session_id, release=release)
+        return record if tails is None else replace(record, stdout=tails[0], stderr=tails[1])
 
     def _kept(self, call: Callable[[], _T]) -> _T:
         try:

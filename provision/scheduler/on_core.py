@@ -55,7 +55,6 @@ from provision.errors import InputError, LockctlError
 from provision.ledger.catchup import LATEST
 from provision.ledger.control import ControlNote
 from provision.ledger.records import TickRecord
-from provision.ledger.store import Completion
 from provision.ledger.ticks import skew_to_say
 from provision.notify.notifier import JobNotify, Notifier, load_job
 from provision.notify.sender import Lanes
@@ -261,13 +260,9 @@ class ServiceStore(ConsulTickStore):
         super().destroy_session(session_id)
         self.said("session-destroyed", session=session_id)
 
-    def complete(
-        self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool
-    ) -> Completion:
+    def finished(self, job: JobKeys, record: TickRecord) -> TickRecord:
         tails = self.tails(job.name, record.tick)
-        if tails is not None:
-            record = replace(record, stdout=tails[0], stderr=tails[1])
-        return super().complete(job, record, session_id, release=release)
+        return record if tails is None else replace(record, stdout=tails[0], stderr=tails[1])
 
     def read_tick(
         self, job: JobKeys, tick: datetime, *, stale: bool = False
@@ -562,7 +557,9 @@ class CoreScheduler:
         if self._thread is None:
             return
         done = threading.Event()
-        self.clock.call_at(self.clock.monotonic(), functools.partial(self._stop_cores, done))
+        # a prompt timer: ahead of a burst's backlog (hundreds of turns, claims, body starts
+        # due before it), which once the cores stop is only callbacks that return at once
+        self.clock.prompt_at(self.clock.monotonic(), functools.partial(self._stop_cores, done))
         while not done.wait(JOIN_POLL) and self._thread.is_alive():
             pass
         self.clock.close()
@@ -579,7 +576,8 @@ class CoreScheduler:
         if all(replica.stopped for replica in self._replicas()):
             done.set()
         else:
-            self.clock.call_later(SETTLE_POLL, functools.partial(self._until_stopped, done))
+            again = functools.partial(self._until_stopped, done)
+            self.clock.prompt_at(self.clock.monotonic() + SETTLE_POLL, again)
 
     def _replicas(self) -> list[Replica]:
         return [*self._retiring, *([] if self.current is None else [self.current])]
