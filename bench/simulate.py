@@ -87,6 +87,7 @@ from provision.tick.store import (
     ClaimAnswer,
     ClaimCall,
     ClaimTerms,
+    CompleteCall,
     ControlState,
     JobKeys,
     TurnRead,
@@ -499,6 +500,24 @@ class ReplicaStore:
         except ConsulUnavailable:
             return Completion(False, None)
         return completion
+
+    def complete_many(self, completions: Sequence[CompleteCall]) -> list[Completion]:
+        """One request for several completions (a transaction on Consul): one delay, one
+        fate; unanswered, each completion may have been applied (its record settled)."""
+        unanswered = [Completion(False, None)] * len(completions)
+        try:
+            delay = self._send()
+        except ConsulUnavailable:
+            return unanswered
+        answers = self.base.complete_many(completions)
+        for call, completion in zip(completions, answers, strict=True):
+            if completion.recorded or completion.released is not None:
+                self.world.oracle.settled(call.job.name, call.record.tick)
+        try:
+            self._answer(delay)
+        except ConsulUnavailable:
+            return unanswered
+        return answers
 
     def read_tick(
         self, job: JobKeys, tick: datetime, *, stale: bool = False

@@ -373,8 +373,7 @@ class Ledger:
     def complete(self, record: TickRecord, session_id: str, *, release: bool) -> Completion:
         """Write how the run ended (cas at the claim's index) and, with `release`, unlock, in one
         transaction. If the lock was no longer ours the record says `lost`."""
-        cas = KVOp("cas", self.key(record.tick), record.encode(), index=record.modify_index)
-        unlock = [KVOp("unlock", self.lock_key, session=session_id)] if release else []
+        cas, *unlock = self.completion_ops(record, session_id, release=release)
         try:
             answer = self.consul.txn.kv([cas, *unlock], batch=True)
             if answer.applied:
@@ -386,6 +385,11 @@ class Ledger:
             return Completion(again.applied, False)
         except ConsulError:
             return Completion(False, None)
+
+    def completion_ops(self, record: TickRecord, session_id: str, *, release: bool) -> list[KVOp]:
+        """A completion's transaction: the record (cas at the claim's index), then the unlock."""
+        cas = KVOp("cas", self.key(record.tick), record.encode(), index=record.modify_index)
+        return [cas, KVOp("unlock", self.lock_key, session=session_id)] if release else [cas]
 
     def _unlock(self, session_id: str) -> bool | None:
         try:

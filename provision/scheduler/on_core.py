@@ -527,7 +527,9 @@ class CoreScheduler:
         if self._thread is None:
             return
         done = threading.Event()
-        self.clock.call_at(self.clock.monotonic(), functools.partial(self._stop_cores, done))
+        # a prompt timer: ahead of a burst's backlog (hundreds of turns, claims, body starts
+        # due before it), which once the cores stop is only callbacks that return at once
+        self.clock.prompt_at(self.clock.monotonic(), functools.partial(self._stop_cores, done))
         while not done.wait(JOIN_POLL) and self._thread.is_alive():
             pass
         self.clock.close()
@@ -544,7 +546,8 @@ class CoreScheduler:
         if all(replica.stopped for replica in self._replicas()):
             done.set()
         else:
-            self.clock.call_later(SETTLE_POLL, functools.partial(self._until_stopped, done))
+            again = functools.partial(self._until_stopped, done)
+            self.clock.prompt_at(self.clock.monotonic() + SETTLE_POLL, again)
 
     def _replicas(self) -> list[Replica]:
         return [*self._retiring, *([] if self.current is None else [self.current])]

@@ -19,7 +19,7 @@ from provision.consul import (
     PermissionDenied,
     TxnAnswer,
 )
-from provision.consul.batch import MAX_OPERATIONS
+from provision.consul.batch import MAX_BATCH_BYTES, MAX_OPERATIONS
 from provision.consul.models import KVEntry
 from provision.ledger.control import NOTE_MAX_BYTES, decode_note
 from provision.ledger.operator import read_pauses
@@ -33,6 +33,7 @@ from provision.tick.store import (
     ClaimAnswer,
     ClaimCall,
     ClaimTerms,
+    CompleteCall,
     ControlState,
     InvalidSession,
     JobKeys,
@@ -122,6 +123,51 @@ def _apart(claims: Sequence[_Sendable]) -> list[list[_Sendable]]:
     return groups
 
 
+@dataclass(frozen=True)
+class _Completing:
+    """A completion of complete_many, its transaction's operations and their values' size."""
+
+    call: CompleteCall
+    ops: list[KVOp]
+    size: int
+
+    @classmethod
+    def of(cls, store: ConsulTickStore, call: CompleteCall) -> _Completing:
+        ledger = store._ledger(call.job)
+        ops = ledger.completion_ops(call.record, call.session, release=call.release)
+        return cls(call, ops, sum(len(op.value or b"") for op in ops))
+
+
+def _completions_apart(completions: Sequence[_Completing]) -> list[list[_Completing]]:
+    """The completions in order, in groups of one transaction each: at most MAX_OPERATIONS
+    operations and MAX_BATCH_BYTES of values (a record carries its run's output tails), and
+    no lock twice."""
+    groups: list[list[_Completing]] = []
+    ops = size = 0
+    locks = set[str]()
+    for completing in completions:
+        lock = completing.call.job.lock_key
+        over = ops + len(completing.ops) > MAX_OPERATIONS
+        over = over or size + completing.size > MAX_BATCH_BYTES
+        if not groups or over or lock in locks:
+            groups.append([])
+            ops, size, locks = 0, 0, set()
+        groups[-1].append(completing)
+        ops, size = ops + len(completing.ops), size + completing.size
+        locks.add(lock)
+    return groups
+
+
+def _failed_parts(sizes: Sequence[int], answer: TxnAnswer) -> Iterator[int]:
+    """The parts (by position, each `sizes[n]` operations in turn) of a rolled-back
+    transaction that an error names."""
+    start = 0
+    for n, size in enumerate(sizes):
+        if any(start <= error.op_index < start + size for error in answer.errors):
+            yield n
+        start += size
+
+
 class ConsulTickStore:
     """A TickStore on a Consul client (its token, retries and agent clock as it was made)."""
 
@@ -206,10 +252,57 @@ class ConsulTickStore:
         except ConsulError as exc:
             return exc
 
+    def finished(self, job: JobKeys, record: TickRecord) -> TickRecord:
+        """The record a completion writes: a subclass adds what only it knows (the run's
+        output tails)."""
+        return record
+
     def complete(
         self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool
     ) -> Completion:
-        return self._ledger(job).complete(record, session_id, release=release)
+        return self._ledger(job).complete(self.finished(job, record), session_id, release=release)
+
+    def complete_many(self, completions: Sequence[CompleteCall]) -> list[Completion]:
+        answers: list[Completion] = []
+        finished = [replace(c, record=self.finished(c.job, c.record)) for c in completions]
+        for group in _completions_apart([_Completing.of(self, call) for call in finished]):
+            answers += self._complete_together(group)
+        return answers
+
+    def _complete_together(self, group: Sequence[_Completing]) -> list[Completion]:
+        """One transaction, every completion's operations in turn (their keys apart). Applied:
+        each recorded (and released). Rolled back (a record changed, a lock not ours: Consul
+        names every operation that failed): each completion that failed goes again alone, for
+        Ledger.complete's answer (the unlock alone, or the record `lost`), the others again
+        together. Refused as a request: each alone. No answer: each unanswered."""
+        if len(group) == 1:
+            return [self._complete_alone(group[0].call)]
+        ops = [op for completing in group for op in completing.ops]
+        try:
+            answer = self.consul.txn.kv(ops, batch=True)
+        except PermissionDenied:
+            return [self._complete_alone(completing.call) for completing in group]
+        except ConsulHTTPError as exc:
+            if exc.status not in REFUSED_WHOLE:
+                return [Completion(False, None)] * len(group)
+            return [self._complete_alone(completing.call) for completing in group]
+        except ConsulError:
+            return [Completion(False, None)] * len(group)
+        if answer.applied:
+            return [Completion(True, completing.call.release) for completing in group]
+        failed = set(_failed_parts([len(completing.ops) for completing in group], answer))
+        if not failed:  # errors that name no operation: nothing to tell apart, each alone
+            return [self._complete_alone(completing.call) for completing in group]
+        rest = [completing for n, completing in enumerate(group) if n not in failed]
+        again = iter(self._complete_together(rest) if rest else [])
+        return [
+            self._complete_alone(completing.call) if n in failed else next(again)
+            for n, completing in enumerate(group)
+        ]
+
+    def _complete_alone(self, call: CompleteCall) -> Completion:
+        # the record is finished already (complete_many): the ledger's complete, not ours
+        return self._ledger(call.job).complete(call.record, call.session, release=call.release)
 
     # -- the ledger ----------------------------------------------------------------------------
     def read_tick(
@@ -310,10 +403,8 @@ class TailedStore(ConsulTickStore):
         super().__init__(consul)
         self.tails = tails
 
-    def complete(
-        self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool
-    ) -> Completion:
-        return super().complete(job, self.with_tails(job.name, record), session_id, release=release)
+    def finished(self, job: JobKeys, record: TickRecord) -> TickRecord:
+        return self.with_tails(job.name, record)
 
     def with_tails(self, name: str, record: TickRecord) -> TickRecord:
         """The record with its run's output tails, if the run was here."""

@@ -65,7 +65,7 @@ from provision.schedule import Schedule
 from provision.sessions import AgentlessNode
 from provision.tick.calendar import Calendar
 from provision.tick.edge import BodyFactory, Cancellable, Listener, Note, SkipReason, TimerClock
-from provision.tick.held import Claimed, HeldRun
+from provision.tick.held import Claimed, Completions, HeldRun
 from provision.tick.pool import SessionPool, confirmation_time
 from provision.tick.store import (
     PLAIN,
@@ -295,6 +295,7 @@ class TickCore:
         self._retiring: list[_Job] = []  # removed by a reload while their run goes on
         self._reading: list[tuple[_Job, TickPlan]] = []  # turns whose read waits for _read_turns
         self._read_timer: Cancellable | None = None
+        self._completions = Completions(store, clock)
         self.stopping = False
 
     @property
@@ -733,6 +734,7 @@ class TickCore:
         if claimed.timings.retries:
             retry_body = functools.partial(self.bodies, plan.job.name, plan.tick)
         held = HeldRun(self.store, self.clock, claimed, self._run_done, self.listener, retry_body)
+        held.together = self._completions  # after a stop, completed with the other runs
         state.held = held
         lock_index = claimed.record.lock_index
         self._note(
@@ -896,7 +898,7 @@ class TickCore:
             return
         try:
             record, date = self.store.read_tick(plan.job.keys, plan.tick)
-            if record is not None:
+            if record is not None or not self._live(state):  # a stop came while it was read
                 return
             settled = plan.closes + timedelta(seconds=MISSED_GRACE)
             if date is not None and date < settled:  # not closed on Consul's clock yet
@@ -950,14 +952,20 @@ class TickCore:
         job = state.job
         try:
             recorded, date = self.store.read_tick_names(job.keys)  # names only, and the clock
+            if not self._live(state):
+                # a stop came while it was read (the read waits aside): the stop's end waits
+                # for what its thread still does, so the rest is left to a later housekeeping
+                return
             now = date if date is not None else self.clock.wall()
             deadline = job.timings.start_deadline
             limit = MAX_MISSED_PER_HOUSEKEEPING
             missed = missed_ticks(job.schedule, recorded, now, deadline, limit=limit)
             written = record_missed(self.store, job, missed[::-1], self.worker, now)
-            pruned = self.store.prune(
-                job.keys, to_prune(recorded | set(missed), job.history_limit, now=now)
-            )
+            pruned = 0
+            if self._live(state):  # retention can wait for a later housekeeping
+                pruned = self.store.prune(
+                    job.keys, to_prune(recorded | set(missed), job.history_limit, now=now)
+                )
         except ConsulError as exc:
             if isinstance(exc, REFUSALS):  # no retry fixes it: said; after the next run again
                 self._failed(exc, job, None)

@@ -42,7 +42,7 @@ from provision.ledger.records import TickOutcome, TickRecord
 from provision.ledger.store import Completion
 from provision.tick.edge import Body, Cancellable, Listener, Note, Run, StopHow, TimerClock
 from provision.tick.retries import CUT, Retry, StopReason, delay_verdict, next_attempt
-from provision.tick.store import JobKeys, TickStore
+from provision.tick.store import CompleteCall, JobKeys, TickStore
 from provision.timings import JobTimings
 
 REAP_POLL = 1.0  # seconds: a body told to end whose end was not heard of yet is looked at again
@@ -113,6 +113,36 @@ def record_outcome(verdict: Outcome | None, exit_status: int | None, kept: bool)
     return TickOutcome.SUCCEEDED if exit_status == 0 else TickOutcome.FAILED
 
 
+class Completions:
+    """The completions of a stopping core's runs, sent together (TickStore.complete_many: on
+    Consul a transaction per 32 of them) from one timer of now, instead of one transaction
+    each, in line: a stop at 1,000 jobs ends hundreds of runs at once, and their completions
+    one by one made it seconds long. Only runs whose end was decided join (their processes
+    are gone), so a completion still follows its run's end; each run then goes on with its own
+    answer, as it would alone (sent again later when Consul did not answer)."""
+
+    def __init__(self, store: TickStore, clock: TimerClock) -> None:
+        self.store, self.clock = store, clock
+        self._queued: list[tuple[HeldRun, TickRecord, float]] = []
+        self._timer: Cancellable | None = None
+
+    def add(self, run: HeldRun, done: TickRecord, backoff: float) -> None:
+        self._queued.append((run, done, backoff))
+        if self._timer is None:  # the runs whose end is due now join before it is sent
+            self._timer = self.clock.call_at(self.clock.monotonic(), self._send)
+
+    def _send(self) -> None:
+        self._timer = None
+        queued, self._queued = self._queued, []
+        calls = [CompleteCall(r.claimed.keys, done, r.claimed.session) for r, done, _ in queued]
+        try:
+            answers = self.store.complete_many(calls)
+        except ConsulError:  # a store that raises after all: each unanswered, sent again
+            answers = [Completion(False, None)] * len(calls)
+        for (run, done, backoff), completion in zip(queued, answers, strict=True):
+            run.answered(done, backoff, completion)
+
+
 class HeldRun:
     """One claimed tick under its held lock; `done(self)` is called once its record is
     complete (or Consul said it was changed under us)."""
@@ -145,6 +175,7 @@ class HeldRun:
         self.finished = False  # the fencing is over: the record is being completed
         self.completed: TickRecord | None = None  # the record as completed, once answered
         self._timer: Cancellable | None = None
+        self.together: Completions | None = None  # after a stop: the completion sent with others
         self._abandon_at: float | None = None  # a stop's bound on an unanswered completion
         self._completing: TickRecord | None = None  # a completion waiting to be sent again
         self._stepping = self._again = False
@@ -380,8 +411,15 @@ class HeldRun:
         a lost run's record too: the session is the replica's and lives on, and a lock it
         still holds (a fence on an unconfirmed lock, not a lost one) would be re-acquired by
         its next claim without a new LockIndex, the fencing token. Not ours: Consul refuses
-        the unlock, and the record says `lost`."""
-        completion = self._completion(done)
+        the unlock, and the record says `lost`. After a stop, with `together`, the completion
+        goes with the other stopped runs' (Completions)."""
+        if self.stop_signal is not None and self.together is not None and self.claimed.ledger:
+            self.together.add(self, done, backoff)
+            return
+        self.answered(done, backoff, self._completion(done))
+
+    def answered(self, done: TickRecord, backoff: float, completion: Completion) -> None:
+        """The completion's answer: the run is over, or the completion is sent again later."""
         if not completion.recorded and completion.released is None:
             self._complete_later(done, backoff)
             return

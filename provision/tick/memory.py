@@ -61,6 +61,7 @@ from provision.tick.store import (
     ClaimAnswer,
     ClaimCall,
     ClaimTerms,
+    CompleteCall,
     ControlState,
     JobKeys,
     SessionGone,
@@ -259,6 +260,10 @@ class MemoryTickStore:
             return Completion(again.applied, False)
         except TickStoreError:
             return Completion(False, None)
+
+    def complete_many(self, completions: Sequence[CompleteCall]) -> list[Completion]:
+        # on Consul, one transaction while all apply, else each again alone: each one's answer
+        return [self.complete(c.job, c.record, c.session, release=c.release) for c in completions]
 
     def acquire_lock(self, job: JobKeys, session_id: str, holder: bytes) -> Claim:
         # ConsulTickStore's transaction: the lock, and its read back

@@ -1,7 +1,8 @@
 """The tick core's store: what it asks of Consul, as one object with small methods.
 
     sessions      create_session, renew_session, destroy_session
-    a tick        claim (check-not-exists + lock + record, one transaction), complete
+    a tick        claim (check-not-exists + lock + record, one transaction), complete;
+                  claim_many, complete_many (several jobs' at once, transactions shared)
     the ledger    read_tick, read_ticks, read_tick_names, record_unrun (missed or paused),
                   prune
     operators     read_control (paused, pauses, trigger, the trigger taken)
@@ -65,6 +66,7 @@ __all__ = [
     "VALUE_MAX_BYTES",
     "Claim",
     "ClaimTerms",
+    "CompleteCall",
     "Completion",
     "ControlState",
     "InvalidSession",
@@ -217,6 +219,16 @@ class ClaimCall:
 ClaimAnswer = Claim | ConsulError
 
 
+@dataclass(frozen=True)
+class CompleteCall:
+    """One completion of TickStore.complete_many: what `complete` is given."""
+
+    job: JobKeys
+    record: TickRecord
+    session: str
+    release: bool = True
+
+
 class TickStore(Protocol):
     """Sessions, a tick's claim and completion, the ledger, control keys, the lock's watch."""
 
@@ -259,6 +271,14 @@ class TickStore(Protocol):
         """Write how the run ended (at the claim's ModifyIndex, record.modify_index) and, with
         `release`, unlock, in one transaction; if the lock was no longer ours, the record says
         `lost`. Never raises: (False, None) when nothing was answered."""
+        ...
+
+    def complete_many(self, completions: Sequence[CompleteCall]) -> list[Completion]:
+        """`complete` of each (of as many jobs: their keys apart), in order, sent together
+        (Consul: one transaction of up to 64 operations while they all apply; a completion
+        whose operations fail is sent again on its own, for the answer it alone has, and the
+        others together). Never raises: (False, None) in the place of each completion of a
+        request Consul did not answer."""
         ...
 
     def read_tick(

@@ -1,7 +1,8 @@
 """The TickStore contract for the calls of several jobs at once (the turns of a burst of ticks):
-`read_turns` answers each (job, tick) as `read_tick(stale=True)` does, and `claim_many` answers
-each claim as `claim` alone would, whatever the others in its transaction did. The same tests on
-Consul and on the in-memory model (test_tick_store.py's harness)."""
+`read_turns` answers each (job, tick) as `read_tick(stale=True)` does, `claim_many` answers
+each claim as `claim` alone would, and `complete_many` each completion as `complete` alone
+would (a stop's runs), whatever the others in its transaction did. The same tests on Consul and
+on the in-memory model (test_tick_store.py's harness)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from tick_harness import Harness, tick
 from provision.consul import ConsulError
 from provision.ledger.records import TickOutcome, TickRecord
 from provision.ledger.store import Claim
-from provision.tick.store import ClaimAnswer, ClaimCall, InvalidSession, JobKeys
+from provision.tick.store import ClaimAnswer, ClaimCall, CompleteCall, InvalidSession, JobKeys
 
 pytestmark = pytest.mark.contract
 DEADLINE = 60.0  # seconds a stale read may lag behind a write, at most (a loaded machine)
@@ -119,3 +120,54 @@ def test_claim_many_two_refused_for_different_reasons_each_says_its_own(h: Harne
     won(answers[1])
     won(answers[3])
     assert h.store.read_tick(c, tick(0))[0] is None  # the refused claim wrote nothing
+
+
+def claimed(h: Harness, group: list[JobKeys], session: str) -> list[CompleteCall]:
+    """Tick 0 of each job claimed under `session`, and its completion (succeeded) to send."""
+    for answer in h.store.claim_many([call(h, job, session) for job in group]):
+        won(answer)
+    completions = []
+    for job in group:
+        record, _ = h.store.read_tick(job, tick(0))
+        assert record is not None
+        done = record.completed(TickOutcome.SUCCEEDED, finished_at=h.clock.wall(), exit_status=0)
+        completions.append(CompleteCall(job, done, session))
+    return completions
+
+
+def test_complete_many_records_and_releases_every_run_across_transactions(h: Harness) -> None:
+    """40 completions: 80 operations, more than one transaction on Consul (64 at most)."""
+    session = h.session()
+    group = jobs(h, 40)
+    answers = h.store.complete_many(claimed(h, group, session))
+    assert [(a.recorded, a.released) for a in answers] == [(True, True)] * len(group)
+    for job in group:
+        record, _ = h.store.read_tick(job, tick(0))
+        assert record is not None and record.outcome is TickOutcome.SUCCEEDED
+        assert h.store.watch_lock(job, 0, wait=1.0)[0] is None
+    assert h.store.complete_many([]) == []
+
+
+def test_complete_many_answers_each_as_complete_alone_whatever_the_others_did(
+    h: Harness,
+) -> None:
+    """A lock lost (its session destroyed) and a record changed under the run, among runs that
+    end well: each answers as `complete` alone (test_tick_store.py), the others are done."""
+    first, second = h.session(), h.session()
+    a, b, c, d = jobs(h, 4)
+    completions = claimed(h, [a, c], first) + claimed(h, [b, d], second)
+    h.store.destroy_session(second)  # b's and d's locks are gone: their runs were fenced
+    changed = TickRecord(tick(0), TickOutcome.UNREADABLE, worker="someone")
+    h.operator.put(c.tick(tick(0)), changed.encode())
+    by_job = {call.job: call for call in completions}
+    answers = h.store.complete_many([by_job[job] for job in (a, b, c, d)])
+    said = [(answer.recorded, answer.released) for answer in answers]
+    assert said == [(True, True), (True, False), (False, True), (True, False)]
+    outcomes = [h.store.read_tick(job, tick(0))[0] for job in (a, b, c, d)]
+    assert [r.outcome if r else None for r in outcomes] == [
+        TickOutcome.SUCCEEDED,
+        TickOutcome.LOST,
+        TickOutcome.UNREADABLE,  # changed under us: left as it was
+        TickOutcome.LOST,
+    ]
+    assert all(h.store.watch_lock(job, 0, wait=1.0)[0] is None for job in (a, c))

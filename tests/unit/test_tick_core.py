@@ -5,6 +5,7 @@ VirtualClock, in one thread. No real sleep, no wall clock: every run is the same
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -375,6 +376,10 @@ class Unrecorded:
     def complete(self, *args: object, **kwargs: object) -> Completion:
         self.completions += 1
         return Completion(False, None)
+
+    def complete_many(self, completions: Sequence[object]) -> list[Completion]:
+        self.completions += 1  # after a stop, completions go together: as unanswered
+        return [Completion(False, None)] * len(completions)
 
 
 def test_a_stop_ends_in_bounded_time_though_consul_never_answers_the_completion() -> None:
