@@ -25,9 +25,9 @@ from tests.lockctl_process import run_lockctl
 
 WORKERS = {"worker-1": "dc1", "dc2-worker-1": "dc2"}
 REPLICATION_WAIT = 60.0
-HOUR = 3600
-# the runs of one test take a few seconds: started this far before an hour's end, they could
-# straddle two ticks of the hourly schedule, so the test first lets the hour turn
+PERIOD = 6 * 3600  # the job's schedule: ticks at 00, 06, 12 and 18 UTC
+# the test's runs take seconds: started this close to a tick, they could straddle two ticks, so
+# the test first lets the tick come (at most this long, once in six hours)
 CLEARANCE = 90
 COMMAND = ("--", "/bin/sh", "-c", "true")
 
@@ -44,8 +44,8 @@ def _spec(federation: LiveFederation, job: str, prefix: str) -> str:
         f'  prefix         = "{prefix}"',
         f"  workers        = {json.dumps(list(WORKERS))}",
         '  scope          = "datacenter"',
-        '  schedule       = "@every 1h"',
-        '  start_deadline = "2h"',
+        '  schedule       = "@every 6h"',
+        '  start_deadline = "7h"',
         '  command        = ["/bin/sh", "-c", "true"]',
         "}",
     ]
@@ -78,8 +78,8 @@ def _events(stderr: str) -> list[dict[str, object]]:
     return [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
 
 
-def _clear_of_the_hours_end() -> None:
-    left = HOUR - time.time() % HOUR
+def _clear_of_the_next_tick() -> None:
+    left = PERIOD - time.time() % PERIOD
     if left < CLEARANCE:
         time.sleep(left + 1)
 
@@ -112,7 +112,7 @@ def test_a_job_scoped_per_datacenter_runs_once_per_tick_in_each(
         write_worker_files(spec, [plan.worker], tmp_path / "workers", templates, placement)
         configs[plan.worker] = tmp_path / "workers" / plan.worker / "lockctl.json"
 
-    _clear_of_the_hours_end()
+    _clear_of_the_next_tick()
     runs = {
         worker: run_lockctl("run", "--config", str(configs[worker]), "--job", job, *COMMAND)
         for worker in WORKERS
