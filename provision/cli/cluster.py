@@ -233,6 +233,10 @@ def env(state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
     typer.echo(f"unset {' '.join(found.unset)}")
     for name, value in found.exports:
         typer.echo(f"export {name}={shlex.quote(value)}")
+    tls = any(name == "CONSUL_CACERT" for name, _ in found.exports)
+    for datacenter, address in found.others:
+        same = " (these certificates are good there too: one CA)" if tls else ""
+        typer.echo(f"# datacenter {datacenter}: --address {address}{same}")
 
 
 def _printable(path: Path) -> str:

@@ -178,8 +178,11 @@ def federation_status(state_dir: Path) -> FederationStatus:
 
 
 def federation_env(state_dir: Path) -> ClusterEnv:
-    """The primary's exports: ACL writes go there, and `?dc=` reaches the others from it."""
-    return cluster_env(_recorded_layouts(state_dir)[0].state_dir)
+    """The primary's exports (ACL writes go there), and where the other datacenters answer."""
+    primary, *others = _recorded_layouts(state_dir)
+    found = cluster_env(primary.state_dir)
+    addresses = tuple((dc.datacenter, dc.servers[0].http_address) for dc in others)
+    return dataclasses.replace(found, others=addresses)
 
 
 def datacenter_layouts(state_dir: Path, shape: ClusterShape) -> tuple[ClusterLayout, ...]:

@@ -230,6 +230,9 @@ class ClusterEnv:
     # Namespace mode: the addresses answer only inside this network namespace (the driver's).
     namespace: str | None = None
     unset: tuple[str, ...] = ()  # variables a previous cluster's exports may have left set
+    # A federation's other datacenters and their first servers' addresses: the exports'
+    # certificates reach them too (one CA)
+    others: tuple[tuple[str, str], ...] = ()
 
 
 def cluster_env(state_dir: Path) -> ClusterEnv:

@@ -9,7 +9,9 @@ from typing import Any
 
 import hcl2
 import pytest
+from typer.testing import CliRunner
 
+from provision.cli.app import app
 from provision.cluster.agent_config import ConfigDialect, render_agent_config
 from provision.cluster.federation import (
     FEDERATION_FILE,
@@ -121,8 +123,8 @@ def test_up_refuses_a_folder_that_holds_something_else(tmp_path: Path) -> None:
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
-def test_down_removes_what_a_stopped_federation_left_and_nothing_else(tmp_path: Path) -> None:
-    state = tmp_path / "state"
+def _recorded_federation(state: Path) -> tuple[ClusterLayout, ...]:
+    """What `up` records, without an agent: the federation's and each datacenter's files."""
     layouts = datacenter_layouts(state, TWO)
     state.mkdir()
     (state / FEDERATION_FILE).write_text('{"datacenters": ["dc1", "dc2"]}\n')
@@ -131,6 +133,23 @@ def test_down_removes_what_a_stopped_federation_left_and_nothing_else(tmp_path: 
         save_layout(layout)
         write_secret_file(layout.management_token_file, FAKE_REPLICATION_TOKEN)
     write_secret_file(layouts[1].replication_token_file, FAKE_REPLICATION_TOKEN)
+    return layouts
+
+
+def test_env_points_at_the_primary_and_names_the_others(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    _recorded_federation(state)
+    shown = CliRunner().invoke(app, ["cluster", "env", "--state-dir", str(state)])
+    assert shown.exit_code == 0, shown.output
+    assert "export CONSUL_HTTP_ADDR=http://127.0.30.11:8500" in shown.output
+    assert f"CONSUL_HTTP_TOKEN_FILE={state / 'dc1' / 'management.token'}" in shown.output
+    assert "# datacenter dc2: --address http://127.0.31.11:8500" in shown.output
+    assert FAKE_REPLICATION_TOKEN.reveal() not in shown.output
+
+
+def test_down_removes_what_a_stopped_federation_left_and_nothing_else(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    _recorded_federation(state)
     assert is_federation(state)
     result = federation_down(state)
     assert result.stopped == () and result.kept == ()
