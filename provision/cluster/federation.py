@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from provision.cluster import tls as cluster_tls
+from provision.cluster.agents import stop_agents
 from provision.cluster.consul_binary import ConsulBinary, install_consul
 from provision.cluster.layout import (
     DEFAULT_SERVERS,
@@ -143,13 +144,23 @@ def federation_up(
         text = json.dumps(record, indent=2) + "\n"
         write_atomically(state_dir / FEDERATION_FILE, text, mode=PUBLIC_MODE)
     primary = layouts[0]
-    started, bootstrapped = bring_up(primary, not _recorded(primary), binary, terms)
-    for layout in layouts[1:]:
-        fresh = not _recorded(layout)
-        _prepare_secondary(primary, layout)
-        more, _ = bring_up(layout, fresh, binary, terms)
-        started += more
-    _wait_until_federated(layouts, terms.give_up)
+    runs: list[tuple[ClusterLayout, tuple[str, ...]]] = []  # what this call started, where
+    try:
+        names, bootstrapped = bring_up(primary, not _recorded(primary), binary, terms)
+        runs.append((primary, names))
+        for layout in layouts[1:]:
+            fresh = not _recorded(layout)
+            _prepare_secondary(primary, layout)
+            names, _ = bring_up(layout, fresh, binary, terms)
+            runs.append((layout, names))
+        _wait_until_federated(layouts, terms.give_up)
+    except (ConsulError, LocalEnvironmentError):
+        # as one cluster's `up`: what this call started is stopped again (a datacenter whose
+        # own bring-up failed has already stopped its agents)
+        for layout, names in reversed(runs):
+            stop_agents(layout, [agent for agent in layout.agents if agent.name in names])
+        raise
+    started = tuple(name for _, names in runs for name in names)
     status = federation_status(state_dir)
     return FederationUp(status, binary, started, bootstrapped, time.monotonic() - began)
 
@@ -293,8 +304,10 @@ def _prepare_secondary(primary: ClusterLayout, layout: ClusterLayout) -> None:
 def _replication_token(primary: ClusterLayout, management: Secret, datacenter: str) -> Secret:
     """The replication token of `datacenter`, minted in the primary (adopted by its
     description when an interrupted `up` made it already)."""
-    client = _client(primary, management)
-    acl = client.acl
+    settings = cluster_tls.consul_settings(
+        primary, address=primary.servers[0].http_address, token=management
+    )
+    acl = Consul(settings).acl  # the default timeout and retries: these are writes
     if acl.read_policy_by_name(REPLICATION_POLICY) is None:
         acl.create_policy(REPLICATION_POLICY, REPLICATION_RULES, f"{MANAGED_MARKER}: replication")
     description = f"{MANAGED_MARKER}: ACL replication for datacenter {datacenter}"

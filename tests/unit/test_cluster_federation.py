@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from provision.cli.app import app
+from provision.cluster import federation
 from provision.cluster.agent_config import ConfigDialect, render_agent_config
 from provision.cluster.federation import (
     FEDERATION_FILE,
@@ -154,3 +155,28 @@ def test_down_removes_what_a_stopped_federation_left_and_nothing_else(tmp_path: 
     result = federation_down(state)
     assert result.stopped == () and result.kept == ()
     assert not state.exists()
+
+
+def test_a_failed_up_stops_what_it_started_in_every_datacenter(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dc2 fails to come up: dc1's agents, started by the same call, are stopped again (dc2's
+    own bring-up stops its own), so a failed fixture leaves no agent behind."""
+    stopped: list[tuple[str, list[str]]] = []
+
+    def bring_up(layout: ClusterLayout, *_: object) -> tuple[tuple[str, ...], bool]:
+        if layout.secondary:
+            raise LocalEnvironmentError("cluster up failed: dc2 had no leader in time")
+        return tuple(agent.name for agent in layout.agents), True
+
+    def stop(layout: ClusterLayout, agents: list[AgentSpec]) -> tuple[str, ...]:
+        stopped.append((layout.datacenter, [agent.name for agent in agents]))
+        return ()
+
+    monkeypatch.setattr(federation, "install_consul", lambda: None)
+    monkeypatch.setattr(federation, "bring_up", bring_up)
+    monkeypatch.setattr(federation, "_prepare_secondary", lambda primary, layout: None)
+    monkeypatch.setattr(federation, "stop_agents", stop)
+    with pytest.raises(LocalEnvironmentError, match="dc2 had no leader"):
+        federation_up(tmp_path / "state", TWO)
+    assert stopped == [("dc1", ["server-1", "worker-1"])]
