@@ -18,6 +18,7 @@ import pytest
 from provision.cluster import tls
 from provision.cluster import tls as cluster_tls
 from provision.cluster.consul_binary import ConsulBinary
+from provision.cluster.federation import FederationStatus, federation_down, federation_up
 from provision.cluster.layout import ClusterLayout
 from provision.cluster.local import ClusterShape, ClusterStatus, cluster_down, cluster_up
 from provision.consul import Consul
@@ -25,6 +26,9 @@ from provision.system.secrets import Secret, read_secret_file
 
 TEST_SUBNET = os.environ.get("LOCKCTL_TEST_SUBNET", "127.0.2")
 TEST_TLS = os.environ.get("LOCKCTL_TEST_TLS", "1") != "0"
+# A two-datacenter federation, only for the tests that ask for it: dc1 on this /24, dc2 on the
+# next one (so this and the next /24 must be free)
+TEST_FEDERATION_SUBNET = os.environ.get("LOCKCTL_TEST_FEDERATION_SUBNET", "127.0.16")
 
 
 class LiveCluster:
@@ -72,6 +76,39 @@ def live_cluster(cluster_state_dir: Path) -> Iterator[LiveCluster]:
         cluster_down(cluster_state_dir)
 
 
+class LiveFederation:
+    """Handles on the running two-datacenter federation: each datacenter a LiveCluster (dc1 the
+    primary; the management token is the same in both)."""
+
+    def __init__(self, status: FederationStatus) -> None:
+        self.status = status
+        self.datacenters = {
+            dc.cluster.layout.datacenter: LiveCluster(dc.cluster) for dc in status.datacenters
+        }
+
+    def __getitem__(self, datacenter: str) -> LiveCluster:
+        return self.datacenters[datacenter]
+
+
+@pytest.fixture(scope="session")
+def federation_state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("federation") / "state"
+
+
+@pytest.fixture(scope="session")
+def live_federation(federation_state_dir: Path) -> Iterator[LiveFederation]:
+    """dc1 and dc2, one server and one worker agent each (the suite's size), started for the
+    first test that asks and stopped at the end."""
+    shape = ClusterShape(
+        subnet=TEST_FEDERATION_SUBNET, workers=1, tls=TEST_TLS, servers=1, datacenters=2
+    )
+    result = federation_up(federation_state_dir, shape)
+    try:
+        yield LiveFederation(result.status)
+    finally:
+        federation_down(federation_state_dir)
+
+
 # --- secret scan (scripts/scan-secrets) ---------------------------------------------------------
 # With LOCKCTL_TEST_SECRETS_OUT set, every Secret this process creates is recorded and written to
 # that file at the end, so the suite's whole output can be searched for the secrets it minted.
@@ -110,7 +147,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 # Fixtures that stand for the real local cluster: a test using one, directly or through another
 # fixture, needs the cluster.
-CLUSTER_FIXTURES = frozenset({"live_cluster", "cluster_state_dir"})
+CLUSTER_FIXTURES = frozenset(
+    {"live_cluster", "cluster_state_dir", "live_federation", "federation_state_dir"}
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

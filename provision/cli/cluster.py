@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -13,6 +14,7 @@ from provision.cli import options
 from provision.cli.output import cell, console
 from provision.cluster.layout import (
     DEFAULT_NETNS_SUBNET,
+    DEFAULT_SERVERS,
     DEFAULT_STATE_DIR,
     DEFAULT_SUBNET,
     DEFAULT_TLS,
@@ -22,7 +24,8 @@ from provision.errors import EXIT_FAILED
 from provision.system.text import printable
 
 if TYPE_CHECKING:  # the core is imported lazily: `lockctl run` must start fast
-    from provision.cluster.local import ClusterStatus
+    from provision.cluster.federation import FederationStatus
+    from provision.cluster.local import ClusterShape, ClusterStatus
 
 app = typer.Typer(
     help="A local cluster of real Consul agents on loopback, ACLs on (default deny).\n\n"
@@ -53,48 +56,82 @@ LEADER_LIMIT = 80  # an address:port; Consul's answer, so bounded
 AsJson = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
+Workers = Annotated[
+    int | None,
+    typer.Option(
+        "--workers",
+        help=f"Client agents worker-1..N at .21, .22, ... \\[default: {DEFAULT_WORKERS}, or "
+        "as already started]",
+        show_default=False,
+    ),
+]
+Servers = Annotated[
+    int | None,
+    typer.Option(
+        "--servers",
+        help=f"Servers per datacenter: 3 or 1 \\[default: {DEFAULT_SERVERS}, or as already "
+        "started]",
+        show_default=False,
+    ),
+]
+Datacenters = Annotated[
+    int,
+    typer.Option(
+        "--datacenters",
+        help="Datacenters federated over the WAN: dc1 (the primary, on --subnet) and dc2... on "
+        "the next /24s, ACLs replicated from dc1, each in <state-dir>/dcN.",
+    ),
+]
+Netns = Annotated[
+    bool,
+    typer.Option(
+        "--netns",
+        help="Root only: each agent in its own network namespace on a bridge, so one host "
+        "can be cut off (fault tests). Talk to it with `ip netns exec <prefix>-driver ...`.",
+    ),
+]
+Tls = Annotated[
+    bool | None,
+    typer.Option(
+        "--tls/--no-tls",
+        help="HTTPS only with certificates verified both ways (a CA and per-agent "
+        "certificates made with `consul tls`) and encrypted gossip (`consul keygen`); keys "
+        f"0600 in <state-dir>/tls. \\[default: {'--tls' if DEFAULT_TLS else '--no-tls'}, or as "
+        "already started]",
+        show_default=False,
+    ),
+]
+
+
+@dataclass(frozen=True)
+class UpFlags:
+    """`cluster up`'s flags (their order is --help's): where, what shape, how."""
+
+    state_dir: StateDir = DEFAULT_STATE_DIR
+    subnet: Subnet = None
+    workers: Workers = None
+    servers: Servers = None
+    datacenters: Datacenters = 1
+    templates_dir: options.TemplatesDir = None
+    netns: Netns = False
+    tls: Tls = None
+
+
 @app.command()
-def up(
-    state_dir: StateDir = DEFAULT_STATE_DIR,
-    subnet: Subnet = None,
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            "--workers",
-            help=f"Client agents worker-1..N at .21, .22, ... \\[default: {DEFAULT_WORKERS}, or "
-            "as already started]",
-            show_default=False,
-        ),
-    ] = None,
-    templates_dir: options.TemplatesDir = None,
-    netns: Annotated[
-        bool,
-        typer.Option(
-            "--netns",
-            help="Root only: each agent in its own network namespace on a bridge, so one host "
-            "can be cut off (fault tests). Talk to it with `ip netns exec <prefix>-driver ...`.",
-        ),
-    ] = False,
-    tls: Annotated[
-        bool | None,
-        typer.Option(
-            "--tls/--no-tls",
-            help="HTTPS only with certificates verified both ways (a CA and per-agent "
-            "certificates made with `consul tls`) and encrypted gossip (`consul keygen`); keys "
-            f"0600 in <state-dir>/tls. \\[default: {'--tls' if DEFAULT_TLS else '--no-tls'}, or as "
-            "already started]",
-            show_default=False,
-        ),
-    ] = None,
-) -> None:
+@options.flags_command(UpFlags)
+def up(flags: UpFlags) -> None:
     """Start (or recover) the cluster, bootstrap ACLs, and wait until every agent is healthy."""
+    from provision.cluster.federation import is_federation
     from provision.cluster.local import ClusterShape, cluster_up
 
-    result = cluster_up(
-        state_dir,
-        ClusterShape(subnet=subnet, workers=workers, netns=netns, tls=tls),
-        templates_dir=templates_dir,
+    shape = ClusterShape(
+        flags.subnet, flags.workers, flags.netns, flags.tls, flags.servers, flags.datacenters
     )
+    state_dir, templates_dir = flags.state_dir, flags.templates_dir
+    if flags.datacenters > 1 or is_federation(state_dir):
+        _federation_up(state_dir, shape, templates_dir)
+        return
+    result = cluster_up(state_dir, shape, templates_dir=templates_dir)
     started = ", ".join(result.started) or "none (all were running)"
     typer.echo(f"{result.consul.describe()}")
     typer.echo(f"started: {started}")
@@ -118,12 +155,27 @@ def up(
     typer.echo('use it: eval "$(lockctl cluster env)"')
 
 
+def _federation_up(state_dir: Path, shape: ClusterShape, templates_dir: Path | None) -> None:
+    from provision.cluster.federation import federation_up
+
+    result = federation_up(state_dir, shape, templates_dir=templates_dir)
+    primary = result.status.datacenters[0].cluster.layout
+    typer.echo(f"{result.consul.describe()}")
+    typer.echo(f"started: {', '.join(result.started) or 'none (all were running)'}")
+    typer.echo(f"ACLs: {'bootstrapped now' if result.bootstrapped else 'bootstrapped before'}")
+    typer.echo(f"ready in {result.seconds:.1f} s")
+    typer.echo(f"management token: {primary.management_token_file} (mode 0600, never printed)")
+    _print_federation(result.status)
+    typer.echo('use it: eval "$(lockctl cluster env)"')
+
+
 @app.command()
 def down(state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
     """Stop the agents this cluster started (by pidfile) and delete its data."""
+    from provision.cluster.federation import federation_down, is_federation
     from provision.cluster.local import cluster_down
 
-    result = cluster_down(state_dir)
+    result = federation_down(state_dir) if is_federation(state_dir) else cluster_down(state_dir)
     stopped = ", ".join(result.stopped) or "nothing was running"
     if not result.kept:
         typer.echo(f"stopped: {stopped}; removed {state_dir}")
@@ -141,8 +193,18 @@ def down(state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
 @app.command()
 def status(state_dir: StateDir = DEFAULT_STATE_DIR, as_json: AsJson = False) -> None:
     """Show each agent's process, reachability and health; exit 1 unless all is well."""
+    from provision.cluster.federation import federation_status, is_federation
     from provision.cluster.local import cluster_status
 
+    if is_federation(state_dir):
+        federation = federation_status(state_dir)
+        if as_json:
+            typer.echo(json.dumps(_federation_record(federation), indent=2))
+        else:
+            _print_federation(federation)
+        if not federation.healthy:
+            raise typer.Exit(EXIT_FAILED)
+        return
     current = cluster_status(state_dir)
     if as_json:
         typer.echo(json.dumps(_status_record(current), indent=2))
@@ -159,9 +221,10 @@ def env(state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
     Use: eval "$(lockctl cluster env)". A namespace cluster (up --netns) answers only inside its
     driver namespace: the output says so in a comment, with the command prefix to use.
     """
+    from provision.cluster.federation import federation_env, is_federation
     from provision.cluster.local import cluster_env
 
-    found = cluster_env(state_dir)
+    found = federation_env(state_dir) if is_federation(state_dir) else cluster_env(state_dir)
     if found.namespace is not None:
         typer.echo(
             f"# namespace mode: these addresses answer only inside network namespace "
@@ -170,6 +233,10 @@ def env(state_dir: StateDir = DEFAULT_STATE_DIR) -> None:
     typer.echo(f"unset {' '.join(found.unset)}")
     for name, value in found.exports:
         typer.echo(f"export {name}={shlex.quote(value)}")
+    tls = any(name == "CONSUL_CACERT" for name, _ in found.exports)
+    for datacenter, address in found.others:
+        same = " (these certificates are good there too: one CA)" if tls else ""
+        typer.echo(f"# datacenter {datacenter}: --address {address}{same}")
 
 
 def _printable(path: Path) -> str:
@@ -217,3 +284,39 @@ def _print_status(current: ClusterStatus) -> None:
     leader = printable(current.leader, LEADER_LIMIT) or "none"
     acl = "bootstrapped, management token accepted" if current.acl_ready else "not ready"
     typer.echo(f"leader: {leader}   ACLs: {acl}   healthy: {'yes' if current.healthy else 'no'}")
+
+
+def _federation_record(federation: FederationStatus) -> dict[str, object]:
+    return {
+        "healthy": federation.healthy,
+        "datacenters": [
+            {
+                "datacenter": dc.cluster.layout.datacenter,
+                "primary": not dc.cluster.layout.secondary,
+                "wan": list(dc.wan),
+                "replication": None if dc.replication is None else dc.replication.kind,
+                "replicating": dc.replicating,
+                **_status_record(dc.cluster),
+            }
+            for dc in federation.datacenters
+        ],
+    }
+
+
+def _print_federation(federation: FederationStatus) -> None:
+    """Each datacenter's agents, then what its servers see over the WAN and its replication
+    (Consul's answers: made printable)."""
+    for dc in federation.datacenters:
+        layout = dc.cluster.layout
+        role = "secondary" if layout.secondary else "primary"
+        typer.echo(f"datacenter {layout.datacenter} ({role})")
+        _print_status(dc.cluster)
+        wan = printable(", ".join(dc.wan), LEADER_LIMIT) or "none"
+        if dc.replication is None:
+            replication = "none (the primary)" if not layout.secondary else "unknown"
+        else:
+            kind = printable(dc.replication.kind, LEADER_LIMIT) or "none"
+            running = "running" if dc.replication.running else "stopped"
+            replication = f"{kind}, {running}, token index {dc.replication.replicated_token_index}"
+        typer.echo(f"WAN: {wan}   ACL replication: {replication}")
+    typer.echo(f"federation healthy: {'yes' if federation.healthy else 'no'}")

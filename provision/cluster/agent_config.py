@@ -67,11 +67,16 @@ def render_agent_config(
     *,
     gossip_key: Secret | None,
     log_level: str,
+    replication_token: Secret | None = None,
 ) -> str:
-    """The config file text of `agent`; it holds the gossip key on a TLS cluster, so it is
-    written 0600."""
+    """The config file text of `agent`; it holds the gossip key on a TLS cluster and a
+    secondary datacenter's server holds the replication token, so it is written 0600."""
     template = SERVER_TEMPLATE if agent.server else CLIENT_TEMPLATE
-    return render_template(env, template, _context(layout, agent, dialect, gossip_key, log_level))
+    context = _context(layout, agent, dialect, gossip_key, log_level)
+    # only a server replicates: a client's config never holds the token
+    token = replication_token if agent.server and layout.secondary else None
+    context["replication_token"] = None if token is None else token.reveal()
+    return render_template(env, template, context)
 
 
 def _context(
@@ -89,6 +94,8 @@ def _context(
         "agent": agent,
         "servers": layout.servers,
         "datacenter": layout.datacenter,
+        "primary_datacenter": layout.primary_datacenter,
+        "wan_join": layout.wan_join,
         "data_dir": str(layout.data_dir(agent)),
         "log_level": log_level,
         "dialect": dialect,

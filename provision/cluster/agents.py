@@ -12,6 +12,7 @@ from provision.cluster.consul_binary import ConsulBinary
 from provision.cluster.layout import AgentSpec, ClusterLayout
 from provision.system.files import SECRET_MODE, write_atomically
 from provision.system.processes import is_running, read_pid, spawn, stop
+from provision.system.secrets import read_secret_file
 from provision.system.templates import make_environment
 
 
@@ -25,12 +26,20 @@ def start_missing_agents(
     env = make_environment(templates)
     dialect = ConfigDialect.of(binary.version)
     gossip_key = cluster_tls.read_gossip_key(layout) if layout.tls else None
+    replication = read_secret_file(layout.replication_token_file) if layout.secondary else None
     for agent in missing:  # servers first: the layout lists them first
         layout.data_dir(agent).mkdir(parents=True, exist_ok=True)
         config = render_agent_config(
-            env, layout, agent, dialect, gossip_key=gossip_key, log_level=log_level
+            env,
+            layout,
+            agent,
+            dialect,
+            gossip_key=gossip_key,
+            log_level=log_level,
+            replication_token=replication,
         )
-        # 0600: on a TLS cluster the config holds the gossip key (argv would show it to all).
+        # 0600: on a TLS cluster the config holds the gossip key, a secondary's server the
+        # replication token (argv would show them to all).
         write_atomically(layout.config_file(agent), config, mode=SECRET_MODE)
         argv = [str(binary.path), "agent", f"-config-file={layout.config_file(agent)}"]
         if agent.netns is not None:

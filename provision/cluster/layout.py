@@ -19,6 +19,8 @@ DEFAULT_NETNS_SUBNET = "10.77.0"  # namespace mode: exists only inside the clust
 PRIVATE_NETWORKS = ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16")
 DEFAULT_STATE_DIR = Path(".lockctl/cluster")
 SERVER_HOSTS = (11, 12, 13)
+SERVER_COUNTS = (1, 3)  # a Raft quorum that survives a lost server needs 3; 1 is the smallest
+DEFAULT_SERVERS = 3
 DEFAULT_WORKERS = 2  # worker-1, worker-2 at .21, .22; up to MAX_WORKERS (.21-.29)
 MAX_WORKERS = 9
 FIRST_WORKER_HOST = 21
@@ -29,6 +31,7 @@ HTTPS_PORT = 8501  # Consul's conventional HTTPS port; with TLS the agents serve
 DEFAULT_TLS = True
 LAYOUT_FILE = "cluster.json"
 MANAGEMENT_TOKEN_FILE = "management.token"  # noqa: S105 - a file name, not a secret
+REPLICATION_TOKEN_FILE = "replication.token"  # noqa: S105 - a secondary datacenter's, a file name
 TLS_DIR = "tls"  # the CA, every agent's certificate and key, lockctl's own pair, the gossip key
 CA_CERT_FILE = "ca.pem"
 CA_KEY_FILE = "ca-key.pem"
@@ -65,6 +68,20 @@ class ClusterLayout:
     agents: tuple[AgentSpec, ...]
     datacenter: str = "dc1"
     netns_prefix: str | None = None  # namespace mode: the prefix of every namespace's name
+    # A federation's datacenter (cluster up --datacenters): the primary's name, and the
+    # addresses of the servers its servers join over the WAN (a secondary's: the primary's)
+    primary_datacenter: str | None = None
+    wan_join: tuple[str, ...] = ()
+
+    @property
+    def secondary(self) -> bool:
+        """A federation's datacenter that replicates its ACLs from the primary."""
+        return self.primary_datacenter not in (None, self.datacenter)
+
+    @property
+    def replication_token_file(self) -> Path:
+        """A secondary's: the token its servers replicate the primary's ACLs with (0600)."""
+        return self.state_dir / REPLICATION_TOKEN_FILE
 
     @property
     def driver_netns(self) -> str | None:
@@ -146,24 +163,27 @@ def default_layout(
     *,
     netns: bool = False,
     tls: bool = False,
+    servers: int = DEFAULT_SERVERS,
 ) -> ClusterLayout:
-    """3 servers (server-1..3 at .11-.13) and worker-1..N (.21, .22, ...) in a 127/8 /24, or with
-    `netns` each in its own network namespace, in a private /24 that exists only inside them;
-    with `tls` every agent serves HTTPS only."""
+    """3 servers (server-1..3 at .11-.13; or 1) and worker-1..N (.21, .22, ...) in a 127/8 /24,
+    or with `netns` each in its own network namespace, in a private /24 that exists only inside
+    them; with `tls` every agent serves HTTPS only."""
     _check_subnet(subnet, netns)
     if not 1 <= workers <= MAX_WORKERS:
         raise InputError(f"--workers {workers}: must be 1..{MAX_WORKERS}")
+    if servers not in SERVER_COUNTS:
+        raise InputError(f"--servers {servers}: must be 1 or 3")
     prefix = ns.netns_prefix(state_dir) if netns else None
     worker_hosts = range(FIRST_WORKER_HOST, FIRST_WORKER_HOST + workers)
-    servers = [
+    server_agents = [
         _agent("server", n, subnet, host, prefix, server=True, tls=tls)
-        for n, host in enumerate(SERVER_HOSTS, 1)
+        for n, host in enumerate(SERVER_HOSTS[:servers], 1)
     ]
     clients = [
         _agent("worker", n, subnet, host, prefix, server=False, tls=tls)
         for n, host in enumerate(worker_hosts, 1)
     ]
-    return ClusterLayout(state_dir.absolute(), tuple(servers + clients), netns_prefix=prefix)
+    return ClusterLayout(state_dir.absolute(), tuple(server_agents + clients), netns_prefix=prefix)
 
 
 def _agent(
@@ -210,6 +230,8 @@ def save_layout(layout: ClusterLayout) -> None:
         "datacenter": layout.datacenter,
         "agents": [asdict(agent) for agent in layout.agents],
         "netns_prefix": layout.netns_prefix,
+        "primary_datacenter": layout.primary_datacenter,
+        "wan_join": list(layout.wan_join),
     }
     text = json.dumps(record, indent=2) + "\n"
     write_atomically(layout.state_dir / LAYOUT_FILE, text, mode=PUBLIC_MODE)
@@ -224,7 +246,11 @@ def load_layout(state_dir: Path) -> ClusterLayout | None:
         record = json.loads(path.read_text(encoding="utf-8"))
         agents = tuple(AgentSpec(**agent) for agent in record["agents"])
         prefix = record.get("netns_prefix")
-        return ClusterLayout(state_dir.absolute(), agents, record["datacenter"], prefix)
+        primary = record.get("primary_datacenter")
+        wan_join = tuple(str(address) for address in record.get("wan_join") or ())
+        return ClusterLayout(
+            state_dir.absolute(), agents, record["datacenter"], prefix, primary, wan_join
+        )
     except (ValueError, KeyError, TypeError) as exc:
         raise LocalEnvironmentError(f"{path}: unreadable cluster record ({exc})") from None
 
@@ -243,7 +269,7 @@ def remove_cluster_files(layout: ClusterLayout) -> tuple[Path, ...]:
     for staging in layout.tls_dir.glob(".staging-*.tmp"):  # an interrupted `consul tls` run's
         _remove_tree(staging)
     _remove_empty_folder(layout.tls_dir)
-    for name in (LAYOUT_FILE, MANAGEMENT_TOKEN_FILE, ns.RECORD_FILE):
+    for name in (LAYOUT_FILE, MANAGEMENT_TOKEN_FILE, REPLICATION_TOKEN_FILE, ns.RECORD_FILE):
         _remove_file(state_dir / name)
     _remove_empty_folder(state_dir)
     if not state_dir.exists():

@@ -22,6 +22,7 @@ from provision.cluster.agents import agent_running, start_missing_agents, stop_a
 from provision.cluster.consul_binary import ConsulBinary, install_consul
 from provision.cluster.layout import (
     DEFAULT_NETNS_SUBNET,
+    DEFAULT_SERVERS,
     DEFAULT_SUBNET,
     DEFAULT_TLS,
     DEFAULT_WORKERS,
@@ -102,6 +103,18 @@ class ClusterShape:
     workers: int | None = None  # None: as recorded, else DEFAULT_WORKERS
     netns: bool = False
     tls: bool | None = None  # None: as recorded, else DEFAULT_TLS
+    servers: int | None = None  # None: as recorded, else DEFAULT_SERVERS (1 or 3)
+    datacenters: int = 1  # more: a federation (provision/cluster/federation.py)
+
+
+@dataclass(frozen=True)
+class UpTerms:
+    """How `up` works, whatever the cluster: its templates, the agents' log level, the
+    deadline every wait shares."""
+
+    templates: Path
+    log_level: str
+    give_up: Deadline
 
 
 def cluster_up(
@@ -114,12 +127,23 @@ def cluster_up(
 ) -> UpResult:
     """Bring the cluster to healthy and bootstrapped, starting only what is not running."""
     began = time.monotonic()
-    give_up = Deadline(deadline)
+    terms = UpTerms(find_templates_dir(templates_dir), log_level, Deadline(deadline))
     layout, fresh = _layout_for_up(state_dir, shape)
     if layout.netns_prefix is not None:
-        ns.require_root()
+        ns.require_root()  # before anything is installed or written
     binary = install_consul()
-    templates = find_templates_dir(templates_dir)
+    started, bootstrapped = bring_up(layout, fresh, binary, terms)
+    status = cluster_status(state_dir)
+    return UpResult(status, binary, started, bootstrapped, time.monotonic() - began)
+
+
+def bring_up(
+    layout: ClusterLayout, fresh: bool, binary: ConsulBinary, terms: UpTerms
+) -> tuple[tuple[str, ...], bool]:
+    """Start what of `layout` is not running and wait until it is bootstrapped and healthy:
+    the agents started, and whether ACLs were bootstrapped now. A secondary datacenter's
+    management token is the primary's, already in its folder: it bootstraps nothing."""
+    state_dir, templates, give_up = layout.state_dir, terms.templates, terms.give_up
     missing = [agent for agent in layout.agents if not agent_running(layout, agent)]
     if layout.netns_prefix is None:  # a fresh namespace has nothing in the way
         for agent in missing:
@@ -137,7 +161,7 @@ def cluster_up(
         ns.create_network(layout.state_dir, layout.netns_prefix, subnet_of_layout, hosts)
     if layout.tls:
         cluster_tls.ensure_tls_material(layout, binary)
-    started = start_missing_agents(layout, missing, binary, templates, log_level)
+    started = start_missing_agents(layout, missing, binary, templates, terms.log_level)
     try:
         with ns.entered(layout.driver_netns):
             management, bootstrapped = bootstrap_management(layout, give_up)
@@ -151,8 +175,7 @@ def cluster_up(
         raise LocalEnvironmentError(
             f"cluster up failed: {exc} (agent logs: {layout.state_dir}/*/consul.log)"
         ) from None
-    status = cluster_status(state_dir)
-    return UpResult(status, binary, started, bootstrapped, time.monotonic() - began)
+    return started, bootstrapped
 
 
 @dataclass(frozen=True)
@@ -207,6 +230,9 @@ class ClusterEnv:
     # Namespace mode: the addresses answer only inside this network namespace (the driver's).
     namespace: str | None = None
     unset: tuple[str, ...] = ()  # variables a previous cluster's exports may have left set
+    # A federation's other datacenters and their first servers' addresses: the exports'
+    # certificates reach them too (one CA)
+    others: tuple[tuple[str, str], ...] = ()
 
 
 def cluster_env(state_dir: Path) -> ClusterEnv:
@@ -231,9 +257,12 @@ def _no_cluster(state_dir: Path) -> LocalEnvironmentError:
 def _layout_for_up(state_dir: Path, shape: ClusterShape) -> tuple[ClusterLayout, bool]:
     """The layout to bring up, and whether it is new (nothing recorded yet)."""
     subnet, workers, netns, tls = shape.subnet, shape.workers, shape.netns, shape.tls
+    servers = shape.servers
     existing = load_layout(state_dir)
     if existing is not None and workers is None:
         workers = len(existing.workers)  # recovering: keep what was started
+    if existing is not None and servers is None:
+        servers = len(existing.servers)
     if existing is not None and existing.netns_prefix is not None:
         netns = True  # recovering a namespace cluster: it stays one
     if tls is None:  # recovering: as it was started; new: the default
@@ -243,7 +272,10 @@ def _layout_for_up(state_dir: Path, shape: ClusterShape) -> tuple[ClusterLayout,
     if subnet is None:
         subnet = DEFAULT_NETNS_SUBNET if netns else DEFAULT_SUBNET
     wanted_workers = DEFAULT_WORKERS if workers is None else workers  # 0 is refused
-    wanted = default_layout(state_dir, subnet, wanted_workers, netns=netns, tls=tls)
+    wanted_servers = DEFAULT_SERVERS if servers is None else servers
+    wanted = default_layout(
+        state_dir, subnet, wanted_workers, netns=netns, tls=tls, servers=wanted_servers
+    )
     if existing is None:
         if state_dir.exists() and any(state_dir.iterdir()):
             raise LocalEnvironmentError(
@@ -254,7 +286,8 @@ def _layout_for_up(state_dir: Path, shape: ClusterShape) -> tuple[ClusterLayout,
     if existing.agents != wanted.agents:
         raise LocalEnvironmentError(
             f"{state_dir} holds a different cluster ({existing.servers[0].address}, "
-            f"{len(existing.workers)} workers, {'TLS' if existing.tls else 'plain HTTP'}); run "
+            f"{len(existing.servers)} servers, {len(existing.workers)} workers, "
+            f"{'TLS' if existing.tls else 'plain HTTP'}); run "
             "`lockctl cluster down` first or use another --state-dir"
         )
     return existing, False

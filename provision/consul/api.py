@@ -12,7 +12,15 @@ from typing import Any
 from provision.consul.answers import ConsulResponse
 from provision.consul.errors import NotFound, PermissionDenied
 from provision.consul.keys import checked_key
-from provision.consul.models import KVEntry, NodeCheck, Policy, ReadMeta, Session, Token
+from provision.consul.models import (
+    AclReplication,
+    KVEntry,
+    NodeCheck,
+    Policy,
+    ReadMeta,
+    Session,
+    Token,
+)
 from provision.consul.transport import (
     DEFAULT_TOKEN,
     IDEMPOTENT,
@@ -201,6 +209,12 @@ class ACLAPI(_Area):
         DELETE /v1/acl/token/:accessor_id"""
         path = "/v1/acl/token/" + quote_path(accessor_id)
         self._transport.request(Call("DELETE", path), IDEMPOTENT)
+
+    def replication(self) -> AclReplication:
+        """This server's ACL replication from the primary datacenter (a secondary's view).
+        GET /v1/acl/replication"""
+        answer = self._transport.request(Call("GET", "/v1/acl/replication"), IDEMPOTENT)
+        return AclReplication.from_api(answer.body or {})
 
     def list_tokens(self) -> list[Token]:
         """Every token, without secrets (one request whatever the count).

@@ -37,3 +37,9 @@ class CatalogAPI:
         path = "/v1/catalog/node/" + quote_path(node)
         answer = self._transport.request(Call("GET", path), IDEMPOTENT)
         return dict(answer.body["Node"]) if answer.body else None
+
+    def datacenters(self) -> list[str]:
+        """The datacenters this agent's servers know over the WAN, its own among them.
+        GET /v1/catalog/datacenters"""
+        answer = self._transport.request(Call("GET", "/v1/catalog/datacenters"), IDEMPOTENT)
+        return [str(name) for name in answer.body or ()]

@@ -144,3 +144,28 @@ class ReadMeta:
     known_leader: bool | None
     last_contact_ms: int | None
     date: datetime | None = None  # the answering agent's clock (HTTP Date), whole seconds
+
+
+@dataclass(frozen=True)
+class AclReplication:
+    """A server's ACL replication from the primary datacenter, as it reports it. `kind` is
+    Consul's ReplicationType: "legacy" for the first moments, then "tokens" (policies and
+    global tokens copied)."""
+
+    enabled: bool
+    running: bool
+    source_datacenter: str
+    kind: str
+    replicated_token_index: int
+    last_error: str
+
+    @classmethod
+    def from_api(cls, raw: dict[str, Any]) -> AclReplication:
+        return cls(
+            enabled=bool(raw.get("Enabled", False)),
+            running=bool(raw.get("Running", False)),
+            source_datacenter=str(raw.get("SourceDatacenter") or ""),
+            kind=str(raw.get("ReplicationType") or ""),
+            replicated_token_index=int(raw.get("ReplicatedTokenIndex") or 0),
+            last_error=str(raw.get("LastError") or ""),
+        )

@@ -79,6 +79,7 @@ class Worker:
     # no local agent (a pod): `address` is a Consul server's; the worker is registered as a
     # catalog node of its own name and its sessions are TTL-only (docs/identity.md)
     agentless: bool = False
+    datacenter: str | None = None  # the Consul datacenter it is in; None: the only one
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,9 @@ class Job:
     allow_remote_target: bool = False
     http_url_line: int | None = None  # where `http.url` is: lint's findings of the target
     notifications: Notifications = NO_NOTIFICATIONS  # its own over those of `defaults`
+    # "datacenter": once per tick in each datacenter its workers are in (docs/datacenters.md);
+    # None: its workers are in one datacenter
+    scope: str | None = None
 
     @property
     def lock_key(self) -> str:

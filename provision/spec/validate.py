@@ -14,6 +14,16 @@ from pathlib import Path
 
 from provision.errors import InputError
 from provision.schedule import parse_schedule
+from provision.spec.datacenters import (
+    DATACENTER_KEY,
+    HOME_KEY,
+    JOB_DATACENTER_KEYS,
+    SCOPE_KEY,
+    check_datacenters,
+    read_datacenter,
+    read_scope,
+    refuse_home,
+)
 from provision.spec.hcl import Attribute, Block, Body, HclSyntaxError
 from provision.spec.hcl_parse import parse_hcl
 from provision.spec.http_block import HttpBlock, read_http
@@ -64,8 +74,9 @@ JOB_KEYS = (
     "command",
     *DEFAULTS_KEYS,
     "allow_remote_target",
+    *JOB_DATACENTER_KEYS,
 )
-WORKER_KEYS = ("address", "agentless")
+WORKER_KEYS = ("address", "agentless", DATACENTER_KEY)
 BLOCK_TYPES = ("defaults", "worker", "job", "auth_method")
 
 
@@ -130,6 +141,7 @@ def _build(body: Body, problems: Problems) -> Spec:
     jobs = [_job(block, inherited, declared, problems) for block in blocks["job"]]
     named_jobs = [job for job in jobs if job is not None]
     check_job_prefixes(blocks["job"], problems)
+    check_datacenters(workers, named_jobs, problems)
     _check_not_empty(blocks["worker"], blocks["job"], problems)
     return Spec(
         path=problems.path,
@@ -331,9 +343,12 @@ def _workers(
             continue
         address = read_address(attributes.get("address"), f"{where}.address", problems)
         agentless = read_bool(attributes.get("agentless"), f"{where}.agentless", problems)
+        datacenter = read_datacenter(
+            attributes.get(DATACENTER_KEY), f"{where}.{DATACENTER_KEY}", problems
+        )
         if name in workers:
             continue  # reported by _check_duplicates
-        workers[name] = Worker(name, address, block.line, identity, agentless)
+        workers[name] = Worker(name, address, block.line, identity, agentless, datacenter)
     return list(workers.values())
 
 
@@ -397,6 +412,8 @@ def _job(block: Block, inherited: _Inherited, declared: set[str], problems: Prob
     catchup = read_catchup(
         attributes.get("catchup"), f"{where}.catchup", inherited.catchup, problems
     )
+    scope = read_scope(attributes.get(SCOPE_KEY), f"{where}.{SCOPE_KEY}", problems)
+    refuse_home(attributes.get(HOME_KEY), f"{where}.{HOME_KEY}", problems)
     if name is None or prefix is None or workers is None or timings is None or counts is None:
         return None
     if catchup is None:
@@ -416,6 +433,7 @@ def _job(block: Block, inherited: _Inherited, declared: set[str], problems: Prob
         allow_remote_target=allow_remote,
         http_url_line=None if http is None else http.url_line,
         notifications=notifications,
+        scope=scope,
     )
 
 

@@ -146,7 +146,7 @@ def test_run_and_schedule_flags_and_values(bash_script: Path, tmp_path: Path) ->
     assert set(replies[7]) == {"--config", "--allow-unsafe", "--listen", "--help"}
     assert replies[8] == []  # HOST:PORT: nothing to offer
     assert set(replies[9]) == {"up", "down", "status", "env"}
-    assert set(replies[10]) == {"--state-dir", "--subnet"}
+    assert set(replies[10]) == {"--state-dir", "--subnet", "--servers"}
     assert set(replies[11]) == {"bash", "zsh"}
     assert replies[12] == ["--count"]
     assert set(replies[13]) == {"--tls-skip-verify", "--tls-verify"}

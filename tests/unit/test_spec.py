@@ -55,11 +55,16 @@ def _describe(spec: Spec) -> dict[str, Any]:
             "timeout": job.timings.timeout,
             **({"catchup": job.catchup} if job.catchup != "skip" else {}),
             **(_notifications(job) if job.notifications else {}),
+            **({"scope": job.scope} if job.scope else {}),
             "line": job.line,
         }
         for job in spec.jobs
     ]
-    workers = [{"name": w.name, "address": w.address, "line": w.line} for w in spec.workers]
+    workers = [
+        {"name": w.name, "address": w.address, "line": w.line}
+        | ({"datacenter": w.datacenter} if w.datacenter else {})
+        for w in spec.workers
+    ]
     owner = {"owner": spec.owner} if spec.owner != DEFAULT_OWNER else {}  # older cases: none
     return {"valid": True, "jobs": jobs, "workers": workers} | owner
 
