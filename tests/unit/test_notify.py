@@ -11,11 +11,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import requests
 from tick_fleet import KEYS, START, TIMINGS, at
 
+from provision.embed.called import Calls, CallTurn
 from provision.errors import InputError
 from provision.ledger.records import TickOutcome, TickRecord
 from provision.notify.message import (
@@ -546,3 +548,93 @@ def test_the_worker_config_carries_the_paths_and_reads_them_back_checked() -> No
         "jobs.a.ping_url_file",
     ]
     assert "SECRET" not in " ".join(problems)
+
+
+# -- provision.embed's calls: a decorated call's and locker.tick()'s turns -----------------------
+def _calls_fleet(
+    statuses: Callable[[datetime], int], clock: VirtualClock
+) -> tuple[MemoryTickStore, Queued, list[Calls]]:
+    """Two replicas' call cores (embed/called.py Calls) on one in-memory Consul, each body
+    leaving output ends for the record, as a thread body's are."""
+    store, sender = MemoryTickStore(clock), Queued()
+    notifier = Notifier(sender, lambda keys, tick: store.read_tick(keys, tick)[0])
+    notifier.update([_job()])
+
+    def body_of(turn: CallTurn, held: object) -> StatusBody:
+        turn.bodies.append(SimpleNamespace(tails=("exporting\n", f"tick {turn.tick:%S}\n")))
+        return StatusBody(clock, statuses(turn.tick))
+
+    made = []
+    for worker in ("w1", "w2"):
+        calls = Calls(body_of, lambda note: None, notifier)
+        job = CoreJob(KEYS, EVERY_10S, TIMINGS, ("w1", "w2"))
+        calls.attach(TickCore(store, clock, Identity(worker), [job], calls.body, calls.hear))
+        made.append(calls)
+    return store, sender, made
+
+
+def _call_at(calls: Calls, tick: datetime) -> CallTurn:
+    config = SimpleNamespace(name=KEYS.name, lock_key=KEYS.lock_key)
+    turn = CallTurn(config, tick, None, None, lambda note: None)  # type: ignore[arg-type]
+    calls.take(turn)
+    return turn
+
+
+def test_embedded_calls_notify_as_the_scheduler_does_from_the_replica_that_ran() -> None:
+    """Both replicas call the job at each tick (an app's timer on each); the one that ran it
+    tells: failures with the body's output, and the first success after them recovers."""
+    clock = VirtualClock(START)
+    failing = {at(0), at(10)}
+    store, sender, fleet = _calls_fleet(lambda t: 3 if t in failing else 0, clock)
+    for seconds in (0, 10, 20, 30):
+        clock.advance(seconds - (clock.wall() - START).total_seconds())
+        turns = [_call_at(calls, at(seconds)) for calls in fleet]
+        clock.advance(5)
+        assert all(turn.quiet.is_set() for turn in turns)
+    assert _told(sender) == [
+        ("00", PING, "failed"),
+        ("00", "chat", "failed"),
+        ("10", PING, "failed"),
+        ("10", "chat", "failed"),
+        ("20", PING, "succeeded"),
+        ("20", "chat", "recovered"),
+        ("30", PING, "succeeded"),
+    ]
+    failed = [d for d in sender.got if d.notify == "chat" and d.event == "failed"]
+    for delivery in failed:
+        record = store.read_tick(KEYS, delivery.tick)[0]
+        assert record is not None and delivery.body is not None
+        assert delivery.body["worker"] == record.worker
+        assert delivery.body["output"]["stderr"] == [f"tick {delivery.tick:%S}"]
+
+
+def test_a_locker_reads_its_jobs_url_files_when_it_is_made(tmp_path: Path) -> None:
+    """from_config (and from_env) read every scheduled job's URL files, so a file that cannot
+    be used refuses the Locker in one line naming the config, the job and the file."""
+    from provision.embed import Locker
+
+    hook = _url_file(tmp_path, HOOK + "\n")
+    token = tmp_path / "worker-1.token"
+    token.write_text("00000000-0000-0000-0000-000000000001\n")
+    token.chmod(0o600)
+    job = {"lock_key": "locks/a/.lock", "ttl": "10s", "lock_delay": "4s"}
+    job |= {"renew_interval": "1s", "kill_grace": "1s", "schedule": "@every 2s"}
+    job |= {"workers": ["worker-1"], "notify": {"chat": {"url_file": str(hook), "on": ["failed"]}}}
+    consul = {"address": "http://127.0.0.1:9", "token_file": str(token)}
+    config = tmp_path / "lockctl.json"
+    config.write_text(
+        json.dumps({"format": 1, "worker": "worker-1", "consul": consul, "jobs": {"a": job}})
+    )
+    locker = Locker.from_config(config)
+    try:
+        [(notify, on, url)] = locker.notify[0].targets
+        assert (notify, on, url.reveal()) == ("chat", ("failed",), HOOK)
+    finally:
+        locker.close()
+    hook.chmod(0o644)
+    with pytest.raises(InputError) as raised:
+        Locker.from_config(config)
+    assert str(raised.value) == (
+        f"{config}: jobs.a: {hook}: URL file has mode 0644; it holds a secret, so others must "
+        f"not read it (chmod 600 {hook})"
+    )
