@@ -22,6 +22,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -141,9 +142,10 @@ def _spec_text(cluster: LiveCluster, uid: str, files: dict[str, Path], flag: Pat
             '  schedule      = "@every 2s"',
             f"  command       = {json.dumps(flaky)}",
             f'  ping_url_file = "{files["ping"]}"',
-            '  notify "chat" {',
-            f'    url_file = "{files["hook"]}"',
-            '    on       = ["failed", "recovered"]',
+            '  notify "chat" {',  # every failure told: a reload's new URL is used at once
+            f'    url_file     = "{files["hook"]}"',
+            '    on           = ["failed", "recovered"]',
+            '    repeat_after = "2s"',
             "  }",
             "}",
             f'job "nowhere-{uid}" {{',
@@ -161,8 +163,9 @@ def _spec_text(cluster: LiveCluster, uid: str, files: dict[str, Path], flag: Pat
             f'  workers  = ["{WORKER}"]',
             '  schedule = "@every 2s"',
             '  command  = ["/bin/sh", "-c", "exit 1"]',
-            '  notify "slow" {',
-            f'    url_file = "{files["hang"]}"',
+            '  notify "slow" {',  # every failure told, whatever the last test's ticks were
+            f'    url_file     = "{files["hang"]}"',
+            '    repeat_after = "2s"',
             "  }",
             "}",
         ]
@@ -219,13 +222,33 @@ def _no_secret(lines: list[str], secrets: tuple[str, ...]) -> None:
     assert not leaked, leaked
 
 
+def _only_a_streak_s_first_failure_told(scheduler: Scheduler, job: str) -> None:
+    """A job that fails every tick, with no repeat_after: its block is told of a failure only
+    when the tick before did not fail (the ledger's record, read by the replica that ran)."""
+    failed = {e["tick"] for e in scheduler.of("released", job) if e.get("outcome") == "failed"}
+    told = {e["tick"] for e in scheduler.of("notify-failed", job)}
+    every = 2  # the job's `@every 2s`
+    firsts = {tick for tick in failed if _tick_before(tick, every) not in failed}
+    assert told and told <= firsts, (told, firsts)
+    assert failed - firsts, failed  # a streak: repeats there were, told to nobody
+
+
+def _tick_before(tick: str, seconds: int) -> str:
+    moment = datetime.strptime(tick, "%Y-%m-%dT%H:%M:%SZ") - timedelta(seconds=seconds)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def test_a_failed_tick_notifies_pings_fail_and_the_first_success_after_it_recovers(
     lab: Lab, receiver: tuple[Receiver, http.server.ThreadingHTTPServer]
 ) -> None:
     got, _ = receiver
     config = json.loads(lab.config.read_text())
     assert config["jobs"][lab.flaky]["notify"] == {
-        "chat": {"url_file": str(lab.hook_file), "on": ["failed", "recovered"]}
+        "chat": {
+            "url_file": str(lab.hook_file),
+            "on": ["failed", "recovered"],
+            "repeat_after": "2s",
+        }
     }
     assert not any(secret in lab.config.read_text() for secret in lab.secrets)
     scheduler = Scheduler(lab.config)
@@ -285,6 +308,7 @@ def test_a_failed_tick_notifies_pings_fail_and_the_first_success_after_it_recove
         )
         assert _value(samples, "lockctl_notifications_total", job=lab.flaky, result="dropped") == 0
         assert scheduler.stop() == 0
+        _only_a_streak_s_first_failure_told(scheduler, lab.nowhere)
         _no_secret(scheduler.lines, lab.secrets)
         shown = [line for line in scheduler.lines if '"event":"notif' in line]
         print("\n".join(shown[:8]))  # for docs/notifications.md
