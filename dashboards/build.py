@@ -178,6 +178,26 @@ def _consul_panels() -> list[Builder[model.Panel]]:
     ]
 
 
+def _notification_panels() -> list[Builder[model.Panel]]:
+    """The jobs' own notifications (docs/notifications.md) that did not get through: what
+    LockctlNotificationFailing alerts on. Every result is at 0 from a scheduler's start, so a
+    job with a notify block or a ping shows 0 until one fails."""
+    undelivered = f'{JOBS},result=~"failed|dropped"'
+    return [
+        _timeseries(
+            "Notifications not delivered",
+            "Webhook posts and pings of each notify block (or the ping) that failed after their "
+            "tries, or were dropped from a full queue.",
+            "none",
+            Query(
+                f"sum by (job, notify, result) (increase(lockctl_notifications_total"
+                f"{{{undelivered}}}[{WINDOW}]))",
+                "{{job}} {{notify}} {{result}}",
+            ),
+        ),
+    ]
+
+
 def _schedule_panels() -> list[Builder[model.Panel]]:
     """What kube-state-metrics shows of a CronJob: its schedule, next time and suspension."""
     schedules = table.Panel().title("Schedules").datasource(DATASOURCE).span(WIDTH).height(HEIGHT)
@@ -231,6 +251,7 @@ def build_dashboard() -> model.Dashboard:
         ("Ticks", _tick_panels()),
         ("Consul", _consul_panels()),
         ("Schedules (as kube-state-metrics shows CronJobs)", _schedule_panels()),
+        ("Notifications", _notification_panels()),  # last: the others' ids stay as they were
     ):
         built = built.with_row(board.Row(title))
         for panel in panels:

@@ -28,7 +28,7 @@ import signal
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import TextIO
 
@@ -38,11 +38,13 @@ from provision.embed.run import RunEvents, RunOutcome
 from provision.embed.served import EMBED_EVENTS, AppBody
 from provision.fencing import Outcome
 from provision.ledger.records import tick_name
+from provision.notify.notifier import JobNotify, Notifier
+from provision.notify.sender import DRAIN, Delivery, Lanes, result_event
 from provision.runner.events import EventLog
 from provision.runner.on_core import CORE_RETRY, Said, TickAsk, ran_result, skip_fields
 from provision.runner.results import RunOptions, SkipReason
 from provision.runner.tick_verdicts import paused_refusal
-from provision.scheduler.on_core import BodySaid, GuardedClock, core_job
+from provision.scheduler.on_core import BodySaid, GuardedClock, core_job, record_reader
 from provision.scheduler.report import note_events, unexpected
 from provision.tick.aside import aside_store
 from provision.tick.clock import Clock
@@ -121,13 +123,15 @@ class CallBody(AppBody):
 @dataclass(frozen=True)
 class CallSetting:
     """What the Locker gives its call core: its client and Consul clock, who it is, where
-    the sessions' events go, and its scheduled jobs."""
+    the sessions' events go, its scheduled jobs, and their notifications (URLs read when the
+    Locker was made)."""
 
     consul: Consul
     wall: AgentClock
     worker: str
     stream: TextIO | None
     jobs: tuple[JobConfig, ...]
+    notify: tuple[JobNotify, ...] = ()
 
 
 BodyOf = Callable[[CallTurn, Callable[[], HeldRun]], Body]  # a turn's body, and its held run
@@ -138,8 +142,13 @@ class Calls:
     to the call of their job (the session pool's to `pool`), a turn ended once its verdict is
     settled, a stop settled once no run is left and the sessions are destroyed."""
 
-    def __init__(self, body_of: BodyOf, pool: Callable[[Note], None]) -> None:
-        self.body_of, self.pool = body_of, pool
+    def __init__(
+        self,
+        body_of: BodyOf,
+        pool: Callable[[Note], None],
+        told: Callable[[Note], None] = lambda note: None,
+    ) -> None:
+        self.body_of, self.pool, self.told = body_of, pool, told  # told: the notifier
         self.core: TickCore | None = None
         self.calls: dict[str, CallTurn] = {}  # each job's call now (or its last one)
         self.settled = threading.Event()  # stopped: no run left, the sessions destroyed
@@ -190,6 +199,18 @@ class Calls:
         turn = self.calls.get(note.job)
         if turn is not None:
             turn.hear(note)
+        self.told(self._with_tails(note))
+
+    def _with_tails(self, note: Note) -> Note:
+        """A completion's record with its body's output ends, as the store completed it (the
+        core's copy has none), for a webhook's body."""
+        record = note.record
+        if note.kind != "completed" or record is None or note.tick is None:
+            return note
+        tails = self.tails(note.job, note.tick)
+        if tails is None or record.stdout or record.stderr:
+            return note
+        return replace(note, record=replace(record, stdout=tails[0], stderr=tails[1]))
 
     def _renewal(self, note: Note) -> None:
         """A renewal of a session a call's run holds its lock under is said with the call's
@@ -225,7 +246,12 @@ class CallCore:
         self.setting = setting
         self.events = EventLog(EMBED_EVENTS, setting.worker, setting.stream)
         self.clock = GuardedClock(setting.wall, self._unexpected)
-        self.calls = Calls(self._body_of, self._pool_note)
+        # notifications, as serve()'s: a queue and thread per notify block's name, apart from
+        # the calls' ticks; ended by close()
+        self.lanes = Lanes(self._notified)
+        notifier = Notifier(self.lanes, record_reader(setting.consul))
+        notifier.update(setting.notify)
+        self.calls = Calls(self._body_of, self._pool_note, notifier)
         self.store = TailedStore(setting.consul.with_retry(CORE_RETRY), self.calls.tails)
         identity = Identity(setting.worker, socket.gethostname(), os.getpid())
         jobs = [core_job(job) for job in setting.jobs]
@@ -234,6 +260,7 @@ class CallCore:
         self.calls.attach(core)
         self.live: list[str] = []  # the sessions made and not gone
         self.thread = threading.Thread(target=self.clock.run, name="lockctl-embed", daemon=True)
+        self.lanes.start()
         self.thread.start()
 
     def take(self, turn: CallTurn) -> Verdict:
@@ -262,6 +289,7 @@ class CallCore:
         self.calls.settled.wait(timeout)
         self.clock.close()
         self.thread.join(timeout)
+        self.lanes.close(DRAIN)  # what the last runs decided gets DRAIN seconds to be sent
 
     def _body_of(self, turn: CallTurn, held: Callable[[], HeldRun]) -> Body:
         body = CallBody(turn.make(turn.events), turn, self.clock, held)
@@ -279,6 +307,14 @@ class CallCore:
 
     def _unexpected(self, exc: Exception) -> None:
         self.events.emit("tick-failed", error=unexpected(exc))
+
+    def _notified(self, delivery: Delivery, result: str, error: str | None) -> None:
+        """A delivery's end, said in its job's events (`notified`, `notify-failed`)."""
+        said = result_event(delivery, result, error)
+        if said is not None:
+            EventLog(delivery.job, self.setting.worker, self.setting.stream).emit(
+                said[0], **said[1]
+            )
 
 
 def call_turn(

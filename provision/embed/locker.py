@@ -36,11 +36,13 @@ from provision.ledger.health import JobHealth, assess
 from provision.ledger.history import JobHistory, LedgerJob, Wanted, read_history
 from provision.ledger.records import tick_name
 from provision.ledger.store import Ledger
+from provision.notify.notifier import JobNotify
 from provision.runner.precheck import utc_now
 from provision.runner.results import RunResult, SkipReason
 from provision.runner.stop import StopRequest
 from provision.runner.tick_lock import TickSkip, current_tick, job_schedule, plan_tick
-from provision.workers.config import JobConfig, load_worker_config
+from provision.scheduler.on_core import ready_notifications
+from provision.workers.config import JobConfig, WorkerConfig, load_worker_config
 
 Events = TextIO | logging.Logger | None
 RUNNING_HERE = "a call of this job is still running in this process"
@@ -72,6 +74,8 @@ class Locker:
         self._idle = threading.Condition()
         self.registered: dict[str, Callable[[], RunOutcome]] = {}  # the decorated calls
         self.served: dict[str, Served] = {}  # what serve() runs at each tick
+        # the jobs' notifications, their URLs read by from_config/from_env (notify/)
+        self.notify: tuple[JobNotify, ...] = ()
 
     # -- making one ------------------------------------------------------------------------
     @classmethod
@@ -80,7 +84,7 @@ class Locker:
         TLS files and jobs); what it names wins over Consul's environment variables."""
         config = load_worker_config(Path(path))
         settings = resolve_settings(**config.connection())
-        return cls._connect(settings, config.worker, config.jobs, options)
+        return cls._connect(settings, config.worker, config, options)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **options: Any) -> Locker:
@@ -97,15 +101,22 @@ class Locker:
                 f"LOCKCTL_WORKER: {worker!r}, but {config.path} is for {config.worker!r}"
             )
         settings = resolve_settings(env=env)
-        return cls._connect(settings, worker, config.jobs, options)
+        return cls._connect(settings, worker, config, options)
 
     @classmethod
     def _connect(
-        cls, settings: Any, worker: str, jobs: tuple[JobConfig, ...], options: dict[str, Any]
+        cls, settings: Any, worker: str, config: WorkerConfig, options: dict[str, Any]
     ) -> Locker:
+        """The Locker of `config`'s jobs, their notifications' URL files read and checked first
+        (InputError naming the config, the job and the file: nothing is connected then)."""
+        scheduled = [job for job in config.jobs if job.schedule]
+        notify = tuple(ready_notifications(scheduled, str(config.path)))
         wall = AgentClock()  # every decision about a tick is judged on Consul's clock
         consul = Consul(settings, agent_clock=wall)
-        return cls(consul, worker, {job.name: job for job in jobs}, wall=wall, **options)
+        jobs = {job.name: job for job in config.jobs}
+        locker = cls(consul, worker, jobs, wall=wall, **options)
+        locker.notify = notify
+        return locker
 
     def job(self, name: str) -> JobConfig:
         job = self.jobs.get(name)
@@ -257,7 +268,9 @@ class Locker:
                 return None
             if self._core is None:
                 scheduled = tuple(job for job in self.jobs.values() if job.schedule)
-                setting = CallSetting(self.consul, self.wall, self.worker, self.stream, scheduled)
+                setting = CallSetting(
+                    self.consul, self.wall, self.worker, self.stream, scheduled, self.notify
+                )
                 self._core = CallCore(setting)
             return self._core
 
@@ -309,7 +322,13 @@ class Locker:
             make = body_maker(self.job(name), served.function, served.isolation)
             jobs.append(AppJob(self.job(name), make, served.on_lost))
         return AppJobs(
-            self.consul, self.wall, self.worker, self.stream, tuple(jobs), lambda: self.stopping
+            self.consul,
+            self.wall,
+            self.worker,
+            self.stream,
+            tuple(jobs),
+            lambda: self.stopping,
+            self.notify,
         )
 
     def close(self, timeout: float = CLOSE_TIMEOUT) -> None:

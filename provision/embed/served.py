@@ -31,7 +31,7 @@ from provision.consul import AgentClock, Consul
 from provision.embed.bodies import ThreadBody
 from provision.embed.run import OnLost, RunEvents
 from provision.fencing import BodyFence
-from provision.notify.notifier import Notifier
+from provision.notify.notifier import JobNotify, Notifier
 from provision.notify.sender import Lanes
 from provision.runner.core_body import run_env
 from provision.runner.forkserver import ForkServer
@@ -40,10 +40,10 @@ from provision.scheduler.on_core import (
     GuardedClock,
     Replica,
     Shared,
-    ready_notifications,
+    record_reader,
 )
 from provision.scheduler.report import CoreReport, unexpected
-from provision.tick.consul_store import ConsulTickStore, Tails
+from provision.tick.consul_store import Tails
 from provision.tick.core import Identity
 from provision.tick.edge import Body, BodyEnd, Note, Run, StopHow, TimerClock
 from provision.tick.held import HeldRun
@@ -124,7 +124,8 @@ class AppJob:
 @dataclass(frozen=True)
 class AppJobs:
     """What serve() is given by the Locker: its client and Consul clock, who it is, where
-    the events go, the decorated jobs, and whether the Locker is closing."""
+    the events go, the decorated jobs, whether the Locker is closing, and the jobs'
+    notifications (their URLs read when the Locker was made)."""
 
     consul: Consul
     wall: AgentClock
@@ -132,6 +133,7 @@ class AppJobs:
     stream: TextIO | None
     jobs: tuple[AppJob, ...]
     closing: Callable[[], bool]
+    notify: tuple[JobNotify, ...] = ()
 
 
 class AppReplica(Replica):
@@ -182,10 +184,8 @@ def serve_on_core(app: AppJobs, stop: threading.Event) -> None:
     clock = GuardedClock(app.wall, functools.partial(_unexpected, report))
     identity = Identity(app.worker, socket.gethostname(), os.getpid())
     lanes = Lanes(report.notified)  # notifications, as lockctl schedule's (notify/)
-    notifier = Notifier(
-        lanes, lambda keys, tick: ConsulTickStore(app.consul).read_tick(keys, tick)[0]
-    )
-    notifier.update(ready_notifications([job.config for job in app.jobs], "serve()"))
+    notifier = Notifier(lanes, record_reader(app.consul))
+    notifier.update(app.notify)
     lanes.start()
     replica = AppReplica(app, Shared(clock, identity, report, ForkServer(), notifier))
     clock.call_at(clock.monotonic(), replica.core.start)

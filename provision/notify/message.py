@@ -13,6 +13,10 @@ The outcomes, from the record the deciding replica wrote:
                                        replica that records it (notifier.py `_after_missed`)
 
 An interrupted run (a stop) and a paused tick tell nobody: neither is the job's failure.
+
+A `failed`, `lost` or `missed` outcome that the job's previous scheduled tick's record already
+had is a repeat (`repeated`): not told again, unless the notify block's `repeat_after` window
+turned since that tick. The state is the ledger's, so whichever replica decides next knows it.
 """
 
 from __future__ import annotations
@@ -60,6 +64,21 @@ def recovered(previous: TickRecord | None) -> bool:
     """Whether a success recovers the job: its previous tick's record says it did not go well.
     No record (not recorded yet, or pruned) is no failure known."""
     return previous is not None and previous.outcome in NOT_WELL
+
+
+def repeated(
+    word: str, tick: datetime, previous: TickRecord | None, repeat_after: float | None
+) -> bool:
+    """Whether the outcome `word` of `tick` only repeats its previous tick's (`previous`, the
+    record of the job's scheduled tick before it), so that it is not told again: the same
+    outcome (a timeout is a failure), and no `repeat_after` window (seconds, aligned on the
+    Unix epoch, as every replica's are) began between the two ticks. No record is no outcome
+    known: told."""
+    if previous is None or _WORDS.get(previous.outcome) != word:
+        return False
+    if repeat_after is None:
+        return True
+    return tick.timestamp() // repeat_after == previous.tick.timestamp() // repeat_after
 
 
 def previous_tick(schedule: Schedule, tick: datetime) -> datetime | None:

@@ -24,6 +24,7 @@ from provision.notify.message import (
     decided,
     previous_tick,
     recovered,
+    repeated,
     webhook_body,
 )
 from provision.notify.sender import Delivery, Later
@@ -36,6 +37,7 @@ from provision.tick.store import JobKeys
 PING_FAILS = ("failed", "lost")  # what a ping's /fail says; a missed tick is the ping's silence
 
 ReadTick = Callable[[JobKeys, datetime], "TickRecord | None"]
+Target = tuple[str, tuple[str, ...], Secret, "float | None"]  # name, on, URL, repeat_after
 
 
 class Submit(Protocol):
@@ -44,22 +46,26 @@ class Submit(Protocol):
 
 @dataclass(frozen=True)
 class JobNotify:
-    """One job's notifications, ready: its keys and schedule (a recovery's previous tick),
-    each notify block with its URL, and its ping URL."""
+    """One job's notifications, ready: its keys and schedule (a recovery's and a repeat's
+    previous tick), each notify block with its URL and its repeat window (seconds, or None:
+    a repeat is never told), and its ping URL."""
 
     keys: JobKeys
     schedule: Schedule
-    targets: tuple[tuple[str, tuple[str, ...], Secret], ...] = field(repr=False)  # name, on, URL
+    targets: tuple[Target, ...] = field(repr=False)
     ping: Secret | None = field(default=None, repr=False)
 
     def secrets(self) -> list[str]:
-        urls = [url for _, _, url in self.targets] + ([self.ping] if self.ping else [])
+        urls = [target[2] for target in self.targets] + ([self.ping] if self.ping else [])
         return [url.reveal() for url in urls]
 
 
 def load_job(keys: JobKeys, schedule: Schedule, notifications: Notifications) -> JobNotify:
     """The job's URLs read from their files (InputError naming a file that cannot be used)."""
-    targets = tuple((t.name, t.on, read_url_file(Path(t.url_file))) for t in notifications.targets)
+    targets = tuple(
+        (t.name, t.on, read_url_file(Path(t.url_file)), t.repeat_seconds)
+        for t in notifications.targets
+    )
     ping_file = notifications.ping_url_file
     ping = None if ping_file is None else read_url_file(Path(ping_file))
     return JobNotify(keys, schedule, targets, ping)
@@ -98,22 +104,50 @@ class Notifier:
 def deliveries(
     job: JobNotify, word: str, record: TickRecord, read_tick: ReadTick
 ) -> list[Delivery]:
-    """What a decided tick sends: the ping (success, or /fail), then each notify block told of
-    the outcome; a recovery's, to those told of `recovered`, made once a record is read."""
+    """What a decided tick sends: the ping (success, or /fail: every run), then each notify
+    block told of the outcome, unless it repeats the previous tick's; a recovery's, to those
+    told of `recovered`. Both are made on the sender's thread once a record is read."""
     name, tick, made = job.keys.name, record.tick, []
     if job.ping is not None and (word == SUCCEEDED or word in PING_FAILS):
         url = job.ping if word == SUCCEEDED else fail_url(job.ping)
         made.append(Delivery(name, tick, PING, word, url, "GET"))
-    secrets = job.secrets()
-    for notify, on, url in job.targets:
+    for notify, on, url, repeat_after in job.targets:
         if word != SUCCEEDED and word in on:
-            body = webhook_body(name, word, record, notify, secrets)
-            made.append(Delivery(name, tick, notify, word, url, "POST", body))
+            told = Told(job, word, record, notify)
+            later = functools.partial(_unless_repeated, told, repeat_after, read_tick)
+            made.append(Delivery(name, tick, notify, word, url, "POST", None, later))
         if "recovered" in on and word in (SUCCEEDED, "missed"):
             look = _after_success if word == SUCCEEDED else _after_missed
             later = functools.partial(look, job, record, notify, read_tick)
             made.append(Delivery(name, tick, notify, "recovered", url, "POST", None, later))
     return made
+
+
+@dataclass(frozen=True)
+class Told:
+    """An outcome a notify block is told of: the job, the word, its record, the block."""
+
+    job: JobNotify
+    word: str
+    record: TickRecord
+    notify: str
+
+
+def _unless_repeated(told: Told, repeat_after: float | None, read_tick: ReadTick) -> Later | None:
+    """The outcome's body, unless the job's previous tick's record had the same outcome within
+    the block's repeat window (message.py `repeated`): the ledger is the state, so the replica
+    that decides the next tick knows what the last one was told. A read that fails tells: a
+    page twice rather than none."""
+    job, record = told.job, told.record
+    before = previous_tick(job.schedule, record.tick)
+    try:
+        previous = None if before is None else read_tick(job.keys, before)
+    except Exception:  # Consul not answering (notify/ knows no Consul client's errors)
+        previous = None
+    if repeated(told.word, record.tick, previous, repeat_after):
+        return None
+    body = webhook_body(job.keys.name, told.word, record, told.notify, job.secrets())
+    return record.tick, body
 
 
 def _after_success(

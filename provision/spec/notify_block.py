@@ -20,10 +20,11 @@ from provision.system.notify_rules import (
     NotifyTarget,
     on_problem,
     ordered_on,
+    repeat_problem,
     url_file_problem,
 )
 
-NOTIFY_KEYS = ("url_file", "on")
+NOTIFY_KEYS = ("url_file", "on", "repeat_after")
 PING_KEY = "ping_url_file"
 
 
@@ -88,9 +89,14 @@ def _target(block: Block, where: str, problems: Problems) -> NotifyTarget | None
         found = attributes["url_file"]
         url_file = read_checked_string(found, f"{here}.url_file", problems, url_file_problem)
     on = _on(attributes.get("on"), f"{here}.on", problems)
+    repeat = attributes.get("repeat_after")
+    repeat_after = None
+    if repeat is not None:
+        where = f"{here}.repeat_after"
+        repeat_after = read_checked_string(repeat, where, problems, repeat_problem)
     if url_file is None or on is None or len(problems.found) > before:
         return None
-    return NotifyTarget(name, url_file, on)
+    return NotifyTarget(name, url_file, on, repeat_after)
 
 
 def _attributes(block: Block, here: str, problems: Problems) -> dict[str, Attribute]:

@@ -12,6 +12,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from provision.durations import DurationSyntaxError, parse_duration
 from provision.errors import InputError
 from provision.system.files import UnreadableFile, read_regular_file
 from provision.system.secrets import Secret
@@ -30,11 +31,18 @@ _URL = re.compile(r"https?://[^\s/?#]+[^\s]*")
 
 @dataclass(frozen=True)
 class NotifyTarget:
-    """One `notify "NAME"` block: a webhook told of the outcomes in `on` (ON_VALUES order)."""
+    """One `notify "NAME"` block: a webhook told of the outcomes in `on` (ON_VALUES order);
+    an outcome that repeats the tick before's is told again once per `repeat_after` (a Go
+    duration), never without it."""
 
     name: str
     url_file: str
     on: tuple[str, ...] = ON_VALUES
+    repeat_after: str | None = None
+
+    @property
+    def repeat_seconds(self) -> float | None:
+        return None if self.repeat_after is None else parse_duration(self.repeat_after).seconds
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,19 @@ def on_problem(values: object) -> str | None:
             return f'"{shown}" is not an outcome to notify of; expected {expected}'
     if len(set(values)) != len(values):
         return "names an outcome twice"
+    return None
+
+
+def repeat_problem(text: object) -> str | None:
+    """Why `text` is not a `repeat_after` (a Go duration of at least a second), or None."""
+    if not isinstance(text, str):
+        return 'must be a duration string such as "4h"'
+    try:
+        seconds = parse_duration(text).seconds
+    except DurationSyntaxError as exc:
+        return str(exc)
+    if seconds < 1:
+        return f'"{text}" is less than 1s; the repeats of an outcome need a window of 1s or more'
     return None
 
 

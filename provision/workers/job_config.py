@@ -26,6 +26,7 @@ from provision.system.notify_rules import (
     NotifyTarget,
     on_problem,
     ordered_on,
+    repeat_problem,
     url_file_problem,
 )
 from provision.timings import (
@@ -86,11 +87,17 @@ def notify_record(notifications: Notifications) -> dict[str, Any]:
     them refuses the fields): the files' paths, never a URL."""
     record: dict[str, Any] = {}
     if notifications.targets:
-        record["notify"] = {
-            t.name: {"url_file": t.url_file, "on": list(t.on)} for t in notifications.targets
-        }
+        record["notify"] = {t.name: _target_record(t) for t in notifications.targets}
     if notifications.ping_url_file:
         record["ping_url_file"] = notifications.ping_url_file
+    return record
+
+
+def _target_record(target: NotifyTarget) -> dict[str, Any]:
+    """One notify block's entry; `repeat_after` only when it has one (an older lockctl's)."""
+    record: dict[str, Any] = {"url_file": target.url_file, "on": list(target.on)}
+    if target.repeat_after is not None:
+        record["repeat_after"] = target.repeat_after
     return record
 
 
@@ -234,7 +241,8 @@ def _notifications(raw: dict[str, Any], where: str, problems: list[str]) -> Noti
         if name == PING:
             problems.append(f"{here[:-1]}: {PING_TAKEN}")
             continue
-        if not isinstance(block, dict) or set(block) != {"url_file", "on"}:
+        keys = set(block) if isinstance(block, dict) else set()
+        if not {"url_file", "on"} <= keys <= {"url_file", "on", "repeat_after"}:
             problems.append(f'{here[:-1]}: must be {{"url_file": "/...", "on": [...]}}')
             continue
         problem = url_file_problem(block["url_file"])
@@ -243,8 +251,13 @@ def _notifications(raw: dict[str, Any], where: str, problems: list[str]) -> Noti
         wrong_on = on_problem(block["on"])
         if wrong_on:
             problems.append(f"{here}on: {wrong_on}")
-        if not problem and not wrong_on:
-            targets.append(NotifyTarget(name, block["url_file"], ordered_on(block["on"])))
+        repeat = block.get("repeat_after")
+        wrong_repeat = None if repeat is None else repeat_problem(repeat)
+        if wrong_repeat:
+            problems.append(f"{here}repeat_after: {wrong_repeat}")
+        if not problem and not wrong_on and not wrong_repeat:
+            on = ordered_on(block["on"])
+            targets.append(NotifyTarget(name, block["url_file"], on, repeat))
     if ping is not None and (problem := url_file_problem(ping)):
         problems.append(f"{where}ping_url_file: {problem}")
         ping = None

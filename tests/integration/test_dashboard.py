@@ -63,6 +63,7 @@ LABELS = {
     "Schedules": {"job", "schedule", "timezone"},
     "Time to the next tick": {"job"},
     "Paused": {"job"},
+    "Notifications not delivered": {"job", "notify", "result"},
 }
 
 Series = list[tuple[dict[str, str], float]]  # each series' labels and value
@@ -191,12 +192,19 @@ def lab(live_cluster: LiveCluster, tmp_path: Path) -> Iterator[Lab]:
     flag = tmp_path / "fail"
     scripts = {"flaky": f"sleep 1; test ! -e {flag}", "steady": "true"}
     jobs = {kind: f"dash-{kind}-{uid}" for kind in EVERY}
+    with socket.socket() as probe:  # a port nothing listens on: every ping fails to connect
+        probe.bind((PROMETHEUS_HOST, 0))
+        closed = probe.getsockname()[1]
+    ping = tmp_path / "ping.url"
+    ping.write_text(f"http://{PROMETHEUS_HOST}:{closed}/ping/{uuid.uuid4().hex}\n")
+    ping.chmod(0o600)
     attributes = {
         jobs[kind]: {
             "prefix": f'"{kv}{kind}/"',
             "schedule": f'"@every {EVERY[kind]}s"',
             "start_deadline": f'"{DEADLINE}s"',
             "command": json.dumps(["/bin/sh", "-c", scripts[kind]]),
+            "ping_url_file": f'"{ping}"',
         }
         for kind in EVERY
     }
@@ -314,6 +322,13 @@ def test_every_panel_shows_the_replicas_and_changes_with_what_it_shows(lab: Lab)
     running = "Jobs running (at most one per job)"
     _until(lambda: value(running, job=flaky) == 1, panels, running)
     assert value("Paused") == 0
+    undelivered = "Notifications not delivered"  # the pings' URL refuses: none gets through
+    _until(
+        lambda: value(undelivered, job=flaky, notify="ping", result="failed") > 0,
+        panels,
+        undelivered,
+    )
+    _show(panels, undelivered)
 
     # 2. a job failure: run failures, and the last success ages, for the flaky job only
     since = "Ticks since the last success"

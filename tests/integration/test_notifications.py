@@ -22,6 +22,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +31,8 @@ from scheduler_lab import ListeningScheduler
 from test_scheduler_listen import QUICK_DEFAULTS, _value
 from workers_lab import minted_workers
 
-from provision.embed import Locker, Run
+from provision.embed import Locker, Run, RunOutcome
+from provision.ledger.records import tick_name
 from tests.conftest import TEST_SUBNET
 from tests.lockctl_process import LOCKCTL, eventually
 
@@ -140,9 +142,10 @@ def _spec_text(cluster: LiveCluster, uid: str, files: dict[str, Path], flag: Pat
             '  schedule      = "@every 2s"',
             f"  command       = {json.dumps(flaky)}",
             f'  ping_url_file = "{files["ping"]}"',
-            '  notify "chat" {',
-            f'    url_file = "{files["hook"]}"',
-            '    on       = ["failed", "recovered"]',
+            '  notify "chat" {',  # every failure told: a reload's new URL is used at once
+            f'    url_file     = "{files["hook"]}"',
+            '    on           = ["failed", "recovered"]',
+            '    repeat_after = "2s"',
             "  }",
             "}",
             f'job "nowhere-{uid}" {{',
@@ -160,8 +163,9 @@ def _spec_text(cluster: LiveCluster, uid: str, files: dict[str, Path], flag: Pat
             f'  workers  = ["{WORKER}"]',
             '  schedule = "@every 2s"',
             '  command  = ["/bin/sh", "-c", "exit 1"]',
-            '  notify "slow" {',
-            f'    url_file = "{files["hang"]}"',
+            '  notify "slow" {',  # every failure told, whatever the last test's ticks were
+            f'    url_file     = "{files["hang"]}"',
+            '    repeat_after = "2s"',
             "  }",
             "}",
         ]
@@ -218,13 +222,33 @@ def _no_secret(lines: list[str], secrets: tuple[str, ...]) -> None:
     assert not leaked, leaked
 
 
+def _only_a_streak_s_first_failure_told(scheduler: Scheduler, job: str) -> None:
+    """A job that fails every tick, with no repeat_after: its block is told of a failure only
+    when the tick before did not fail (the ledger's record, read by the replica that ran)."""
+    failed = {e["tick"] for e in scheduler.of("released", job) if e.get("outcome") == "failed"}
+    told = {e["tick"] for e in scheduler.of("notify-failed", job)}
+    every = 2  # the job's `@every 2s`
+    firsts = {tick for tick in failed if _tick_before(tick, every) not in failed}
+    assert told and told <= firsts, (told, firsts)
+    assert failed - firsts, failed  # a streak: repeats there were, told to nobody
+
+
+def _tick_before(tick: str, seconds: int) -> str:
+    moment = datetime.strptime(tick, "%Y-%m-%dT%H:%M:%SZ") - timedelta(seconds=seconds)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def test_a_failed_tick_notifies_pings_fail_and_the_first_success_after_it_recovers(
     lab: Lab, receiver: tuple[Receiver, http.server.ThreadingHTTPServer]
 ) -> None:
     got, _ = receiver
     config = json.loads(lab.config.read_text())
     assert config["jobs"][lab.flaky]["notify"] == {
-        "chat": {"url_file": str(lab.hook_file), "on": ["failed", "recovered"]}
+        "chat": {
+            "url_file": str(lab.hook_file),
+            "on": ["failed", "recovered"],
+            "repeat_after": "2s",
+        }
     }
     assert not any(secret in lab.config.read_text() for secret in lab.secrets)
     scheduler = Scheduler(lab.config)
@@ -284,6 +308,7 @@ def test_a_failed_tick_notifies_pings_fail_and_the_first_success_after_it_recove
         )
         assert _value(samples, "lockctl_notifications_total", job=lab.flaky, result="dropped") == 0
         assert scheduler.stop() == 0
+        _only_a_streak_s_first_failure_told(scheduler, lab.nowhere)
         _no_secret(scheduler.lines, lab.secrets)
         shown = [line for line in scheduler.lines if '"event":"notif' in line]
         print("\n".join(shown[:8]))  # for docs/notifications.md
@@ -318,7 +343,7 @@ def test_a_receiver_that_hangs_delays_no_tick(
             still = first in got.hanging  # ... while the receiver still holds that request
         assert still and not got.release.is_set()
         ticks = [e["tick"] for e in scheduler.of("released", lab.hangs)]
-        assert ticks == sorted(set(ticks)) and len(ticks) >= 2
+        assert ticks == sorted(set(ticks))  # the later tick may not be released yet: claimed is
         got.release.set()
         assert eventually(lambda: scheduler.of("notified", lab.hangs), WAIT), scheduler.lines
         assert scheduler.stop() == 0
@@ -441,3 +466,50 @@ def test_a_reload_reads_the_url_files_again_and_refuses_one_others_may_read(
         scheduler.kill()
         lab.hook_file.write_text(kept)
         lab.hook_file.chmod(0o600)
+
+
+def test_an_embedded_call_and_a_tick_block_notify_from_the_replica_that_ran(
+    lab: Lab, receiver: tuple[Receiver, http.server.ThreadingHTTPServer]
+) -> None:
+    """A decorated call's failure posts its body to the job's notify block, and a `with
+    locker.tick()` block's success pings, sent on the Locker's own lanes, ended by close()."""
+    got, _ = receiver
+    events = io.StringIO()
+    locker = Locker.from_config(lab.config, events=events)
+    failing = threading.Event()
+
+    @locker.singleton(lab.flaky)
+    def export(run: Run) -> None:
+        if failing.is_set():
+            raise RuntimeError("the warehouse is down")
+
+    pinged = f"/ping/{lab.secrets[1]}"
+    try:
+        assert eventually(lambda: export().ran, WAIT, pause=0.3)  # a success first
+        failing.set()
+        outcomes: list[RunOutcome] = []
+        assert eventually(lambda: outcomes.append(export()) or outcomes[-1].ran, WAIT, pause=0.3)
+        assert outcomes[-1].tick is not None and not outcomes[-1].succeeded
+        tick = tick_name(outcomes[-1].tick)
+
+        def failed_told() -> bool:
+            return any(b["tick"] == tick for b in _bodies(got, "failed"))
+
+        assert eventually(failed_told, WAIT), events.getvalue()
+        before = [r.path for r in got.seen("GET", "/ping/")].count(pinged)
+
+        def block_ran() -> bool:
+            with locker.tick(lab.flaky) as claim:
+                return bool(claim)
+
+        assert eventually(block_ran, WAIT, pause=0.3)
+    finally:
+        locker.close()  # the lanes drained: what the runs decided is sent by now
+    assert [r.path for r in got.seen("GET", "/ping/")].count(pinged) > before
+    body = next(b for b in _bodies(got, "failed") if b["tick"] == tick)
+    assert (body["job"], body["worker"], body["notify"]) == (lab.flaky, WORKER, "chat")
+    assert body["output"]["stderr"][-1].endswith("the warehouse is down"), body
+    said = [json.loads(line) for line in events.getvalue().splitlines() if line.startswith("{")]
+    told = {(e["notify"], e["tick"]) for e in said if e["event"] == "notified"}
+    assert ("chat", tick) in told and ("ping", tick) in told, said
+    _no_secret(events.getvalue().splitlines(), lab.secrets)

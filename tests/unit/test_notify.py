@@ -11,11 +11,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import requests
 from tick_fleet import KEYS, START, TIMINGS, at
 
+from provision.embed.called import Calls, CallTurn
 from provision.errors import InputError
 from provision.ledger.records import TickOutcome, TickRecord
 from provision.notify.message import (
@@ -24,6 +26,7 @@ from provision.notify.message import (
     last_lines,
     previous_tick,
     recovered,
+    repeated,
     webhook_body,
 )
 from provision.notify.notifier import JobNotify, Notifier, deliveries, fail_url, load_job
@@ -56,9 +59,11 @@ def _record(outcome: TickOutcome, tick: float = 0.0, **fields: object) -> TickRe
 
 
 def _job(
-    on: tuple[str, ...] = ("failed", "missed", "lost", "recovered"), ping: bool = True
+    on: tuple[str, ...] = ("failed", "missed", "lost", "recovered"),
+    ping: bool = True,
+    repeat_after: float | None = None,
 ) -> JobNotify:
-    targets = (("chat", on, Secret(HOOK)),)
+    targets = (("chat", on, Secret(HOOK), repeat_after),)
     return JobNotify(KEYS, EVERY_10S, targets, Secret(PING_URL) if ping else None)
 
 
@@ -159,6 +164,44 @@ def test_a_success_recovers_from_a_failed_timed_out_lost_or_missed_tick_only() -
 
 
 # -- the body -----------------------------------------------------------------------------------
+F, T_O, L, M, S = (
+    TickOutcome.FAILED,
+    TickOutcome.TIMED_OUT,
+    TickOutcome.LOST,
+    TickOutcome.MISSED,
+    TickOutcome.SUCCEEDED,
+)
+
+
+@pytest.mark.parametrize(
+    ("word", "tick", "previous", "repeat_after", "is_repeat"),
+    [
+        ("failed", 10, None, None, False),  # no record before it (or pruned): told
+        ("failed", 10, (S, 0), None, False),  # the first failure after a success
+        ("failed", 10, (F, 0), None, True),  # a failure again: not told
+        ("failed", 10, (T_O, 0), None, True),  # a timeout is a failure too
+        ("failed", 10, (M, 0), None, False),  # after a miss: another outcome, told
+        ("failed", 10, (L, 0), None, False),
+        ("lost", 10, (L, 0), None, True),
+        ("missed", 10, (M, 0), None, True),
+        ("missed", 10, (F, 0), None, False),
+        ("failed", 10, (F, 0), 3600.0, True),  # in the same hour's window
+        ("failed", 3600, (F, 3590), 3600.0, False),  # the window turned: told again
+        ("failed", 3610, (F, 3600), 3600.0, True),
+        ("failed", 7200, (F, 0), 3600.0, False),  # a tick of a slow schedule: a window apart
+    ],
+)
+def test_an_outcome_the_tick_before_had_is_a_repeat_until_its_window_turns(
+    word: str,
+    tick: float,
+    previous: tuple[TickOutcome, float] | None,
+    repeat_after: float | None,
+    is_repeat: bool,
+) -> None:
+    before = None if previous is None else _record(previous[0], previous[1])
+    assert repeated(word, at(tick), before, repeat_after) is is_repeat
+
+
 def test_the_webhook_body_says_what_happened_with_the_output_s_last_lines_masked() -> None:
     err = "".join(f"line {n}\n" for n in range(30)) + f"posting to {HOOK} failed\n"
     record = _record(
@@ -203,12 +246,14 @@ def _never_read(keys: JobKeys, tick: datetime) -> TickRecord | None:
 
 
 def test_a_failure_pings_fail_and_posts_to_the_blocks_told_of_it() -> None:
-    made = deliveries(_job(), "failed", _record(TickOutcome.FAILED, exit_status=1), _never_read)
+    record = _record(TickOutcome.FAILED, 10, exit_status=1)
+    made = deliveries(_job(), "failed", record, lambda k, t: None)
     assert [(d.notify, d.method, d.url.reveal()) for d in made] == [
         (PING, "GET", PING_URL + "/fail"),
         ("chat", "POST", HOOK),
     ]
-    assert made[1].body is not None and made[1].body["event"] == "failed"
+    assert made[1].later is not None  # the previous tick's record is read first: no repeat
+    assert made[1].later()[1]["event"] == "failed"  # type: ignore[index]
     assert "SECRET" not in repr(made)  # a delivery's repr names no URL
     quiet = deliveries(
         _job(on=("lost",), ping=False), "failed", _record(TickOutcome.FAILED), _never_read
@@ -409,11 +454,14 @@ class Queued(Sender):
 
 
 def _fleet(
-    statuses: Callable[[datetime], int], workers: tuple[str, ...], clock: VirtualClock
+    statuses: Callable[[datetime], int],
+    workers: tuple[str, ...],
+    clock: VirtualClock,
+    repeat_after: float | None = None,
 ) -> tuple[MemoryTickStore, Queued, list[TickCore]]:
     store, sender = MemoryTickStore(clock), Queued()
     notifier = Notifier(sender, lambda keys, tick: store.read_tick(keys, tick)[0])
-    notifier.update([_job()])
+    notifier.update([_job(repeat_after=repeat_after)])
     job = CoreJob(KEYS, EVERY_10S, TIMINGS, workers)
     cores = [
         TickCore(
@@ -444,8 +492,7 @@ def test_on_the_core_failures_post_and_the_first_success_after_them_recovers() -
     assert _told(sender) == [
         ("00", PING, "failed"),
         ("00", "chat", "failed"),
-        ("10", PING, "failed"),
-        ("10", "chat", "failed"),
+        ("10", PING, "failed"),  # its chat: a repeat of tick 0's failure, whoever ran either
         ("20", PING, "succeeded"),
         ("20", "chat", "recovered"),  # tick 10 failed: whoever ran tick 20 read so
         ("30", PING, "succeeded"),  # tick 20 succeeded: no recovery
@@ -455,6 +502,35 @@ def test_on_the_core_failures_post_and_the_first_success_after_them_recovers() -
     assert [d.body["worker"] for d in posted] == [
         store.read_tick(KEYS, d.tick)[0].worker
         for d in posted  # type: ignore[union-attr]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("repeat_after", "told_at"),
+    [(None, ["00"]), (30.0, ["00", "30", "00"])],  # 00:00:00, :30, 00:01:00
+)
+def test_on_the_core_a_job_that_fails_every_tick_pages_once_or_once_a_window(
+    repeat_after: float | None, told_at: list[str]
+) -> None:
+    """Two replicas take turns at a job that always fails: the replica that ran a tick reads
+    the one before (its own or the other's), so the failure is told once, and again only when
+    the block's repeat window turns; the ping says every failure."""
+    clock = VirtualClock(START)
+    store, sender, cores = _fleet(lambda t: 3, ("w1", "w2"), clock, repeat_after)
+    for core in cores:
+        core.start()
+    clock.advance(65)
+    ran_by = {r.worker for r in store.read_ticks(KEYS)}
+    assert ran_by == {"w1", "w2"}  # both decided some ticks
+    assert [t for t, n, e in _told(sender) if n == "chat"] == told_at
+    assert [t for t, n, e in _told(sender) if n == PING] == [
+        "00",
+        "10",
+        "20",
+        "30",
+        "40",
+        "50",
+        "00",
     ]
 
 
@@ -469,7 +545,8 @@ def test_on_the_core_a_tick_nobody_ran_is_missed_once_and_the_late_run_after_it_
     clock.advance(30)
     recorded = [r for r in store.read_ticks(KEYS) if r.outcome is TickOutcome.MISSED]
     missed = [t for t, n, e in _told(sender) if e == "missed"]
-    assert missed == [r.tick.strftime("%S") for r in recorded] and missed  # once each
+    assert len(recorded) >= 2  # a streak of misses: told at its first only
+    assert missed == [recorded[0].tick.strftime("%S")]
     assert all(n == "chat" for t, n, e in _told(sender) if e == "missed")  # never a ping
     recoveries = [t for t, n, e in _told(sender) if e == "recovered"]
     first_run = min(r.tick for r in store.read_ticks(KEYS) if r.tick > recorded[-1].tick)
@@ -516,14 +593,21 @@ def test_the_report_says_and_counts_each_result_and_never_the_url() -> None:
 # -- the worker config ---------------------------------------------------------------------------
 def test_the_worker_config_carries_the_paths_and_reads_them_back_checked() -> None:
     told = Notifications(
-        (NotifyTarget("chat", "/etc/lockctl/chat.url", ("failed", "recovered")),),
+        (
+            NotifyTarget("chat", "/etc/lockctl/chat.url", ("failed", "recovered")),
+            NotifyTarget("ops", "/etc/lockctl/ops.url", ("failed",), "4h"),
+        ),
         "/etc/lockctl/x.ping",
     )
     record = notify_record(told)
     assert record == {
-        "notify": {"chat": {"url_file": "/etc/lockctl/chat.url", "on": ["failed", "recovered"]}},
+        "notify": {
+            "chat": {"url_file": "/etc/lockctl/chat.url", "on": ["failed", "recovered"]},
+            "ops": {"url_file": "/etc/lockctl/ops.url", "on": ["failed"], "repeat_after": "4h"},
+        },
         "ping_url_file": "/etc/lockctl/x.ping",
     }
+    assert told.targets[1].repeat_seconds == 4 * 3600
     assert notify_record(Notifications()) == {}  # a config an older lockctl still reads
     base = {"lock_key": "locks/a/.lock", "ttl": "15s", "lock_delay": "15s"}
     base |= {"renew_interval": "5s", "kill_grace": "5s", "schedule": "@hourly"}
@@ -535,6 +619,7 @@ def test_the_worker_config_carries_the_paths_and_reads_them_back_checked() -> No
             "chat": {"url_file": HOOK, "on": ["failed"]},
             "ping": {"url_file": "/etc/lockctl/p.url", "on": ["failed"]},
             "ops": {"url_file": "/etc/lockctl/ops.url", "on": ["exploded"]},
+            "soon": {"url_file": "/etc/lockctl/s.url", "on": ["failed"], "repeat_after": "0s"},
         },
         "ping_url_file": "relative.url",
     }
@@ -543,6 +628,96 @@ def test_the_worker_config_carries_the_paths_and_reads_them_back_checked() -> No
         "jobs.a.notify.chat.url_file",
         "jobs.a.notify.ops.on",
         "jobs.a.notify.ping",
+        "jobs.a.notify.soon.repeat_after",
         "jobs.a.ping_url_file",
     ]
     assert "SECRET" not in " ".join(problems)
+
+
+# -- provision.embed's calls: a decorated call's and locker.tick()'s turns -----------------------
+def _calls_fleet(
+    statuses: Callable[[datetime], int], clock: VirtualClock
+) -> tuple[MemoryTickStore, Queued, list[Calls]]:
+    """Two replicas' call cores (embed/called.py Calls) on one in-memory Consul, each body
+    leaving output ends for the record, as a thread body's are."""
+    store, sender = MemoryTickStore(clock), Queued()
+    notifier = Notifier(sender, lambda keys, tick: store.read_tick(keys, tick)[0])
+    notifier.update([_job()])
+
+    def body_of(turn: CallTurn, held: object) -> StatusBody:
+        turn.bodies.append(SimpleNamespace(tails=("exporting\n", f"tick {turn.tick:%S}\n")))
+        return StatusBody(clock, statuses(turn.tick))
+
+    made = []
+    for worker in ("w1", "w2"):
+        calls = Calls(body_of, lambda note: None, notifier)
+        job = CoreJob(KEYS, EVERY_10S, TIMINGS, ("w1", "w2"))
+        calls.attach(TickCore(store, clock, Identity(worker), [job], calls.body, calls.hear))
+        made.append(calls)
+    return store, sender, made
+
+
+def _call_at(calls: Calls, tick: datetime) -> CallTurn:
+    config = SimpleNamespace(name=KEYS.name, lock_key=KEYS.lock_key)
+    turn = CallTurn(config, tick, None, None, lambda note: None)  # type: ignore[arg-type]
+    calls.take(turn)
+    return turn
+
+
+def test_embedded_calls_notify_as_the_scheduler_does_from_the_replica_that_ran() -> None:
+    """Both replicas call the job at each tick (an app's timer on each); the one that ran it
+    tells: failures with the body's output, and the first success after them recovers."""
+    clock = VirtualClock(START)
+    failing = {at(0), at(10)}
+    store, sender, fleet = _calls_fleet(lambda t: 3 if t in failing else 0, clock)
+    for seconds in (0, 10, 20, 30):
+        clock.advance(seconds - (clock.wall() - START).total_seconds())
+        turns = [_call_at(calls, at(seconds)) for calls in fleet]
+        clock.advance(5)
+        assert all(turn.quiet.is_set() for turn in turns)
+    assert _told(sender) == [
+        ("00", PING, "failed"),
+        ("00", "chat", "failed"),
+        ("10", PING, "failed"),
+        ("20", PING, "succeeded"),
+        ("20", "chat", "recovered"),
+        ("30", PING, "succeeded"),
+    ]
+    failed = [d for d in sender.got if d.notify == "chat" and d.event == "failed"]
+    for delivery in failed:
+        record = store.read_tick(KEYS, delivery.tick)[0]
+        assert record is not None and delivery.body is not None
+        assert delivery.body["worker"] == record.worker
+        assert delivery.body["output"]["stderr"] == [f"tick {delivery.tick:%S}"]
+
+
+def test_a_locker_reads_its_jobs_url_files_when_it_is_made(tmp_path: Path) -> None:
+    """from_config (and from_env) read every scheduled job's URL files, so a file that cannot
+    be used refuses the Locker in one line naming the config, the job and the file."""
+    from provision.embed import Locker
+
+    hook = _url_file(tmp_path, HOOK + "\n")
+    token = tmp_path / "worker-1.token"
+    token.write_text("00000000-0000-0000-0000-000000000001\n")
+    token.chmod(0o600)
+    job = {"lock_key": "locks/a/.lock", "ttl": "10s", "lock_delay": "4s"}
+    job |= {"renew_interval": "1s", "kill_grace": "1s", "schedule": "@every 2s"}
+    job |= {"workers": ["worker-1"], "notify": {"chat": {"url_file": str(hook), "on": ["failed"]}}}
+    consul = {"address": "http://127.0.0.1:9", "token_file": str(token)}
+    config = tmp_path / "lockctl.json"
+    config.write_text(
+        json.dumps({"format": 1, "worker": "worker-1", "consul": consul, "jobs": {"a": job}})
+    )
+    locker = Locker.from_config(config)
+    try:
+        [(notify, on, url, repeat_after)] = locker.notify[0].targets
+        assert (notify, on, url.reveal(), repeat_after) == ("chat", ("failed",), HOOK, None)
+    finally:
+        locker.close()
+    hook.chmod(0o644)
+    with pytest.raises(InputError) as raised:
+        Locker.from_config(config)
+    assert str(raised.value) == (
+        f"{config}: jobs.a: {hook}: URL file has mode 0644; it holds a secret, so others must "
+        f"not read it (chmod 600 {hook})"
+    )

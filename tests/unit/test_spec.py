@@ -69,9 +69,15 @@ def _describe(spec: Spec) -> dict[str, Any]:
     return {"valid": True, "jobs": jobs, "workers": workers} | owner
 
 
+def _target(target: Any) -> dict[str, Any]:
+    """A notify block as the older cases describe it (`repeat_after` only when it has one)."""
+    shown = {"url_file": target.url_file, "on": list(target.on)}
+    return shown | ({"repeat_after": target.repeat_after} if target.repeat_after else {})
+
+
 def _notifications(job: Job) -> dict[str, Any]:
     told = job.notifications
-    notify = {t.name: {"url_file": t.url_file, "on": list(t.on)} for t in told.targets}
+    notify = {t.name: _target(t) for t in told.targets}
     return {"notify": notify, "ping_url_file": told.ping_url_file}
 
 

@@ -2,8 +2,9 @@
 # inherited one, its others add to them; its ping_url_file is its own
 defaults {
   notify "ops" {
-    url_file = "/etc/lockctl/ops.url"
-    on       = ["failed", "lost"]
+    url_file     = "/etc/lockctl/ops.url"
+    on           = ["failed", "lost"]
+    repeat_after = "4h"
   }
 }
 worker "worker-1" {}

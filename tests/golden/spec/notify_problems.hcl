@@ -23,6 +23,14 @@ job "a" {
     url_file = "/etc/lockctl/pager.url"
     on       = []
   }
+  notify "pager2" {
+    url_file     = "/etc/lockctl/pager.url"
+    repeat_after = "soon"
+  }
+  notify "pager3" {
+    url_file     = "/etc/lockctl/pager.url"
+    repeat_after = "500ms"
+  }
 }
 job "b" {
   prefix   = "locks/b/"
