@@ -20,22 +20,10 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from provision.outcomes import Outcome as Outcome  # said here too: the decision speaks it
 from provision.timings import SAFETY_MARGIN, JobTimings
 
 UNSAFE_FENCE_SLACK = 0.5  # --allow-unsafe only: how late a healthy renewal may confirm the lock
-
-
-class Outcome(str, enum.Enum):
-    """How a run ended."""
-
-    RAN = "ran"  # the job ran and ended while the lock was ours
-    SKIPPED = "skipped"  # another session held the lock: this tick is not ours
-    TIMED_OUT = "timed-out"  # --wait gave up
-    LOST = "lost"  # the lock was lost (or could not be confirmed) while the job ran: fenced
-    INTERRUPTED = "interrupted"  # a stop was requested (a signal to the runner)
-    MISSED = "missed"  # a scheduled tick this run came too late for (its start deadline passed)
-    # the job ran past its `timeout` and was stopped (not `timed-out`: that is --wait's)
-    JOB_TIMED_OUT = "job-timed-out"
 
 
 class Action(str, enum.Enum):

@@ -11,6 +11,7 @@ malformed `run` are served by it alike.
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import os
 import sys
@@ -32,10 +33,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         # ~15 ms of a skip. runjob re-enables the collector (after freezing what was imported)
         # before the job starts, so a long run is collected as usual.
         gc.disable()
-        configure_logging(verbose)
         from provision.cli.runjob import serve_run
 
-        exit_process(serve(serve_run, rest))
+        # Logging is set up by the run once it loads the Consul client (what logs): a skip
+        # settled by the quick read never imports the logging package (~4 ms).
+        exit_process(serve(functools.partial(serve_run, verbose=verbose), rest))
     if command == "schedule":  # a long-lived process: no Typer, pydantic or click
         configure_logging(verbose)
         from provision.cli.schedulejob import serve_schedule

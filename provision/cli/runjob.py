@@ -11,6 +11,7 @@ pass-through command that hands its words to the same `serve_run`.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import sys
@@ -48,9 +49,11 @@ class RunArgs:
     metrics_textfile: str | None = None
 
 
-def serve_run(argv: Sequence[str]) -> int:
-    """`lockctl run` on the words after `run`: its exit status (see run_command)."""
-    return run_command(parse_run(argv))
+def serve_run(argv: Sequence[str], verbose: bool | None = None) -> int:
+    """`lockctl run` on the words after `run`: its exit status (see run_command). `verbose`:
+    the root's -v, for the logging the run sets up when it loads the Consul client; None when
+    the caller set it up already (the Typer app)."""
+    return run_command(parse_run(argv), verbose)
 
 
 def parse_run(argv: Sequence[str]) -> RunArgs:
@@ -136,13 +139,15 @@ class _Checked:
     timeout: float | None
     min_hold: float | None
     metrics: Path | None
+    verbose: bool | None = None  # the root's -v: logging to set up before the client loads
 
 
-def run_command(args: RunArgs) -> int:
-    """Run the job as asked; its exit status (the job's own, or the runner's 75/76).
+def run_command(args: RunArgs, verbose: bool | None = None) -> int:
+    """Run the job as asked; its exit status (the job's own, or the runner's 75/76). `verbose`:
+    as serve_run's.
 
     Expected errors raise LockctlError (the caller's error boundary prints them)."""
-    checked = _check_flags(args)
+    checked = dataclasses.replace(_check_flags(args), verbose=verbose)
     from provision.runner.events import EventLog
     from provision.runner.precheck import await_planned_start, lock_held, scheduled_tick, tick_taken
     from provision.system.notify_rules import check_url_files
@@ -209,6 +214,10 @@ def _run(
     events: EventLog,
     chosen: ScheduledTick | None,
 ) -> int:
+    if checked.verbose is not None:  # before the client that logs its calls is loaded
+        from provision.cli.boundary import configure_logging
+
+        configure_logging(checked.verbose)
     from provision.cli.signals import signals_request_stop
     from provision.consul import AgentClock, Consul, resolve_settings
     from provision.runner.containment import become_subreaper

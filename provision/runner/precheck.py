@@ -13,7 +13,8 @@ authority (it reads again: the record may have appeared meanwhile).
 
 A run of a plain lock (no schedule) that does not --wait skips when another session holds the
 lock: that too is settled by a quick read of the lock key (its Session) and of the holder's
-session's node, before a session of our own is made: `lock_held`. A key without a holder (free,
+session's node (one connection for both), before a session of our own is made: `lock_held`;
+it loads none of the ledger's modules (a plain lock has no ticks). A key without a holder (free,
 or in lock-delay) or a read that cannot tell goes on through the engine, whose acquire is the
 authority.
 """
@@ -25,19 +26,19 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import TYPE_CHECKING
 
-from provision.consul.quick import quick_get, quick_session_node
+from provision.consul.quick import quick_get, quick_holder
 from provision.consul.settings import resolve_settings
-from provision.fencing import Outcome
 from provision.ledger.holder import Holder, claimed_worker
-from provision.ledger.records import decode, taken_fields, tick_key, tick_name
-from provision.ledger.ticks import choose_tick
-from provision.ledger.turns import Turn, turn
+from provision.outcomes import Outcome
 from provision.runner.events import EventLog
 from provision.runner.results import RunResult, SkipReason
-from provision.schedule import parse_schedule
 from provision.system.secrets import Secret
 from provision.workers.config import JobConfig, WorkerConfig
+
+if TYPE_CHECKING:
+    from provision.ledger.turns import Turn
 
 WallClock = Callable[[], datetime]
 
@@ -58,6 +59,11 @@ def scheduled_tick(job: JobConfig, worker: str, wall: WallClock = utc_now) -> Sc
     """The tick of this moment (None for a job without a schedule) and this worker's turn."""
     if job.schedule is None:
         return None
+    # Here, not at the top: a plain lock's run (no schedule) never needs the ledger's rules.
+    from provision.ledger.ticks import choose_tick
+    from provision.ledger.turns import turn
+    from provision.schedule import parse_schedule
+
     schedule = parse_schedule(job.schedule, job.timezone)
     choice = choose_tick(schedule, wall(), job.timings.start_deadline)
     mine = turn(job.name, choice.tick, worker, job.workers, job.timings.jitter, choice.window)
@@ -84,6 +90,8 @@ def tick_taken(
     """A `skipped` result (and its event) when `tick` has a record already; None when it has
     none or the quick read could not tell: run the engine. `token`: a login's, sent instead of
     the config's (a worker that logs in has no token file)."""
+    from provision.ledger.records import decode, taken_fields, tick_key, tick_name
+
     settings = resolve_settings(**worker.connection())
     if token is not None:
         settings = dataclasses.replace(settings, token=token)
@@ -100,10 +108,9 @@ def lock_held(worker: WorkerConfig, job: JobConfig, events: EventLog) -> RunResu
     when another session holds the job's lock; None when none does (free, or in lock-delay) or
     the quick reads could not tell: run the engine."""
     settings = resolve_settings(**worker.connection())
-    entry = quick_get(settings, job.lock_key)
+    entry, node = quick_holder(settings, job.lock_key)
     if entry is None or entry.session is None:
         return None
-    node = quick_session_node(settings, entry.session)
     holder = Holder(entry.session, node, claimed_worker(entry.value))
     events.emit("skipped", **holder.event_fields())
     return RunResult(Outcome.SKIPPED, 0, skip=SkipReason.TAKEN)

@@ -7,9 +7,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
 import stat
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -27,6 +25,8 @@ def write_atomically(path: Path, text: str, *, mode: int) -> Path:
     the rename. It is fsynced first, so a crash never leaves a renamed but empty file, and it is
     removed on any failure, so none is left behind.
     """
+    import tempfile  # here, not at the top: `lockctl run`'s skip writes no file (~2 ms)
+
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
@@ -55,6 +55,9 @@ def write_all_or_none(
     can fail once the first file has moved, as every target folder exists and no target is a
     folder by then. On a failure the staging folder goes, and so do the folders this call made.
     """
+    import shutil
+    import tempfile
+
     made = _make_folders(root)
     try:
         staging = Path(tempfile.mkdtemp(dir=root, prefix=".staging-", suffix=".tmp"))
@@ -154,6 +157,8 @@ def folder_write_problem(folder: Path) -> str | None:
         where = "" if existing == wanted else f"{existing} "
         kind = "a file" if existing.is_file() else "a broken link" if existing.is_symlink() else ""
         return f"{where}is {kind or 'something else'}, not a folder"
+    import tempfile
+
     try:
         fd, probe = tempfile.mkstemp(dir=existing, prefix=".lockctl-probe-")
     except OSError as exc:

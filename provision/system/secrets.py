@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -98,6 +97,8 @@ def check_writable(folder: Path, flag: str) -> None:
     """Create `folder` (0700) if needed and prove a file can be written there, before any change
     is made in Consul: a token whose secret cannot be saved is lost (`flag` names the option)."""
     try:
+        import tempfile  # here, not at the top: `lockctl run` reads its token, writes none
+
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".lockctl-probe.")
         os.close(fd)

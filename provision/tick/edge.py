@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from provision.ledger.records import TickRecord
 from provision.tick.clock import Answered, Clock
+from provision.tick.skips import SkipReason as SkipReason  # where the core decides them
 
 if TYPE_CHECKING:
     from provision.sessions import SessionTerms
@@ -108,18 +109,6 @@ class Body(Protocol):
 
 
 BodyFactory = Callable[[str, datetime], Body]  # (job name, tick) -> the body to run for it
-
-
-class SkipReason(str, enum.Enum):
-    """Why a replica did not run a tick it had a turn at, in a word: decided where the skip is,
-    never read back from a reason's text (it can quote anyone's record). The values are the
-    `reason` label of `lockctl_skips_total`."""
-
-    TAKEN = "taken"  # the tick has a record: another runner has (or had) it
-    OVERLAP = "overlap"  # the job's previous tick still runs (here, or holding the lock)
-    LOCK_DELAY = "lock-delay"  # the lock's last holder's session ended: Consul's lock-delay
-    PAUSED = "paused"  # the job is paused (lockctl pause): its tick is recorded paused
-    OTHER = "other"  # held by something else, or not come on Consul's clock
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from provision.durations import DurationSyntaxError, format_duration, parse_duration
-from provision.schedule import ScheduleError, check_zone, parse_schedule
 from provision.system.http_call import (
     RETRY_ON_TIMEOUT_REFUSED,
     HttpCall,
@@ -302,6 +301,11 @@ def _schedule(raw: dict[str, Any], where: str, problems: list[str]) -> tuple[str
     if not isinstance(zone, str):
         problems.append(f"{where}timezone: must be a string")
         return None, "UTC"
+    if schedule is None and zone == "UTC":
+        return None, zone  # a plain lock's, the default: `lockctl run` loads no schedule rules
+    # Here, not at the top: the schedule's rules load the timezone database and cronsim.
+    from provision.schedule import ScheduleError, check_zone, parse_schedule
+
     try:
         check_zone(zone)
     except ScheduleError as exc:
