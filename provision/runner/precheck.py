@@ -28,10 +28,10 @@ from datetime import datetime, timezone
 
 from provision.consul.quick import quick_get, quick_session_node
 from provision.consul.settings import resolve_settings
-from provision.fencing import Outcome
 from provision.ledger.records import decode, taken_fields, tick_key, tick_name
 from provision.ledger.ticks import choose_tick
 from provision.ledger.turns import Turn, turn
+from provision.outcomes import Outcome
 from provision.runner.events import EventLog
 from provision.runner.holder import Holder, claimed_worker
 from provision.runner.results import RunResult, SkipReason

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from provision.fencing import Outcome
+from provision.outcomes import Outcome
 from provision.tick.edge import SkipReason
 
 __all__ = ["RunOptions", "RunResult", "SkipReason"]
