@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import zipfile
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +16,7 @@ from provision.ledger.records import RECORD_FORMAT, decode
 from provision.outcomes import (
     FINISHED,
     LEDGER_OUTCOMES,
+    PREVIOUS_METRIC_WORDS,
     RUN_METRIC_OUTCOMES,
     RUN_OUTCOMES,
     SCHEDULER_METRIC_OUTCOMES,
@@ -20,6 +24,7 @@ from provision.outcomes import (
     VERDICTS,
     Outcome,
 )
+from provision.runner.metrics import PREVIOUS_TICKS_HELP
 
 TICK = datetime(2026, 12, 6, 2, 0, tzinfo=timezone.utc)
 # What every release so far writes in a tick's record: a fleet upgraded one replica at a time
@@ -74,3 +79,51 @@ def test_a_record_word_is_read_as_itself(word: str) -> None:
 def test_a_word_that_is_no_records_is_read_unreadable(word: object) -> None:
     value = json.dumps({"format": RECORD_FORMAT, "tick": "x", "outcome": word}).encode()
     assert decode(TICK, value).outcome is Outcome.UNREADABLE
+
+
+# The release a fleet upgrades from (tests/integration/previous_release.py keeps its wheel).
+PREVIOUS_WHEEL = (
+    Path(__file__).resolve().parents[1] / "data/previous-release/lockctl-0.1.0-py3-none-any.whl"
+)
+
+
+def _previous_source(path: str) -> ast.Module:
+    with zipfile.ZipFile(PREVIOUS_WHEEL) as wheel:
+        return ast.parse(wheel.read(path).decode())
+
+
+def _enum_words(module: ast.Module, name: str) -> set[str]:
+    (found,) = [n for n in module.body if isinstance(n, ast.ClassDef) and n.name == name]
+    return {
+        n.value.value
+        for n in found.body
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+    }
+
+
+def _constant(module: ast.Module, name: str) -> object:
+    for node in module.body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [
+            name
+        ]:
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{name} not found")
+
+
+def test_the_previous_release_writes_and_reads_the_same_record_words() -> None:
+    """A mixed fleet: each release reads every record the other writes, word for word."""
+    previous = _enum_words(_previous_source("provision/ledger/records.py"), "TickOutcome")
+    assert previous == {outcome.value for outcome in LEDGER_OUTCOMES}
+
+
+def test_every_metric_word_of_the_previous_release_is_read_in_todays_words() -> None:
+    """Its runner's words are today's with the same meaning, or translated (timed-out was a
+    --wait that ran out), and its file is told apart by the help text it wrote."""
+    runner = _previous_source("provision/runner/fencing.py")
+    previous = _enum_words(runner, "Outcome") | {"error"}
+    for word in previous:
+        today = PREVIOUS_METRIC_WORDS.get(word, word)
+        assert today in RUN_METRIC_OUTCOMES, word
+    assert PREVIOUS_METRIC_WORDS == {"timed-out": "gave-up", "job-timed-out": "timed-out"}
+    metrics = _previous_source("provision/runner/metrics.py")
+    assert _constant(metrics, "TICKS_HELP") == PREVIOUS_TICKS_HELP
