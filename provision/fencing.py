@@ -187,7 +187,7 @@ def waiting_verdict(
     if stop_signal is not None:
         return Outcome.INTERRUPTED
     if give_up_at is not None and now >= give_up_at:
-        return Outcome.TIMED_OUT
+        return Outcome.GAVE_UP
     return None
 
 

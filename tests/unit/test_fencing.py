@@ -355,7 +355,7 @@ def test_outcome_after_release(verdict: Outcome, released: bool | None, expected
     [
         (10.0, None, None, None),  # wait for ever
         (10.0, 20.0, None, None),
-        (20.0, 20.0, None, Outcome.TIMED_OUT),
+        (20.0, 20.0, None, Outcome.GAVE_UP),  # --wait ran out
         (10.0, 20.0, SIGTERM, Outcome.INTERRUPTED),  # a signal while waiting
         (30.0, 20.0, SIGINT, Outcome.INTERRUPTED),  # a stop beats the timeout
     ],
