@@ -17,8 +17,9 @@ import dataclasses
 import json
 from datetime import datetime, timedelta, timezone
 
-from provision.ledger.records import TickOutcome, TickRecord, tick_key
+from provision.ledger.records import TickRecord, tick_key
 from provision.ledger.ticks import PRUNE_SLACK
+from provision.outcomes import Outcome
 from provision.spec.names import lock_key
 from provision.timings import COUNT_BOUNDS, COUNT_DEFAULTS
 
@@ -46,7 +47,7 @@ def sample_records() -> dict[str, TickRecord]:
     claimed = tick + timedelta(seconds=0.263)
     running = _record(
         tick=tick,
-        outcome=TickOutcome.RUNNING,
+        outcome=Outcome.RUNNING,
         worker=WORKER,
         session=SESSION,
         host=HOST,
@@ -58,17 +59,17 @@ def sample_records() -> dict[str, TickRecord]:
     )
     succeeded = dataclasses.replace(
         running,
-        outcome=TickOutcome.SUCCEEDED,
+        outcome=Outcome.SUCCEEDED,
         finished_at=claimed + timedelta(seconds=2.01),
         exit_status=0,
         duration=2.011,
     )
     missed = _record(
-        tick=tick, outcome=TickOutcome.MISSED, worker=WORKER, host=HOST, finished_at=claimed
+        tick=tick, outcome=Outcome.MISSED, worker=WORKER, host=HOST, finished_at=claimed
     )
     # the most attempts a run may make (retries = 10), each a 3-digit status
     retried = dataclasses.replace(
-        succeeded, outcome=TickOutcome.FAILED, exit_status=255, attempts=(255,) * 11
+        succeeded, outcome=Outcome.FAILED, exit_status=255, attempts=(255,) * 11
     )
     return {"running": running, "succeeded": succeeded, "missed": missed, "retried": retried}
 

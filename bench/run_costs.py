@@ -27,11 +27,12 @@ import json, os, tempfile, timeit
 from datetime import datetime, timezone
 from pathlib import Path
 import requests
+from provision.outcomes import Outcome
 from provision.consul.answers import answer_date
 from provision.consul.batch import TxnBatcher, _Call
 from provision.consul.transport import _session_for
 from provision.consul.txn import KVOp
-from provision.ledger.records import TickOutcome, TickRecord, tick_name
+from provision.ledger.records import TickRecord, tick_name
 from provision.ledger.turns import claim_order
 from provision.runner.child import check_program
 from provision.runner.events import EventLog
@@ -43,7 +44,7 @@ key = Path(tempfile.mkdtemp()) / "client.key"
 key.write_text("-----BEGIN EC PRIVATE KEY-----\n" + "A" * 64 + "\n-----END EC PRIVATE KEY-----\n")
 tick = datetime(2026, 12, 5, 1, 0, tzinfo=timezone.utc)
 log = EventLog("job-001", "worker-1", open(os.devnull, "w"))
-record = TickRecord(tick, TickOutcome.SUCCEEDED, worker="worker-1", session="s" * 36, host="h",
+record = TickRecord(tick, Outcome.SUCCEEDED, worker="worker-1", session="s" * 36, host="h",
                     pid=1, claimed_at=tick, start_lag=0.1, lock_index=4, finished_at=tick,
                     exit_status=0, duration=0.01, stdout="x" * 40)
 
@@ -71,7 +72,7 @@ def take():  # 100 claims queued at once, taken in batches
         batcher._take()
 
 report = CoreReport("worker-1", open(os.devnull, "w"))
-claimed = TickRecord(tick, TickOutcome.RUNNING, worker="worker-1", session="s" * 36,
+claimed = TickRecord(tick, Outcome.RUNNING, worker="worker-1", session="s" * 36,
                      claimed_at=tick, start_lag=0.1, lock_index=4)
 
 def count():  # the core's notes of one run: due, claimed, completed

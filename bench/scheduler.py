@@ -49,8 +49,9 @@ from bench.runner import HOLDER, TIMINGS, WAIT, Bench, _median, _spread
 from provision.cluster.local import ClusterShape, cluster_down, cluster_up
 from provision.consul import Consul, ConsulError, ConsulSettings, KVOp
 from provision.consul.transport import Call, Sending
-from provision.ledger.records import TickOutcome, TickRecord
+from provision.ledger.records import TickRecord
 from provision.ledger.store import CHUNK, Ledger
+from provision.outcomes import Outcome
 from provision.schedule import parse_schedule
 from provision.sessions import SessionTerms
 from provision.system.secrets import read_secret_file
@@ -218,7 +219,7 @@ def prefill_ledger(ledger: Ledger, before: datetime, count: int) -> None:
     records = [
         TickRecord(
             tick,
-            TickOutcome.SUCCEEDED,
+            Outcome.SUCCEEDED,
             worker=HOLDER,
             session="00000000-0000-0000-0000-000000000000",
             host="bench",
@@ -268,7 +269,7 @@ class Engine:
         lag = max(0.0, (datetime.now(timezone.utc) - due).total_seconds())
         claimed = TickRecord(
             due,
-            TickOutcome.RUNNING,
+            Outcome.RUNNING,
             worker=HOLDER,
             session=self.session_id,
             host="bench",
@@ -284,7 +285,7 @@ class Engine:
         status = subprocess.run(child, timeout=WAIT, check=False).returncode
         ran = time.perf_counter() - started
         done = dataclasses.replace(claimed, modify_index=claim.record_index).completed(
-            TickOutcome.SUCCEEDED if status == 0 else TickOutcome.FAILED,
+            Outcome.SUCCEEDED if status == 0 else Outcome.FAILED,
             finished_at=datetime.now(timezone.utc),
             exit_status=status,
             duration=ran,
@@ -416,14 +417,14 @@ def write_path(engine: Engine, leader: Consul, data_dir: Path) -> dict[str, list
 def _ledger_tick(ledger: Ledger, session: str, number: int, times: dict[str, list[float]]) -> None:
     """The two transactions of a tick with the kept session, nothing else running meanwhile."""
     tick = datetime(2000, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=number)
-    record = TickRecord(tick, TickOutcome.RUNNING, worker=HOLDER, session=session, claimed_at=tick)
+    record = TickRecord(tick, Outcome.RUNNING, worker=HOLDER, session=session, claimed_at=tick)
     began = time.perf_counter()
     claim = ledger.claim(record, b'{"worker":"worker-1"}', session)
     times["claim, Ledger alone (no child)"].append((time.perf_counter() - began) * 1000)
     if not claim.won:
         raise SystemExit(f"bench: the ledger claim of {tick} was refused: {claim}")
     done = dataclasses.replace(record, modify_index=claim.record_index).completed(
-        TickOutcome.SUCCEEDED, finished_at=tick, exit_status=0
+        Outcome.SUCCEEDED, finished_at=tick, exit_status=0
     )
     began = time.perf_counter()
     completion = ledger.complete(done, session, release=True)

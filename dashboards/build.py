@@ -108,8 +108,9 @@ def _tick_panels() -> list[Builder[model.Panel]]:
         _timeseries(
             "Ticks by outcome",
             "Each replica counts every tick once: `ran` on the replica that ran it, `skipped` "
-            "on the others; `missed`, `consul-unavailable`, `error`, `lost`, `job-timed-out` "
-            "and `interrupted` are the ones to look at.",
+            "on the others; `missed`, `consul-unavailable`, `error`, `lost`, `timed-out` "
+            "(`job-timed-out` from replicas of the release before) and `interrupted` are the "
+            "ones to look at.",
             "none",
             Query(_increase("lockctl_ticks_total", "job, outcome"), "{{job}} {{outcome}}"),
         ),

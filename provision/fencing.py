@@ -20,7 +20,8 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from provision.outcomes import Outcome as Outcome  # said here too: the decision speaks it
+# `fencing.Outcome`: the old name of the one vocabulary, kept for one release
+from provision.outcomes import Outcome as Outcome
 from provision.timings import SAFETY_MARGIN, JobTimings
 
 UNSAFE_FENCE_SLACK = 0.5  # --allow-unsafe only: how late a healthy renewal may confirm the lock
@@ -141,7 +142,7 @@ def _judge(facts: Facts, bounds: FenceBounds) -> Outcome | None:
     if facts.stop_signal is not None:
         return Outcome.INTERRUPTED
     if facts.timeout_at is not None and facts.now >= facts.timeout_at:
-        return Outcome.JOB_TIMED_OUT  # the lock is still ours: stopped as fenced, then released
+        return Outcome.TIMED_OUT  # the lock is still ours: stopped as fenced, then released
     return None
 
 
@@ -169,7 +170,7 @@ def _why_terminate(facts: Facts, verdict: Outcome) -> tuple[Reason, int]:
         return (Reason.LOST if facts.lost else Reason.UNCONFIRMED), signal.SIGTERM
     if verdict is Outcome.INTERRUPTED and not facts.job_exited:
         return Reason.STOP, facts.stop_signal or signal.SIGTERM  # forward what we were sent
-    if verdict is Outcome.JOB_TIMED_OUT and not facts.job_exited:
+    if verdict is Outcome.TIMED_OUT and not facts.job_exited:
         return Reason.TIMEOUT, signal.SIGTERM
     return Reason.LEFTOVERS, signal.SIGTERM
 

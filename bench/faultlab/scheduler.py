@@ -58,8 +58,9 @@ from bench.faultlab.oracle import Holder
 from bench.faultlab.ticks import RAN, Excuse, TickVerdict, judge_ticks
 from provision.cluster import netns as ns
 from provision.consul.errors import ConsulError
-from provision.ledger.records import TickOutcome, TickRecord
+from provision.ledger.records import TickRecord
 from provision.ledger.store import Ledger
+from provision.outcomes import Outcome
 from provision.schedule import parse_schedule
 from provision.system.deadline import Deadline, attempts
 from provision.system.processes import terminate
@@ -415,7 +416,7 @@ def _settle_a_skip(lab: FaultLab, job: str) -> None:
     while its window is open, and the one after that passes whole during the late run."""
     for _ in attempts(Deadline(SETTLE), 1.0):
         records = _records(lab, job)
-        missed = [r.tick for r in records if r.outcome is TickOutcome.MISSED]
+        missed = [r.tick for r in records if r.outcome is Outcome.MISSED]
         ran = [r.tick for r in records if r.finished_at is not None and r.outcome in RAN]
         if missed and ran and min(missed) < max(ran):
             return

@@ -24,22 +24,23 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from bench.faultlab.oracle import Holder
-from provision.ledger.records import TickOutcome, TickRecord, tick_name
+from provision.ledger.records import TickRecord, tick_name
 from provision.ledger.ticks import MISSED_GRACE
+from provision.outcomes import Outcome
 from provision.schedule import Schedule
 
 RAN = frozenset(
     {
-        TickOutcome.RUNNING,  # shown `abandoned` once its session is gone: its runner died
-        TickOutcome.SUCCEEDED,
-        TickOutcome.FAILED,
-        TickOutcome.LOST,
-        TickOutcome.INTERRUPTED,
+        Outcome.RUNNING,  # shown `abandoned` once its session is gone: its runner died
+        Outcome.SUCCEEDED,
+        Outcome.FAILED,
+        Outcome.LOST,
+        Outcome.INTERRUPTED,
     }
 )
 # A claim that was stopped before its job entered the oracle (SIGTERM, fenced, killed) has a
 # record and no holder; a run that ended on its own must have had one.
-NEEDS_HOLDER = frozenset({TickOutcome.SUCCEEDED, TickOutcome.FAILED})
+NEEDS_HOLDER = frozenset({Outcome.SUCCEEDED, Outcome.FAILED})
 
 
 @dataclass(frozen=True)
@@ -106,11 +107,11 @@ def judge_ticks(
         if record is None:
             if tick + timedelta(seconds=window + MISSED_GRACE) <= decided_by:
                 verdict.unrecorded.append(tick_name(tick))
-        elif record.outcome is TickOutcome.MISSED:
+        elif record.outcome is Outcome.MISSED:
             _judge_missed(verdict, tick, runs, excuses)
         elif record.outcome in RAN:
             verdict.ran += 1
-            if record.outcome is TickOutcome.FAILED:
+            if record.outcome is Outcome.FAILED:
                 verdict.failed.append(f"{tick_name(tick)} (exit {record.exit_status})")
         tick = schedule.next_ticks(tick, 1)[0]
     return verdict
@@ -140,7 +141,7 @@ def _is_run_of(record: TickRecord | None, holder: Holder) -> bool:
     if record is None or record.outcome not in RAN or record.worker != holder.worker:
         return False
     return record.lock_index in (holder.lock_index, None) and (
-        record.lock_index is not None or record.outcome is TickOutcome.RUNNING
+        record.lock_index is not None or record.outcome is Outcome.RUNNING
     )
 
 

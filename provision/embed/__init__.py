@@ -23,7 +23,7 @@ from provision.embed.run import (
     RunOutcome,
     RunStopped,
 )
-from provision.fencing import Outcome
+from provision.outcomes import Outcome
 from provision.runner.results import SkipReason
 
 __all__ = [

@@ -36,10 +36,10 @@ from provision.consul import AgentClock, Consul
 from provision.embed.bodies import ThreadBody
 from provision.embed.run import RunEvents, RunOutcome
 from provision.embed.served import EMBED_EVENTS, AppBody
-from provision.fencing import Outcome
 from provision.ledger.records import tick_name
 from provision.notify.notifier import JobNotify, Notifier
 from provision.notify.sender import DRAIN, Delivery, Lanes, result_event
+from provision.outcomes import Outcome
 from provision.runner.events import EventLog
 from provision.runner.on_core import CORE_RETRY, Said, TickAsk, ran_result, skip_fields
 from provision.runner.results import RunOptions, SkipReason
@@ -52,7 +52,7 @@ from provision.tick.consul_store import ConsulTickStore, TailedStore, Tails
 from provision.tick.core import Identity, TickCore
 from provision.tick.edge import Body, Note, Run, TimerClock
 from provision.tick.held import HeldRun
-from provision.tick.once import Came, Verdict, verdict
+from provision.tick.once import Verdict, verdict
 from provision.workers.config import JobConfig
 
 WAIT_POLL = 0.1  # seconds between two looks at a stopping core while a call waits for its turn
@@ -188,7 +188,7 @@ class Calls:
         call's housekeeping, settles nothing)."""
         turn = self.calls.get(name)
         stopping = self.core is not None and self.core.stopping
-        if turn is not None and (turn.verdict().came is not Came.UNSETTLED or stopping):
+        if turn is not None and (turn.verdict().came is not Outcome.UNSETTLED or stopping):
             turn.quiet.set()
 
     def hear(self, note: Note) -> None:
@@ -336,19 +336,19 @@ def outcome_of(found: Verdict, turn: CallTurn, refusal: Refusal, signum: int | N
     """The turn's verdict as the call's RunOutcome, and the event the core's notes did not
     say already (a skip, a miss, Consul not answering, a stop before the body started)."""
     tick, events = turn.tick, turn.events
-    if found.came is Came.RAN and found.record is not None:
+    if found.came is Outcome.CLAIMED and found.record is not None:
         return RunOutcome.of(ran_result(found.record, signum), turn.error)
-    if found.came is Came.PAUSED and found.record is not None:
+    if found.came is Outcome.PAUSED and found.record is not None:
         events.emit("skipped", **paused_refusal(found.record).event_fields())
         return RunOutcome(Outcome.SKIPPED, tick, skip=SkipReason.PAUSED)
-    if found.came is Came.SKIPPED:
+    if found.came is Outcome.SKIPPED:
         events.emit("skipped", tick=tick_name(tick), **refusal(found, turn))
         return RunOutcome(Outcome.SKIPPED, tick, skip=found.skip)
-    if found.came is Came.TOO_LATE:
+    if found.came is Outcome.MISSED:
         reason = f"tick {tick_name(tick)}: {found.detail or 'its claim window closed'}; not run"
         events.emit("missed", tick=tick_name(tick), reason=reason, recorded=False)
         return RunOutcome(Outcome.MISSED, tick)
-    if found.came is Came.FAILED:  # fail closed: no body ran without the claim
+    if found.came is Outcome.ERROR:  # fail closed: no body ran without the claim
         error = found.detail or "Consul did not answer"
         events.emit("consul-unavailable", error=error)
         return RunOutcome(Outcome.SKIPPED, tick, skip=SkipReason.OTHER, error=error)

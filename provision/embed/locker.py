@@ -31,12 +31,12 @@ from provision.embed.run import (
 )
 from provision.embed.served import AppJob, AppJobs, serve_on_core
 from provision.errors import InputError
-from provision.fencing import Outcome
 from provision.ledger.health import JobHealth, assess
 from provision.ledger.history import JobHistory, LedgerJob, Wanted, read_history
 from provision.ledger.records import tick_name
 from provision.ledger.store import Ledger
 from provision.notify.notifier import JobNotify
+from provision.outcomes import Outcome
 from provision.runner.precheck import utc_now
 from provision.runner.results import RunResult, SkipReason
 from provision.runner.stop import StopRequest

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, TextIO
 
-from provision.fencing import Outcome, past_fence
+from provision.fencing import past_fence
 from provision.ledger.records import parse_tick_name
+from provision.outcomes import Outcome
 from provision.runner.events import EventLog
 from provision.runner.results import RunResult, SkipReason
 
@@ -144,9 +145,10 @@ class Run:
 
 @dataclass(frozen=True)
 class RunOutcome:
-    """What one call of an embedded job did: `ran` (the body ran here), `outcome` (the
-    runner's: ran, skipped, missed, lost, job-timed-out, interrupted), `skip` (why not, in a
-    word, when skipped), `tick`, `lock_index`, `error` (the body's exception, one line)."""
+    """What one call of an embedded job did: `ran` (the body ran here), `outcome` (one of
+    RUN_OUTCOMES, provision/outcomes.py: ran, skipped, missed, lost, timed-out, interrupted),
+    `skip` (why not, in a word, when skipped), `tick`, `lock_index`, `error` (the body's
+    exception, one line)."""
 
     outcome: Outcome
     tick: datetime | None = None

@@ -16,7 +16,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime
 
-from provision.ledger.records import TickOutcome, TickRecord
+from provision.ledger.records import TickRecord
+from provision.outcomes import Outcome
 from provision.schedule import Schedule
 
 LATEST = "latest"
@@ -56,4 +57,4 @@ def _newest_closed(schedule: Schedule, now: datetime, start_deadline: float) -> 
 def may_catch_up(record: TickRecord | None) -> bool:
     """Whether a tick with this record (None: no record) may be run as a catch-up: nobody ran
     it, whether or not someone has recorded it missed yet."""
-    return record is None or record.outcome is TickOutcome.MISSED
+    return record is None or record.outcome is Outcome.MISSED

@@ -22,7 +22,8 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
-from provision.ledger.records import TickOutcome, TickRecord, believable, timestamp
+from provision.ledger.records import TickRecord, believable, timestamp
+from provision.outcomes import Outcome
 from provision.system.text import printable
 
 NOTE_FORMAT = 1
@@ -146,7 +147,7 @@ def unrun_record(
     (`holding_pause`); `missed` otherwise."""
     if pause is not None:
         fields.update(by=pause.by, reason=pause.reason, asked_at=pause.at)
-    outcome = TickOutcome.MISSED if pause is None else TickOutcome.PAUSED
+    outcome = Outcome.MISSED if pause is None else Outcome.PAUSED
     return TickRecord(tick, outcome, worker=worker, finished_at=finished_at, **fields)
 
 

@@ -29,19 +29,20 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from provision.ledger.history import ABANDONED, Enough, JobHistory, TickRow
-from provision.ledger.records import RecordProblem, TickOutcome, TickRecord, tick_name
+from provision.ledger.records import RecordProblem, TickRecord, tick_name
 from provision.ledger.ticks import MISSED_GRACE
+from provision.outcomes import Outcome
 from provision.schedule import Schedule
 
 DEFAULT_MAX_INTERVALS = 2
 SUSPECT_NAMED = 3  # suspect ticks named in check's line; the rest are counted
 _SETTLED = {
-    TickOutcome.SUCCEEDED.value,
-    TickOutcome.FAILED.value,
-    TickOutcome.LOST.value,
-    TickOutcome.INTERRUPTED.value,
-    TickOutcome.TIMED_OUT.value,
-    TickOutcome.UNREADABLE.value,
+    Outcome.SUCCEEDED.value,
+    Outcome.FAILED.value,
+    Outcome.LOST.value,
+    Outcome.INTERRUPTED.value,
+    Outcome.TIMED_OUT.value,
+    Outcome.UNREADABLE.value,
     ABANDONED,
 }
 
@@ -121,14 +122,14 @@ def assess(
     now, rows = history.now, history.runs
     suspect = _suspect_problem(history.suspect, history.suspect_count)
     too_large = _too_large_problem(history.problems)
-    success = next((r.tick for r in rows if r.outcome == TickOutcome.SUCCEEDED.value), None)
+    success = next((r.tick for r in rows if r.outcome == Outcome.SUCCEEDED.value), None)
     if not rows:  # no record, or suspect ones only: no run to judge
         if suspect is None:
             note = "no ticks recorded yet"
             return JobHealth(history.job, State.OK, (), None, history.next_tick, now, note)
         note = "no run recorded yet"
         return JobHealth(history.job, State.WARNING, (suspect,), None, history.next_tick, now, note)
-    held = {row.tick for row in rows if row.outcome == TickOutcome.PAUSED.value}
+    held = {row.tick for row in rows if row.outcome == Outcome.PAUSED.value}
     recent = closed_ticks(history.schedule, now, start_deadline, max_intervals, held)
     oldest_recent = recent[-1]
     critical = [_missed(row) for row in rows if row.missed and row.tick >= oldest_recent]
@@ -153,7 +154,7 @@ def _missed(row: TickRow) -> str:
 def _last_finished_problem(rows: tuple[TickRow, ...]) -> str | None:
     """Why the newest settled run is a warning, if it did not succeed."""
     last = next((row for row in rows if row.outcome in _SETTLED), None)
-    if last is None or last.outcome == TickOutcome.SUCCEEDED.value:
+    if last is None or last.outcome == Outcome.SUCCEEDED.value:
         return None
     record = last.record
     detail = []
@@ -195,9 +196,9 @@ def read_enough(schedule: Schedule, start_deadline: float, max_intervals: int) -
     CRITICAL), all that `assess` looks at; older records change nothing it says."""
 
     def enough(records: Sequence[TickRecord], now: datetime) -> bool:
-        if not any(record.outcome is TickOutcome.SUCCEEDED for record in records):
+        if not any(record.outcome is Outcome.SUCCEEDED for record in records):
             return False
-        held = {r.tick for r in records if r.outcome is TickOutcome.PAUSED}
+        held = {r.tick for r in records if r.outcome is Outcome.PAUSED}
         oldest_recent = closed_ticks(schedule, now, start_deadline, max_intervals, held)[-1]
         return records[-1].tick <= oldest_recent
 

@@ -32,7 +32,6 @@ from provision.ledger.operator import readable_pauses
 from provision.ledger.records import (
     FIELD_LIMIT,
     RecordProblem,
-    TickOutcome,
     TickRecord,
     tick_key,
     tick_name,
@@ -40,6 +39,7 @@ from provision.ledger.records import (
 )
 from provision.ledger.store import Ledger
 from provision.ledger.ticks import missed_ticks, suspect
+from provision.outcomes import Outcome
 from provision.schedule import Schedule, parse_schedule
 from provision.system.text import printable
 
@@ -51,7 +51,7 @@ SUSPECT = "suspect"  # shown for a record dated in the future, whatever it says
 NOTICER = "lockctl check"  # the worker field of the missed records `check` writes
 SUSPECT_READ = 10  # suspect records (dated in the future) whose values a reader reads; all counted
 TOO_LARGE = "too large: not read"  # the note of a record over RECORD_MAX_BYTES
-UNRUN = (TickOutcome.MISSED.value, TickOutcome.PAUSED.value)  # what a tick nobody recorded is
+UNRUN = (Outcome.MISSED.value, Outcome.PAUSED.value)  # what a tick nobody recorded is
 
 
 @dataclass(frozen=True)
@@ -169,7 +169,7 @@ class TickRow:
     """One tick as shown: its record (None: missed and not recorded yet) and what it means."""
 
     tick: datetime
-    outcome: str  # a TickOutcome value, or `abandoned`
+    outcome: str  # a Outcome value, or `abandoned`
     record: TickRecord | None
     note: str | None = None  # lockctl's own word on it: TOO_LARGE
 
@@ -179,7 +179,7 @@ class TickRow:
 
     @property
     def missed(self) -> bool:
-        return self.outcome == TickOutcome.MISSED.value
+        return self.outcome == Outcome.MISSED.value
 
     @property
     def suspect(self) -> bool:
@@ -319,8 +319,8 @@ def build_history(
 def _unrun_row(tick: datetime, pauses: Pauses) -> TickRow:
     pause = pauses.holding(tick)
     if pause is None:
-        return TickRow(tick, TickOutcome.MISSED.value, None)
-    return TickRow(tick, TickOutcome.PAUSED.value, None, f"not recorded yet, {pause.said()}")
+        return TickRow(tick, Outcome.MISSED.value, None)
+    return TickRow(tick, Outcome.PAUSED.value, None, f"not recorded yet, {pause.said()}")
 
 
 def _row(
@@ -330,7 +330,7 @@ def _row(
         return TickRow(record.tick, SUSPECT, record)
     if tick_key(job.lock_key, record.tick) in too_large:
         return TickRow(record.tick, record.outcome.value, record, TOO_LARGE)
-    if record.outcome is TickOutcome.RUNNING and (
+    if record.outcome is Outcome.RUNNING and (
         record.session is None or record.session != _shown(lock_session)
     ):
         return TickRow(record.tick, ABANDONED, record)

@@ -14,7 +14,6 @@ a record still counts as one (its tick is taken) with outcome `unreadable`.
 
 from __future__ import annotations
 
-import enum
 import functools
 import json
 import re
@@ -24,6 +23,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from provision.ledger.attempts import decode_attempts, decode_cut
+from provision.outcomes import FINISHED as FINISHED
+from provision.outcomes import LEDGER_OUTCOMES, Outcome
 from provision.system.tails import newest_lines_within, newest_within, sanitise
 from provision.system.text import printable
 
@@ -44,27 +45,9 @@ _TICK_NAME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{3})?Z")
 _MAX_INT = 2**63
 
 
-class TickOutcome(str, enum.Enum):
-    RUNNING = "running"  # claimed; the job runs (or its runner died before completing it)
-    SUCCEEDED = "succeeded"  # the job exited 0 while the lock was held
-    FAILED = "failed"  # the job exited non-zero (or by a signal) while the lock was held
-    LOST = "lost"  # the lock was lost while the job ran: the job was fenced
-    INTERRUPTED = "interrupted"  # the runner was asked to stop (a signal)
-    TIMED_OUT = "timed-out"  # the job ran past its timeout and was stopped; the lock released
-    MISSED = "missed"  # nobody claimed the tick within its start deadline
-    UNREADABLE = "unreadable"  # the key holds something that is not a tick record
-    PAUSED = "paused"  # the job was paused (lockctl pause) when the tick came: not run
-
-
-FINISHED = frozenset(
-    {
-        TickOutcome.SUCCEEDED,
-        TickOutcome.FAILED,
-        TickOutcome.LOST,
-        TickOutcome.INTERRUPTED,
-        TickOutcome.TIMED_OUT,
-    }
-)
+# `TickOutcome`: the old name of the record's words, now the one vocabulary's (kept for one
+# release: tests and tools import it); a record holds only LEDGER_OUTCOMES.
+TickOutcome = Outcome
 
 
 def ticks_prefix(lock_key: str) -> str:
@@ -125,7 +108,7 @@ class TickRecord:
     """One tick's record. Times are UTC; durations are seconds."""
 
     tick: datetime
-    outcome: TickOutcome
+    outcome: Outcome
     worker: str | None = None  # who claimed it (its own word), or who noticed it missed
     session: str | None = None
     host: str | None = None
@@ -168,9 +151,7 @@ class TickRecord:
         fields.update(fit_output(len(json.dumps(fields, separators=(",", ":"))), tails))
         return json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode()
 
-    def completed(
-        self, outcome: TickOutcome, *, finished_at: datetime, **fields: Any
-    ) -> TickRecord:
+    def completed(self, outcome: Outcome, *, finished_at: datetime, **fields: Any) -> TickRecord:
         return replace(self, outcome=outcome, finished_at=finished_at, **fields)
 
     @property
@@ -178,6 +159,7 @@ class TickRecord:
         return self.outcome in FINISHED
 
 
+_RECORDED: dict[str, Outcome] = {outcome.value: outcome for outcome in LEDGER_OUTCOMES}
 _RECORD_FIELDS = tuple(field.name for field in dataclass_fields(TickRecord))
 
 
@@ -185,14 +167,14 @@ def decode(tick: datetime, value: bytes | None, modify_index: int = 0) -> TickRe
     """The record stored for `tick` (named by its key, which outranks what the value says); a
     value over RECORD_MAX_BYTES is not parsed at all (`unreadable`), whoever read it whole."""
     if value is not None and len(value) > RECORD_MAX_BYTES:
-        return TickRecord(tick, TickOutcome.UNREADABLE, modify_index=modify_index)
+        return TickRecord(tick, Outcome.UNREADABLE, modify_index=modify_index)
     raw = _json_object(value)
     if raw is None or raw.get("format") != RECORD_FORMAT:
-        return TickRecord(tick, TickOutcome.UNREADABLE, modify_index=modify_index)
-    try:
-        outcome = TickOutcome(raw.get("outcome"))
-    except ValueError:
-        outcome = TickOutcome.UNREADABLE
+        return TickRecord(tick, Outcome.UNREADABLE, modify_index=modify_index)
+    word = raw.get("outcome")  # a word of another place (`ran`) is no record's either
+    outcome = (
+        _RECORDED.get(word, Outcome.UNREADABLE) if isinstance(word, str) else Outcome.UNREADABLE
+    )
     return TickRecord(
         tick=tick,
         outcome=outcome,
@@ -296,13 +278,13 @@ def taken_fields(record: TickRecord) -> dict[str, object]:
     """The skipped event's fields for a tick someone else has: who, and how it went."""
     who = record.worker or "an unnamed runner"
     when = tick_name(record.tick)
-    if record.outcome is TickOutcome.MISSED:
+    if record.outcome is Outcome.MISSED:
         reason = f"tick {when} already recorded missed (noticed by {who})"
-    elif record.outcome is TickOutcome.PAUSED:
+    elif record.outcome is Outcome.PAUSED:
         reason = f"tick {when} already recorded paused (the job is paused, by {record.by})"
-    elif record.outcome is TickOutcome.RUNNING:
+    elif record.outcome is Outcome.RUNNING:
         reason = f"tick {when} already taken by {who} (running)"
-    elif record.outcome is TickOutcome.UNREADABLE:
+    elif record.outcome is Outcome.UNREADABLE:
         reason = f"tick {when} already has a record (unreadable): not claimed again"
     else:
         reason = f"tick {when} already run by {who} ({record.outcome.value})"

@@ -38,7 +38,6 @@ from provision.ledger.control import taken_key
 from provision.ledger.records import (
     RECORD_MAX_BYTES,
     RecordProblem,
-    TickOutcome,
     TickRecord,
     decode,
     oversized,
@@ -46,6 +45,7 @@ from provision.ledger.records import (
     tick_key,
     ticks_prefix,
 )
+from provision.outcomes import Outcome
 from provision.system.control_keys import PAUSED
 
 CHUNK = 60  # operations per transaction (Consul takes at most 64)
@@ -227,7 +227,7 @@ class Ledger:
                 cap = _answer_bytes(key, RECORD_MAX_BYTES)
                 entry, meta = self.consul.kv.get(key, consistency=consistency, max_bytes=cap)
             except AnswerTooLarge:  # a record, so the tick is taken; not one to decode
-                return TickRecord(tick, TickOutcome.UNREADABLE), None
+                return TickRecord(tick, Outcome.UNREADABLE), None
             date = meta.date
         if entry is None:
             return None, date
@@ -305,7 +305,7 @@ class Ledger:
         except AnswerTooLarge:
             if len(ticks) == 1:
                 problem = oversized(ticks[0], self.key(ticks[0]))
-                return Fetched((TickRecord(ticks[0], TickOutcome.UNREADABLE),), (problem,))
+                return Fetched((TickRecord(ticks[0], Outcome.UNREADABLE),), (problem,))
         fetched = Fetched()
         for tick in ticks:
             fetched = fetched.then(self._fetch(check, [tick]))
@@ -336,7 +336,7 @@ class Ledger:
             size = len(entry.value or b"")
             if size > RECORD_MAX_BYTES:  # within the batch's cap, over a record's
                 problems.append(oversized(tick, entry.key, size))
-                records.append(TickRecord(tick, TickOutcome.UNREADABLE))
+                records.append(TickRecord(tick, Outcome.UNREADABLE))
             else:
                 records.append(decode(tick, entry.value, entry.modify_index))
         return Fetched(tuple(records), tuple(problems), date=answer.date)
@@ -380,7 +380,7 @@ class Ledger:
                 return Completion(True, release)
             if answer.failed(0) is not None:  # the record was changed under us: unlock alone
                 return Completion(False, self._unlock(session_id) if release else False)
-            lost = replace(record, outcome=TickOutcome.LOST)  # the unlock failed: not ours
+            lost = replace(record, outcome=Outcome.LOST)  # the unlock failed: not ours
             again = self.consul.txn.kv([replace(cas, value=lost.encode())])
             return Completion(again.applied, False)
         except ConsulError:

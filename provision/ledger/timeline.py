@@ -16,17 +16,17 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from provision.ledger.history import ABANDONED, JobHistory, TickRow
-from provision.ledger.records import TickOutcome
+from provision.outcomes import Outcome
 from provision.system.text import printable
 
 # Outcome -> its character in the strip of the worker that ran the tick.
 RAN = {
-    TickOutcome.SUCCEEDED.value: "#",
-    TickOutcome.FAILED.value: "F",
-    TickOutcome.TIMED_OUT.value: "T",
-    TickOutcome.LOST.value: "L",
-    TickOutcome.INTERRUPTED.value: "I",
-    TickOutcome.RUNNING.value: ">",
+    Outcome.SUCCEEDED.value: "#",
+    Outcome.FAILED.value: "F",
+    Outcome.TIMED_OUT.value: "T",
+    Outcome.LOST.value: "L",
+    Outcome.INTERRUPTED.value: "I",
+    Outcome.RUNNING.value: ">",
     ABANDONED: "A",
 }
 OTHERS = "."  # another worker ran it: this one skipped it
@@ -90,9 +90,9 @@ def _name(row: TickRow) -> str:
 
 
 def _cell(row: TickRow, worker: str | None) -> str:
-    if row.outcome == TickOutcome.MISSED.value:
+    if row.outcome == Outcome.MISSED.value:
         return MISSED
-    if row.outcome == TickOutcome.PAUSED.value:
+    if row.outcome == Outcome.PAUSED.value:
         return PAUSED
     if row.outcome not in RAN:
         return UNKNOWN

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from provision.consul import Consul, PermissionDenied
 from provision.ledger.control import unrun_record
 from provision.ledger.history import NOTICER, JobHistory
-from provision.ledger.records import FIELD_LIMIT, TickOutcome
+from provision.ledger.records import FIELD_LIMIT
 from provision.ledger.store import Ledger
+from provision.outcomes import Outcome
 from provision.system.text import printable
 
 
@@ -37,7 +38,7 @@ def record_missed(consul: Consul, history: JobHistory) -> MissedRecording:
         unrun_record(tick, NOTICER, history.now, history.pauses.holding(tick), host=host)
         for tick in ticks
     ]
-    paused = any(r.outcome is TickOutcome.PAUSED for r in records)
+    paused = any(r.outcome is Outcome.PAUSED for r in records)
     try:
         written = Ledger(consul, history.lock_key).record_missed(records)
     except PermissionDenied:

@@ -25,7 +25,8 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from provision.ledger.records import TickOutcome, TickRecord, tick_name
+from provision.ledger.records import TickRecord, tick_name
+from provision.outcomes import Outcome
 from provision.schedule import Schedule
 from provision.system.tails import mask_secrets
 from provision.system.text import printable
@@ -36,16 +37,14 @@ LINE_LIMIT = 300  # characters of one output line in a body
 TEXT_LIMIT = 500  # characters of the `text` line
 SUCCEEDED = "succeeded"
 _WORDS = {
-    TickOutcome.SUCCEEDED: SUCCEEDED,
-    TickOutcome.FAILED: "failed",
-    TickOutcome.TIMED_OUT: "failed",
-    TickOutcome.LOST: "lost",
-    TickOutcome.MISSED: "missed",
+    Outcome.SUCCEEDED: SUCCEEDED,
+    Outcome.FAILED: "failed",
+    Outcome.TIMED_OUT: "failed",
+    Outcome.LOST: "lost",
+    Outcome.MISSED: "missed",
 }
 # a success after a tick that ended so is a recovery
-NOT_WELL = frozenset(
-    {TickOutcome.FAILED, TickOutcome.TIMED_OUT, TickOutcome.LOST, TickOutcome.MISSED}
-)
+NOT_WELL = frozenset({Outcome.FAILED, Outcome.TIMED_OUT, Outcome.LOST, Outcome.MISSED})
 
 
 def decided(note: Note) -> tuple[str, TickRecord] | None:
@@ -109,7 +108,7 @@ def text_line(job: str, event: str, record: TickRecord) -> str:
     if event == "lost":
         return f"lockctl: {job} lost its lock{where} during tick {tick}: the run was stopped"
     status = "" if record.exit_status is None else f", exit status {record.exit_status}"
-    how = "timed out" if record.outcome is TickOutcome.TIMED_OUT else "failed"
+    how = "timed out" if record.outcome is Outcome.TIMED_OUT else "failed"
     return f"lockctl: {job} {how}{where}: tick {tick}{status}"
 
 

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
-from provision.ledger.records import TickOutcome, TickRecord
+from provision.ledger.records import TickRecord
 from provision.notify.message import (
     SUCCEEDED,
     decided,
@@ -28,6 +28,7 @@ from provision.notify.message import (
     webhook_body,
 )
 from provision.notify.sender import Delivery, Later
+from provision.outcomes import Outcome
 from provision.schedule import Schedule
 from provision.system.notify_rules import PING, Notifications, read_url_file
 from provision.system.secrets import Secret
@@ -169,7 +170,7 @@ def _after_missed(
     sees the other's: a recovery is told at least once."""
     after = job.schedule.next_ticks(record.tick, 1)[0]
     succeeded = read_tick(job.keys, after)
-    if succeeded is None or succeeded.outcome is not TickOutcome.SUCCEEDED:
+    if succeeded is None or succeeded.outcome is not Outcome.SUCCEEDED:
         return None
     body = webhook_body(job.keys.name, "recovered", succeeded, notify, job.secrets())
     return succeeded.tick, body

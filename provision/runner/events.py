@@ -25,7 +25,8 @@ EVENTS = (
     "released",
     "skipped",
     "waiting",
-    "timed-out",
+    "timed-out",  # the job ran past its timeout
+    "gave-up",  # --wait ran out of waiting for the lock
     "interrupted",
     "missed",
     "clock-skew",

@@ -16,17 +16,19 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from provision.fencing import Outcome
+from provision.outcomes import PREVIOUS_METRIC_WORDS, RUN_METRIC_OUTCOMES, Outcome
 from provision.system.files import PUBLIC_MODE, UnreadableFile, read_regular_file, write_atomically
 from provision.system.text import printable
 
 if TYPE_CHECKING:
+    from prometheus_client.samples import Sample
+
     from provision.runner.results import RunResult
 
 SUFFIX = ".prom"  # node_exporter's textfile collector reads *.prom and nothing else
 MAX_FILE_BYTES = 64 * 1024  # one job's file is well under 2 KiB; more is not ours
-ERROR = "error"  # the outcome of a run that ended in an error (Consul unreachable, refused, ...)
-OUTCOMES = (*(outcome.value for outcome in Outcome), ERROR)
+ERROR = Outcome.ERROR.value  # a run that ended in an error (Consul unreachable, refused, ...)
+OUTCOMES = RUN_METRIC_OUTCOMES
 LABELS = ("job", "worker")
 
 GAUGES = {  # name -> (JobMetrics field, help)
@@ -42,7 +44,13 @@ GAUGES = {  # name -> (JobMetrics field, help)
     "lockctl_job_last_exit_status": ("last_exit_status", "The exit status of the job's last run."),
 }
 TICKS = "lockctl_ticks"  # a counter: exposed as lockctl_ticks_total
-TICKS_HELP = "Runs of lockctl run for the job on this worker, by outcome."
+TICKS_HELP = (
+    "Runs of lockctl run for the job on this worker, by outcome "
+    "(gave-up: --wait ran out; timed-out: the job ran past its timeout)."
+)
+# The help the release before wrote: its file's `timed-out` was a --wait that ran out, its
+# `job-timed-out` a job past its timeout (outcomes.py PREVIOUS_METRIC_WORDS).
+PREVIOUS_TICKS_HELP = "Runs of lockctl run for the job on this worker, by outcome."
 RETRIES = "lockctl_job_retries"  # a counter: exposed as lockctl_job_retries_total
 RETRIES_HELP = "Attempts of the job on this worker after a failed one (retries)."
 
@@ -108,7 +116,7 @@ def updated_metrics(
     """`previous` with this run counted; the last_* gauges move only when the job ran."""
     outcome = ERROR if result is None else Outcome(result.outcome).value
     ticks = {**previous.ticks, outcome: previous.ticks.get(outcome, 0.0) + 1}
-    if result is None or result.lock_index is None:  # skipped, timed out, stopped before: no run
+    if result is None or result.lock_index is None:  # skipped, gave up, stopped before: no run
         return replace(previous, ticks=ticks)
     duration = getattr(result, "duration", None)
     succeeded = result.outcome is Outcome.RAN and result.exit_code == 0
@@ -171,6 +179,15 @@ def read_metrics(path: Path, job: str, worker: str) -> tuple[JobMetrics, list[st
         return JobMetrics(), [f"previous file not usable ({why}); replaced"]
 
 
+def _in_todays_words(sample: Sample, documentation: str) -> Sample:
+    """A sample of the file the release before left, its outcome in today's words: the help
+    text says which release wrote it (its `timed-out` is today's `gave-up`)."""
+    outcome = sample.labels.get("outcome")
+    if documentation != PREVIOUS_TICKS_HELP or outcome not in PREVIOUS_METRIC_WORDS:
+        return sample
+    return sample._replace(labels={**sample.labels, "outcome": PREVIOUS_METRIC_WORDS[outcome]})
+
+
 class _NotOurs(Exception):
     """The previous file holds something this job's runs did not write."""
 
@@ -182,9 +199,14 @@ def _parse(text: str, job: str, worker: str) -> JobMetrics:
     ticks: dict[str, float] = {}
     retries = 0.0
     try:
-        samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+        families = list(text_string_to_metric_families(text))
     except Exception as exc:  # the parser's errors are of no one documented type
         raise _NotOurs(f"not Prometheus text: {exc}") from None
+    samples = [
+        _in_todays_words(sample, family.documentation)
+        for family in families
+        for sample in family.samples
+    ]
     for sample in samples:
         identity = {k: v for k, v in sample.labels.items() if k != "outcome"}
         if identity != {"job": job, "worker": worker}:

@@ -12,10 +12,10 @@ replica tells those).
 from __future__ import annotations
 
 from provision.consul import Consul, ConsulError
-from provision.fencing import Outcome
 from provision.ledger.records import tick_name
 from provision.notify.notifier import JobNotify, Notifier, load_job
 from provision.notify.sender import DRAIN, Delivery, Lanes, result_event
+from provision.outcomes import Outcome
 from provision.runner.events import EventLog
 from provision.runner.results import RunResult
 from provision.schedule import parse_schedule
@@ -25,7 +25,7 @@ from provision.tick.edge import Note
 from provision.tick.store import JobKeys
 from provision.workers.config import JobConfig
 
-TOLD = frozenset({Outcome.RAN, Outcome.LOST, Outcome.JOB_TIMED_OUT})  # a record completed here
+TOLD = frozenset({Outcome.RAN, Outcome.LOST, Outcome.TIMED_OUT})  # a record completed here
 
 
 def run_notify(job: JobConfig) -> JobNotify | None:

@@ -35,11 +35,11 @@ from provision.consul import (
     RetryPolicy,
 )
 from provision.errors import EXIT_JOB_TIMEOUT, EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT
-from provision.fencing import Outcome
 from provision.ledger.catchup import LATEST
-from provision.ledger.records import TickOutcome, TickRecord, taken_fields, tick_name
+from provision.ledger.records import TickRecord, taken_fields, tick_name
 from provision.ledger.store import Claim, ClaimTerms
 from provision.ledger.ticks import MISSED_GRACE, skew_to_say
+from provision.outcomes import Outcome
 from provision.runner.child import Child, check_program
 from provision.runner.containment import first_telling
 from provision.runner.core_body import RunnerBody, Unfenced, run_env
@@ -57,7 +57,7 @@ from provision.tick.clock import Clock, ThreadTimerClock
 from provision.tick.consul_store import ConsulTickStore, TailedStore, Tails
 from provision.tick.core import CoreJob, Identity, TickCore, record_missed
 from provision.tick.edge import Body, Note, Run
-from provision.tick.once import Came, OneTick, Verdict, wait_deadline
+from provision.tick.once import OneTick, Verdict, wait_deadline
 from provision.tick.store import PLAIN, JobKeys
 from provision.workers.config import JobConfig
 
@@ -257,7 +257,7 @@ class Said:
         if note.tick is None:
             return
         lag = (self.clock.wall() - note.tick).total_seconds()
-        missed = note.record is not None and note.record.outcome is TickOutcome.MISSED
+        missed = note.record is not None and note.record.outcome is Outcome.MISSED
         self.events.emit(
             "catch-up", tick=tick_name(note.tick), lag_ms=ms(lag), recorded_missed=missed
         )
@@ -281,7 +281,7 @@ class Said:
         record, tick = note.record, note.tick
         if record is None or tick is None:
             return
-        lost = record.outcome is TickOutcome.LOST
+        lost = record.outcome is Outcome.LOST
         if record.retries_cut is not None:
             attempts = len(record.attempts or ())
             self.event("retries-cut", tick, attempt=attempts, reason=record.retries_cut)
@@ -302,8 +302,8 @@ class Said:
 
     def _housekeeping(self, note: Note) -> None:
         written, self.missed = self.missed, []
-        held = [r.tick for r in written if r.outcome is TickOutcome.PAUSED]
-        missed = sorted(r.tick for r in written if r.outcome is not TickOutcome.PAUSED)
+        held = [r.tick for r in written if r.outcome is Outcome.PAUSED]
+        missed = sorted(r.tick for r in written if r.outcome is not Outcome.PAUSED)
         self.events.emit(
             "housekeeping",
             missed_recorded=len(missed),
@@ -400,8 +400,8 @@ def run_tick_on_core(
     finally:
         shut_clock(made.clock, made.one.quiet, made.one.stop, made.thread)
     if waited_out:
-        events.emit("timed-out", waited_ms=ms(ask.options.timeout or 0.0))
-        return RunResult(Outcome.TIMED_OUT, EXIT_WAIT_TIMEOUT, tick=ask.tick)
+        events.emit("gave-up", waited_ms=ms(ask.options.timeout or 0.0))
+        return RunResult(Outcome.GAVE_UP, EXIT_WAIT_TIMEOUT, tick=ask.tick)
     return _result(found, made, ask, events, stop)
 
 
@@ -424,7 +424,7 @@ def _take(made: _Core, ask: TickAsk, events: EventLog, stop: StopRequest) -> tup
         if give_up is None or not found.lock_refused:
             return found, False
         if stop.requested:  # stopped while waiting for the lock: interrupted, as today
-            return Verdict(Came.UNSETTLED, ask.tick), False
+            return Verdict(Outcome.UNSETTLED, ask.tick), False
         if clock.monotonic() >= give_up:
             return found, True
         if not announced:
@@ -480,11 +480,11 @@ def shut_clock(
 
 
 _RAN = {
-    TickOutcome.SUCCEEDED: Outcome.RAN,
-    TickOutcome.FAILED: Outcome.RAN,
-    TickOutcome.TIMED_OUT: Outcome.JOB_TIMED_OUT,
-    TickOutcome.LOST: Outcome.LOST,
-    TickOutcome.INTERRUPTED: Outcome.INTERRUPTED,
+    Outcome.SUCCEEDED: Outcome.RAN,
+    Outcome.FAILED: Outcome.RAN,
+    Outcome.TIMED_OUT: Outcome.TIMED_OUT,
+    Outcome.LOST: Outcome.LOST,
+    Outcome.INTERRUPTED: Outcome.INTERRUPTED,
 }
 
 
@@ -494,20 +494,20 @@ def _result(
     """The verdict as today's result: its exit status, and the event the core's notes did not
     say already (a skip, a miss, a stop before the job started)."""
     tick = ask.tick
-    if found.came is Came.RAN and found.record is not None:
+    if found.came is Outcome.CLAIMED and found.record is not None:
         return ran_result(found.record, stop.signum)
-    if found.came is Came.PAUSED and found.record is not None:
+    if found.came is Outcome.PAUSED and found.record is not None:
         refusal = paused_refusal(found.record)
         events.emit("skipped", **refusal.event_fields())
         return RunResult(Outcome.SKIPPED, 0, tick=tick, skip=SkipReason.PAUSED)
-    if found.came is Came.SKIPPED:
+    if found.came is Outcome.SKIPPED:
         fields = skip_fields(made.store, ask.job, tick, found.skip)
         events.emit("skipped", tick=tick_name(tick), **fields)
         return RunResult(Outcome.SKIPPED, 0, tick=tick, skip=found.skip)
-    if found.came is Came.TOO_LATE:
+    if found.came is Outcome.MISSED:
         events.emit("missed", tick=tick_name(tick), **_missed_fields(made, ask))
         return RunResult(Outcome.MISSED, 0, tick=tick)
-    if found.came is Came.FAILED:
+    if found.came is Outcome.ERROR:
         raise _failure(found, made.store.error)
     signum = stop.signum or signal.SIGTERM
     events.emit("interrupted", signal=signal.Signals(signum).name)
@@ -522,7 +522,7 @@ def ran_result(record: TickRecord, signum: int | None = None) -> RunResult:
     status = record.exit_status
     if outcome is Outcome.LOST:
         code = EXIT_LOCK_LOST
-    elif outcome is Outcome.JOB_TIMED_OUT:
+    elif outcome is Outcome.TIMED_OUT:
         code = EXIT_JOB_TIMEOUT
     elif outcome is Outcome.INTERRUPTED and status is None:  # stopped before its job started
         code = 128 + (signum or signal.SIGTERM)

@@ -31,8 +31,8 @@ from datetime import datetime
 
 from provision.consul import AgentClock, Consul, ConsulError, RetryPolicy
 from provision.errors import EXIT_WAIT_TIMEOUT
-from provision.fencing import Outcome
 from provision.ledger.holder import Holder, claimed_worker
+from provision.outcomes import Outcome
 from provision.runner.core_body import RunnerBody, Unfenced, idempotency_key
 from provision.runner.events import EventLog, ms
 from provision.runner.on_core import (
@@ -226,8 +226,8 @@ def _acquired(made: _Plain, ask: PlainAsk, events: EventLog, stop: StopRequest) 
             return _skipped(made, ask, events, lock_delayed(refusal))
         if give_up is not None and clock.monotonic() >= give_up:
             timeout = ask.options.timeout or 0.0
-            events.emit("timed-out", session=lock.session, waited_ms=ms(timeout))
-            return RunResult(Outcome.TIMED_OUT, EXIT_WAIT_TIMEOUT)
+            events.emit("gave-up", session=lock.session, waited_ms=ms(timeout))
+            return RunResult(Outcome.GAVE_UP, EXIT_WAIT_TIMEOUT)
         if not announced:
             events.emit("waiting", session=lock.session)
             announced = True

@@ -18,11 +18,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from provision.consul import Consul, ConsulError
-from provision.fencing import Outcome
 from provision.ledger.control import NO_PAUSES, unrun_record
 from provision.ledger.holder import holder_record
 from provision.ledger.operator import readable_pauses
-from provision.ledger.records import TickOutcome, TickRecord, taken_fields, tick_name
+from provision.ledger.records import TickRecord, taken_fields, tick_name
 from provision.ledger.store import Ledger
 from provision.ledger.ticks import (
     MISSED_GRACE,
@@ -32,6 +31,7 @@ from provision.ledger.ticks import (
     judge_tick,
 )
 from provision.ledger.turns import Turn, turn
+from provision.outcomes import Outcome
 from provision.runner.events import EventLog, ms
 from provision.runner.precheck import WallClock, utc_now
 from provision.runner.results import SkipReason
@@ -83,7 +83,7 @@ def plan_tick(
     record, agent_date = ledger.read(tick, stale=True)
     received = utc_now()
     if record is not None:
-        paused = record.outcome is TickOutcome.PAUSED
+        paused = record.outcome is Outcome.PAUSED
         skip = SkipReason.PAUSED if paused else SkipReason.TAKEN
         return TickSkip(tick, Outcome.SKIPPED, taken_fields(record), skip)
     choice = judge_tick(schedule, tick, wall(), job.timings.start_deadline, agent_date)

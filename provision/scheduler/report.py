@@ -45,9 +45,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
 
-from provision.ledger.records import TickOutcome, TickRecord, taken_fields, tick_name
+from provision.ledger.records import TickRecord, taken_fields, tick_name
 from provision.notify.sender import RESULTS as NOTIFY_RESULTS
 from provision.notify.sender import Delivery, result_event
+from provision.outcomes import SCHEDULER_METRIC_OUTCOMES, Outcome
 from provision.runner.events import EventLog, ms
 from provision.runner.metrics import LABELS, TICKS
 from provision.runner.tick_verdicts import paused_refusal
@@ -58,16 +59,7 @@ from provision.tick.edge import Note, SkipReason
 SKIP_REASONS = tuple(SkipReason)
 # The tick outcomes /metrics counts: a record's, plus the scheduler's own (its error, and
 # Consul not answering a tick's claim).
-OUTCOMES = (
-    "ran",
-    "skipped",
-    "missed",
-    "lost",
-    "interrupted",
-    "job-timed-out",
-    "error",
-    "consul-unavailable",
-)
+OUTCOMES = SCHEDULER_METRIC_OUTCOMES
 # Cron jobs run from under a second to hours; a tick starts within ms, or seconds when late.
 DURATION_BUCKETS = (0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0)
 LAG_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
@@ -173,20 +165,20 @@ class RunContext:
 
 # -- the pure mappings -----------------------------------------------------------------------
 _RECORD_OUTCOMES = {
-    TickOutcome.SUCCEEDED: "ran",
-    TickOutcome.FAILED: "ran",
-    TickOutcome.LOST: "lost",
-    TickOutcome.INTERRUPTED: "interrupted",
-    TickOutcome.TIMED_OUT: "job-timed-out",
-    TickOutcome.MISSED: "missed",
-    TickOutcome.PAUSED: "skipped",
+    Outcome.SUCCEEDED: Outcome.RAN.value,
+    Outcome.FAILED: Outcome.RAN.value,
+    Outcome.LOST: Outcome.LOST.value,
+    Outcome.INTERRUPTED: Outcome.INTERRUPTED.value,
+    Outcome.TIMED_OUT: Outcome.TIMED_OUT.value,
+    Outcome.MISSED: Outcome.MISSED.value,
+    Outcome.PAUSED: Outcome.SKIPPED.value,
 }
 
 
-def record_outcome_label(outcome: TickOutcome) -> str:
+def record_outcome_label(outcome: Outcome) -> str:
     """The lockctl_ticks_total outcome of a completed record (succeeded and failed both ran:
     a failure is lockctl_run_failures_total); one that is not a finished run's is an error."""
-    return _RECORD_OUTCOMES.get(outcome, "error")
+    return _RECORD_OUTCOMES.get(outcome, Outcome.ERROR.value)
 
 
 def tick_outcome(note: Note) -> str | None:
@@ -370,7 +362,7 @@ def _completed(note: Note, run: RunContext) -> list[Event]:
             "reason": record.retries_cut,
         }
         events.append(("retries-cut", cut))
-    lost = record.outcome is TickOutcome.LOST
+    lost = record.outcome is Outcome.LOST
     ended = {
         "tick": _tick(note),
         "session": record.session,
@@ -387,7 +379,7 @@ def _completed(note: Note, run: RunContext) -> list[Event]:
 def held_by_a_pause(note: Note) -> bool:
     """Whether a `missed` note's record of a tick nobody ran says a pause held the tick
     (recorded paused, not a miss)."""
-    return note.record is not None and note.record.outcome is TickOutcome.PAUSED
+    return note.record is not None and note.record.outcome is Outcome.PAUSED
 
 
 def _unrun(note: Note, run: RunContext) -> list[Event]:
@@ -440,7 +432,7 @@ def _due(note: Note, run: RunContext) -> list[Event]:
 
 
 def _orphan(note: Note, run: RunContext) -> list[Event]:
-    fields = {"tick": _tick(note), "outcome": TickOutcome.INTERRUPTED.value, "detail": UNANSWERED}
+    fields = {"tick": _tick(note), "outcome": Outcome.INTERRUPTED.value, "detail": UNANSWERED}
     return [("orphan", fields)]
 
 
@@ -796,11 +788,11 @@ class CoreReport:
             self.metrics.durations.labels(job, self.worker).observe(record.duration)
         if record.retries_cut:
             self.metrics.count(RETRIES_CUT, job)
-        if record.outcome is TickOutcome.SUCCEEDED:
+        if record.outcome is Outcome.SUCCEEDED:
             ended = record.finished_at.timestamp() if record.finished_at else time.time()
             self.metrics.last_success.labels(job, self.worker).set(ended)
             self.metrics.gauge(SINCE_SUCCESS, job).set(0.0)
-        elif record.outcome is TickOutcome.FAILED:
+        elif record.outcome is Outcome.FAILED:
             self.metrics.count(RUN_FAILURES, job)
 
     # -- Consul's answers, sessions ---------------------------------------------------------

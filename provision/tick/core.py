@@ -49,7 +49,7 @@ from typing import Any
 from provision.consul import ConsulError, ConsulUnavailable, PermissionDenied
 from provision.ledger.catchup import catchup_tick, may_catch_up
 from provision.ledger.control import ControlNote, decode_note, manual_tick, unrun_record
-from provision.ledger.records import TickOutcome, TickRecord, tick_name
+from provision.ledger.records import TickRecord, tick_name
 from provision.ledger.ticks import (
     MISSED_GRACE,
     MISSED_WALK,
@@ -61,6 +61,7 @@ from provision.ledger.ticks import (
     unsettled_ticks,
 )
 from provision.ledger.turns import CLAIM_STAGGER, Turn, turn
+from provision.outcomes import Outcome
 from provision.schedule import Schedule
 from provision.sessions import AgentlessNode
 from provision.tick.calendar import Calendar
@@ -681,7 +682,7 @@ class TickCore:
         claimed_at = plan.tick + timedelta(seconds=max(0.0, lag))
         record = TickRecord(
             plan.tick,
-            TickOutcome.RUNNING,
+            Outcome.RUNNING,
             worker=self.worker,
             session=session,
             host=self.identity.host,
@@ -718,7 +719,7 @@ class TickCore:
         its body never starts. No answer: the session's end frees the lock, the record stays."""
         said = decode_note(note)
         paused = claimed.completed(
-            TickOutcome.PAUSED,
+            Outcome.PAUSED,
             finished_at=self.clock.wall(),
             by=said.by,
             reason=said.reason,
@@ -925,8 +926,8 @@ class TickCore:
         try:
             record, _ = self.store.read_tick(plan.job.keys, plan.tick)
             ours = record is not None and record.session == session
-            if record is not None and ours and record.outcome is TickOutcome.RUNNING:
-                ended = record.completed(TickOutcome.INTERRUPTED, finished_at=self.clock.wall())
+            if record is not None and ours and record.outcome is Outcome.RUNNING:
+                ended = record.completed(Outcome.INTERRUPTED, finished_at=self.clock.wall())
                 answer = self.store.complete(plan.job.keys, ended, session, release=True)
                 if not answer.recorded and answer.released is None:
                     raise ConsulUnavailable("no answer to the completion of an unanswered claim")

@@ -33,13 +33,13 @@ from provision.fencing import (
     Decision,
     Facts,
     FenceBounds,
-    Outcome,
     decide,
     fence_bounds,
     past_fence,
 )
-from provision.ledger.records import TickOutcome, TickRecord
+from provision.ledger.records import TickRecord
 from provision.ledger.store import Completion
+from provision.outcomes import Outcome
 from provision.tick.edge import Body, Cancellable, Listener, Note, Run, StopHow, TimerClock
 from provision.tick.retries import CUT, Retry, StopReason, delay_verdict, next_attempt
 from provision.tick.store import CompleteCall, JobKeys, TickStore
@@ -58,7 +58,7 @@ STOP_COMPLETE_WITHIN = 10.0
 _TOLD = {
     Outcome.LOST: "fenced",
     Outcome.INTERRUPTED: "interrupted",
-    Outcome.JOB_TIMED_OUT: "timed-out",
+    Outcome.TIMED_OUT: "timed-out",
 }
 
 
@@ -101,16 +101,16 @@ def vouched(run: HeldRun) -> bool:
     return not run.told and not past_fence(now, run.confirmed_at, run.bounds.fence_after)
 
 
-def record_outcome(verdict: Outcome | None, exit_status: int | None, kept: bool) -> TickOutcome:
+def record_outcome(verdict: Outcome | None, exit_status: int | None, kept: bool) -> Outcome:
     """The record's outcome for how the run ended; `kept`: the decision was to release (the
     lock was ours to the end), else it was lost."""
     if not kept or verdict is Outcome.LOST or verdict is None:
-        return TickOutcome.LOST
+        return Outcome.LOST
     if verdict is Outcome.INTERRUPTED:
-        return TickOutcome.INTERRUPTED
-    if verdict is Outcome.JOB_TIMED_OUT:
-        return TickOutcome.TIMED_OUT
-    return TickOutcome.SUCCEEDED if exit_status == 0 else TickOutcome.FAILED
+        return Outcome.INTERRUPTED
+    if verdict is Outcome.TIMED_OUT:
+        return Outcome.TIMED_OUT
+    return Outcome.SUCCEEDED if exit_status == 0 else Outcome.FAILED
 
 
 class Completions:
@@ -424,7 +424,7 @@ class HeldRun:
             self._complete_later(done, backoff)
             return
         lost = completion.released is False  # the lock was no longer ours
-        self.completed = replace(done, outcome=TickOutcome.LOST) if lost else done
+        self.completed = replace(done, outcome=Outcome.LOST) if lost else done
         self._note("completed", self.completed.outcome.value, self.completed)
         self._done(self)
 

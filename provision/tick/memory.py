@@ -47,8 +47,9 @@ from provision.consul.batch import MAX_OPERATIONS
 from provision.consul.keys import checked_key
 from provision.consul.models import KVEntry
 from provision.ledger.control import Pauses, decode_note, decode_pauses
-from provision.ledger.records import TickOutcome, TickRecord, decode, parse_tick_name
+from provision.ledger.records import TickRecord, decode, parse_tick_name
 from provision.ledger.store import CHUNK, MAX_PRUNED_PER_RUN, Claim, Completion
+from provision.outcomes import Outcome
 from provision.sessions import SessionTerms
 from provision.system.control_keys import paused_key, pauses_key, trigger_key
 from provision.tick.clock import Clock
@@ -255,7 +256,7 @@ class MemoryTickStore:
                 return Completion(
                     False, self._release(job.lock_key, session_id) if release else False
                 )
-            lost = replace(record, outcome=TickOutcome.LOST)  # the unlock failed: not ours
+            lost = replace(record, outcome=Outcome.LOST)  # the unlock failed: not ours
             again = self._txn([replace(cas, value=lost.encode())])
             return Completion(again.applied, False)
         except TickStoreError:

@@ -16,13 +16,13 @@ starts the turn on the core's clock, hears its notes, and knows when the core is
 
 from __future__ import annotations
 
-import enum
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from provision.ledger.records import TickRecord
+from provision.outcomes import Outcome
 from provision.tick.core import TickCore, TickPlan
 from provision.tick.edge import Listener, Note, SkipReason
 
@@ -30,23 +30,12 @@ from provision.tick.edge import Listener, Note, SkipReason
 _FAILURES = ("unavailable", "refused", "unanswered")
 
 
-class Came(str, enum.Enum):
-    """What one turn at a tick came to."""
-
-    RAN = "ran"  # claimed here, its body run (or not started: lost, stopped), its record done
-    SKIPPED = "skipped"  # not claimed: taken, the lock held or in lock-delay
-    PAUSED = "paused"  # claimed here and found paused: recorded paused, released
-    TOO_LATE = "too-late"  # its claim window had closed on Consul's clock
-    FAILED = "failed"  # Consul did not answer, or refused (the note's detail says)
-    UNSETTLED = "unsettled"  # nothing settled it (stopped before its claim)
-
-
 @dataclass(frozen=True)
 class Verdict:
     """How one turn at `tick` ended: what it came to, the record as written (ran, paused),
     why it was skipped, and the deciding note's words (a failure's error)."""
 
-    came: Came
+    came: Outcome  # one of TURN_OUTCOMES (provision/outcomes.py)
     tick: datetime
     record: TickRecord | None = None
     skip: SkipReason | None = None
@@ -57,28 +46,28 @@ class Verdict:
     def lock_refused(self) -> bool:
         """Skipped because the lock is not free (held, or in lock-delay): waiting may help;
         a taken tick (its record) never frees."""
-        return self.came is Came.SKIPPED and self.skip is not SkipReason.TAKEN
+        return self.came is Outcome.SKIPPED and self.skip is not SkipReason.TAKEN
 
 
 def verdict(notes: Sequence[Note], tick: datetime) -> Verdict:
     """The turn at `tick`, from the core's notes (pure): the last that settles it wins (a
     `claimed` tick is settled only by its `completed` or `paused`)."""
-    found = Verdict(Came.UNSETTLED, tick)
+    found = Verdict(Outcome.UNSETTLED, tick)
     for note in notes:
         if note.tick != tick:
             continue
         if note.kind == "completed" and note.record is not None:
-            found = Verdict(Came.RAN, tick, note.record, detail=note.detail)
+            found = Verdict(Outcome.CLAIMED, tick, note.record, detail=note.detail)
         elif note.kind == "paused":
-            found = Verdict(Came.PAUSED, tick, note.record, SkipReason.PAUSED, note.detail)
+            found = Verdict(Outcome.PAUSED, tick, note.record, SkipReason.PAUSED, note.detail)
         elif note.kind == "skipped":
-            found = Verdict(Came.SKIPPED, tick, None, note.skip, note.detail)
+            found = Verdict(Outcome.SKIPPED, tick, None, note.skip, note.detail)
         elif note.kind == "too-late":
-            found = Verdict(Came.TOO_LATE, tick, detail=note.detail)
-        elif note.kind in _FAILURES and found.came is Came.UNSETTLED:
-            found = Verdict(Came.FAILED, tick, detail=note.detail, failure=note.kind)
+            found = Verdict(Outcome.MISSED, tick, detail=note.detail)
+        elif note.kind in _FAILURES and found.came is Outcome.UNSETTLED:
+            found = Verdict(Outcome.ERROR, tick, detail=note.detail, failure=note.kind)
         elif note.kind == "claimed":
-            found = Verdict(Came.UNSETTLED, tick, note.record)
+            found = Verdict(Outcome.UNSETTLED, tick, note.record)
     return found
 
 

@@ -30,8 +30,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from provision.consul import ConsulError
-from provision.ledger.records import TickOutcome, TickRecord
+from provision.ledger.records import TickRecord
 from provision.ledger.store import Claim
+from provision.outcomes import Outcome
 from provision.tick.clock import Clock
 from provision.tick.core import Identity
 from provision.tick.edge import Body, Cancellable, Listener, Note, SkipReason, TimerClock
@@ -152,7 +153,7 @@ class PlainLock:
     def _run(self, claim: Claim, session: str, sent: float) -> None:
         record = TickRecord(
             self.clock.wall(),  # what the run's note names it by: never recorded
-            TickOutcome.RUNNING,
+            Outcome.RUNNING,
             worker=self.identity.worker,
             session=session,
             host=self.identity.host,

@@ -20,8 +20,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from provision.fencing import Outcome
 from provision.ledger.attempts import CUT_BY_NEXT_TICK, CUT_BY_STOP
+from provision.outcomes import Outcome
 from provision.timings import JobTimings
 
 
@@ -69,7 +69,7 @@ def next_attempt(
     if verdict is Outcome.RAN and exit_status == 0:
         return Stop(StopReason.SUCCEEDED)
     retryable = verdict is Outcome.RAN or (
-        verdict is Outcome.JOB_TIMED_OUT and timings.retry_on_timeout and not http
+        verdict is Outcome.TIMED_OUT and timings.retry_on_timeout and not http
     )
     if not retryable or timings.retries == 0:
         return Stop(StopReason.NOT_RETRIED)

@@ -24,8 +24,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 
 from provision.consul import Consul
-from provision.ledger.records import TickOutcome, TickRecord, tick_name
+from provision.ledger.records import TickRecord, tick_name
 from provision.ledger.store import Claim, Ledger
+from provision.outcomes import Outcome
 from provision.verify.context import VerifyContext
 from provision.verify.evidence import CheckFailed, CheckSkipped, Evidence, verify_session
 
@@ -49,7 +50,7 @@ class Racer:
     def claim(self, tick: datetime, run_id: str) -> Claim:
         record = TickRecord(
             tick,
-            TickOutcome.RUNNING,
+            Outcome.RUNNING,
             worker=self.worker,
             session=self.session,
             host=socket.gethostname(),
@@ -65,7 +66,7 @@ class Racer:
         if record is None:
             return False
         finished = record.completed(
-            TickOutcome.SUCCEEDED,
+            Outcome.SUCCEEDED,
             finished_at=datetime.now(timezone.utc),
             exit_status=0,
             duration=0.0,

@@ -25,7 +25,7 @@ import pytest
 from procscan import pids_with
 
 from provision.consul import AgentClock, Consul
-from provision.fencing import Outcome
+from provision.outcomes import Outcome
 from provision.runner.events import EventLog
 from provision.runner.plain import PlainAsk, run_plain_on_core
 from provision.runner.results import RunOptions, RunResult

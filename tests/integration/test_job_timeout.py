@@ -8,9 +8,9 @@ ignores it too, and a `setsid` daemon that left the job's process group. Each pr
 timeout 2s, kill_grace 1s, ticks @every 5s. Under `lockctl run`: exit 124, nothing of the tree
 survives, the lock key is free the moment it returns, and another worker's run at the next tick
 acquires (an unreleased lock would be in its LockDelay then, as destroying the session starts it),
-the metrics textfile counts `job-timed-out`; a plain lock (no schedule, no record) the same.
+the metrics textfile counts `timed-out`; a plain lock (no schedule, no record) the same.
 Under `lockctl schedule`: the same record, the lock free between ticks (the scheduler's session
-lives on: an unreleased lock would stay held), `/metrics` counts `job-timed-out`, and `lockctl
+lives on: an unreleased lock would stay held), `/metrics` counts `timed-out`, and `lockctl
 check` says the tick timed out.
 """
 
@@ -202,7 +202,7 @@ def test_lockctl_run_stops_the_whole_tree_at_the_timeout_and_releases(lab: Lab) 
     assert record is not None
     assert (record.outcome, record.exit_status) == (TickOutcome.TIMED_OUT, SIGKILLED)
     prom = metrics.read_text()
-    assert 'outcome="job-timed-out",worker="worker-1"} 1.0' in prom, prom
+    assert 'outcome="timed-out",worker="worker-1"} 1.0' in prom, prom
     assert f'last_exit_status{{job="{lab.jobs["run"]}",worker="worker-1"}} 124.0' in prom, prom
 
     # Another worker claims the next tick at once: no TTL, no LockDelay to wait out.
@@ -287,7 +287,7 @@ def test_lockctl_schedule_stops_the_tree_at_the_timeout_and_check_warns(lab: Lab
     for name in ticks[:3]:
         record = next(r for r in ledger.records() if tick_name(r.tick) == name)
         assert (record.outcome, record.exit_status) == (TickOutcome.TIMED_OUT, SIGKILLED)
-    assert _value(samples, "lockctl_ticks_total", job=job, outcome="job-timed-out") >= 3
+    assert _value(samples, "lockctl_ticks_total", job=job, outcome="timed-out") >= 3
     assert check.returncode in (1, 2), check.stdout  # at least WARNING
     assert f"last run {ticks[-1]} timed-out (exit 137, on worker-1)" in check.stdout
     assert history.returncode == 0 and history.stdout.count("timed-out") >= 3, history.stdout

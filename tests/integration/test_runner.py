@@ -433,7 +433,11 @@ def test_wait_timeout_runs_out_and_a_healthy_lock_is_not_fenced(
     assert waiter.wait() == EXIT_WAIT_TIMEOUT
     assert waiter.ended is not None
     assert 1.5 <= waiter.ended - waiter.started < 5.0
-    assert waiter.named("timed-out") and not (lab.tmp / "timeout.ran").exists()
+    assert (
+        waiter.named("gave-up")
+        and not waiter.named("timed-out")
+        and not (lab.tmp / "timeout.ran").exists()
+    )
     assert holder.wait() == 0, holder.lines
     assert len(holder.named("renewed")) >= 3 and not holder.named("fenced")
 

@@ -18,16 +18,15 @@ from provision.consul import ConsulUnavailable
 from provision.embed.bodies import ThreadBody
 from provision.embed.called import Calls, CallTurn, Refusal, call_turn, outcome_of
 from provision.embed.run import RunEvents, RunOutcome
-from provision.fencing import Outcome
 from provision.ledger.control import ControlNote
 from provision.ledger.records import TickOutcome, TickRecord
+from provision.outcomes import Outcome
 from provision.runner.results import SkipReason
 from provision.system.control_keys import paused_key
 from provision.tick.clock import VirtualClock
 from provision.tick.core import Identity, TickCore
 from provision.tick.held import HeldRun
 from provision.tick.memory import MemoryTickStore
-from provision.tick.once import Came
 from provision.tick.store import JobKeys
 from provision.workers.config import JobConfig
 
@@ -155,7 +154,7 @@ def test_a_quiet_moment_before_the_calls_verdict_does_not_let_the_caller_go() ->
     app.calls.quiet(JOB.name)  # say an earlier call's leftovers end now
     assert not turn.quiet.is_set()
     until(clock, lambda: turn.quiet.is_set())
-    assert turn.verdict().came is Came.RAN
+    assert turn.verdict().came is Outcome.CLAIMED
 
 
 def test_a_paused_job_is_skipped_paused_and_starts_nothing() -> None:

@@ -221,40 +221,36 @@ SIGTERM, SIGKILL, SIGINT = signal.SIGTERM, signal.SIGKILL, signal.SIGINT
             Decision(Action.KEEP_GOING, None, wake_at=T0 + 9),
         ),
         (
-            "the timeout passes: SIGTERM the tree, verdict job-timed-out",
+            "the timeout passes: SIGTERM the tree, verdict timed-out",
             facts(now=T0 + 3, timeout_at=T0 + 3),
-            Decision(
-                Action.TERMINATE, Outcome.JOB_TIMED_OUT, signum=SIGTERM, reason=Reason.TIMEOUT
-            ),
+            Decision(Action.TERMINATE, Outcome.TIMED_OUT, signum=SIGTERM, reason=Reason.TIMEOUT),
         ),
         (
             "timed out, in the kill grace: wake when it is over",
-            facts(
-                now=T0 + 4, verdict=Outcome.JOB_TIMED_OUT, terminated_at=T0 + 3, timeout_at=T0 + 3
-            ),
-            Decision(Action.KEEP_GOING, Outcome.JOB_TIMED_OUT, wake_at=T0 + 8),
+            facts(now=T0 + 4, verdict=Outcome.TIMED_OUT, terminated_at=T0 + 3, timeout_at=T0 + 3),
+            Decision(Action.KEEP_GOING, Outcome.TIMED_OUT, wake_at=T0 + 8),
         ),
         (
             "timed out, the job ignores SIGTERM: SIGKILL after the kill grace",
             facts(
                 now=T0 + 8,
                 confirmed_at=T0 + 5,
-                verdict=Outcome.JOB_TIMED_OUT,
+                verdict=Outcome.TIMED_OUT,
                 terminated_at=T0 + 3,
                 timeout_at=T0 + 3,
             ),
-            Decision(Action.KILL, Outcome.JOB_TIMED_OUT, signum=SIGKILL, reason=Reason.GRACE_OVER),
+            Decision(Action.KILL, Outcome.TIMED_OUT, signum=SIGKILL, reason=Reason.GRACE_OVER),
         ),
         (
             "timed out, the tree is gone: release at once (min-hold is for a run that ran)",
             ended(
                 now=T0 + 4,
-                verdict=Outcome.JOB_TIMED_OUT,
+                verdict=Outcome.TIMED_OUT,
                 terminated_at=T0 + 3,
                 timeout_at=T0 + 3,
                 hold_until=T0 + 60,
             ),
-            Decision(Action.RELEASE, Outcome.JOB_TIMED_OUT),
+            Decision(Action.RELEASE, Outcome.TIMED_OUT),
         ),
         (
             "a lost lock beats the timeout",
@@ -331,6 +327,6 @@ def test_a_timeout_under_healthy_renewals_terms_then_kills_after_the_grace() -> 
     renewals = [T0 + 5 * n for n in range(0, 13)]  # healthy throughout
     acted = _run_with_renewals(renewals, until=T0 + 60, timeout_at=T0 + 30)
     assert [(round(t - T0, 2), d.action, d.verdict, d.reason) for t, d in acted[:2]] == [
-        (30.0, Action.TERMINATE, Outcome.JOB_TIMED_OUT, Reason.TIMEOUT),
-        (35.0, Action.KILL, Outcome.JOB_TIMED_OUT, Reason.GRACE_OVER),  # 30 + G
+        (30.0, Action.TERMINATE, Outcome.TIMED_OUT, Reason.TIMEOUT),
+        (35.0, Action.KILL, Outcome.TIMED_OUT, Reason.GRACE_OVER),  # 30 + G
     ]

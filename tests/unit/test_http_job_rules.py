@@ -24,8 +24,8 @@ from provision.cli import policies
 from provision.cli.app import ErrorBoundaryGroup
 from provision.cli.runjob import RunArgs, _check_command
 from provision.errors import InputError
-from provision.fencing import Outcome
 from provision.ledger.records import parse_tick_name
+from provision.outcomes import Outcome
 from provision.runner.core_body import idempotency_key
 from provision.runner.http_job import HttpJob, request_headers
 from provision.spec import SpecError, parse_spec
@@ -321,7 +321,7 @@ def test_run_wants_a_command_except_for_an_http_job() -> None:
 HTTP_BLOCK = '  http {\n    url = "http://127.0.0.1:8080/x"\n    timeout = "5s"\n  }\n'
 ON_TIMEOUT = JobTimings(15, 15, 5, 5, retries=2, retry_delay=1, retry_on_timeout=True)
 RETRIES = JobTimings(15, 15, 5, 5, retries=2, retry_delay=1)
-RAN, LOST, TIMED_OUT = Outcome.RAN, Outcome.LOST, Outcome.JOB_TIMED_OUT
+RAN, LOST, TIMED_OUT = Outcome.RAN, Outcome.LOST, Outcome.TIMED_OUT
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
 from provision.cli.runjob import _write_metrics
-from provision.fencing import Outcome
+from provision.outcomes import Outcome
 from provision.runner.events import EventLog
 from provision.runner.metrics import (
     MAX_FILE_BYTES,
@@ -90,8 +90,8 @@ def test_a_success_then_skips_and_a_failure(prom: Path) -> None:
         (ran(76, Outcome.LOST), "lost", True),  # the job ran, then was fenced
         (ran(143, Outcome.INTERRUPTED), "interrupted", True),  # stopped while it ran
         (RunResult(Outcome.INTERRUPTED, 143), "interrupted", False),  # before it started
-        (RunResult(Outcome.TIMED_OUT, 75), "timed-out", False),  # --wait gave up
-        (ran(124, Outcome.JOB_TIMED_OUT), "job-timed-out", True),  # the job's timeout: stopped
+        (RunResult(Outcome.GAVE_UP, 75), "gave-up", False),  # --wait ran out
+        (ran(124, Outcome.TIMED_OUT), "timed-out", True),  # the job's timeout: stopped
         (None, "error", False),  # Consul unreachable, refused, ...
     ],
 )
@@ -245,3 +245,27 @@ def test_the_cli_turns_warnings_into_events_on_stderr(prom: Path) -> None:
     (event,) = [json.loads(line) for line in stream.getvalue().splitlines()]
     assert event["event"] == "metrics-warning" and event["path"] == str(prom)
     assert event["warning"].startswith("previous file not usable")
+
+
+PREVIOUS_RELEASE_FILE = """\
+# HELP lockctl_ticks_total Runs of lockctl run for the job on this worker, by outcome.
+# TYPE lockctl_ticks_total counter
+lockctl_ticks_total{job="nightly-ingest",outcome="ran",worker="worker-2"} 4.0
+lockctl_ticks_total{job="nightly-ingest",outcome="timed-out",worker="worker-2"} 2.0
+lockctl_ticks_total{job="nightly-ingest",outcome="job-timed-out",worker="worker-2"} 1.0
+"""
+
+
+def test_a_file_the_release_before_left_is_read_in_todays_words(prom: Path) -> None:
+    """Its `timed-out` was a --wait that ran out (today's `gave-up`), its `job-timed-out` a job
+    past its timeout (today's `timed-out`): the counters carry on, never swapped or reset."""
+    prom.write_text(PREVIOUS_RELEASE_FILE)
+    assert write(prom, RunResult(Outcome.GAVE_UP, 75), T0) == []
+    after = samples(prom)
+    assert after["lockctl_ticks_total{gave-up}"] == 3.0
+    assert after["lockctl_ticks_total{timed-out}"] == 1.0
+    assert after["lockctl_ticks_total{ran}"] == 4.0
+    assert "lockctl_ticks_total{job-timed-out}" not in after
+    # written again in today's words, and read back as they are (no second translation)
+    assert write(prom, RunResult(Outcome.SKIPPED, 0), T0 + 60) == []
+    assert samples(prom)["lockctl_ticks_total{timed-out}"] == 1.0

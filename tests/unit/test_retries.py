@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from provision.fencing import Outcome
 from provision.ledger.attempts import attempts_text, decode_attempts, decode_cut
 from provision.ledger.records import TickOutcome, TickRecord, decode
+from provision.outcomes import Outcome
 from provision.scheduler.report import CoreReport
 from provision.spec import SpecError, parse_spec
 from provision.tick.edge import Note
@@ -25,7 +25,7 @@ TWO = JobTimings(ttl=15, lock_delay=15, renew_interval=5, kill_grace=5, retries=
 ON_TIMEOUT = JobTimings(
     ttl=15, lock_delay=15, renew_interval=5, kill_grace=5, retries=1, retry_on_timeout=True
 )
-RAN, LOST, TIMED_OUT = Outcome.RAN, Outcome.LOST, Outcome.JOB_TIMED_OUT
+RAN, LOST, TIMED_OUT = Outcome.RAN, Outcome.LOST, Outcome.TIMED_OUT
 
 
 @pytest.mark.parametrize(

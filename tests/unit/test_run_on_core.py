@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from provision.errors import EXIT_JOB_TIMEOUT, EXIT_LOCK_LOST
-from provision.fencing import Outcome
 from provision.ledger.records import TickOutcome, TickRecord
+from provision.outcomes import Outcome
 from provision.runner.events import EventLog
 from provision.runner.on_core import Said, TickAsk, core_job, ran_result
 from provision.runner.results import RunOptions
@@ -39,7 +39,7 @@ def _record(outcome: TickOutcome, status: int | None, **more: Any) -> TickRecord
         (TickOutcome.SUCCEEDED, 0, Outcome.RAN, 0),
         (TickOutcome.FAILED, 3, Outcome.RAN, 3),
         (TickOutcome.FAILED, None, Outcome.RAN, 1),  # no status said: a failure all the same
-        (TickOutcome.TIMED_OUT, -15, Outcome.JOB_TIMED_OUT, EXIT_JOB_TIMEOUT),
+        (TickOutcome.TIMED_OUT, -15, Outcome.TIMED_OUT, EXIT_JOB_TIMEOUT),
         (TickOutcome.LOST, 0, Outcome.LOST, EXIT_LOCK_LOST),
         (TickOutcome.INTERRUPTED, 143, Outcome.INTERRUPTED, 143),  # the job's own, as today
         (TickOutcome.INTERRUPTED, None, Outcome.INTERRUPTED, 128 + signal.SIGINT),

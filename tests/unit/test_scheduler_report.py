@@ -477,7 +477,7 @@ def _record(outcome: TickOutcome, **fields: Any) -> TickRecord:
         (TickOutcome.FAILED, "ran"),  # a failure is lockctl_run_failures_total
         (TickOutcome.LOST, "lost"),
         (TickOutcome.INTERRUPTED, "interrupted"),
-        (TickOutcome.TIMED_OUT, "job-timed-out"),
+        (TickOutcome.TIMED_OUT, "timed-out"),
         (TickOutcome.MISSED, "missed"),
         (TickOutcome.PAUSED, "skipped"),
         (TickOutcome.RUNNING, "error"),  # no finished run's record: a bug
@@ -528,7 +528,7 @@ UNRUN_PAUSED = TickRecord(at(0), TickOutcome.PAUSED, worker="w1", by="alice")  #
         (Note("complete-retry", JOB, at(0)), None, None, False),
         (
             Note("completed", JOB, at(0), record=_record(TickOutcome.TIMED_OUT)),
-            "job-timed-out",
+            "timed-out",
             None,
             True,
         ),

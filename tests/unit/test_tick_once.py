@@ -15,12 +15,13 @@ from tick_fleet import KEYS, START, Body, at, every_10s
 from provision.consul import ConsulUnavailable
 from provision.ledger.control import ControlNote, ended
 from provision.ledger.records import TickOutcome, TickRecord
+from provision.outcomes import Outcome
 from provision.system.control_keys import paused_key, pauses_key
 from provision.tick.clock import VirtualClock
 from provision.tick.core import CoreJob, Identity, TickCore
 from provision.tick.edge import Note, SkipReason, StopHow
 from provision.tick.memory import MemoryTickStore
-from provision.tick.once import Came, OneTick, Verdict, verdict, wait_deadline
+from provision.tick.once import OneTick, Verdict, verdict, wait_deadline
 from provision.tick.store import JobKeys, TickStore
 
 QUIET_WITHIN = 120.0  # virtual seconds a turn may take before the test calls it stuck
@@ -85,7 +86,7 @@ def test_a_free_tick_is_claimed_run_completed_and_released() -> None:
     clock, store = _world(10.05)
     runner = Runner(clock, store)
     found = runner.take(at(10))
-    assert found.came is Came.RAN
+    assert found.came is Outcome.CLAIMED
     assert found.record is not None and found.record.outcome is TickOutcome.SUCCEEDED
     assert found.record.exit_status == 0 and found.record.lock_index == 1
     recorded = _record(store, at(10))  # the record as completed is Consul's
@@ -107,7 +108,7 @@ def test_nothing_is_planned_after_the_one_tick() -> None:
 def test_a_timer_that_fires_late_still_owns_its_tick_within_its_window() -> None:
     clock, store = _world(17.5)  # 7.5 s late; tick 10's window is its interval, 10 s
     found = Runner(clock, store).take(at(10))
-    assert found.came is Came.RAN and found.record is not None
+    assert found.came is Outcome.CLAIMED and found.record is not None
     # on Consul's clock as its Date says it: whole seconds, so 17.5 reads 17
     assert found.record.start_lag == pytest.approx(7.0)
 
@@ -115,7 +116,7 @@ def test_a_timer_that_fires_late_still_owns_its_tick_within_its_window() -> None
 def test_a_tick_whose_window_closed_is_too_late_and_claims_nothing() -> None:
     clock, store = _world(21.0)
     found = Runner(clock, store).take(at(10))
-    assert found.came is Came.TOO_LATE
+    assert found.came is Outcome.MISSED
     assert _record(store, at(10)) is None
 
 
@@ -125,7 +126,7 @@ def test_a_tick_long_past_is_not_recorded_missed_by_the_one_tick() -> None:
     and no later look at its fate is left behind (the process ends after the tick)."""
     clock, store = _world(45.0)  # tick 10's window closed at 20
     runner = Runner(clock, store)
-    assert runner.take(at(10)).came is Came.TOO_LATE
+    assert runner.take(at(10)).came is Outcome.MISSED
     clock.advance(60)
     assert _record(store, at(10)) is None
     assert not runner.said("missed")
@@ -137,7 +138,7 @@ def test_a_tick_another_worker_took_is_skipped_taken_and_waiting_cannot_help() -
     index = store.raft_index
     runner = Runner(clock, store, "w1")
     found = runner.take(at(10))
-    assert (found.came, found.skip) == (Came.SKIPPED, SkipReason.TAKEN)
+    assert (found.came, found.skip) == (Outcome.SKIPPED, SkipReason.TAKEN)
     assert not found.lock_refused
     assert store.raft_index == index  # the read found it taken: no write, not even a session
     assert not runner.bodies
@@ -152,12 +153,12 @@ def test_a_lock_held_by_the_previous_ticks_run_is_refused_then_won_once_free() -
     clock.advance_to(20.05)
     runner = Runner(clock, store, "w1")
     refused = runner.take(at(20))
-    assert (refused.came, refused.skip) == (Came.SKIPPED, SkipReason.OVERLAP)
+    assert (refused.came, refused.skip) == (Outcome.SKIPPED, SkipReason.OVERLAP)
     assert refused.lock_refused and not runner.bodies
     before.until_quiet()  # released at 22 (a release: no lock-delay)
     assert clock.wall() < runner.one.plan(at(20)).closes
     won = runner.take(at(20))
-    assert won.came is Came.RAN and won.record is not None
+    assert won.came is Outcome.CLAIMED and won.record is not None
     assert won.record.worker == "w1" and won.record.lock_index == 2
 
 
@@ -174,7 +175,7 @@ def test_a_paused_job_records_its_tick_paused_and_starts_nothing() -> None:
     store.put(paused_key(KEYS.name), ControlNote("ops", at(2), "disk swap").encode())
     runner = Runner(clock, store)
     found = runner.take(at(10))
-    assert (found.came, found.skip) == (Came.PAUSED, SkipReason.PAUSED)
+    assert (found.came, found.skip) == (Outcome.PAUSED, SkipReason.PAUSED)
     assert found.record is not None and found.record.by == "ops"
     recorded = _record(store, at(10))
     assert recorded is not None and recorded.outcome is TickOutcome.PAUSED
@@ -190,7 +191,7 @@ def test_a_run_whose_session_ends_is_fenced_and_its_tick_recorded_lost() -> None
     store.destroy_session(held.claimed.session)
     runner.until_quiet()
     found = runner.one.verdict(at(10))
-    assert found.came is Came.RAN and found.record is not None
+    assert found.came is Outcome.CLAIMED and found.record is not None
     assert found.record.outcome is TickOutcome.LOST
     body = runner.bodies[0][1]
     assert body.told and body.told[0][1] is StopHow.TERMINATE
@@ -208,7 +209,7 @@ def test_a_stop_interrupts_the_run_completes_it_and_destroys_the_session() -> No
     clock.call_at(clock.monotonic(), runner.one.stop)
     runner.until_quiet()
     found = runner.one.verdict(at(10))
-    assert found.came is Came.RAN and found.record is not None
+    assert found.came is Outcome.CLAIMED and found.record is not None
     assert found.record.outcome is TickOutcome.INTERRUPTED
     assert runner.core.pool.closed and store.watch_lock(KEYS, 0, 0)[0] is None
 
@@ -220,7 +221,9 @@ def test_a_catch_up_runs_after_the_tick_and_the_verdict_stays_the_ticks() -> Non
     clock.advance_to(31.05)  # ticks 10 and 20 came and went with nobody running
     runner = Runner(clock, store, job=job)
     found = runner.take(at(30), catchup=True)
-    assert found.came is Came.RAN and found.record is not None and found.record.tick == at(30)
+    assert (
+        found.came is Outcome.CLAIMED and found.record is not None and found.record.tick == at(30)
+    )
     caught = _record(store, at(20))
     assert caught is not None and caught.catchup and caught.outcome is TickOutcome.SUCCEEDED
     assert [tick for tick, _ in runner.bodies] == [at(30), at(20)]  # its own tick first
@@ -243,7 +246,7 @@ def test_no_catch_up_of_a_tick_a_pause_held_though_it_was_resumed_meanwhile() ->
     # closed at 30, MISSED_GRACE after that it may be recorded)
     runner = Runner(clock, store, job=job, duration=0.5)
     found = runner.take(at(30), catchup=True)
-    assert found.came is Came.RAN
+    assert found.came is Outcome.CLAIMED
     assert [tick for tick, _ in runner.bodies] == [at(30)]
     assert not [note for note in runner.said("claimed") if note.tick == at(20)]
 
@@ -267,7 +270,7 @@ def test_consul_not_answering_the_read_fails_the_turn_without_a_claim() -> None:
     clock, store = _world(10.05)
     runner = Runner(clock, Unanswered(store))  # type: ignore[arg-type]
     found = runner.take(at(10))
-    assert (found.came, found.failure) == (Came.FAILED, "unavailable")
+    assert (found.came, found.failure) == (Outcome.ERROR, "unavailable")
     assert "no answer" in found.detail
     assert _record(store, at(10)) is None and not runner.bodies
 
@@ -281,10 +284,10 @@ def test_a_claimed_tick_is_settled_only_by_its_completion() -> None:
     claimed = TickRecord(at(10), TickOutcome.RUNNING, worker="w1", lock_index=3)
     done = claimed.completed(TickOutcome.FAILED, finished_at=at(12), exit_status=7)
     notes = [_note("claimed", 10, record=claimed)]
-    assert verdict(notes, at(10)).came is Came.UNSETTLED
+    assert verdict(notes, at(10)).came is Outcome.UNSETTLED
     notes.append(_note("completed", 10, record=done))
     found = verdict(notes, at(10))
-    assert found.came is Came.RAN and found.record == done
+    assert found.came is Outcome.CLAIMED and found.record == done
 
 
 def test_notes_of_other_ticks_do_not_settle_the_tick() -> None:
@@ -295,14 +298,14 @@ def test_notes_of_other_ticks_do_not_settle_the_tick() -> None:
     ]
     found = verdict(notes, at(10))
     assert (found.came, found.skip, found.lock_refused) == (
-        Came.SKIPPED,
+        Outcome.SKIPPED,
         SkipReason.OVERLAP,
         True,
     )
-    assert verdict(notes, at(20)).came is Came.UNSETTLED
+    assert verdict(notes, at(20)).came is Outcome.UNSETTLED
 
 
 def test_a_failure_does_not_hide_what_settled_the_tick() -> None:
     notes = [_note("too-late", 10), _note("unavailable", 10, detail="no answer")]
-    assert verdict(notes, at(10)).came is Came.TOO_LATE
-    assert verdict([notes[1]], at(10)).came is Came.FAILED
+    assert verdict(notes, at(10)).came is Outcome.MISSED
+    assert verdict([notes[1]], at(10)).came is Outcome.ERROR

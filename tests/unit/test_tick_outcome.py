@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from provision.fencing import Outcome
 from provision.ledger.records import TickOutcome
+from provision.outcomes import Outcome
 from provision.tick.held import record_outcome
 
 
@@ -20,10 +20,10 @@ from provision.tick.held import record_outcome
         (Outcome.RAN, 0, False, TickOutcome.LOST),  # not released: the lock was not ours
         (None, None, True, TickOutcome.LOST),  # no verdict: nothing says the lock was kept
         (Outcome.INTERRUPTED, 143, True, TickOutcome.INTERRUPTED),
-        (Outcome.JOB_TIMED_OUT, 143, True, TickOutcome.TIMED_OUT),  # it obeyed SIGTERM
-        (Outcome.JOB_TIMED_OUT, 137, True, TickOutcome.TIMED_OUT),  # SIGKILL after the grace
-        (Outcome.JOB_TIMED_OUT, 0, True, TickOutcome.TIMED_OUT),  # exit 0 on SIGTERM: still cut
-        (Outcome.JOB_TIMED_OUT, 137, False, TickOutcome.LOST),  # lost while being stopped
+        (Outcome.TIMED_OUT, 143, True, TickOutcome.TIMED_OUT),  # it obeyed SIGTERM
+        (Outcome.TIMED_OUT, 137, True, TickOutcome.TIMED_OUT),  # SIGKILL after the grace
+        (Outcome.TIMED_OUT, 0, True, TickOutcome.TIMED_OUT),  # exit 0 on SIGTERM: still cut
+        (Outcome.TIMED_OUT, 137, False, TickOutcome.LOST),  # lost while being stopped
     ],
 )
 def test_record_outcome(
