@@ -268,9 +268,11 @@ def test_lockctl_schedule_stops_the_tree_at_the_timeout_and_check_warns(lab: Lab
     finally:
         scheduler.kill()
     ticks = [e["tick"] for e in scheduler.events("timed-out") if e.get("job") == job]
+    # status first: its last tick is the newest of the ledger, and the tick after the scheduler's
+    # stop becomes that (missed) once its window closes, 5 s on
+    status = _lockctl(lab, "status", "--json")  # every job of the spec
     check = _lockctl(lab, "check", "--job", job)
     history = _lockctl(lab, "history", "--job", job)
-    status = _lockctl(lab, "status", "--json")  # every job of the spec
     for result in (check, history, status):  # for docs/history.md
         print(f"\n{' '.join(result.args[3:6])}: exit {result.returncode}\n{result.stdout[:3000]}")
     assert max(seen) == TREE, seen
@@ -292,6 +294,9 @@ def test_lockctl_schedule_stops_the_tree_at_the_timeout_and_check_warns(lab: Lab
     assert f"last run {ticks[-1]} timed-out (exit 137, on worker-1)" in check.stdout
     assert history.returncode == 0 and history.stdout.count("timed-out") >= 3, history.stdout
     (state,) = [s for s in json.loads(status.stdout) if s["job"] == job]
-    assert state["last_tick"]["tick"] == ticks[-1], state
-    assert state["last_tick"]["outcome"] == "timed-out", state
+    last = state["last_tick"]
+    if last["tick"] == ticks[-1]:
+        assert last["outcome"] == "timed-out", state
+    else:  # a loaded machine: the stop's next tick's window closed before status read
+        assert last["tick"] > ticks[-1] and last["outcome"].startswith("missed"), state
     assert "Traceback" not in "\n".join(scheduler.lines)
