@@ -41,6 +41,10 @@ pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("subreaper")]
 WORKER = "worker-1"
 TIMINGS = JobTimings(ttl=10.0, lock_delay=4.0, renew_interval=1.0, kill_grace=1.0, min_hold=0.0)
 RUNS = 1000
+# Sockets the client's HTTP pool may add after the warm-up and keep, however many runs: requests
+# that overlap more on a loaded machine (a renewal, the key's watch, a release at once) open
+# another pooled connection. A socket leaked per run would be hundreds.
+POOL_GROWTH = 4
 # A script with a child: the child ends with it (no leftovers, so each run is quick).
 SCRIPT_WITH_CHILD = ["sh", "-c", "sleep 0 & wait; exit 3"]
 
@@ -106,7 +110,9 @@ def test_a_thousand_runs_in_one_process_leak_no_thread_fd_or_session(
     assert {(r.outcome, r.exit_code) for r in outcomes} == {(Outcome.RAN, 3)}
     assert len({r.lock_index for r in outcomes}) == RUNS  # each run held the lock anew
     assert threading.active_count() == threads
-    assert {fd: what for fd, what in _open_fds().items() if fd not in fds} == {}
+    opened = {fd: what for fd, what in _open_fds().items() if fd not in fds}
+    assert {fd: what for fd, what in opened.items() if not what.startswith("socket:")} == {}
+    assert len(opened) <= POOL_GROWTH, opened
     assert _sessions(consul, job) == []
 
 
