@@ -117,6 +117,7 @@ class Lab:
     flaky: str
     hangs: str
     nowhere: str  # its notify block's URL names a port nothing listens on
+    timer: str  # no command: a per-tick timer's `lockctl run` gives it one
     hook_file: Path
     secrets: tuple[str, ...] = field(repr=False)  # the URLs' secret parts: never in a report
 
@@ -146,6 +147,18 @@ def _spec_text(cluster: LiveCluster, uid: str, files: dict[str, Path], flag: Pat
             f'    url_file     = "{files["hook"]}"',
             '    on           = ["failed", "recovered"]',
             '    repeat_after = "2s"',
+            "  }",
+            "}",
+            # @every 10s: a `lockctl run` started late on a loaded machine is still within its
+            # tick's window (a 2 s job's window is 2 s, less than a loaded start may take)
+            f'job "timer-{uid}" {{',
+            f'  prefix        = "test/notify-{uid}/timer/"',
+            f'  workers       = ["{WORKER}"]',
+            '  schedule      = "@every 10s"',
+            f'  ping_url_file = "{files["ping"]}"',
+            '  notify "chat" {',
+            f'    url_file     = "{files["hook"]}"',
+            '    on           = ["failed", "recovered"]',
             "  }",
             "}",
             f'job "nowhere-{uid}" {{',
@@ -200,7 +213,14 @@ def lab(
     with minted_workers(live_cluster, spec_path, [WORKER], tmp, uid, kv) as minted:
         config = minted.configs[WORKER]
         yield Lab(
-            config, flag, f"flaky-{uid}", f"hangs-{uid}", f"nowhere-{uid}", files["hook"], secrets
+            config,
+            flag,
+            f"flaky-{uid}",
+            f"hangs-{uid}",
+            f"nowhere-{uid}",
+            f"timer-{uid}",
+            files["hook"],
+            secrets,
         )
 
 
@@ -384,10 +404,10 @@ def test_lockctl_run_of_a_scheduled_job_notifies_before_it_exits(
     before the process exits (so the receiver has it by the time the exit is seen)."""
     got, _ = receiver
     command = ["/bin/sh", "-c", "echo disk full >&2; exit 3"]
-    run = [*LOCKCTL, "run", "--config", str(lab.config), "--job", lab.flaky, "--", *command]
+    run = [*LOCKCTL, "run", "--config", str(lab.config), "--job", lab.timer, "--", *command]
     tries: list[subprocess.CompletedProcess[str]] = []
 
-    def ran() -> bool:  # a tick an earlier test's scheduler took is skipped: a later one is ours
+    def ran() -> bool:  # a run started past its tick's window is said missed: a later one runs
         tries.append(subprocess.run(run, capture_output=True, text=True, timeout=120))
         return tries[-1].returncode != 0
 
@@ -396,7 +416,7 @@ def test_lockctl_run_of_a_scheduled_job_notifies_before_it_exits(
     assert done.returncode == 3, done
     events = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
     tick = next(e["tick"] for e in events if e["event"] == "acquired")
-    bodies = [b for b in _bodies(got, "failed") if b["tick"] == tick]
+    bodies = [b for b in _bodies(got, "failed") if b["tick"] == tick and b["job"] == lab.timer]
     assert len(bodies) == 1 and bodies[0]["output"]["stderr"] == ["disk full"], bodies
     assert bodies[0]["exit_status"] == 3 and bodies[0]["text"].endswith("exit status 3: disk full")
     told = [(e["event"], e["notify"]) for e in events if e["event"].startswith("notif")]
