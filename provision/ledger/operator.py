@@ -25,11 +25,15 @@ from provision.ledger.control import (
     decode_note,
     decode_pauses,
     ended,
+    manual_tick,
+    pause_end,
+    pause_holds,
     taken_key,
 )
 from provision.system.control_keys import paused_key, pauses_key, trigger_key
 from provision.system.text import printable
 
+EndAsked = tuple[str | None, str | None] | None  # `--for`, `--until` as given
 CONTROL_TRIES = 3  # the job's control keys changed between the reads and the write: read again
 
 
@@ -77,10 +81,25 @@ def _pauses_entry(consul: Consul, job: str) -> KVEntry | None:
     ]
 
 
-def pause(consul: Consul, job: str, reason: str | None, now: datetime | None = None) -> PauseChange:
+def pause(
+    consul: Consul,
+    job: str,
+    reason: str | None,
+    now: datetime | None = None,
+    ends: EndAsked = None,
+) -> PauseChange:
     """Pause `job`: write its paused key (cas index 0: only if it is not paused already, so
-    the first pause's note is kept). Every claim of its ticks fails from then on."""
-    note = ControlNote(operator_name(consul), now or datetime.now(timezone.utc), reason)
+    the first pause's note is kept). Every claim of its ticks fails from then on; with `ends`
+    (`--for`, `--until`: the CLI's text), only the claims of ticks before the instant it names,
+    reckoned from Consul's clock (the Date of a read of the key), as the claims are."""
+    entry, meta = consul.kv.get(
+        paused_key(job), consistency="consistent", max_bytes=NOTE_MAX_BYTES * 2
+    )
+    if entry is not None:
+        return PauseChange(PauseState(job, decode_note(entry.value)), False)
+    local = now or datetime.now(timezone.utc)
+    end = None if ends is None else pause_end(*ends, meta.date or local)
+    note = ControlNote(operator_name(consul), local, reason, ends=end)
     if consul.kv.put(paused_key(job), note.encode(), cas=0):
         return PauseChange(PauseState(job, note), True)
     return PauseChange(pause_state(consul, job), False)
@@ -166,7 +185,10 @@ def trigger(
     pending trigger per job. The note written; TriggerRefused when it is paused or pending."""
     who = operator_name(consul)
     for _ in range(CONTROL_TRIES):
+        asked_at = now or datetime.now(timezone.utc)
         paused = pause_state(consul, job).note
+        if paused is not None and not pause_holds(paused, manual_tick(asked_at)):
+            paused = None  # a time-boxed pause that ended: its run would run
         current, _ = consul.kv.get(
             trigger_key(job), consistency="consistent", max_bytes=NOTE_MAX_BYTES * 2
         )
@@ -178,7 +200,7 @@ def trigger(
         refusal = trigger_refusal(job, paused, pending, taken)
         if refusal is not None:
             raise TriggerRefused(refusal)
-        note = ControlNote(who, now or datetime.now(timezone.utc), reason, uuid.uuid4().hex[:16])
+        note = ControlNote(who, asked_at, reason, uuid.uuid4().hex[:16])
         replaced = (
             KVOp("check-not-exists", trigger_key(job))
             if current is None
