@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from provision.consul import Consul, KVOp, PermissionDenied
-from provision.consul.models import KVEntry
+from provision.consul.models import KVEntry, ReadMeta
 from provision.errors import LockctlError
 from provision.ledger.control import (
     BY_LIMIT,
@@ -43,10 +43,24 @@ class PauseState:
 
     job: str
     note: ControlNote | None
+    date: datetime | None = None  # Consul's clock when it was read (None: not known)
 
     @property
     def paused(self) -> bool:
         return self.note is not None
+
+    @property
+    def ended(self) -> bool:
+        """A time-boxed pause whose end Consul's clock has passed: its key stays until `lockctl
+        resume`, but the ticks from its end on run."""
+        if self.note is None or self.note.ends is None:
+            return False
+        return not pause_holds(self.note, self.date or datetime.now(timezone.utc))
+
+    def said(self) -> str:
+        """`by alice at ... until ...: why`, `(ended)` after it once its end has passed."""
+        assert self.note is not None
+        return self.note.said() + (" (ended; `lockctl resume` removes it)" if self.ended else "")
 
 
 @dataclass(frozen=True)
@@ -67,12 +81,16 @@ def operator_name(consul: Consul) -> str:
 
 def pause_state(consul: Consul, job: str) -> PauseState:
     """The job's paused key, as a consistent read sees it."""
-    entry = _paused_entry(consul, job)
-    return PauseState(job, None if entry is None else decode_note(entry.value))
+    entry, meta = _paused_read(consul, job)
+    return PauseState(job, None if entry is None else decode_note(entry.value), meta.date)
+
+
+def _paused_read(consul: Consul, job: str) -> tuple[KVEntry | None, ReadMeta]:
+    return consul.kv.get(paused_key(job), consistency="consistent", max_bytes=NOTE_MAX_BYTES * 2)
 
 
 def _paused_entry(consul: Consul, job: str) -> KVEntry | None:
-    return consul.kv.get(paused_key(job), consistency="consistent", max_bytes=NOTE_MAX_BYTES * 2)[0]
+    return _paused_read(consul, job)[0]
 
 
 def _pauses_entry(consul: Consul, job: str) -> KVEntry | None:
@@ -92,11 +110,9 @@ def pause(
     the first pause's note is kept). Every claim of its ticks fails from then on; with `ends`
     (`--for`, `--until`: the CLI's text), only the claims of ticks before the instant it names,
     reckoned from Consul's clock (the Date of a read of the key), as the claims are."""
-    entry, meta = consul.kv.get(
-        paused_key(job), consistency="consistent", max_bytes=NOTE_MAX_BYTES * 2
-    )
+    entry, meta = _paused_read(consul, job)
     if entry is not None:
-        return PauseChange(PauseState(job, decode_note(entry.value)), False)
+        return PauseChange(PauseState(job, decode_note(entry.value), meta.date), False)
     local = now or datetime.now(timezone.utc)
     end = None if ends is None else pause_end(*ends, meta.date or local)
     note = ControlNote(operator_name(consul), local, reason, ends=end)
