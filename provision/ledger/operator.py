@@ -25,7 +25,6 @@ from provision.ledger.control import (
     decode_note,
     decode_pauses,
     ended,
-    manual_tick,
     pause_end,
     pause_holds,
     taken_key,
@@ -111,10 +110,10 @@ def pause(
     (`--for`, `--until`: the CLI's text), only the claims of ticks before the instant it names,
     reckoned from Consul's clock (the Date of a read of the key), as the claims are."""
     entry, meta = _paused_read(consul, job)
+    local = now or datetime.now(timezone.utc)
+    end = None if ends is None else pause_end(*ends, meta.date or local)  # refused even if paused
     if entry is not None:
         return PauseChange(PauseState(job, decode_note(entry.value), meta.date), False)
-    local = now or datetime.now(timezone.utc)
-    end = None if ends is None else pause_end(*ends, meta.date or local)
     note = ControlNote(operator_name(consul), local, reason, ends=end)
     if consul.kv.put(paused_key(job), note.encode(), cas=0):
         return PauseChange(PauseState(job, note), True)
@@ -201,10 +200,9 @@ def trigger(
     pending trigger per job. The note written; TriggerRefused when it is paused or pending."""
     who = operator_name(consul)
     for _ in range(CONTROL_TRIES):
-        asked_at = now or datetime.now(timezone.utc)
+        # a time-boxed pause that ended still refuses (its key stays until resume): the check
+        # below is its key's absence, which a release before `ends` checks too
         paused = pause_state(consul, job).note
-        if paused is not None and not pause_holds(paused, manual_tick(asked_at)):
-            paused = None  # a time-boxed pause that ended: its run would run
         current, _ = consul.kv.get(
             trigger_key(job), consistency="consistent", max_bytes=NOTE_MAX_BYTES * 2
         )
@@ -216,7 +214,7 @@ def trigger(
         refusal = trigger_refusal(job, paused, pending, taken)
         if refusal is not None:
             raise TriggerRefused(refusal)
-        note = ControlNote(who, asked_at, reason, uuid.uuid4().hex[:16])
+        note = ControlNote(who, now or datetime.now(timezone.utc), reason, uuid.uuid4().hex[:16])
         replaced = (
             KVOp("check-not-exists", trigger_key(job))
             if current is None

@@ -19,6 +19,7 @@ from provision.ledger.control import (
     pause_end,
     pause_holds,
 )
+from provision.ledger.operator import PauseState
 from provision.ledger.records import TickOutcome
 from provision.system.control_keys import paused_key
 
@@ -90,6 +91,24 @@ def test_an_end_is_reckoned_from_the_clock_given() -> None:
     assert pause_end("2h", None, NOW) == at(7200)
     assert pause_end(None, "2026-01-01T01:00:00+01:00", at(-7200)) == NOW  # any offset, in UTC
     assert pause_end(None, None, NOW) is None
+
+
+@pytest.mark.parametrize(
+    ("note", "date", "ended"),
+    [
+        (TIMED, at(34), False),
+        (TIMED, at(35), True),  # Consul's clock at the end: its ticks from now on run
+        (ControlNote("ops", at(0)), at(10**6), False),  # no end
+        (None, at(40), False),  # not paused
+    ],
+)
+def test_status_says_a_pause_ended_once_consuls_clock_passed_it(
+    note: ControlNote | None, date: datetime, ended: bool
+) -> None:
+    state = PauseState("report", note, date)
+    assert state.ended is ended
+    if note is not None:
+        assert state.said().endswith("(ended; `lockctl resume` removes it)") is ended
 
 
 # -- the tick core ----------------------------------------------------------------------------
