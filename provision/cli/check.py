@@ -109,9 +109,9 @@ def _paused(consul: Consul, job: str) -> str:
         state = readable_pause_state(consul, job)
     except ConsulError:  # the ledger was read: say what it says, without this remark
         return ""
-    if state is None or state.note is None:
+    if state is None or state.note is None or state.ended:  # an ended pause holds no tick
         return ""
-    return f" (paused {state.note.said()})".replace("|", "\\x7c")  # no Nagios perf data
+    return f" (paused {state.said()})".replace("|", "\\x7c")  # no Nagios perf data
 
 
 def _summary(state: State, judged: list[tuple[JobHealth, str]]) -> str:

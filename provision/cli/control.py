@@ -24,16 +24,31 @@ Reason = Annotated[
 ]
 
 
+For = Annotated[
+    str | None,
+    typer.Option(
+        "--for", help="End the pause by itself after this long (90s, 15m, 2h, 1h30m, 7d)."
+    ),
+]
+Until = Annotated[
+    str | None,
+    typer.Option("--until", help="End the pause by itself at this instant (2026-12-24T00:00:00Z)."),
+]
+
+
 @options.consul_command
 def pause(
     connection: options.Connection,
     job: JobArgument,
     reason: Reason = None,
+    for_: For = None,
+    until: Until = None,
     spec_file: options.SpecFile = options.DEFAULT_SPEC,
 ) -> None:
     """Pause JOB: every replica refuses its ticks until `lockctl resume JOB`.
 
-    Each refused tick is recorded `paused` (not missed). Needs a token that may write
+    Each refused tick is recorded `paused` (not missed). With --for or --until the pause ends
+    by itself: ticks from that instant on (on Consul's clock) run. Needs a token that may write
     lockctl/control/JOB/ (not a worker's).
     """
     from provision.ledger.control import reason_problem
@@ -43,7 +58,10 @@ def pause(
     problem = reason_problem(reason)
     if problem is not None:
         raise InputError(f"--reason {problem}")
-    _say(pause_job(connection.connect(), job, reason), "paused")
+    if for_ is not None and until is not None:
+        raise InputError("--for and --until: give one of them, not both")
+    ends = None if for_ is None and until is None else (for_, until)
+    _say(pause_job(connection.connect(), job, reason, ends=ends), "paused")
 
 
 @options.consul_command

@@ -114,7 +114,20 @@ def history(connection: options.Connection, flags: HistoryFlags) -> None:
     if not histories:
         typer.echo(f"no job in {flags.spec_file} has a schedule: no ledger to show")
     for found in histories:
-        _print(found)
+        _print(found, _pause_said(consul, found.job))
+
+
+def _pause_said(consul: Consul, job: str) -> str:
+    """`, paused by alice at ... until ...: why` while the job is paused (a time-boxed pause
+    that ended says so); nothing when not, or when this token may not read it."""
+    from provision.consul import ConsulError
+    from provision.ledger.operator import readable_pause_state
+
+    try:
+        state = readable_pause_state(consul, job)
+    except ConsulError:  # the ledger was read: show it, without this remark
+        return ""
+    return "" if state is None or state.note is None else f", paused {state.said()}"
 
 
 def scheduled_jobs(spec_file: Path, name: str | None) -> list[LedgerJob]:
@@ -224,13 +237,13 @@ def _report_problems(found: JobHistory) -> None:
         typer.echo(f"lockctl: warning: {found.job}: {more} more records not read", err=True)
 
 
-def _print(found: JobHistory) -> None:
+def _print(found: JobHistory, paused: str = "") -> None:
     from rich.table import Table
 
     from provision.ledger.records import tick_name
 
     title = f"{found.job}: {found.schedule.text} ({found.schedule.zone}), "
-    title += f"next tick {tick_name(found.next_tick)}"
+    title += f"next tick {tick_name(found.next_tick)}{paused}"
     table = Table(title=cell(title, 300), title_justify="left")
     headers = ("tick (UTC)", "worker (as recorded)", "LockIndex", "outcome", "exit")
     for header in (*headers, "duration", "planned start", "start lag"):

@@ -1,6 +1,6 @@
 """The operators' control keys of a job (pause, trigger): what they hold, pure.
 
-    lockctl/control/<job>/paused    {"format": 1, "by": ..., "reason": ..., "at": ...}
+    lockctl/control/<job>/paused    {"format": 1, "by": ..., "reason": ..., "at": ..., "ends": ...}
     lockctl/control/<job>/trigger   {"format": 1, "by": ..., "reason": ..., "at": ..., "id": ...}
     lockctl/control/<job>/pauses    {"format": 1, "pauses": [{"by": ..., "at": ..., "until": ...}]}
 
@@ -12,16 +12,23 @@ They live outside every job's prefix (spec/names.py CONTROL_ROOT): the job's wor
 them (the rendered lock policy) and not write them, so only an operator's token pauses, resumes
 or triggers. A worker still decodes them as untrusted text: every field is checked, bounded and
 made printable, and a value that is not a note still pauses (its key exists), by "unknown".
+
+A time-boxed pause (`lockctl pause --for/--until`) carries `ends`: the ticks at or after it run
+(`pause_holds`), judged against the tick's instant, which the core reaches on Consul's clock; the
+key stays until `lockctl resume` (a worker may not delete it). A replica of a release before
+`ends` treats any paused key as a pause, so it keeps refusing the ticks it claims past `ends`.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from provision.errors import InputError
 from provision.ledger.records import TickRecord, believable, timestamp
 from provision.outcomes import Outcome
 from provision.system.text import printable
@@ -44,13 +51,14 @@ class ControlNote:
     reason: str | None = None
     id: str | None = None
     until: datetime | None = None  # a pause's: when `lockctl resume` ended it
+    ends: datetime | None = None  # a time-boxed pause's: its ticks from this instant on run
 
     def encode(self) -> bytes:
         return _json(self.fields())
 
     def fields(self) -> dict[str, Any]:
         fields: dict[str, Any] = {"format": NOTE_FORMAT, "by": self.by}
-        for name, moment in (("at", self.at), ("until", self.until)):
+        for name, moment in (("at", self.at), ("until", self.until), ("ends", self.ends)):
             if moment is not None:
                 fields[name] = timestamp(moment)
         if self.reason:
@@ -63,7 +71,8 @@ class ControlNote:
         """`by alice@ops at 2026-12-04T22:00:00.000Z: disk swap`, for a table or a message."""
         when = "" if self.at is None else f" at {timestamp(self.at)}"
         why = f": {self.reason}" if self.reason else ""
-        return f"by {self.by}{when}{why}"
+        ends = "" if self.ends is None else f" until {timestamp(self.ends)}"
+        return f"by {self.by}{when}{ends}{why}"
 
 
 def decode_note(value: bytes | None) -> ControlNote:
@@ -81,6 +90,7 @@ def _note(raw: dict[str, Any]) -> ControlNote:
         reason=_text(raw.get("reason"), REASON_LIMIT),
         id=_text(raw.get("id"), 64),
         until=_moment(raw.get("until")),
+        ends=_moment(raw.get("ends")),
     )
 
 
@@ -132,8 +142,14 @@ def holding_pause(
     tick, else a resumed one whose time holds it ([at, until)). None: no pause held it, or
     none says when it began (a note not lockctl's: the tick is missed, and pages)."""
     if paused is not None and paused.at is not None and paused.at <= tick:
-        return paused
+        return paused if pause_holds(paused, tick) else None
     return next((p for p in resumed if _held(tick, p.at, p.until)), None)
+
+
+def pause_holds(pause: ControlNote, tick: datetime) -> bool:
+    """Whether the job's pause `pause` (its key exists) holds `tick` (pure): always, unless it is
+    time-boxed and `tick` is at or after its end."""
+    return pause.ends is None or tick < pause.ends
 
 
 def _held(tick: datetime, start: datetime | None, end: datetime | None) -> bool:
@@ -175,6 +191,49 @@ def reason_problem(reason: str | None) -> str | None:
     if printable(reason, REASON_LIMIT) != reason:
         return "has a control character or a character that is not printable"
     return None
+
+
+DURATION = re.compile(r"(?:(\d{1,6})([smhd]))")
+UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+LONGEST_PAUSE = timedelta(days=366)
+
+
+def parse_duration(text: str) -> timedelta | None:
+    """`90s`, `15m`, `2h`, `1h30m`, `7d` (pure): None when it is not one, or is zero."""
+    parts = DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return None
+    seconds = sum(int(n) * UNITS[u] for n, u in parts)
+    return timedelta(seconds=seconds) if seconds else None
+
+
+def pause_end(duration: str | None, until: str | None, now: datetime) -> datetime | None:
+    """When a pause asked with `--for duration` or `--until instant` ends (pure; None: never,
+    neither given), `now` being Consul's clock. InputError, naming the flag, when it is not one,
+    both are given, or it is not after `now` or more than LONGEST_PAUSE after it."""
+    if duration is not None and until is not None:
+        raise InputError("--for and --until: give one of them, not both")
+    if duration is not None:
+        length = parse_duration(duration)
+        if length is None:
+            raise InputError(
+                f"--for {duration!r} is not a duration such as 90s, 15m, 2h, 1h30m, 7d"
+            )
+        ends, flag = now + length, "--for"
+    elif until is not None:
+        moment = _moment(until)
+        if moment is None:
+            raise InputError(f"--until {until!r} is not an instant such as 2026-12-24T00:00:00Z")
+        ends, flag = moment, "--until"
+    else:
+        return None
+    if ends <= now:
+        raise InputError(
+            f"{flag}: {timestamp(ends)} is not after Consul's clock ({timestamp(now)})"
+        )
+    if ends - now > LONGEST_PAUSE:
+        raise InputError(f"{flag}: {timestamp(ends)} is more than 366 days away")
+    return ends
 
 
 def _text(value: Any, limit: int) -> str | None:

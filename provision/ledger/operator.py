@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from provision.consul import Consul, KVOp, PermissionDenied
-from provision.consul.models import KVEntry
+from provision.consul.models import KVEntry, ReadMeta
 from provision.errors import LockctlError
 from provision.ledger.control import (
     BY_LIMIT,
@@ -25,11 +25,14 @@ from provision.ledger.control import (
     decode_note,
     decode_pauses,
     ended,
+    pause_end,
+    pause_holds,
     taken_key,
 )
 from provision.system.control_keys import paused_key, pauses_key, trigger_key
 from provision.system.text import printable
 
+EndAsked = tuple[str | None, str | None] | None  # `--for`, `--until` as given
 CONTROL_TRIES = 3  # the job's control keys changed between the reads and the write: read again
 
 
@@ -39,10 +42,24 @@ class PauseState:
 
     job: str
     note: ControlNote | None
+    date: datetime | None = None  # Consul's clock when it was read (None: not known)
 
     @property
     def paused(self) -> bool:
         return self.note is not None
+
+    @property
+    def ended(self) -> bool:
+        """A time-boxed pause whose end Consul's clock has passed: its key stays until `lockctl
+        resume`, but the ticks from its end on run."""
+        if self.note is None or self.note.ends is None:
+            return False
+        return not pause_holds(self.note, self.date or datetime.now(timezone.utc))
+
+    def said(self) -> str:
+        """`by alice at ... until ...: why`, `(ended)` after it once its end has passed."""
+        assert self.note is not None
+        return self.note.said() + (" (ended; `lockctl resume` removes it)" if self.ended else "")
 
 
 @dataclass(frozen=True)
@@ -63,12 +80,16 @@ def operator_name(consul: Consul) -> str:
 
 def pause_state(consul: Consul, job: str) -> PauseState:
     """The job's paused key, as a consistent read sees it."""
-    entry = _paused_entry(consul, job)
-    return PauseState(job, None if entry is None else decode_note(entry.value))
+    entry, meta = _paused_read(consul, job)
+    return PauseState(job, None if entry is None else decode_note(entry.value), meta.date)
+
+
+def _paused_read(consul: Consul, job: str) -> tuple[KVEntry | None, ReadMeta]:
+    return consul.kv.get(paused_key(job), consistency="consistent", max_bytes=NOTE_MAX_BYTES * 2)
 
 
 def _paused_entry(consul: Consul, job: str) -> KVEntry | None:
-    return consul.kv.get(paused_key(job), consistency="consistent", max_bytes=NOTE_MAX_BYTES * 2)[0]
+    return _paused_read(consul, job)[0]
 
 
 def _pauses_entry(consul: Consul, job: str) -> KVEntry | None:
@@ -77,10 +98,23 @@ def _pauses_entry(consul: Consul, job: str) -> KVEntry | None:
     ]
 
 
-def pause(consul: Consul, job: str, reason: str | None, now: datetime | None = None) -> PauseChange:
+def pause(
+    consul: Consul,
+    job: str,
+    reason: str | None,
+    now: datetime | None = None,
+    ends: EndAsked = None,
+) -> PauseChange:
     """Pause `job`: write its paused key (cas index 0: only if it is not paused already, so
-    the first pause's note is kept). Every claim of its ticks fails from then on."""
-    note = ControlNote(operator_name(consul), now or datetime.now(timezone.utc), reason)
+    the first pause's note is kept). Every claim of its ticks fails from then on; with `ends`
+    (`--for`, `--until`: the CLI's text), only the claims of ticks before the instant it names,
+    reckoned from Consul's clock (the Date of a read of the key), as the claims are."""
+    entry, meta = _paused_read(consul, job)
+    local = now or datetime.now(timezone.utc)
+    end = None if ends is None else pause_end(*ends, meta.date or local)  # refused even if paused
+    if entry is not None:
+        return PauseChange(PauseState(job, decode_note(entry.value), meta.date), False)
+    note = ControlNote(operator_name(consul), local, reason, ends=end)
     if consul.kv.put(paused_key(job), note.encode(), cas=0):
         return PauseChange(PauseState(job, note), True)
     return PauseChange(pause_state(consul, job), False)
@@ -166,6 +200,8 @@ def trigger(
     pending trigger per job. The note written; TriggerRefused when it is paused or pending."""
     who = operator_name(consul)
     for _ in range(CONTROL_TRIES):
+        # a time-boxed pause that ended still refuses (its key stays until resume): the check
+        # below is its key's absence, which a release before `ends` checks too
         paused = pause_state(consul, job).note
         current, _ = consul.kv.get(
             trigger_key(job), consistency="consistent", max_bytes=NOTE_MAX_BYTES * 2

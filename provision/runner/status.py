@@ -68,7 +68,7 @@ def _with_control(consul: Consul, state: LockState) -> LockState:
     token that may not read the job's control keys: neither is said)."""
     pause = readable_pause_state(consul, state.job)
     if pause is not None and pause.note is not None:
-        state = replace(state, paused=pause.note.said())
+        state = replace(state, paused=pause.said())
     pending = readable_pending_trigger(consul, state.job, state.key)
     if pending is not None:
         state = replace(state, trigger_pending=pending.said())

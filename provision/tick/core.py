@@ -48,7 +48,13 @@ from typing import Any
 
 from provision.consul import ConsulError, ConsulUnavailable, PermissionDenied
 from provision.ledger.catchup import catchup_tick, may_catch_up
-from provision.ledger.control import ControlNote, decode_note, manual_tick, unrun_record
+from provision.ledger.control import (
+    ControlNote,
+    decode_note,
+    manual_tick,
+    pause_holds,
+    unrun_record,
+)
 from provision.ledger.records import TickRecord, tick_name
 from provision.ledger.ticks import (
     MISSED_GRACE,
@@ -564,8 +570,9 @@ class TickCore:
             self._free(state)
             return
         claimed = replace(sent.record, lock_index=claim.lock_index, modify_index=claim.record_index)
-        if claim.paused is not None:
-            self._complete_paused(state, claimed, sent.session, claim.paused)
+        pause = None if claim.paused is None else decode_note(claim.paused)
+        if pause is not None and pause_holds(pause, plan.tick):  # a time-boxed one ended: run
+            self._complete_paused(state, claimed, sent.session, pause)
             return
         confirmed = confirmation_time(sent.at, sent.answered)
         keys, timings = plan.job.keys, plan.job.timings
@@ -714,10 +721,11 @@ class TickCore:
         fields["tick"] = tick_name(plan.tick)
         return json.dumps(fields, separators=(",", ":")).encode()
 
-    def _complete_paused(self, state: _Job, claimed: TickRecord, session: str, note: bytes) -> None:
+    def _complete_paused(
+        self, state: _Job, claimed: TickRecord, session: str, said: ControlNote
+    ) -> None:
         """Our claim found the job paused: recorded `paused` (who, why) and released at once;
         its body never starts. No answer: the session's end frees the lock, the record stays."""
-        said = decode_note(note)
         paused = claimed.completed(
             Outcome.PAUSED,
             finished_at=self.clock.wall(),

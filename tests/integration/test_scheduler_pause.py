@@ -21,7 +21,7 @@ from scheduler_lab import SchedulerProcess
 from workers_lab import minted_workers, operator_command, spec_text
 
 from provision.consul import Consul, PermissionDenied
-from provision.ledger.control import ControlNote, decode_pauses
+from provision.ledger.control import ControlNote, decode_note, decode_pauses
 from provision.ledger.records import TickOutcome, TickRecord, timestamp
 from provision.ledger.store import Ledger
 from provision.system.control_keys import paused_key, pauses_key, trigger_key
@@ -281,3 +281,71 @@ def _first_run_after(lab: Lab, moment: datetime) -> TickRecord | None:
 def _all_recorded(lab: Lab, after: datetime, before: datetime) -> bool:
     done = {r.tick for r in records(lab)}
     return all(t in done for t in _ticks_between(lab, after, before))
+
+
+def test_a_time_boxed_pause_ends_by_itself_with_no_resume(lab: Lab, consul: Consul) -> None:
+    """`pause --for 6s`: the ticks before its end (Consul's clock) are recorded paused, the ones
+    from it on run, while nobody resumes; status, history and check say when it ends."""
+    schedulers = start(lab)
+    try:
+        began = datetime.now(timezone.utc)
+        assert eventually(lambda: _runs_after(lab, began), WAIT), records(lab)
+        paused = lockctl(lab, "pause", lab.job, "--for", "6s", "--reason", REASON)
+        assert paused.returncode == 0, paused.stderr
+        print(f"\n$ lockctl pause {lab.job} --for 6s --reason '{REASON}'\n{paused.stdout}")
+        note = read_note(consul, lab.job)
+        assert note.ends is not None and note.at is not None
+        assert f" until {timestamp(note.ends)}: {REASON}" in paused.stdout
+        assert eventually(lambda: paused_since(lab, began), WAIT), records(lab)
+        status = lockctl(lab, "status", "--json")
+        (state,) = [s for s in json.loads(status.stdout) if s["job"] == lab.job]
+        assert f" until {timestamp(note.ends)}" in state["paused"], state
+        check = lockctl(lab, "check", "--job", lab.job)
+        print(f"\n$ lockctl check --job {lab.job}\n{check.stdout}")  # for docs
+        assert f" until {timestamp(note.ends)}: {REASON})" in check.stdout, check.stdout
+
+        ends = note.ends
+        first_run = eventually(lambda: _first_run_after(lab, ends - timedelta(seconds=2)), WAIT)
+        assert first_run is not None, records(lab)
+        assert first_run.tick >= ends  # it ran with the key still there, nobody resumed
+        assert consul.kv.get(paused_key(lab.job))[0] is not None
+        window = [r for r in records(lab) if began < r.tick < first_run.tick]
+        held = [r for r in window if r.outcome is TickOutcome.PAUSED]
+        assert held and all(r.tick < ends for r in held), window
+        assert all(r.tick < ends for r in window if r.outcome is not TickOutcome.SUCCEEDED)
+        history = lockctl(lab, "history", "--job", lab.job, "--limit", "6")
+        print(f"\n$ lockctl history --job {lab.job} --limit 6\n{history.stdout}")  # for docs
+        assert "(ended; `lockctl resume` removes it)" in history.stdout, history.stdout
+        check = lockctl(lab, "check", "--job", lab.job)
+        assert check.returncode == 0 and "(paused " not in check.stdout, check.stdout
+        resumed = lockctl(lab, "resume", lab.job)
+        assert resumed.stdout == f"job {lab.job} resumed\n", resumed.stderr
+        stop(schedulers)
+    finally:
+        for scheduler in schedulers:
+            scheduler.kill()
+        consul.kv.delete(paused_key(lab.job))
+
+
+def read_note(consul: Consul, job: str) -> ControlNote:
+    entry = consul.kv.get(paused_key(job))[0]
+    assert entry is not None, "no pause written"
+    return decode_note(entry.value)
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (("--for", "2x"), "--for '2x' is not a duration such as 90s, 15m, 2h, 1h30m, 7d"),
+        (("--until", "2020-01-01T00:00:00Z"), "--until: 2020-01-01T00:00:00.000Z is not after"),
+        (("--for", "1h", "--until", "2099-01-01T00:00:00Z"), "--for and --until: give one of"),
+    ],
+)
+def test_a_bad_end_is_one_line_naming_its_flag_and_pauses_nothing(
+    lab: Lab, consul: Consul, flags: tuple[str, ...], said: str
+) -> None:
+    refused = lockctl(lab, "pause", lab.job, *flags)
+    assert refused.returncode == 2, refused.stderr
+    assert refused.stderr.startswith(f"lockctl: error: {said}"), refused.stderr
+    assert refused.stderr.count("\n") == 1 and "Traceback" not in refused.stderr
+    assert consul.kv.get(paused_key(lab.job))[0] is None
