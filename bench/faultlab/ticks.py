@@ -8,7 +8,7 @@ Per tick, from the job's first record to its last run's record:
   and no record says the job `succeeded` or `failed` where no holder ever entered;
 - run or recorded missed: every tick has a record (a run, an `abandoned` run whose scheduler
   died, or `missed`), except the newest ones no run could have recorded yet (their claim window
-  plus MISSED_GRACE had not closed when the last run finished);
+  plus MISSED_GRACE, plus FATE_SLACK, had not closed when the last run finished);
 - not failed: the job exits 0 unless its own lock's fence stops it (`lost`, `interrupted`);
 - missed only where a fault excuses it: a missed tick lies inside the takeover bound of a fault
   (from one interval before it to the bound after it), or while the job's previous run was still
@@ -28,6 +28,12 @@ from provision.ledger.records import TickRecord, tick_name
 from provision.ledger.ticks import MISSED_GRACE
 from provision.outcomes import Outcome
 from provision.schedule import Schedule
+
+# A replica records a tick nobody ran once its window and MISSED_GRACE closed on Consul's clock:
+# a read, then a write, after that instant. The scenario's stop can come in between, and a
+# stopping replica writes no more (the next replica's start records the tick). So only a tick
+# whose fate was due this much before the last run finished must have its record.
+FATE_SLACK = 2.0
 
 RAN = frozenset(
     {
@@ -105,7 +111,7 @@ def judge_ticks(
         record = by_tick.get(tick_name(tick))
         verdict.checked += 1
         if record is None:
-            if tick + timedelta(seconds=window + MISSED_GRACE) <= decided_by:
+            if tick + timedelta(seconds=window + MISSED_GRACE + FATE_SLACK) <= decided_by:
                 verdict.unrecorded.append(tick_name(tick))
         elif record.outcome is Outcome.MISSED:
             _judge_missed(verdict, tick, runs, excuses)

@@ -132,7 +132,7 @@ def test_tick_oracle_catches_twice_unexcused_unrecorded_and_unwitnessed() -> Non
     )
     assert unexcused.unexcused == [tick_name(_at(1))], "a miss no fault explains"
     gap = _judge([_ran(0), _ran(4, index=2)], [_holder(0), _holder(4, index=2)], [])
-    # tick 3's window (+ MISSED_GRACE) had not closed when the last run finished: not yet due
+    # tick 3's window (+ MISSED_GRACE + FATE_SLACK) had not closed when the last run finished
     assert gap.unrecorded == [tick_name(_at(1)), tick_name(_at(2))]
     phantom = _judge([_ran(0), _ran(1, index=2)], [_holder(0)], [])
     assert phantom.unwitnessed == [f"{tick_name(_at(1))} (succeeded, no holder)"]
