@@ -907,7 +907,9 @@ class TickCore:
             return
         try:
             record, date = self.store.read_tick(plan.job.keys, plan.tick)
-            if record is not None or not self._live(state):  # a stop came while it was read
+            # a stop that came while it was read does not skip the record: nobody else may write
+            # it before a replica starts again (one write, and only for a tick nobody ran)
+            if record is not None:
                 return
             settled = plan.closes + timedelta(seconds=MISSED_GRACE)
             if date is not None and date < settled:  # not closed on Consul's clock yet
@@ -961,10 +963,9 @@ class TickCore:
         job = state.job
         try:
             recorded, date = self.store.read_tick_names(job.keys)  # names only, and the clock
-            if not self._live(state):
-                # a stop came while it was read (the read waits aside): the stop's end waits
-                # for what its thread still does, so the rest is left to a later housekeeping
-                return
+            # A stop that came while it was read (the read waits aside) still lets it record the
+            # ticks nobody ran (a `lockctl run` from a timer is the only replica that sees the
+            # ticks before its start; writes only for such ticks); retention waits (below)
             now = date if date is not None else self.clock.wall()
             deadline = job.timings.start_deadline
             limit = MAX_MISSED_PER_HOUSEKEEPING
