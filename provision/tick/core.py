@@ -270,6 +270,7 @@ class _Job:
     trigger_timer: Cancellable | None = None
     trigger_backoff: float = TRIGGER_POLL
     idle_timer: Cancellable | None = None
+    housekeeping: int = 0  # housekeepings under way (their reads wait aside): not quiet yet
 
 
 class TickCore:
@@ -395,6 +396,7 @@ class TickCore:
     def _quiet(self, state: _Job) -> None:
         """Tell `on_quiet` when the job is free here and nothing waits for it."""
         waits = state.waiting or state.triggers or state.catchup_due or state.idle_timer
+        waits = waits or state.housekeeping
         if self.on_quiet is not None and state.busy is None and state.held is None and not waits:
             self.on_quiet(state.job.name)
 
@@ -765,11 +767,12 @@ class TickCore:
             if not self.runs:
                 self.pool.close()
             return
+        due = state.housekeep or housekeeps(state.job, held.tick)
+        if due:
+            state.housekeeping += 1  # counted before the job is free: not quiet until it ends
         self._free(state)
-        if state.retired:
-            return
-        if state.housekeep or housekeeps(state.job, held.tick):
-            self._housekeep(state)
+        if due:
+            self._housekeep(state, counted=True)  # a retired job's does nothing
 
     # -- what waits for the job to be free here: a trigger, a catch-up --------------------------
     def _free(self, state: _Job) -> None:
@@ -951,7 +954,21 @@ class TickCore:
             self._unclaimed(state, plan)
         self._free(state)
 
-    def _housekeep(self, state: _Job, settle: datetime | None = None) -> None:
+    def _housekeep(
+        self, state: _Job, settle: datetime | None = None, *, counted: bool = False
+    ) -> None:
+        """One housekeeping (below); the job is not quiet while it goes on: a `lockctl run`
+        ends at its quiet, and a stop while the read is out would leave the retention of a
+        per-tick run to nobody (`counted`: the caller counted it already)."""
+        if not counted:
+            state.housekeeping += 1
+        try:
+            self._housekeep_now(state, settle)
+        finally:
+            state.housekeeping -= 1
+        self._quiet(state)
+
+    def _housekeep_now(self, state: _Job, settle: datetime | None) -> None:
         """The ticks nobody ran recorded missed (missed_ticks: after the oldest record, within
         its walk), and retention (to_prune). Consul's clock judges both: a read's answer. The
         first, at the start, settles every tick before `settle` (only it sees the ticks from

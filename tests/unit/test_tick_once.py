@@ -6,6 +6,7 @@ claim refused for the lock, taken again once the lock is free)."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from datetime import datetime
 
@@ -15,6 +16,7 @@ from tick_fleet import KEYS, START, Body, at, every_10s
 from provision.consul import ConsulUnavailable
 from provision.ledger.control import ControlNote, ended
 from provision.ledger.records import TickOutcome, TickRecord
+from provision.ledger.ticks import PRUNE_SLACK
 from provision.outcomes import Outcome
 from provision.system.control_keys import paused_key, pauses_key
 from provision.tick.clock import VirtualClock
@@ -309,3 +311,27 @@ def test_a_failure_does_not_hide_what_settled_the_tick() -> None:
     notes = [_note("too-late", 10), _note("unavailable", 10, detail="no answer")]
     assert verdict(notes, at(10)).came is Outcome.MISSED
     assert verdict([notes[1]], at(10)).came is Outcome.ERROR
+
+
+def test_per_tick_runs_keep_the_ledger_to_its_limit_before_each_run_is_quiet() -> None:
+    """Each `lockctl run` housekeeps after its run, and its process ends at the quiet: the
+    retention must be over by then (on a real store the read waits aside, and a stop at the
+    quiet left every per-tick run's retention to nobody: the ledger grew without bound)."""
+    clock, store = _world(0.05)
+    job = replace(every_10s(workers=("w1",)), history_limit=10)
+    at_quiet: list[int] = []
+    for n in range(16):
+        clock.advance_to(clock.monotonic() + (at(10 * n) - clock.wall()).total_seconds() + 0.05)
+        runner = Runner(clock, store, job=job, duration=1.0)
+        runner.core.on_quiet = functools.partial(_counted_quiet, runner.one, store, at_quiet)
+        assert runner.take(at(10 * n)).came is Outcome.CLAIMED
+    assert len(at_quiet) == 16
+    limit = 10 + max(1, int(10 * PRUNE_SLACK))
+    assert max(at_quiet) <= limit, at_quiet
+    assert max(at_quiet) > 10  # it grew past the limit, and was pruned back each time
+
+
+def _counted_quiet(one: OneTick, store: MemoryTickStore, counts: list[int], name: str) -> None:
+    """OneTick's own on_quiet, after counting the records in the ledger at that moment."""
+    counts.append(len(store.read_tick_names(KEYS)[0]))
+    one._on_quiet(name)
