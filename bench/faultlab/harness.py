@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.faultlab import survivors
+from bench.faultlab.job import ROLES
 from bench.faultlab.oracle import Holder, Oracle
 from provision.cluster import netns as ns
 from provision.cluster import tls
@@ -62,6 +63,9 @@ JOB_SCRIPT = Path(__file__).with_name("job.py")
 WORKERS = 3
 TICK = 1.0  # the schedule: a worker starts a runner each second unless one is running
 FAULT_AFTER = 1.5  # seconds into the holder's job
+# seconds a holder's tree gets to have every member entered before a fault or the teardown may
+# come (on a loaded machine its members' forks and enters can take longer than FAULT_AFTER)
+WHOLE_WITHIN = 20.0
 HOLDER_EXIT_WAIT = 30.0  # seconds the old holder's runner gets to exit on its own after a fault
 PREFIX = "faults"
 POLL = 0.05  # seconds between looks at the oracle
@@ -453,7 +457,7 @@ def run_scenario(lab: FaultLab, scenario: str, tool: str, number: int = 1) -> Ru
     runner = -1
     found: dict[int, str] = {}  # survivors: pid -> how it was first seen
     try:
-        holder = _wait_for_holder(lab, job, timeout=60.0)
+        holder = _whole(lab, job, _wait_for_holder(lab, job, timeout=60.0))
         time.sleep(max(0.0, holder.entered + FAULT_AFTER - time.monotonic()))
         holder = _now(lab, job, holder)  # with every member that entered meanwhile
         result.holder = holder.worker
@@ -462,6 +466,9 @@ def run_scenario(lab: FaultLab, scenario: str, tool: str, number: int = 1) -> Ru
         session = entry.session if entry is not None else None
         runner = schedule.runner_of(holder.worker)
         found = _inject(lab, scenario, tool, holder, schedule, session, result, timings)
+        newest = lab.oracle.holders(job)[-1]
+        if newest.run != holder.run:  # the takeover's tree, whole before the teardown stops it
+            _whole(lab, job, newest)
         # Its own exit status says whether it noticed; a SIGTERM from the teardown would hide
         # that (it may still be cleaning up on a host that was just reconnected).
         if (
@@ -472,6 +479,7 @@ def run_scenario(lab: FaultLab, scenario: str, tool: str, number: int = 1) -> Ru
             bound = timings.survivor_bound
             found = _holder_survivors(lab, holder, bound, "after its runner exited") | found
     finally:
+        lab.oracle.mark("teardown")
         schedule.stop()
         result.runner_exits = schedule.exits
         found = _run_survivors(lab, job, timings.survivor_bound) | found  # the first sighting
@@ -490,6 +498,17 @@ def _wait_for_holder(lab: FaultLab, job: str, timeout: float) -> Holder:
         if holder is not None and time.monotonic() - holder.entered < FAULT_AFTER:
             return holder
     raise AssertionError(f"{job}: no holder entered the oracle in time")
+
+
+def _whole(lab: FaultLab, job: str, holder: Holder) -> Holder:
+    """`holder` once every member of its tree has entered, or as it is after WHOLE_WITHIN
+    (the test then says which members never came): a fault or the teardown that comes while
+    the tree still starts would cut it short, which says nothing of the tool."""
+    for _ in attempts(Deadline(WHOLE_WITHIN), POLL):
+        holder = _now(lab, job, holder)
+        if len(holder.sections) >= len(ROLES):
+            break
+    return holder
 
 
 def _now(lab: FaultLab, job: str, holder: Holder) -> Holder:

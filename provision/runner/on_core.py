@@ -394,6 +394,7 @@ def run_tick_on_core(
     """`lockctl run` of `ask.tick` on the tick core: its result (the exit status, the events
     said meanwhile), as the old engine's were for the same tick."""
     made = _core(consul, agent_clock, ask, events)
+    made.core.stop_asked = lambda: stop.requested
     made.thread.start()
     try:
         found, waited_out = _take(made, ask, events, stop)
@@ -417,6 +418,8 @@ def _take(made: _Core, ask: TickAsk, events: EventLog, stop: StopRequest) -> tup
             give_up = min(give_up, clock.monotonic() + ask.options.timeout)
     announced = False
     while True:
+        if stop.requested:  # before each turn: a stop while --wait waited claims nothing
+            return Verdict(Outcome.UNSETTLED, ask.tick), False
         one.notes.clear()
         on_clock(clock, one.quiet, functools.partial(one.take, ask.tick, catchup=catchup))
         until_quiet(clock, one.quiet, one.stop, stop)

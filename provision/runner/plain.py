@@ -194,10 +194,9 @@ def run_plain_on_core(
     """`lockctl run` of a plain lock: its result (the exit status, the events said meanwhile).
     An agentless worker's session lives on its catalog node (`ask.node`)."""
     made = _made(consul, agent_clock, ask, events)
+    made.lock.stop_asked = lambda: stop.requested
     made.thread.start()
     try:
-        if stop.requested:
-            return _interrupted(stop, None, events)
         return _acquired(made, ask, events, stop)
     finally:
         _shut(made)
@@ -212,6 +211,8 @@ def _acquired(made: _Plain, ask: PlainAsk, events: EventLog, stop: StopRequest) 
         give_up = clock.monotonic() + ask.options.timeout
     announced = False
     while True:
+        if stop.requested:  # before each acquire: a stop while --wait waited starts no job
+            return _interrupted(stop, lock.session, events)
         on_clock(clock, lock.quiet, lock.acquire)
         until_quiet(clock, lock.quiet, lock.stop, stop)
         if lock.held is not None:

@@ -286,6 +286,10 @@ class TickCore:
     # (`_arm_fate`): not for one tick whose process ends after it (tick/once.py); its own rule
     # records a tick it came too late for, and a later run's housekeeping the others.
     fates = True
+    # Whether the process was asked to stop (a signal), seen at once from the clock's thread:
+    # the stop itself reaches the core a moment later (runner/on_core.py hands it over), and a
+    # claim that wins meanwhile must not start its job (`lockctl run` sets it).
+    stop_asked: Callable[[], bool] = staticmethod(lambda: False)
 
     def __init__(
         self,
@@ -396,8 +400,8 @@ class TickCore:
     def _quiet(self, state: _Job) -> None:
         """Tell `on_quiet` when the job is free here and nothing waits for it."""
         waits = state.waiting or state.triggers or state.catchup_due or state.idle_timer
-        waits = waits or state.housekeeping
-        if self.on_quiet is not None and state.busy is None and state.held is None and not waits:
+        busy = state.busy is not None or state.held is not None or state.housekeeping > 0
+        if self.on_quiet is not None and not busy and not waits:
             self.on_quiet(state.job.name)
 
     def _begin(self, state: _Job) -> None:
@@ -753,7 +757,7 @@ class TickCore:
         )
         if not self.pool.hold(claimed.session, held):
             held.lose("the session is gone")
-        if self.stopping:
+        if self.stopping or self.stop_asked():  # ended interrupted, its job never started
             held.interrupt(signal.SIGTERM)
         held.start(self.bodies(plan.job.name, plan.tick))
 

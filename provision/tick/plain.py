@@ -98,6 +98,10 @@ class PlainLock:
         self.held: HeldRun | None = None
         self.session: str | None = None
         self.stopping = False
+        # Whether the process was asked to stop (a signal), seen at once from the clock's
+        # thread: the stop itself comes a moment later, and neither an acquire nor a job may
+        # start meanwhile (runner/plain.py sets it)
+        self.stop_asked: Callable[[], bool] = lambda: False
         self._over = False  # the run's end: its lock let go (or given up)
         self._watch_timer: Cancellable | None = None
 
@@ -106,7 +110,7 @@ class PlainLock:
         """Try the lock once (on the clock's thread): a run under it, or `refusal`/`failure`."""
         self.quiet.clear()
         self.refusal = self.failure = None
-        if self.stopping or self.held is not None:
+        if self.stopping or self.stop_asked() or self.held is not None:
             self.quiet.set()
             return
         for _ in range(2):  # a session Consul forgot (its TTL ran out) is made again once
@@ -169,7 +173,7 @@ class PlainLock:
         self._note("claimed", f"lock index {claim.lock_index}", record)
         if not self.pool.hold(session, held):
             held.lose("the session is gone")
-        if self.stopping:
+        if self.stopping or self.stop_asked():  # ended interrupted, its job never started
             held.interrupt(signal.SIGTERM)
         held.start(self.bodies())
         if not self._over:  # from the acquire's index: a change meanwhile is seen at once

@@ -11,7 +11,7 @@ from tick_fleet import START, TIMINGS, Body
 
 from provision.consul import ConsulUnavailable
 from provision.ledger.records import TickOutcome
-from provision.ledger.store import Completion
+from provision.ledger.store import Claim, Completion
 from provision.sessions import SessionTerms
 from provision.tick.clock import VirtualClock
 from provision.tick.core import Identity
@@ -250,6 +250,41 @@ def test_a_stop_before_the_acquire_takes_no_lock() -> None:
     assert plain.lock.quiet.is_set()
     plain.lock.acquire()
     assert plain.bodies == [] and holder_of(plain.store) is None
+
+
+def test_a_stop_asked_of_the_process_before_the_halt_comes_takes_no_lock() -> None:
+    plain = Plain()
+    plain.lock.stop_asked = lambda: True  # a signal came; its halt is not on the clock yet
+    plain.lock.acquire()
+    assert plain.lock.quiet.is_set()
+    assert plain.bodies == [] and holder_of(plain.store) is None
+
+
+class SignalledDuringAcquire(MemoryTickStore):
+    """The stop is asked (a signal) while the acquire is out: --wait's waiter woken by the
+    holder's release, as that holder's own SIGTERM ended it."""
+
+    asked = False
+
+    def acquire_lock(self, keys: JobKeys, session: str, value: bytes) -> Claim:
+        claim = super().acquire_lock(keys, session, value)
+        self.asked = True
+        return claim
+
+
+def test_an_acquire_that_wins_after_a_stop_was_asked_starts_no_job_and_lets_go() -> None:
+    clock = VirtualClock(START)
+    store = SignalledDuringAcquire(clock)
+    plain = Plain(store, clock)
+    plain.lock.stop_asked = lambda: store.asked
+    plain.lock.acquire()
+    plain.clock.call_at(0.1, plain.lock.stop)  # the halt, a moment later
+    plain.until_quiet()
+    # never started: a job must not begin after its runner's SIGTERM
+    assert [body.run for body in plain.bodies] == [None]
+    done = plain.lock.completed
+    assert done is not None and done.outcome is TickOutcome.INTERRUPTED
+    assert holder_of(plain.store) is None
 
 
 def test_a_stop_while_the_job_runs_ends_it_releases_the_lock_and_destroys_the_session() -> None:
