@@ -498,7 +498,9 @@ class CoreScheduler:
             paused=self.report.paused,
         )
         self._watch.start()
-        self.events.emit("started", config=str(self.config.path), jobs=list(self._names))
+        cap = self._capacity()  # said only when set: an uncapped start's event is as before
+        capped = {} if cap is None else {"max_concurrent_runs": cap}
+        self.events.emit("started", config=str(self.config.path), jobs=list(self._names), **capped)
 
     def _connect(self, settings: ConsulSettings, config: WorkerConfig, *, reload: bool) -> Consul:
         """A client for this connection, logged in first when the config logs in: at start it

@@ -115,6 +115,8 @@ def test_a_replica_at_its_cap_passes_each_tick_on_and_it_runs_once_elsewhere(
     # the long job's run holds worker-1's one place from its start on
     claimed = eventually(lambda: [e for e in busy.events("acquired") if "long" in e["job"]], 45)
     assert claimed, busy.lines
+    assert busy.events("started")[0]["max_concurrent_runs"] == 1  # the flag's, said at the start
+    assert "max_concurrent_runs" not in schedulers["worker-2"].events("started")[0]
     since = datetime.now(timezone.utc)
     schedule = parse_schedule(f"@every {EVERY}s")
     ticks = schedule.next_ticks(since, TICKS + 1)[1:]  # the first may be claimed already
@@ -137,4 +139,5 @@ def test_a_replica_at_its_cap_passes_each_tick_on_and_it_runs_once_elsewhere(
                 e for e in busy.events("skipped") if e["job"] == lab.short and e.get("tick") == name
             ]
             assert said and said[0]["reason"].startswith("at-capacity"), (name, said, busy.lines)
-    print("\n" + "\n".join(line for line in busy.lines if "at-capacity" in line)[:2000])
+    shown = [line for line in busy.lines if "at-capacity" in line or '"started"' in line]
+    print("\n" + "\n".join(shown)[:2000])  # for docs/scheduler.md
