@@ -4,7 +4,9 @@ one of them at its cap: the ticks it passes on run on time elsewhere, once each.
 
 from __future__ import annotations
 
+import io
 import json
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -14,7 +16,9 @@ from tick_fleet import KEYS, START, TIMINGS, WORKERS, Body, Held, at
 from provision.errors import InputError
 from provision.ledger.records import TickOutcome
 from provision.ledger.turns import claim_order
+from provision.runner.stop import StopRequest
 from provision.schedule import parse_schedule
+from provision.scheduler.on_core import CoreScheduler
 from provision.spec import SpecError, parse_spec
 from provision.tick.capacity import capacity_refusal
 from provision.tick.clock import VirtualClock
@@ -193,3 +197,15 @@ def test_a_cap_must_be_a_whole_number_from_1_at_its_line(value: str, problem: st
         parse_spec(text, "s.hcl")
     expected = f's.hcl:2: worker "w".max_concurrent_runs: {problem}'
     assert [str(p) for p in caught.value.problems] == [expected]
+
+
+def test_the_flag_wins_over_the_config_s_cap(tmp_path: Path) -> None:
+    spec = parse_spec(SPEC, "s.hcl")
+    path = tmp_path / "lockctl.json"
+    path.write_text(json.dumps(config_record(spec, "busy", Path("/run/t"))))
+    config = load_worker_config(path)
+    from_config = CoreScheduler(config, StopRequest(), io.StringIO())
+    from_flag = CoreScheduler(config, StopRequest(), io.StringIO(), capacity=1)
+    assert (from_config._capacity(), from_flag._capacity()) == (2, 1)
+    uncapped = replace(config, max_concurrent_runs=None)
+    assert CoreScheduler(uncapped, StopRequest(), io.StringIO())._capacity() is None
