@@ -3,6 +3,7 @@ virtual clock, in one thread, with faults drawn from a seed and an oracle after 
 
     .venv/bin/python bench/simulate.py [--seed S] [--ticks N] [--replicas 3] [--jobs 5]
                                        [--plant NAME ...] [--keep-going] [--trace K]
+                                       [--no-caps]
 
 Each replica is its own TickCore (provision/tick/core.py) with its own sessions, its own view
 of the wall clock and its own timers on the shared VirtualClock; the store is
@@ -27,6 +28,8 @@ hangs. The oracle checks, after every step:
     unaccounted        every tick ends in a recorded outcome (succeeded, failed, lost, missed,
                        timed-out, interrupted, paused; or `running` under a replica killed
                        with it) within SLACK of time during which Consul and a replica were up
+    over-cap           no replica ever has more bodies running at once than its cap
+                       (max_concurrent_runs: drawn per replica from the seed, `--no-caps` none)
     trigger-unrun      an operator's trigger (`lockctl trigger`: one now and then, heard by
                        every replica up, and by each one that boots while it is pending) is
                        taken by a claim within RUN_SLACK + SLACK of the fleet's up-time; it
@@ -45,6 +48,7 @@ plants) replays it exactly. `--plant NAME` replaces a named function of the core
                   refuses it: a Raft write wasted, never a tick run twice)
     no-missed     ticks nobody ran are never recorded missed
     late-confirm  a confirmation counts from its answer, not from when it was sent
+    no-cap        a replica at its cap of concurrent runs claims anyway (the cap ignored)
 
 Last line: `simulated N ticks, F faults, V violations in S s (seed X)`.
 """
@@ -80,7 +84,7 @@ from provision.tick import core, held, pool
 from provision.tick.calendar import Calendar
 from provision.tick.clock import Answer, Answered, Timer, VirtualClock, answer_of
 from provision.tick.core import CoreJob, Identity, TickCore
-from provision.tick.edge import BodyEnd, Cancellable, Note, Run, StopHow
+from provision.tick.edge import BodyEnd, Cancellable, Note, Run, SkipReason, StopHow
 from provision.tick.memory import MemoryTickStore
 from provision.tick.store import (
     PLAIN,
@@ -155,12 +159,17 @@ def _from_answer(sent: float, received: float) -> float:
     return received
 
 
+def _no_cap(running: int, cap: int | None) -> str | None:
+    return None
+
+
 PLANTS: dict[str, tuple[str, Callable[..., object]]] = {
     "no-fence": ("apply_fence", _no_fence),
     "check-flag": ("vouched", _flag_only),
     "blind-claim": ("claimable", _claim_anyway),
     "no-missed": ("record_missed", _record_nothing),
     "late-confirm": ("confirmation_time", _from_answer),
+    "no-cap": ("capacity_refusal", _no_cap),
 }
 _CORE_MODULES: tuple[ModuleType, ...] = (core, held, pool)
 
@@ -195,6 +204,7 @@ class SimConfig:
     trace: int = TRACE
     keep_going: bool = False  # go on after a violation (else stop at the first)
     digest: bool = False  # a checksum of every event, to compare two runs
+    caps: bool = True  # each replica's max_concurrent_runs drawn from the seed (else none)
 
 
 @dataclass(frozen=True)
@@ -674,6 +684,7 @@ class Replica:
     )
     sessions: list[str] = field(default_factory=list)
     hang_next: bool = False
+    cap: int | None = None  # its max_concurrent_runs (None: no cap)
     core: TickCore | None = None
     clock: ReplicaClock = field(init=False)
 
@@ -686,6 +697,7 @@ class Replica:
         self.clock = ReplicaClock(self, store)
         identity = Identity(self.name, host=self.name)
         self.core = TickCore(store, self.clock, identity, world.jobs, self._body, self._note)
+        self.core.capacity = self.cap
         world.trace.add(world.clock.monotonic(), self.name, "boot")
         self.core.start()
         for job, pending in world.triggers.items():  # the trigger watch's first answer
@@ -741,6 +753,8 @@ class Replica:
         if note.kind == "claimed" and record is not None and (record.catchup or record.trigger):
             kind = "caught-up" if record.catchup else "trigger-run"
             self.world.trace.add(now, self.name, kind, note.job, note.tick)
+        if note.skip is SkipReason.AT_CAPACITY:  # counted apart: passed on to the next replica
+            self.world.trace.add(now, self.name, "at-capacity", note.job, note.tick)
 
 
 # -- the oracle -------------------------------------------------------------------------------
@@ -817,9 +831,24 @@ class Oracle:
         self.alive[body.job].append(body)
         if len(self.alive[body.job]) > 1:
             self.crowded.add(body.job)
+        self._within_cap(body)
         self.world.trace.add(
             now, body.replica.name, "body-start", body.job, body.tick, f"idx {run.lock_index}"
         )
+
+    def _within_cap(self, body: SimBody) -> None:
+        """A replica's bodies alive at once (a frozen one's too: it still runs there) never
+        outnumber its cap."""
+        cap = body.replica.cap
+        if cap is None:
+            return
+        here = [b for bodies in self.alive.values() for b in bodies if b.replica is body.replica]
+        if len(here) > cap:
+            self.fail(
+                "over-cap",
+                f"{body.replica.name} runs {len(here)} at once (cap {cap}): "
+                + ", ".join(f"{b.job} {tick_name(b.tick)}" for b in here),
+            )
 
     def _retry(self, body: SimBody) -> bool:
         """A later attempt of a tick's run: under the claim's own fencing token, once the
@@ -1044,6 +1073,10 @@ class World:
         self.job_named = {job.name: job for job in self.jobs}
         self.intervals = {job.name: _interval(job) for job in self.jobs}
         self.replicas = [Replica(self, name) for name in names]
+        if config.caps:  # from a stream of their own: the faults drawn stay the seed's
+            caps = random.Random(f"caps {config.seed}")
+            for n, replica in enumerate(self.replicas):  # the first always capped
+                replica.cap = caps.choice((1, 2) if n == 0 else (None, 1, 2, 3))
         self.oracle = Oracle(self)
 
     def answered(self) -> None:
@@ -1266,6 +1299,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--trace", type=int, default=TRACE)
     parser.add_argument("--keep-going", action="store_true")
     parser.add_argument("--digest", action="store_true")
+    parser.add_argument("--no-caps", action="store_true", help="no replica has a cap")
     args = parser.parse_args(argv)
     config = SimConfig(
         args.seed,
@@ -1277,6 +1311,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.trace,
         args.keep_going,
         args.digest,
+        not args.no_caps,
     )
     report = simulate(config)
     print("\n".join(report_lines(report, config)))
@@ -1298,6 +1333,7 @@ def report_lines(report: Report, config: SimConfig) -> list[str]:
         f"fenced {counts.get('fenced', 0)}, timed out {counts.get('timed-out', 0)}, "
         f"triggers run {counts.get('trigger-run', 0)} of {counts.get('asked', 0)}, "
         f"caught up {counts.get('caught-up', 0)}, "
+        f"passed on at capacity {counts.get('at-capacity', 0)}, "
         f"simulated {report.simulated / 86400:.1f} days, "
         f"{report.ticks / max(report.seconds, 1e-9):,.0f} ticks/s{digest}"
     )

@@ -69,6 +69,16 @@ CATCHUP_MODES = ("skip", "latest")
 DEFAULT_CATCHUP = "skip"
 
 
+def capacity_problem(value: object) -> str | None:
+    """Why `value` cannot be a worker's max_concurrent_runs (a whole number, 1 or more: the
+    most runs a `lockctl schedule` replica has at once), or None."""
+    if type(value) is not int:  # not True (a bool is an int), not 2.0
+        return "must be a whole number, 1 or more"
+    if value >= 1:
+        return None
+    return f"{value if abs(value) < 10**12 else 'the number'} is below 1"
+
+
 def catchup_problem(value: object) -> str | None:
     """Why `value` cannot be a job's catchup, or None."""
     if value in CATCHUP_MODES:

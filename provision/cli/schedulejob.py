@@ -35,6 +35,7 @@ class ScheduleArgs:
     config: Path
     allow_unsafe: bool = False
     listen: str | None = None
+    max_concurrent_runs: int | None = None  # over the config's: the most runs at once here
 
 
 def serve_schedule(argv: Sequence[str]) -> int:
@@ -49,7 +50,12 @@ def parse_schedule(argv: Sequence[str]) -> ScheduleArgs:
     namespace = parser.parse_args(argv)
     if namespace.config is None:
         parser.error("the following arguments are required: --config/-c")
-    return ScheduleArgs(Path(namespace.config), namespace.allow_unsafe, namespace.listen)
+    return ScheduleArgs(
+        Path(namespace.config),
+        namespace.allow_unsafe,
+        namespace.listen,
+        namespace.max_concurrent_runs,
+    )
 
 
 def schedule_parser() -> CommandParser:
@@ -74,7 +80,30 @@ def schedule_parser() -> CommandParser:
         metavar="HOST:PORT",
         help="Serve /metrics (Prometheus) and /healthz here; PORT alone is 127.0.0.1:PORT.",
     )
+    add(
+        "--max-concurrent-runs",
+        type=_capacity,
+        metavar="N",
+        help="Run at most N jobs at once here; a tick beyond is left to the next replica "
+        "(over the config's max_concurrent_runs).",
+    )
     return parser
+
+
+def _capacity(text: str) -> int:
+    """--max-concurrent-runs' value: a whole number, 1 or more (argparse names the flag)."""
+    import argparse
+
+    from provision.timings import capacity_problem
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{capacity_problem(text)}, not {text[:40]!r}") from None
+    problem = capacity_problem(value)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return value
 
 
 def run_schedule(args: ScheduleArgs) -> int:
@@ -106,4 +135,11 @@ def _schedule(args: ScheduleArgs, stop: StopRequest, reload: ReloadRequest) -> i
     worker_config = load_worker_config(args.config, allow_unsafe=args.allow_unsafe)
     with single_instance(args.config):
         become_subreaper()  # the jobs' orphans come back to us: none outlives its lock
-        return run_on_core(worker_config, stop, reload.forward_to, address, args.allow_unsafe)
+        return run_on_core(
+            worker_config,
+            stop,
+            reload.forward_to,
+            address,
+            args.allow_unsafe,
+            args.max_concurrent_runs,
+        )

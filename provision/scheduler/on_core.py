@@ -419,8 +419,10 @@ class CoreScheduler:
         *,
         allow_unsafe: bool = False,
         loader: Callable[[Path], WorkerConfig] | None = None,
+        capacity: int | None = None,
     ) -> None:
         self.config, self.stop = config, stop
+        self.capacity_flag = capacity  # --max-concurrent-runs: over every config's own
         self.loader = loader or (lambda path: load_worker_config(path, allow_unsafe=allow_unsafe))
         self.report = CoreReport(config.worker, stream)
         self.events = self.report.events  # the scheduler's own (job "lockctl-schedule")
@@ -481,6 +483,7 @@ class CoreScheduler:
         self._learn_clock(consul)  # before any turn is worked out
         jobs = scheduled_jobs(self.config)
         self.current = Replica(consul, jobs, self.shared)
+        self.current.core.capacity = self._capacity()
         self._know(jobs)
         self.clock.call_at(self.clock.monotonic(), self.current.core.start)
         self._thread = threading.Thread(target=self.clock.run, name="lockctl-core", daemon=True)
@@ -495,7 +498,9 @@ class CoreScheduler:
             paused=self.report.paused,
         )
         self._watch.start()
-        self.events.emit("started", config=str(self.config.path), jobs=list(self._names))
+        cap = self._capacity()  # said only when set: an uncapped start's event is as before
+        capped = {} if cap is None else {"max_concurrent_runs": cap}
+        self.events.emit("started", config=str(self.config.path), jobs=list(self._names), **capped)
 
     def _connect(self, settings: ConsulSettings, config: WorkerConfig, *, reload: bool) -> Consul:
         """A client for this connection, logged in first when the config logs in: at start it
@@ -662,14 +667,22 @@ class CoreScheduler:
         session) and it stops once they have."""
         assert self.current is not None
         if consul is None:
+            self.current.core.capacity = self._capacity()
             self.current.update(jobs)
             return
         old = self.current
         self.current = Replica(consul, jobs, self.shared, old.turns)
+        self.current.core.capacity = self._capacity()
         old.update([])
         self._retiring.append(old)
         self.current.core.start()
         self._retire(old)
+
+    def _capacity(self) -> int | None:
+        """The most runs this replica has at once: the flag's, else the config's (None: no cap)."""
+        if self.capacity_flag is not None:
+            return self.capacity_flag
+        return self.config.max_concurrent_runs
 
     def _retire(self, replica: Replica) -> None:
         """Stop an older connection's core once its last run is over (its sessions then go)."""
@@ -768,10 +781,14 @@ def run_on_core(
     forward_reload: Callable[[Callable[[], object]], None],
     address: ListenAddress | None,
     allow_unsafe: bool = False,
+    capacity: int | None = None,
 ) -> int:
     """`lockctl schedule` on the tick core, its signals already turned into `stop` and a
-    reload request (`forward_reload`: where SIGHUP goes once the scheduler exists)."""
-    scheduler = CoreScheduler(config, stop, sys.stderr, allow_unsafe=allow_unsafe)
+    reload request (`forward_reload`: where SIGHUP goes once the scheduler exists);
+    `capacity`: --max-concurrent-runs, over the config's."""
+    scheduler = CoreScheduler(
+        config, stop, sys.stderr, allow_unsafe=allow_unsafe, capacity=capacity
+    )
     forward_reload(scheduler.request_reload)  # a SIGHUP since the config was read: now
     with serving_report(address, scheduler.report):
         return scheduler.run()

@@ -93,7 +93,10 @@ COUNTERS = (RUN_FAILURES, MISSED_RECORDED, RENEW_FAILURES, RETRIES, RETRIES_CUT)
 HELP = {
     LAST_SUCCESS: "When the job last ended with exit status 0 under the lock here (Unix time).",
     TICKS: "Ticks of the job this scheduler handled, by outcome.",
-    SKIPS: "Ticks this scheduler skipped, by reason (taken, overlap, lock-delay, paused, other).",
+    SKIPS: (
+        "Ticks this scheduler skipped, by reason (taken, overlap, lock-delay, paused, other, "
+        "at-capacity)."
+    ),
     DURATIONS: "How long the job ran under the lock, per run here.",
     LAGS: "From the tick's instant to its claim, when the job then started under the lock "
     "(the tick record's start_lag).",
@@ -226,19 +229,21 @@ _ANSWERED = frozenset(
     }
 )
 _UNANSWERED = frozenset({"unavailable", "unanswered", "complete-retry", "renew-failed"})
+# skips decided here without a request: the job busy here, the replica at its cap
+_UNASKED = frozenset({SkipReason.OVERLAP, SkipReason.AT_CAPACITY})
 
 
 def consul_answered(note: Note) -> bool | None:
     """Whether the note says Consul answered (True), did not (False), or says nothing (None).
-    A skip for overlap may have made no request (the job was busy here); a session gone was
-    Consul's answer (it no longer knows it)."""
+    A skip for overlap or at capacity may have made no request (the job was busy here, the
+    replica at its cap); a session gone was Consul's answer (it no longer knows it)."""
     kind = note.kind
     if kind in _ANSWERED:
         return True
     if kind in _UNANSWERED:
         return False
     if kind == "skipped":
-        return None if skip_reason(note) is SkipReason.OVERLAP else True
+        return None if skip_reason(note) in _UNASKED else True
     return None
 
 

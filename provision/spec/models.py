@@ -80,6 +80,8 @@ class Worker:
     # catalog node of its own name and its sessions are TTL-only (docs/identity.md)
     agentless: bool = False
     datacenter: str | None = None  # the Consul datacenter it is in; None: the only one
+    # the most runs its `lockctl schedule` has at once (tick/capacity.py); None: no cap
+    max_concurrent_runs: int | None = None
 
 
 @dataclass(frozen=True)

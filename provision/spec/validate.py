@@ -50,6 +50,7 @@ from provision.spec.values import (
     CHOICE_KEYS,
     read_address,
     read_bool,
+    read_capacity,
     read_catchup,
     read_command,
     read_job_workers,
@@ -76,7 +77,8 @@ JOB_KEYS = (
     "allow_remote_target",
     *JOB_DATACENTER_KEYS,
 )
-WORKER_KEYS = ("address", "agentless", DATACENTER_KEY)
+CAPACITY_KEY = "max_concurrent_runs"
+WORKER_KEYS = ("address", "agentless", DATACENTER_KEY, CAPACITY_KEY)
 BLOCK_TYPES = ("defaults", "worker", "job", "auth_method")
 
 
@@ -346,9 +348,10 @@ def _workers(
         datacenter = read_datacenter(
             attributes.get(DATACENTER_KEY), f"{where}.{DATACENTER_KEY}", problems
         )
+        capacity = read_capacity(attributes.get(CAPACITY_KEY), f"{where}.{CAPACITY_KEY}", problems)
         if name in workers:
             continue  # reported by _check_duplicates
-        workers[name] = Worker(name, address, block.line, identity, agentless, datacenter)
+        workers[name] = Worker(name, address, block.line, identity, agentless, datacenter, capacity)
     return list(workers.values())
 
 

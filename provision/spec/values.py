@@ -12,7 +12,7 @@ from provision.schedule import ScheduleError, check_zone, parse_schedule
 from provision.spec.hcl import Attribute, Unsupported, Value
 from provision.spec.models import DEFAULT_ADDRESS
 from provision.spec.problems import Problems, shown
-from provision.timings import catchup_problem, count_problem
+from provision.timings import capacity_problem, catchup_problem, count_problem
 
 PREFIX_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*/$")
 MAX_PREFIX = 256
@@ -63,6 +63,21 @@ def read_count(attribute: Attribute, field: str, where: str, problems: Problems)
     if problem is None and isinstance(value, int):
         return value
     if type(value) is not int:  # say what it is: a quoted "200", 200.0, true
+        kind = "a decimal number" if isinstance(value, float) else _kind(value)
+        problem = f"{problem}, not {kind}"
+    problems.add(attribute.line, where, str(problem))
+    return None
+
+
+def read_capacity(attribute: Attribute | None, where: str, problems: Problems) -> int | None:
+    """A worker's max_concurrent_runs: a whole number, 1 or more (None when absent: no cap)."""
+    if attribute is None:
+        return None
+    value = attribute.value
+    problem = capacity_problem(value)
+    if problem is None and isinstance(value, int):
+        return value
+    if type(value) is not int:  # say what it is: a quoted "2", 2.0, true
         kind = "a decimal number" if isinstance(value, float) else _kind(value)
         problem = f"{problem}, not {kind}"
     problems.add(attribute.line, where, str(problem))

@@ -71,6 +71,7 @@ from provision.outcomes import Outcome
 from provision.schedule import Schedule
 from provision.sessions import AgentlessNode
 from provision.tick.calendar import Calendar
+from provision.tick.capacity import capacity_refusal
 from provision.tick.edge import BodyFactory, Cancellable, Listener, Note, SkipReason, TimerClock
 from provision.tick.held import Claimed, Completions, HeldRun
 from provision.tick.pool import SessionPool, confirmation_time
@@ -290,6 +291,9 @@ class TickCore:
     # the stop itself reaches the core a moment later (runner/on_core.py hands it over), and a
     # claim that wins meanwhile must not start its job (`lockctl run` sets it).
     stop_asked: Callable[[], bool] = staticmethod(lambda: False)
+    # The most runs (claims in flight counted) this replica has at once: a claim over it is
+    # passed on to the next in the tick's claim order (tick/capacity.py); None: no cap.
+    capacity: int | None = None
 
     def __init__(
         self,
@@ -555,13 +559,25 @@ class TickCore:
         job is busy here: a slow read before this claim (a trigger's, a catch-up's) may have let
         another claim of the job go first, and under the replica's one session this claim would
         re-acquire the lock that run holds, with its fencing token."""
-        if state.busy is not None or not self._live(state):
+        if state.busy is not None or not self._live(state) or self._at_capacity(plan):
             self._unclaimed(state, plan)
             return
         state.busy = plan.tick
         sent = self._send_claim(state, plan, judged)
         if sent is not None:
             self._answered(state, plan, sent)
+
+    def _at_capacity(self, plan: TickPlan) -> bool:
+        """Whether this replica runs its cap already (a claim in flight counted: it may win),
+        said as a skip; nothing is written: the tick is left to the next in its claim order,
+        and to its fate (missed, once nobody claimed it) like any tick not claimed here."""
+        if self.capacity is None:
+            return False
+        running = sum(other.busy is not None for other in self._jobs + self._retiring)
+        why = capacity_refusal(running, self.capacity)
+        if why is not None:
+            self._note("skipped", plan.job, plan.tick, why, skip=SkipReason.AT_CAPACITY)
+        return why is not None
 
     def _answered(self, state: _Job, plan: TickPlan, sent: _Sent) -> None:
         """A claim's answer: won, its run starts (or, the job paused, it is recorded so);
@@ -596,7 +612,7 @@ class TickCore:
             return
         ready = []
         for state, plan, judged in turns:
-            if state.busy is not None or not self._live(state):
+            if state.busy is not None or not self._live(state) or self._at_capacity(plan):
                 self._unclaimed(state, plan)
                 continue
             state.busy = plan.tick

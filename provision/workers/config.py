@@ -25,6 +25,7 @@ from provision.system.files import UnreadableFile, read_regular_file
 
 # JobConfig and JobTimings are re-exported: the runner, the scheduler and the CLI take them here.
 from provision.timings import JobTimings as JobTimings
+from provision.timings import capacity_problem
 from provision.workers.job_config import JobConfig as JobConfig
 from provision.workers.job_config import job_record, read_job, read_text, unknown_fields
 
@@ -33,6 +34,8 @@ if TYPE_CHECKING:
 
 CONFIG_FORMAT = 1
 CONFIG_NAME = "lockctl.json"
+# written only when the spec's worker sets it: a lockctl from before the field refuses it
+CAPACITY_FIELD = "max_concurrent_runs"
 MAX_CONFIG_BYTES = 1024 * 1024
 
 
@@ -82,6 +85,7 @@ class WorkerConfig:
     # no local agent (a pod): `address` is a server's; lockctl registers `worker` as a catalog
     # node and makes TTL-only sessions on it (provision/sessions.py)
     agentless: bool = False
+    max_concurrent_runs: int | None = None  # the scheduler's cap of runs at once; None: none
 
     def connection(self) -> dict[str, Any]:
         """The arguments of `provision.consul.resolve_settings` for this worker's agent: what the
@@ -148,10 +152,13 @@ def config_record(
     # only when set: a lockctl from before the field refuses it, and the files of workers with
     # an agent stay as they were
     agentless = {"agentless": True} if spec.worker(worker).agentless else {}
+    cap = spec.worker(worker).max_concurrent_runs
+    capacity = {} if cap is None else {CAPACITY_FIELD: cap}
     return {
         "format": CONFIG_FORMAT,
         "worker": worker,
         **agentless,
+        **capacity,
         "consul": {**consul, **tls.record()},
         "jobs": jobs,
     }
@@ -179,13 +186,17 @@ def _build(path: Path, raw: Any, allow_unsafe: bool) -> WorkerConfig:
     problems: list[str] = []
     if not isinstance(raw, dict):
         raise ConfigError(path, ["top level must be an object"])
-    unknown_fields(raw, {"format", "worker", "agentless", "consul", "jobs"}, "", problems)
+    known = {"format", "worker", "agentless", CAPACITY_FIELD, "consul", "jobs"}
+    unknown_fields(raw, known, "", problems)
     if type(raw.get("format")) is not int or raw["format"] != CONFIG_FORMAT:  # not True, not 1.0
         problems.append(f"format: must be {CONFIG_FORMAT} (this lockctl reads format 1)")
     worker = read_text(raw, "worker", "", problems)
     agentless = raw.get("agentless", False)
     if type(agentless) is not bool:
         problems.append("agentless: must be true or false")
+    capacity = raw.get(CAPACITY_FIELD)
+    if capacity is not None and (problem := capacity_problem(capacity)) is not None:
+        problems.append(f"{CAPACITY_FIELD}: {problem}")
     consul: dict[str, Any] = {}
     if isinstance(raw.get("consul"), dict):
         consul = raw["consul"]
@@ -209,7 +220,15 @@ def _build(path: Path, raw: Any, allow_unsafe: bool) -> WorkerConfig:
         raise ConfigError(path, problems)
     token_path = None if token_file is None else Path(token_file)
     return WorkerConfig(
-        path, worker, address, token_path, tuple(jobs), tls, login, agentless=agentless
+        path,
+        worker,
+        address,
+        token_path,
+        tuple(jobs),
+        tls,
+        login,
+        agentless=agentless,
+        max_concurrent_runs=capacity,
     )
 
 

@@ -143,7 +143,8 @@ def test_run_and_schedule_flags_and_values(bash_script: Path, tmp_path: Path) ->
     assert replies[4] == ["--wait"]
     assert "echo" in replies[5]
     assert replies[6] == []  # the job's own arguments: no lockctl flag, no such file here
-    assert set(replies[7]) == {"--config", "--allow-unsafe", "--listen", "--help"}
+    schedule_flags = {"--config", "--allow-unsafe", "--listen", "--max-concurrent-runs", "--help"}
+    assert set(replies[7]) == schedule_flags
     assert replies[8] == []  # HOST:PORT: nothing to offer
     assert set(replies[9]) == {"up", "down", "status", "env"}
     assert set(replies[10]) == {"--state-dir", "--subnet", "--servers"}

@@ -213,7 +213,11 @@ def test_an_unknown_job_names_the_known_ones(tmp_path: Path) -> None:
         (_with(format=2), "format: must be 1"),
         (_with(format=True), "format: must be 1"),
         (_with(format=DELETE), "format: must be 1"),
-        (_with(extra=1), "extra: unknown field (known: agentless, consul, format, jobs, worker)"),
+        (
+            _with(extra=1),
+            "extra: unknown field (known: agentless, consul, format, jobs, max_concurrent_runs, "
+            "worker)",
+        ),
         (_with(worker=""), "worker: must be a non-empty string"),
         (_with(worker=7), "worker: must be a non-empty string"),
         (_with(consul="http://x"), "consul: must be an object with address and token_file"),

@@ -50,6 +50,8 @@ NO_ENV: dict[str, str] = {}
         (["--listen=127.0.0.1:9100", "-c", "c.json"], NO_ENV,
          ScheduleArgs(Path("c.json"), False, "127.0.0.1:9100")),
         ([], {"LOCKCTL_CONFIG": "e.json"}, ScheduleArgs(Path("e.json"))),
+        (["-c", "c.json", "--max-concurrent-runs", "2"], NO_ENV,
+         ScheduleArgs(Path("c.json"), max_concurrent_runs=2)),
         (["-c", "c.json"], {"LOCKCTL_CONFIG": "e.json"}, ScheduleArgs(Path("c.json"))),
     ],
 )  # fmt: skip
@@ -73,6 +75,16 @@ def test_each_argv_is_read_into_the_scheduler_it_asks_for(
         (["--config", "a", "extra"], NO_ENV, "unrecognized arguments: extra"),
         (["--config", "a", "--listen"], NO_ENV, "argument --listen: expected one argument"),
         (["--conf", "a"], NO_ENV, "unrecognized arguments: --conf a"),
+        (
+            ["-c", "a", "--max-concurrent-runs", "0"],
+            NO_ENV,
+            "argument --max-concurrent-runs: 0 is below 1",
+        ),
+        (
+            ["-c", "a", "--max-concurrent-runs", "two"],
+            NO_ENV,
+            "argument --max-concurrent-runs: must be a whole number, 1 or more, not 'two'",
+        ),
     ],
 )
 def test_a_usage_error_names_the_flag(

@@ -61,6 +61,7 @@ def test_the_skip_reasons_are_the_labels_dashboards_know() -> None:
         "lock-delay",
         "paused",
         "other",
+        "at-capacity",
     ]
     # `lockctl run`'s word for a refused claim is the same word
     assert [reason.value for reason in SkipReason] == [reason.value for reason in SKIP_REASONS]

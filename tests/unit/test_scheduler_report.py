@@ -499,6 +499,12 @@ UNRUN_PAUSED = TickRecord(at(0), TickOutcome.PAUSED, worker="w1", by="alice")  #
         (Note("skipped", JOB, at(0), "taken", skip=SkipReason.TAKEN), "skipped", "taken", True),
         (Note("skipped", JOB, at(0), "busy", skip=SkipReason.OVERLAP), "skipped", "overlap", None),
         (
+            Note("skipped", JOB, at(0), "at capacity", skip=SkipReason.AT_CAPACITY),
+            "skipped",
+            "at-capacity",
+            None,
+        ),
+        (
             Note("skipped", JOB, at(0), "x", skip=SkipReason.LOCK_DELAY),
             "skipped",
             "lock-delay",

@@ -20,6 +20,7 @@ CAUGHT_BY = {
     "no-missed": {"unaccounted"},
     # fenced late: check() passes past the bound, or the body runs past it beside another
     "late-confirm": {"check-after-bound", "overlap"},
+    "no-cap": {"over-cap"},
 }
 
 
