@@ -657,7 +657,8 @@ def test_real_runs_then_stopped_runners_show_in_history_status_and_check(lab: La
     assert (run_1["outcome"], run_1["worker"], run_1["exit_status"]) == ("succeeded", "worker-1", 0)
     assert (run_2["outcome"], run_2["worker"], run_2["exit_status"]) == ("failed", "worker-2", 3)
     assert run_2["lock_index"] > run_1["lock_index"] >= 1
-    assert 0 <= run_1["start_lag"] < 2 and run_1["duration"] is not None
+    # claimed within its window (the interval: no start_deadline set), however slow the start
+    assert 0 <= run_1["start_lag"] <= EVERY and run_1["duration"] is not None
     assert (ticks[tick_name(third)]["outcome"], ticks[tick_name(third)]["recorded"]) == (
         "missed",
         False,
