@@ -3,12 +3,15 @@ checks at load, and the worker config's copy of them."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
 from provision.blackouts import Blackout, holding_window
+from provision.cli import app
 from provision.durations import parse_duration
 from provision.ledger.records import TickRecord
 from provision.outcomes import SCHEDULER_METRIC_OUTCOMES, Outcome
@@ -211,3 +214,34 @@ def test_a_blackout_tick_is_counted_under_its_own_label_never_missed() -> None:
     assert "blackout" in SCHEDULER_METRIC_OUTCOMES
     written = Note("missed", "backup", tick, "blackout", record=record)  # a fate look's record
     assert tick_outcome(written) is None and held_by_a_pause(written)  # no MISSED_RECORDED
+
+
+# -- lockctl next ---------------------------------------------------------------------------------
+NEXT_SPEC = (
+    'worker "w" {}\njob "a" {\n  prefix = "locks/a/"\n  workers = ["w"]\n'
+    '  schedule = "*/15 * * * *"\n'
+    '  blackout "half" {\n    schedule = "*/30 * * * *"\n    duration = "%s"\n  }\n}\n'
+)
+
+
+def test_lockctl_next_marks_the_ticks_a_window_removes(tmp_path: Path) -> None:
+    spec = tmp_path / "s.hcl"
+    spec.write_text(NEXT_SPEC % "1s")  # holds the ticks at :00 and :30, whatever the hour
+    result = CliRunner().invoke(app, ["next", "a", "--spec", str(spec), "-n", "4", "--json"])
+    assert result.exit_code == 0, result.output
+    ticks = json.loads(result.output)["ticks"]
+    held = [tick["utc"][14:16] in ("00", "30") for tick in ticks]
+    assert [tick["blackout"] for tick in ticks] == ["half" if h else None for h in held]
+    assert sum(held) == 2
+    text = CliRunner().invoke(app, ["next", "a", "--spec", str(spec), "-n", "4"])
+    assert text.exit_code == 0 and "blackout half: */30 * * * * (UTC) for 1s" in text.output
+    assert text.output.count("blackout: half (not run)") == 2
+
+
+def test_a_bad_window_stops_the_cli_with_one_line_and_exit_2(tmp_path: Path) -> None:
+    spec = tmp_path / "s.hcl"
+    spec.write_text(NEXT_SPEC % "0s")
+    result = CliRunner().invoke(app, ["next", "a", "--spec", str(spec)])
+    assert result.exit_code == 2
+    assert f'{spec}:8: job "a".blackout "half".duration: must be above zero' in result.output
+    assert "Traceback" not in result.output
