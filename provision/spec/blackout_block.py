@@ -55,12 +55,13 @@ def _window(block: Block, where: str, problems: Problems) -> Blackout | None:
     zone = _zone(attributes.get("timezone"), f"{here}.timezone", problems)
     schedule_text = _text(attributes.get("schedule"), f"{here}.schedule", problems)
     duration = _duration(attributes.get("duration"), f"{here}.duration", problems)
-    if schedule_text is None or duration is None or len(problems.found) > before:
-        return None
-    try:
-        schedule = parse_schedule(schedule_text, zone)
-    except ScheduleError as exc:
-        problems.add(attributes["schedule"].line, f"{here}.schedule", str(exc))
+    schedule = None
+    if schedule_text is not None:  # checked even beside other problems (in UTC if need be)
+        try:
+            schedule = parse_schedule(schedule_text, zone)
+        except ScheduleError as exc:
+            problems.add(attributes["schedule"].line, f"{here}.schedule", str(exc))
+    if schedule is None or duration is None or len(problems.found) > before:
         return None
     return Blackout(label.text, schedule, duration, block.line)
 
