@@ -120,6 +120,7 @@ RUN_METRIC_OUTCOMES = (
     Outcome.MISSED.value,
     Outcome.TIMED_OUT.value,
     Outcome.ERROR.value,
+    Outcome.BLACKOUT.value,
 )
 SCHEDULER_METRIC_OUTCOMES = (
     Outcome.RAN.value,
