@@ -25,8 +25,12 @@ hangs. The oracle checks, after every step:
                        its last confirmation (the send time of a renewal the core was answered)
     loser-wrote        a replica that read a tick as taken at its turn never claims it (no write)
     missed-too-early   no tick is recorded missed before its claim window closed
+    blackout-run       no body runs a scheduled tick a blackout window of its job holds (some
+                       jobs have a window of a random minute and length each hour: their
+                       ticks are recorded `blackout`, never run, never caught up)
+    blackout-stray     no tick outside every window of its job is recorded `blackout`
     unaccounted        every tick ends in a recorded outcome (succeeded, failed, lost, missed,
-                       timed-out, interrupted, paused; or `running` under a replica killed
+                       timed-out, interrupted, paused, blackout; or `running` under a replica killed
                        with it) within SLACK of time during which Consul and a replica were up
     over-cap           no replica ever has more bodies running at once than its cap
                        (max_concurrent_runs: drawn per replica from the seed, `--no-caps` none)
@@ -49,6 +53,7 @@ plants) replays it exactly. `--plant NAME` replaces a named function of the core
     no-missed     ticks nobody ran are never recorded missed
     late-confirm  a confirmation counts from its answer, not from when it was sent
     no-cap        a replica at its cap of concurrent runs claims anyway (the cap ignored)
+    no-blackout   blackout windows are ignored (holding_window finds none): their ticks run
 
 Last line: `simulated N ticks, F faults, V violations in S s (seed X)`.
 """
@@ -71,12 +76,14 @@ from datetime import datetime, timedelta, timezone
 from types import ModuleType
 from typing import TypeVar
 
+from provision.blackouts import Blackout, holding_window
 from provision.consul import ConsulNotReached, ConsulUnavailable
 from provision.fencing import fence_bounds
 from provision.ledger.control import ControlNote, manual_tick
 from provision.ledger.records import TickRecord, tick_name
 from provision.ledger.store import Claim, Completion
 from provision.ledger.ticks import claim_window
+from provision.outcomes import Outcome
 from provision.schedule import parse_schedule
 from provision.sessions import SessionTerms
 from provision.system.control_keys import trigger_key
@@ -130,6 +137,7 @@ SHAPES = (
     ("*/2 * * * *", "Europe/Berlin", 0.0, 0.0),
 )
 HISTORY = 50  # the default history_limit
+WINDOWED = (1, 2, 4)  # the SHAPES with a blackout window: the catch-up job among them
 SETTLE = 40.0  # seconds after a (re)start before a replica counts as up: its first housekeeping
 
 
@@ -163,6 +171,10 @@ def _no_cap(running: int, cap: int | None) -> str | None:
     return None
 
 
+def _no_window(windows: object, tick: datetime) -> Blackout | None:
+    return None
+
+
 PLANTS: dict[str, tuple[str, Callable[..., object]]] = {
     "no-fence": ("apply_fence", _no_fence),
     "check-flag": ("vouched", _flag_only),
@@ -170,6 +182,7 @@ PLANTS: dict[str, tuple[str, Callable[..., object]]] = {
     "no-missed": ("record_missed", _record_nothing),
     "late-confirm": ("confirmation_time", _from_answer),
     "no-cap": ("capacity_refusal", _no_cap),
+    "no-blackout": ("holding_window", _no_window),
 }
 _CORE_MODULES: tuple[ModuleType, ...] = (core, held, pool)
 
@@ -748,8 +761,11 @@ class Replica:
 
     def _note(self, note: Note) -> None:
         now = self.world.clock.monotonic()
-        self.world.trace.add(now, self.name, note.kind, note.job, note.tick, note.detail)
         record = note.record
+        kind = note.kind
+        if kind == "missed" and record is not None and record.outcome is Outcome.BLACKOUT:
+            kind = "missed-blackout"  # a fate look's record of a window's tick: no miss
+        self.world.trace.add(now, self.name, kind, note.job, note.tick, note.detail)
         if note.kind == "claimed" and record is not None and (record.catchup or record.trigger):
             kind = "caught-up" if record.catchup else "trigger-run"
             self.world.trace.add(now, self.name, kind, note.job, note.tick)
@@ -817,6 +833,8 @@ class Oracle:
         assert body.run is not None
         key, run = (body.job, body.tick), body.run
         now = self.world.clock.monotonic()
+        if not body.tick.microsecond and holding_window(self._windows(body.job), body.tick):
+            self.fail("blackout-run", f"{body.job} {tick_name(body.tick)} runs in a window")
         if key in self.started_ticks and not self._retry(body):
             self.fail("tick-twice", f"{body.job} {tick_name(body.tick)} started again")
         self.started_ticks[key] = now
@@ -849,6 +867,9 @@ class Oracle:
                 f"{body.replica.name} runs {len(here)} at once (cap {cap}): "
                 + ", ".join(f"{b.job} {tick_name(b.tick)}" for b in here),
             )
+
+    def _windows(self, job: str) -> tuple[Blackout, ...]:
+        return self.world.job_named[job].blackouts
 
     def _retry(self, body: SimBody) -> bool:
         """A later attempt of a tick's run: under the claim's own fencing token, once the
@@ -940,7 +961,13 @@ class Oracle:
         now = self.world.wall()
         for record in written:
             closes = record.tick + timedelta(seconds=self.window(job, record.tick))
-            if now < closes:
+            if record.outcome is Outcome.BLACKOUT:  # recorded at the turn: not a miss
+                held_by = holding_window(self._windows(job), record.tick)
+                if held_by is None or held_by.name != record.window:
+                    self.fail("blackout-stray", f"{job} {tick_name(record.tick)} {record.window}")
+                when = self.world.clock.monotonic()
+                self.world.trace.add(when, "store", "blackout-record", job, record.tick)
+            elif now < closes:
                 self.fail(
                     "missed-too-early",
                     f"{job} {tick_name(record.tick)} recorded {record.outcome.value} "
@@ -1069,7 +1096,7 @@ class World:
         self.triggers: dict[str, _Trigger] = {}  # by job: an operator's trigger not taken yet
         self.asked = itertools.count(1)
         names = tuple(f"w{n + 1}" for n in range(config.replicas))
-        self.jobs = make_jobs(config.jobs, names)
+        self.jobs = make_jobs(config.jobs, names, config.seed)
         self.job_named = {job.name: job for job in self.jobs}
         self.intervals = {job.name: _interval(job) for job in self.jobs}
         self.replicas = [Replica(self, name) for name in names]
@@ -1238,7 +1265,10 @@ def _interval(job: CoreJob) -> float:
     return (second - first).total_seconds()
 
 
-def make_jobs(count: int, workers: tuple[str, ...]) -> list[CoreJob]:
+def make_jobs(count: int, workers: tuple[str, ...], seed: int = 1) -> list[CoreJob]:
+    """The jobs of the SHAPES in turn; three of every five have a blackout window, drawn from
+    the seed (its own draw: the faults' sequence is the seed's as before)."""
+    draw = random.Random(f"blackout-{seed}")
     jobs = []
     for n in range(count):
         text, zone, jitter, hold = SHAPES[n % len(SHAPES)]
@@ -1249,8 +1279,15 @@ def make_jobs(count: int, workers: tuple[str, ...]) -> list[CoreJob]:
         schedule = Calendar.of(parse_schedule(text, zone))
         keys = JobKeys(name, f"lockctl/sim/{name}/.lock")
         catchup = n % len(SHAPES) == 1  # @every 5s: a start deadline (30 s) past its interval
-        jobs.append(CoreJob(keys, schedule, timings, workers, HISTORY, catchup))
+        windows = _window(draw, zone) if n % len(SHAPES) in WINDOWED else ()
+        jobs.append(CoreJob(keys, schedule, timings, workers, HISTORY, catchup, windows))
     return jobs
+
+
+def _window(draw: random.Random, zone: str) -> tuple[Blackout, ...]:
+    """An hourly window of a random minute and length (1 to 15 minutes) in the job's zone."""
+    minute, length = draw.randrange(60), draw.choice((60.0, 150.0, 300.0, 600.0, 900.0))
+    return (Blackout(f"w{minute}", parse_schedule(f"{minute} * * * *", zone), length),)
 
 
 def simulate(config: SimConfig) -> Report:
@@ -1334,6 +1371,8 @@ def report_lines(report: Report, config: SimConfig) -> list[str]:
         f"triggers run {counts.get('trigger-run', 0)} of {counts.get('asked', 0)}, "
         f"caught up {counts.get('caught-up', 0)}, "
         f"passed on at capacity {counts.get('at-capacity', 0)}, "
+        f"blackout recorded {counts.get('blackout-record', 0)} "
+        f"(turns {counts.get('blackout', 0)}), "
         f"simulated {report.simulated / 86400:.1f} days, "
         f"{report.ticks / max(report.seconds, 1e-9):,.0f} ticks/s{digest}"
     )

@@ -108,7 +108,8 @@ def _tick_panels() -> list[Builder[model.Panel]]:
         _timeseries(
             "Ticks by outcome",
             "Each replica counts every tick once: `ran` on the replica that ran it, `skipped` "
-            "on the others; `missed`, `consul-unavailable`, `error`, `lost`, `timed-out` "
+            "on the others; `blackout` on every replica for a tick in a blackout window (not "
+            "run, by design); `missed`, `consul-unavailable`, `error`, `lost`, `timed-out` "
             "(`job-timed-out` from replicas of the release before) and `interrupted` are the "
             "ones to look at.",
             "none",
@@ -117,7 +118,8 @@ def _tick_panels() -> list[Builder[model.Panel]]:
         _timeseries(
             "Skips by reason",
             "Why replicas skipped ticks: `taken` (another replica has it: the normal case), "
-            "`overlap` (the previous run still goes on), `lock-delay`, `paused`, `other`.",
+            "`overlap` (the previous run still goes on), `lock-delay`, `paused`, `blackout` "
+            "(`lockctl run` at a tick in a blackout window), `other`.",
             "none",
             Query(_increase("lockctl_skips_total", "job, reason"), "{{job}} {{reason}}"),
         ),

@@ -24,6 +24,9 @@ class Outcome(str, enum.Enum):
         timed-out    the job ran past its `timeout` and was stopped; the lock released
         missed       nobody claimed the tick within its start deadline (too late for it)
         paused       the job was paused (lockctl pause) when the tick came: not run
+        blackout     the tick fell in one of the job's blackout windows (its record names the
+                     window): not run, not missed, never caught up (new in this release: the
+                     release before reads it `unreadable`, a tick taken)
         unreadable   a reader's word: the key holds something that is not a tick record
     A run (`lockctl run`, an embedded call) and a turn at a tick, beyond those:
         ran          the job ran under the lock and ended (succeeded or failed: its exit status)
@@ -45,6 +48,7 @@ class Outcome(str, enum.Enum):
     TIMED_OUT = "timed-out"
     MISSED = "missed"
     PAUSED = "paused"
+    BLACKOUT = "blackout"
     UNREADABLE = "unreadable"
     RAN = "ran"
     SKIPPED = "skipped"
@@ -59,9 +63,10 @@ class Outcome(str, enum.Enum):
 
 
 # What a tick's record on Consul may hold (every release since the ledger's first writes and
-# reads these); any other word in a record is read as `unreadable`.
+# reads these, `blackout` since this one); any other word in a record is read as `unreadable`.
 LEDGER_OUTCOMES = frozenset(
     {
+        Outcome.BLACKOUT,
         Outcome.RUNNING,
         Outcome.SUCCEEDED,
         Outcome.FAILED,
@@ -97,6 +102,7 @@ TURN_OUTCOMES = frozenset(
         Outcome.CLAIMED,
         Outcome.SKIPPED,
         Outcome.PAUSED,
+        Outcome.BLACKOUT,
         Outcome.MISSED,
         Outcome.ERROR,
         Outcome.UNSETTLED,
@@ -114,6 +120,7 @@ RUN_METRIC_OUTCOMES = (
     Outcome.MISSED.value,
     Outcome.TIMED_OUT.value,
     Outcome.ERROR.value,
+    Outcome.BLACKOUT.value,
 )
 SCHEDULER_METRIC_OUTCOMES = (
     Outcome.RAN.value,
@@ -124,6 +131,7 @@ SCHEDULER_METRIC_OUTCOMES = (
     Outcome.TIMED_OUT.value,
     Outcome.ERROR.value,
     Outcome.CONSUL_UNAVAILABLE.value,
+    Outcome.BLACKOUT.value,
 )
 # The words the release before this one used for lockctl_ticks_total and the `--wait` event:
 # `timed-out` was a `--wait` that ran out, `job-timed-out` a job past its timeout. A metrics

@@ -25,6 +25,8 @@ def next_ticks(
     as_json: AsJson = False,
 ) -> None:
     """Print the job's next ticks in UTC and in its timezone (no Consul needed)."""
+    from provision.blackouts import holding_window
+    from provision.durations import format_duration
     from provision.schedule import parse_schedule
     from provision.spec import load_spec
 
@@ -38,15 +40,26 @@ def next_ticks(
     schedule = parse_schedule(found[0].schedule, found[0].timezone)
     ticks = schedule.next_ticks(datetime.now(timezone.utc), count)
     rows = [(_utc(t), t.astimezone(schedule.tz).isoformat()) for t in ticks]
+    windows = found[0].blackouts
+    # a tick a blackout window holds is shown, marked: it will be recorded `blackout`, not run
+    held = [holding_window(windows, t) for t in ticks]
     if as_json:
-        listed = [{"utc": utc, "local": local} for utc, local in rows]
+        listed = [
+            {"utc": utc, "local": local, "blackout": None if w is None else w.name}
+            for (utc, local), w in zip(rows, held, strict=True)
+        ]
         data = {"job": job, "schedule": schedule.text, "timezone": schedule.zone, "ticks": listed}
         typer.echo(json.dumps(data, indent=2))
         return
     typer.echo(f"{job}: {schedule.text} ({schedule.zone})")
-    for tick, (utc, _) in zip(ticks, rows, strict=True):
+    for w in windows:
+        length = format_duration(w.duration)
+        said = f"  blackout {w.name}: {w.schedule.text} ({w.schedule.zone}) for {length}"
+        typer.echo(said)
+    for tick, (utc, _), window in zip(ticks, rows, held, strict=True):
         local = tick.astimezone(schedule.tz)
-        typer.echo(f"  {utc}  {local:%Y-%m-%d %H:%M:%S %a} {local.tzname()}")
+        mark = "" if window is None else f"  blackout: {window.name} (not run)"
+        typer.echo(f"  {utc}  {local:%Y-%m-%d %H:%M:%S %a} {local.tzname()}{mark}")
 
 
 def _utc(tick: datetime) -> str:

@@ -432,5 +432,10 @@ def _ledger_job(job: JobConfig) -> LedgerJob:
     schedule = job_schedule(job)
     assert schedule is not None
     return LedgerJob(
-        job.name, job.lock_key, schedule, job.timings.start_deadline, job.history_limit
+        job.name,
+        job.lock_key,
+        schedule,
+        job.timings.start_deadline,
+        job.history_limit,
+        job.blackouts,
     )

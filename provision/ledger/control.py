@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from provision.blackouts import Blackout
 from provision.errors import InputError
 from provision.ledger.records import TickRecord, believable, timestamp
 from provision.outcomes import Outcome
@@ -157,10 +158,19 @@ def _held(tick: datetime, start: datetime | None, end: datetime | None) -> bool:
 
 
 def unrun_record(
-    tick: datetime, worker: str, finished_at: datetime, pause: ControlNote | None, **fields: Any
+    tick: datetime,
+    worker: str,
+    finished_at: datetime,
+    pause: ControlNote | None,
+    window: Blackout | None = None,
+    **fields: Any,
 ) -> TickRecord:
-    """The record of a tick nobody ran (pure): `paused`, by whom and why, when a pause held it
-    (`holding_pause`); `missed` otherwise."""
+    """The record of a tick nobody ran (pure): `blackout`, naming the window, when one of the
+    job's blackout windows held it (`holding_window`: the spec's word outranks a pause's);
+    `paused`, by whom and why, when a pause held it (`holding_pause`); `missed` otherwise."""
+    if window is not None:
+        fields.update(window=window.name)
+        return TickRecord(tick, Outcome.BLACKOUT, worker=worker, finished_at=finished_at, **fields)
     if pause is not None:
         fields.update(by=pause.by, reason=pause.reason, asked_at=pause.at)
     outcome = Outcome.MISSED if pause is None else Outcome.PAUSED

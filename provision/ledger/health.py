@@ -129,7 +129,7 @@ def assess(
             return JobHealth(history.job, State.OK, (), None, history.next_tick, now, note)
         note = "no run recorded yet"
         return JobHealth(history.job, State.WARNING, (suspect,), None, history.next_tick, now, note)
-    held = {row.tick for row in rows if row.outcome == Outcome.PAUSED.value}
+    held = {row.tick for row in rows if row.outcome in _HELD_WORDS}
     recent = closed_ticks(history.schedule, now, start_deadline, max_intervals, held)
     oldest_recent = recent[-1]
     critical = [_missed(row) for row in rows if row.missed and row.tick >= oldest_recent]
@@ -190,6 +190,11 @@ def _too_large_problem(problems: tuple[RecordProblem, ...]) -> str | None:
     return f"{len(problems)} {records} too large to read ({newest.line()})"
 
 
+# a tick nobody was to run: a pause or a blackout window held it (not a miss)
+_HELD = frozenset({Outcome.PAUSED, Outcome.BLACKOUT})
+_HELD_WORDS = frozenset(outcome.value for outcome in _HELD)
+
+
 def read_enough(schedule: Schedule, start_deadline: float, max_intervals: int) -> Enough:
     """When check has read enough of a ledger, newest first (pure): back to a success, and
     back to the oldest of the last `max_intervals` closed ticks (a missed record among them is
@@ -198,7 +203,7 @@ def read_enough(schedule: Schedule, start_deadline: float, max_intervals: int) -
     def enough(records: Sequence[TickRecord], now: datetime) -> bool:
         if not any(record.outcome is Outcome.SUCCEEDED for record in records):
             return False
-        held = {r.tick for r in records if r.outcome is Outcome.PAUSED}
+        held = {r.tick for r in records if r.outcome in _HELD}
         oldest_recent = closed_ticks(schedule, now, start_deadline, max_intervals, held)[-1]
         return records[-1].tick <= oldest_recent
 

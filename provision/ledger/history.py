@@ -25,6 +25,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
+from provision.blackouts import Blackout, holding_window
 from provision.consul import Consul
 from provision.ledger.attempts import attempts_text
 from provision.ledger.control import NO_PAUSES, Pauses
@@ -51,7 +52,8 @@ SUSPECT = "suspect"  # shown for a record dated in the future, whatever it says
 NOTICER = "lockctl check"  # the worker field of the missed records `check` writes
 SUSPECT_READ = 10  # suspect records (dated in the future) whose values a reader reads; all counted
 TOO_LARGE = "too large: not read"  # the note of a record over RECORD_MAX_BYTES
-UNRUN = (Outcome.MISSED.value, Outcome.PAUSED.value)  # what a tick nobody recorded is
+# what a tick nobody recorded is
+UNRUN = (Outcome.MISSED.value, Outcome.PAUSED.value, Outcome.BLACKOUT.value)
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class LedgerJob:
     schedule: Schedule
     start_deadline: float
     history_limit: int
+    blackouts: tuple[Blackout, ...] = ()  # its ticks in these are `blackout`, not missed
 
 
 def ledger_job(job: Job) -> LedgerJob | None:
@@ -75,6 +78,7 @@ def ledger_job(job: Job) -> LedgerJob | None:
         schedule=parse_schedule(job.schedule, job.timezone),
         start_deadline=job.timings.start_deadline,
         history_limit=job.history_limit,
+        blackouts=job.blackouts,
     )
 
 
@@ -197,6 +201,8 @@ class TickRow:
         if r is None:  # missed, and nobody recorded it yet
             return "missed (not recorded yet)" if self.missed else self.outcome
         said = attempts_text(self.outcome, r.attempts, r.retries_cut, r.catchup)
+        if r.window is not None:
+            return f"{said} (window {r.window})"
         if r.by is not None:
             manual = "manual, " if r.trigger is not None else ""
             return f"{said} ({manual}{operator_said(r)})"
@@ -229,6 +235,7 @@ class TickRow:
             "asked_at": _iso(None if r is None else r.asked_at),
             "trigger": None if r is None else r.trigger,
             "catchup": None if r is None else r.catchup,
+            "window": None if r is None else r.window,  # a blackout record's window
         }
 
 
@@ -244,6 +251,7 @@ class JobHistory:
     suspect_count: int = 0  # every record dated in the future, read or not (by name)
     problems: tuple[RecordProblem, ...] = ()  # records read but not decoded, one line each
     pauses: Pauses = NO_PAUSES  # read only when a tick nobody ran has no record yet
+    blackouts: tuple[Blackout, ...] = ()  # the job's windows: its ticks in them are not missed
 
     @property
     def unrecorded_missed(self) -> list[datetime]:  # nobody ran them: missed, or paused
@@ -293,12 +301,13 @@ def build_history(
 ) -> JobHistory:
     """The rows, newest first: every record (a dead runner's `running` shown abandoned, one
     dated in the future suspect) and the ticks the ledger shows nobody ran whose claim window
-    closed: `paused` when one of `pauses` held it, else `missed` (pure)."""
+    closed: `blackout` when one of the job's windows held it, `paused` when one of `pauses`
+    did, else `missed` (pure)."""
     too_large = {problem.key for problem in snapshot.problems}
     rows = [_row(job, r, snapshot.lock_session, now, too_large) for r in snapshot.records]
     recorded = snapshot.ticks  # every name: a record not read is still a tick someone has
     missed = missed_ticks(job.schedule, recorded, now, job.start_deadline, limit=job.history_limit)
-    rows += [_unrun_row(tick, pauses) for tick in missed]
+    rows += [_unrun_row(tick, pauses, job.blackouts) for tick in missed]
     rows.sort(key=lambda row: row.tick, reverse=True)
     next_tick = job.schedule.next_ticks(now, 1)[0]
     suspects = sum(1 for tick in recorded if suspect(tick, now))
@@ -313,10 +322,15 @@ def build_history(
         suspects,
         snapshot.problems,
         pauses,
+        job.blackouts,
     )
 
 
-def _unrun_row(tick: datetime, pauses: Pauses) -> TickRow:
+def _unrun_row(tick: datetime, pauses: Pauses, windows: tuple[Blackout, ...]) -> TickRow:
+    window = holding_window(windows, tick)
+    if window is not None:
+        note = f"not recorded yet, window {window.name}"
+        return TickRow(tick, Outcome.BLACKOUT.value, None, note)
     pause = pauses.holding(tick)
     if pause is None:
         return TickRow(tick, Outcome.MISSED.value, None)

@@ -133,6 +133,7 @@ class TickRecord:
     asked_at: datetime | None = None
     trigger: str | None = None
     catchup: bool | None = None  # True: run as the catch-up of a tick nobody ran (catchup.py)
+    window: str | None = None  # a `blackout` record's: the blackout window that held the tick
     modify_index: int = 0  # Consul's, when read from Consul (the cas index to complete it at)
 
     def encode(self) -> bytes:
@@ -198,6 +199,7 @@ def decode(tick: datetime, value: bytes | None, modify_index: int = 0) -> TickRe
         asked_at=_time(raw.get("asked_at")),
         trigger=_text(raw.get("trigger")),
         catchup=True if raw.get("catchup") is True else None,
+        window=_text(raw.get("window")),
         modify_index=modify_index,
     )
 
@@ -282,6 +284,8 @@ def taken_fields(record: TickRecord) -> dict[str, object]:
         reason = f"tick {when} already recorded missed (noticed by {who})"
     elif record.outcome is Outcome.PAUSED:
         reason = f"tick {when} already recorded paused (the job is paused, by {record.by})"
+    elif record.outcome is Outcome.BLACKOUT:
+        reason = f"tick {when} already recorded blackout (in window {record.window})"
     elif record.outcome is Outcome.RUNNING:
         reason = f"tick {when} already taken by {who} (running)"
     elif record.outcome is Outcome.UNREADABLE:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
+from provision.blackouts import holding_window
 from provision.consul import Consul, PermissionDenied
 from provision.ledger.control import unrun_record
 from provision.ledger.history import NOTICER, JobHistory
@@ -19,7 +20,7 @@ from provision.system.text import printable
 class MissedRecording:
     written: int
     denied: bool  # the token may read but not write: reported, not recorded
-    paused: bool = False  # a pause held some of them: those are recorded `paused`
+    paused: bool = False  # a pause or a window held some: those are recorded so, not missed
 
     def said(self) -> str:
         kind = "missed or paused" if self.paused else "missed"
@@ -35,10 +36,10 @@ def record_missed(consul: Consul, history: JobHistory) -> MissedRecording:
         return MissedRecording(0, False)
     host = printable(socket.gethostname(), FIELD_LIMIT)
     records = [
-        unrun_record(tick, NOTICER, history.now, history.pauses.holding(tick), host=host)
-        for tick in ticks
+        unrun_record(tick, NOTICER, history.now, history.pauses.holding(tick), window, host=host)
+        for tick, window in ((t, holding_window(history.blackouts, t)) for t in ticks)
     ]
-    paused = any(r.outcome is Outcome.PAUSED for r in records)
+    paused = any(r.outcome in (Outcome.PAUSED, Outcome.BLACKOUT) for r in records)
     try:
         written = Ledger(consul, history.lock_key).record_missed(records)
     except PermissionDenied:

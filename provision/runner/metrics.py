@@ -115,6 +115,8 @@ def updated_metrics(
 ) -> JobMetrics:
     """`previous` with this run counted; the last_* gauges move only when the job ran."""
     outcome = ERROR if result is None else Outcome(result.outcome).value
+    if result is not None and getattr(result, "skip", None) == Outcome.BLACKOUT.value:
+        outcome = Outcome.BLACKOUT.value  # a window held the tick: its own word, not a skip
     ticks = {**previous.ticks, outcome: previous.ticks.get(outcome, 0.0) + 1}
     if result is None or result.lock_index is None:  # skipped, gave up, stopped before: no run
         return replace(previous, ticks=ticks)

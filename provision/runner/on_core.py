@@ -109,7 +109,8 @@ def core_job(ask: TickAsk) -> CoreJob:
     workers = tuple(job.workers)
     catchup = job.catchup == LATEST
     keys = JobKeys(job.name, job.lock_key)
-    return CoreJob(keys, schedule, timings, workers, job.history_limit, catchup=catchup)
+    history = job.history_limit
+    return CoreJob(keys, schedule, timings, workers, history, catchup, job.blackouts)
 
 
 class RunStore(TailedStore):
@@ -303,12 +304,14 @@ class Said:
     def _housekeeping(self, note: Note) -> None:
         written, self.missed = self.missed, []
         held = [r.tick for r in written if r.outcome is Outcome.PAUSED]
-        missed = sorted(r.tick for r in written if r.outcome is not Outcome.PAUSED)
+        windowed = [r.tick for r in written if r.outcome is Outcome.BLACKOUT]
+        missed = sorted(r.tick for r in written if r.outcome is Outcome.MISSED)
         self.events.emit(
             "housekeeping",
             missed_recorded=len(missed),
             missed_ticks=[tick_name(t) for t in missed][:8] or None,
             paused_recorded=len(held) or None,
+            blackout_recorded=len(windowed) or None,
             pruned=note.count or 0,
         )
 
@@ -503,6 +506,10 @@ def _result(
         refusal = paused_refusal(found.record)
         events.emit("skipped", **refusal.event_fields())
         return RunResult(Outcome.SKIPPED, 0, tick=tick, skip=SkipReason.PAUSED)
+    if found.came is Outcome.BLACKOUT:  # a window of the spec held the tick: not run
+        words = f"in blackout window {found.detail or 'unknown'}: not run"
+        events.emit("skipped", tick=tick_name(tick), reason=words)
+        return RunResult(Outcome.SKIPPED, 0, tick=tick, skip=SkipReason.BLACKOUT)
     if found.came is Outcome.SKIPPED:
         fields = skip_fields(made.store, ask.job, tick, found.skip)
         events.emit("skipped", tick=tick_name(tick), **fields)

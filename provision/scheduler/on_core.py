@@ -133,6 +133,7 @@ def core_job(job: JobConfig) -> CoreJob:
         tuple(job.workers),
         job.history_limit,
         catchup=job.catchup == LATEST,
+        blackouts=job.blackouts,
     )
 
 

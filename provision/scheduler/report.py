@@ -175,6 +175,7 @@ _RECORD_OUTCOMES = {
     Outcome.TIMED_OUT: Outcome.TIMED_OUT.value,
     Outcome.MISSED: Outcome.MISSED.value,
     Outcome.PAUSED: Outcome.SKIPPED.value,
+    Outcome.BLACKOUT: Outcome.BLACKOUT.value,
 }
 
 
@@ -193,6 +194,8 @@ def tick_outcome(note: Note) -> str | None:
     kind = note.kind
     if kind in ("skipped", "paused"):
         return "skipped"
+    if kind == "blackout":  # its own word: a window held the tick, on every replica's turn
+        return Outcome.BLACKOUT.value
     if kind == "too-late":
         return "missed"
     if kind == "unanswered" or (kind == "unavailable" and note.tick is not None):
@@ -221,6 +224,7 @@ _ANSWERED = frozenset(
         "claimed",
         "completed",
         "paused",
+        "blackout",
         "too-late",
         "missed",
         "orphan",
@@ -314,6 +318,11 @@ def _paused(note: Note, run: RunContext) -> list[Event]:
     return [("skipped", paused_refusal(note.record).event_fields())]
 
 
+def _blackout(note: Note, run: RunContext) -> list[Event]:
+    words = f"in blackout window {note.detail or 'unknown'}: not run"
+    return [("skipped", {"tick": _tick(note), "reason": _text(words)})]
+
+
 def _too_late(note: Note, run: RunContext) -> list[Event]:
     """The old scheduler's event for a tick it came too late for. `recorded` is False: the
     tick's record, if nobody ran it, is written by its fate look later (a `housekeeping`)."""
@@ -382,13 +391,18 @@ def _completed(note: Note, run: RunContext) -> list[Event]:
 
 
 def held_by_a_pause(note: Note) -> bool:
-    """Whether a `missed` note's record of a tick nobody ran says a pause held the tick
-    (recorded paused, not a miss)."""
-    return note.record is not None and note.record.outcome is Outcome.PAUSED
+    """Whether a `missed` note's record of a tick nobody ran says a pause or a blackout window
+    held the tick (recorded paused or blackout, not a miss)."""
+    return note.record is not None and note.record.outcome in _NOT_MISSES
+
+
+_NOT_MISSES = frozenset({Outcome.PAUSED, Outcome.BLACKOUT})
 
 
 def _unrun(note: Note, run: RunContext) -> list[Event]:
     """A record of a tick nobody ran, written here: `housekeeping`'s fields, one tick each."""
+    if note.record is not None and note.record.outcome is Outcome.BLACKOUT:
+        return [("housekeeping", {"missed_recorded": 0, "blackout_recorded": 1})]
     if held_by_a_pause(note):
         return [("housekeeping", {"missed_recorded": 0, "paused_recorded": 1})]
     ticks = None if note.tick is None else [tick_name(note.tick)]
@@ -480,6 +494,7 @@ _EVENT_MAKERS: dict[str, Callable[[Note, RunContext], list[Event]]] = {
     "due": _due,
     "skipped": _skipped,
     "paused": _paused,
+    "blackout": _blackout,
     "unavailable": _unavailable,
     "unanswered": _unanswered,
     "claimed": _claimed,

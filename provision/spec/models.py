@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from provision.blackouts import Blackout
 from provision.durations import Duration, parse_duration
 from provision.spec.names import DEFAULT_OWNER, lock_key
 from provision.system.http_call import HttpCall
@@ -35,6 +36,7 @@ class Defaults:
     retry_delay: Duration = DEFAULT_RETRY_DELAY
     retry_on_timeout: bool = False
     notifications: Notifications = NO_NOTIFICATIONS  # notify blocks and ping_url_file
+    blackouts: tuple[Blackout, ...] = ()  # every job's blackout windows (provision/blackouts.py)
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,8 @@ class Job:
     # "datacenter": once per tick in each datacenter its workers are in (docs/datacenters.md);
     # None: its workers are in one datacenter
     scope: str | None = None
+    # the windows its ticks are not run in: those of `defaults`, then its own
+    blackouts: tuple[Blackout, ...] = ()
 
     @property
     def lock_key(self) -> str:

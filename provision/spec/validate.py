@@ -12,8 +12,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from provision.blackouts import Blackout
 from provision.errors import InputError
 from provision.schedule import parse_schedule
+from provision.spec.blackout_block import read_blackouts
 from provision.spec.datacenters import (
     DATACENTER_KEY,
     HOME_KEY,
@@ -126,6 +128,7 @@ def parse_spec(text: str, path: str) -> Spec:
 
 
 TOP_LEVEL_KEYS = ("owner",)
+_INNER = ("notify", "blackout")  # the blocks both `defaults` and a job may hold
 
 
 def _build(body: Body, problems: Problems) -> Spec:
@@ -136,10 +139,11 @@ def _build(body: Body, problems: Problems) -> Spec:
     catchup = _default_catchup(blocks["defaults"], problems)
     defaults, counts = _defaults(blocks["defaults"], problems)
     notifications = _default_notifications(blocks["defaults"], problems)
+    blackouts = _default_blackouts(blocks["defaults"], problems)
     methods = read_auth_methods(blocks["auth_method"], problems)
     workers = _workers(blocks["worker"], methods, _method_names(blocks), problems)
     declared = {worker.name for worker in workers}
-    inherited = _Inherited(defaults, counts, catchup, notifications)
+    inherited = _Inherited(defaults, counts, catchup, notifications, blackouts)
     jobs = [_job(block, inherited, declared, problems) for block in blocks["job"]]
     named_jobs = [job for job in jobs if job is not None]
     check_job_prefixes(blocks["job"], problems)
@@ -148,7 +152,10 @@ def _build(body: Body, problems: Problems) -> Spec:
     return Spec(
         path=problems.path,
         defaults=replace(
-            final_defaults(defaults, counts), catchup=catchup, notifications=notifications
+            final_defaults(defaults, counts),
+            catchup=catchup,
+            notifications=notifications,
+            blackouts=blackouts,
         ),
         workers=tuple(sorted(workers, key=lambda w: w.name)),
         jobs=tuple(sorted(named_jobs, key=lambda j: j.name)),
@@ -311,12 +318,17 @@ def _defaults(blocks: list[Block], problems: Problems) -> tuple[Settings, Counts
         return settings, counts
     block = blocks[0]
     _labels(block, "defaults", 0, problems)
-    attributes = _attributes(block, "defaults", DEFAULTS_KEYS, problems, blocks=("notify",))
+    attributes = _attributes(block, "defaults", DEFAULTS_KEYS, problems, blocks=_INNER)
     for key in DURATION_KEYS:
         if key in attributes:
             settings[key] = read_duration(attributes, key, "defaults", problems)
     own_counts = read_counts(attributes, "defaults", counts, problems)
     return settings, counts if own_counts is None else own_counts
+
+
+def _default_blackouts(blocks: list[Block], problems: Problems) -> tuple[Blackout, ...]:
+    """The blackout windows every job has (spec/blackout_block.py)."""
+    return read_blackouts(blocks[0], "defaults", (), problems) if blocks else ()
 
 
 def _default_notifications(blocks: list[Block], problems: Problems) -> Notifications:
@@ -384,13 +396,14 @@ class _Inherited:
     counts: Counts
     catchup: str
     notifications: Notifications
+    blackouts: tuple[Blackout, ...] = ()
 
 
 def _job(block: Block, inherited: _Inherited, declared: set[str], problems: Problems) -> Job | None:
     defaults, default_counts = inherited.settings, inherited.counts
     name = _labels(block, "job", 1, problems)
     where = _display(block, "job")
-    attributes = _attributes(block, where, JOB_KEYS, problems, blocks=("http", "notify"))
+    attributes = _attributes(block, where, JOB_KEYS, problems, blocks=("http", *_INNER))
     notifications = read_notifications(
         block, where, attributes.get(PING_KEY), inherited.notifications, problems
     )
@@ -416,6 +429,7 @@ def _job(block: Block, inherited: _Inherited, declared: set[str], problems: Prob
         attributes.get("catchup"), f"{where}.catchup", inherited.catchup, problems
     )
     scope = read_scope(attributes.get(SCOPE_KEY), f"{where}.{SCOPE_KEY}", problems)
+    blackouts = read_blackouts(block, where, inherited.blackouts, problems)
     refuse_home(attributes.get(HOME_KEY), f"{where}.{HOME_KEY}", problems)
     if name is None or prefix is None or workers is None or timings is None or counts is None:
         return None
@@ -437,6 +451,7 @@ def _job(block: Block, inherited: _Inherited, declared: set[str], problems: Prob
         http_url_line=None if http is None else http.url_line,
         notifications=notifications,
         scope=scope,
+        blackouts=blackouts,
     )
 
 

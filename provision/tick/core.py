@@ -46,9 +46,11 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any
 
+from provision.blackouts import Blackout, holding_window
 from provision.consul import ConsulError, ConsulUnavailable, PermissionDenied
 from provision.ledger.catchup import catchup_tick, may_catch_up
 from provision.ledger.control import (
+    NO_PAUSES,
     ControlNote,
     decode_note,
     manual_tick,
@@ -110,6 +112,7 @@ class CoreJob:
     workers: tuple[str, ...] = ()
     history_limit: int = 50
     catchup: bool = False  # catchup = "latest": the newest tick nobody ran is run late, once
+    blackouts: tuple[Blackout, ...] = ()  # the windows its ticks are not run in (blackouts.py)
 
     @property
     def name(self) -> str:
@@ -189,13 +192,17 @@ def claimable(record: TickRecord | None) -> bool:
 def record_missed(
     store: TickStore, job: CoreJob, ticks: Sequence[datetime], worker: str, now: datetime
 ) -> list[TickRecord]:
-    """Record `ticks` (nobody ran them) `paused` where a pause held them, else `missed`, each
-    only where no record exists: those written. The control keys are read only when there is
-    something to record (rarely)."""
+    """Record `ticks` (nobody ran them) `blackout` where a blackout window held them, `paused`
+    where a pause did, else `missed`, each only where no record exists: those written. The
+    control keys are read only when there is something a window does not explain (rarely)."""
     if not ticks:
         return []
-    pauses = store.read_control(job.keys).pauses
-    records = [unrun_record(tick, worker, now, pauses.holding(tick)) for tick in ticks]
+    windows = [holding_window(job.blackouts, tick) for tick in ticks]
+    pauses = NO_PAUSES if all(windows) else store.read_control(job.keys).pauses
+    records = [
+        unrun_record(tick, worker, now, pauses.holding(tick), window)
+        for tick, window in zip(ticks, windows, strict=True)
+    ]
     return store.record_unrun(job.keys, records)
 
 
@@ -528,6 +535,10 @@ class TickCore:
             self._idle(state)
             return None
         record, date = answer
+        window = holding_window(plan.job.blackouts, plan.tick) if plan.off is None else None
+        if window is not None and (record is None or record.outcome is Outcome.BLACKOUT):
+            self._blackout(state, plan, window, record)
+            return None
         if not claimable(record):
             self._note("skipped", plan.job, plan.tick, "taken", skip=SkipReason.TAKEN)
             self._idle(state)
@@ -552,6 +563,26 @@ class TickCore:
         else:
             self._arm_fate(state, plan)
         return None
+
+    def _blackout(
+        self, state: _Job, plan: TickPlan, window: Blackout, record: TickRecord | None
+    ) -> None:
+        """A blackout window holds the tick: not claimed; recorded `blackout` (at most once,
+        whoever writes first) unless it is already. Consul not answering: its fate look
+        records it later, `blackout` as well."""
+        if record is None:
+            try:
+                written = record_missed(
+                    self.store, plan.job, [plan.tick], self.worker, self.clock.wall()
+                )
+            except ConsulError as exc:
+                self._failed(exc, plan.job, plan.tick)
+                self._arm_fate(state, plan)
+                self._idle(state)
+                return
+            record = written[0] if written else None
+        self._note("blackout", plan.job, plan.tick, window.name, record=record)
+        self._idle(state)
 
     # -- the claim -----------------------------------------------------------------------------
     def _claim(self, state: _Job, plan: TickPlan, judged: _Judged) -> None:
@@ -900,6 +931,8 @@ class TickCore:
         """Whether a pause held `tick` (resumed since: every replica was down meanwhile), so it
         was not due and is not caught up (a pause's tick is no missed one); read only for a
         tick that would be caught up otherwise."""
+        if holding_window(job.blackouts, tick) is not None:
+            return True  # a blackout's tick is not due either: never caught up
         return self.store.read_control(job.keys).pauses.holding(tick) is not None
 
     def _unclaimed(self, state: _Job, plan: TickPlan) -> None:

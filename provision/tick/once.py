@@ -60,6 +60,8 @@ def verdict(notes: Sequence[Note], tick: datetime) -> Verdict:
             found = Verdict(Outcome.CLAIMED, tick, note.record, detail=note.detail)
         elif note.kind == "paused":
             found = Verdict(Outcome.PAUSED, tick, note.record, SkipReason.PAUSED, note.detail)
+        elif note.kind == "blackout":
+            found = Verdict(Outcome.BLACKOUT, tick, note.record, SkipReason.BLACKOUT, note.detail)
         elif note.kind == "skipped":
             found = Verdict(Outcome.SKIPPED, tick, None, note.skip, note.detail)
         elif note.kind == "too-late":

@@ -15,6 +15,7 @@ class SkipReason(str, enum.Enum):
     OVERLAP = "overlap"  # the job's previous tick still runs (here, or holding the lock)
     LOCK_DELAY = "lock-delay"  # the lock's last holder's session ended: Consul's lock-delay
     PAUSED = "paused"  # the job is paused (lockctl pause): its tick is recorded paused
+    BLACKOUT = "blackout"  # a blackout window of the spec holds the tick: recorded blackout
     OTHER = "other"  # held by something else, or not come on Consul's clock
     # the replica runs its max_concurrent_runs already: the next in the claim order takes the tick
     AT_CAPACITY = "at-capacity"

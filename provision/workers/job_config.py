@@ -43,6 +43,7 @@ from provision.timings import (
 )
 
 if TYPE_CHECKING:
+    from provision.blackouts import Blackout
     from provision.spec import Job
 
 MAX_COMMAND_ARGS = 256  # as the spec bounds a job's command
@@ -62,6 +63,7 @@ class JobConfig:
     http: HttpCall | None = None  # an HTTP job's call, instead of `command` (runner/http_job.py)
     catchup: str = DEFAULT_CATCHUP  # "latest": run the newest tick nobody ran (ledger/catchup.py)
     notifications: Notifications = NO_NOTIFICATIONS  # the URL files only (system/notify_rules.py)
+    blackouts: tuple[Blackout, ...] = ()  # its ticks are not run in these (provision/blackouts.py)
 
 
 def job_record(job: Job) -> dict[str, Any]:
@@ -78,7 +80,24 @@ def job_record(job: Job) -> dict[str, Any]:
         # only when set: a lockctl from before it refuses the field; without it, "skip"
         **({"catchup": job.catchup} if job.catchup != DEFAULT_CATCHUP else {}),
         **notify_record(job.notifications),
+        **blackout_record(job.blackouts),
     }
+
+
+def blackout_record(windows: tuple[Blackout, ...]) -> dict[str, Any]:
+    """The job's blackout windows, in order, only when it has them (a lockctl from before
+    them refuses the field)."""
+    if not windows:
+        return {}
+    entries = {
+        w.name: {
+            "schedule": w.schedule.text,
+            "duration": format_duration(w.duration),
+            "timezone": w.schedule.zone,
+        }
+        for w in windows
+    }
+    return {"blackout": entries}
 
 
 def notify_record(notifications: Notifications) -> dict[str, Any]:
@@ -158,6 +177,7 @@ JOB_FIELDS = {
     "catchup",
     "notify",
     "ping_url_file",
+    "blackout",
 }
 
 
@@ -195,6 +215,7 @@ def read_job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> Jo
     if catchup_problem(catchup):
         problems.append(f"{where}catchup: {catchup_problem(catchup)}")
     notifications = _notifications(raw, where, problems)
+    blackouts = _blackouts(raw, where, problems)
     late = None if len(problems) > before else jitter_problem(jitter, deadline)
     if late:
         problems.append(f"{where}jitter: {late}")
@@ -224,7 +245,46 @@ def read_job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> Jo
         http,
         catchup,
         notifications,
+        blackouts,
     )
+
+
+def _blackouts(raw: dict[str, Any], where: str, problems: list[str]) -> tuple[Blackout, ...]:
+    """The job's blackout windows, checked as the spec checks them; none when the config has
+    none (an older lockctl's, or a job without). The schedule rules load only for a job with
+    windows (`lockctl run` of a plain lock loads none)."""
+    entries = raw.get("blackout", {})
+    if not entries:
+        return ()
+    from provision.blackouts import Blackout, window_problem
+    from provision.schedule import ScheduleError, parse_schedule
+
+    shape = '{"NAME": {"schedule": "...", "duration": "...", "timezone": "..."}}'
+    if not isinstance(entries, dict):
+        problems.append(f"{where}blackout: must be {shape}")
+        return ()
+    windows = []
+    for name, entry in entries.items():
+        here = f"{where}blackout.{name}"
+        keys = set(entry) if isinstance(entry, dict) else set()
+        texts = keys == {"schedule", "duration", "timezone"} and all(
+            isinstance(v, str) for v in entry.values()
+        )
+        if not texts:
+            problems.append(f"{here}: must be {shape[9:-1]}")
+            continue
+        try:
+            schedule = parse_schedule(entry["schedule"], entry["timezone"])
+            seconds = parse_duration(entry["duration"]).seconds
+        except (ScheduleError, DurationSyntaxError) as exc:
+            problems.append(f"{here}: {exc}")
+            continue
+        problem = window_problem(seconds)
+        if problem:
+            problems.append(f"{here}.duration: {problem}")
+            continue
+        windows.append(Blackout(name, schedule, seconds))
+    return tuple(windows)
 
 
 def _notifications(raw: dict[str, Any], where: str, problems: list[str]) -> Notifications:

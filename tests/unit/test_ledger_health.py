@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from provision.blackouts import Blackout
 from provision.ledger.health import State, assess, closed_ticks, read_enough
 from provision.ledger.history import (
     ABANDONED,
@@ -368,3 +370,24 @@ def test_suspect_records_are_counted_by_name_even_those_not_read() -> None:
     line = assess(found, JOB.start_deadline).line()
     assert f"{len(FORGED)} suspect records, dated in the future (" in line, line
     assert f"and {len(FORGED) - 1} more)" in line, line
+
+
+def test_ticks_a_blackout_window_held_are_shown_blackout_and_do_not_page() -> None:
+    """09:00 and 10:00 nobody ran, in a window of 08:30 to 10:15: shown `blackout` (not
+    recorded yet: `check` records them so), and the job is judged on the ticks before it."""
+    window = Blackout("freeze", parse_schedule("30 8 * * *"), 6300.0)
+    job = replace(JOB, blackouts=(window,))
+    rows = (record(7, S), record(8, S))
+    found = build_history(job, LedgerSnapshot(rows, "s-old", NOW), NOW)
+    unrun = [(r.tick.hour, r.outcome, r.label) for r in found.rows if not r.recorded]
+    assert unrun == [
+        (10, "blackout", "blackout (not recorded yet, window freeze)"),
+        (9, "blackout", "blackout (not recorded yet, window freeze)"),
+    ]
+    assert found.unrecorded_missed == [at(10), at(9)]
+    without = build_history(JOB, LedgerSnapshot(rows, "s-old", NOW), NOW)
+    assert assess(without, JOB.start_deadline, 2).state is State.CRITICAL  # the control
+    recorded = [TickRecord(at(h), TickOutcome.BLACKOUT, window="freeze") for h in (9, 10)]
+    held = build_history(job, LedgerSnapshot((*rows, *recorded), "s-old", NOW), NOW)
+    assert assess(held, JOB.start_deadline, 2).state is State.OK
+    assert [r.label for r in held.rows[:2]] == ["blackout (window freeze)"] * 2

@@ -26,6 +26,7 @@ from provision.runner.metrics import (
     write_run_metrics,
 )
 from provision.runner.results import RunResult
+from provision.tick.skips import SkipReason
 
 JOB, WORKER = "nightly-ingest", "worker-2"
 T0 = 1_796_000_000.0
@@ -269,3 +270,13 @@ def test_a_file_the_release_before_left_is_read_in_todays_words(prom: Path) -> N
     # written again in today's words, and read back as they are (no second translation)
     assert write(prom, RunResult(Outcome.SKIPPED, 0), T0 + 60) == []
     assert samples(prom)["lockctl_ticks_total{timed-out}"] == 1.0
+
+
+def test_a_tick_a_blackout_window_held_is_counted_blackout_not_skipped(prom: Path) -> None:
+    held = RunResult(Outcome.SKIPPED, 0, skip=SkipReason.BLACKOUT)
+    assert write(prom, held, T0) == [] and write(prom, RunResult(Outcome.SKIPPED, 0), T0) == []
+    assert samples(prom) == {
+        "lockctl_ticks_total{blackout}": 1.0,
+        "lockctl_ticks_total{skipped}": 1.0,
+    }
+    assert read_metrics(prom, JOB, WORKER)[0].ticks == {"blackout": 1.0, "skipped": 1.0}

@@ -29,7 +29,7 @@ from provision.runner.metrics import PREVIOUS_TICKS_HELP
 TICK = datetime(2026, 12, 6, 2, 0, tzinfo=timezone.utc)
 # What every release so far writes in a tick's record: a fleet upgraded one replica at a time
 # reads the others' records, so none of these may change.
-RECORD_WORDS = {
+PREVIOUS_RECORD_WORDS = {
     "running",
     "succeeded",
     "failed",
@@ -40,6 +40,10 @@ RECORD_WORDS = {
     "paused",
     "unreadable",
 }
+# New in this release: the release before reads them `unreadable` (a tick taken: never run again
+# by it), and docs/operations.md "Outcome words" says so.
+NEW_RECORD_WORDS = {"blackout"}
+RECORD_WORDS = PREVIOUS_RECORD_WORDS | NEW_RECORD_WORDS
 
 
 def test_the_ledgers_words_are_the_ones_every_release_writes() -> None:
@@ -113,7 +117,19 @@ def _constant(module: ast.Module, name: str) -> object:
 def test_the_previous_release_writes_and_reads_the_same_record_words() -> None:
     """A mixed fleet: each release reads every record the other writes, word for word."""
     previous = _enum_words(_previous_source("provision/ledger/records.py"), "TickOutcome")
-    assert previous == {outcome.value for outcome in LEDGER_OUTCOMES}
+    assert previous == {outcome.value for outcome in LEDGER_OUTCOMES} - NEW_RECORD_WORDS
+    assert previous == PREVIOUS_RECORD_WORDS
+
+
+def test_the_previous_release_reads_a_new_word_as_a_taken_tick() -> None:
+    """Its decode maps a word it does not know to `unreadable`, and an unreadable record is a
+    tick taken (never claimed again): a `blackout` record stops it running the tick too."""
+    source = _previous_source("provision/ledger/records.py")
+    text = ast.unparse(source)
+    # its decode: the enum of the word, and any word not a member read as unreadable
+    decoding = "outcome = TickOutcome(raw.get('outcome'))\n    except ValueError:\n"
+    assert decoding + "        outcome = TickOutcome.UNREADABLE" in text
+    assert not NEW_RECORD_WORDS & _enum_words(source, "TickOutcome")
 
 
 def test_every_metric_word_of_the_previous_release_is_read_in_todays_words() -> None:

@@ -170,3 +170,17 @@ def test_a_renewal_a_retry_and_a_fence_are_said_with_their_figures() -> None:
     assert (renewed["event"], renewed["session"], renewed["took_ms"]) == ("renewed", "s-1", 4.2)
     assert (retrying["event"], retrying["attempt"], retrying["delay_ms"]) == ("retrying", 1, 5000.0)
     assert (fenced["reason"], fenced["since_confirmed_ms"]) == ("the session is gone", 12500.0)
+
+
+def test_a_housekeeping_says_the_ticks_it_recorded_blackout_apart_from_the_missed() -> None:
+    heard = Heard()
+    earlier = [TICK - timedelta(seconds=10 * n) for n in (1, 2)]
+    held = TickRecord(earlier[1], TickOutcome.BLACKOUT, worker="w1", window="freeze")
+    heard.said(
+        Note("missed", JOB.name, earlier[0], record=TickRecord(earlier[0], TickOutcome.MISSED))
+    )
+    heard.said(Note("missed", JOB.name, earlier[1], record=held))
+    heard.said(Note("housekeeping", JOB.name, None, "2 recorded", count=0))
+    (said,) = heard.lines()
+    assert (said["missed_recorded"], said["blackout_recorded"]) == (1, 1)
+    assert said["missed_ticks"] == ["2026-01-01T00:00:00Z"]

@@ -60,6 +60,7 @@ def test_the_skip_reasons_are_the_labels_dashboards_know() -> None:
         "overlap",
         "lock-delay",
         "paused",
+        "blackout",
         "other",
         "at-capacity",
     ]

@@ -21,6 +21,8 @@ CAUGHT_BY = {
     # fenced late: check() passes past the bound, or the body runs past it beside another
     "late-confirm": {"check-after-bound", "overlap"},
     "no-cap": {"over-cap"},
+    # windows ignored: a window's tick runs (at its turn, or as a catch-up)
+    "no-blackout": {"blackout-run"},
 }
 
 
@@ -33,6 +35,7 @@ def test_a_run_with_faults_finds_no_violation() -> None:
     # the faults did what they are for: runs fenced, ticks missed, replicas killed and paused
     assert counts["fenced"] > 0 and counts["missed"] > 0
     assert counts["killed"] > 0 and counts["resumed"] > 0
+    assert counts["blackout-record"] > 0 and counts["blackout"] > 0  # windows held ticks
     assert report.last_line().startswith(f"simulated {report.ticks} ticks, {report.faults} faults")
 
 
@@ -46,9 +49,21 @@ def test_each_planted_bug_is_reported_in_the_default_run(plant: str) -> None:
 
 
 def test_a_plant_is_put_back_after_its_run() -> None:
-    originals = (held.apply_fence, held.vouched, core.claimable, core.record_missed)
+    originals = (
+        held.apply_fence,
+        held.vouched,
+        core.claimable,
+        core.record_missed,
+        core.holding_window,
+    )
     simulate.simulate(SimConfig(ticks=50, plants=tuple(sorted(PLANTS))))
-    assert (held.apply_fence, held.vouched, core.claimable, core.record_missed) == originals
+    assert (
+        held.apply_fence,
+        held.vouched,
+        core.claimable,
+        core.record_missed,
+        core.holding_window,
+    ) == originals
     assert pool.confirmation_time(1.0, 2.0) == 1.0
 
 

@@ -13,11 +13,13 @@ from datetime import datetime
 import pytest
 from tick_fleet import KEYS, START, Body, at, every_10s
 
+from provision.blackouts import Blackout
 from provision.consul import ConsulUnavailable
 from provision.ledger.control import ControlNote, ended
 from provision.ledger.records import TickOutcome, TickRecord
 from provision.ledger.ticks import PRUNE_SLACK
 from provision.outcomes import Outcome
+from provision.schedule import parse_schedule
 from provision.system.control_keys import paused_key, pauses_key
 from provision.tick.clock import VirtualClock
 from provision.tick.core import CoreJob, Identity, TickCore
@@ -335,3 +337,22 @@ def _counted_quiet(one: OneTick, store: MemoryTickStore, counts: list[int], name
     """OneTick's own on_quiet, after counting the records in the ledger at that moment."""
     counts.append(len(store.read_tick_names(KEYS)[0]))
     one._on_quiet(name)
+
+
+def test_a_tick_in_a_blackout_window_is_recorded_blackout_and_starts_nothing() -> None:
+    clock, store = _world(10.05)
+    window = Blackout("freeze", parse_schedule("@every 1m"), 30.0)  # holds 0 to 29 s
+    runner = Runner(clock, store, job=replace(every_10s(), blackouts=(window,)))
+    found = runner.take(at(10))
+    assert (found.came, found.skip, found.detail) == (
+        Outcome.BLACKOUT,
+        SkipReason.BLACKOUT,
+        "freeze",
+    )
+    recorded = _record(store, at(10))
+    assert recorded is not None and recorded.outcome is Outcome.BLACKOUT
+    assert recorded.window == "freeze" and recorded.worker == "w1"
+    assert found.record is not None and found.record.window == "freeze"
+    again = Runner(clock, store, worker="w2", job=runner.job).take(at(10))  # read, not written
+    assert again.came is Outcome.BLACKOUT and again.record == recorded  # as read: its index
+    assert not runner.bodies and store.watch_lock(KEYS, 0, 0)[0] is None
