@@ -93,8 +93,13 @@ def history(connection: options.Connection, flags: HistoryFlags) -> None:
     jobs = scheduled_jobs(flags.spec_file, flags.job, flags.datacenter)
     consul = connection.connect()
     if wanted_tick is not None:
-        for j, datacenter in jobs:
-            _show_tick(consul.in_datacenter(datacenter), j, wanted_tick, flags.as_json)
+        rows = [(j, d, _tick_row(consul.in_datacenter(d), j, wanted_tick)) for j, d in jobs]
+        if flags.as_json:  # one document: the record, or a list of them, one per datacenter
+            records = [_in({"job": j.name, **row.to_record()}, d) for j, d, row in rows]
+            typer.echo(json.dumps(records[0] if len(records) == 1 else records, indent=2))
+            return
+        for j, datacenter, row in rows:
+            _print_tick(_job_title(j.name, datacenter), row)
         return
     histories = []
     for j, datacenter in jobs:
@@ -212,19 +217,17 @@ def _tick(text: str | None, job: str | None, show_timeline: bool) -> datetime | 
     return moment
 
 
-def _show_tick(consul: Consul, job: LedgerJob, tick: datetime, as_json: bool) -> None:
+def _tick_row(consul: Consul, job: LedgerJob, tick: datetime) -> TickRow:
     from provision.ledger.history import read_tick
     from provision.ledger.records import tick_name
 
     found, row = read_tick(consul, job, tick)
     _report_problems(found)
     if row is None:
-        raise InputError(f"--tick {tick_name(tick)}: job {job.name!r} has no record of it")
-    datacenter = consul.settings.datacenter
-    if as_json:
-        typer.echo(json.dumps(_in({"job": job.name, **row.to_record()}, datacenter), indent=2))
-        return
-    _print_tick(_job_title(job.name, datacenter), row)
+        where = consul.settings.datacenter
+        shown = "" if where is None else f" in {where}"
+        raise InputError(f"--tick {tick_name(tick)}: job {job.name!r} has no record of it{shown}")
+    return row
 
 
 def _print_tick(job: str, row: TickRow) -> None:

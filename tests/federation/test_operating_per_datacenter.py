@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from provision.consul import Consul
-from provision.ledger.records import TickRecord, tick_key
+from provision.ledger.records import TickRecord, tick_key, tick_name
 from provision.outcomes import Outcome
 from provision.spec import load_spec
 from provision.system.control_keys import control_prefix
@@ -90,6 +90,11 @@ def test_pause_in_one_datacenter_status_and_history_per_datacenter(
             assert recorded == [expected], history
         only = json.loads(lockctl("history", "--job", job, "--json", "--datacenter", "dc2").stdout)
         assert [h["datacenter"] for h in only] == ["dc2"]
+        named = lockctl("history", "--job", job, "--tick", tick_name(tick), "--json").stdout
+        assert [(r["datacenter"], r["worker"]) for r in json.loads(named)] == [
+            ("dc1", "worker-1"),
+            ("dc2", "dc2-worker-1"),
+        ]
 
         resumed = lockctl("resume", job)  # both: dc1 was never paused
         assert resumed.stdout.splitlines() == [
