@@ -8,6 +8,7 @@ exit 3, on stdout where the monitoring system reads it.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -42,17 +43,19 @@ def check(
     spec_file: options.SpecFile = options.DEFAULT_SPEC,
     job: JobOption = None,
     max_intervals: MaxIntervals = 2,
+    datacenter: options.Datacenter = None,
 ) -> None:
     """Judge each job's ledger for monitoring: OK, WARNING, CRITICAL (Nagios).
 
     OK; WARNING: the last run failed, a record dated in the future; CRITICAL: a tick missed, no
     success in --max-intervals ticks; UNKNOWN: it could not judge. Records the missed ticks it
-    finds when the token may.
+    finds when the token may. A job whose workers are in several datacenters is judged in
+    each (--datacenter: only that one).
     """
     from provision.ledger.health import worst
 
     try:
-        judged = _judge(connection, spec_file, job, max_intervals)
+        judged = _judge(connection, spec_file, (job, datacenter), max_intervals)
     except LockctlError as exc:
         for problem in getattr(exc, "problems", ()):
             typer.echo(str(problem), err=True)
@@ -70,13 +73,24 @@ def check(
 
 
 def _judge(
-    connection: options.Connection, spec_file: Path, name: str | None, max_intervals: int
+    connection: options.Connection,
+    spec_file: Path,
+    which: tuple[str | None, str | None],  # --job, --datacenter
+    max_intervals: int,
 ) -> list[tuple[JobHealth, str]]:
-    jobs = scheduled_jobs(spec_file, name)
+    """Each job judged in each datacenter its ledger is in, `job in dc2` (a spec that names
+    no datacenters: `job`, as ever)."""
+    jobs = scheduled_jobs(spec_file, *which)
     if not jobs:
         return []
     consul = connection.connect()
-    return [_judge_one(consul, job, max_intervals) for job in jobs]
+    judged = []
+    for job, datacenter in jobs:
+        health, remark = _judge_one(consul.in_datacenter(datacenter), job, max_intervals)
+        if datacenter is not None:
+            health = dataclasses.replace(health, job=f"{job.name} in {datacenter}")
+        judged.append((health, remark))
+    return judged
 
 
 def _judge_one(consul: Consul, job: LedgerJob, max_intervals: int) -> tuple[JobHealth, str]:

@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from provision.cli import options
+from provision.cli.datacenters import Datacenters, in_each
 from provision.errors import InputError
 
 if TYPE_CHECKING:
+    from provision.consul import Consul
     from provision.ledger.operator import PauseChange
     from provision.spec import Job, Spec
 
@@ -44,6 +46,7 @@ def pause(
     for_: For = None,
     until: Until = None,
     spec_file: options.SpecFile = options.DEFAULT_SPEC,
+    datacenter: options.Datacenter = None,
 ) -> None:
     """Pause JOB: every replica refuses its ticks until `lockctl resume JOB`.
 
@@ -54,14 +57,18 @@ def pause(
     from provision.ledger.control import reason_problem
     from provision.ledger.operator import pause as pause_job
 
-    _known_job(spec_file, job)
+    _, datacenters = _target(spec_file, job, datacenter)
     problem = reason_problem(reason)
     if problem is not None:
         raise InputError(f"--reason {problem}")
     if for_ is not None and until is not None:
         raise InputError("--for and --until: give one of them, not both")
     ends = None if for_ is None and until is None else (for_, until)
-    _say(pause_job(connection.connect(), job, reason, ends=ends), "paused")
+    in_each(
+        connection.connect(),
+        datacenters,
+        lambda consul: _said(pause_job(consul, job, reason, ends=ends), "paused"),
+    )
 
 
 @options.consul_command
@@ -69,12 +76,15 @@ def resume(
     connection: options.Connection,
     job: JobArgument,
     spec_file: options.SpecFile = options.DEFAULT_SPEC,
+    datacenter: options.Datacenter = None,
 ) -> None:
     """Resume JOB: its next tick is claimed and run as usual."""
     from provision.ledger.operator import resume as resume_job
 
-    _known_job(spec_file, job)
-    _say(resume_job(connection.connect(), job), "resumed")
+    _, datacenters = _target(spec_file, job, datacenter)
+    in_each(
+        connection.connect(), datacenters, lambda consul: _said(resume_job(consul, job), "resumed")
+    )
 
 
 @options.consul_command
@@ -83,6 +93,7 @@ def trigger(
     job: JobArgument,
     reason: Reason = None,
     spec_file: options.SpecFile = options.DEFAULT_SPEC,
+    datacenter: options.Datacenter = None,
 ) -> None:
     """Run JOB once now, outside its schedule, on one replica of its schedulers.
 
@@ -94,16 +105,22 @@ def trigger(
     from provision.ledger.operator import trigger as trigger_job
     from provision.ledger.records import tick_name
 
-    known = _known_job(spec_file, job)
+    known, datacenters = _target(spec_file, job, datacenter)
     problem = reason_problem(reason)
     if problem is not None:
         raise InputError(f"--reason {problem}")
     if known.schedule is None:
         raise InputError(f"job {job} has no schedule: no `lockctl schedule` runs it")
-    note = trigger_job(connection.connect(), job, known.lock_key, reason)
-    assert note.at is not None
-    typer.echo(f"job {job} triggered {note.said()} (trigger {note.id})")
-    typer.echo(f"its run is recorded at {tick_name(manual_tick(note.at))} in its history")
+
+    def triggered(consul: Consul) -> list[str]:
+        note = trigger_job(consul, job, known.lock_key, reason)
+        assert note.at is not None
+        return [
+            f"job {job} triggered {note.said()} (trigger {note.id})",
+            f"its run is recorded at {tick_name(manual_tick(note.at))} in its history",
+        ]
+
+    in_each(connection.connect(), datacenters, triggered)
 
 
 @options.consul_command
@@ -162,11 +179,15 @@ def break_lock(
     typer.echo(destroy_holder(consul, view).said())
 
 
-def _known_job(spec_file: Path, job: str) -> Job:
-    """JOB must be a job of the spec (a typo must not pause nothing)."""
+def _target(spec_file: Path, job: str, datacenter: str | None) -> tuple[Job, Datacenters]:
+    """JOB must be a job of the spec (a typo must not pause nothing); the datacenters its
+    control keys are written in (provision/spec/datacenters.py)."""
     from provision.spec import load_spec
+    from provision.spec.datacenters import chosen_datacenters
 
-    return _job_in(load_spec(spec_file), spec_file, job)
+    spec = load_spec(spec_file)
+    known = _job_in(spec, spec_file, job)
+    return known, chosen_datacenters(spec.workers, known, datacenter)
 
 
 def _job_in(spec: Spec, spec_file: Path, job: str) -> Job:
@@ -176,11 +197,10 @@ def _job_in(spec: Spec, spec_file: Path, job: str) -> Job:
     return found[0]
 
 
-def _say(change: PauseChange, done: str) -> None:
+def _said(change: PauseChange, done: str) -> list[str]:
     note, job = change.state.note, change.state.job
     if done == "paused":
         assert note is not None
         line = f"job {job} paused {note.said()}"
-        typer.echo(line if change.changed else f"job {job} was already paused {note.said()}")
-    else:
-        typer.echo(f"job {job} resumed" if change.changed else f"job {job} was not paused")
+        return [line if change.changed else f"job {job} was already paused {note.said()}"]
+    return [f"job {job} resumed" if change.changed else f"job {job} was not paused"]

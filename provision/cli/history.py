@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -75,6 +75,7 @@ class HistoryFlags:
     as_json: AsJson = False
     tick: TickOption = None
     show_timeline: TimelineOption = False
+    datacenter: options.Datacenter = None
 
 
 @options.flags_command(HistoryFlags)
@@ -89,32 +90,53 @@ def history(connection: options.Connection, flags: HistoryFlags) -> None:
 
     earliest = _since(flags.since)  # refused before the spec or Consul is read
     wanted_tick = _tick(flags.tick, flags.job, flags.show_timeline)
-    jobs = scheduled_jobs(flags.spec_file, flags.job)
+    jobs = scheduled_jobs(flags.spec_file, flags.job, flags.datacenter)
     consul = connection.connect()
     if wanted_tick is not None:
-        _show_tick(consul, jobs[0], wanted_tick, flags.as_json)
+        rows = [(j, d, _tick_row(consul.in_datacenter(d), j, wanted_tick)) for j, d in jobs]
+        if flags.as_json:  # one document: the record, or a list of them, one per datacenter
+            records = [_in({"job": j.name, **row.to_record()}, d) for j, d, row in rows]
+            typer.echo(json.dumps(records[0] if len(records) == 1 else records, indent=2))
+            return
+        for j, datacenter, row in rows:
+            _print_tick(_job_title(j.name, datacenter), row)
         return
     histories = []
-    for j in jobs:
+    for j, datacenter in jobs:
         count = flags.limit or j.history_limit
         wanted = Wanted(count)
         if earliest is not None:
             wanted = Wanted(count, earliest.moment, back=earliest.back)
-        found = read_history(consul, j, wanted=wanted)
+        found = read_history(consul.in_datacenter(datacenter), j, wanted=wanted)
         shown = found if earliest is None else found.since(earliest.start(found.now))
-        histories.append(shown.newest(count))
-    for found in histories:
+        histories.append((shown.newest(count), datacenter))
+    for found, _ in histories:
         _report_problems(found)
     if flags.as_json:
-        typer.echo(json.dumps([h.to_record() for h in histories], indent=2))
+        records = [_in(h.to_record(), datacenter) for h, datacenter in histories]
+        typer.echo(json.dumps(records, indent=2))
         return
     if flags.show_timeline:
         _print_timelines(histories)
         return
     if not histories:
         typer.echo(f"no job in {flags.spec_file} has a schedule: no ledger to show")
-    for found in histories:
-        _print(found, _pause_said(consul, found.job))
+    for found, datacenter in histories:
+        paused = _pause_said(consul.in_datacenter(datacenter), found.job)
+        _print(found, paused, datacenter)
+
+
+def _in(record: dict[str, Any], datacenter: str | None) -> dict[str, Any]:
+    """A JSON record with the datacenter it was read in, after the job's name (none in a spec
+    that names no datacenters: the record as it always was)."""
+    if datacenter is None:
+        return record
+    job = {"job": record.pop("job")} if "job" in record else {}
+    return {**job, "datacenter": datacenter, **record}
+
+
+def _job_title(job: str, datacenter: str | None) -> str:
+    return job if datacenter is None else f"{job} in {datacenter}"
 
 
 def _pause_said(consul: Consul, job: str) -> str:
@@ -130,22 +152,43 @@ def _pause_said(consul: Consul, job: str) -> str:
     return "" if state is None or state.note is None else f", paused {state.said()}"
 
 
-def scheduled_jobs(spec_file: Path, name: str | None) -> list[LedgerJob]:
-    """The spec's jobs that have a ledger, or just `name` (InputError if it has none)."""
+def scheduled_jobs(
+    spec_file: Path, name: str | None, datacenter: str | None = None
+) -> list[tuple[LedgerJob, str | None]]:
+    """The spec's jobs that have a ledger, or just `name` (InputError if it has none), each
+    once per datacenter its ledger is read in (None: the agent's own, in a spec that names no
+    datacenters); with `datacenter`, only there (the jobs with no worker there left out)."""
     from provision.ledger.history import ledger_job
     from provision.spec import load_spec
+    from provision.spec.datacenters import (
+        check_datacenter_flag,
+        chosen_datacenters,
+        job_datacenters,
+    )
 
     spec = load_spec(spec_file)
+    check_datacenter_flag(spec.workers, datacenter)
     if name is None:
-        return [found for j in spec.jobs if (found := ledger_job(j)) is not None]
-    match = [j for j in spec.jobs if j.name == name]
-    if not match:
-        known = ", ".join(j.name for j in spec.jobs) or "none"
-        raise InputError(f"--job {name[:64]!r}: no such job in {spec_file} (jobs: {known})")
-    ledger = ledger_job(match[0])
-    if ledger is None:
-        raise InputError(f"{spec_file}:{match[0].line}: job {name!r} has no schedule: no ledger")
-    return [ledger]
+        picked = [
+            j
+            for j in spec.jobs
+            if datacenter is None or datacenter in job_datacenters(spec.workers, j)
+        ]
+    else:
+        match = [j for j in spec.jobs if j.name == name]
+        if not match:
+            known = ", ".join(j.name for j in spec.jobs) or "none"
+            raise InputError(f"--job {name[:64]!r}: no such job in {spec_file} (jobs: {known})")
+        if ledger_job(match[0]) is None:
+            where = f"{spec_file}:{match[0].line}"
+            raise InputError(f"{where}: job {name!r} has no schedule: no ledger")
+        picked = match
+    return [
+        (found, there)
+        for j in picked
+        if (found := ledger_job(j)) is not None
+        for there in chosen_datacenters(spec.workers, j, datacenter)
+    ]
 
 
 def _since(text: str | None) -> Earliest | None:
@@ -174,18 +217,17 @@ def _tick(text: str | None, job: str | None, show_timeline: bool) -> datetime | 
     return moment
 
 
-def _show_tick(consul: Consul, job: LedgerJob, tick: datetime, as_json: bool) -> None:
+def _tick_row(consul: Consul, job: LedgerJob, tick: datetime) -> TickRow:
     from provision.ledger.history import read_tick
     from provision.ledger.records import tick_name
 
     found, row = read_tick(consul, job, tick)
     _report_problems(found)
     if row is None:
-        raise InputError(f"--tick {tick_name(tick)}: job {job.name!r} has no record of it")
-    if as_json:
-        typer.echo(json.dumps({"job": job.name, **row.to_record()}, indent=2))
-        return
-    _print_tick(job.name, row)
+        where = consul.settings.datacenter
+        shown = "" if where is None else f" in {where}"
+        raise InputError(f"--tick {tick_name(tick)}: job {job.name!r} has no record of it{shown}")
+    return row
 
 
 def _print_tick(job: str, row: TickRow) -> None:
@@ -210,17 +252,18 @@ def _print_tick(job: str, row: TickRow) -> None:
             out.print(Text("    | ") + cell(line, 1000), overflow="fold")
 
 
-def _print_timelines(histories: list[JobHistory]) -> None:
+def _print_timelines(histories: list[tuple[JobHistory, str | None]]) -> None:
     from provision.ledger.records import tick_name
     from provision.ledger.timeline import LEGEND, timeline
 
     out = console()
-    for found in histories:
+    for found, datacenter in histories:
         shown = timeline(found, out.width)
         span = f"{shown.count} ticks"
         if shown.first is not None and shown.last is not None:
             span += f" {tick_name(shown.first)} .. {tick_name(shown.last)}"
-        out.print(cell(f"{found.job}: {found.schedule.text} ({found.schedule.zone}), {span}", 300))
+        title = _job_title(found.job, datacenter)
+        out.print(cell(f"{title}: {found.schedule.text} ({found.schedule.zone}), {span}", 300))
         width = max(len(strip.worker) for strip in shown.strips)
         for strip in shown.strips:
             out.print(cell(f"  {strip.worker:<{width}}  {strip.ticks}", 1000), overflow="ignore")
@@ -237,12 +280,12 @@ def _report_problems(found: JobHistory) -> None:
         typer.echo(f"lockctl: warning: {found.job}: {more} more records not read", err=True)
 
 
-def _print(found: JobHistory, paused: str = "") -> None:
+def _print(found: JobHistory, paused: str = "", datacenter: str | None = None) -> None:
     from rich.table import Table
 
     from provision.ledger.records import tick_name
 
-    title = f"{found.job}: {found.schedule.text} ({found.schedule.zone}), "
+    title = f"{_job_title(found.job, datacenter)}: {found.schedule.text} ({found.schedule.zone}), "
     title += f"next tick {tick_name(found.next_tick)}{paused}"
     table = Table(title=cell(title, 300), title_justify="left")
     headers = ("tick (UTC)", "worker (as recorded)", "LockIndex", "outcome", "exit")

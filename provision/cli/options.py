@@ -31,6 +31,14 @@ DEFAULT_SECRETS_DIR = Path(".lockctl/secrets")
 SpecFile = Annotated[
     Path, typer.Option("--spec", envvar="LOCKCTL_SPEC", help="The lock spec (HCL).")
 ]
+Datacenter = Annotated[
+    str | None,
+    typer.Option(
+        "--datacenter",
+        help="Only this datacenter of the job's (default: every datacenter its workers are in).",
+        show_default=False,
+    ),
+]
 SecretsDir = Annotated[
     Path,
     typer.Option(

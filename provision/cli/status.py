@@ -23,19 +23,21 @@ def status(
     connection: options.Connection,
     spec_file: options.SpecFile = options.DEFAULT_SPEC,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    datacenter: options.Datacenter = None,
 ) -> None:
     """Who holds each job's lock; each scheduled job's last and next tick.
 
     Consistent reads: the session and its node (Consul's word), the record the holder wrote (its
     claim), LockIndex; for a job with a schedule, its ledger's last tick (outcome, the worker the
     record names) and its next tick; who paused a job, and who asked for a trigger no running
-    scheduler has taken yet.
+    scheduler has taken yet. A job whose workers are in several datacenters: a row per
+    datacenter (--datacenter: only that one).
     """
     from provision.runner.status import lock_states
     from provision.spec import load_spec
 
     spec = load_spec(spec_file)
-    states = lock_states(connection.connect(), spec)
+    states = lock_states(connection.connect(), spec, datacenter)
     if as_json:
         typer.echo(json.dumps([state.to_record() for state in states], indent=2))
         return
@@ -49,7 +51,8 @@ def _print(states: list[LockState]) -> None:
     from rich.table import Table
 
     table = Table()
-    headers = ("job", "lock key", "holder (node, from Consul)", "session")
+    where = ("datacenter",) if any(s.datacenter is not None for s in states) else ()
+    headers = ("job", *where, "lock key", "holder (node, from Consul)", "session")
     scheduled = any(s.next_tick is not None for s in states)
     ticks = ("last tick (outcome, worker as recorded)", "next tick") if scheduled else ()
     paused = ("paused",) if any(s.paused for s in states) else ()  # only while a job is
@@ -63,6 +66,7 @@ def _print(states: list[LockState]) -> None:
         ledger += [cell(s.trigger_pending or "-", RECORD_LIMIT)] if pending else []
         table.add_row(
             cell(s.job),
+            *([cell(s.datacenter or "-")] if where else []),
             cell(s.key),
             _holder(s),
             cell(s.session or "-"),

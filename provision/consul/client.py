@@ -76,6 +76,13 @@ class Consul:
         settings = dataclasses.replace(self.transport.settings, **changes)
         return self._over(self.transport.derive(settings=settings))
 
+    def in_datacenter(self, datacenter: str | None) -> Consul:
+        """The same client asking `datacenter`'s KV, sessions and transactions (None: the
+        agent's own), sharing the HTTP pool and its token."""
+        if datacenter == self.settings.datacenter:
+            return self
+        return self.with_settings(datacenter=datacenter)
+
     def with_retry(self, retry: RetryPolicy) -> Consul:
         """The same client with another retry policy for every call, sharing the HTTP pool."""
         return self._over(self.transport.derive(retry=retry))

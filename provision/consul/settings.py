@@ -52,6 +52,9 @@ class ConsulSettings:
     bearer_token_file: Path | None = None
     # (field, what to call it in an error: where it came from) for each TLS file given
     tls_labels: tuple[tuple[str, str], ...] = dataclass_field(default=(), compare=False, repr=False)
+    # the datacenter whose KV, sessions and transactions are meant (Consul's `?dc=`: the agent
+    # forwards them over the WAN); None: the agent's own
+    datacenter: str | None = None
 
 
 def normalize_address(address: str, *, force_https: bool = False) -> str:

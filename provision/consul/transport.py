@@ -53,6 +53,9 @@ from provision.system.secrets import Secret
 
 log = logging.getLogger("provision.consul")
 
+# the endpoints a datacenter other than the agent's is asked through (`?dc=`): the ones of one
+# datacenter's own state; ACLs are global, the agent's endpoints are its own
+DATACENTER_PATHS = ("/v1/kv/", "/v1/session/", "/v1/txn")
 MIN_ATTEMPT = 0.05  # seconds: no retry is started with less of the call's timeout left
 POOLED_HOSTS = 4  # agents whose connections a sized pool keeps (bootstrap visits a few)
 STREAM_CHUNK = 16 * 1024  # bytes read at a time from an answer read with a byte cap
@@ -291,6 +294,10 @@ class Transport:
         method, path, max_bytes = call.method, call.path, call.max_bytes
         url = f"{self.settings.address}{path}"
         where = f"{method} {path} on {self.settings.address}"
+        params, dc = call.params, self.settings.datacenter
+        if dc is not None and path.startswith(DATACENTER_PATHS):
+            params = {**(params or {}), "dc": dc}
+            where += f" (datacenter {dc})"
         headers = {"X-Consul-Token": token.reveal()} if token else {}
         clock = self.pool.clock
         started = clock()
@@ -301,7 +308,7 @@ class Transport:
             answer = self.session.request(
                 method,
                 url,
-                params=call.params,
+                params=params,
                 json=call.json_body,
                 data=call.data,
                 headers=headers,

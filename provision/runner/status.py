@@ -17,6 +17,7 @@ from provision.ledger.holder import CLAIM_LIMIT, claimed_worker, holder_record
 from provision.ledger.operator import readable_pause_state, readable_pending_trigger
 from provision.ledger.records import tick_name
 from provision.spec import Job, Spec
+from provision.spec.datacenters import check_datacenter_flag, chosen_datacenters, job_datacenters
 from provision.system.text import printable
 
 
@@ -45,6 +46,7 @@ class LockState:
     suspect_ticks: int = 0  # records dated in the future: never the last tick (ledger/ticks.py)
     paused: str | None = None  # `by alice at ...: why` while an operator paused the job
     trigger_pending: str | None = None  # `by alice at ...: why`: a trigger no replica took yet
+    datacenter: str | None = None  # the datacenter read, in a spec that names datacenters
 
     @property
     def forged(self) -> bool:
@@ -52,15 +54,28 @@ class LockState:
         return self.claim_matches_node is False
 
     def to_record(self) -> dict[str, Any]:
-        """One lock's entry in `lockctl status --json`: every field, under its own name."""
-        return asdict(self)
+        """One lock's entry in `lockctl status --json`: every field, under its own name
+        (`datacenter` only in a spec that names datacenters)."""
+        record = asdict(self)
+        if self.datacenter is None:
+            del record["datacenter"]
+        return record
 
 
-def lock_states(consul: Consul, spec: Spec) -> list[LockState]:
+def lock_states(consul: Consul, spec: Spec, only: str | None = None) -> list[LockState]:
     """One consistent read per job's lock key, plus the holding session's node and, for a job
-    with a schedule, one read of its ledger."""
-    states = [_with_ticks(consul, job, _state(consul, job.name, job.lock_key)) for job in spec.jobs]
-    return [_with_control(consul, state) for state in states]
+    with a schedule, one read of its ledger; in each datacenter its workers are in, or only
+    `only` (the jobs with no worker there left out)."""
+    check_datacenter_flag(spec.workers, only)
+    states = []
+    for job in spec.jobs:
+        if only is not None and only not in job_datacenters(spec.workers, job):
+            continue
+        for datacenter in chosen_datacenters(spec.workers, job, only):
+            there = consul.in_datacenter(datacenter)
+            state = replace(_state(there, job.name, job.lock_key), datacenter=datacenter)
+            states.append(_with_control(there, _with_ticks(there, job, state)))
+    return states
 
 
 def _with_control(consul: Consul, state: LockState) -> LockState:

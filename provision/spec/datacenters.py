@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from provision.errors import InputError
 from provision.spec.hcl import Attribute
 from provision.spec.models import Job, Worker
 from provision.spec.names import is_valid_name
@@ -25,6 +26,45 @@ HOME_KEY = "home_datacenter"  # a job's: once per tick across all of them, claim
 JOB_DATACENTER_KEYS = (SCOPE_KEY, HOME_KEY)
 PER_DATACENTER = "datacenter"
 SCOPES = (PER_DATACENTER,)
+DATACENTER_FLAG = "--datacenter"  # the operators' commands': one datacenter of a job's
+
+
+def job_datacenters(workers: Sequence[Worker], job: Job) -> tuple[str, ...]:
+    """The datacenters JOB's workers are in, sorted; () in a spec that names none."""
+    where_is = {worker.name: worker.datacenter for worker in workers}
+    return tuple(sorted({dc for name in job.workers if (dc := where_is.get(name)) is not None}))
+
+
+def check_datacenter_flag(workers: Sequence[Worker], only: str | None) -> None:
+    """--datacenter names a datacenter some worker of the spec is in (InputError if not)."""
+    if only is None:
+        return
+    known = sorted({worker.datacenter for worker in workers if worker.datacenter is not None})
+    if not known:
+        raise InputError(f"{DATACENTER_FLAG} {shown(only[:64])}: the spec names no datacenters")
+    if only not in known:
+        raise InputError(
+            f"{DATACENTER_FLAG} {shown(only[:64])}: no worker of the spec is in it "
+            f"(datacenters: {', '.join(known)})"
+        )
+
+
+def chosen_datacenters(
+    workers: Sequence[Worker], job: Job, only: str | None
+) -> tuple[str | None, ...]:
+    """Where an operator's command reads or writes JOB's keys: each datacenter its workers are
+    in, or only `only` (InputError when no worker of JOB is there); (None,): the agent's own,
+    in a spec that names no datacenters."""
+    check_datacenter_flag(workers, only)
+    mine = job_datacenters(workers, job)
+    if only is None:
+        return mine or (None,)
+    if only not in mine:
+        raise InputError(
+            f"{DATACENTER_FLAG} {shown(only[:64])}: job {job.name} has no workers there "
+            f"(its datacenters: {', '.join(mine)})"
+        )
+    return (only,)
 
 
 def read_datacenter(attribute: Attribute | None, where: str, problems: Problems) -> str | None:
