@@ -209,7 +209,10 @@ class TickRow:
         return said
 
     def to_record(self) -> dict[str, Any]:
+        """The row as `history --json` says it; `window` only for a blackout record (the same
+        document as the release before for every other row: scripts reading it keep working)."""
         r = self.record
+        window = {} if r is None or r.window is None else {"window": r.window}
         return {
             "tick": tick_name(self.tick),
             "outcome": self.outcome,
@@ -235,7 +238,7 @@ class TickRow:
             "asked_at": _iso(None if r is None else r.asked_at),
             "trigger": None if r is None else r.trigger,
             "catchup": None if r is None else r.catchup,
-            "window": None if r is None else r.window,  # a blackout record's window
+            **window,
         }
 
 
