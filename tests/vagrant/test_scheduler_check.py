@@ -250,6 +250,34 @@ def test_a_tick_before_the_window_missed_while_a_scheduler_started_is_not_judged
     assert not check(ev).passed
 
 
+def test_a_late_run_of_the_starts_tick_that_overlaps_the_next_moves_the_window(
+    evidence: Evidence,
+) -> None:
+    """Seen on the VMs: worker-1 claimed the tick of its start 4.8 s late and its run held the
+    lock into the next tick's window, which worker-2 skipped (overlap) and worker-1, free only
+    then, was too late for: the start's timing. The window starts after that run's release."""
+    ev = copy.deepcopy(evidence)
+    early, first = tick(-1), ev["ledger"][0]
+    ev["ledger"].insert(0, {**first, "tick": name(early), "lock_index": 0})
+    ev["runs"]["worker-1"].insert(0, JobRun(name(early), "worker-1", 0, int(early.timestamp())))
+    ev["ledger"][1] = {"tick": first["tick"], "outcome": "missed", "recorded_by": "worker-2"}
+    ev["runs"]["worker-1"] = [r for r in ev["runs"]["worker-1"] if r.tick != first["tick"]]
+    ev["events"]["worker-1"] = [
+        e for e in ev["events"]["worker-1"] if e.get("lock_index") != first["lock_index"]
+    ]
+    released = {"event": "released", "job": JOB, "tick": name(early), "lock_index": 0}
+    released["time"] = iso(tick(0) + timedelta(seconds=3.7))
+    missed = {"event": "missed", "job": JOB, "tick": name(tick(0))}
+    missed["time"] = iso(tick(0) + timedelta(seconds=5.3))
+    ev["events"]["worker-1"][2:2] = [released, missed]
+    report = check(ev)
+    assert report.window[0] == name(tick(1))
+    assert report.passed, report.problems + report.ticks.problems
+    released["time"] = iso(tick(0) - timedelta(seconds=0.5))  # released before tick 0 came
+    report = check(ev)
+    assert report.window[0] == name(tick(0)) and not report.passed
+
+
 def test_a_short_window_or_a_scheduler_that_never_started_fails(evidence: Evidence) -> None:
     ev = copy.deepcopy(evidence)
     ev["stop"] = (tick(2) + timedelta(seconds=2.5)).timestamp()

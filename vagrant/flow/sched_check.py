@@ -115,7 +115,7 @@ def check_scheduler(
     """`stop_sent`: when the flow sent `systemctl stop` (epoch seconds); `sessions_left`: the
     sessions the schedulers made that Consul still knows after the stop."""
     own = {w: [e for e in s.events if e.get("job") == job] for w, s in services.items()}
-    window = _window(period, services, stop_sent)
+    window = _window(period, own, services, stop_sent)
     # A run the stop itself interrupted (a tick after the window: the SIGTERM reached its
     # scheduler as it started, the ssh to a 1-vCPU VM takes seconds) was stopped as promised,
     # and its record says so: it is not a tick that should have run to its end.
@@ -138,7 +138,7 @@ def check_scheduler(
     problems += [f"tick {t} (in the window) has no record" for t in window if t not in recorded]
     problems += _overlaps(ledger)
     for worker, service in sorted(services.items()):
-        problems += [f"{worker}: {p}" for p in _service_problems(service, stop_sent)]
+        problems += [f"{worker}: {p}" for p in _service_problems(service, stop_sent, first)]
     problems += [f"session {s} is still in Consul after the stop" for s in sessions_left]
     ran_by = dict(Counter(str(r["worker"]) for r in judged if r.get("outcome") == "succeeded"))
     for worker in services:
@@ -147,9 +147,16 @@ def check_scheduler(
     return SchedulerReport(tick_report, window, problems, ran_by, stops)
 
 
-def _window(period: int, services: dict[str, Service], stop_sent: float) -> list[str]:
-    """The ticks every scheduler had: after the later `started`, up to half an interval before
-    the stop was sent."""
+def _window(
+    period: int,
+    own: dict[str, list[dict[str, Any]]],
+    services: dict[str, Service],
+    stop_sent: float,
+) -> list[str]:
+    """The ticks every scheduler had: after the later `started`, and from the first tick
+    after the last run of an earlier tick was released (a scheduler starting on a slow VM
+    claims the tick of its start late, and that run may overlap the next tick: the start's
+    timing), up to half an interval before the stop was sent. `own`: the job's events."""
     started = [
         _moment(str(e["time"]))
         for s in services.values()
@@ -159,6 +166,16 @@ def _window(period: int, services: dict[str, Service], stop_sent: float) -> list
     if len(started) < len(services) or not services:
         return []
     first = int(max(started).timestamp()) // period * period + period
+    released = [
+        _moment(str(e["time"])).timestamp()
+        for events in own.values()
+        for e in events
+        if e.get("event") == "released"
+        and isinstance(e.get("tick"), str)
+        and _moment(str(e["tick"])).timestamp() < first
+    ]
+    if released:
+        first = max(first, -(-int(max(released)) // period) * period)
     last = stop_sent - period / 2
     return [
         datetime.fromtimestamp(t, timezone.utc).strftime(TICK_FORMAT)
@@ -174,14 +191,14 @@ def _stopped_by_the_stop(event: dict[str, Any], stop_sent: float) -> bool:
     return _moment(when).timestamp() >= stop_sent
 
 
-def _missed_before_the_start(event: dict[str, Any], started: datetime | None) -> bool:
-    """A tick that came before this scheduler started, tried at its start and too late for (a
-    service started 1 s before a tick's window closed): the start's timing, not an error. The
-    window holds only the ticks after both schedulers started."""
+def _missed_before_the_window(event: dict[str, Any], first: str) -> bool:
+    """A tick before the window (`first`, its first tick): one that came before a scheduler
+    started, tried at its start and too late for, or one a late run of its start's tick
+    overlapped: the start's timing, not an error."""
     tick = event.get("tick")
-    if event.get("event") != "missed" or started is None or not isinstance(tick, str):
+    if event.get("event") != "missed" or not first or not isinstance(tick, str):
         return False
-    return _moment(tick) < started
+    return _moment(tick) < _moment(first)
 
 
 def _overlaps(ledger: list[dict[str, Any]]) -> list[str]:
@@ -205,7 +222,7 @@ def _overlaps(ledger: list[dict[str, Any]]) -> list[str]:
 CLOCK_TOLERANCE = 1.0
 
 
-def _service_problems(service: Service, stop_sent: float) -> list[str]:
+def _service_problems(service: Service, stop_sent: float, first: str) -> list[str]:
     events = service.events
     names = [str(e.get("event")) for e in events]
     problems = []
@@ -216,13 +233,12 @@ def _service_problems(service: Service, stop_sent: float) -> list[str]:
     created = {str(e.get("session")) for e in events if e.get("event") == "session-created"}
     destroyed = {str(e.get("session")) for e in events if e.get("event") == "session-destroyed"}
     problems += [f"session {s} was made and never destroyed" for s in sorted(created - destroyed)]
-    started = next((_moment(str(e["time"])) for e in events if e.get("event") == "started"), None)
     errors = Counter(
         f"{e.get('job')}: {e.get('event')}"
         for e in events
         if e["event"] in ERROR_EVENTS
         and not _stopped_by_the_stop(e, stop_sent)
-        and not _missed_before_the_start(e, started)
+        and not _missed_before_the_window(e, first)
     )
     problems += [f"error event {what} (x{n})" for what, n in sorted(errors.items())]
     if service.traceback:
