@@ -34,6 +34,11 @@ hangs. The oracle checks, after every step:
                        with it) within SLACK of time during which Consul and a replica were up
     over-cap           no replica ever has more bodies running at once than its cap
                        (max_concurrent_runs: drawn per replica from the seed, `--no-caps` none)
+    stop-left-running  a replica's graceful stop (SIGTERM: the core stopped, the process gone
+                       once its runs are completed and its sessions destroyed) leaves none of
+                       its records `running` and no body of its own alive; but for a tick
+                       whose claim or completion Consul did not answer (`unanswered`,
+                       `complete-abandoned`: left to Consul, which the stop does not wait for)
     trigger-unrun      an operator's trigger (`lockctl trigger`: one now and then, heard by
                        every replica up, and by each one that boots while it is pending) is
                        taken by a claim within RUN_SLACK + SLACK of the fleet's up-time; it
@@ -54,6 +59,8 @@ plants) replays it exactly. `--plant NAME` replaces a named function of the core
     late-confirm  a confirmation counts from its answer, not from when it was sent
     no-cap        a replica at its cap of concurrent runs claims anyway (the cap ignored)
     no-blackout   blackout windows are ignored (holding_window finds none): their ticks run
+    no-stop-wait  a stop destroys the sessions while a claim is out (its won tick never
+                  completed: `running` for good)
 
 Last line: `simulated N ticks, F faults, V violations in S s (seed X)`.
 """
@@ -66,6 +73,7 @@ import contextlib
 import dataclasses
 import functools
 import itertools
+import math
 import random
 import sys
 import time
@@ -139,6 +147,8 @@ SHAPES = (
 HISTORY = 50  # the default history_limit
 WINDOWED = (1, 2, 4)  # the SHAPES with a blackout window: the catch-up job among them
 SETTLE = 40.0  # seconds after a (re)start before a replica counts as up: its first housekeeping
+STOP_POLL = 0.1  # a stopping scheduler looks whether its core has stopped (SETTLE_POLL)
+LEFT_TO_CONSUL = ("unanswered", "complete-abandoned")  # a stop does not wait for these
 
 
 class Killed(BaseException):
@@ -175,6 +185,10 @@ def _no_window(windows: object, tick: datetime) -> Blackout | None:
     return None
 
 
+def _go_at_once(stopping: bool, runs: int, claims_out: int) -> bool:
+    return stopping and runs == 0
+
+
 PLANTS: dict[str, tuple[str, Callable[..., object]]] = {
     "no-fence": ("apply_fence", _no_fence),
     "check-flag": ("vouched", _flag_only),
@@ -183,6 +197,7 @@ PLANTS: dict[str, tuple[str, Callable[..., object]]] = {
     "late-confirm": ("confirmation_time", _from_answer),
     "no-cap": ("capacity_refusal", _no_cap),
     "no-blackout": ("holding_window", _no_window),
+    "no-stop-wait": ("sessions_may_go", _go_at_once),
 }
 _CORE_MODULES: tuple[ModuleType, ...] = (core, held, pool)
 
@@ -438,12 +453,15 @@ class ReplicaStore:
             return  # answered at once: nothing happened meanwhile
         clock, replica, world = self.world.clock, self.replica, self.world
         world.in_flight += 1
+        due = clock.monotonic() + min(delay, timeout)
+        replica.waits.append(due)
         try:
-            clock.sleep_until(clock.monotonic() + min(delay, timeout))
+            clock.sleep_until(due)
             while replica.paused_until is not None and replica.incarnation == self.incarnation:
                 clock.sleep_until(replica.paused_until)
         finally:
             world.in_flight -= 1
+            replica.waits.remove(due)
         if replica.incarnation != self.incarnation:
             raise Killed
         if delay >= timeout:
@@ -698,6 +716,10 @@ class Replica:
     sessions: list[str] = field(default_factory=list)
     hang_next: bool = False
     cap: int | None = None  # its max_concurrent_runs (None: no cap)
+    stopping: bool = False  # a SIGTERM came: the process ends once its core has stopped
+    # the deadlines of its store calls' answers waited for now (nested sleeps, see stalled)
+    waits: list[float] = field(default_factory=list)
+    excused: set[tuple[str, datetime]] = field(default_factory=set)  # left to Consul
     core: TickCore | None = None
     clock: ReplicaClock = field(init=False)
 
@@ -705,7 +727,8 @@ class Replica:
         world = self.world
         self.incarnation += 1
         self.alive, self.booted_at = True, world.clock.monotonic()
-        self.paused_until, self.sessions = None, []
+        self.paused_until, self.sessions, self.stopping = None, [], False
+        self.excused = set()
         store = ReplicaStore(self)
         self.clock = ReplicaClock(self, store)
         identity = Identity(self.name, host=self.name)
@@ -726,9 +749,36 @@ class Replica:
 
     def kill(self) -> None:
         self.incarnation += 1
-        self.alive, self.core, self.paused_until = False, None, None
+        self.alive, self.core, self.paused_until, self.stopping = False, None, None, False
         self.held.clear()
         self.world.oracle.killed(self)
+
+    def stop(self, exited: Callable[[], object]) -> None:
+        """SIGTERM: the core's stop on a prompt timer (scheduler/on_core.py `_stop_cores`),
+        then the process ends as soon as its core says it has stopped (`exited` told):
+        whatever the core's thread was still waiting for then (a claim's answer) is never
+        acted on."""
+        core = self.core
+        assert core is not None
+        self.stopping = True
+        now = self.clock.monotonic()
+        self.clock.prompt_at(now, core.stop)
+        until = functools.partial(self._until_stopped, core, exited)
+        self.clock.prompt_at(now + STOP_POLL, until)
+
+    def _until_stopped(self, core: TickCore, exited: Callable[[], object]) -> None:
+        if core.stopping and not core.runs and core.pool.closed:
+            self.world.change("exited", self.name, self._exit)
+            exited()
+            return
+        again = functools.partial(self._until_stopped, core, exited)
+        self.clock.prompt_at(self.clock.monotonic() + STOP_POLL, again)
+
+    def _exit(self) -> None:
+        self.incarnation += 1  # a store call it was still in unwinds (Killed)
+        self.alive, self.core, self.paused_until, self.stopping = False, None, None, False
+        self.held.clear()
+        self.world.oracle.exited(self)
 
     def pause(self, until: float) -> None:
         self.paused_until = until
@@ -771,6 +821,17 @@ class Replica:
             self.world.trace.add(now, self.name, kind, note.job, note.tick)
         if note.skip is SkipReason.AT_CAPACITY:  # counted apart: passed on to the next replica
             self.world.trace.add(now, self.name, "at-capacity", note.job, note.tick)
+        if note.kind in LEFT_TO_CONSUL and note.tick is not None:
+            self.excused.add((note.job, note.tick))
+
+
+def stalled_from(replica: Replica) -> float:
+    """Since when the replica's thread is held by another's wait (math.inf: it is not): the
+    one thread's nested sleeps end last-in first-out, so a store call's answer due while a
+    deeper call waits (another replica's, paused for minutes) is acted on only after it.
+    In a real process the answer comes on time: the simulator's artifact, counted as a pause
+    (no up-time), not as the replica's slowness."""
+    return min(replica.waits, default=math.inf)
 
 
 # -- the oracle -------------------------------------------------------------------------------
@@ -993,6 +1054,17 @@ class Oracle:
             for body in [b for b in bodies if b.replica is replica]:
                 body.die(-9)
 
+    def exited(self, replica: Replica) -> None:
+        """The end of a graceful stop: every run of the replica's completed, every body gone."""
+        for (job, tick), fate in self.fates.items():
+            mine = fate.state == "running" and fate.replica == replica.name
+            if mine and (job, tick) not in replica.excused:
+                self.fail("stop-left-running", f"{job} {tick_name(tick)} by {replica.name}")
+        for bodies in list(self.alive.values()):
+            for body in [b for b in bodies if b.replica is replica]:
+                self.fail("stop-left-running", f"{body.job} {tick_name(body.tick)}: body alive")
+        self.killed(replica)  # what was excused is left to its TTL, as a kill's
+
     # -- accounting ------------------------------------------------------------------------------
     def settle(self) -> None:
         """Count up-time to now: Consul answering and some replica up (the fleet's), and each
@@ -1007,8 +1079,9 @@ class Oracle:
         for replica in world.replicas:
             if replica.alive and replica.paused_until is None:
                 began = max(last, replica.booted_at + SETTLE)
-                if began < now:
-                    self.up[replica.name] = self.up.get(replica.name, 0.0) + now - began
+                ended = min(now, stalled_from(replica))
+                if began < ended:
+                    self.up[replica.name] = self.up.get(replica.name, 0.0) + ended - began
                     since = min(since, began)
         self.up_fleet += now - since
 
@@ -1134,8 +1207,8 @@ class World:
             return
         self.next_fault()
         kind = self.rng.choices(
-            ("kill", "pause", "skew", "down", "slow", "expire", "hang", "trigger"),
-            (1, 3, 1, 1, 1, 1, 1, 1),
+            ("kill", "pause", "skew", "down", "slow", "expire", "hang", "trigger", "stop"),
+            (1, 3, 1, 1, 1, 1, 1, 1, 1),
         )[0]
         replica = self.rng.choice(self.replicas)
         getattr(self, f"_{kind}")(replica)
@@ -1147,6 +1220,17 @@ class World:
         self.change("killed", replica.name, replica.kill)
         back = self.rng.uniform(5.0, 120.0)
         self.clock.call_later(back, lambda: self._restart(replica))
+
+    def _stop(self, replica: Replica) -> None:
+        if not replica.alive or replica.stopping or replica.paused_until is not None:
+            return  # a paused process hears its SIGTERM on resume: a kill's case then
+        self.faults += 1
+        back = self.rng.uniform(5.0, 120.0)
+
+        def exited() -> None:
+            self.clock.call_later(back, lambda: self._restart(replica))
+
+        self.change("sigterm", replica.name, lambda: replica.stop(exited))
 
     def _restart(self, replica: Replica) -> None:
         if not replica.alive:

@@ -158,6 +158,12 @@ class TickPlan:
         return self.tick + timedelta(seconds=self.window)
 
 
+def sessions_may_go(stopping: bool, runs: int, claims_out: int) -> bool:
+    """Whether a core destroys its sessions now: stopping, no run holds a lock, and no claim
+    is out (the tick a claim out wins is completed under its session first)."""
+    return stopping and runs == 0 and claims_out == 0
+
+
 def plan_tick(job: CoreJob, tick: datetime, worker: str) -> TickPlan:
     """`worker`'s plan of `tick` (pure): its turn, its window, its neighbours."""
     window, following = _around(job, tick)
@@ -350,7 +356,7 @@ class TickCore:
 
     def stop(self) -> None:
         """No more claims; every run is told to stop, completed and released; the sessions are
-        destroyed once the last run is done (at once when none runs)."""
+        destroyed once the last run is done and no claim is out (at once when there is none)."""
         self.stopping = True
         for state in self._jobs + self._retiring:
             for timer in (state.turn, state.trigger_timer, state.idle_timer):
@@ -358,8 +364,22 @@ class TickCore:
                     timer.cancel()
             if state.held is not None:
                 state.held.interrupt(signal.SIGTERM)
-        if not self.runs:
+        self._close_when_done()
+
+    def _close_when_done(self) -> None:
+        """Stopping: the sessions go once no run holds a lock and no claim is out. A claim out
+        waits aside, and the stop runs meanwhile: the tick it wins is completed `interrupted`
+        (its body never starts) and released under its session first. Destroyed before the
+        answer, the record stayed `running` for good, and the tick's lock went by the session's
+        end, with its lock-delay."""
+        if not self.pool.closed and sessions_may_go(self.stopping, len(self.runs), self._out()):
             self.pool.close()
+
+    def _out(self) -> int:
+        """Claims sent and not yet acted on (one Consul did not answer is `_resolve`'s: it
+        waits for Consul, which the stop does not)."""
+        states = self._jobs + self._retiring
+        return sum(s.busy is not None and s.held is None and s.unanswered is None for s in states)
 
     def update(self, jobs: Iterable[CoreJob]) -> None:
         """A reload: a job no longer in `jobs` gets no more turns (its run going on ends as it
@@ -815,8 +835,8 @@ class TickCore:
         if state in self._retiring:
             self._retiring.remove(state)
         if self.stopping:
-            if not self.runs:
-                self.pool.close()
+            state.busy = None
+            self._close_when_done()
             return
         due = state.housekeep or housekeeps(state.job, held.tick)
         if due:
@@ -828,6 +848,7 @@ class TickCore:
     # -- what waits for the job to be free here: a trigger, a catch-up --------------------------
     def _free(self, state: _Job) -> None:
         state.busy = None
+        self._close_when_done()
         self._idle(state)
 
     def _idle(self, state: _Job) -> None:

@@ -103,6 +103,7 @@ class PlainLock:
         # start meanwhile (runner/plain.py sets it)
         self.stop_asked: Callable[[], bool] = lambda: False
         self._over = False  # the run's end: its lock let go (or given up)
+        self._acquiring = False  # an acquire is out: a stop's end waits for its answer
         self._watch_timer: Cancellable | None = None
 
     # -- the acquire -----------------------------------------------------------------------------
@@ -113,6 +114,15 @@ class PlainLock:
         if self.stopping or self.stop_asked() or self.held is not None:
             self.quiet.set()
             return
+        self._acquiring = True
+        try:
+            self._acquire()
+        finally:
+            self._acquiring = False
+        if self.stopping and not self.running:  # a stop came while it was out: its end now
+            self._close()
+
+    def _acquire(self) -> None:
         for _ in range(2):  # a session Consul forgot (its TTL ran out) is made again once
             try:
                 session = self.session = self.pool.session_for(self.job.timings)
@@ -189,6 +199,10 @@ class PlainLock:
             self.pool.close()
         self.quiet.set()
 
+    def _close(self) -> None:
+        self.pool.close()
+        self.quiet.set()
+
     # -- the lock's watch ------------------------------------------------------------------------
     def _watch_later(self, index: int, delay: float = 0.0) -> None:
         at = self.clock.monotonic() + delay
@@ -217,14 +231,16 @@ class PlainLock:
     # -- the end ---------------------------------------------------------------------------------
     def stop(self) -> None:
         """A stop (a signal): the run interrupted and released, then the session destroyed;
-        `quiet` once that is done (at once when nothing runs)."""
+        `quiet` once that is done (at once when nothing runs). An acquire out (it waits aside,
+        and the stop runs meanwhile) is answered first: won, its run ends `interrupted` and
+        lets go of the lock, never left to the session's end and its lock-delay."""
         self.stopping = True
         if self.running:
             assert self.held is not None
             self.held.interrupt(signal.SIGTERM)
             return
-        self.pool.close()
-        self.quiet.set()
+        if not self._acquiring:
+            self._close()
 
     @property
     def running(self) -> bool:

@@ -23,6 +23,7 @@ CAUGHT_BY = {
     "no-cap": {"over-cap"},
     # windows ignored: a window's tick runs (at its turn, or as a catch-up)
     "no-blackout": {"blackout-run"},
+    "no-stop-wait": {"stop-left-running"},
 }
 
 
@@ -35,6 +36,7 @@ def test_a_run_with_faults_finds_no_violation() -> None:
     # the faults did what they are for: runs fenced, ticks missed, replicas killed and paused
     assert counts["fenced"] > 0 and counts["missed"] > 0
     assert counts["killed"] > 0 and counts["resumed"] > 0
+    assert counts["sigterm"] > 0 and counts["exited"] > 0  # graceful stops ended
     assert counts["blackout-record"] > 0 and counts["blackout"] > 0  # windows held ticks
     assert report.last_line().startswith(f"simulated {report.ticks} ticks, {report.faults} faults")
 

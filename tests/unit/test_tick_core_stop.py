@@ -10,12 +10,19 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from provision.ledger.records import TickOutcome, TickRecord
-from provision.ledger.store import Completion
+from provision.ledger.store import Claim, Completion
 from provision.schedule import parse_schedule
 from provision.tick.clock import VirtualClock
 from provision.tick.core import CoreJob, Identity, TickCore
 from provision.tick.memory import MemoryTickStore
-from provision.tick.store import CompleteCall, JobKeys, TickStore
+from provision.tick.store import (
+    ClaimAnswer,
+    ClaimCall,
+    ClaimTerms,
+    CompleteCall,
+    JobKeys,
+    TickStore,
+)
 from tests.unit.tick_fleet import START, TIMINGS, Body, Fleet, every_10s
 
 JOBS = 100  # every one of them runs when the stop comes
@@ -137,3 +144,83 @@ def test_a_housekeeping_answered_after_a_stop_writes_nothing_more() -> None:
     assert store.core.stopping  # a housekeeping read came, and the stop with it
     assert "prune" not in store.after_stop and "record_unrun" not in store.after_stop
     assert store.core.pool.closed
+
+
+class StoppedWhileClaimed:
+    """A replica's store whose claim is applied, and answered after the core was stopped (the
+    claim waited aside for its answer, and the stop ran meanwhile: a SIGTERM as a tick's claim
+    was out, on a slow host)."""
+
+    def __init__(self, store: MemoryTickStore) -> None:
+        self.store = store
+        self.core: TickCore | None = None
+        self.destroyed_before_answer = False
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+    def claim(
+        self, job: JobKeys, record: TickRecord, session: str, holder: bytes, terms: ClaimTerms
+    ) -> Claim:
+        answer = self.store.claim(job, record, session, holder, terms)
+        self._stop()
+        return answer
+
+    def claim_many(self, claims: Sequence[ClaimCall]) -> list[ClaimAnswer]:
+        answers = self.store.claim_many(claims)
+        self._stop()
+        return answers
+
+    def _stop(self) -> None:
+        if self.core is not None and not self.core.stopping:
+            self.core.stop()
+            self.destroyed_before_answer = self.core.pool.closed
+
+
+def test_a_claim_won_as_the_stop_came_is_completed_interrupted_before_the_sessions_go() -> None:
+    """The stop waits for a claim that is out: the tick it won is completed `interrupted`
+    (its body never started) and its lock released, then the sessions go. A stop that
+    destroyed them first left the tick's record `running` for good (nobody completes it)."""
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)), duration=1.0)
+    store = StoppedWhileClaimed(fleet.store)
+    store.core = fleet.start("w1", store=store)
+    fleet.run(15)
+    assert store.core.stopping  # the first tick's claim came, and the stop with it
+    assert not store.destroyed_before_answer
+    record = fleet.record(START)
+    assert record is not None and record.outcome is TickOutcome.INTERRUPTED, record
+    assert all(body.run is None for _, _, body in fleet.bodies)  # the job never started
+    assert fleet.store.watch_lock(fleet.job.keys, 0, 0)[0] is None  # released
+    assert store.core.pool.closed and not store.core.runs
+    assert [n.kind for _, _, n in fleet.notes].count("completed") == 1
+
+
+def test_claims_sent_together_and_won_as_the_stop_came_are_each_completed_interrupted() -> None:
+    """Two jobs' claims in one transaction (claim_many), answered after the stop: each run's
+    answer is acted on by a callback of its own, and the sessions wait for both."""
+    clock = VirtualClock(START)
+    memory = MemoryTickStore(clock)
+    store = StoppedWhileClaimed(memory)
+    schedule = parse_schedule("@every 20s")
+    jobs = [
+        CoreJob(JobKeys(f"job-{n}", f"jobs/job-{n}/.lock"), schedule, TIMINGS, ("w1",))
+        for n in range(2)
+    ]
+    started: list[str] = []
+
+    def body(job: str, tick: datetime) -> Body:
+        made = Body(clock, 1.0, ignores_term=False)
+        made.start = lambda run, ended: started.append(job)  # type: ignore[method-assign]
+        return made
+
+    reached: TickStore = store  # type: ignore[assignment]  # every call passed on
+    store.core = TickCore(reached, clock, Identity("w1"), jobs, body)
+    store.core.start()
+    clock.advance(5)
+    assert store.core.stopping and not store.destroyed_before_answer
+    assert started == []
+    for job in jobs:
+        record, _ = memory.read_tick(job.keys, START)
+        assert record is not None and record.outcome is TickOutcome.INTERRUPTED, record
+        assert memory.watch_lock(job.keys, 0, 0)[0] is None
+    assert store.core.pool.closed and not store.core.runs

@@ -287,6 +287,35 @@ def test_an_acquire_that_wins_after_a_stop_was_asked_starts_no_job_and_lets_go()
     assert holder_of(plain.store) is None
 
 
+class StoppedDuringAcquire(MemoryTickStore):
+    """The lock's stop itself runs while the acquire is out (it waited aside for its answer)."""
+
+    lock: PlainLock | None = None
+    closed_before_answer = False
+
+    def acquire_lock(self, keys: JobKeys, session: str, value: bytes) -> Claim:
+        claim = super().acquire_lock(keys, session, value)
+        assert self.lock is not None
+        self.lock.stop()
+        self.closed_before_answer = self.lock.pool.closed or self.lock.quiet.is_set()
+        return claim
+
+
+def test_a_stop_while_the_acquire_is_out_lets_go_of_the_lock_it_won_before_the_session() -> None:
+    """Destroyed first, the session would free the lock only by its end, with lock-delay."""
+    clock = VirtualClock(START)
+    store = StoppedDuringAcquire(clock)
+    plain = Plain(store, clock)
+    store.lock = plain.lock
+    plain.lock.acquire()
+    plain.until_quiet()
+    assert not store.closed_before_answer
+    assert [body.run for body in plain.bodies] == [None]
+    done = plain.lock.completed
+    assert done is not None and done.outcome is TickOutcome.INTERRUPTED
+    assert holder_of(plain.store) is None and plain.lock.pool.closed
+
+
 def test_a_stop_while_the_job_runs_ends_it_releases_the_lock_and_destroys_the_session() -> None:
     plain = Plain(duration=None)
     plain.lock.acquire()

@@ -198,14 +198,17 @@ def test_a_session_left_a_bad_stop_an_error_event_or_a_traceback_fail(evidence: 
     ev["events"]["worker-2"] = [
         e for e in ev["events"]["worker-2"] if e["event"] != "session-destroyed"
     ]
-    ev["events"]["worker-1"].append({"event": "consul-unavailable", "job": JOB, "time": iso(T0)})
+    said = "no answer\x1b[2J within 10s"  # the journal's words: printed, never raw
+    down = {"event": "consul-unavailable", "job": JOB, "time": iso(T0), "error": said}
+    ev["events"]["worker-1"].append(down)
     ev["traceback"] = "worker-1"
     killed = {**SHOW_OK, "Result": "timeout", "ExecMainCode": "2", "ExecMainStatus": "9"}
     report = check(ev, {"worker-2": killed})
     problems = " | ".join(report.problems)
     assert "session s-2 is still in Consul after the stop" in problems
     assert "worker-2: session s-2 was made and never destroyed" in problems
-    assert f"worker-1: error event {JOB}: consul-unavailable (x1)" in problems
+    assert f"worker-1: error event {JOB}: consul-unavailable (x1): error=no answer" in problems
+    assert "\x1b" not in problems and "within 10s" in problems
     assert "worker-1: a traceback in the journal" in problems
     assert "worker-2: systemctl stop: Result=timeout exit 9" in problems
     assert not report.passed and report.table()[-1].startswith("scheduler check: FAIL: ")
@@ -224,7 +227,8 @@ def test_a_tick_missed_at_the_start_is_the_starts_a_tick_missed_later_fails(
     ev["events"]["worker-2"].insert(3, later)
     report = check(ev)
     assert not report.passed
-    assert f"worker-2: error event {JOB}: missed (x1)" in report.problems
+    missed = f"worker-2: error event {JOB}: missed (x1): tick={name(tick(2))}"
+    assert missed in report.problems  # which tick: the report names it
     assert not any(p.startswith("worker-1: error event") for p in report.problems)
 
 

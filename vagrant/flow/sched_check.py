@@ -26,9 +26,11 @@ from typing import Any
 
 from flow import ticks
 from flow.ticks import TICK_FORMAT, JobRun, TickReport
+from provision.system.text import printable
 
 # Events that say something went wrong: Consul unanswered or refusing, a lock lost, a tick not
 # tried, a config refused. (`skipped` and `housekeeping` are the normal course.)
+ERROR_TEXT_LIMIT = 300  # characters of an error event's own words in the check's report
 ERROR_EVENTS = frozenset(
     {
         "consul-unavailable",
@@ -183,6 +185,13 @@ def _window(
     ]
 
 
+def _error_text(event: dict[str, Any]) -> str:
+    """What the first such event said (its tick, error or detail), printable and short: the
+    journal is the VM's, its text never reaches a terminal raw."""
+    fields = [f"{k}={event[k]}" for k in ("tick", "error", "detail") if event.get(k)]
+    return f": {printable(' '.join(map(str, fields)), ERROR_TEXT_LIMIT)}" if fields else ""
+
+
 def _stopped_by_the_stop(event: dict[str, Any], stop_sent: float) -> bool:
     """A run the SIGTERM stopped before its job started: the stop's own doing, not an error."""
     when = event.get("time")
@@ -233,14 +242,16 @@ def _service_problems(service: Service, stop_sent: float, first: str) -> list[st
     created = {str(e.get("session")) for e in events if e.get("event") == "session-created"}
     destroyed = {str(e.get("session")) for e in events if e.get("event") == "session-destroyed"}
     problems += [f"session {s} was made and never destroyed" for s in sorted(created - destroyed)]
-    errors = Counter(
-        f"{e.get('job')}: {e.get('event')}"
+    found = [
+        e
         for e in events
         if e["event"] in ERROR_EVENTS
         and not _stopped_by_the_stop(e, stop_sent)
         and not _missed_before_the_window(e, first)
-    )
-    problems += [f"error event {what} (x{n})" for what, n in sorted(errors.items())]
+    ]
+    errors = Counter(f"{e.get('job')}: {e.get('event')}" for e in found)
+    said = {f"{e.get('job')}: {e.get('event')}": _error_text(e) for e in reversed(found)}
+    problems += [f"error event {what} (x{n}){said[what]}" for what, n in sorted(errors.items())]
     if service.traceback:
         problems.append("a traceback in the journal")
     show = service.show
