@@ -1118,8 +1118,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[Scenario, argparse.Namesp
 
 def main(argv: list[str] | None = None) -> int:
     scenario, args = parse_args(argv)
+    if args.keep and args.keep.exists():  # a fresh folder: never another run's logs mixed in
+        print(f"scale.py: --keep {args.keep}: exists; give a new folder", file=sys.stderr)
+        return 2
     if args.keep:
-        args.keep.mkdir(parents=True)  # a fresh folder: refused if it exists
+        args.keep.mkdir(parents=True)
         figures = measure(scenario, args, args.keep.resolve())
     else:
         with tempfile.TemporaryDirectory(prefix="lockctl-bench-scale-") as tmp:

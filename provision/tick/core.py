@@ -372,7 +372,9 @@ class TickCore:
         (its body never starts) and released under its session first. Destroyed before the
         answer, the record stayed `running` for good, and the tick's lock went by the session's
         end, with its lock-delay."""
-        if not self.pool.closed and sessions_may_go(self.stopping, len(self.runs), self._out()):
+        if not self.stopping or self.pool.closed:
+            return  # looked at after every run and claim: never a walk of every job then
+        if sessions_may_go(self.stopping, len(self.runs), self._out()):
             self.pool.close()
 
     def _out(self) -> int:
