@@ -54,7 +54,7 @@ from provision.runner.tick_verdicts import paused_refusal
 from provision.sessions import AgentlessNode, SessionTerms
 from provision.tick.aside import aside_store
 from provision.tick.clock import Clock, ThreadTimerClock
-from provision.tick.consul_store import ConsulTickStore, TailedStore, Tails
+from provision.tick.consul_store import ConsulTickStore, TailedStore, Tails, TailsOf
 from provision.tick.core import CoreJob, Identity, TickCore, record_missed
 from provision.tick.edge import Body, Note, Run
 from provision.tick.once import OneTick, Verdict, wait_deadline
@@ -117,7 +117,7 @@ class RunStore(TailedStore):
     """The core's store on Consul, keeping the last error a call raised (the run's exit status
     names it, as the old engine's error did); its records carry the run's output tails."""
 
-    def __init__(self, consul: Consul, tails: Callable[[str, datetime], Tails | None]) -> None:
+    def __init__(self, consul: Consul, tails: TailsOf) -> None:
         super().__init__(consul, tails)
         self.error: ConsulError | None = None
 
