@@ -169,11 +169,7 @@ class RunBody(RunnerBody):
             environment["LOCK_MODIFY_INDEX"] = str(self.modify_index)
         body.start(environment)
         self._body = body
-        if run.attempt == 1:
-            self.say.acquired(run, body)
-        else:
-            self.say.pids[run.tick] = body.pid  # a timeout names the attempt's job
-            self.say.event("retry-started", run.tick, attempt=run.attempt, child_pid=body.pid)
+        self.say.attempt_started(run, body)
         threading.Thread(target=self._reap, args=(body, ended), daemon=True).start()
 
 
@@ -208,6 +204,15 @@ class Said:
                 "its process group and outlives a killed runner is not contained, and the "
                 "worker's token and TLS key are not hidden from the job",
             )
+
+    def attempt_started(self, run: Run, body: Unfenced) -> None:
+        """A runner's body started: `acquired` for the first attempt, `retry-started` for a
+        retry's."""
+        if run.attempt == 1:
+            self.acquired(run, body)
+            return
+        self.pids[run.tick] = body.pid  # a timeout names the attempt's job
+        self.event("retry-started", run.tick, attempt=run.attempt, child_pid=body.pid)
 
     def body_started(self, run: Run, pid: int | None, containment: str) -> None:
         """`acquired`: the first attempt's body started under the lock (its PID, how it is
