@@ -28,7 +28,7 @@ import signal
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TextIO
 
@@ -48,7 +48,7 @@ from provision.scheduler.on_core import BodySaid, GuardedClock, core_job, record
 from provision.scheduler.report import note_events, unexpected
 from provision.tick.aside import aside_store
 from provision.tick.clock import Clock
-from provision.tick.consul_store import ConsulTickStore, TailedStore, Tails
+from provision.tick.consul_store import ConsulTickStore, TailedStore, Tails, note_with_tails
 from provision.tick.core import Identity, TickCore
 from provision.tick.edge import Body, Note, Run, TimerClock
 from provision.tick.held import HeldRun
@@ -199,18 +199,7 @@ class Calls:
         turn = self.calls.get(note.job)
         if turn is not None:
             turn.hear(note)
-        self.told(self._with_tails(note))
-
-    def _with_tails(self, note: Note) -> Note:
-        """A completion's record with its body's output ends, as the store completed it (the
-        core's copy has none), for a webhook's body."""
-        record = note.record
-        if note.kind != "completed" or record is None or note.tick is None:
-            return note
-        tails = self.tails(note.job, note.tick)
-        if tails is None or record.stdout or record.stderr:
-            return note
-        return replace(note, record=replace(record, stdout=tails[0], stderr=tails[1]))
+        self.told(note_with_tails(note, self.tails))
 
     def _renewal(self, note: Note) -> None:
         """A renewal of a session a call's run holds its lock under is said with the call's

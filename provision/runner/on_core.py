@@ -54,7 +54,7 @@ from provision.runner.tick_verdicts import paused_refusal
 from provision.sessions import AgentlessNode, SessionTerms
 from provision.tick.aside import aside_store
 from provision.tick.clock import Clock, ThreadTimerClock
-from provision.tick.consul_store import ConsulTickStore, TailedStore, Tails
+from provision.tick.consul_store import ConsulTickStore, TailedStore, Tails, TailsOf
 from provision.tick.core import CoreJob, Identity, TickCore, record_missed
 from provision.tick.edge import Body, Note, Run
 from provision.tick.once import OneTick, Verdict, wait_deadline
@@ -117,7 +117,7 @@ class RunStore(TailedStore):
     """The core's store on Consul, keeping the last error a call raised (the run's exit status
     names it, as the old engine's error did); its records carry the run's output tails."""
 
-    def __init__(self, consul: Consul, tails: Callable[[str, datetime], Tails | None]) -> None:
+    def __init__(self, consul: Consul, tails: TailsOf) -> None:
         super().__init__(consul, tails)
         self.error: ConsulError | None = None
 
@@ -169,11 +169,7 @@ class RunBody(RunnerBody):
             environment["LOCK_MODIFY_INDEX"] = str(self.modify_index)
         body.start(environment)
         self._body = body
-        if run.attempt == 1:
-            self.say.acquired(run, body)
-        else:
-            self.say.pids[run.tick] = body.pid  # a timeout names the attempt's job
-            self.say.event("retry-started", run.tick, attempt=run.attempt, child_pid=body.pid)
+        self.say.attempt_started(run, body)
         threading.Thread(target=self._reap, args=(body, ended), daemon=True).start()
 
 
@@ -208,6 +204,15 @@ class Said:
                 "its process group and outlives a killed runner is not contained, and the "
                 "worker's token and TLS key are not hidden from the job",
             )
+
+    def attempt_started(self, run: Run, body: Unfenced) -> None:
+        """A runner's body started: `acquired` for the first attempt, `retry-started` for a
+        retry's."""
+        if run.attempt == 1:
+            self.acquired(run, body)
+            return
+        self.pids[run.tick] = body.pid  # a timeout names the attempt's job
+        self.event("retry-started", run.tick, attempt=run.attempt, child_pid=body.pid)
 
     def body_started(self, run: Run, pid: int | None, containment: str) -> None:
         """`acquired`: the first attempt's body started under the lock (its PID, how it is

@@ -118,11 +118,7 @@ class PlainBody(RunnerBody):
         body = self.prepare()
         body.start(plain_env(self.lock_key, run, self.modify_index))
         self._body = body
-        if run.attempt == 1:
-            self.said.acquired(run, body)
-        else:
-            self.said.pids[run.tick] = body.pid  # a timeout names the attempt's job
-            self.said.event("retry-started", run.tick, attempt=run.attempt, child_pid=body.pid)
+        self.said.attempt_started(run, body)
         self.reaper = threading.Thread(target=self._reap, args=(body, ended), daemon=True)
         self.reaper.start()
 

@@ -83,7 +83,13 @@ from provision.sessions import agentless_node, deregister_node
 from provision.system.notify_rules import PING
 from provision.tick.aside import aside_store
 from provision.tick.clock import ThreadTimerClock, Timer
-from provision.tick.consul_store import ConsulTickStore, TailedStore, Tails
+from provision.tick.consul_store import (
+    ConsulTickStore,
+    TailedStore,
+    Tails,
+    TailsOf,
+    note_with_tails,
+)
 from provision.tick.core import CoreJob, Identity, TickCore, TickPlan
 from provision.tick.edge import Body, Note, Run, TimerClock
 from provision.tick.held import HeldRun
@@ -229,7 +235,7 @@ class ServiceStore(TailedStore):
         consul: Consul,
         said: Callable[..., object],
         precheck: Callable[[str], None],
-        tails: Callable[[str, datetime], Tails | None],
+        tails: TailsOf,
     ) -> None:
         super().__init__(consul, tails)
         self.said, self.precheck = said, precheck
@@ -398,15 +404,7 @@ class Replica:
             following = parse_schedule(job.schedule or "", job.timezone).next_ticks(note.tick, 1)
             report.next_tick(note.job, following[0].timestamp())
         report(note)
-        self.shared.notifier(self._with_tails(note))
-
-    def _with_tails(self, note: Note) -> Note:
-        """A completion's record with its output's ends, as the store completed it (the
-        core's copy has none: ServiceStore.complete adds them), for a webhook's body."""
-        record = note.record
-        if note.kind != "completed" or record is None or record.stdout or record.stderr:
-            return note
-        return replace(note, record=self.store.with_tails(note.job, record))
+        self.shared.notifier(note_with_tails(note, self._tails))
 
 
 class CoreScheduler:

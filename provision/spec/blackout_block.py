@@ -7,13 +7,18 @@ from __future__ import annotations
 
 from provision.blackouts import Blackout, window_problem
 from provision.durations import DurationSyntaxError, parse_duration
-from provision.schedule import ScheduleError, check_zone, parse_schedule
+from provision.schedule import ScheduleError, parse_schedule
 from provision.spec.hcl import Attribute, Block
-from provision.spec.names import NAME_RULE, is_valid_name
-from provision.spec.problems import Problems, shown
-from provision.spec.values import read_string
+from provision.spec.labelled import Kind, Named, named_blocks, read_attributes
+from provision.spec.problems import Problems
+from provision.spec.values import read_string, read_timezone
 
-BLACKOUT_KEYS = ("schedule", "duration", "timezone")
+BLACKOUT = Kind(
+    type="blackout",
+    duplicate="blackout window",
+    usage='needs one quoted name: blackout "NAME" { schedule = ..., duration = ... }',
+    keys=("schedule", "duration", "timezone"),
+)
 
 
 def read_blackouts(
@@ -21,37 +26,21 @@ def read_blackouts(
 ) -> tuple[Blackout, ...]:
     """The windows of `inherited` (`defaults`') and the block's own, in that order; a name
     used twice (the job's own, or one of the job's and one of `defaults`') is reported."""
-    lines = {window.name: window.line for window in inherited}
+    first = {window.name: window.line for window in inherited}
     found = list(inherited)
-    for nested in (b for b in block.body.blocks if b.type == "blackout"):
-        label = nested.labels[0].text if len(nested.labels) == 1 else None
-        if label is not None and label in lines:
-            message = f"duplicate blackout window; the first is on line {lines[label]}"
-            problems.add(nested.line, f'{where}.blackout "{shown(label)}"', message)
-            continue
-        if label is not None:
-            lines[label] = nested.line
-        window = _window(nested, where, problems)
+    for named in named_blocks(block, where, BLACKOUT, first, problems):
+        window = _window(named, problems)
         if window is not None:
             found.append(window)
     return tuple(found)
 
 
-def _window(block: Block, where: str, problems: Problems) -> Blackout | None:
-    label = block.labels[0] if len(block.labels) == 1 else None
-    if label is None or label.text is None or not label.quoted:
-        message = 'needs one quoted name: blackout "NAME" { schedule = ..., duration = ... }'
-        problems.add(block.line, f"{where}.blackout", message)
-        return None
-    here = f'{where}.blackout "{shown(label.text)}"'
-    if not is_valid_name(label.text):
-        problems.add(block.line, here, f"invalid name: {NAME_RULE}")
-        return None
-    before = len(problems.found)
-    attributes = _attributes(block, here, problems)
+def _window(named: Named, problems: Problems) -> Blackout | None:
+    here, before = named.here, len(problems.found)
+    attributes = read_attributes(named, BLACKOUT, problems)
     for required in ("schedule", "duration"):
         if required not in attributes:
-            problems.add(block.line, f"{here}.{required}", "is required")
+            problems.add(named.block.line, f"{here}.{required}", "is required")
     zone = _zone(attributes.get("timezone"), f"{here}.timezone", problems)
     schedule_text = _text(attributes.get("schedule"), f"{here}.schedule", problems)
     duration = _duration(attributes.get("duration"), f"{here}.duration", problems)
@@ -63,26 +52,7 @@ def _window(block: Block, where: str, problems: Problems) -> Blackout | None:
             problems.add(attributes["schedule"].line, f"{here}.schedule", str(exc))
     if schedule is None or duration is None or len(problems.found) > before:
         return None
-    return Blackout(label.text, schedule, duration, block.line)
-
-
-def _attributes(block: Block, here: str, problems: Problems) -> dict[str, Attribute]:
-    found: dict[str, Attribute] = {}
-    for attribute in block.body.attributes:
-        if attribute.name not in BLACKOUT_KEYS:
-            expected = ", ".join(BLACKOUT_KEYS)
-            message = f"unknown attribute; expected one of: {expected}"
-            problems.add(attribute.line, f"{here}.{attribute.name}", message)
-        elif attribute.name in found:
-            first = found[attribute.name].line
-            message = f"set twice; the first is on line {first}"
-            problems.add(attribute.line, f"{here}.{attribute.name}", message)
-        else:
-            found[attribute.name] = attribute
-    for nested in block.body.blocks:
-        message = "unexpected block inside a blackout block"
-        problems.add(nested.line, f"{here}.{nested.type}", message)
-    return found
+    return Blackout(named.name, schedule, duration, named.block.line)
 
 
 def _text(attribute: Attribute | None, where: str, problems: Problems) -> str | None:
@@ -96,15 +66,10 @@ def _text(attribute: Attribute | None, where: str, problems: Problems) -> str | 
 
 
 def _zone(attribute: Attribute | None, where: str, problems: Problems) -> str | None:
-    """The window's IANA timezone (None: UTC)."""
-    text = _text(attribute, where, problems)
-    if attribute is None or text is None:
+    """The window's IANA timezone (None: UTC), as a job's, but never empty."""
+    if attribute is None or _text(attribute, where, problems) is None:
         return None
-    try:
-        return check_zone(text)
-    except ScheduleError as exc:
-        problems.add(attribute.line, where, str(exc))
-        return None
+    return read_timezone(attribute, where, problems)
 
 
 def _duration(attribute: Attribute | None, where: str, problems: Problems) -> float | None:

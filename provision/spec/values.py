@@ -58,26 +58,23 @@ def read_bool(attribute: Attribute | None, where: str, problems: Problems) -> bo
 
 def read_count(attribute: Attribute, field: str, where: str, problems: Problems) -> int | None:
     """A whole number within the field's bounds (`provision.timings.COUNT_BOUNDS`), or None."""
-    value = attribute.value
-    problem = count_problem(field, value)
-    if problem is None and isinstance(value, int):
-        return value
-    if type(value) is not int:  # say what it is: a quoted "200", 200.0, true
-        kind = "a decimal number" if isinstance(value, float) else _kind(value)
-        problem = f"{problem}, not {kind}"
-    problems.add(attribute.line, where, str(problem))
-    return None
+    return _whole(attribute, count_problem(field, attribute.value), where, problems)
 
 
 def read_capacity(attribute: Attribute | None, where: str, problems: Problems) -> int | None:
     """A worker's max_concurrent_runs: a whole number, 1 or more (None when absent: no cap)."""
     if attribute is None:
         return None
+    return _whole(attribute, capacity_problem(attribute.value), where, problems)
+
+
+def _whole(attribute: Attribute, problem: str | None, where: str, problems: Problems) -> int | None:
+    """The attribute's whole number when `problem` (its bounds' check) is None; else None, and
+    the problem recorded with what the value is when it is no whole number."""
     value = attribute.value
-    problem = capacity_problem(value)
     if problem is None and isinstance(value, int):
         return value
-    if type(value) is not int:  # say what it is: a quoted "2", 2.0, true
+    if type(value) is not int:  # say what it is: a quoted "200", 200.0, true
         kind = "a decimal number" if isinstance(value, float) else _kind(value)
         problem = f"{problem}, not {kind}"
     problems.add(attribute.line, where, str(problem))

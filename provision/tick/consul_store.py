@@ -27,6 +27,7 @@ from provision.ledger.records import TickRecord, decode
 from provision.ledger.store import Claim, ClaimTxn, Completion, Ledger
 from provision.sessions import SessionTerms, create_session
 from provision.system.control_keys import trigger_key
+from provision.tick.edge import Note
 from provision.tick.store import (
     MAX_WATCH,
     PLAIN,
@@ -51,6 +52,7 @@ TOO_LARGE = 413  # Consul's answer to a request body or value over its caps
 REFUSED_WHOLE = frozenset({400, TOO_LARGE})
 
 Tails = tuple[str | None, str | None]  # the ends of a run's stdout and stderr, for its record
+TailsOf = Callable[[str, datetime], Tails | None]  # a job's name and tick: its run's tails here
 
 
 @contextmanager
@@ -399,14 +401,23 @@ class TailedStore(ConsulTickStore):
     schedule`, embed): a completion's record carries its run's output tails, which `tails`
     answers for a job's name and tick (None: no run of that tick here)."""
 
-    def __init__(self, consul: Consul, tails: Callable[[str, datetime], Tails | None]) -> None:
+    def __init__(self, consul: Consul, tails: TailsOf) -> None:
         super().__init__(consul)
         self.tails = tails
 
     def finished(self, job: JobKeys, record: TickRecord) -> TickRecord:
-        return self.with_tails(job.name, record)
+        return with_tails(record, self.tails(job.name, record.tick))
 
-    def with_tails(self, name: str, record: TickRecord) -> TickRecord:
-        """The record with its run's output tails, if the run was here."""
-        tails = self.tails(name, record.tick)
-        return record if tails is None else replace(record, stdout=tails[0], stderr=tails[1])
+
+def with_tails(record: TickRecord, tails: Tails | None) -> TickRecord:
+    """The record with its run's output tails, if the run was here."""
+    return record if tails is None else replace(record, stdout=tails[0], stderr=tails[1])
+
+
+def note_with_tails(note: Note, tails: TailsOf) -> Note:
+    """A completion's note with its record's output tails, as a TailedStore completed it (the
+    core's copy has none), for a webhook's body."""
+    record = note.record
+    if note.kind != "completed" or record is None or record.stdout or record.stderr:
+        return note
+    return replace(note, record=with_tails(record, tails(note.job, record.tick)))
