@@ -36,6 +36,7 @@ meanwhile is skipped (overlap).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import json
@@ -93,6 +94,12 @@ from provision.tick.store import (
 from provision.timings import JobTimings
 
 MAX_MISSED_PER_HOUSEKEEPING = 60  # one transaction's worth (ledger/store.py CHUNK)
+# Housekeepings under way at once (each a read, some a write, waiting aside); the others wait
+# their turn. Every job's first one comes due at the same instant after a start: 1,000 of them
+# filled the thread's aside slots (ThreadTimerClock.MAX_ASIDE) and then ran inline, a Consul
+# round trip each, while the start's claims waited under them: their runs started 10 s late,
+# past the fencing bound, and were recorded lost (bench/scale.py, a start inside a tick's window).
+HOUSEKEEPINGS_AT_ONCE = 4
 FATE_RETRY = 5.0  # seconds: Consul did not answer a look at a tick's fate: look again then
 SETTLE_AGAIN = 1.0  # seconds: the start's housekeeping found a tick not missable yet (Date's step)
 # A trigger waits for the job's lock (a run of it going on here or elsewhere) at most this
@@ -322,6 +329,8 @@ class TickCore:
         self.pool = SessionPool(store, clock, identity.worker, identity.node, listener)
         self._jobs = [_Job(_calendared(job)) for job in jobs]
         self._retiring: list[_Job] = []  # removed by a reload while their run goes on
+        self._housekeepings: collections.deque[tuple[_Job, datetime | None]] = collections.deque()
+        self._housekeeping_now = 0  # under way (HOUSEKEEPINGS_AT_ONCE at most)
         self._reading: list[tuple[_Job, TickPlan]] = []  # turns whose read waits for _read_turns
         self._read_timer: Cancellable | None = None
         self._completions = Completions(store, clock)
@@ -1038,11 +1047,24 @@ class TickCore:
         per-tick run to nobody (`counted`: the caller counted it already)."""
         if not counted:
             state.housekeeping += 1
+        self._housekeepings.append((state, settle))
+        self._next_housekeeping()
+
+    def _next_housekeeping(self) -> None:
+        """The oldest housekeeping waiting, unless HOUSEKEEPINGS_AT_ONCE are under way; the
+        next one from a timer of its own once it is over (never nested in this one)."""
+        if self._housekeeping_now >= HOUSEKEEPINGS_AT_ONCE or not self._housekeepings:
+            return
+        state, settle = self._housekeepings.popleft()
+        self._housekeeping_now += 1
         try:
             self._housekeep_now(state, settle)
         finally:
+            self._housekeeping_now -= 1
             state.housekeeping -= 1
         self._quiet(state)
+        if self._housekeepings:
+            self.clock.call_at(self.clock.monotonic(), self._next_housekeeping)
 
     def _housekeep_now(self, state: _Job, settle: datetime | None) -> None:
         """The ticks nobody ran recorded missed (missed_ticks: after the oldest record, within
