@@ -14,18 +14,15 @@ at (ledger/store.py), so a catch-up and the recording of the tick as missed cann
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 
 from provision.ledger.records import TickRecord
 from provision.outcomes import Outcome
 from provision.schedule import Schedule
+from provision.timings import CatchupReach
 
 LATEST = "latest"
 ALL = "all"
-DEFAULT_CATCHUP_LIMIT = 10
-DEFAULT_CATCHUP_WINDOW = 3600.0
-MAX_CATCHUP_WINDOW = 7 * 86400.0
 # ticks looked at, newest first: the current one (its window may still be open) and the one
 # before it (its window closed at the current tick), whatever the schedule's spacing
 _WALK = 3
@@ -63,15 +60,6 @@ def may_catch_up(record: TickRecord | None) -> bool:
     """Whether a tick with this record (None: no record) may be run as a catch-up: nobody ran
     it, whether or not someone has recorded it missed yet."""
     return record is None or record.outcome is Outcome.MISSED
-
-
-@dataclass(frozen=True)
-class CatchupReach:
-    """How far `catchup = "all"` reaches back: ticks at most `window` seconds old, and at most
-    `limit` of them (the newest ones nobody ran: with limit 1 it is "latest" in a window)."""
-
-    window: float = DEFAULT_CATCHUP_WINDOW
-    limit: int = DEFAULT_CATCHUP_LIMIT
 
 
 def ticks_to_catch_up(

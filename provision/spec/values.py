@@ -6,13 +6,22 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from urllib.parse import urlsplit
 
+from provision.durations import DurationSyntaxError, parse_duration
 from provision.schedule import ScheduleError, check_zone, parse_schedule
 from provision.spec.hcl import Attribute, Unsupported, Value
 from provision.spec.models import DEFAULT_ADDRESS
 from provision.spec.problems import Problems, shown
-from provision.timings import capacity_problem, catchup_problem, count_problem
+from provision.timings import (
+    CatchupReach,
+    capacity_problem,
+    catchup_limit_problem,
+    catchup_problem,
+    catchup_window_problem,
+    count_problem,
+)
 
 PREFIX_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*/$")
 MAX_PREFIX = 256
@@ -20,6 +29,7 @@ MAX_SCHEDULE = 256
 MAX_COMMAND_ARGS = 256
 MAX_ARGUMENT = 4096
 CHOICE_KEYS = ("catchup",)  # keys whose value is one word of a few (provision.timings)
+CATCHUP_REACH_KEYS = ("catchup_limit", "catchup_window")  # how far catchup = "all" goes
 
 
 # --- strings --------------------------------------------------------------------------------
@@ -93,6 +103,46 @@ def read_catchup(
     return read_checked_string(
         attribute, where, problems, lambda text: _quoted(text, catchup_problem(text))
     )
+
+
+def read_catchup_reach(
+    attributes: dict[str, Attribute], where: str, default: CatchupReach, problems: Problems
+) -> CatchupReach | None:
+    """The block's catchup_limit and catchup_window over `default`; None after recording why
+    one is not valid."""
+    limit, window = attributes.get("catchup_limit"), attributes.get("catchup_window")
+    reach = default
+    if limit is not None:
+        problem = catchup_limit_problem(limit.value)
+        if problem is not None or not isinstance(limit.value, int):
+            if type(limit.value) is not int:  # say what it is: a quoted "5", 5.0, true
+                kind = "a decimal number" if isinstance(limit.value, float) else _kind(limit.value)
+                problem = f"{problem}, not {kind}"
+            problems.add(limit.line, f"{where}.catchup_limit", str(problem))
+            return None
+        reach = replace(reach, limit=limit.value)
+    if window is not None:
+        seconds = _window_seconds(window, f"{where}.catchup_window", problems)
+        if seconds is None:
+            return None
+        reach = replace(reach, window=seconds)
+    return reach
+
+
+def _window_seconds(attribute: Attribute, where: str, problems: Problems) -> float | None:
+    text = read_string(attribute, where, problems)
+    if text is None:
+        return None
+    try:
+        seconds = parse_duration(text).seconds
+    except DurationSyntaxError as exc:
+        problems.add(attribute.line, where, str(exc))
+        return None
+    problem = catchup_window_problem(seconds)
+    if problem:
+        problems.add(attribute.line, where, f"{shown(text)} {problem}")
+        return None
+    return seconds
 
 
 def _quoted(text: str, problem: str | None) -> str | None:

@@ -48,7 +48,7 @@ from typing import Any
 
 from provision.blackouts import Blackout, holding_window
 from provision.consul import ConsulError, ConsulUnavailable, PermissionDenied
-from provision.ledger.catchup import CatchupReach, catchup_tick, may_catch_up, ticks_to_catch_up
+from provision.ledger.catchup import catchup_tick, may_catch_up, ticks_to_catch_up
 from provision.ledger.control import (
     NO_PAUSES,
     ControlNote,
@@ -90,7 +90,7 @@ from provision.tick.store import (
     TurnRead,
     lock_delayed,
 )
-from provision.timings import JobTimings
+from provision.timings import CatchupReach, JobTimings
 
 MAX_MISSED_PER_HOUSEKEEPING = 60  # one transaction's worth (ledger/store.py CHUNK)
 FATE_RETRY = 5.0  # seconds: Consul did not answer a look at a tick's fate: look again then

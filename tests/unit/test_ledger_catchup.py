@@ -7,9 +7,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from provision.ledger.catchup import CatchupReach, catchup_tick, may_catch_up, ticks_to_catch_up
+from provision.ledger.catchup import catchup_tick, may_catch_up, ticks_to_catch_up
 from provision.ledger.records import TickOutcome, TickRecord
 from provision.schedule import Schedule, parse_schedule
+from provision.timings import CatchupReach
 
 UTC = timezone.utc
 T = datetime(2026, 12, 1, 2, 0, 0, tzinfo=UTC)  # a tick of every schedule below

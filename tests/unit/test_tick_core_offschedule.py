@@ -12,7 +12,6 @@ from datetime import datetime, timedelta
 from tick_fleet import KEYS, WORKERS, Fleet, at, every_10s
 
 from provision.consul import ConsulUnavailable, PermissionDenied
-from provision.ledger.catchup import CatchupReach
 from provision.ledger.control import ControlNote, manual_tick
 from provision.ledger.control import ended as pause_ended
 from provision.ledger.records import TickOutcome, TickRecord
@@ -24,6 +23,7 @@ from provision.tick.core import TRIGGER_WINDOW, CoreJob
 from provision.tick.edge import SkipReason
 from provision.tick.memory import MemoryTickStore
 from provision.tick.store import ControlState, JobKeys
+from provision.timings import CatchupReach
 
 
 def trigger(fleet: Fleet, seconds: float, trigger_id: str = "t-1") -> ControlNote:
