@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from urllib.parse import urlsplit
 
 from provision.durations import DurationSyntaxError, parse_duration
@@ -109,24 +108,29 @@ def read_catchup_reach(
     attributes: dict[str, Attribute], where: str, default: CatchupReach, problems: Problems
 ) -> CatchupReach | None:
     """The block's catchup_limit and catchup_window over `default`; None after recording why
-    one is not valid."""
+    one (or both) is not valid."""
     limit, window = attributes.get("catchup_limit"), attributes.get("catchup_window")
-    reach = default
-    if limit is not None:
-        problem = catchup_limit_problem(limit.value)
-        if problem is not None or not isinstance(limit.value, int):
-            if type(limit.value) is not int:  # say what it is: a quoted "5", 5.0, true
-                kind = "a decimal number" if isinstance(limit.value, float) else _kind(limit.value)
-                problem = f"{problem}, not {kind}"
-            problems.add(limit.line, f"{where}.catchup_limit", str(problem))
-            return None
-        reach = replace(reach, limit=limit.value)
-    if window is not None:
-        seconds = _window_seconds(window, f"{where}.catchup_window", problems)
-        if seconds is None:
-            return None
-        reach = replace(reach, window=seconds)
-    return reach
+    count = default.limit if limit is None else _limit(limit, f"{where}.catchup_limit", problems)
+    seconds = (
+        default.window
+        if window is None
+        else _window_seconds(window, f"{where}.catchup_window", problems)
+    )
+    if count is None or seconds is None:
+        return None
+    return CatchupReach(seconds, count)
+
+
+def _limit(attribute: Attribute, where: str, problems: Problems) -> int | None:
+    value = attribute.value
+    problem = catchup_limit_problem(value)
+    if problem is None and isinstance(value, int):
+        return value
+    if type(value) is not int:  # say what it is: a quoted "5", 5.0, true
+        kind = "a decimal number" if isinstance(value, float) else _kind(value)
+        problem = f"{problem}, not {kind}"
+    problems.add(attribute.line, where, str(problem))
+    return None
 
 
 def _window_seconds(attribute: Attribute, where: str, problems: Problems) -> float | None:
