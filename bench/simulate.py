@@ -46,6 +46,8 @@ hangs. The oracle checks, after every step:
 
 One job in five catches up (`catchup = "latest"`): after a replica's first turn, and after a
 turn Consul did not answer, the newest tick nobody ran is run late, once (tick-twice holds it).
+Another one in five, the `@every 10s` one, catches up `"all"`: up to CATCHUP_ALL's limit of
+the ticks nobody ran in its window, oldest first, each once (tick-twice holds them).
 
 A violation prints its invariant, the seed and the last events; `--seed S` (with the same
 plants) replays it exactly. `--plant NAME` replaces a named function of the core from outside
@@ -111,7 +113,7 @@ from provision.tick.store import (
     JobKeys,
     TurnRead,
 )
-from provision.timings import JobTimings
+from provision.timings import CatchupReach, JobTimings
 
 START = datetime(2026, 3, 28, 23, 0, tzinfo=timezone.utc)  # a DST change ahead (Berlin)
 DEFAULT_TICKS = 20_000
@@ -145,6 +147,7 @@ SHAPES = (
     ("*/2 * * * *", "Europe/Berlin", 0.0, 0.0),
 )
 HISTORY = 50  # the default history_limit
+CATCHUP_ALL = CatchupReach(window=600.0, limit=5)  # the "@every 10s" job's catchup = "all"
 WINDOWED = (1, 2, 4)  # the SHAPES with a blackout window: the catch-up job among them
 SETTLE = 40.0  # seconds after a (re)start before a replica counts as up: its first housekeeping
 STOP_POLL = 0.1  # a stopping scheduler looks whether its core has stopped (SETTLE_POLL)
@@ -1364,7 +1367,10 @@ def make_jobs(count: int, workers: tuple[str, ...], seed: int = 1) -> list[CoreJ
         keys = JobKeys(name, f"lockctl/sim/{name}/.lock")
         catchup = n % len(SHAPES) == 1  # @every 5s: a start deadline (30 s) past its interval
         windows = _window(draw, zone) if n % len(SHAPES) in WINDOWED else ()
-        jobs.append(CoreJob(keys, schedule, timings, workers, HISTORY, catchup, windows))
+        job = CoreJob(keys, schedule, timings, workers, HISTORY, catchup, windows)
+        if n % len(SHAPES) == 0:  # @every 10s: catchup = "all"
+            job = dataclasses.replace(job, catchup=True, catchup_all=CATCHUP_ALL)
+        jobs.append(job)
     return jobs
 
 

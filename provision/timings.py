@@ -64,9 +64,24 @@ FLAG_FIELDS = tuple(FLAG_DEFAULTS)
 DEFAULT_START_DEADLINE = parse_duration(DEFAULTS["start_deadline"]).seconds
 
 # What a job does after a time nobody ran it (ledger/catchup.py): "skip" leaves the ticks it
-# missed missed; "latest" runs the newest of them once, while within its start_deadline.
-CATCHUP_MODES = ("skip", "latest")
+# missed missed; "latest" runs the newest of them once, while within its start_deadline; "all"
+# runs each of them once, oldest first, within its catchup_window, catchup_limit at most.
+CATCHUP_MODES = ("skip", "latest", "all")
 DEFAULT_CATCHUP = "skip"
+CATCHUP_LIMIT_BOUNDS = (1, 1000)
+CATCHUP_WINDOW_BOUNDS = (1.0, 7 * 86400.0)  # a second (ticks are whole seconds) to a week
+
+
+@dataclass(frozen=True)
+class CatchupReach:
+    """How far `catchup = "all"` reaches back: ticks at most `window` seconds old, `limit` of
+    them at most (the newest ones nobody ran: with limit 1 it is "latest" in a window)."""
+
+    window: float = 3600.0  # catchup_window
+    limit: int = 10  # catchup_limit
+
+
+DEFAULT_CATCHUP_REACH = CatchupReach()
 
 
 def capacity_problem(value: object) -> str | None:
@@ -83,7 +98,25 @@ def catchup_problem(value: object) -> str | None:
     """Why `value` cannot be a job's catchup, or None."""
     if value in CATCHUP_MODES:
         return None
-    return 'must be "skip" or "latest"'
+    return 'must be "skip", "latest" or "all"'
+
+
+def catchup_limit_problem(value: object) -> str | None:
+    """Why `value` cannot be a job's catchup_limit (a whole number, 1..1000), or None."""
+    low, high = CATCHUP_LIMIT_BOUNDS
+    if type(value) is not int:  # not True (a bool is an int), not 2.0
+        return f"must be a whole number, {low}..{high}"
+    if low <= value <= high:
+        return None
+    return f"{value if abs(value) < 10**12 else 'the number'} is outside {low}..{high}"
+
+
+def catchup_window_problem(seconds: float) -> str | None:
+    """Why `seconds` cannot be a job's catchup_window (above zero, a week at most), or None."""
+    low, high = CATCHUP_WINDOW_BOUNDS
+    if low <= seconds <= high:
+        return None
+    return f"is outside {_text(low)}..{_text(high)}"
 
 
 @dataclass(frozen=True)

@@ -13,14 +13,16 @@ at (ledger/store.py), so a catch-up and the recording of the tick as missed cann
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterator, Mapping
 from datetime import datetime
 
 from provision.ledger.records import TickRecord
 from provision.outcomes import Outcome
 from provision.schedule import Schedule
+from provision.timings import CatchupReach
 
 LATEST = "latest"
+ALL = "all"
 # ticks looked at, newest first: the current one (its window may still be open) and the one
 # before it (its window closed at the current tick), whatever the schedule's spacing
 _WALK = 3
@@ -58,3 +60,49 @@ def may_catch_up(record: TickRecord | None) -> bool:
     """Whether a tick with this record (None: no record) may be run as a catch-up: nobody ran
     it, whether or not someone has recorded it missed yet."""
     return record is None or record.outcome is Outcome.MISSED
+
+
+def ticks_to_catch_up(
+    schedule: Schedule,
+    now: datetime,
+    start_deadline: float,
+    reach: CatchupReach,
+    records: Mapping[datetime, TickRecord],
+    held: Callable[[datetime], bool],
+) -> list[datetime]:
+    """The ticks `catchup = "all"` runs at `now`, oldest first: those whose claim window has
+    closed, within `reach.window` of now, after the ledger's oldest record (`records`: the
+    ledger, by tick), that nobody ran (no record, or `missed`) and no pause or blackout window
+    held (`held`: it was not due); the newest of them, `reach.limit` at most, counting those
+    in the window caught up already (so a look again, after another replica's catch-ups,
+    does not reach further back: at most `limit` catch-ups in any window). Unlike "latest",
+    the start deadline does not bound it: the window does."""
+    if not records:
+        return []
+    oldest = min(records)
+    found: list[datetime] = []
+    counted = 0  # toward the limit: the ticks found, and those caught up already
+    for tick in _closed_ticks(schedule, now, start_deadline):
+        if counted >= reach.limit or (now - tick).total_seconds() > reach.window:
+            break
+        if tick <= oldest:
+            break
+        record = records.get(tick)
+        if record is not None and record.catchup:
+            counted += 1
+        elif may_catch_up(record) and not held(tick):
+            found.append(tick)
+            counted += 1
+    return found[::-1]
+
+
+def _closed_ticks(schedule: Schedule, now: datetime, start_deadline: float) -> Iterator[datetime]:
+    """The ticks whose claim window closed by `now`, newest first (the current tick's window
+    may be open still: a late run of it is no catch-up)."""
+    walk = schedule.ticks_at_or_before(now)
+    tick = next(walk)
+    following = schedule.next_ticks(tick, 1)[0]
+    window = min(start_deadline, (following - tick).total_seconds())
+    if (now - tick).total_seconds() > window or following <= now:
+        yield tick
+    yield from walk

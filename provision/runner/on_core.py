@@ -35,7 +35,7 @@ from provision.consul import (
     RetryPolicy,
 )
 from provision.errors import EXIT_JOB_TIMEOUT, EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT
-from provision.ledger.catchup import LATEST
+from provision.ledger.catchup import ALL, LATEST
 from provision.ledger.records import TickRecord, taken_fields, tick_name
 from provision.ledger.store import Claim, ClaimTerms
 from provision.ledger.ticks import MISSED_GRACE, skew_to_say
@@ -107,10 +107,11 @@ def core_job(ask: TickAsk) -> CoreJob:
     if ask.options.min_hold is not None:
         timings = replace(timings, min_hold=ask.options.min_hold)
     workers = tuple(job.workers)
-    catchup = job.catchup == LATEST
+    catchup = job.catchup in (LATEST, ALL)
     keys = JobKeys(job.name, job.lock_key)
     history = job.history_limit
-    return CoreJob(keys, schedule, timings, workers, history, catchup, job.blackouts)
+    core = CoreJob(keys, schedule, timings, workers, history, catchup, job.blackouts)
+    return replace(core, catchup_all=job.catchup_reach if job.catchup == ALL else None)
 
 
 class RunStore(TailedStore):
@@ -418,7 +419,7 @@ def _take(made: _Core, ask: TickAsk, events: EventLog, stop: StopRequest) -> tup
     """The turn at the tick, and again while --wait waits for the lock: the verdict, and
     whether the wait ran out (the window closed, or --timeout passed)."""
     clock, one = made.clock, made.one
-    catchup = ask.job.catchup == LATEST
+    catchup = ask.job.catchup in (LATEST, ALL)
     give_up = None
     if ask.options.wait:
         give_up = wait_deadline(one.plan(ask.tick), clock.wall(), clock.monotonic())

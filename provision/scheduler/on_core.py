@@ -50,7 +50,7 @@ from provision.consul import (
 from provision.consul.clock import WallSteps
 from provision.consul.login import Login
 from provision.errors import InputError, LockctlError
-from provision.ledger.catchup import LATEST
+from provision.ledger.catchup import ALL, LATEST
 from provision.ledger.control import ControlNote
 from provision.ledger.records import TickRecord
 from provision.ledger.ticks import skew_to_say
@@ -129,7 +129,8 @@ class BodySaid:
 def core_job(job: JobConfig) -> CoreJob:
     """`job` as the tick core runs it (pure): its keys, its schedule in its timezone, its
     timings, its workers in the claim order job_turn hands ledger/turns.py, how many records
-    its ledger keeps, and whether it catches up (catchup = "latest")."""
+    its ledger keeps, and whether it catches up (catchup = "latest", or "all" with its
+    catchup_window and catchup_limit)."""
     if job.schedule is None:
         raise ValueError(f"job {job.name}: no schedule (the core runs scheduled jobs only)")
     return CoreJob(
@@ -138,8 +139,9 @@ def core_job(job: JobConfig) -> CoreJob:
         job.timings,
         tuple(job.workers),
         job.history_limit,
-        catchup=job.catchup == LATEST,
+        catchup=job.catchup in (LATEST, ALL),
         blackouts=job.blackouts,
+        catchup_all=job.catchup_reach if job.catchup == ALL else None,
     )
 
 

@@ -9,7 +9,14 @@ from provision.durations import Duration, parse_duration
 from provision.spec.names import DEFAULT_OWNER, lock_key
 from provision.system.http_call import HttpCall
 from provision.system.notify_rules import NO_NOTIFICATIONS, Notifications
-from provision.timings import COUNT_DEFAULTS, DEFAULT_CATCHUP, DEFAULTS, JobTimings
+from provision.timings import (
+    COUNT_DEFAULTS,
+    DEFAULT_CATCHUP,
+    DEFAULT_CATCHUP_REACH,
+    DEFAULTS,
+    CatchupReach,
+    JobTimings,
+)
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8500"
 DEFAULT_START_DEADLINE = parse_duration(DEFAULTS["start_deadline"])
@@ -31,7 +38,8 @@ class Defaults:
     history_limit: int = DEFAULT_HISTORY_LIMIT
     jitter: Duration = NO_JITTER
     timeout: Duration | None = None  # None: a run may go on as long as it likes
-    catchup: str = DEFAULT_CATCHUP  # "skip" or "latest" (ledger/catchup.py)
+    catchup: str = DEFAULT_CATCHUP  # "skip", "latest" or "all" (ledger/catchup.py)
+    catchup_reach: CatchupReach = DEFAULT_CATCHUP_REACH  # catchup_window, catchup_limit
     retries: int = 0  # attempts after a failed first one (tick/retries.py)
     retry_delay: Duration = DEFAULT_RETRY_DELAY
     retry_on_timeout: bool = False
@@ -101,7 +109,8 @@ class Job:
     timezone: str = "UTC"  # the IANA zone `schedule` is read in
     history_limit: int = DEFAULT_HISTORY_LIMIT  # tick records kept per job
     http: HttpCall | None = None  # an HTTP job's call, instead of `command` (spec/http_block.py)
-    catchup: str = DEFAULT_CATCHUP  # after a time nobody ran it: "skip", or run the "latest"
+    catchup: str = DEFAULT_CATCHUP  # after a time nobody ran it: "skip", the "latest", or "all"
+    catchup_reach: CatchupReach = DEFAULT_CATCHUP_REACH  # how far back "all" goes
     # an HTTP job may call a link-local or metadata target, and lint says nothing of a remote one
     allow_remote_target: bool = False
     http_url_line: int | None = None  # where `http.url` is: lint's findings of the target

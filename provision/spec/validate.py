@@ -49,11 +49,13 @@ from provision.spec.notify_block import PING_KEY, read_notifications
 from provision.spec.prefixes import check_job_prefixes
 from provision.spec.problems import Problems, shown
 from provision.spec.values import (
+    CATCHUP_REACH_KEYS,
     CHOICE_KEYS,
     read_address,
     read_bool,
     read_capacity,
     read_catchup,
+    read_catchup_reach,
     read_command,
     read_job_workers,
     read_prefix,
@@ -64,10 +66,10 @@ from provision.spec.values import (
 from provision.system.files import UnreadableFile, read_regular_file
 from provision.system.http_call import RETRY_ON_TIMEOUT_REFUSED
 from provision.system.notify_rules import Notifications
-from provision.timings import DEFAULT_CATCHUP
+from provision.timings import DEFAULT_CATCHUP, DEFAULT_CATCHUP_REACH, CatchupReach
 
 MAX_SPEC_BYTES = 16 * 1024 * 1024  # a 10,000-job spec is about 3 MB
-DEFAULTS_KEYS = (*DURATION_KEYS, *COUNT_KEYS, *CHOICE_KEYS, PING_KEY)
+DEFAULTS_KEYS = (*DURATION_KEYS, *COUNT_KEYS, *CHOICE_KEYS, *CATCHUP_REACH_KEYS, PING_KEY)
 # allow_remote_target: a job's own decision (an HTTP job's target), never a default
 JOB_KEYS = (
     "prefix",
@@ -137,13 +139,14 @@ def _build(body: Body, problems: Problems) -> Spec:
     _check_duplicates(blocks["worker"], "worker", problems)
     _check_duplicates(blocks["job"], "job", problems)
     catchup = _default_catchup(blocks["defaults"], problems)
+    reach = _default_catchup_reach(blocks["defaults"], problems)
     defaults, counts = _defaults(blocks["defaults"], problems)
     notifications = _default_notifications(blocks["defaults"], problems)
     blackouts = _default_blackouts(blocks["defaults"], problems)
     methods = read_auth_methods(blocks["auth_method"], problems)
     workers = _workers(blocks["worker"], methods, _method_names(blocks), problems)
     declared = {worker.name for worker in workers}
-    inherited = _Inherited(defaults, counts, catchup, notifications, blackouts)
+    inherited = _Inherited(defaults, counts, (catchup, reach), notifications, blackouts)
     jobs = [_job(block, inherited, declared, problems) for block in blocks["job"]]
     named_jobs = [job for job in jobs if job is not None]
     check_job_prefixes(blocks["job"], problems)
@@ -154,6 +157,7 @@ def _build(body: Body, problems: Problems) -> Spec:
         defaults=replace(
             final_defaults(defaults, counts),
             catchup=catchup,
+            catchup_reach=reach,
             notifications=notifications,
             blackouts=blackouts,
         ),
@@ -310,6 +314,14 @@ def _default_catchup(blocks: list[Block], problems: Problems) -> str:
     return chosen or DEFAULT_CATCHUP
 
 
+def _default_catchup_reach(blocks: list[Block], problems: Problems) -> CatchupReach:
+    """The catchup_limit and catchup_window every job inherits; an invalid one is reported,
+    and the built-in one stands in: the spec is refused anyway."""
+    found = {a.name: a for block in blocks[:1] for a in block.body.attributes}
+    reach = read_catchup_reach(found, "defaults", DEFAULT_CATCHUP_REACH, problems)
+    return reach or DEFAULT_CATCHUP_REACH
+
+
 def _defaults(blocks: list[Block], problems: Problems) -> tuple[Settings, Counts]:
     """The durations and counts every job inherits; an invalid count is reported and the
     built-in one stands in (the spec is refused anyway)."""
@@ -394,7 +406,7 @@ class _Inherited:
 
     settings: Settings
     counts: Counts
-    catchup: str
+    catchup: tuple[str, CatchupReach]  # catchup, and its catchup_window and catchup_limit
     notifications: Notifications
     blackouts: tuple[Blackout, ...] = ()
 
@@ -425,15 +437,15 @@ def _job(block: Block, inherited: _Inherited, declared: set[str], problems: Prob
         timings = with_retries(timings, counts, every, attributes, where, problems)
     if http is not None and counts is not None and counts["retry_on_timeout"]:
         _refuse_retry_on_timeout(block, where, attributes, problems)
-    catchup = read_catchup(
-        attributes.get("catchup"), f"{where}.catchup", inherited.catchup, problems
-    )
+    default_catchup, default_reach = inherited.catchup
+    catchup = read_catchup(attributes.get("catchup"), f"{where}.catchup", default_catchup, problems)
+    reach = read_catchup_reach(attributes, where, default_reach, problems)
     scope = read_scope(attributes.get(SCOPE_KEY), f"{where}.{SCOPE_KEY}", problems)
     blackouts = read_blackouts(block, where, inherited.blackouts, problems)
     refuse_home(attributes.get(HOME_KEY), f"{where}.{HOME_KEY}", problems)
     if name is None or prefix is None or workers is None or timings is None or counts is None:
         return None
-    if catchup is None:
+    if catchup is None or reach is None:
         return None
     return Job(
         name=name,
@@ -447,6 +459,7 @@ def _job(block: Block, inherited: _Inherited, declared: set[str], problems: Prob
         timezone=zone or "UTC",
         history_limit=counts["history_limit"],
         catchup=catchup,
+        catchup_reach=reach,
         allow_remote_target=allow_remote,
         http_url_line=None if http is None else http.url_line,
         notifications=notifications,

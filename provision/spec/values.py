@@ -8,11 +8,19 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
+from provision.durations import DurationSyntaxError, parse_duration
 from provision.schedule import ScheduleError, check_zone, parse_schedule
 from provision.spec.hcl import Attribute, Unsupported, Value
 from provision.spec.models import DEFAULT_ADDRESS
 from provision.spec.problems import Problems, shown
-from provision.timings import capacity_problem, catchup_problem, count_problem
+from provision.timings import (
+    CatchupReach,
+    capacity_problem,
+    catchup_limit_problem,
+    catchup_problem,
+    catchup_window_problem,
+    count_problem,
+)
 
 PREFIX_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*/$")
 MAX_PREFIX = 256
@@ -20,6 +28,7 @@ MAX_SCHEDULE = 256
 MAX_COMMAND_ARGS = 256
 MAX_ARGUMENT = 4096
 CHOICE_KEYS = ("catchup",)  # keys whose value is one word of a few (provision.timings)
+CATCHUP_REACH_KEYS = ("catchup_limit", "catchup_window")  # how far catchup = "all" goes
 
 
 # --- strings --------------------------------------------------------------------------------
@@ -90,6 +99,51 @@ def read_catchup(
     return read_checked_string(
         attribute, where, problems, lambda text: _quoted(text, catchup_problem(text))
     )
+
+
+def read_catchup_reach(
+    attributes: dict[str, Attribute], where: str, default: CatchupReach, problems: Problems
+) -> CatchupReach | None:
+    """The block's catchup_limit and catchup_window over `default`; None after recording why
+    one (or both) is not valid."""
+    limit, window = attributes.get("catchup_limit"), attributes.get("catchup_window")
+    count = default.limit if limit is None else _limit(limit, f"{where}.catchup_limit", problems)
+    seconds = (
+        default.window
+        if window is None
+        else _window_seconds(window, f"{where}.catchup_window", problems)
+    )
+    if count is None or seconds is None:
+        return None
+    return CatchupReach(seconds, count)
+
+
+def _limit(attribute: Attribute, where: str, problems: Problems) -> int | None:
+    value = attribute.value
+    problem = catchup_limit_problem(value)
+    if problem is None and isinstance(value, int):
+        return value
+    if type(value) is not int:  # say what it is: a quoted "5", 5.0, true
+        kind = "a decimal number" if isinstance(value, float) else _kind(value)
+        problem = f"{problem}, not {kind}"
+    problems.add(attribute.line, where, str(problem))
+    return None
+
+
+def _window_seconds(attribute: Attribute, where: str, problems: Problems) -> float | None:
+    text = read_string(attribute, where, problems)
+    if text is None:
+        return None
+    try:
+        seconds = parse_duration(text).seconds
+    except DurationSyntaxError as exc:
+        problems.add(attribute.line, where, str(exc))
+        return None
+    problem = catchup_window_problem(seconds)
+    if problem:
+        problems.add(attribute.line, where, f"{shown(text)} {problem}")
+        return None
+    return seconds
 
 
 def _quoted(text: str, problem: str | None) -> str | None:

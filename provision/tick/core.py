@@ -49,7 +49,7 @@ from typing import Any
 
 from provision.blackouts import Blackout, holding_window
 from provision.consul import ConsulError, ConsulUnavailable, PermissionDenied
-from provision.ledger.catchup import catchup_tick, may_catch_up
+from provision.ledger.catchup import catchup_tick, may_catch_up, ticks_to_catch_up
 from provision.ledger.control import (
     NO_PAUSES,
     ControlNote,
@@ -91,7 +91,7 @@ from provision.tick.store import (
     TurnRead,
     lock_delayed,
 )
-from provision.timings import JobTimings
+from provision.timings import CatchupReach, JobTimings
 
 MAX_MISSED_PER_HOUSEKEEPING = 60  # one transaction's worth (ledger/store.py CHUNK)
 # Housekeepings under way at once (each a read, some a write, waiting aside); the others wait
@@ -118,8 +118,9 @@ class CoreJob:
     timings: JobTimings
     workers: tuple[str, ...] = ()
     history_limit: int = 50
-    catchup: bool = False  # catchup = "latest": the newest tick nobody ran is run late, once
+    catchup: bool = False  # catchup = "latest" or "all": ticks nobody ran are run late, once
     blackouts: tuple[Blackout, ...] = ()  # the windows its ticks are not run in (blackouts.py)
+    catchup_all: CatchupReach | None = None  # "all": every one in this reach (None: "latest")
 
     @property
     def name(self) -> str:
@@ -234,10 +235,13 @@ def trigger_plan(job: CoreJob, note: ControlNote, taken_index: int, now: datetim
 
 def catchup_plan(job: CoreJob, tick: datetime, missed: TickRecord | None, worker: str) -> TickPlan:
     """The plan of the catch-up of `tick` (pure): claimable while within the job's start
-    deadline (the next tick does not cut it), over `missed` as read (None: no record)."""
+    deadline, or with catchup = "all" its catchup_window (the next tick cuts neither), over
+    `missed` as read (None: no record)."""
     terms = ClaimTerms(over=0 if missed is None else missed.modify_index)
     plan = plan_tick(job, tick, worker)
-    return replace(plan, window=job.timings.start_deadline, off=OffSchedule(terms))
+    reach = job.catchup_all
+    window = job.timings.start_deadline if reach is None else reach.window
+    return replace(plan, window=window, off=OffSchedule(terms))
 
 
 @dataclass(frozen=True)
@@ -287,6 +291,7 @@ class _Job:
     retired: bool = False  # a reload removed the job: no more turns; its run ends as it would
     catchup_look: bool = False  # a catch-up is to be looked for after the next turn...
     catchup_due: bool = False  # ...once the job is free here (one look per turn at most)
+    catchups: list[datetime] = field(default_factory=list)  # "all": ticks to catch up, in order
     triggers: list[ControlNote] = field(default_factory=list)  # heard, not claimed or taken
     trigger_timer: Cancellable | None = None
     trigger_backoff: float = TRIGGER_POLL
@@ -441,7 +446,8 @@ class TickCore:
 
     def _quiet(self, state: _Job) -> None:
         """Tell `on_quiet` when the job is free here and nothing waits for it."""
-        waits = state.waiting or state.triggers or state.catchup_due or state.idle_timer
+        catching_up = state.catchup_due or bool(state.catchups)
+        waits = state.waiting or state.triggers or catching_up or state.idle_timer
         busy = state.busy is not None or state.held is not None or state.housekeeping > 0
         if self.on_quiet is not None and not busy and not waits:
             self.on_quiet(state.job.name)
@@ -866,7 +872,7 @@ class TickCore:
         """The job may be free here: a trigger heard meanwhile, or a catch-up to look for after
         a turn, goes next (from a timer of its own: never inside the step that freed it)."""
         self._quiet(state)
-        wanted = state.waiting or state.triggers or state.catchup_due
+        wanted = state.waiting or state.triggers or state.catchup_due or state.catchups
         if not wanted or state.idle_timer is not None or not self._live(state):
             return
         state.idle_timer = self.clock.call_at(self.clock.monotonic(), lambda: self._next(state))
@@ -881,6 +887,8 @@ class TickCore:
         elif state.triggers:
             if state.trigger_timer is None:
                 self._try_trigger(state)
+        elif state.catchups:
+            self._catch_up_next(state)
         elif state.catchup_due:
             self._look_for_catchup(state)
 
@@ -935,6 +943,9 @@ class TickCore:
         `missed` record as read, once. Looked for after this replica's first turn and after a
         turn Consul did not answer, once the job is free here (the due tick goes first: its
         window is the shorter); a look Consul does not answer is made after the next turn."""
+        if state.job.catchup_all is not None:
+            self._look_for_all(state, state.job.catchup_all)
+            return
         job, state.catchup_due = state.job, False
         sent = self.clock.monotonic()
         try:
@@ -959,6 +970,59 @@ class TickCore:
         self._note("catch-up", job, tick, f"{lag:.1f}s after it", record=record)
         self._claim(state, plan, _Judged(TickChoice(tick, plan.window, lag, 0.0), sent))
 
+    def _look_for_all(self, state: _Job, reach: CatchupReach) -> None:
+        """catchup = "all" (ledger/catchup.py `ticks_to_catch_up`): every tick nobody ran in
+        the job's reach, oldest first, each claimed in turn once the job is free here. One
+        read of the ledger's names, of its records when it has any, and of the control keys
+        when a tick may have been paused."""
+        job, state.catchup_due = state.job, False
+        try:
+            names, date = self.store.read_tick_names(job.keys)
+            now = self.clock.wall() if date is None else date
+            records = {r.tick: r for r in self.store.read_ticks(job.keys)} if names else {}
+            deadline = job.timings.start_deadline
+            ticks = ticks_to_catch_up(job.schedule, now, deadline, reach, records, self._holds(job))
+        except ConsulError as exc:
+            self._failed(exc, job, None)
+            self._quiet(state)
+            return
+        state.catchup_look, state.catchups = False, ticks
+        self._idle(state)
+
+    def _catch_up_next(self, state: _Job) -> None:
+        """The next tick "all" catches up: its record read again (someone may have run it or
+        recorded it missed since the look), then claimed over it as read."""
+        job, tick = state.job, state.catchups.pop(0)
+        sent = self.clock.monotonic()
+        try:
+            record, date = self.store.read_tick(job.keys, tick)
+        except ConsulError as exc:
+            self._failed(exc, job, None)
+            state.catchups, state.catchup_look = [], True  # looked for after the next turn
+            self._quiet(state)
+            return
+        if not may_catch_up(record):
+            self._idle(state)  # taken meanwhile: on to the next one
+            return
+        now = self.clock.wall() if date is None else date
+        plan = catchup_plan(job, tick, record, self.worker)
+        lag = (now - tick).total_seconds()
+        self._note("catch-up", job, tick, f"{lag:.1f}s after it", record=record)
+        self._claim(state, plan, _Judged(TickChoice(tick, plan.window, lag, 0.0), sent))
+
+    def _holds(self, job: CoreJob) -> Callable[[datetime], bool]:
+        """`_held` for many ticks: the control keys read once, and only if a tick needs them."""
+        pauses: list[Any] = []
+
+        def held(tick: datetime) -> bool:
+            if holding_window(job.blackouts, tick) is not None:
+                return True
+            if not pauses:
+                pauses.append(self.store.read_control(job.keys).pauses)
+            return pauses[0].holding(tick) is not None
+
+        return held
+
     def _held(self, job: CoreJob, tick: datetime) -> bool:
         """Whether a pause held `tick` (resumed since: every replica was down meanwhile), so it
         was not due and is not caught up (a pause's tick is no missed one); read only for a
@@ -975,8 +1039,8 @@ class TickCore:
             self._arm_fate(state, plan)
         elif plan.off.note is not None:
             self._retry_trigger(state)
-        else:
-            state.catchup_look = True
+        else:  # the lock held elsewhere (maybe catching up the rest): looked for after a turn
+            state.catchups, state.catchup_look = [], True
 
     # -- a tick's fate, and housekeeping ---------------------------------------------------------
     def _arm_fate(self, state: _Job, plan: TickPlan) -> None:

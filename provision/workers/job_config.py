@@ -31,11 +31,15 @@ from provision.system.notify_rules import (
 from provision.timings import (
     COUNT_DEFAULTS,
     DEFAULT_CATCHUP,
+    DEFAULT_CATCHUP_REACH,
     DEFAULTS,
     FLAG_DEFAULTS,
+    CatchupReach,
     JobTimings,
     bound_problem,
+    catchup_limit_problem,
     catchup_problem,
+    catchup_window_problem,
     count_problem,
     fencing_problem,
     jitter_problem,
@@ -62,6 +66,7 @@ class JobConfig:
     workers: tuple[str, ...] = ()  # every worker of the job, for the claim order; (): unknown
     http: HttpCall | None = None  # an HTTP job's call, instead of `command` (runner/http_job.py)
     catchup: str = DEFAULT_CATCHUP  # "latest": run the newest tick nobody ran (ledger/catchup.py)
+    catchup_reach: CatchupReach = DEFAULT_CATCHUP_REACH  # "all": how far back, how many
     notifications: Notifications = NO_NOTIFICATIONS  # the URL files only (system/notify_rules.py)
     blackouts: tuple[Blackout, ...] = ()  # its ticks are not run in these (provision/blackouts.py)
 
@@ -79,9 +84,18 @@ def job_record(job: Job) -> dict[str, Any]:
         **http_record(job.http),
         # only when set: a lockctl from before it refuses the field; without it, "skip"
         **({"catchup": job.catchup} if job.catchup != DEFAULT_CATCHUP else {}),
+        **catchup_reach_record(job.catchup, job.catchup_reach),
         **notify_record(job.notifications),
         **blackout_record(job.blackouts),
     }
+
+
+def catchup_reach_record(catchup: str, reach: CatchupReach) -> dict[str, Any]:
+    """A catchup = "all" job's catchup_window and catchup_limit (only for one: a lockctl from
+    before them refuses the fields, and refuses "all" anyway)."""
+    if catchup != "all":
+        return {}
+    return {"catchup_window": format_duration(reach.window), "catchup_limit": reach.limit}
 
 
 def blackout_record(windows: tuple[Blackout, ...]) -> dict[str, Any]:
@@ -175,6 +189,8 @@ JOB_FIELDS = {
     "retry_on_timeout",
     "http",
     "catchup",
+    "catchup_window",
+    "catchup_limit",
     "notify",
     "ping_url_file",
     "blackout",
@@ -214,6 +230,7 @@ def read_job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> Jo
     catchup = raw.get("catchup", DEFAULT_CATCHUP)
     if catchup_problem(catchup):
         problems.append(f"{where}catchup: {catchup_problem(catchup)}")
+    reach = _catchup_reach(raw, where, problems)
     notifications = _notifications(raw, where, problems)
     blackouts = _blackouts(raw, where, problems)
     late = None if len(problems) > before else jitter_problem(jitter, deadline)
@@ -244,9 +261,30 @@ def read_job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> Jo
         workers,
         http,
         catchup,
+        reach,
         notifications,
         blackouts,
     )
+
+
+def _catchup_reach(raw: dict[str, Any], where: str, problems: list[str]) -> CatchupReach:
+    """The job's catchup_window and catchup_limit, checked as the spec checks them; the
+    defaults when the config has none (an older lockctl's, or a job not catching up "all")."""
+    window = DEFAULT_CATCHUP_REACH.window
+    text = raw.get("catchup_window", format_duration(window))
+    try:
+        window = parse_duration(text).seconds if isinstance(text, str) else -1.0
+        wrong = catchup_window_problem(window)
+    except DurationSyntaxError as exc:
+        wrong = str(exc)
+    if wrong:
+        problems.append(f'{where}catchup_window: must be a duration such as "1h": {wrong}')
+    limit = raw.get("catchup_limit", DEFAULT_CATCHUP_REACH.limit)
+    limit_wrong = catchup_limit_problem(limit)
+    if limit_wrong:
+        problems.append(f"{where}catchup_limit: {limit_wrong}")
+        limit = DEFAULT_CATCHUP_REACH.limit
+    return CatchupReach(window, limit)
 
 
 def _blackouts(raw: dict[str, Any], where: str, problems: list[str]) -> tuple[Blackout, ...]:

@@ -10,7 +10,8 @@ the latest job's newest gap tick runs once (one `acquired` across the three, one
 older gap ticks are recorded missed, and the skip job's gap ticks are all missed. `lockctl run`
 does the same with two runs started at once after a gap; a catch-up claims over a `missed`
 record at the index it read, never at an older one; and a scheduler whose Consul was out of
-reach for a few ticks catches up after it answers again.
+reach for a few ticks catches up after it answers again. A `catchup = "all"` job runs every
+tick of the outage, oldest first, once each across the three replicas.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ SCHEDULE = parse_schedule(f"@every {EVERY}s")
 DEADLINE = "20s"
 WAIT = 60.0
 GAP = 4  # ticks with no replica running
-JOBS = ("latest", "skip", "run", "over", "outage", "held")
+JOBS = ("latest", "skip", "run", "over", "outage", "held", "all")
 
 
 def _command(log: Path) -> str:
@@ -79,9 +80,9 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
             "prefix": f'"{kv}{short}/"',
             "schedule": f'"@every {EVERY}s"',
             "start_deadline": f'"{DEADLINE}"',
-            "catchup": '"skip"' if short == "skip" else '"latest"',
+            "catchup": {"skip": '"skip"', "all": '"all"'}.get(short, '"latest"'),
         }
-        if short in ("latest", "skip", "outage"):  # `lockctl schedule` runs only these
+        if short in ("latest", "skip", "outage", "all"):  # `lockctl schedule` runs only these
             jobs[f"{short}-{uid}"]["command"] = _command(logs[short])
     spec_path = tmp / "locks.hcl"
     spec_path.write_text(spec_text(live_cluster, WORKERS, jobs))
@@ -235,6 +236,44 @@ def test_an_outage_of_every_replica_runs_the_latest_missed_tick_once(lab: Lab) -
     assert history.returncode in (0, 1), history.stdout
     assert "succeeded (catch-up)" in history.stdout
     assert "Traceback" not in "\n".join(line for s in schedulers for line in s.lines)
+
+
+def test_an_outage_of_every_replica_runs_each_missed_tick_once_with_catchup_all(lab: Lab) -> None:
+    job = lab.jobs["all"]
+    configs = [_config_of(lab, worker, "all") for worker in WORKERS]
+    first = [SchedulerProcess(config) for config in configs]
+    try:
+        assert eventually(lambda: len(_finished(lab, "all")) >= 2, WAIT)
+    finally:
+        _stop_all(first)
+    last = max(_records(lab, "all"))
+    back_at = SCHEDULE.next_ticks(last + timedelta(seconds=EVERY * GAP), 1)[0]
+    # the outage's ticks: their claim windows (cut at the next tick) closed before any replica
+    # was back; the one just before back_at is left out (its window closes as they start)
+    outage = [t for t in SCHEDULE.next_ticks(last, 64) if t < back_at - timedelta(seconds=EVERY)]
+    assert len(outage) >= GAP - 1
+    _at(back_at, 0.5)
+    second = [SchedulerProcess(config) for config in configs]
+    try:
+
+        def caught_up() -> bool:
+            records = _records(lab, "all")
+            return all(t in records and records[t].catchup and records[t].finished for t in outage)
+
+        assert eventually(caught_up, WAIT), (_records(lab, "all"), second[0].lines[-20:])
+    finally:
+        _stop_all(second)
+    records = _records(lab, "all")
+    for tick in outage:  # each ran once, as a catch-up, on one replica of three
+        assert records[tick].outcome is TickOutcome.SUCCEEDED, tick_name(tick)
+        assert len(_acquired(second, job, tick)) == 1, tick_name(tick)
+        assert _logged(lab, "all").count(f"{tick_name(tick)} {records[tick].worker}") == 1
+    claimed = [records[t].claimed_at for t in outage]
+    assert claimed == sorted(claimed)  # oldest first
+    assert not [t for t, r in records.items() if r.catchup and t <= last]
+    history = _lockctl(lab, "history", "--job", job, "--since", "2m")
+    print(f"\nlockctl history --job {job}\n{history.stdout}")  # for docs/schedules.md
+    assert "Traceback" not in "\n".join(line for s in first + second for line in s.lines)
 
 
 def _run(lab: Lab, worker: str, short: str = "run") -> subprocess.CompletedProcess[str]:

@@ -7,9 +7,10 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from provision.ledger.catchup import catchup_tick, may_catch_up
+from provision.ledger.catchup import catchup_tick, may_catch_up, ticks_to_catch_up
 from provision.ledger.records import TickOutcome, TickRecord
 from provision.schedule import Schedule, parse_schedule
+from provision.timings import CatchupReach
 
 UTC = timezone.utc
 T = datetime(2026, 12, 1, 2, 0, 0, tzinfo=UTC)  # a tick of every schedule below
@@ -115,3 +116,94 @@ def test_history_says_a_catchup_beside_its_attempts(
     from provision.ledger.attempts import attempts_text
 
     assert attempts_text("succeeded", attempts, cut, catchup) == expected
+
+
+def _ledger(ran: dict[float, TickOutcome | str]) -> dict[datetime, TickRecord]:
+    """A ledger: the record of each tick (seconds from T); its oldest says when the job began."""
+    return {
+        at(s): TickRecord(at(s), RAN, catchup=True)
+        if outcome == CAUGHT_UP
+        else TickRecord(at(s), TickOutcome(outcome))
+        for s, outcome in ran.items()
+    }
+
+
+def _not_held(tick: datetime) -> bool:
+    return False
+
+
+RAN = TickOutcome.SUCCEEDED
+MISSED = TickOutcome.MISSED
+CAUGHT_UP = "caught up"
+
+
+@pytest.mark.parametrize(
+    ("now", "reach", "ran", "held", "expected"),
+    [
+        # none missed: every closed tick in the window ran
+        (at(5), CatchupReach(60, 10), {s: RAN for s in range(-60, 10, 10)}, (), []),
+        # an outage T-40..T-10 (four ticks), back at T+5: all four, oldest first; T is the
+        # due tick (its window open), no catch-up
+        (
+            at(5),
+            CatchupReach(3600, 10),
+            {-50: RAN, 0: RAN},
+            (),
+            [at(-40), at(-30), at(-20), at(-10)],
+        ),
+        # recorded `missed` counts as nobody ran it; a run one does not
+        (
+            at(5),
+            CatchupReach(3600, 10),
+            {-30: MISSED, -20: RAN, -50: RAN},
+            (),
+            [at(-40), at(-30), at(-10)],
+        ),
+        # more than the limit: the newest three of them, oldest first
+        (at(5), CatchupReach(3600, 3), {-50: RAN}, (), [at(-30), at(-20), at(-10)]),
+        # ticks caught up already count toward the limit (a later look reaches no further)
+        (at(5), CatchupReach(3600, 3), {-50: RAN, -20: CAUGHT_UP, -10: CAUGHT_UP}, (), [at(-30)]),
+        # outside the window: 25 s back reaches T-20 and T-10 only
+        (at(5), CatchupReach(25, 10), {-50: RAN}, (), [at(-20), at(-10)]),
+        # a pause or blackout window held T-30 and T-20: never caught up
+        (at(5), CatchupReach(3600, 10), {-50: RAN}, (-30, -20), [at(-40), at(-10)]),
+        # recorded paused or blackout (the hold already written): not caught up either
+        (
+            at(5),
+            CatchupReach(3600, 10),
+            {-50: RAN, -40: TickOutcome.PAUSED, -30: TickOutcome.BLACKOUT},
+            (),
+            [at(-20), at(-10)],
+        ),
+        # past the due tick's window (now T+12, the window of T closed at T+10): T too
+        (at(12), CatchupReach(3600, 10), {-20: RAN, -10: RAN}, (), [at(0)]),
+    ],
+)
+def test_catchup_all_picks_the_ticks_nobody_ran_in_its_window(
+    now: datetime,
+    reach: CatchupReach,
+    ran: dict[float, TickOutcome | str],
+    held: tuple[float, ...],
+    expected: list[datetime],
+) -> None:
+    held_ticks = {at(s) for s in held}
+    picked = ticks_to_catch_up(EVERY_10S, now, 10, reach, _ledger(ran), held_ticks.__contains__)
+    assert picked == expected
+
+
+def test_catchup_all_reaches_back_no_further_than_the_ledger() -> None:
+    only = {at(-30): TickRecord(at(-30), TickOutcome.SUCCEEDED)}
+    assert ticks_to_catch_up(EVERY_10S, at(5), 10, CatchupReach(), only, _not_held) == [
+        at(-20),
+        at(-10),
+    ]
+    assert ticks_to_catch_up(EVERY_10S, at(5), 10, CatchupReach(), {}, _not_held) == []
+
+
+def test_catchup_all_ignores_the_start_deadline() -> None:
+    """Hourly with the default 5-minute deadline: "latest" never catches up, "all" does."""
+    ledger = {at(-5 * 3600): TickRecord(at(-5 * 3600), TickOutcome.SUCCEEDED)}
+    now = at(600)
+    assert catchup_tick(HOURLY, now, 300, set(ledger)) is None
+    picked = ticks_to_catch_up(HOURLY, now, 300, CatchupReach(3 * 3600, 10), ledger, _not_held)
+    assert picked == [at(-2 * 3600), at(-3600), at(0)]

@@ -14,7 +14,7 @@ from provision.consul import GivenSettings, resolve_settings
 from provision.durations import parse_duration
 from provision.errors import EXIT_INPUT, InputError
 from provision.spec import parse_spec
-from provision.timings import COUNT_DEFAULTS, DEFAULTS
+from provision.timings import COUNT_DEFAULTS, DEFAULTS, CatchupReach
 from provision.workers.config import (
     MAX_CONFIG_BYTES,
     ConfigError,
@@ -150,6 +150,49 @@ def test_the_spec_catchup_reaches_the_worker_config_only_when_latest(tmp_path: P
     assert (loaded.job("a").catchup, loaded.job("b").catchup) == ("latest", "skip")
 
 
+def test_the_spec_catchup_all_reaches_the_worker_config_with_its_reach(tmp_path: Path) -> None:
+    text = (
+        'worker "worker-1" { address = "http://127.0.0.21:8500" }\n'
+        'defaults {\n  catchup = "all"\n  catchup_window = "2h"\n}\n'
+        'job "a" {\n  prefix = "locks/a/"\n  workers = ["worker-1"]\n  catchup_limit = 3\n}\n'
+        'job "b" {\n  prefix = "locks/b/"\n  workers = ["worker-1"]\n  catchup = "latest"\n}\n'
+    )
+    record = config_record(parse_spec(text, "t.hcl"), "worker-1", Path("/t"))
+    job_a, job_b = record["jobs"]["a"], record["jobs"]["b"]
+    assert (job_a["catchup"], job_a["catchup_window"], job_a["catchup_limit"]) == ("all", "2h", 3)
+    assert "catchup_window" not in job_b and "catchup_limit" not in job_b  # only with "all"
+    loaded = load_worker_config(_write(tmp_path, record))
+    assert loaded.job("a").catchup_reach == CatchupReach(7200.0, 3)
+    assert loaded.job("b").catchup_reach == CatchupReach()  # the defaults: 1h, 10
+
+
+@pytest.mark.parametrize(
+    ("window", "limit", "expected"),
+    [
+        ("0s", 3, "jobs.report.catchup_window: "),
+        ("169h", 3, "jobs.report.catchup_window: "),
+        (3600, 3, "jobs.report.catchup_window: "),
+        ("1h", 0, "jobs.report.catchup_limit: 0 is outside 1..1000"),
+        ("1h", "3", "jobs.report.catchup_limit: must be a whole number"),
+    ],
+)
+def test_a_config_catchup_reach_the_spec_would_refuse_is_refused(
+    tmp_path: Path, window: object, limit: object, expected: str
+) -> None:
+    data = _with(
+        jobs__report__catchup="all",
+        jobs__report__catchup_window=window,
+        jobs__report__catchup_limit=limit,
+    )
+    problems = _problems(tmp_path, data)
+    assert any(p.startswith(expected) for p in problems), problems
+
+
+def test_a_config_without_the_catchup_reach_loads_with_its_defaults(tmp_path: Path) -> None:
+    report = load_worker_config(_write(tmp_path, _with(jobs__report__catchup="all"))).job("report")
+    assert (report.catchup, report.catchup_reach) == ("all", CatchupReach(3600.0, 10))
+
+
 def test_a_config_from_an_older_lockctl_gets_the_ledger_defaults(tmp_path: Path) -> None:
     data = _with(jobs__report__start_deadline=DELETE, jobs__report__history_limit=DELETE)
     report = load_worker_config(_write(tmp_path, data)).job("report")
@@ -258,8 +301,8 @@ def test_an_unknown_job_names_the_known_ones(tmp_path: Path) -> None:
             "jobs.report.timeout: must be a duration string such",
         ),
         (_with(jobs__report__timeout="0s"), "jobs.report.timeout: 0s is outside 1s..168h"),
-        (_with(jobs__report__catchup="all"), 'jobs.report.catchup: must be "skip" or "latest"'),
-        (_with(jobs__report__catchup=None), 'jobs.report.catchup: must be "skip" or "latest"'),
+        (_with(jobs__report__catchup="every"), 'jobs.report.catchup: must be "skip", "latest" or'),
+        (_with(jobs__report__catchup=None), 'jobs.report.catchup: must be "skip", "latest" or'),
         (
             _with(jobs__report__timeout="169h"),
             "jobs.report.timeout: 169h is outside 1s..168h",

@@ -24,7 +24,7 @@ from provision.scheduler.on_core import BodySaid, GuardedClock, ServiceBody, cor
 from provision.tick.clock import VirtualClock
 from provision.tick.core import plan_tick
 from provision.tick.edge import BodyEnd, Run
-from provision.timings import JobTimings
+from provision.timings import CatchupReach, JobTimings
 from provision.workers.config import JobConfig
 
 WAIT = 10.0  # seconds a test waits for what must happen (never reached when it works)
@@ -77,6 +77,12 @@ def test_a_config_job_becomes_the_core_job_it_describes(
     assert made.timings is job.timings
     assert made.workers == workers
     assert (made.history_limit, made.catchup) == (history_limit, catchup)
+
+
+def test_a_config_job_catching_up_all_carries_its_reach_to_the_core() -> None:
+    made = core_job(_job(catchup="all", catchup_reach=CatchupReach(7200.0, 3)))
+    assert made.catchup is True and made.catchup_all == CatchupReach(7200.0, 3)
+    assert core_job(_job(catchup="latest")).catchup_all is None
 
 
 def test_a_job_without_a_schedule_is_refused() -> None:

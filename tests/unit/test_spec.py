@@ -54,6 +54,14 @@ def _describe(spec: Spec) -> dict[str, Any]:
             "command": list(job.command) if job.command else None,
             "timeout": job.timings.timeout,
             **({"catchup": job.catchup} if job.catchup != "skip" else {}),
+            **(
+                {
+                    "catchup_window": job.catchup_reach.window,
+                    "catchup_limit": job.catchup_reach.limit,
+                }
+                if job.catchup == "all"
+                else {}
+            ),
             **(_notifications(job) if job.notifications else {}),
             **({"scope": job.scope} if job.scope else {}),
             "line": job.line,

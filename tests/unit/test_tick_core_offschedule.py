@@ -13,15 +13,17 @@ from tick_fleet import KEYS, WORKERS, Fleet, at, every_10s
 
 from provision.consul import ConsulUnavailable, PermissionDenied
 from provision.ledger.control import ControlNote, manual_tick
+from provision.ledger.control import ended as pause_ended
 from provision.ledger.records import TickOutcome, TickRecord
 from provision.ledger.turns import claim_order
 from provision.schedule import parse_schedule
 from provision.sessions import SessionTerms
-from provision.system.control_keys import paused_key, trigger_key
+from provision.system.control_keys import paused_key, pauses_key, trigger_key
 from provision.tick.core import TRIGGER_WINDOW, CoreJob
 from provision.tick.edge import SkipReason
 from provision.tick.memory import MemoryTickStore
 from provision.tick.store import ControlState, JobKeys
+from provision.timings import CatchupReach
 
 
 def trigger(fleet: Fleet, seconds: float, trigger_id: str = "t-1") -> ControlNote:
@@ -224,6 +226,67 @@ def test_a_job_without_catchup_never_runs_a_past_tick() -> None:
     fleet.start("w1")
     fleet.run(30)
     assert all(tick >= at(0) for _, tick, _ in fleet.bodies)
+
+
+def every_10s_catching_up_all(window: float = 3600.0, limit: int = 10) -> CoreJob:
+    """Every 10 s on three replicas, catchup = "all" (its start deadline, 30 s, does not
+    bound a catch-up: the window does)."""
+    return replace(every_10s(), catchup=True, catchup_all=CatchupReach(window, limit))
+
+
+def caught_up(fleet: Fleet) -> list[datetime]:
+    """The ticks run as catch-ups, in the order their runs started."""
+    ticks = [tick for _, tick, _ in fleet.bodies]
+    return [t for t in ticks if (r := fleet.record(t)) is not None and r.catchup is True]
+
+
+def test_catch_up_all_runs_every_tick_of_an_outage_oldest_first_once_on_three_replicas() -> None:
+    fleet = Fleet(job=every_10s_catching_up_all(), duration=1.0)
+    seed_ledger(fleet, -50.0)  # the job ran; then an outage: nobody ran -40, -30, -20, -10
+    for worker in WORKERS:
+        fleet.start(worker)
+    fleet.run(60)
+    assert caught_up(fleet) == [at(-40), at(-30), at(-20), at(-10)]
+    for seconds in (-40, -30, -20, -10, 0, 10, 20, 30, 40, 50):
+        assert len(fleet.ran(at(seconds))) == 1, seconds  # each once across the replicas
+    order = [tick for _, tick, _ in fleet.bodies]
+    assert order.index(at(0)) < order.index(at(-40))  # the due tick first
+    record = fleet.record(at(-40))
+    assert record is not None and record.outcome is TickOutcome.SUCCEEDED
+
+
+def test_catch_up_all_runs_at_most_its_limit_the_newest_of_them() -> None:
+    fleet = Fleet(job=every_10s_catching_up_all(limit=3), duration=1.0)
+    seed_ledger(fleet, -200.0)  # 19 ticks nobody ran
+    for worker in WORKERS:
+        fleet.start(worker)
+    fleet.run(60)
+    assert caught_up(fleet) == [at(-30), at(-20), at(-10)]
+    assert all(len(fleet.ran(at(s))) == 1 for s in (-30, -20, -10))
+
+
+def test_catch_up_all_runs_none_outside_its_window() -> None:
+    fleet = Fleet(job=every_10s_catching_up_all(window=45.0), duration=1.0)
+    seed_ledger(fleet, -200.0)
+    for worker in WORKERS:
+        fleet.start(worker)
+    fleet.run(60)
+    assert caught_up(fleet) == [at(-40), at(-30), at(-20), at(-10)]
+    assert not [t for t in fleet.ran_ticks() if t < at(-40)]
+
+
+def test_catch_up_all_never_runs_a_tick_a_pause_held() -> None:
+    fleet = Fleet(job=every_10s_catching_up_all(), duration=1.0)
+    seed_ledger(fleet, -50.0)
+    pause = ControlNote("ops", at(-35), "held")  # paused at -35, resumed at -15
+    fleet.store.put(pauses_key(KEYS.name), pause_ended(pause, at(-15), []))
+    for worker in WORKERS:
+        fleet.start(worker)
+    fleet.run(60)
+    assert caught_up(fleet) == [at(-40), at(-10)]
+    assert fleet.ran(at(-30)) == [] and fleet.ran(at(-20)) == []
+    held = fleet.record(at(-30))
+    assert held is not None and held.outcome is TickOutcome.PAUSED  # recorded so, not missed
 
 
 class SessionRefused:

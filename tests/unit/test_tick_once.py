@@ -27,6 +27,7 @@ from provision.tick.edge import Note, SkipReason, StopHow
 from provision.tick.memory import MemoryTickStore
 from provision.tick.once import OneTick, Verdict, verdict, wait_deadline
 from provision.tick.store import JobKeys, TickStore
+from provision.timings import CatchupReach
 
 QUIET_WITHIN = 120.0  # virtual seconds a turn may take before the test calls it stuck
 
@@ -237,6 +238,21 @@ def test_a_catch_up_runs_after_the_tick_and_the_verdict_stays_the_ticks() -> Non
     (look,) = runner.said("catch-up")
     assert look.tick == at(20) and look.record is not None
     assert look.record.outcome is TickOutcome.MISSED
+
+
+def test_a_run_catching_up_all_runs_each_tick_nobody_ran_oldest_first_then_returns() -> None:
+    clock, store = _world(0.05)
+    job = replace(every_10s(), catchup=True, catchup_all=CatchupReach(3600.0, 10))
+    Runner(clock, store, job=job).take(at(0))  # the ledger's first record
+    clock.advance_to(41.05)  # ticks 10, 20 and 30 came and went with nobody running
+    runner = Runner(clock, store, job=job, duration=0.5)
+    found = runner.take(at(40), catchup=True)
+    assert found.came is Outcome.CLAIMED and found.record is not None
+    assert found.record.tick == at(40)  # the verdict stays its own tick's
+    assert [tick for tick, _ in runner.bodies] == [at(40), at(10), at(20), at(30)]
+    for tick in (at(10), at(20), at(30)):
+        caught = _record(store, tick)
+        assert caught is not None and caught.catchup and caught.outcome is TickOutcome.SUCCEEDED
 
 
 def test_no_catch_up_of_a_tick_a_pause_held_though_it_was_resumed_meanwhile() -> None:
