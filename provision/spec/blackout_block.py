@@ -6,12 +6,11 @@ windows of `defaults` and its own; two windows of one name in one job are refuse
 from __future__ import annotations
 
 from provision.blackouts import Blackout, window_problem
-from provision.durations import DurationSyntaxError, parse_duration
 from provision.schedule import ScheduleError, parse_schedule
 from provision.spec.hcl import Attribute, Block
 from provision.spec.labelled import Kind, Named, named_blocks, read_attributes
 from provision.spec.problems import Problems
-from provision.spec.values import read_string, read_timezone
+from provision.spec.values import read_seconds, read_string, read_timezone
 
 BLACKOUT = Kind(
     type="blackout",
@@ -77,10 +76,8 @@ def _duration(attribute: Attribute | None, where: str, problems: Problems) -> fl
     text = _text(attribute, where, problems)
     if attribute is None or text is None:
         return None
-    try:
-        seconds = parse_duration(text).seconds
-    except DurationSyntaxError as exc:
-        problems.add(attribute.line, where, str(exc))
+    seconds = read_seconds(attribute, text, where, problems)
+    if seconds is None:
         return None
     problem = window_problem(seconds)
     if problem:

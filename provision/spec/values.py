@@ -119,25 +119,22 @@ def read_catchup_reach(
 
 
 def _limit(attribute: Attribute, where: str, problems: Problems) -> int | None:
-    value = attribute.value
-    problem = catchup_limit_problem(value)
-    if problem is None and isinstance(value, int):
-        return value
-    if type(value) is not int:  # say what it is: a quoted "5", 5.0, true
-        kind = "a decimal number" if isinstance(value, float) else _kind(value)
-        problem = f"{problem}, not {kind}"
-    problems.add(attribute.line, where, str(problem))
-    return None
+    return _whole(attribute, catchup_limit_problem(attribute.value), where, problems)
+
+
+def read_seconds(attribute: Attribute, text: str, where: str, problems: Problems) -> float | None:
+    """`text` (the attribute's string) as a duration in seconds; None after recording why not."""
+    try:
+        return parse_duration(text).seconds
+    except DurationSyntaxError as exc:
+        problems.add(attribute.line, where, str(exc))
+        return None
 
 
 def _window_seconds(attribute: Attribute, where: str, problems: Problems) -> float | None:
     text = read_string(attribute, where, problems)
-    if text is None:
-        return None
-    try:
-        seconds = parse_duration(text).seconds
-    except DurationSyntaxError as exc:
-        problems.add(attribute.line, where, str(exc))
+    seconds = None if text is None else read_seconds(attribute, text, where, problems)
+    if text is None or seconds is None:
         return None
     problem = catchup_window_problem(seconds)
     if problem:
