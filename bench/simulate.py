@@ -1225,7 +1225,18 @@ class World:
         self.clock.call_later(back, lambda: self._restart(replica))
 
     def _stop(self, replica: Replica) -> None:
-        if not replica.alive or replica.stopping or replica.paused_until is not None:
+        """A SIGTERM just after a tick of some job (within half a second): as `systemctl stop`
+        comes at any moment, but where a stop meets claims out, which most moments have none
+        of."""
+        job = self.rng.choice(self.jobs)
+        tick = job.schedule.next_ticks(self.wall(), 1)[0]
+        later = (tick - self.wall()).total_seconds() + self.rng.uniform(0.0, 0.5)
+        self.clock.call_later(later, lambda: self._sigterm(replica))
+
+    def _sigterm(self, replica: Replica) -> None:
+        if not self.faulting or not replica.alive or replica.stopping:
+            return
+        if replica.paused_until is not None:
             return  # a paused process hears its SIGTERM on resume: a kill's case then
         self.faults += 1
         back = self.rng.uniform(5.0, 120.0)
@@ -1304,6 +1315,10 @@ class World:
             until,
             lambda: self.change("consul-fast", "store", lambda: setattr(self, "slow_until", None)),
         )
+        if self.rng.random() < 0.5:  # a stop that meets claims waiting for their answers
+            stopped = self.rng.choice(self.replicas)
+            at = self.rng.uniform(0.0, until - self.clock.monotonic() - 5.0)
+            self.clock.call_later(at, lambda: self._stop(stopped))
 
     def _expire(self, replica: Replica) -> None:
         if not replica.alive or not replica.sessions:

@@ -74,6 +74,7 @@ class _Kept:
     terms: SessionTerms
     holders: list[Holder] = field(default_factory=list)
     timer: Cancellable | None = None
+    confirmed: float | None = None  # the newest renewal answered: when it was sent
 
 
 class SessionPool:
@@ -112,9 +113,15 @@ class SessionPool:
         """`holder` holds a lock under `session_id`: whether that session is still kept (a
         renewal may have found it gone while the claim was answered)."""
         kept = self._find(session_id)
-        if kept is not None:
-            kept.holders.append(holder)
-        return kept is not None
+        if kept is None:
+            return False
+        kept.holders.append(holder)
+        if kept.confirmed is not None:
+            # A renewal sent after the claim says the session lived then, so the lock the claim
+            # took was still held: a run whose start waited (a burst's backlog) counts from it,
+            # as every holder of the session does; one sent before the claim changes nothing
+            holder.confirm(kept.confirmed)
+        return True
 
     def let_go(self, session_id: str, holder: Holder) -> None:
         kept = self._find(session_id)
@@ -194,6 +201,7 @@ class SessionPool:
             return
         answered = self.clock.monotonic()
         confirmed = confirmation_time(sent, answered)
+        kept.confirmed = confirmed
         self._arm(kept, sent)
         for holder in list(kept.holders):
             holder.confirm(confirmed)

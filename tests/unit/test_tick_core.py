@@ -8,6 +8,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from tick_fleet import (
@@ -196,22 +197,49 @@ def test_a_paused_replicas_body_is_stopped_by_the_bound_the_moment_it_wakes() ->
     assert tokens == sorted(set(tokens))  # each run a higher fencing token
 
 
-def test_a_claim_answered_after_its_bound_starts_no_body() -> None:
-    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)))
-    store = Counting(fleet.store)
-    real_claim = store.claim
+class LateClaim(Counting):
+    """A claim answered FENCE_AFTER + 1 s after it was applied; the session's renewals sent
+    meanwhile answered (`renewed`) or not (Consul as slow for them)."""
 
-    def slow_claim(*args: object, **kwargs: object) -> Claim:
-        answer = real_claim(*args, **kwargs)  # type: ignore[arg-type]
-        fleet.clock.advance(FENCE_AFTER + 1)  # the answer comes late
+    def __init__(self, fleet: Fleet, *, renewed: bool) -> None:
+        super().__init__(fleet.store)
+        self.fleet, self.renewed, self.waiting = fleet, renewed, False
+
+    def claim(self, *args: Any, **kwargs: Any) -> Claim:
+        answer = super().claim(*args, **kwargs)
+        self.waiting = True
+        try:
+            self.fleet.clock.advance(FENCE_AFTER + 1)  # the answer comes late
+        finally:
+            self.waiting = False
         return answer
 
-    store.claim = slow_claim  # type: ignore[method-assign]
-    fleet.start("w1", store=store)
+    def renew_session(self, session_id: str, *, timeout: float | None = None) -> None:
+        if self.waiting and not self.renewed:
+            raise ConsulUnavailable("simulated: no answer within 2.5s")
+        self.store.renew_session(session_id, timeout=timeout)
+
+
+def test_a_claim_answered_after_its_bound_starts_no_body() -> None:
+    """Nothing says the lock was held after the claim was sent: the run is lost unstarted."""
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)))
+    fleet.start("w1", store=LateClaim(fleet, renewed=False))
     fleet.run(1)
     assert [body.run for _, _, body in fleet.bodies] == [None]  # made, never started
     record = fleet.record(at(0))
     assert record is not None and record.outcome is TickOutcome.LOST
+
+
+def test_a_claim_answered_late_runs_when_its_session_was_renewed_meanwhile() -> None:
+    """A renewal of its session sent after the claim says the session lived then, so the lock
+    the claim took was held: the run counts from it, as every holder of the session does."""
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)))
+    fleet.start("w1", store=LateClaim(fleet, renewed=True))
+    fleet.run(1)  # the claim's answer at 10 s (the clock went on inside it), its run 2 s
+    fleet.run(5)
+    assert [body.run is not None for _, tick, body in fleet.bodies if tick == at(0)] == [True]
+    record = fleet.record(at(0))
+    assert record is not None and record.outcome is TickOutcome.SUCCEEDED
 
 
 def test_a_read_answered_long_after_it_was_sent_claims_nothing() -> None:
