@@ -66,7 +66,8 @@ DEFAULT_START_DEADLINE = parse_duration(DEFAULTS["start_deadline"]).seconds
 # What a job does after a time nobody ran it (ledger/catchup.py): "skip" leaves the ticks it
 # missed missed; "latest" runs the newest of them once, while within its start_deadline; "all"
 # runs each of them once, oldest first, within its catchup_window, catchup_limit at most.
-CATCHUP_MODES = ("skip", "latest", "all")
+CATCHUP_ALL = "all"
+CATCHUP_MODES = ("skip", "latest", CATCHUP_ALL)
 DEFAULT_CATCHUP = "skip"
 CATCHUP_LIMIT_BOUNDS = (1, 1000)
 CATCHUP_WINDOW_BOUNDS = (1.0, 7 * 86400.0)  # a second (ticks are whole seconds) to a week

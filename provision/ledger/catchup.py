@@ -19,10 +19,10 @@ from datetime import datetime
 from provision.ledger.records import TickRecord
 from provision.outcomes import Outcome
 from provision.schedule import Schedule
-from provision.timings import CatchupReach
+from provision.timings import CATCHUP_ALL, CatchupReach
 
 LATEST = "latest"
-ALL = "all"
+ALL = CATCHUP_ALL
 # ticks looked at, newest first: the current one (its window may still be open) and the one
 # before it (its window closed at the current tick), whatever the schedule's spacing
 _WALK = 3

@@ -62,6 +62,7 @@ from provision.spec.values import (
     read_schedule,
     read_string,
     read_timezone,
+    refuse_idle_reach,
 )
 from provision.system.files import UnreadableFile, read_regular_file
 from provision.system.http_call import RETRY_ON_TIMEOUT_REFUSED
@@ -440,6 +441,7 @@ def _job(block: Block, inherited: _Inherited, declared: set[str], problems: Prob
     default_catchup, default_reach = inherited.catchup
     catchup = read_catchup(attributes.get("catchup"), f"{where}.catchup", default_catchup, problems)
     reach = read_catchup_reach(attributes, where, default_reach, problems)
+    refuse_idle_reach(attributes, catchup, where, problems)
     scope = read_scope(attributes.get(SCOPE_KEY), f"{where}.{SCOPE_KEY}", problems)
     blackouts = read_blackouts(block, where, inherited.blackouts, problems)
     refuse_home(attributes.get(HOME_KEY), f"{where}.{HOME_KEY}", problems)

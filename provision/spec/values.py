@@ -14,6 +14,7 @@ from provision.spec.hcl import Attribute, Unsupported, Value
 from provision.spec.models import DEFAULT_ADDRESS
 from provision.spec.problems import Problems, shown
 from provision.timings import (
+    CATCHUP_ALL,
     CatchupReach,
     capacity_problem,
     catchup_limit_problem,
@@ -116,6 +117,24 @@ def read_catchup_reach(
     if count is None or seconds is None:
         return None
     return CatchupReach(seconds, count)
+
+
+def refuse_idle_reach(
+    attributes: dict[str, Attribute], catchup: str | None, where: str, problems: Problems
+) -> None:
+    """A job's own catchup_limit or catchup_window says how far catchup = "all" reaches: under
+    another catchup it would do nothing, so it is refused at its line rather than ignored
+    (defaults may set them for the jobs that use "all")."""
+    if catchup is None or catchup == CATCHUP_ALL:
+        return
+    for key in CATCHUP_REACH_KEYS:
+        attribute = attributes.get(key)
+        if attribute is not None:
+            message = (
+                f'has no effect: it is how far catchup = "all" reaches, and this job\'s catchup '
+                f'is "{catchup}"'
+            )
+            problems.add(attribute.line, f"{where}.{key}", message)
 
 
 def _limit(attribute: Attribute, where: str, problems: Problems) -> int | None:

@@ -44,3 +44,15 @@ job "g" {
   catchup        = "all"
   catchup_window = "an hour"
 }
+job "h" {
+  prefix         = "locks/h/"
+  workers        = ["worker-1"]
+  catchup        = "latest"
+  catchup_limit  = 20
+}
+job "i" {
+  prefix         = "locks/i/"
+  workers        = ["worker-1"]
+  catchup        = "skip"
+  catchup_window = "2h"
+}
