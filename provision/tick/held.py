@@ -413,6 +413,9 @@ class HeldRun:
         its next claim without a new LockIndex, the fencing token. Not ours: Consul refuses
         the unlock, and the record says `lost`. After a stop, with `together`, the completion
         goes with the other stopped runs' (Completions)."""
+        # being sent now, no longer waiting to be: a stop that comes while it is out (it waits
+        # aside) must not send it again (the run would end twice)
+        self._completing = None
         if self.stop_signal is not None and self.together is not None and self.claimed.ledger:
             self.together.add(self, done, backoff)
             return

@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 from datetime import datetime
 
+from provision.consul import ConsulUnavailable
 from provision.ledger.records import TickOutcome, TickRecord
 from provision.ledger.store import Claim, Completion
 from provision.schedule import parse_schedule
@@ -224,3 +225,44 @@ def test_claims_sent_together_and_won_as_the_stop_came_are_each_completed_interr
         assert record is not None and record.outcome is TickOutcome.INTERRUPTED, record
         assert memory.watch_lock(job.keys, 0, 0)[0] is None
     assert store.core.pool.closed and not store.core.runs
+
+
+class StoppedWhileCompletionRetried:
+    """A replica's store that does not answer a run's first completion, and answers its retry
+    after the core was stopped (the retry waited aside for its answer, and the stop ran
+    meanwhile)."""
+
+    def __init__(self, store: MemoryTickStore) -> None:
+        self.store = store
+        self.core: TickCore | None = None
+        self.completions = 0
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.store, name)
+
+    def complete(
+        self, job: JobKeys, record: TickRecord, session_id: str, *, release: bool
+    ) -> Completion:
+        self.completions += 1
+        if self.completions == 1:
+            raise ConsulUnavailable("simulated: no answer within 10s")
+        answer = self.store.complete(job, record, session_id, release=release)
+        if self.core is not None and not self.core.stopping:
+            self.core.stop()
+        return answer
+
+
+def test_a_completion_retried_as_the_stop_came_is_sent_once_and_the_run_ends_once() -> None:
+    """The stop sends a completion that waits for its retry at once; one already being sent
+    is not sent again. Before, the stop found the retry's record kept and sent it a second
+    time: the run ended twice, and the core's thread failed on the second end."""
+    fleet = Fleet(workers=("w1",), job=every_10s(workers=("w1",)), duration=1.0)
+    store = StoppedWhileCompletionRetried(fleet.store)
+    store.core = fleet.start("w1", store=store)
+    fleet.run(15)
+    assert store.core.stopping  # the retried completion came, and the stop with it
+    assert store.completions == 2
+    record = fleet.record(START)
+    assert record is not None and record.outcome is TickOutcome.SUCCEEDED, record
+    assert store.core.pool.closed and not store.core.runs
+    assert [n.kind for _, _, n in fleet.notes].count("completed") == 1
