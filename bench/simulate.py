@@ -149,6 +149,7 @@ SHAPES = (
 HISTORY = 50  # the default history_limit
 CATCHUP_ALL = CatchupReach(window=600.0, limit=5)  # the "@every 10s" job's catchup = "all"
 WINDOWED = (1, 2, 4)  # the SHAPES with a blackout window: the catch-up job among them
+ALL_WINDOWED = 0  # the catchup = "all" job's shape: a window too, from a draw of its own
 SETTLE = 40.0  # seconds after a (re)start before a replica counts as up: its first housekeeping
 STOP_POLL = 0.1  # a stopping scheduler looks whether its core has stopped (SETTLE_POLL)
 LEFT_TO_CONSUL = ("unanswered", "complete-abandoned")  # a stop does not wait for these
@@ -1368,9 +1369,11 @@ def _interval(job: CoreJob) -> float:
 
 
 def make_jobs(count: int, workers: tuple[str, ...], seed: int = 1) -> list[CoreJob]:
-    """The jobs of the SHAPES in turn; three of every five have a blackout window, drawn from
-    the seed (its own draw: the faults' sequence is the seed's as before)."""
+    """The jobs of the SHAPES in turn; four of every five have a blackout window, drawn from
+    the seed (draws of their own: the faults' sequence is the seed's as before, and the "all"
+    job's windows, added later, leave the others' as they were)."""
     draw = random.Random(f"blackout-{seed}")
+    all_draw = random.Random(f"blackout-all-{seed}")
     jobs = []
     for n in range(count):
         text, zone, jitter, hold = SHAPES[n % len(SHAPES)]
@@ -1382,6 +1385,8 @@ def make_jobs(count: int, workers: tuple[str, ...], seed: int = 1) -> list[CoreJ
         keys = JobKeys(name, f"lockctl/sim/{name}/.lock")
         catchup = n % len(SHAPES) == 1  # @every 5s: a start deadline (30 s) past its interval
         windows = _window(draw, zone) if n % len(SHAPES) in WINDOWED else ()
+        if n % len(SHAPES) == ALL_WINDOWED:
+            windows = _window(all_draw, zone)
         job = CoreJob(keys, schedule, timings, workers, HISTORY, catchup, windows)
         if n % len(SHAPES) == 0:  # @every 10s: catchup = "all"
             job = dataclasses.replace(job, catchup=True, catchup_all=CATCHUP_ALL)

@@ -18,8 +18,10 @@ CAUGHT_BY = {
     "check-flag": {"check-after-bound"},
     "blind-claim": {"loser-wrote"},
     "no-missed": {"unaccounted"},
-    # fenced late: check() passes past the bound, or the body runs past it beside another
-    "late-confirm": {"check-after-bound", "overlap"},
+    # fenced late: check() passes past the bound, the body runs past it beside another, or a
+    # claim answered long after it was sent starts its body on a lock since taken (its
+    # LockIndex below the one a later run had)
+    "late-confirm": {"check-after-bound", "overlap", "token"},
     "no-cap": {"over-cap"},
     # windows ignored: a window's tick runs (at its turn, or as a catch-up)
     "no-blackout": {"blackout-run"},
