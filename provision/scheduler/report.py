@@ -356,6 +356,7 @@ def _claimed(note: Note, run: RunContext) -> list[Event]:
         "start_lag_ms": lag,
         "trigger": record.trigger,
         "catchup": record.catchup,
+        **({} if record.backfill is None else {"backfill": record.backfill}),
         **run.started,
     }
     return [*events, ("acquired", acquired)]
