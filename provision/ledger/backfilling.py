@@ -7,13 +7,14 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-from provision.consul import Consul, KVOp
+from provision.consul import Consul, KVOp, PermissionDenied
 from provision.errors import LockctlError
 from provision.ledger.backfill import (
     BACKFILL_MAX_BYTES,
     BackfillLedger,
     BackfillNote,
     decode_backfill,
+    may_backfill,
     pending,
 )
 from provision.ledger.operator import CONTROL_TRIES, operator_name, pause_state
@@ -75,3 +76,37 @@ def ask_backfill(
         if consul.txn.kv([*ops, KVOp("set", key, note.encode())]).applied:
             return note
     raise BackfillRefused(f"job {job}: its control keys kept changing: not backfilled, try again")
+
+
+@dataclass(frozen=True)
+class PendingBackfill:
+    """A backfill some ticks of which no replica has run yet: its note, and how many are left."""
+
+    note: BackfillNote
+    left: int
+
+    def said(self) -> str:
+        """`2 of 3 ticks left, asked by alice at ...: why (backfill 1f2e...)`."""
+        total = len(self.note.ticks)
+        return (
+            f"{self.left} of {total} ticks left, asked {self.note.said()} (backfill {self.note.id})"
+        )
+
+
+def readable_pending_backfill(consul: Consul, job: str, lock_key: str) -> PendingBackfill | None:
+    """The job's backfill while it is pending (`lockctl status`), or None: none, over, or this
+    token may not read the job's control keys or ledger. One read of the key; the note's ticks'
+    records only when it is young enough to be pending."""
+    try:
+        entry, meta = consul.kv.get(
+            backfill_key(job), consistency="consistent", max_bytes=BACKFILL_MAX_BYTES * 2
+        )
+        note = None if entry is None else decode_backfill(entry.value)
+        now = meta.date or datetime.now(timezone.utc)
+        if note is None or not pending(note, {}, now):
+            return None
+        records = {r.tick: r for r in Ledger(consul, lock_key).fetch(note.ticks).records}
+    except PermissionDenied:
+        return None
+    left = sum(may_backfill(records.get(tick)) for tick in note.ticks)
+    return PendingBackfill(note, left) if left else None

@@ -70,6 +70,12 @@ def records(lab: Lab) -> dict[datetime, TickRecord]:
     return {r.tick: r for r in Ledger(lab.cluster.management(), lab.lock_key).records()}
 
 
+def _pending(lab: Lab) -> str | None:
+    states = json.loads(lockctl(lab, "status", "--json").stdout)
+    (state,) = [s for s in states if s["job"] == lab.job]
+    return state["backfill_pending"]
+
+
 def logged(lab: Lab) -> list[str]:
     return lab.log.read_text().splitlines() if lab.log.exists() else []
 
@@ -97,6 +103,9 @@ def test_a_backfill_runs_each_tick_nobody_ran_once_across_two_replicas(lab: Lab)
     assert again.returncode == 1
     assert again.stderr.startswith(f"lockctl: error: job {lab.job} has a backfill pending")
 
+    pending = _pending(lab)
+    assert pending is not None and pending.startswith("3 of 3 ticks left, asked by "), pending
+    print(f"\n$ lockctl status\n{lockctl(lab, 'status').stdout}")  # for docs
     wanted = [ticks[0], ticks[2], ticks[3]]
     schedulers = [SchedulerProcess(lab.configs[worker]) for worker in WORKERS]
     try:
@@ -106,6 +115,7 @@ def test_a_backfill_runs_each_tick_nobody_ran_once_across_two_replicas(lab: Lab)
             return all(t in found and found[t].finished for t in wanted)
 
         assert eventually(done, WAIT), (records(lab), [s.lines[-20:] for s in schedulers])
+        assert eventually(lambda: _pending(lab) is None, WAIT)  # done: no longer said
         acquired = [e for s in schedulers for e in s.events("acquired")]
     finally:
         for scheduler in schedulers:
