@@ -312,6 +312,8 @@ class _Job:
     idle_timer: Cancellable | None = None
     backfills: list[tuple[BackfillNote, datetime]] = field(default_factory=list)  # in order
     backfills_heard: set[str] = field(default_factory=set)  # the ids of backfills heard
+    backfill_timer: Cancellable | None = None  # a tick not claimed: looked at again then
+    backfill_backoff: float = TRIGGER_POLL
     housekeeping: int = 0  # housekeepings under way (their reads wait aside): not quiet yet
 
 
@@ -389,7 +391,7 @@ class TickCore:
         destroyed once the last run is done and no claim is out (at once when there is none)."""
         self.stopping = True
         for state in self._jobs + self._retiring:
-            for timer in (state.turn, state.trigger_timer, state.idle_timer):
+            for timer in (state.turn, state.trigger_timer, state.idle_timer, state.backfill_timer):
                 if timer is not None:
                     timer.cancel()
             if state.held is not None:
@@ -506,7 +508,7 @@ class TickCore:
 
     def _retire(self, state: _Job) -> None:
         state.retired = True
-        for timer in (state.turn, state.trigger_timer, state.idle_timer):
+        for timer in (state.turn, state.trigger_timer, state.idle_timer, state.backfill_timer):
             if timer is not None:
                 timer.cancel()
         if state.held is not None:
@@ -911,7 +913,8 @@ class TickCore:
         """The job may be free here: a trigger heard meanwhile, or a catch-up to look for after
         a turn, goes next (from a timer of its own: never inside the step that freed it)."""
         self._quiet(state)
-        off = state.triggers or state.catchup_due or state.catchups or state.backfills
+        backfilling = bool(state.backfills) and state.backfill_timer is None
+        off = state.triggers or state.catchup_due or state.catchups or backfilling
         wanted = state.waiting or off
         if not wanted or state.idle_timer is not None or not self._live(state):
             return
@@ -927,7 +930,7 @@ class TickCore:
         elif state.triggers:
             if state.trigger_timer is None:
                 self._try_trigger(state)
-        elif state.backfills:
+        elif state.backfills and state.backfill_timer is None:
             self._backfill_next(state)
         elif state.catchups:
             self._catch_up_next(state)
@@ -1079,6 +1082,7 @@ class TickCore:
             self._note("skipped", job, tick, "backfill expired", skip=SkipReason.OTHER)
             self._idle(state)
         elif not may_backfill(record):
+            state.backfill_backoff = TRIGGER_POLL  # settled: the next one starts afresh
             self._idle(state)  # run already (here, elsewhere, or before the backfill)
         else:
             plan = backfill_plan(job, tick, record, note, self.worker)
@@ -1088,11 +1092,18 @@ class TickCore:
 
     def _backfill_later(self, state: _Job, note: BackfillNote, tick: datetime) -> None:
         """A backfill's tick not claimed (the lock held elsewhere, Consul not answering): first
-        in line again, looked at after TRIGGER_POLL (never at once: the same refusal)."""
+        in line again, looked at after TRIGGER_POLL, doubling up to TRIGGER_POLL_MAX (never at
+        once: the same refusal); the scheduled ticks and triggers meanwhile go on as usual."""
         state.backfills.insert(0, (note, tick))
-        if state.idle_timer is None and self._live(state):
-            due = self.clock.monotonic() + TRIGGER_POLL
-            state.idle_timer = self.clock.call_at(due, lambda: self._next(state))
+        if state.backfill_timer is not None or not self._live(state):
+            return
+        due = self.clock.monotonic() + state.backfill_backoff
+        state.backfill_backoff = min(state.backfill_backoff * 2, TRIGGER_POLL_MAX)
+        state.backfill_timer = self.clock.call_at(due, lambda: self._backfill_due(state))
+
+    def _backfill_due(self, state: _Job) -> None:
+        state.backfill_timer = None
+        self._idle(state)
 
     def _holds(self, job: CoreJob) -> Callable[[datetime], bool]:
         """`_held` for many ticks: the control keys read once, and only if a tick needs them."""

@@ -89,3 +89,23 @@ def test_a_tick_older_than_a_pruned_ledger_is_never_run_by_a_backfill() -> None:
     assert len(fleet.ran(at(-50))) == 1  # within the ledger: nobody ran it
     skipped = [n.detail for _, _, n in fleet.notes if n.kind == "skipped" and n.tick == at(-70)]
     assert skipped and all("oldest record" in detail for detail in skipped)
+
+
+def test_a_backfill_waits_while_a_run_holds_the_lock_and_the_scheduled_ticks_go_on() -> None:
+    fleet = Fleet(workers=TWO, job=every_10s(workers=TWO), duration=6.0)
+    recorded(fleet, -60, TickOutcome.SUCCEEDED)
+    for worker in TWO:
+        fleet.start(worker)
+    fleet.run(1)  # one replica runs tick 0 until 6: the other's claims find the lock held
+    backfill(fleet, 1, [-50, -30])
+    fleet.run(4)
+    assert fleet.ran(at(-50)) == []  # not beside tick 0's run: one run of a job at a time
+    refused = [n for _, _, n in fleet.notes if n.tick == at(-50) and n.kind == "skipped"]
+    assert refused and {n.detail for n in refused} == {"lock held"}  # tried again, later
+    fleet.run(40)
+    for seconds in (-50, -30):
+        assert len(fleet.ran(at(seconds))) == 1, seconds
+        record = fleet.record(at(seconds))
+        assert record is not None and record.backfill == "b-1"
+    for seconds in (0, 10, 20, 30, 40):  # each scheduled tick once, none lost to the backfill
+        assert len(fleet.ran(at(seconds))) == 1, seconds
