@@ -200,3 +200,21 @@ def test_a_backfill_is_pending_while_a_tick_of_it_is_not_run_and_it_is_young() -
     assert pending(note, missed, h(11))
     late = h(10) + timedelta(seconds=BACKFILL_WINDOW + 1)
     assert not pending(note, missed, late)  # over: its schedulers no longer try it
+
+
+def test_a_backfilled_record_says_so_in_history_and_keeps_its_id() -> None:
+    from provision.ledger.history import TickRow
+    from provision.ledger.records import decode
+
+    record = TickRecord(
+        h(1), Outcome.SUCCEEDED, by="alice", reason="outage", asked_at=h(10), backfill="b-1"
+    )
+    again = decode(h(1), record.encode())
+    assert again.backfill == "b-1"
+    row = TickRow(h(1), "succeeded", again)
+    assert row.label == "succeeded (backfill, by alice at 2026-12-07T10:00:00.000Z: outage)"
+    assert row.to_record()["backfill"] == "b-1"
+    assert (
+        "backfill"
+        not in TickRow(h(1), "succeeded", TickRecord(h(1), Outcome.SUCCEEDED)).to_record()
+    )
