@@ -16,7 +16,9 @@ TimerClock only (so one thread runs it, and a simulation runs a fleet of them in
              which also records the trigger taken, tried again while another run holds the
              lock; a catch-up (`catchup`): after this replica's first turn (and after a turn
              Consul did not answer), the newest tick nobody ran, once, while within its start
-             deadline (ledger/catchup.py), its claim over its `missed` record as read
+             deadline (ledger/catchup.py), its claim over its `missed` record as read; an
+             operator's backfill (`backfill`): each listed tick at its own instant, oldest
+             first, over its record as read (ledger/backfill.py)
     fate     a tick whose fate this replica did not learn (Consul did not answer, the lock was
              refused, the job was busy here, the turn came too late) is read again once its
              claim window closed on Consul's clock, and recorded `missed` if nobody claimed it
