@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> None:
 # The commands, registered last: their modules import nothing from this one.
 from provision.cli import (  # noqa: E402
     acl,
+    backfill,
     check,
     cluster,
     completion,
@@ -125,5 +126,6 @@ app.command("verify")(verify.verify)
 app.command("pause")(control.pause)
 app.command("resume")(control.resume)
 app.command("trigger")(control.trigger)
+app.command("backfill")(backfill.backfill)
 app.command("break")(control.break_lock)
 app.command("completion")(completion.completion)

@@ -30,8 +30,8 @@ def status(
     Consistent reads: the session and its node (Consul's word), the record the holder wrote (its
     claim), LockIndex; for a job with a schedule, its ledger's last tick (outcome, the worker the
     record names) and its next tick; who paused a job, and who asked for a trigger no running
-    scheduler has taken yet. A job whose workers are in several datacenters: a row per
-    datacenter (--datacenter: only that one).
+    scheduler has taken yet, and a backfill with ticks not run yet. A job whose workers are in
+    several datacenters: a row per datacenter (--datacenter: only that one).
     """
     from provision.runner.status import lock_states
     from provision.spec import load_spec
@@ -57,13 +57,15 @@ def _print(states: list[LockState]) -> None:
     ticks = ("last tick (outcome, worker as recorded)", "next tick") if scheduled else ()
     paused = ("paused",) if any(s.paused for s in states) else ()  # only while a job is
     pending = ("trigger pending",) if any(s.trigger_pending for s in states) else ()
-    control = (*paused, *pending)
+    backfill = ("backfill pending",) if any(s.backfill_pending for s in states) else ()
+    control = (*paused, *pending, *backfill)
     for header in (*headers, "record (as written by the holder)", "LockIndex", *ticks, *control):
         table.add_column(header, overflow="fold")  # a narrow table wraps; it never cuts an ID
     for s in states:
         ledger = [_last_tick(s), cell(s.next_tick or "-")] if scheduled else []
         ledger += [cell(s.paused or "-", RECORD_LIMIT, style="yellow")] if paused else []
         ledger += [cell(s.trigger_pending or "-", RECORD_LIMIT)] if pending else []
+        ledger += [cell(s.backfill_pending or "-", RECORD_LIMIT)] if backfill else []
         table.add_row(
             cell(s.job),
             *([cell(s.datacenter or "-")] if where else []),

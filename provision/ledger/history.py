@@ -205,6 +205,7 @@ class TickRow:
             return f"{said} (window {r.window})"
         if r.by is not None:
             manual = "manual, " if r.trigger is not None else ""
+            manual = "backfill, " if r.backfill is not None else manual
             return f"{said} ({manual}{operator_said(r)})"
         return said
 
@@ -213,6 +214,8 @@ class TickRow:
         document as the release before for every other row: scripts reading it keep working)."""
         r = self.record
         window = {} if r is None or r.window is None else {"window": r.window}
+        if r is not None and r.backfill is not None:  # only a backfill's row says it (as window)
+            window["backfill"] = r.backfill
         return {
             "tick": tick_name(self.tick),
             "outcome": self.outcome,

@@ -133,6 +133,7 @@ class TickRecord:
     asked_at: datetime | None = None
     trigger: str | None = None
     catchup: bool | None = None  # True: run as the catch-up of a tick nobody ran (catchup.py)
+    backfill: str | None = None  # the id of the `lockctl backfill` that ran it (backfill.py)
     window: str | None = None  # a `blackout` record's: the blackout window that held the tick
     modify_index: int = 0  # Consul's, when read from Consul (the cas index to complete it at)
 
@@ -199,6 +200,7 @@ def decode(tick: datetime, value: bytes | None, modify_index: int = 0) -> TickRe
         asked_at=_time(raw.get("asked_at")),
         trigger=_text(raw.get("trigger")),
         catchup=True if raw.get("catchup") is True else None,
+        backfill=_text(raw.get("backfill")),
         window=_text(raw.get("window")),
         modify_index=modify_index,
     )

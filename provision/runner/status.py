@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from provision.consul import Consul, ConsulError
+from provision.ledger.backfilling import readable_pending_backfill
 from provision.ledger.history import Wanted, ledger_job, read_history
 from provision.ledger.holder import CLAIM_LIMIT, claimed_worker, holder_record
 from provision.ledger.operator import readable_pause_state, readable_pending_trigger
@@ -46,6 +47,7 @@ class LockState:
     suspect_ticks: int = 0  # records dated in the future: never the last tick (ledger/ticks.py)
     paused: str | None = None  # `by alice at ...: why` while an operator paused the job
     trigger_pending: str | None = None  # `by alice at ...: why`: a trigger no replica took yet
+    backfill_pending: str | None = None  # `2 of 3 ticks left, asked by alice ...`: a backfill's
     datacenter: str | None = None  # the datacenter read, in a spec that names datacenters
 
     @property
@@ -87,6 +89,9 @@ def _with_control(consul: Consul, state: LockState) -> LockState:
     pending = readable_pending_trigger(consul, state.job, state.key)
     if pending is not None:
         state = replace(state, trigger_pending=pending.said())
+    backfill = readable_pending_backfill(consul, state.job, state.key)
+    if backfill is not None:
+        state = replace(state, backfill_pending=backfill.said())
     return state
 
 

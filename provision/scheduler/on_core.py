@@ -50,6 +50,7 @@ from provision.consul import (
 from provision.consul.clock import WallSteps
 from provision.consul.login import Login
 from provision.errors import InputError, LockctlError
+from provision.ledger.backfill import BackfillNote
 from provision.ledger.catchup import ALL, LATEST
 from provision.ledger.control import ControlNote
 from provision.ledger.records import TickRecord
@@ -498,6 +499,7 @@ class CoreScheduler:
             self._watch_stop,
             paused=self.report.paused,
         )
+        self._watch.backfill = self._fire_backfill
         self._watch.start()
         cap = self._capacity()  # said only when set: an uncapped start's event is as before
         capped = {} if cap is None else {"max_concurrent_runs": cap}
@@ -583,6 +585,14 @@ class CoreScheduler:
     def _trigger(self, name: str, note: ControlNote) -> None:
         if self.current is not None:
             self.current.core.trigger(name, note)
+
+    def _fire_backfill(self, name: str, note: BackfillNote) -> None:
+        """From the watch's thread: an operator's backfill goes to the core, on its thread."""
+        self.clock.call_at(self.clock.monotonic(), functools.partial(self._backfill, name, note))
+
+    def _backfill(self, name: str, note: BackfillNote) -> None:
+        if self.current is not None:
+            self.current.core.backfill(name, note)
 
     def _watch_clocks(self) -> None:
         """A step of this host's wall clock, or of the agent's, is said at once. Neither moves

@@ -356,6 +356,7 @@ def _claimed(note: Note, run: RunContext) -> list[Event]:
         "start_lag_ms": lag,
         "trigger": record.trigger,
         "catchup": record.catchup,
+        **({} if record.backfill is None else {"backfill": record.backfill}),
         **run.started,
     }
     return [*events, ("acquired", acquired)]
@@ -469,6 +470,12 @@ def _trigger(note: Note, run: RunContext) -> list[Event]:
     return [("trigger", {"tick": _tick(note), "trigger": _text(note.detail)})]
 
 
+def _backfill(note: Note, run: RunContext) -> list[Event]:
+    """A backfill heard (its first tick, how many, its id) or a tick of it about to be
+    claimed (how late, its id)."""
+    return [("backfill", {"tick": _tick(note), "detail": _text(note.detail)})]
+
+
 def _session_created(note: Note, run: RunContext) -> list[Event]:
     """As the old pool said it: the session, its TTL, and an agentless worker's node (its
     sessions are TTL-only: no serfHealth check)."""
@@ -510,6 +517,7 @@ _EVENT_MAKERS: dict[str, Callable[[Note, RunContext], list[Event]]] = {
     "complete-abandoned": _complete_abandoned,
     "completed": _completed,
     "trigger": _trigger,
+    "backfill": _backfill,
     "session-created": _session_created,
     "session-gone": _session_gone,
     "renew-failed": _renew_failed,

@@ -24,9 +24,10 @@ from collections.abc import Callable, Iterable
 
 from provision.consul import Consul, ConsulError
 from provision.consul.watch import watch_tree
+from provision.ledger.backfill import BackfillNote, decode_backfill
 from provision.ledger.control import ControlNote, decode_note
 from provision.runner.events import EventLog
-from provision.system.control_keys import CONTROL_ROOT, PAUSED, TRIGGER
+from provision.system.control_keys import BACKFILL, CONTROL_ROOT, PAUSED, TRIGGER
 
 BLOCKING_WAIT = 300.0  # seconds a query waits for a change (Consul's default)
 MIN_PAUSE = 0.5  # seconds between two queries: a change storm, or an index that misleads
@@ -46,6 +47,22 @@ def pending_triggers(
         if key.startswith(CONTROL_ROOT) and name == TRIGGER and job in wanted:
             note = decode_note(value)
             if note.id is not None and note.at is not None:
+                found[job] = note
+    return found
+
+
+def pending_backfills(
+    entries: Iterable[tuple[str, bytes | None]], jobs: Iterable[str]
+) -> dict[str, BackfillNote]:
+    """The backfill note of each of `jobs` under the control root (pure): a value that is not a
+    note lockctl wrote (decode_backfill: no id, time or ticks) is left alone."""
+    wanted = set(jobs)
+    found: dict[str, BackfillNote] = {}
+    for key, value in entries:
+        job, _, name = key.removeprefix(CONTROL_ROOT).partition("/")
+        if key.startswith(CONTROL_ROOT) and name == BACKFILL and job in wanted:
+            note = decode_backfill(value)
+            if note is not None:
                 found[job] = note
     return found
 
@@ -78,6 +95,9 @@ class TriggerWatch:
         self.consul, self.jobs, self.fire, self.events = consul, jobs, fire, events
         self.stop, self.paused = stop, paused
         self.seen: set[tuple[str, str]] = set()  # (job, trigger id) handed on already
+        # `backfill(job, note)`: each backfill note of its jobs, at every answer (the core
+        # keeps the ids it heard: a note heard again is not run again)
+        self.backfill: Callable[[str, BackfillNote], None] | None = None
         self.thread = threading.Thread(target=self._run, name="lockctl-triggers", daemon=True)
 
     def start(self) -> None:
@@ -88,6 +108,11 @@ class TriggerWatch:
         query's next change, or its wait's end); its claim refuses it if another ran it."""
         if note.id is not None:
             self.seen.discard((job, note.id))
+
+    def _backfills(self, pairs: list[tuple[str, bytes | None]]) -> None:
+        if self.backfill is not None:
+            for job, note in pending_backfills(pairs, self.jobs()).items():
+                self.backfill(job, note)
 
     def _run(self) -> None:
         index = 0
@@ -117,4 +142,5 @@ class TriggerWatch:
                 if (job, note.id) not in self.seen:
                     self.seen.add((job, note.id))
                     self.fire(job, note)
+            self._backfills(pairs)
             self.stop.wait(max(0.0, MIN_PAUSE - (time.monotonic() - began)))

@@ -13,6 +13,7 @@ CONTROL_ROOT = "lockctl/control/"
 PAUSED = "paused"  # the key's name in the job's folder
 TRIGGER = "trigger"
 PAUSES = "pauses"  # the pauses resumed, newest first: which ticks they held
+BACKFILL = "backfill"  # an operator's backfill: past ticks to run once each
 
 
 def control_prefix(job: str) -> str:
@@ -35,3 +36,9 @@ def pauses_key(job: str) -> str:
     that a tick nobody ran while the job was paused is recorded paused, even when it is noticed
     after the resume (every replica was down meanwhile)."""
     return f"{control_prefix(job)}{PAUSES}"
+
+
+def backfill_key(job: str) -> str:
+    """The key an operator's `lockctl backfill` writes its ticks to, for the schedulers to run
+    (provision/ledger/backfill.py)."""
+    return f"{control_prefix(job)}{BACKFILL}"

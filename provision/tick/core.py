@@ -16,7 +16,9 @@ TimerClock only (so one thread runs it, and a simulation runs a fleet of them in
              which also records the trigger taken, tried again while another run holds the
              lock; a catch-up (`catchup`): after this replica's first turn (and after a turn
              Consul did not answer), the newest tick nobody ran, once, while within its start
-             deadline (ledger/catchup.py), its claim over its `missed` record as read
+             deadline (ledger/catchup.py), its claim over its `missed` record as read; an
+             operator's backfill (`backfill`): each listed tick at its own instant, oldest
+             first, over its record as read (ledger/backfill.py)
     fate     a tick whose fate this replica did not learn (Consul did not answer, the lock was
              refused, the job was busy here, the turn came too late) is read again once its
              claim window closed on Consul's clock, and recorded `missed` if nobody claimed it
@@ -49,6 +51,7 @@ from typing import Any
 
 from provision.blackouts import Blackout, holding_window
 from provision.consul import ConsulError, ConsulUnavailable, PermissionDenied
+from provision.ledger.backfill import BACKFILL_WINDOW, BackfillNote, beyond_ledger, may_backfill
 from provision.ledger.catchup import catchup_tick, may_catch_up, ticks_to_catch_up
 from provision.ledger.control import (
     NO_PAUSES,
@@ -145,6 +148,7 @@ class OffSchedule:
 
     terms: ClaimTerms
     note: ControlNote | None = None
+    backfill: BackfillNote | None = None  # an operator's backfill, whose tick this is
 
 
 @dataclass(frozen=True)
@@ -233,6 +237,18 @@ def trigger_plan(job: CoreJob, note: ControlNote, taken_index: int, now: datetim
     )
 
 
+def backfill_plan(
+    job: CoreJob, tick: datetime, record: TickRecord | None, note: BackfillNote, worker: str
+) -> TickPlan:
+    """The plan of a backfill's tick (pure): claimed at the tick's own instant over its record
+    as read (None, `missed` or `paused`: ledger/backfill.py), as a catch-up is, while within
+    BACKFILL_WINDOW of when the backfill was asked."""
+    assert note.at is not None
+    terms = ClaimTerms(over=0 if record is None else record.modify_index)
+    window = (note.at - tick).total_seconds() + BACKFILL_WINDOW
+    return replace(plan_tick(job, tick, worker), window=window, off=OffSchedule(terms, None, note))
+
+
 def catchup_plan(job: CoreJob, tick: datetime, missed: TickRecord | None, worker: str) -> TickPlan:
     """The plan of the catch-up of `tick` (pure): claimable while within the job's start
     deadline, or with catchup = "all" its catchup_window (the next tick cuts neither), over
@@ -296,6 +312,10 @@ class _Job:
     trigger_timer: Cancellable | None = None
     trigger_backoff: float = TRIGGER_POLL
     idle_timer: Cancellable | None = None
+    backfills: list[tuple[BackfillNote, datetime]] = field(default_factory=list)  # in order
+    backfills_heard: set[str] = field(default_factory=set)  # the ids of backfills heard
+    backfill_timer: Cancellable | None = None  # a tick not claimed: looked at again then
+    backfill_backoff: float = TRIGGER_POLL
     housekeeping: int = 0  # housekeepings under way (their reads wait aside): not quiet yet
 
 
@@ -373,7 +393,7 @@ class TickCore:
         destroyed once the last run is done and no claim is out (at once when there is none)."""
         self.stopping = True
         for state in self._jobs + self._retiring:
-            for timer in (state.turn, state.trigger_timer, state.idle_timer):
+            for timer in (state.turn, state.trigger_timer, state.idle_timer, state.backfill_timer):
                 if timer is not None:
                     timer.cancel()
             if state.held is not None:
@@ -434,6 +454,23 @@ class TickCore:
         self._note("trigger", state.job, manual_tick(note.at), note.id)
         self._idle(state)
 
+    def backfill(self, name: str, note: BackfillNote) -> None:
+        """An operator's backfill of job `name` (lockctl backfill): each of its ticks claimed at
+        its own instant, oldest first, once the job is free here (after the scheduled tick
+        and the triggers waiting). Every replica hears of it and tries; each tick's claim
+        (over its record as read) lets one run it, once."""
+        state = next((s for s in self._jobs if s.job.name == name), None)
+        if state is None or note.id is None or note.at is None or not self._live(state):
+            return
+        if note.id in state.backfills_heard:
+            return  # heard again (the watch answers again): its ticks are queued or done
+        if (self.clock.wall() - note.at).total_seconds() > BACKFILL_WINDOW:
+            return  # an old one, heard at a start: over
+        state.backfills_heard.add(note.id)
+        state.backfills.extend((note, tick) for tick in note.ticks)
+        self._note("backfill", state.job, note.ticks[0], f"{len(note.ticks)} ticks ({note.id})")
+        self._idle(state)
+
     # -- one tick outside the replica's loop (tick/once.py: `lockctl run`) ---------------------
     def take(self, name: str, tick: datetime, *, catchup: bool = False) -> None:
         """One turn at `tick` of job `name`, outside the loop (`start` is never called): read,
@@ -446,7 +483,7 @@ class TickCore:
 
     def _quiet(self, state: _Job) -> None:
         """Tell `on_quiet` when the job is free here and nothing waits for it."""
-        catching_up = state.catchup_due or bool(state.catchups)
+        catching_up = state.catchup_due or bool(state.catchups) or bool(state.backfills)
         waits = state.waiting or state.triggers or catching_up or state.idle_timer
         busy = state.busy is not None or state.held is not None or state.housekeeping > 0
         if self.on_quiet is not None and not busy and not waits:
@@ -473,7 +510,7 @@ class TickCore:
 
     def _retire(self, state: _Job) -> None:
         state.retired = True
-        for timer in (state.turn, state.trigger_timer, state.idle_timer):
+        for timer in (state.turn, state.trigger_timer, state.idle_timer, state.backfill_timer):
             if timer is not None:
                 timer.cancel()
         if state.held is not None:
@@ -657,6 +694,9 @@ class TickCore:
             self._note("skipped", plan.job, plan.tick, _refusal(claim), skip=_skip_reason(claim))
             if not claim.tick_taken:
                 self._unclaimed(state, plan)
+            elif plan.off is not None and plan.off.backfill is not None:
+                # its record changed since the read (recorded missed meanwhile?): read again
+                state.backfills.insert(0, (plan.off.backfill, plan.tick))
             self._free(state)
             return
         claimed = replace(sent.record, lock_index=claim.lock_index, modify_index=claim.record_index)
@@ -790,7 +830,10 @@ class TickCore:
         )
         if plan.off is None:
             return record
-        note = plan.off.note
+        note, backfill = plan.off.note, plan.off.backfill
+        if backfill is not None:
+            said = (backfill.by, backfill.reason, backfill.at, backfill.id)
+            return replace(record, by=said[0], reason=said[1], asked_at=said[2], backfill=said[3])
         if note is None:
             return replace(record, catchup=True)
         return replace(record, by=note.by, reason=note.reason, asked_at=note.at, trigger=note.id)
@@ -872,7 +915,9 @@ class TickCore:
         """The job may be free here: a trigger heard meanwhile, or a catch-up to look for after
         a turn, goes next (from a timer of its own: never inside the step that freed it)."""
         self._quiet(state)
-        wanted = state.waiting or state.triggers or state.catchup_due or state.catchups
+        backfilling = bool(state.backfills) and state.backfill_timer is None
+        off = state.triggers or state.catchup_due or state.catchups or backfilling
+        wanted = state.waiting or off
         if not wanted or state.idle_timer is not None or not self._live(state):
             return
         state.idle_timer = self.clock.call_at(self.clock.monotonic(), lambda: self._next(state))
@@ -887,6 +932,8 @@ class TickCore:
         elif state.triggers:
             if state.trigger_timer is None:
                 self._try_trigger(state)
+        elif state.backfills and state.backfill_timer is None:
+            self._backfill_next(state)
         elif state.catchups:
             self._catch_up_next(state)
         elif state.catchup_due:
@@ -1010,6 +1057,56 @@ class TickCore:
         self._note("catch-up", job, tick, f"{lag:.1f}s after it", record=record)
         self._claim(state, plan, _Judged(TickChoice(tick, plan.window, lag, 0.0), sent))
 
+    def _backfill_next(self, state: _Job) -> None:
+        """The next tick of a backfill: its record read (someone may have run it since the
+        backfill was asked), then claimed over it as read; dropped once the backfill is older
+        than BACKFILL_WINDOW."""
+        job, (note, tick) = state.job, state.backfills.pop(0)
+        assert note.at is not None
+        sent = self.clock.monotonic()
+        try:
+            record, date = self.store.read_tick(job.keys, tick)
+            # a tick with no record may be one whose record retention deleted: asked of its
+            # ledger's names (one cheap read), as `lockctl backfill` asked
+            names = self.store.read_tick_names(job.keys)[0] if record is None else set()
+        except ConsulError as exc:
+            self._failed(exc, job, tick)
+            self._backfill_later(state, note, tick)
+            return
+        now = self.clock.wall() if date is None else date
+        if record is None and beyond_ledger(tick, names, job.history_limit):
+            detail = "backfill: older than the ledger's oldest record"
+            self._note("skipped", job, tick, detail, skip=SkipReason.OTHER)
+            self._idle(state)
+            return
+        if (now - note.at).total_seconds() > BACKFILL_WINDOW:
+            state.backfills = [(n, t) for n, t in state.backfills if n.id != note.id]
+            self._note("skipped", job, tick, "backfill expired", skip=SkipReason.OTHER)
+            self._idle(state)
+        elif not may_backfill(record):
+            state.backfill_backoff = TRIGGER_POLL  # settled: the next one starts afresh
+            self._idle(state)  # run already (here, elsewhere, or before the backfill)
+        else:
+            plan = backfill_plan(job, tick, record, note, self.worker)
+            lag = (now - tick).total_seconds()
+            self._note("backfill", job, tick, f"{lag:.1f}s after it ({note.id})", record=record)
+            self._claim(state, plan, _Judged(TickChoice(tick, plan.window, lag, 0.0), sent))
+
+    def _backfill_later(self, state: _Job, note: BackfillNote, tick: datetime) -> None:
+        """A backfill's tick not claimed (the lock held elsewhere, Consul not answering): first
+        in line again, looked at after TRIGGER_POLL, doubling up to TRIGGER_POLL_MAX (never at
+        once: the same refusal); the scheduled ticks and triggers meanwhile go on as usual."""
+        state.backfills.insert(0, (note, tick))
+        if state.backfill_timer is not None or not self._live(state):
+            return
+        due = self.clock.monotonic() + state.backfill_backoff
+        state.backfill_backoff = min(state.backfill_backoff * 2, TRIGGER_POLL_MAX)
+        state.backfill_timer = self.clock.call_at(due, lambda: self._backfill_due(state))
+
+    def _backfill_due(self, state: _Job) -> None:
+        state.backfill_timer = None
+        self._idle(state)
+
     def _holds(self, job: CoreJob) -> Callable[[datetime], bool]:
         """`_held` for many ticks: the control keys read once, and only if a tick needs them."""
         pauses: list[Any] = []
@@ -1037,6 +1134,8 @@ class TickCore:
         once: a claim refused for good, too late, would be tried again at the same instant)."""
         if plan.off is None:
             self._arm_fate(state, plan)
+        elif plan.off.backfill is not None:
+            self._backfill_later(state, plan.off.backfill, plan.tick)
         elif plan.off.note is not None:
             self._retry_trigger(state)
         else:  # the lock held elsewhere (maybe catching up the rest): looked for after a turn

@@ -313,6 +313,7 @@ def test_lock_state_record_is_every_field() -> None:
         "suspect_ticks",  # records dated in the future: never the last tick
         "paused",  # who paused the job, when, why (None: not paused)
         "trigger_pending",  # who asked, when, why (None: no trigger waits for a replica)
+        "backfill_pending",  # ticks left, who asked, when, why (None: no backfill waits)
     ]
 
 

@@ -590,6 +590,27 @@ def so_far(*statuses: int | None) -> TickRecord:
             ],
         ),
         (
+            Note("claimed", JOB, at(0), record=replace(CLAIMED, backfill="b-1")),
+            [
+                (
+                    "acquired",
+                    {
+                        "tick": tick_name(at(0)),
+                        "session": "s-1",
+                        "lock_index": 7,
+                        "start_lag_ms": 250.0,
+                        "trigger": None,
+                        "catchup": None,
+                        "backfill": "b-1",  # only a backfill's run says it
+                    },
+                ),
+            ],
+        ),
+        (
+            Note("backfill", JOB, at(0), "3 ticks (b-1)"),
+            [("backfill", {"tick": tick_name(at(0)), "detail": "3 ticks (b-1)"})],
+        ),
+        (
             # the attempt from the record's ended attempts, never from the note's words
             Note("retrying", JOB, at(0), "attempt 9 after status 4", so_far(1, None), seconds=2.5),
             [

@@ -193,6 +193,9 @@ def test_status_shows_a_hostile_record_escaped_literal_and_flagged(
     paused = base64.b64encode(json.dumps(note).encode()).decode()
     paused_url = f"{address}/v1/kv/lockctl/control/j/paused"
     trigger_url = f"{address}/v1/kv/lockctl/control/j/trigger"
+    backfill_url = f"{address}/v1/kv/lockctl/control/j/backfill"
+    # a hostile backfill value is no note lockctl wrote: never pending, never printed
+    responses.get(backfill_url, json=[{"Key": "lockctl/control/j/backfill", "Value": paused}])
     if as_json:  # hostile pause and trigger notes too (in the table, columns more would wrap)
         responses.get(paused_url, json=[{"Key": "lockctl/control/j/paused", "Value": paused}])
         responses.get(trigger_url, json=[{"Key": "lockctl/control/j/trigger", "Value": paused}])
