@@ -90,9 +90,8 @@ def parse_tick_name(name: str) -> datetime | None:
         return None
     if name.endswith(".000Z"):  # never written: a whole second's name has no milliseconds
         return None
-    pattern = "%Y-%m-%dT%H:%M:%S.%fZ" if "." in name else "%Y-%m-%dT%H:%M:%SZ"
-    try:
-        tick = datetime.strptime(name, pattern).replace(tzinfo=timezone.utc)
+    try:  # the pattern matched: ISO 8601 in UTC (fromisoformat: a tenth of strptime's cost)
+        tick = datetime.fromisoformat(name)
     except ValueError:
         return None
     return tick if believable(tick) else None
