@@ -33,7 +33,7 @@ def status(
     claim), LockIndex; for a job with a schedule, its ledger's last tick (outcome, the worker the
     record names) and its next tick; who paused a job, and who asked for a trigger no running
     scheduler has taken yet. A job whose workers are in several datacenters: a row per
-    datacenter (--datacenter: only that one); one that cannot be read: said, exit 7.
+    datacenter (--datacenter: only that one).
     """
     from provision.runner.status import lock_state, lock_targets
     from provision.spec import load_spec
