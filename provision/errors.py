@@ -9,6 +9,8 @@ bug and keeps its traceback.
     +-- LocalEnvironmentError    6  missing binary, unusable state folder, failed install
     +-- Interrupted            130  a stop signal (SIGTERM, SIGINT, SIGHUP) ended the command
     +-- ConsulError              (provision.consul.errors: 3 unavailable, 4 denied, 5 API error)
+    +-- DatacentersFailed        (provision.cli.datacenters: 7 done in some datacenters and
+                                  failed in others; failed in all: the first failure's code)
 
 Messages never contain a token secret: the types that carry secrets mask themselves.
 """
@@ -22,6 +24,7 @@ EXIT_UNAVAILABLE = 3  # Consul could not be reached, or did not answer within th
 EXIT_DENIED = 4  # Consul refused: 403 permission denied
 EXIT_CONSUL_API = 5  # any other error answer from Consul
 EXIT_ENVIRONMENT = 6  # the local machine is not as needed (binary, state folder, processes)
+EXIT_PARTIAL = 7  # an operator's command was done in some datacenters and failed in others
 EXIT_INTERRUPTED = 130
 
 

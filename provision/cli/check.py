@@ -9,11 +9,13 @@ exit 3, on stdout where the monitoring system reads it.
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from provision.cli import options
+from provision.cli.datacenters import Each, Failure
 from provision.cli.history import JobOption, scheduled_jobs
 from provision.errors import LockctlError
 
@@ -50,7 +52,7 @@ def check(
     OK; WARNING: the last run failed, a record dated in the future; CRITICAL: a tick missed, no
     success in --max-intervals ticks; UNKNOWN: it could not judge. Records the missed ticks it
     finds when the token may. A job whose workers are in several datacenters is judged in
-    each (--datacenter: only that one).
+    each (--datacenter: only that one); a datacenter that cannot be read is UNKNOWN there.
     """
     from provision.ledger.health import worst
 
@@ -83,14 +85,29 @@ def _judge(
     jobs = scheduled_jobs(spec_file, *which)
     if not jobs:
         return []
-    consul = connection.connect()
+    each = Each(connection.connect())
     judged = []
     for job, datacenter in jobs:
-        health, remark = _judge_one(consul.in_datacenter(datacenter), job, max_intervals)
+        found = each.ask(datacenter, partial(_judge_one, job=job, max_intervals=max_intervals))
+        if found is None:  # its datacenter failed: check cannot vouch for the job there
+            assert datacenter is not None
+            found = (_unread(each.failures[datacenter]), "")
+        health, remark = found
         if datacenter is not None:
             health = dataclasses.replace(health, job=f"{job.name} in {datacenter}")
         judged.append((health, remark))
     return judged
+
+
+def _unread(lost: Failure) -> JobHealth:
+    """UNKNOWN, `could not be read: Consul answered 500: No path to datacenter`."""
+    from datetime import datetime, timezone
+
+    from provision.ledger.health import JobHealth, State
+
+    said = lost.said("could not be read").removeprefix(f"{lost.datacenter}: ")
+    now = datetime.now(timezone.utc)
+    return JobHealth("", State.UNKNOWN, (), last_success=None, next_tick=None, now=now, note=said)
 
 
 def _judge_one(consul: Consul, job: LedgerJob, max_intervals: int) -> tuple[JobHealth, str]:
@@ -133,7 +150,7 @@ def _summary(state: State, judged: list[tuple[JobHealth, str]]) -> str:
     from provision.ledger.health import State
 
     parts = []
-    for level in (State.CRITICAL, State.WARNING, State.OK):
+    for level in (State.CRITICAL, State.UNKNOWN, State.WARNING, State.OK):
         names = [health.job for health, _ in judged if health.state is level]
         if names:
             listed = f" ({', '.join(names)})" if level is not State.OK else ""

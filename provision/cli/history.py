@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from provision.cli import options
+from provision.cli.datacenters import Each
 from provision.cli.output import cell, console
 from provision.errors import InputError
 
@@ -86,43 +88,64 @@ def history(connection: options.Connection, flags: HistoryFlags) -> None:
     Who ran it (the record's word), LockIndex, outcome, exit status, duration, start lag, and
     the ticks nobody ran.
     """
-    from provision.ledger.history import Wanted, read_history
-
     earliest = _since(flags.since)  # refused before the spec or Consul is read
     wanted_tick = _tick(flags.tick, flags.job, flags.show_timeline)
     jobs = scheduled_jobs(flags.spec_file, flags.job, flags.datacenter)
-    consul = connection.connect()
+    each = Each(connection.connect())
     if wanted_tick is not None:
-        rows = [(j, d, _tick_row(consul.in_datacenter(d), j, wanted_tick)) for j, d in jobs]
-        if flags.as_json:  # one document: the record, or a list of them, one per datacenter
-            records = [_in({"job": j.name, **row.to_record()}, d) for j, d, row in rows]
-            typer.echo(json.dumps(records[0] if len(records) == 1 else records, indent=2))
-            return
-        for j, datacenter, row in rows:
-            _print_tick(_job_title(j.name, datacenter), row)
+        _show_tick(each, jobs, wanted_tick, flags.as_json)
+    else:
+        _show_histories(each, jobs, flags, earliest)
+    each.end()  # a datacenter that failed: its line, after what the others showed
+
+
+def _show_tick(
+    each: Each, jobs: list[tuple[LedgerJob, str | None]], tick: datetime, as_json: bool
+) -> None:
+    rows = [(j, d, each.ask(d, partial(_tick_row, job=j, tick=tick))) for j, d in jobs]
+    found = [(j, d, row) for j, d, row in rows if row is not None]
+    if as_json:  # one document: the record, or a list of them, one per datacenter
+        records = [_in({"job": j.name, **row.to_record()}, d) for j, d, row in found]
+        if records:
+            typer.echo(json.dumps(records[0] if len(rows) == 1 else records, indent=2))
         return
+    for j, datacenter, row in found:
+        _print_tick(_job_title(j.name, datacenter), row)
+
+
+def _show_histories(
+    each: Each,
+    jobs: list[tuple[LedgerJob, str | None]],
+    flags: HistoryFlags,
+    earliest: Earliest | None,
+) -> None:
+    from provision.ledger.history import Wanted, read_history
+
     histories = []
     for j, datacenter in jobs:
         count = flags.limit or j.history_limit
         wanted = Wanted(count)
         if earliest is not None:
             wanted = Wanted(count, earliest.moment, back=earliest.back)
-        found = read_history(consul.in_datacenter(datacenter), j, wanted=wanted)
+        found = each.ask(datacenter, partial(read_history, job=j, wanted=wanted))
+        if found is None:
+            continue
         shown = found if earliest is None else found.since(earliest.start(found.now))
         histories.append((shown.newest(count), datacenter))
     for found, _ in histories:
         _report_problems(found)
     if flags.as_json:
         records = [_in(h.to_record(), datacenter) for h, datacenter in histories]
-        typer.echo(json.dumps(records, indent=2))
+        if records or not each.failures:  # nothing read at all: no `[]`
+            typer.echo(json.dumps(records, indent=2))
         return
     if flags.show_timeline:
         _print_timelines(histories)
         return
-    if not histories:
+    if not jobs:
         typer.echo(f"no job in {flags.spec_file} has a schedule: no ledger to show")
     for found, datacenter in histories:
-        paused = _pause_said(consul.in_datacenter(datacenter), found.job)
+        paused = _pause_said(each.consul.in_datacenter(datacenter), found.job)
         _print(found, paused, datacenter)
 
 

@@ -143,8 +143,14 @@ def assess(
     return JobHealth(history.job, state, reasons, success, history.next_tick, now)
 
 
+# Nagios's codes are not its severities: a CRITICAL that was judged outranks an UNKNOWN (a
+# datacenter that could not be read must not hide a missed tick in another), and an UNKNOWN
+# outranks a WARNING (what could not be read may be worse).
+_SEVERITY = (State.OK, State.WARNING, State.UNKNOWN, State.CRITICAL)
+
+
 def worst(states: list[State]) -> State:
-    return max(states, default=State.OK)
+    return max(states, key=_SEVERITY.index, default=State.OK)
 
 
 def _missed(row: TickRow) -> str:

@@ -64,20 +64,23 @@ class LockState:
         return record
 
 
-def lock_states(consul: Consul, spec: Spec, only: str | None = None) -> list[LockState]:
-    """One consistent read per job's lock key, plus the holding session's node and, for a job
-    with a schedule, one read of its ledger; in each datacenter its workers are in, or only
-    `only` (the jobs with no worker there left out)."""
+def lock_targets(spec: Spec, only: str | None = None) -> list[tuple[Job, str | None]]:
+    """Each job with each datacenter its workers are in (None: the agent's own, in a spec
+    that names none), or only `only` (the jobs with no worker there left out)."""
     check_datacenter_flag(spec.workers, only)
-    states = []
-    for job in spec.jobs:
-        if only is not None and only not in job_datacenters(spec.workers, job):
-            continue
-        for datacenter in chosen_datacenters(spec.workers, job, only):
-            there = consul.in_datacenter(datacenter)
-            state = replace(_state(there, job.name, job.lock_key), datacenter=datacenter)
-            states.append(_with_control(there, _with_ticks(there, job, state)))
-    return states
+    return [
+        (job, datacenter)
+        for job in spec.jobs
+        if only is None or only in job_datacenters(spec.workers, job)
+        for datacenter in chosen_datacenters(spec.workers, job, only)
+    ]
+
+
+def lock_state(consul: Consul, job: Job, datacenter: str | None) -> LockState:
+    """One consistent read of the job's lock key, plus the holding session's node and, for a
+    job with a schedule, one read of its ledger; `consul` asks `datacenter`."""
+    state = replace(_state(consul, job.name, job.lock_key), datacenter=datacenter)
+    return _with_control(consul, _with_ticks(consul, job, state))
 
 
 def _with_control(consul: Consul, state: LockState) -> LockState:
