@@ -39,6 +39,12 @@ hangs. The oracle checks, after every step:
                        its records `running` and no body of its own alive; but for a tick
                        whose claim or completion Consul did not answer (`unanswered`,
                        `complete-abandoned`: left to Consul, which the stop does not wait for)
+    backfill-unrun     an operator's backfill (`lockctl backfill`: now and then, of up to
+                       BACKFILL_TICKS past ticks of a job that nobody ran, as the command
+                       plans them; heard by every replica up, and by each one that boots while
+                       it is pending) has each of its ticks run, or found run, within
+                       RUN_SLACK + SLACK of the fleet's up-time per tick; each at most once
+                       (tick-twice)
     trigger-unrun      an operator's trigger (`lockctl trigger`: one now and then, heard by
                        every replica up, and by each one that boots while it is pending) is
                        taken by a claim within RUN_SLACK + SLACK of the fleet's up-time; it
@@ -61,6 +67,9 @@ plants) replays it exactly. `--plant NAME` replaces a named function of the core
     late-confirm  a confirmation counts from its answer, not from when it was sent
     no-cap        a replica at its cap of concurrent runs claims anyway (the cap ignored)
     no-blackout   blackout windows are ignored (holding_window finds none): their ticks run
+    backfill-blind a backfill runs its tick whatever the tick's record says now (may_backfill
+                  always yes: a tick another replica ran for the backfill is run again)
+    backfill-none a backfill's ticks are all taken for run already (may_backfill always no)
     no-stop-wait  a stop destroys the sessions while a claim is out (its won tick never
                   completed: `running` for good)
 
@@ -89,6 +98,13 @@ from typing import TypeVar
 from provision.blackouts import Blackout, holding_window
 from provision.consul import ConsulNotReached, ConsulUnavailable
 from provision.fencing import fence_bounds
+from provision.ledger.backfill import (
+    BackfillLedger,
+    BackfillNote,
+    beyond_ledger,
+    may_backfill,
+    plan_backfill,
+)
 from provision.ledger.control import ControlNote, manual_tick
 from provision.ledger.records import TickRecord, tick_name
 from provision.ledger.store import Claim, Completion
@@ -96,7 +112,7 @@ from provision.ledger.ticks import claim_window
 from provision.outcomes import Outcome
 from provision.schedule import parse_schedule
 from provision.sessions import SessionTerms
-from provision.system.control_keys import trigger_key
+from provision.system.control_keys import backfill_key, trigger_key
 from provision.tick import core, held, pool
 from provision.tick.calendar import Calendar
 from provision.tick.clock import Answer, Answered, Timer, VirtualClock, answer_of
@@ -122,6 +138,9 @@ STEP = 10.0  # seconds of simulated time between two looks at the ledger's accou
 FAULT_EVERY = 90.0  # mean seconds of simulated time between two faults
 SLACK = 90.0  # seconds of Consul and some replica up by which a tick nobody ran is recorded
 RUN_SLACK = 180.0  # seconds of its replica and Consul up by which a claimed tick is completed
+BACKFILL_EVERY = 900.0  # mean seconds between two operators' backfills (a stream of its own)
+BACKFILL_SPAN = 1800.0  # how far back a backfill's range starts
+BACKFILL_TICKS = 5  # at most the newest so many of the range's ticks nobody ran
 T = TypeVar("T")
 
 CLIENT_TIMEOUT = 10.0  # seconds a call other than a renewal waits for its answer
@@ -193,6 +212,14 @@ def _go_at_once(stopping: bool, runs: int, claims_out: int) -> bool:
     return stopping and runs == 0
 
 
+def _backfill_anyway(record: TickRecord | None) -> bool:
+    return True
+
+
+def _backfill_nothing(record: TickRecord | None) -> bool:
+    return False
+
+
 PLANTS: dict[str, tuple[str, Callable[..., object]]] = {
     "no-fence": ("apply_fence", _no_fence),
     "check-flag": ("vouched", _flag_only),
@@ -202,6 +229,8 @@ PLANTS: dict[str, tuple[str, Callable[..., object]]] = {
     "no-cap": ("capacity_refusal", _no_cap),
     "no-blackout": ("holding_window", _no_window),
     "no-stop-wait": ("sessions_may_go", _go_at_once),
+    "backfill-blind": ("may_backfill", _backfill_anyway),
+    "backfill-none": ("may_backfill", _backfill_nothing),
 }
 _CORE_MODULES: tuple[ModuleType, ...] = (core, held, pool)
 
@@ -506,7 +535,7 @@ class ReplicaStore:
         terms: ClaimTerms = PLAIN,
     ) -> Claim:
         delay, at = self._send(), self.world.clock.monotonic()
-        if not record.catchup:  # a catch-up judges on reads of its own (over a `missed` one)
+        if not (record.catchup or record.backfill):  # they judge on reads of their own
             self.world.oracle.claiming(self.replica, job.name, record.tick, self.taken)
         claim = self.base.claim(job, record, session_id, holder, terms)
         if claim.won:
@@ -521,7 +550,7 @@ class ReplicaStore:
         oracle, answers = self.world.oracle, list[ClaimAnswer]()
         for call in claims:
             name, tick = call.job.name, call.record.tick
-            if not call.record.catchup:
+            if not (call.record.catchup or call.record.backfill):
                 oracle.claiming(self.replica, name, tick, self.taken)
             [answer] = self.base.claim_many([call])
             if isinstance(answer, Claim) and answer.won:
@@ -742,6 +771,8 @@ class Replica:
         self.core.start()
         for job, pending in world.triggers.items():  # the trigger watch's first answer
             self.hear(job, pending.note)
+        for job, asked in world.backfills.items():
+            self.hear_backfill(job, asked.note)
 
     def hear(self, job: str, note: ControlNote) -> None:
         """The trigger watch's answer reaches the core a moment later, on the core's thread."""
@@ -750,6 +781,14 @@ class Replica:
             return
         later = self.world.rng.uniform(0.0, 2.0)
         self.clock.call_later(later, lambda: core_now.trigger(job, note))
+
+    def hear_backfill(self, job: str, note: BackfillNote) -> None:
+        """The control watch's answer of a backfill, as of a trigger."""
+        core_now = self.core
+        if core_now is None:
+            return
+        later = self.world.rng.uniform(0.0, 2.0)
+        self.clock.call_later(later, lambda: core_now.backfill(job, note))
 
     def kill(self) -> None:
         self.incarnation += 1
@@ -823,6 +862,8 @@ class Replica:
         if note.kind == "claimed" and record is not None and (record.catchup or record.trigger):
             kind = "caught-up" if record.catchup else "trigger-run"
             self.world.trace.add(now, self.name, kind, note.job, note.tick)
+        if note.kind == "claimed" and record is not None and record.backfill:
+            self.world.trace.add(now, self.name, "backfill-run", note.job, note.tick)
         if note.skip is SkipReason.AT_CAPACITY:  # counted apart: passed on to the next replica
             self.world.trace.add(now, self.name, "at-capacity", note.job, note.tick)
         if note.kind in LEFT_TO_CONSUL and note.tick is not None:
@@ -859,6 +900,12 @@ class _Pending:
 @dataclass(frozen=True)
 class _Trigger:
     note: ControlNote
+    up_at: float  # the fleet's up-time when it was asked
+
+
+@dataclass
+class _Backfill:
+    note: BackfillNote
     up_at: float  # the fleet's up-time when it was asked
 
 
@@ -1107,6 +1154,7 @@ class Oracle:
             self.cursor[spec.name] = tick
         self.pending = [p for p in self.pending if not self._accounted(p)]
         self.triggers()
+        self.backfills()
 
     def triggers(self) -> None:
         """A pending trigger is taken (the job's taken-trigger key names it) within
@@ -1119,6 +1167,27 @@ class Oracle:
             elif self.up_fleet - pending.up_at > RUN_SLACK + SLACK:
                 self.fail("trigger-unrun", f"{job} trigger {pending.note.id}: not taken")
                 del world.triggers[job]
+
+    def backfills(self) -> None:
+        """A pending backfill's ticks are each run (or found run: may_backfill says no) within
+        RUN_SLACK + SLACK of the fleet's up-time per tick; a tick whose record retention
+        deleted since (beyond_ledger) is never run, as the core decides."""
+        world = self.world
+        for job, asked in list(world.backfills.items()):
+            keys = world.job_named[job].keys
+            records = {record.tick: record for record in world.store.read_ticks(keys)}
+            history = world.job_named[job].history_limit
+            left = [
+                tick
+                for tick in asked.note.ticks
+                if may_backfill(records.get(tick))
+                and not (tick not in records and beyond_ledger(tick, records.keys(), history))
+            ]
+            if not left:
+                del world.backfills[job]
+            elif self.up_fleet - asked.up_at > (RUN_SLACK + SLACK) * len(asked.note.ticks):
+                self.fail("backfill-unrun", f"{job} backfill {asked.note.id}: {tick_name(left[0])}")
+                del world.backfills[job]
 
     def _accounted(self, pending: _Pending) -> bool:
         key = (pending.job, pending.tick)
@@ -1171,6 +1240,8 @@ class World:
         self.faults = 0
         self.faulting = True
         self.triggers: dict[str, _Trigger] = {}  # by job: an operator's trigger not taken yet
+        self.backfills: dict[str, _Backfill] = {}  # by job: an operator's backfill not run yet
+        self.backfill_draw = random.Random(f"backfill-{config.seed}")  # the faults' stay
         self.asked = itertools.count(1)
         names = tuple(f"w{n + 1}" for n in range(config.replicas))
         self.jobs = make_jobs(config.jobs, names, config.seed)
@@ -1205,6 +1276,44 @@ class World:
     def next_fault(self) -> None:
         delay = self.rng.expovariate(1.0 / self.config.fault_every)
         self.clock.call_later(delay, self._fault)
+
+    def next_backfill(self) -> None:
+        delay = self.backfill_draw.expovariate(1.0 / BACKFILL_EVERY)
+        self.clock.call_later(delay, self._backfill)
+
+    def _backfill(self) -> None:
+        """An operator's `lockctl backfill` of a job with none pending: the newest
+        BACKFILL_TICKS ticks nobody ran in the last BACKFILL_SPAN, planned as the command plans
+        them, written to the job's backfill key, and heard by every replica up."""
+        if not self.faulting:
+            return
+        self.next_backfill()
+        job = self.backfill_draw.choice(self.jobs)
+        if job.name in self.backfills or self.down_until is not None:
+            return
+        now = self.wall()
+        records = {record.tick: record for record in self.store.read_ticks(job.keys)}
+        ledger = BackfillLedger(records, job.history_limit)
+        closed = now - timedelta(seconds=2 * SLACK)  # every claim window closed by then
+
+        def held(tick: datetime) -> str | None:
+            window = holding_window(job.blackouts, tick)
+            return None if window is None else window.name
+
+        span = (now - timedelta(seconds=BACKFILL_SPAN), closed)
+        ticks = plan_backfill(job.schedule, span, closed, ledger, held).run
+        if not ticks:
+            return
+        self.oracle.settle()
+        note = BackfillNote(
+            "ops", now, ticks[-BACKFILL_TICKS:], "simulated", f"b-{next(self.asked)}"
+        )
+        self.store.put(backfill_key(job.name), note.encode())
+        self.backfills[job.name] = _Backfill(note, self.oracle.up_fleet)
+        self.trace.add(self.clock.monotonic(), "ops", "backfill-asked", job.name, note.ticks[0])
+        for each in self.replicas:
+            if each.alive:
+                each.hear_backfill(job.name, note)
 
     def _fault(self) -> None:
         if not self.faulting:
@@ -1409,6 +1518,7 @@ def simulate(config: SimConfig) -> Report:
         for replica in world.replicas:
             replica.boot()
         world.next_fault()
+        world.next_backfill()
         oracle = world.oracle
         while oracle.ticks < config.ticks and (config.keep_going or not oracle.violations):
             world.clock.advance(STEP)
@@ -1479,6 +1589,8 @@ def report_lines(report: Report, config: SimConfig) -> list[str]:
         f"runs {counts.get('body-start', 0)}, missed recorded {counts.get('missed', 0)}, "
         f"fenced {counts.get('fenced', 0)}, timed out {counts.get('timed-out', 0)}, "
         f"triggers run {counts.get('trigger-run', 0)} of {counts.get('asked', 0)}, "
+        f"backfill ticks run {counts.get('backfill-run', 0)} "
+        f"({counts.get('backfill-asked', 0)} backfills), "
         f"caught up {counts.get('caught-up', 0)}, "
         f"passed on at capacity {counts.get('at-capacity', 0)}, "
         f"blackout recorded {counts.get('blackout-record', 0)} "
