@@ -1,6 +1,6 @@
-"""Where lockctl keeps the operators' control keys of each job in Consul (pause, trigger): one
-naming rule for every layer (the spec refuses prefixes over it, the renderer grants read on it,
-the runner checks it in each claim, the operator's commands write it).
+"""Where lockctl keeps the operators' control keys of each job in Consul (pause, trigger,
+abort): one naming rule for every layer (the spec refuses prefixes over it, the renderer grants
+read on it, the runner checks it in each claim, the operator's commands write it).
 
 They live under one root outside every job's prefix: a job's workers may write all of their own
 prefix, and may only read these (the rendered lock policy), so a worker cannot pause, resume or
@@ -35,3 +35,11 @@ def pauses_key(job: str) -> str:
     that a tick nobody ran while the job was paused is recorded paused, even when it is noticed
     after the resume (every replica was down meanwhile)."""
     return f"{control_prefix(job)}{PAUSES}"
+
+
+ABORT = "abort"  # `lockctl abort`: the run it names is stopped by the replica running it
+
+
+def abort_key(job: str) -> str:
+    """The key `lockctl abort` writes: which run of the job to stop (its tick), who, why."""
+    return f"{control_prefix(job)}{ABORT}"
