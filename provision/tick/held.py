@@ -37,6 +37,7 @@ from provision.fencing import (
     fence_bounds,
     past_fence,
 )
+from provision.ledger.attempts import CUT_BY_ABORT
 from provision.ledger.control import ControlNote
 from provision.ledger.records import TickRecord
 from provision.ledger.store import Completion
@@ -266,15 +267,14 @@ class HeldRun:
         record and the release; the lock is still ours), recorded `aborted` with who and why,
         and never retried. A run whose verdict is settled already (it ended, was fenced, timed
         out, was told to stop) ends as it would have."""
-        if self.finished or self.aborted is not None or self.verdict is not None:
+        if self.finished or self.aborted is not None:
             return
-        self.aborted = note
         if self.retry is not None:  # no body runs: the retry waited for is cut
-            self.retry, self.cut = None, "aborted"
+            self.aborted, self.retry, self.cut = note, None, CUT_BY_ABORT
             assert self.last is not None
             self._finish(self.last)
-        elif self.body is not None:
-            self.timeout_at = self.clock.monotonic()
+        elif self.body is not None and self.verdict is None:
+            self.aborted, self.timeout_at = note, self.clock.monotonic()
             self._step()
 
     # -- the decision, carried out ---------------------------------------------------------
@@ -415,7 +415,7 @@ class HeldRun:
         # the old engine recorded them)
         retried = self.retried or self.cut is not None
         outcome = record_outcome(decision.verdict, status, kept)
-        if self.aborted is not None and (outcome is Outcome.TIMED_OUT or self.cut == "aborted"):
+        if self.aborted is not None and (outcome is Outcome.TIMED_OUT or self.cut == CUT_BY_ABORT):
             self._complete(self._aborted_record(status, retried), COMPLETE_RETRY)
             return
         done = self.record.completed(

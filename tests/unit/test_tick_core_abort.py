@@ -5,6 +5,7 @@ the next tick runs as usual; a note heard late stops nothing."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from provision.ledger.aborts import AbortNote
@@ -12,6 +13,8 @@ from provision.ledger.control import ControlNote
 from provision.outcomes import Outcome
 from provision.system.control_keys import abort_key
 from provision.tick.edge import StopHow
+from tests.unit.test_tick_core_retries import Replica
+from tests.unit.test_tick_core_retries import job as retry_job
 from tests.unit.tick_fleet import KEYS, WORKERS, Fleet, at, every_10s
 
 GRACE = 5.0  # TIMINGS.kill_grace
@@ -102,3 +105,23 @@ def test_an_aborted_run_is_not_retried() -> None:
     record = fleet.record(at(0))
     assert record is not None and record.outcome is Outcome.ABORTED
     assert len(fleet.ran(at(0))) == 1  # the one attempt: no retry after the abort
+
+
+def test_an_abort_while_a_retry_is_waited_for_cuts_the_retries_and_records_aborted() -> None:
+    replica = Replica(retry_job(retries=3, retry_delay=6.0), statuses=[1] * 10)
+    replica.clock.advance(2)  # the first attempt failed at 0.5; the retry is due at 6.5
+    (first,) = replica.of(at(0))
+    assert first.run is not None
+    note = AbortNote(ControlNote("bob", replica.clock.wall(), None, id="a-2"), at(0), "")
+    replica.core.abort(KEYS.name, replace(note, session=first.run.session))
+    replica.clock.advance(6)  # past 6.5, when the retry was due; before tick 10
+    assert len(replica.of(at(0))) == 1  # the retry was not made
+    record = replica.record(at(0))
+    assert record is not None
+    assert (record.outcome, record.by, record.attempts, record.retries_cut) == (
+        Outcome.ABORTED,
+        "bob",
+        (1,),
+        "aborted",
+    )
+    assert replica.store.watch_lock(KEYS, 0, 0)[0] is None  # released at once
