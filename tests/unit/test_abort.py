@@ -16,8 +16,11 @@ from provision.cli.app import app
 from provision.errors import EXIT_FAILED, EXIT_INPUT
 from provision.ledger.aborts import AbortNote, decode_abort, stops
 from provision.ledger.control import ControlNote
+from provision.outcomes import FINISHED, OPERATOR_STOPS, SCHEDULER_METRIC_OUTCOMES, Outcome
+from provision.scheduler.report import note_events, record_outcome_label
 from provision.scheduler.triggers import abort_notes
 from provision.system.control_keys import abort_key
+from provision.tick.edge import Note
 
 TICK = datetime(2026, 12, 7, 3, 0, tzinfo=timezone.utc)
 NOTE = AbortNote(ControlNote("alice@ops", TICK, "stuck on a lock", id="a-1"), TICK, "s-1")
@@ -118,3 +121,15 @@ def test_a_job_nobody_runs_is_not_running_exit_1(tmp_path: Path) -> None:
     assert result.exit_code == EXIT_FAILED, result.output
     assert lines == ["lockctl: error: job report is not running: nothing aborted"]
     assert not any(call.request.method == "PUT" for call in responses.calls)  # nothing written
+
+
+def test_an_aborted_run_is_counted_aborted_and_said_as_an_event_not_a_failure() -> None:
+    assert record_outcome_label(Outcome.ABORTED) == "aborted"
+    assert "aborted" in SCHEDULER_METRIC_OUTCOMES
+    assert Outcome.ABORTED in OPERATOR_STOPS and Outcome.ABORTED in FINISHED
+    said = note_events(Note("aborted", "report", TICK, NOTE.said()))
+    assert said == [
+        ("aborted", {"tick": "2026-12-07T03:00:00Z", "session": None, "asked": NOTE.said()})
+    ]
+    ignored = note_events(Note("abort", "report", TICK, "names no run of this replica"))
+    assert [name for name, _ in ignored] == ["abort-ignored"]
