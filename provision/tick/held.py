@@ -415,9 +415,11 @@ class HeldRun:
         # the old engine recorded them)
         retried = self.retried or self.cut is not None
         outcome = record_outcome(decision.verdict, status, kept)
-        if self.aborted is not None and (outcome is Outcome.TIMED_OUT or self.cut == CUT_BY_ABORT):
-            self._complete(self._aborted_record(status, retried), COMPLETE_RETRY)
-            return
+        said: dict[str, object] = {}  # an aborted run's: who asked, when, why (as paused)
+        note = self.aborted
+        if note is not None and (outcome is Outcome.TIMED_OUT or self.cut == CUT_BY_ABORT):
+            outcome = Outcome.ABORTED
+            said = {"by": note.by, "reason": note.reason, "asked_at": note.at}
         done = self.record.completed(
             outcome,
             finished_at=self.clock.wall(),
@@ -425,24 +427,9 @@ class HeldRun:
             duration=round(self.clock.monotonic() - self.started_at, 3),
             attempts=tuple(self.statuses) if retried else None,
             retries_cut=self.cut,
+            **said,
         )
         self._complete(done, COMPLETE_RETRY)
-
-    def _aborted_record(self, status: int | None, retried: bool) -> TickRecord:
-        """The record of a run an operator aborted: who asked, when, why (as a paused tick's)."""
-        note = self.aborted
-        assert note is not None
-        return self.record.completed(
-            Outcome.ABORTED,
-            finished_at=self.clock.wall(),
-            exit_status=status,
-            duration=round(self.clock.monotonic() - self.started_at, 3),
-            attempts=tuple(self.statuses) if retried else None,
-            retries_cut=self.cut,
-            by=note.by,
-            reason=note.reason,
-            asked_at=note.at,
-        )
 
     def _complete(self, done: TickRecord, backoff: float) -> None:
         """Complete the record and unlock in one transaction; again, later, while Consul does
