@@ -22,6 +22,10 @@ class Outcome(str, enum.Enum):
         lost         the lock was lost while the job ran: the job was fenced, the lock not released
         interrupted  a stop was requested (a signal to the runner) and the job stopped
         timed-out    the job ran past its `timeout` and was stopped; the lock released
+        aborted      an operator asked for this run's end (`lockctl abort`: its record says who
+                     and why); the job was stopped as a timed-out one is, the lock released, and
+                     it is not retried: an operator's stop, not a failure (it never pages; new
+                     in this release: the release before reads it `unreadable`)
         missed       nobody claimed the tick within its start deadline (too late for it)
         paused       the job was paused (lockctl pause) when the tick came: not run
         blackout     the tick fell in one of the job's blackout windows (its record names the
@@ -46,6 +50,7 @@ class Outcome(str, enum.Enum):
     LOST = "lost"
     INTERRUPTED = "interrupted"
     TIMED_OUT = "timed-out"
+    ABORTED = "aborted"
     MISSED = "missed"
     PAUSED = "paused"
     BLACKOUT = "blackout"
@@ -73,6 +78,7 @@ LEDGER_OUTCOMES = frozenset(
         Outcome.LOST,
         Outcome.INTERRUPTED,
         Outcome.TIMED_OUT,
+        Outcome.ABORTED,
         Outcome.MISSED,
         Outcome.PAUSED,
         Outcome.UNREADABLE,
@@ -80,8 +86,17 @@ LEDGER_OUTCOMES = frozenset(
 )
 # A record of a run that ended (its runner completed it).
 FINISHED = frozenset(
-    {Outcome.SUCCEEDED, Outcome.FAILED, Outcome.LOST, Outcome.INTERRUPTED, Outcome.TIMED_OUT}
+    {
+        Outcome.SUCCEEDED,
+        Outcome.FAILED,
+        Outcome.LOST,
+        Outcome.INTERRUPTED,
+        Outcome.TIMED_OUT,
+        Outcome.ABORTED,
+    }
 )
+# A run an operator ended (`lockctl abort`): said, counted, never a failure that pages.
+OPERATOR_STOPS = frozenset({Outcome.ABORTED})
 # What a run ends in: `lockctl run`'s result and an embedded call's RunOutcome.
 RUN_OUTCOMES = frozenset(
     {
@@ -132,6 +147,7 @@ SCHEDULER_METRIC_OUTCOMES = (
     Outcome.ERROR.value,
     Outcome.CONSUL_UNAVAILABLE.value,
     Outcome.BLACKOUT.value,
+    Outcome.ABORTED.value,
 )
 # The words the release before this one used for lockctl_ticks_total and the `--wait` event:
 # `timed-out` was a `--wait` that ran out, `job-timed-out` a job past its timeout. A metrics

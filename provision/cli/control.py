@@ -1,7 +1,8 @@
 """`lockctl pause JOB`, `lockctl resume JOB`: an operator's hold on a job's ticks; `lockctl
 trigger JOB`: one run now, outside the schedule. Kept in Consul under the job's control keys
 (provision/ledger/operator.py), written with the operator's token, never a worker's. `lockctl
-break JOB`: the session of a gone replica destroyed (provision/ledger/breaking.py)."""
+break JOB`: the session of a gone replica destroyed (provision/ledger/breaking.py). `lockctl abort
+JOB`: the run going on stopped by its replica, recorded `aborted` (provision/ledger/aborts.py)."""
 
 from __future__ import annotations
 
@@ -204,3 +205,41 @@ def _said(change: PauseChange, done: str) -> list[str]:
         line = f"job {job} paused {note.said()}"
         return [line if change.changed else f"job {job} was already paused {note.said()}"]
     return [f"job {job} resumed" if change.changed else f"job {job} was not paused"]
+
+
+# -- `lockctl abort JOB` ---------------------------------------------------------------------
+
+
+@options.consul_command
+def abort(
+    connection: options.Connection,
+    job: JobArgument,
+    reason: Reason = None,
+    spec_file: options.SpecFile = options.DEFAULT_SPEC,
+    datacenter: options.Datacenter = None,
+) -> None:
+    """Stop JOB's run now: its replica ends its process tree, recorded aborted.
+
+    The run holding JOB's lock is named (its tick and session); its replica stops it as a
+    timed-out run is stopped (SIGTERM to the whole tree, SIGKILL after the grace), records it
+    `aborted` with who and why, and releases the lock; the next tick runs as usual. Exit 1 when
+    JOB is not running. Needs a token that may write lockctl/control/JOB/ (not a worker's).
+    Obeyed by `lockctl schedule` only, not yet by `lockctl run` or an embedded call.
+    """
+    from provision.ledger.control import reason_problem
+    from provision.ledger.operator import abort as abort_job
+
+    known, datacenters = _target(spec_file, job, datacenter)
+    problem = reason_problem(reason)
+    if problem is not None:
+        raise InputError(f"--reason {problem}")
+
+    def aborted(consul: Consul) -> list[str]:
+        note = abort_job(consul, job, known.lock_key, reason)
+        return [
+            f"job {job} aborted {note.said()}",
+            f"the `lockctl schedule` replica running it stops it now, recorded `aborted` "
+            f"(lockctl history {job}); a `lockctl run` or an embedded call does not obey it yet",
+        ]
+
+    in_each(connection.connect(), datacenters, aborted)

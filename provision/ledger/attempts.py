@@ -7,7 +7,12 @@ from typing import Any
 
 CUT_BY_NEXT_TICK = "next-tick"  # the next attempt would have started at or after the next tick
 CUT_BY_STOP = "stop-requested"  # the runner was asked to stop during the retry delay
-CUT_REASONS = {CUT_BY_NEXT_TICK: "the next tick", CUT_BY_STOP: "a stop request"}
+CUT_BY_ABORT = "aborted"  # an operator's `lockctl abort` during the retry delay
+CUT_REASONS = {
+    CUT_BY_NEXT_TICK: "the next tick",
+    CUT_BY_STOP: "a stop request",
+    CUT_BY_ABORT: "lockctl abort",
+}
 MAX_ATTEMPTS = 11  # retries are 0..10 (provision.timings): a record keeps no more statuses
 _ORDINALS = {1: "1st", 2: "2nd", 3: "3rd"}
 

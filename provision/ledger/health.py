@@ -31,7 +31,7 @@ from typing import Any
 from provision.ledger.history import ABANDONED, Enough, JobHistory, TickRow
 from provision.ledger.records import RecordProblem, TickRecord, tick_name
 from provision.ledger.ticks import MISSED_GRACE
-from provision.outcomes import Outcome
+from provision.outcomes import OPERATOR_STOPS, Outcome
 from provision.schedule import Schedule
 
 DEFAULT_MAX_INTERVALS = 2
@@ -129,7 +129,7 @@ def assess(
             return JobHealth(history.job, State.OK, (), None, history.next_tick, now, note)
         note = "no run recorded yet"
         return JobHealth(history.job, State.WARNING, (suspect,), None, history.next_tick, now, note)
-    held = {row.tick for row in rows if row.outcome in _HELD_WORDS}
+    held = {row.tick for row in rows if row.outcome in _NOT_JUDGED}
     recent = closed_ticks(history.schedule, now, start_deadline, max_intervals, held)
     oldest_recent = recent[-1]
     critical = [_missed(row) for row in rows if row.missed and row.tick >= oldest_recent]
@@ -199,6 +199,9 @@ def _too_large_problem(problems: tuple[RecordProblem, ...]) -> str | None:
 # a tick nobody was to run: a pause or a blackout window held it (not a miss)
 _HELD = frozenset({Outcome.PAUSED, Outcome.BLACKOUT})
 _HELD_WORDS = frozenset(outcome.value for outcome in _HELD)
+# ...and a run an operator stopped (`lockctl abort`): neither a success nor a failure, so the
+# window of ticks judged reaches back past it, as past a paused tick; it never warns or pages
+_NOT_JUDGED = _HELD_WORDS | frozenset(outcome.value for outcome in OPERATOR_STOPS)
 
 
 def read_enough(schedule: Schedule, start_deadline: float, max_intervals: int) -> Enough:

@@ -1,4 +1,5 @@
-"""The operators' actions on a job: pause, resume, and what the job's control keys say now.
+"""The operators' actions on a job: pause, resume, trigger, abort, and what the job's control
+keys say now.
 
 An operator's token (CONSUL_HTTP_TOKEN / _FILE, as `apply` uses) writes the keys; the job's
 workers may only read them (the rendered lock policy), so a worker cannot pause, resume or
@@ -15,6 +16,7 @@ from datetime import datetime, timezone
 from provision.consul import Consul, KVOp, PermissionDenied
 from provision.consul.models import KVEntry, ReadMeta
 from provision.errors import LockctlError
+from provision.ledger.aborts import AbortNote
 from provision.ledger.control import (
     BY_LIMIT,
     NO_PAUSES,
@@ -29,7 +31,9 @@ from provision.ledger.control import (
     pause_holds,
     taken_key,
 )
-from provision.system.control_keys import paused_key, pauses_key, trigger_key
+from provision.ledger.holder import holder_record
+from provision.ledger.records import parse_tick_name
+from provision.system.control_keys import abort_key, paused_key, pauses_key, trigger_key
 from provision.system.text import printable
 
 EndAsked = tuple[str | None, str | None] | None  # `--for`, `--until` as given
@@ -240,3 +244,38 @@ def trigger_refusal(
             "(a running `lockctl schedule` of the job takes it within seconds)"
         )
     return None
+
+
+class NotRunning(LockctlError):
+    """`lockctl abort`: no run of the job holds its lock now (exit 1): nothing to stop."""
+
+
+def abort(
+    consul: Consul, job: str, lock_key: str, reason: str | None, now: datetime | None = None
+) -> AbortNote:
+    """Ask the replica running `job` to stop its run now: the run is the one holding the job's
+    lock (its tick from the holder's record, its session from Consul), named in the job's
+    `abort` key with who asks, when, why and an id, written in one transaction that checks the
+    lock is still held by that session (a run that ended meanwhile is not running: refused).
+    The note written; NotRunning when nothing runs, or the holder is not a scheduled run."""
+    entry, _ = consul.kv.get(lock_key, consistency="consistent", max_bytes=NOTE_MAX_BYTES * 2)
+    if entry is None or entry.session is None:
+        raise NotRunning(f"job {job} is not running: nothing aborted")
+    tick_text = holder_record(entry.value).get("tick")
+    tick = None if tick_text is None else parse_tick_name(tick_text)
+    if tick is None:
+        raise NotRunning(
+            f"job {job} is held by a run without a tick (a `lockctl run` of a job without a "
+            "schedule, or not lockctl's): nothing aborted (`lockctl break` ends its session)"
+        )
+    note = ControlNote(
+        operator_name(consul), now or datetime.now(timezone.utc), reason, uuid.uuid4().hex[:16]
+    )
+    written = AbortNote(note, tick, entry.session)
+    ops = [
+        KVOp("check-session", lock_key, session=entry.session),
+        KVOp("set", abort_key(job), written.encode()),
+    ]
+    if not consul.txn.kv(ops).applied:
+        raise NotRunning(f"job {job} is not running (its run just ended): nothing aborted")
+    return written

@@ -26,6 +26,7 @@ RAN = {
     Outcome.TIMED_OUT.value: "T",
     Outcome.LOST.value: "L",
     Outcome.INTERRUPTED.value: "I",
+    Outcome.ABORTED.value: "X",
     Outcome.RUNNING.value: ">",
     ABANDONED: "A",
 }
@@ -39,6 +40,7 @@ LEGEND = (
     ("T", "timed-out"),
     ("L", "lost (fenced)"),
     ("I", "interrupted"),
+    ("X", "aborted (lockctl abort)"),
     (">", "running"),
     ("A", "abandoned"),
     (".", "skipped: another worker ran it"),

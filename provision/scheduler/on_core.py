@@ -50,6 +50,7 @@ from provision.consul import (
 from provision.consul.clock import WallSteps
 from provision.consul.login import Login
 from provision.errors import InputError, LockctlError
+from provision.ledger.aborts import AbortNote
 from provision.ledger.backfill import BackfillNote
 from provision.ledger.catchup import ALL, LATEST
 from provision.ledger.control import ControlNote
@@ -498,6 +499,7 @@ class CoreScheduler:
             self.events,
             self._watch_stop,
             paused=self.report.paused,
+            abort=self._abort,
         )
         self._watch.backfill = self._fire_backfill
         self._watch.start()
@@ -593,6 +595,15 @@ class CoreScheduler:
     def _backfill(self, name: str, note: BackfillNote) -> None:
         if self.current is not None:
             self.current.core.backfill(name, note)
+
+    def _abort(self, name: str, note: AbortNote) -> None:
+        """From the trigger watch's thread: `lockctl abort` goes to every core of this process
+        (a retiring connection's runs too), on the core's thread."""
+        self.clock.call_at(self.clock.monotonic(), functools.partial(self._aborted, name, note))
+
+    def _aborted(self, name: str, note: AbortNote) -> None:
+        for replica in self._replicas():
+            replica.core.abort(name, note)
 
     def _watch_clocks(self) -> None:
         """A step of this host's wall clock, or of the agent's, is said at once. Neither moves

@@ -173,6 +173,7 @@ _RECORD_OUTCOMES = {
     Outcome.LOST: Outcome.LOST.value,
     Outcome.INTERRUPTED: Outcome.INTERRUPTED.value,
     Outcome.TIMED_OUT: Outcome.TIMED_OUT.value,
+    Outcome.ABORTED: Outcome.ABORTED.value,  # an operator's stop: no run failure counted
     Outcome.MISSED: Outcome.MISSED.value,
     Outcome.PAUSED: Outcome.SKIPPED.value,
     Outcome.BLACKOUT: Outcome.BLACKOUT.value,
@@ -425,6 +426,17 @@ def _held(event: str) -> Callable[[Note, RunContext], list[Event]]:
     return make
 
 
+def _aborted(note: Note, run: RunContext) -> list[Event]:
+    """`lockctl abort` stops this run: who asked, when, why (the note's words, printable)."""
+    fields = {"tick": _tick(note), "session": _session(note, run), "asked": _text(note.detail)}
+    return [("aborted", fields)]
+
+
+def _abort_heard(note: Note, run: RunContext) -> list[Event]:
+    """An abort note heard that names no run of this replica: said, nothing stopped."""
+    return [("abort-ignored", {"tick": _tick(note), "reason": _text(note.detail)})]
+
+
 def next_attempt(note: Note) -> tuple[int | None, int | None]:
     """A retry note's attempt to come and the exit status of the one before it, from its
     record (the claimed one, with each ended attempt's status); (None, None) without one."""
@@ -511,6 +523,8 @@ _EVENT_MAKERS: dict[str, Callable[[Note, RunContext], list[Event]]] = {
     "fenced": _held("fenced"),
     "interrupted": _held("interrupted"),
     "timed-out": _held("timed-out"),
+    "aborted": _aborted,
+    "abort": _abort_heard,
     "retrying": _retrying,
     "retry-started": _retry_started,
     "complete-retry": _complete_retry,

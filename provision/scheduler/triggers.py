@@ -14,6 +14,9 @@ Every replica hears of a trigger and tries it; the claim (one transaction: the i
 the lock, and the job's taken-trigger key at the index read) lets exactly one run it, and a
 trigger taken once is never run again, even after retention deleted its run's record.
 A query, not a watch per job: hundreds of jobs cost one thread and one connection.
+
+The same query hears `lockctl abort JOB` (the job's `abort` key, ledger/aborts.py): each abort
+note not seen before goes to the tick core, which stops the run it names if it runs here.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ from collections.abc import Callable, Iterable
 
 from provision.consul import Consul, ConsulError
 from provision.consul.watch import watch_tree
+from provision.ledger.aborts import AbortNote, decode_abort
 from provision.ledger.backfill import BackfillNote, decode_backfill
 from provision.ledger.control import ControlNote, decode_note
 from provision.runner.events import EventLog
-from provision.system.control_keys import BACKFILL, CONTROL_ROOT, PAUSED, TRIGGER
+from provision.system.control_keys import ABORT, BACKFILL, CONTROL_ROOT, PAUSED, TRIGGER
 
 BLOCKING_WAIT = 300.0  # seconds a query waits for a change (Consul's default)
 MIN_PAUSE = 0.5  # seconds between two queries: a change storm, or an index that misleads
@@ -67,6 +71,22 @@ def pending_backfills(
     return found
 
 
+def abort_notes(
+    entries: Iterable[tuple[str, bytes | None]], jobs: Iterable[str]
+) -> dict[str, AbortNote]:
+    """The abort note of each of `jobs` under the control root (pure): a value that is not a
+    note lockctl wrote (no id, time, tick or session) stops nothing."""
+    wanted = set(jobs)
+    found: dict[str, AbortNote] = {}
+    for key, value in entries:
+        job, _, name = key.removeprefix(CONTROL_ROOT).partition("/")
+        if key.startswith(CONTROL_ROOT) and name == ABORT and job in wanted:
+            abort = decode_abort(value)
+            if abort is not None:
+                found[job] = abort
+    return found
+
+
 def paused_jobs(entries: Iterable[tuple[str, bytes | None]], jobs: Iterable[str]) -> set[str]:
     """Which of `jobs` have their paused key in the watch's answer (pure): the key's existence
     pauses a job, whatever it holds (ledger/control.py)."""
@@ -90,14 +110,17 @@ class TriggerWatch:
         events: EventLog,
         stop: threading.Event,
         paused: Callable[[set[str]], None] | None = None,
+        abort: Callable[[str, AbortNote], None] | None = None,
     ) -> None:
-        """`paused(jobs)`: told at each answer which jobs are paused (for /metrics)."""
+        """`paused(jobs)`: told at each answer which jobs are paused (for /metrics);
+        `abort(job, note)`: each abort note not seen before."""
         self.consul, self.jobs, self.fire, self.events = consul, jobs, fire, events
-        self.stop, self.paused = stop, paused
+        self.stop, self.paused, self.abort = stop, paused, abort
         self.seen: set[tuple[str, str]] = set()  # (job, trigger id) handed on already
         # `backfill(job, note)`: each backfill note of its jobs, at every answer (the core
         # keeps the ids it heard: a note heard again is not run again)
         self.backfill: Callable[[str, BackfillNote], None] | None = None
+        self.aborts: set[tuple[str, str]] = set()  # (job, abort id) handed on already
         self.thread = threading.Thread(target=self._run, name="lockctl-triggers", daemon=True)
 
     def start(self) -> None:
@@ -143,4 +166,15 @@ class TriggerWatch:
                     self.seen.add((job, note.id))
                     self.fire(job, note)
             self._backfills(pairs)
+            if self.abort is not None:
+                self._hand_aborts(pairs, self.abort)
             self.stop.wait(max(0.0, MIN_PAUSE - (time.monotonic() - began)))
+
+    def _hand_aborts(
+        self, pairs: list[tuple[str, bytes | None]], abort: Callable[[str, AbortNote], None]
+    ) -> None:
+        for job, note in abort_notes(pairs, self.jobs()).items():
+            assert note.note.id is not None
+            if (job, note.note.id) not in self.aborts:
+                self.aborts.add((job, note.note.id))
+                abort(job, note)

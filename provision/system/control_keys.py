@@ -1,6 +1,6 @@
-"""Where lockctl keeps the operators' control keys of each job in Consul (pause, trigger): one
-naming rule for every layer (the spec refuses prefixes over it, the renderer grants read on it,
-the runner checks it in each claim, the operator's commands write it).
+"""Where lockctl keeps the operators' control keys of each job in Consul (pause, trigger,
+abort): one naming rule for every layer (the spec refuses prefixes over it, the renderer grants
+read on it, the runner checks it in each claim, the operator's commands write it).
 
 They live under one root outside every job's prefix: a job's workers may write all of their own
 prefix, and may only read these (the rendered lock policy), so a worker cannot pause, resume or
@@ -42,3 +42,11 @@ def backfill_key(job: str) -> str:
     """The key an operator's `lockctl backfill` writes its ticks to, for the schedulers to run
     (provision/ledger/backfill.py)."""
     return f"{control_prefix(job)}{BACKFILL}"
+
+
+ABORT = "abort"  # `lockctl abort`: the run it names is stopped by the replica running it
+
+
+def abort_key(job: str) -> str:
+    """The key `lockctl abort` writes: which run of the job to stop (its tick), who, why."""
+    return f"{control_prefix(job)}{ABORT}"

@@ -51,6 +51,7 @@ from typing import Any
 
 from provision.blackouts import Blackout, holding_window
 from provision.consul import ConsulError, ConsulUnavailable, PermissionDenied
+from provision.ledger.aborts import AbortNote, stops
 from provision.ledger.backfill import BACKFILL_WINDOW, BackfillNote, beyond_ledger, may_backfill
 from provision.ledger.catchup import catchup_tick, may_catch_up, ticks_to_catch_up
 from provision.ledger.control import (
@@ -317,6 +318,7 @@ class _Job:
     backfill_timer: Cancellable | None = None  # a tick not claimed: looked at again then
     backfill_backoff: float = TRIGGER_POLL
     housekeeping: int = 0  # housekeepings under way (their reads wait aside): not quiet yet
+    abort: AbortNote | None = None  # the newest `lockctl abort` heard (the run it names)
 
 
 class TickCore:
@@ -470,6 +472,21 @@ class TickCore:
         state.backfills.extend((note, tick) for tick in note.ticks)
         self._note("backfill", state.job, note.ticks[0], f"{len(note.ticks)} ticks ({note.id})")
         self._idle(state)
+
+    def abort(self, name: str, abort: AbortNote) -> None:
+        """An operator's `lockctl abort` of job `name`: the run it names (its tick and session,
+        read from the lock when it was asked: `stops`) is stopped, if this replica runs it now
+        or starts it later (a claim answered after the note was heard); any other run of the
+        job, here or later, goes on: a note heard late stops nothing."""
+        state = next((s for s in self._jobs + self._retiring if s.job.name == name), None)
+        if state is None:
+            return
+        state.abort = abort
+        held = state.held
+        if held is not None and stops(abort, held.tick, held.claimed.session):
+            held.abort(abort.note)  # says `aborted`
+        else:
+            self._note("abort", state.job, abort.tick, "names no run of this replica")
 
     # -- one tick outside the replica's loop (tick/once.py: `lockctl run`) ---------------------
     def take(self, name: str, tick: datetime, *, catchup: bool = False) -> None:
@@ -887,6 +904,8 @@ class TickCore:
         if self.stopping or self.stop_asked():  # ended interrupted, its job never started
             held.interrupt(signal.SIGTERM)
         held.start(self.bodies(plan.job.name, plan.tick))
+        if state.abort is not None and stops(state.abort, plan.tick, claimed.session):
+            held.abort(state.abort.note)  # heard before this claim's answer was acted on
 
     def _run_done(self, held: HeldRun) -> None:
         state = next(s for s in self._jobs + self._retiring if s.held is held)

@@ -37,6 +37,8 @@ from provision.fencing import (
     fence_bounds,
     past_fence,
 )
+from provision.ledger.attempts import CUT_BY_ABORT
+from provision.ledger.control import ControlNote
 from provision.ledger.records import TickRecord
 from provision.ledger.store import Completion
 from provision.outcomes import Outcome
@@ -185,6 +187,7 @@ class HeldRun:
         self.cut: str | None = None  # why retries the job still had were cut
         self.retried = False  # a retry was planned: the record keeps every attempt's status
         self.attempt = 0  # the attempt started last (1 for the first)
+        self.aborted: ControlNote | None = None  # an operator's `lockctl abort` ended it
 
     @property
     def tick(self) -> datetime:
@@ -258,6 +261,22 @@ class HeldRun:
             elif self.body is not None:
                 self._step()
 
+    def abort(self, note: ControlNote) -> None:
+        """An operator asked for this run's end (`lockctl abort`): stopped as a timed-out run
+        is (the same decision: SIGTERM to the whole tree, SIGKILL after the grace, then the
+        record and the release; the lock is still ours), recorded `aborted` with who and why,
+        and never retried. A run whose verdict is settled already (it ended, was fenced, timed
+        out, was told to stop) ends as it would have."""
+        if self.finished or self.aborted is not None:
+            return
+        if self.retry is not None:  # no body runs: the retry waited for is cut
+            self.aborted, self.retry, self.cut = note, None, CUT_BY_ABORT
+            assert self.last is not None
+            self._finish(self.last)
+        elif self.body is not None and self.verdict is None:
+            self.aborted, self.timeout_at = note, self.clock.monotonic()
+            self._step()
+
     # -- the decision, carried out ---------------------------------------------------------
     def _step(self) -> None:
         """Decide and act until the decision is to wait; never inside itself (a body's end
@@ -282,7 +301,7 @@ class HeldRun:
         if decision.verdict is not self.verdict and decision.verdict in _TOLD:
             self._tell(decision.verdict, now)
         self.verdict = decision.verdict
-        if decision.action is Action.RELEASE and self._retried(decision):
+        if decision.action is Action.RELEASE and self.aborted is None and self._retried(decision):
             return
         if decision.action in (Action.RELEASE, Action.REPORT_LOST):
             self._finish(decision)
@@ -395,13 +414,20 @@ class HeldRun:
         # a retry planned keeps the attempts, though the lock was lost before it started (as
         # the old engine recorded them)
         retried = self.retried or self.cut is not None
+        outcome = record_outcome(decision.verdict, status, kept)
+        said: dict[str, object] = {}  # an aborted run's: who asked, when, why (as paused)
+        note = self.aborted
+        if note is not None and (outcome is Outcome.TIMED_OUT or self.cut == CUT_BY_ABORT):
+            outcome = Outcome.ABORTED
+            said = {"by": note.by, "reason": note.reason, "asked_at": note.at}
         done = self.record.completed(
-            record_outcome(decision.verdict, status, kept),
+            outcome,
             finished_at=self.clock.wall(),
             exit_status=status,
             duration=round(self.clock.monotonic() - self.started_at, 3),
             attempts=tuple(self.statuses) if retried else None,
             retries_cut=self.cut,
+            **said,
         )
         self._complete(done, COMPLETE_RETRY)
 
@@ -473,7 +499,9 @@ class HeldRun:
     def _tell(self, verdict: Outcome, now: float, when: str = "") -> None:
         """A verdict that ends the body before its time, said once; fenced: why (the lock's
         loss, else no confirmation in time) and how long since the lock was last confirmed."""
-        if verdict is not Outcome.LOST:
+        if verdict is Outcome.TIMED_OUT and self.aborted is not None:
+            self._note("aborted", self.aborted.said())
+        elif verdict is not Outcome.LOST:
             self._note(_TOLD[verdict])
             return
         why = self.lost or "no confirmation of the lock in time"

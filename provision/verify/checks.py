@@ -18,6 +18,7 @@ from provision.verify.acl_checks import (
 )
 from provision.verify.control_checks import (
     check_operator_token_break,
+    check_worker_token_abort,
     check_worker_token_break,
     check_worker_token_control,
 )
@@ -62,6 +63,11 @@ CHECKS = (
         "worker-token-control",
         check_worker_token_control,
         what="worker tokens cannot pause, resume or trigger",
+    ),
+    Check(
+        "worker-token-abort",
+        check_worker_token_abort,
+        what="worker tokens cannot abort a run",
     ),
     Check(
         "worker-token-break",

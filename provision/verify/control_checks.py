@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from provision.consul import Consul
 from provision.consul.errors import ConsulHTTPError
-from provision.system.control_keys import paused_key, pauses_key, trigger_key
+from provision.system.control_keys import abort_key, paused_key, pauses_key, trigger_key
 from provision.verify.acl_checks import workers_with_tokens
 from provision.verify.context import VerifyContext
 from provision.verify.evidence import CheckFailed, CheckSkipped, Evidence, status_of, verify_session
@@ -52,6 +52,24 @@ def check_worker_token_control(ctx: VerifyContext, ev: Evidence) -> str:
     if problems:
         raise CheckFailed("; ".join(problems))
     return "worker tokens read their jobs' control keys and get 403 on pause, resume, trigger"
+
+
+def check_worker_token_abort(ctx: VerifyContext, ev: Evidence) -> str:
+    """`lockctl abort` is the operators': a worker's token gets 403 writing its jobs' abort
+    key (with a cas index no key has: a token that may write it still stops nothing), so a
+    worker cannot stop another replica's run."""
+    problems = []
+    for worker in workers_with_tokens(ctx):
+        client = ctx.client(worker.name)
+        for job in ctx.spec.jobs_for(worker.name):
+            key = abort_key(job.name)
+            status, body = status_of(client.kv.put, key, cas=NEVER_INDEX)
+            ev.add(f"{worker.name}: PUT {key} (abort) -> {status}")
+            if status != 403:
+                problems.append(f"{worker.name}'s token got {status} {body}, not 403: abort")
+    if problems:
+        raise CheckFailed("; ".join(problems))
+    return "worker tokens get 403 writing their jobs' abort key"
 
 
 def check_worker_token_break(ctx: VerifyContext, ev: Evidence) -> str:

@@ -284,25 +284,27 @@ def _all_recorded(lab: Lab, after: datetime, before: datetime) -> bool:
 
 
 def test_a_time_boxed_pause_ends_by_itself_with_no_resume(lab: Lab, consul: Consul) -> None:
-    """`pause --for 6s`: the ticks before its end (Consul's clock) are recorded paused, the ones
-    from it on run, while nobody resumes; status, history and check say when it ends."""
+    """`pause --for 15s`: the ticks before its end (Consul's clock) are recorded paused, the ones
+    from it on run, while nobody resumes; status, history and check say when it ends. (Long
+    enough for `status` and `check`, two processes on a loaded machine, to run inside it: with
+    6 s the check came after the end now and then, and said nothing of the pause.)"""
     schedulers = start(lab)
     try:
         began = datetime.now(timezone.utc)
         assert eventually(lambda: _runs_after(lab, began), WAIT), records(lab)
-        paused = lockctl(lab, "pause", lab.job, "--for", "6s", "--reason", REASON)
+        paused = lockctl(lab, "pause", lab.job, "--for", "15s", "--reason", REASON)
         assert paused.returncode == 0, paused.stderr
-        print(f"\n$ lockctl pause {lab.job} --for 6s --reason '{REASON}'\n{paused.stdout}")
+        print(f"\n$ lockctl pause {lab.job} --for 15s --reason '{REASON}'\n{paused.stdout}")
         note = read_note(consul, lab.job)
         assert note.ends is not None and note.at is not None
         assert f" until {timestamp(note.ends)}: {REASON}" in paused.stdout
-        assert eventually(lambda: paused_since(lab, began), WAIT), records(lab)
         status = lockctl(lab, "status", "--json")
         (state,) = [s for s in json.loads(status.stdout) if s["job"] == lab.job]
         assert f" until {timestamp(note.ends)}" in state["paused"], state
         check = lockctl(lab, "check", "--job", lab.job)
         print(f"\n$ lockctl check --job {lab.job}\n{check.stdout}")  # for docs
         assert f" until {timestamp(note.ends)}: {REASON})" in check.stdout, check.stdout
+        assert eventually(lambda: paused_since(lab, began), WAIT), records(lab)
 
         ends = note.ends
         first_run = eventually(lambda: _first_run_after(lab, ends - timedelta(seconds=2)), WAIT)

@@ -308,6 +308,36 @@ def test_a_worker_token_cannot_pause_resume_or_trigger(applied: Applied, tmp_pat
         management.acl.delete_policy(policy.id)
 
 
+def test_a_worker_token_cannot_abort_a_run(applied: Applied, tmp_path: Path) -> None:
+    """Green with the rendered policies (read on the job's control keys, no write); red for a
+    token that may also write them, which could stop another replica's run."""
+    status, summary = applied.verify("worker-token-abort")["worker-token-abort"]
+    assert (status, summary) == ("pass", "worker tokens get 403 writing their jobs' abort key")
+    management = applied.management
+    name = f"verify-test-abort-{uuid.uuid4().hex[:6]}"
+    job = applied.spec.jobs_for("worker-1")[0].name
+    rules = f'key_prefix "lockctl/control/{job}/" {{ policy = "write" }}\n'
+    policy = management.acl.create_policy(name, rules)
+    rendered = render_policies(applied.spec, find_templates_dir())
+    worker_1 = next(t for t in rendered.tokens if t.worker == "worker-1")
+    broad = management.acl.create_token(
+        "verify test: worker-1 that may abort", [*worker_1.policies, name]
+    )
+    try:
+        assert broad.secret is not None
+        write_secret_file(tmp_path / "worker-1.token", broad.secret)
+        eventually_usable(applied.cluster.client("worker-1", broad.secret))
+        status, summary = applied.verify("worker-token-abort", secrets_dir=tmp_path)[
+            "worker-token-abort"
+        ]
+        assert status == "fail"
+        assert "worker-1's token got 200 False, not 403: abort" in summary, summary
+        assert management.kv.get(f"lockctl/control/{job}/abort")[0] is None  # cas: nothing
+    finally:
+        management.acl.delete_token(broad.accessor_id)
+        management.acl.delete_policy(policy.id)
+
+
 def test_a_worker_token_cannot_break_another_workers_session(
     applied: Applied, tmp_path: Path
 ) -> None:

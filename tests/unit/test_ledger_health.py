@@ -34,8 +34,9 @@ HOURLY = parse_schedule("@hourly")
 NOW = datetime(2026, 12, 1, 10, 30, tzinfo=timezone.utc)  # the 10:00 tick's window closed
 JOB = LedgerJob("nightly", "locks/nightly/.lock", HOURLY, 300.0, 200)
 S, F, L, X, M, R, U = "succeeded", "failed", "lost", "interrupted", "missed", "running", "unread"
-T, P = "timed-out", "paused"
+T, P, A = "timed-out", "paused", "aborted"
 OUTCOMES = {
+    A: TickOutcome.ABORTED,
     P: TickOutcome.PAUSED,
     T: TickOutcome.TIMED_OUT,
     S: TickOutcome.SUCCEEDED,
@@ -98,6 +99,12 @@ CASES = [
     ("paused, then a failure", [(7, S), (8, P), (9, P), (10, F)], State.WARNING, ["failed"]),
     ("paused, resumed, failing", [(6, S), (7, P), (8, P), (9, F), (10, F)], State.CRITICAL, []),
     ("paused, but a tick missed", [(7, S), (8, P), (9, M), (10, P)], State.CRITICAL, ["missed"]),
+    # an operator aborted a run (lockctl abort): neither a success nor a failure; the ticks
+    # judged reach back past it, as past a paused one
+    ("the last run was aborted", [(8, S), (9, S), (10, A)], State.OK, []),
+    ("a failure, then aborted", [(8, S), (9, F), (10, A)], State.WARNING, ["9:00:00Z failed"]),
+    ("aborted, then a success", [(9, A), (10, S)], State.OK, []),
+    ("aborted, and a tick missed", [(8, S), (9, M), (10, A)], State.CRITICAL, ["missed"]),
 ]
 
 
