@@ -45,6 +45,11 @@ hangs. The oracle checks, after every step:
                        it is pending) has each of its ticks run, or found run, within
                        RUN_SLACK + SLACK of the fleet's up-time per tick; each at most once
                        (tick-twice)
+    abort-unstopped    the run an operator's abort names (`lockctl abort`: now and then, of a
+                       job's run going on, naming its tick and the session holding the lock;
+                       heard by every replica up, and by each that boots later) is still
+                       alive once its replica has been up ABORT_SLACK since the abort
+    abort-stray        a run recorded `aborted` that no abort named
     trigger-unrun      an operator's trigger (`lockctl trigger`: one now and then, heard by
                        every replica up, and by each one that boots while it is pending) is
                        taken by a claim within RUN_SLACK + SLACK of the fleet's up-time; it
@@ -70,6 +75,9 @@ plants) replays it exactly. `--plant NAME` replaces a named function of the core
     backfill-blind a backfill runs its tick whatever the tick's record says now (may_backfill
                   always yes: a tick another replica ran for the backfill is run again)
     backfill-none a backfill's ticks are all taken for run already (may_backfill always no)
+    abort-deaf    an abort stops no run (stops always no)
+    abort-any     an abort stops whichever run of its job a replica holds (stops always yes:
+                  a note heard again, or kept, stops a later run)
     no-stop-wait  a stop destroys the sessions while a claim is out (its won tick never
                   completed: `running` for good)
 
@@ -98,6 +106,7 @@ from typing import TypeVar
 from provision.blackouts import Blackout, holding_window
 from provision.consul import ConsulNotReached, ConsulUnavailable
 from provision.fencing import fence_bounds
+from provision.ledger.aborts import AbortNote
 from provision.ledger.backfill import (
     BackfillLedger,
     BackfillNote,
@@ -112,7 +121,7 @@ from provision.ledger.ticks import claim_window
 from provision.outcomes import Outcome
 from provision.schedule import parse_schedule
 from provision.sessions import SessionTerms
-from provision.system.control_keys import backfill_key, trigger_key
+from provision.system.control_keys import abort_key, backfill_key, trigger_key
 from provision.tick import core, held, pool
 from provision.tick.calendar import Calendar
 from provision.tick.clock import Answer, Answered, Timer, VirtualClock, answer_of
@@ -141,6 +150,10 @@ RUN_SLACK = 180.0  # seconds of its replica and Consul up by which a claimed tic
 BACKFILL_EVERY = 900.0  # mean seconds between two operators' backfills (a stream of its own)
 BACKFILL_SPAN = 1800.0  # how far back a backfill's range starts
 BACKFILL_TICKS = 5  # at most the newest so many of the range's ticks nobody ran
+ABORT_EVERY = 300.0  # mean seconds between two operators' aborts (a stream of its own)
+ABORT_SLACK = 15.0  # seconds of its replica up by which an aborted run's body is gone: the
+# note heard (2 s at most), SIGTERM, and SIGKILL kill_grace (5 s) later
+ABORT_AGE = 10.0  # an operator aborts a run that has gone on this long at least
 T = TypeVar("T")
 
 CLIENT_TIMEOUT = 10.0  # seconds a call other than a renewal waits for its answer
@@ -220,6 +233,14 @@ def _backfill_nothing(record: TickRecord | None) -> bool:
     return False
 
 
+def _stops_nothing(abort: AbortNote, tick: datetime, session: str) -> bool:
+    return False
+
+
+def _stops_any(abort: AbortNote, tick: datetime, session: str) -> bool:
+    return True
+
+
 PLANTS: dict[str, tuple[str, Callable[..., object]]] = {
     "no-fence": ("apply_fence", _no_fence),
     "check-flag": ("vouched", _flag_only),
@@ -231,6 +252,8 @@ PLANTS: dict[str, tuple[str, Callable[..., object]]] = {
     "no-stop-wait": ("sessions_may_go", _go_at_once),
     "backfill-blind": ("may_backfill", _backfill_anyway),
     "backfill-none": ("may_backfill", _backfill_nothing),
+    "abort-deaf": ("stops", _stops_nothing),
+    "abort-any": ("stops", _stops_any),
 }
 _CORE_MODULES: tuple[ModuleType, ...] = (core, held, pool)
 
@@ -773,6 +796,8 @@ class Replica:
             self.hear(job, pending.note)
         for job, asked in world.backfills.items():
             self.hear_backfill(job, asked.note)
+        for job, abort in world.abort_notes.items():  # the key stays: heard at every boot
+            self.hear_abort(job, abort)
 
     def hear(self, job: str, note: ControlNote) -> None:
         """The trigger watch's answer reaches the core a moment later, on the core's thread."""
@@ -789,6 +814,14 @@ class Replica:
             return
         later = self.world.rng.uniform(0.0, 2.0)
         self.clock.call_later(later, lambda: core_now.backfill(job, note))
+
+    def hear_abort(self, job: str, abort: AbortNote) -> None:
+        """The control watch's answer of an abort, as of a trigger."""
+        core_now = self.core
+        if core_now is None:
+            return
+        later = self.world.rng.uniform(0.0, 2.0)
+        self.clock.call_later(later, lambda: core_now.abort(job, abort))
 
     def kill(self) -> None:
         self.incarnation += 1
@@ -864,6 +897,10 @@ class Replica:
             self.world.trace.add(now, self.name, kind, note.job, note.tick)
         if note.kind == "claimed" and record is not None and record.backfill:
             self.world.trace.add(now, self.name, "backfill-run", note.job, note.tick)
+        if note.kind == "completed" and record is not None and record.outcome is Outcome.ABORTED:
+            self.world.trace.add(now, self.name, "aborted-run", note.job, note.tick)
+            if (note.job, record.tick) not in self.world.aborted:
+                self.world.oracle.fail("abort-stray", f"{note.job} {tick_name(record.tick)}")
         if note.skip is SkipReason.AT_CAPACITY:  # counted apart: passed on to the next replica
             self.world.trace.add(now, self.name, "at-capacity", note.job, note.tick)
         if note.kind in LEFT_TO_CONSUL and note.tick is not None:
@@ -901,6 +938,12 @@ class _Pending:
 class _Trigger:
     note: ControlNote
     up_at: float  # the fleet's up-time when it was asked
+
+
+@dataclass
+class _Abort:
+    body: SimBody  # the run it names
+    up_at: float  # its replica's up-time when it was asked
 
 
 @dataclass
@@ -1155,6 +1198,7 @@ class Oracle:
         self.pending = [p for p in self.pending if not self._accounted(p)]
         self.triggers()
         self.backfills()
+        self.aborts()
 
     def triggers(self) -> None:
         """A pending trigger is taken (the job's taken-trigger key names it) within
@@ -1168,6 +1212,18 @@ class Oracle:
                 self.fail("trigger-unrun", f"{job} trigger {pending.note.id}: not taken")
                 del world.triggers[job]
 
+    def aborts(self) -> None:
+        """The run an abort names is gone once its replica has been up ABORT_SLACK since."""
+        for key, asked in list(self.world.aborts.items()):
+            body = asked.body
+            if body not in self.alive[body.job]:
+                del self.world.aborts[key]
+            elif self.up.get(body.replica.name, 0.0) - asked.up_at > ABORT_SLACK:
+                self.fail(
+                    "abort-unstopped", f"{body.job} {tick_name(body.tick)} on {body.replica.name}"
+                )
+                del self.world.aborts[key]
+
     def backfills(self) -> None:
         """A pending backfill's ticks are each run (or found run: may_backfill says no) within
         RUN_SLACK + SLACK of the fleet's up-time per tick; a tick whose record retention
@@ -1176,12 +1232,11 @@ class Oracle:
         for job, asked in list(world.backfills.items()):
             keys = world.job_named[job].keys
             records = {record.tick: record for record in world.store.read_ticks(keys)}
-            history = world.job_named[job].history_limit
             left = [
                 tick
                 for tick in asked.note.ticks
                 if may_backfill(records.get(tick))
-                and not (tick not in records and beyond_ledger(tick, records.keys(), history))
+                and not (tick not in records and beyond_ledger(tick, records.keys()))
             ]
             if not left:
                 del world.backfills[job]
@@ -1241,6 +1296,10 @@ class World:
         self.faulting = True
         self.triggers: dict[str, _Trigger] = {}  # by job: an operator's trigger not taken yet
         self.backfills: dict[str, _Backfill] = {}  # by job: an operator's backfill not run yet
+        self.abort_notes: dict[str, AbortNote] = {}  # by job: its abort key (it stays)
+        self.aborts: dict[tuple[str, datetime], _Abort] = {}  # the runs named, still alive
+        self.aborted: set[tuple[str, datetime]] = set()  # every run an abort named
+        self.abort_draw = random.Random(f"abort-{config.seed}")  # the faults' stay
         self.backfill_draw = random.Random(f"backfill-{config.seed}")  # the faults' stay
         self.asked = itertools.count(1)
         names = tuple(f"w{n + 1}" for n in range(config.replicas))
@@ -1277,6 +1336,41 @@ class World:
         delay = self.rng.expovariate(1.0 / self.config.fault_every)
         self.clock.call_later(delay, self._fault)
 
+    def next_abort(self) -> None:
+        delay = self.abort_draw.expovariate(1.0 / ABORT_EVERY)
+        self.clock.call_later(delay, self._abort)
+
+    def _abort(self) -> None:
+        """An operator's `lockctl abort` of a job whose run has gone on ABORT_AGE: the note names
+        the run's tick and the session holding the job's lock (as the command reads them), is
+        written to the job's abort key, and is heard by every replica up."""
+        if not self.faulting:
+            return
+        self.next_abort()
+        job = self.abort_draw.choice(self.jobs)
+        now, started = self.clock.monotonic(), self.oracle.started_ticks
+        bodies = [
+            b
+            for b in self.oracle.alive[job.name]
+            if now - started.get((b.job, b.tick), now) >= ABORT_AGE and not b.frozen
+        ]
+        session = self.store.watch_lock(job.keys, 0, 0)[0]
+        if not bodies or session is None or self.down_until is not None:
+            return
+        self.oracle.settle()
+        body = bodies[-1]
+        note = ControlNote("ops", self.wall(), "simulated", id=f"a-{next(self.asked)}")
+        abort = AbortNote(note, body.tick, session)
+        self.store.put(abort_key(job.name), abort.encode())
+        self.abort_notes[job.name] = abort
+        up = self.oracle.up.get(body.replica.name, 0.0)
+        self.aborts[(job.name, body.tick)] = _Abort(body, up)
+        self.aborted.add((job.name, body.tick))
+        self.trace.add(self.clock.monotonic(), "ops", "abort-asked", job.name, body.tick)
+        for each in self.replicas:
+            if each.alive:
+                each.hear_abort(job.name, abort)
+
     def next_backfill(self) -> None:
         delay = self.backfill_draw.expovariate(1.0 / BACKFILL_EVERY)
         self.clock.call_later(delay, self._backfill)
@@ -1293,7 +1387,7 @@ class World:
             return
         now = self.wall()
         records = {record.tick: record for record in self.store.read_ticks(job.keys)}
-        ledger = BackfillLedger(records, job.history_limit)
+        ledger = BackfillLedger(records)
         closed = now - timedelta(seconds=2 * SLACK)  # every claim window closed by then
 
         def held(tick: datetime) -> str | None:
@@ -1519,6 +1613,7 @@ def simulate(config: SimConfig) -> Report:
             replica.boot()
         world.next_fault()
         world.next_backfill()
+        world.next_abort()
         oracle = world.oracle
         while oracle.ticks < config.ticks and (config.keep_going or not oracle.violations):
             world.clock.advance(STEP)
@@ -1589,6 +1684,7 @@ def report_lines(report: Report, config: SimConfig) -> list[str]:
         f"runs {counts.get('body-start', 0)}, missed recorded {counts.get('missed', 0)}, "
         f"fenced {counts.get('fenced', 0)}, timed out {counts.get('timed-out', 0)}, "
         f"triggers run {counts.get('trigger-run', 0)} of {counts.get('asked', 0)}, "
+        f"runs aborted {counts.get('aborted-run', 0)} of {counts.get('abort-asked', 0)}, "
         f"backfill ticks run {counts.get('backfill-run', 0)} "
         f"({counts.get('backfill-asked', 0)} backfills), "
         f"caught up {counts.get('caught-up', 0)}, "

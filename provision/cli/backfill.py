@@ -97,7 +97,7 @@ def _act(
     from provision.ledger.backfill import limit_problem, plan_backfill, range_problem
     from provision.ledger.backfilling import BackfillRefused, ask_backfill, read_ledger
 
-    seen = read_ledger(consul, job.lock_key, job.history_limit)
+    seen = read_ledger(consul, job.lock_key)
     problem = range_problem(*span, seen.now)
     if problem is not None:
         raise InputError(problem)

@@ -93,12 +93,14 @@ def may_backfill(record: TickRecord | None) -> bool:
     return record is None or record.outcome in RERUN
 
 
-def beyond_ledger(tick: datetime, recorded: Collection[datetime], history_limit: int) -> bool:
-    """Whether the ledger can no longer tell if `tick` ran (pure): retention may have pruned it
-    (it holds history_limit records or more) and `tick` is older than its oldest record. A
-    backfill never runs such a tick: it may have run, its record deleted since (a backfilled
-    tick's own record among them, when a scheduler hears the backfill again after a restart)."""
-    return len(recorded) >= history_limit and tick < min(recorded)
+def beyond_ledger(tick: datetime, recorded: Collection[datetime]) -> bool:
+    """Whether the ledger can no longer tell if `tick` ran (pure): it is older than the oldest
+    record, where retention may have pruned its record. A backfill never runs such a tick: it
+    may have run, its record deleted since (a backfilled tick's own record among them, when a
+    scheduler hears the backfill again after a restart). Whether the ledger was ever pruned is
+    not known from its size: a history_limit raised since leaves it below the new limit. An
+    empty ledger is a job that never recorded a tick: nothing was pruned."""
+    return bool(recorded) and tick < min(recorded)
 
 
 @dataclass(frozen=True)
@@ -108,15 +110,14 @@ class BackfillPlan:
 
     run: tuple[datetime, ...]
     skipped: tuple[tuple[datetime, str], ...]
+    crowded: bool = False  # the range holds more than MAX_TICKS ticks: the rest not looked at
 
 
 @dataclass(frozen=True)
 class BackfillLedger:
-    """What the job's ledger says, for a backfill: its records by tick, and how many it keeps
-    (history_limit: `beyond_ledger`)."""
+    """What the job's ledger says, for a backfill: its records by tick."""
 
     records: Mapping[datetime, TickRecord]
-    history_limit: int
 
 
 def instant(flag: str, text: str) -> datetime:
@@ -152,7 +153,8 @@ def plan_backfill(
     start, end = span
     run: list[datetime] = []
     skipped: list[tuple[datetime, str]] = []
-    for tick in _ticks_in(schedule, start, end):
+    ticks = _ticks_in(schedule, start, end)
+    for tick in ticks:
         record, window = ledger.records.get(tick), held(tick)
         if tick > closed:
             skipped.append((tick, "its claim window is still open: its own turn runs it"))
@@ -160,11 +162,11 @@ def plan_backfill(
             skipped.append((tick, f"already recorded {record.outcome.value}"))
         elif window is not None:
             skipped.append((tick, f"in blackout window {window}"))
-        elif beyond_ledger(tick, ledger.records.keys(), ledger.history_limit):
+        elif beyond_ledger(tick, ledger.records.keys()):
             skipped.append((tick, "older than the ledger's oldest record: whether it ran is lost"))
         else:
             run.append(tick)
-    return BackfillPlan(tuple(run), tuple(skipped))
+    return BackfillPlan(tuple(run), tuple(skipped), len(ticks) > MAX_TICKS)
 
 
 def _ticks_in(schedule: Schedule, start: datetime, end: datetime) -> list[datetime]:
@@ -182,6 +184,8 @@ def limit_problem(plan: BackfillPlan, limit: int, yes: bool) -> str | None:
     """Why the backfill is refused for its size (None: fine): more ticks than MAX_TICKS, ever;
     more than the job's catchup_limit without --yes."""
     count = len(plan.run)
+    if plan.crowded:  # ticks past the first MAX_TICKS were not looked at: never half a range
+        return f"more than {MAX_TICKS} ticks in the range: backfill a shorter one at a time"
     if count > MAX_TICKS:
         return f"more than {MAX_TICKS} ticks to run: backfill a shorter range at a time"
     if count > limit and not yes:

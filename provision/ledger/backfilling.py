@@ -35,14 +35,14 @@ class LedgerNow:
     now: datetime
 
 
-def read_ledger(consul: Consul, lock_key: str, history_limit: int) -> LedgerNow:
+def read_ledger(consul: Consul, lock_key: str) -> LedgerNow:
     """Every record of the job (one read of its ledger) and Consul's clock (one read of its
     names, which carries the Date)."""
     ledger = Ledger(consul, lock_key)
     _, date = ledger.tick_names()
     records = {record.tick: record for record in ledger.records()}
     now = date or datetime.now(timezone.utc)
-    return LedgerNow(BackfillLedger(records, history_limit), now)
+    return LedgerNow(BackfillLedger(records), now)
 
 
 def ask_backfill(
@@ -66,7 +66,8 @@ def ask_backfill(
                 f"job {job} has a backfill pending, asked {earlier.said()}: at most one at a "
                 "time (the running `lockctl schedule`s of the job run its ticks)"
             )
-        note = BackfillNote(who, datetime.now(timezone.utc), ticks, reason, uuid.uuid4().hex[:16])
+        # asked at Consul's clock: the replicas judge its age on theirs, never an operator's
+        note = BackfillNote(who, seen.now, ticks, reason, uuid.uuid4().hex[:16])
         replaced = (
             KVOp("check-not-exists", key)
             if current is None

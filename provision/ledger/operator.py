@@ -274,6 +274,9 @@ def abort(
     written = AbortNote(note, tick, entry.session)
     ops = [
         KVOp("check-session", lock_key, session=entry.session),
+        # the same run still: a later tick claimed under the same (pooled) session meanwhile
+        # moved the key's ModifyIndex, and this note, naming the tick read, would stop nothing
+        KVOp("check-index", lock_key, index=entry.modify_index),
         KVOp("set", abort_key(job), written.encode()),
     ]
     if not consul.txn.kv(ops).applied:

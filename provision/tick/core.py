@@ -481,11 +481,12 @@ class TickCore:
         state = next((s for s in self._jobs + self._retiring if s.job.name == name), None)
         if state is None:
             return
-        state.abort = abort
         held = state.held
         if held is not None and stops(abort, held.tick, held.claimed.session):
+            state.abort = None  # one run named, and this is it: kept no longer
             held.abort(abort.note)  # says `aborted`
         else:
+            state.abort = abort  # a claim answered after it may be the run it names
             self._note("abort", state.job, abort.tick, "names no run of this replica")
 
     # -- one tick outside the replica's loop (tick/once.py: `lockctl run`) ---------------------
@@ -906,6 +907,7 @@ class TickCore:
         held.start(self.bodies(plan.job.name, plan.tick))
         if state.abort is not None and stops(state.abort, plan.tick, claimed.session):
             held.abort(state.abort.note)  # heard before this claim's answer was acted on
+            state.abort = None
 
     def _run_done(self, held: HeldRun) -> None:
         state = next(s for s in self._jobs + self._retiring if s.held is held)
@@ -1093,7 +1095,7 @@ class TickCore:
             self._backfill_later(state, note, tick)
             return
         now = self.clock.wall() if date is None else date
-        if record is None and beyond_ledger(tick, names, job.history_limit):
+        if record is None and beyond_ledger(tick, names):
             detail = "backfill: older than the ledger's oldest record"
             self._note("skipped", job, tick, detail, skip=SkipReason.OTHER)
             self._idle(state)

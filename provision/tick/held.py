@@ -500,8 +500,9 @@ class HeldRun:
         """A verdict that ends the body before its time, said once; fenced: why (the lock's
         loss, else no confirmation in time) and how long since the lock was last confirmed."""
         if verdict is Outcome.TIMED_OUT and self.aborted is not None:
-            self._note("aborted", self.aborted.said())
-        elif verdict is not Outcome.LOST:
+            self._note("aborted", self.aborted.said())  # stopped as a timed-out run is: no fence
+            return
+        if verdict is not Outcome.LOST:
             self._note(_TOLD[verdict])
             return
         why = self.lost or "no confirmation of the lock in time"

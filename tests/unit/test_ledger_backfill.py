@@ -35,8 +35,8 @@ def h(hours: float) -> datetime:
     return T0 + timedelta(hours=hours)
 
 
-def ledger(outcomes: dict[int, Outcome], limit: int = 50) -> BackfillLedger:
-    return BackfillLedger({h(n): TickRecord(h(n), o) for n, o in outcomes.items()}, limit)
+def ledger(outcomes: dict[int, Outcome]) -> BackfillLedger:
+    return BackfillLedger({h(n): TickRecord(h(n), o) for n, o in outcomes.items()})
 
 
 def no_window(tick: datetime) -> str | None:
@@ -99,19 +99,19 @@ def test_a_tick_whose_claim_window_is_still_open_is_left_to_its_own_turn() -> No
 
 
 @pytest.mark.parametrize(
-    ("count", "limit", "beyond"),
+    ("count", "beyond"),
     [
-        (3, 3, True),  # as many records as it keeps: retention may have pruned older ones
-        (2, 3, False),  # fewer: nothing was ever pruned
-        (0, 3, False),  # an empty ledger: a new job, every tick unknown and run
+        (3, True),  # records newer than the tick: retention may have pruned the tick's
+        (1, True),  # fewer than history_limit: it may have been raised since a prune
+        (0, False),  # an empty ledger: a new job, every tick unknown and run
     ],
 )
-def test_a_tick_older_than_a_pruned_ledger_is_never_run(
-    count: int, limit: int, beyond: bool
+def test_a_tick_older_than_the_ledger_s_oldest_record_is_never_run(
+    count: int, beyond: bool
 ) -> None:
     recorded = {5 + n: Outcome.SUCCEEDED for n in range(count)}
-    assert beyond_ledger(h(1), set(ledger(recorded).records), limit) is beyond
-    plan = plan_backfill(HOURLY, (h(1), h(1)), h(10), ledger(recorded, limit), no_window)
+    assert beyond_ledger(h(1), set(ledger(recorded).records)) is beyond
+    plan = plan_backfill(HOURLY, (h(1), h(1)), h(10), ledger(recorded), no_window)
     assert (plan.run == ()) is beyond
 
 
@@ -218,3 +218,23 @@ def test_a_backfilled_record_says_so_in_history_and_keeps_its_id() -> None:
         "backfill"
         not in TickRow(h(1), "succeeded", TickRecord(h(1), Outcome.SUCCEEDED)).to_record()
     )
+
+
+def test_a_range_of_more_ticks_than_a_backfill_holds_is_refused_whatever_ran() -> None:
+    """Ticks past the first MAX_TICKS are never looked at: a range with 101 ticks that ran
+    and 60 missed after them is refused, never planned as nothing to run."""
+    every_minute = parse_schedule("* * * * *")
+    ran = {
+        T0 + timedelta(minutes=n): TickRecord(T0 + timedelta(minutes=n), Outcome.SUCCEEDED)
+        for n in range(120)
+    }
+    plan = plan_backfill(
+        every_minute,
+        (T0, T0 + timedelta(hours=3)),
+        T0 + timedelta(hours=4),
+        BackfillLedger(ran),
+        no_window,
+    )
+    assert plan.crowded and plan.run == ()
+    problem = limit_problem(plan, 10, yes=True)
+    assert problem is not None and "more than 100 ticks in the range" in problem

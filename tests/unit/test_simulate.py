@@ -14,7 +14,7 @@ from provision.tick import core, held, pool
 # which of its consequences comes first)
 CAUGHT_BY = {
     # never told to end: it runs past its bound beside another, or forever (still running)
-    "no-fence": {"overlap", "unaccounted"},
+    "no-fence": {"overlap", "unaccounted", "abort-unstopped"},
     "check-flag": {"check-after-bound"},
     "blind-claim": {"loser-wrote"},
     "no-missed": {"unaccounted"},
@@ -29,6 +29,9 @@ CAUGHT_BY = {
     # a backfill's tick run again by the next replica that hears it, or never run
     "backfill-blind": {"tick-twice"},
     "backfill-none": {"backfill-unrun"},
+    # an abort that stops nothing, or a note that stops a run it does not name
+    "abort-deaf": {"abort-unstopped"},
+    "abort-any": {"abort-stray"},
 }
 
 
@@ -64,6 +67,7 @@ def test_a_plant_is_put_back_after_its_run() -> None:
         core.record_missed,
         core.holding_window,
         core.may_backfill,
+        core.stops,
     )
     simulate.simulate(SimConfig(ticks=50, plants=tuple(sorted(PLANTS))))
     assert (
@@ -73,6 +77,7 @@ def test_a_plant_is_put_back_after_its_run() -> None:
         core.record_missed,
         core.holding_window,
         core.may_backfill,
+        core.stops,
     ) == originals
     assert pool.confirmation_time(1.0, 2.0) == 1.0
 

@@ -53,6 +53,7 @@ def test_only_the_replica_running_the_named_run_stops_it_and_records_who_and_why
     assert (record.by, record.reason, record.worker) == ("alice", "stuck", worker)
     assert record.asked_at is not None and record.finished_at is not None
     assert [n.kind for _, n in fleet.said(worker, "aborted")] == ["aborted"]
+    assert fleet.said(worker, "fenced") == []  # stopped as asked: the lock was never lost
     for other in WORKERS:
         if other != worker:
             assert fleet.said(other, "aborted") == []

@@ -82,7 +82,7 @@ def test_a_backfill_older_than_its_window_is_not_run() -> None:
 
 
 def test_a_tick_older_than_a_pruned_ledger_is_never_run_by_a_backfill() -> None:
-    fleet = two_replicas(history_limit=4)  # 4 records: retention may have pruned older ones
+    fleet = two_replicas(history_limit=4)  # retention may have pruned the records older ones
     backfill(fleet, 3, [-70, -50])
     fleet.run(20)
     assert fleet.ran(at(-70)) == []
