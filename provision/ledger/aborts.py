@@ -16,7 +16,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from provision.ledger.control import NOTE_FORMAT, ControlNote, decode_note
+from provision.ledger.control import ControlNote, note_fields, note_of
 from provision.ledger.holder import CLAIM_LIMIT
 from provision.ledger.records import parse_tick_name, tick_name
 from provision.system.text import printable
@@ -44,15 +44,10 @@ class AbortNote:
 def decode_abort(value: bytes | None) -> AbortNote | None:
     """The abort note a key holds, or None when it is not one lockctl wrote (no id, no time,
     no tick or no session): such a note stops nothing."""
-    if value is None or len(value) > ABORT_MAX_BYTES:
+    raw = note_fields(value, ABORT_MAX_BYTES)
+    if raw is None:
         return None
-    try:
-        raw = json.loads(value)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(raw, dict) or raw.get("format") != NOTE_FORMAT:
-        return None
-    note, tick_text, session = decode_note(value), raw.get("tick"), raw.get("session")
+    note, tick_text, session = note_of(raw), raw.get("tick"), raw.get("session")
     tick = parse_tick_name(tick_text) if isinstance(tick_text, str) else None
     if note.id is None or note.at is None or tick is None or not isinstance(session, str):
         return None

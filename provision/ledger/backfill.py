@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from provision.errors import InputError
-from provision.ledger.control import BY_LIMIT, NOTE_FORMAT, REASON_LIMIT, _moment, _text
+from provision.ledger.control import NOTE_FORMAT, _moment, note_fields, note_of
 from provision.ledger.records import TickRecord, parse_tick_name, tick_name, timestamp
 from provision.outcomes import Outcome
 from provision.schedule import Schedule
@@ -65,23 +65,19 @@ class BackfillNote:
 def decode_backfill(value: bytes | None) -> BackfillNote | None:
     """The note a backfill key holds (untrusted: every field checked and bounded); None when it
     is not one lockctl wrote (no id, no time or no ticks): left alone, never run."""
-    if value is None or len(value) > BACKFILL_MAX_BYTES:
-        return None
-    try:
-        raw = json.loads(value)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(raw, dict) or raw.get("format") != NOTE_FORMAT:
+    raw = note_fields(value, BACKFILL_MAX_BYTES)
+    if raw is None:
         return None
     listed = raw.get("ticks")
     names = listed[:MAX_TICKS] if isinstance(listed, list) else []
     ticks = [parse_tick_name(name) for name in names if isinstance(name, str)]
+    said = note_of(raw)  # who, when, why, the id: as every control note's
     note = BackfillNote(
-        by=_text(raw.get("by"), BY_LIMIT) or "unknown",
-        at=_moment(raw.get("at")),
+        by=said.by,
+        at=said.at,
         ticks=tuple(sorted({tick for tick in ticks if tick is not None})),
-        reason=_text(raw.get("reason"), REASON_LIMIT),
-        id=_text(raw.get("id"), 64),
+        reason=said.reason,
+        id=said.id,
     )
     return note if note.id and note.at and note.ticks else None
 

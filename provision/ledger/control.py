@@ -78,13 +78,19 @@ class ControlNote:
 
 def decode_note(value: bytes | None) -> ControlNote:
     """The note a control key holds; anything else is a note by UNKNOWN (the key still counts)."""
-    raw = _load(value, NOTE_MAX_BYTES)
-    if not isinstance(raw, dict) or raw.get("format") != NOTE_FORMAT:
-        return ControlNote(UNKNOWN, None)
-    return _note(raw)
+    raw = note_fields(value, NOTE_MAX_BYTES)
+    return ControlNote(UNKNOWN, None) if raw is None else note_of(raw)
 
 
-def _note(raw: dict[str, Any]) -> ControlNote:
+def note_fields(value: bytes | None, limit: int) -> dict[str, Any] | None:
+    """The fields of a note lockctl wrote (a JSON object of its format, `limit` bytes at most);
+    None for anything else. Untrusted: each field is checked by whoever reads it."""
+    raw = _load(value, limit)
+    return raw if isinstance(raw, dict) and raw.get("format") == NOTE_FORMAT else None
+
+
+def note_of(raw: dict[str, Any]) -> ControlNote:
+    """Who, when, why and the id of a note's fields, each checked and bounded."""
     return ControlNote(
         by=_text(raw.get("by"), BY_LIMIT) or UNKNOWN,
         at=_moment(raw.get("at")),
@@ -112,7 +118,7 @@ def decode_pauses(value: bytes | None) -> tuple[ControlNote, ...]:
         return ()
     listed = raw.get("pauses")
     entries = listed[:PAUSES_KEPT] if isinstance(listed, list) else []
-    notes = [_note(entry) for entry in entries if isinstance(entry, dict)]
+    notes = [note_of(entry) for entry in entries if isinstance(entry, dict)]
     return tuple(n for n in notes if n.at is not None and n.until is not None and n.at < n.until)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from provision.consul import Consul, ConsulError
 from provision.consul.watch import watch_tree
@@ -37,54 +38,55 @@ BLOCKING_WAIT = 300.0  # seconds a query waits for a change (Consul's default)
 MIN_PAUSE = 0.5  # seconds between two queries: a change storm, or an index that misleads
 ERROR_PAUSE = 5.0  # after an error (Consul unreachable): the loops say so; this waits
 WATCH_MAX_BYTES = 16 * 1024 * 1024  # every control key a worker may read, with room
+T = TypeVar("T")
 
 
-def pending_triggers(
-    entries: Iterable[tuple[str, bytes | None]], jobs: Iterable[str]
-) -> dict[str, ControlNote]:
-    """The trigger of each of `jobs` under the control root, from the watch's answer (pure):
-    notes without an id or a time are not triggers lockctl wrote, and are left alone."""
+def control_notes(
+    entries: Iterable[tuple[str, bytes | None]],
+    jobs: Iterable[str],
+    name: str,
+    decode: Callable[[bytes | None], T | None],
+) -> dict[str, T]:
+    """The note in the `name` control key of each of `jobs`, from the watch's answer (pure):
+    a value `decode` says is not a note lockctl wrote (None) is left alone."""
     wanted = set(jobs)
-    found: dict[str, ControlNote] = {}
+    found: dict[str, T] = {}
     for key, value in entries:
-        job, _, name = key.removeprefix(CONTROL_ROOT).partition("/")
-        if key.startswith(CONTROL_ROOT) and name == TRIGGER and job in wanted:
-            note = decode_note(value)
-            if note.id is not None and note.at is not None:
-                found[job] = note
-    return found
-
-
-def pending_backfills(
-    entries: Iterable[tuple[str, bytes | None]], jobs: Iterable[str]
-) -> dict[str, BackfillNote]:
-    """The backfill note of each of `jobs` under the control root (pure): a value that is not a
-    note lockctl wrote (decode_backfill: no id, time or ticks) is left alone."""
-    wanted = set(jobs)
-    found: dict[str, BackfillNote] = {}
-    for key, value in entries:
-        job, _, name = key.removeprefix(CONTROL_ROOT).partition("/")
-        if key.startswith(CONTROL_ROOT) and name == BACKFILL and job in wanted:
-            note = decode_backfill(value)
+        job, _, found_name = key.removeprefix(CONTROL_ROOT).partition("/")
+        if key.startswith(CONTROL_ROOT) and found_name == name and job in wanted:
+            note = decode(value)
             if note is not None:
                 found[job] = note
     return found
 
 
+def pending_triggers(
+    entries: Iterable[tuple[str, bytes | None]], jobs: Iterable[str]
+) -> dict[str, ControlNote]:
+    """The trigger of each of `jobs`: notes without an id or a time are not triggers lockctl
+    wrote, and are left alone."""
+    return control_notes(entries, jobs, TRIGGER, _trigger)
+
+
+def _trigger(value: bytes | None) -> ControlNote | None:
+    note = decode_note(value)
+    return note if note.id is not None and note.at is not None else None
+
+
+def pending_backfills(
+    entries: Iterable[tuple[str, bytes | None]], jobs: Iterable[str]
+) -> dict[str, BackfillNote]:
+    """The backfill note of each of `jobs` (decode_backfill: one with no id, time or ticks is
+    left alone)."""
+    return control_notes(entries, jobs, BACKFILL, decode_backfill)
+
+
 def abort_notes(
     entries: Iterable[tuple[str, bytes | None]], jobs: Iterable[str]
 ) -> dict[str, AbortNote]:
-    """The abort note of each of `jobs` under the control root (pure): a value that is not a
-    note lockctl wrote (no id, time, tick or session) stops nothing."""
-    wanted = set(jobs)
-    found: dict[str, AbortNote] = {}
-    for key, value in entries:
-        job, _, name = key.removeprefix(CONTROL_ROOT).partition("/")
-        if key.startswith(CONTROL_ROOT) and name == ABORT and job in wanted:
-            abort = decode_abort(value)
-            if abort is not None:
-                found[job] = abort
-    return found
+    """The abort note of each of `jobs` (decode_abort: one with no id, time, tick or session
+    stops nothing)."""
+    return control_notes(entries, jobs, ABORT, decode_abort)
 
 
 def paused_jobs(entries: Iterable[tuple[str, bytes | None]], jobs: Iterable[str]) -> set[str]:
