@@ -50,7 +50,7 @@ from provision.runner.output import runner_secrets
 from provision.runner.results import RunOptions, RunResult, SkipReason
 from provision.runner.stop import StopRequest
 from provision.runner.tick_lock import job_schedule, lock_refusal
-from provision.runner.tick_verdicts import paused_refusal
+from provision.runner.tick_verdicts import missed_fields, paused_refusal
 from provision.sessions import AgentlessNode, SessionTerms
 from provision.tick.aside import aside_store
 from provision.tick.clock import Clock, ThreadTimerClock
@@ -588,11 +588,7 @@ def _missed_fields(made: _Core, ask: TickAsk) -> dict[str, object]:
             recorded = bool(record_missed(made.store, job, [tick], ask.worker, now))
         except ConsulError:
             recorded = False
-    reason = (
-        f"tick {tick_name(tick)}: started {lag:.1f}s after it on the Consul agent's clock, "
-        f"later than its start deadline ({plan.window:.0f}s); not run"
-    )
-    return {"reason": reason, "recorded": recorded}
+    return missed_fields(tick, lag, plan.window, recorded)
 
 
 def _failure(found: Verdict, error: ConsulError | None) -> ConsulError:

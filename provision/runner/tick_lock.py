@@ -35,7 +35,7 @@ from provision.outcomes import Outcome
 from provision.runner.events import EventLog, ms
 from provision.runner.precheck import WallClock, utc_now
 from provision.runner.results import SkipReason
-from provision.runner.tick_verdicts import TickRefusal, refused_skip
+from provision.runner.tick_verdicts import TickRefusal, missed_fields, refused_skip
 from provision.schedule import Schedule, parse_schedule
 from provision.system.text import printable
 from provision.workers.config import JobConfig
@@ -122,11 +122,8 @@ def _too_late(
             recorded = ledger.record_missed(missed) == 1
         except ConsulError:
             recorded = False
-    reason = (
-        f"tick {tick_name(choice.tick)}: started {choice.lag:.1f}s after it on the Consul "
-        f"agent's clock, later than its start deadline ({choice.window:.0f}s); not run"
-    )
-    return TickSkip(choice.tick, Outcome.MISSED, {"reason": reason, "recorded": recorded})
+    fields = missed_fields(choice.tick, choice.lag, choice.window, recorded)
+    return TickSkip(choice.tick, Outcome.MISSED, fields)
 
 
 def _unrun_records(

@@ -22,6 +22,22 @@ class TickRefusal:
         return {"tick": tick_name(self.tick), **self.fields}
 
 
+def missed_fields(tick: datetime, lag: float, deadline: float, recorded: bool) -> dict[str, object]:
+    """The `missed` event's fields: too late for `tick`, `lag` seconds after it on the agent's
+    clock against its start `deadline` (both also as numbers, for whoever reads the events),
+    and whether this run wrote its `missed` record."""
+    reason = (
+        f"tick {tick_name(tick)}: started {lag:.1f}s after it on the Consul agent's clock, "
+        f"later than its start deadline ({deadline:.0f}s); not run"
+    )
+    return {
+        "reason": reason,
+        "lag_ms": round(lag * 1000, 1),
+        "deadline_ms": round(deadline * 1000, 1),
+        "recorded": recorded,
+    }
+
+
 def paused_refusal(paused: TickRecord) -> TickRefusal:
     """The skip of a tick recorded paused: who paused the job, and why."""
     said = f" ({paused.reason})" if paused.reason else ""

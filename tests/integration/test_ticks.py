@@ -162,6 +162,7 @@ def test_runners_up_to_a_second_apart_run_each_tick_exactly_once(lab: Lab, worke
     assert len(skipped) + len(acquired) + len(late) == len(runs), unsaid  # one verdict each
     assert all(f"tick {e['tick']} already" in e["reason"] for e in skipped), skipped
     assert all("later than its start deadline" in e["reason"] for e in late), late
+    assert all(e["lag_ms"] > e["deadline_ms"] for e in late), late
     # Liveness: every tick a runner was on time for (it ran it, or found it taken) was run.
     # A tick found taken was run by a runner of this test, or recorded missed by a late one
     ran_by = {e["tick"]: e.get("taken_outcome") for e in skipped}

@@ -120,9 +120,15 @@ def test_each_tick_ran_exactly_once_from_the_ledger_without_min_hold(
     assert re.search(r'^\s*schedule\s*=\s*"@every ', spec, re.MULTILINE), spec
     ticks = json.loads((ARTIFACTS / "ticks.json").read_text(encoding="utf-8"))
     assert ticks["passed"], ticks["problems"]
-    assert len(ticks["ticks"]) >= 6
-    assert ticks["ticks_run_once"] == len(ticks["ticks"])
+    # A tick a stalled VM started past its deadline ran nowhere and is recorded missed, with
+    # the late runner's numbers (ticks.py); every other ran once. Six at least ran.
+    late = ticks["missed_late"]
+    assert len(ticks["ticks"]) - len(late) >= 6, late
+    assert ticks["ticks_run_once"] == len(ticks["ticks"]) - len(late)
     for tick in ticks["ticks"]:
+        if tick["tick"] in late:
+            assert (tick["outcome"], tick["runs"]) == ("missed", []), tick
+            continue
         assert tick["outcome"] == "succeeded", tick
         assert [run["worker"] for run in tick["runs"]] == [tick["claimed_by"]]
         assert [run["lock_index"] for run in tick["runs"]] == [tick["lock_index"]]
