@@ -27,6 +27,10 @@ SERVICE = f"lockctl-{JOB}.service"
 TIMER = f"lockctl-{JOB}.timer"
 LOCK_KEY = f"locks/{JOB}/.lock"  # the spec vagrant/prepare writes: its ledger is beside it
 WARM_UP_TIMEOUT = 300
+CONSUL_LEADERSHIP = (
+    "sudo journalctl -u consul -o short-precise --no-pager --since -6min "
+    "| grep -Ei 'election|leader|heartbeat|timed out' || true"
+)
 # Up to 60 s for the job's service to end (a run the last timer started completes its tick).
 LAST_RUN_ENDED = (
     f"for i in $(seq 60); do sudo systemctl is-active --quiet {SERVICE} || exit 0; "
@@ -79,6 +83,26 @@ def start_timers(flow: Flow) -> None:
         print(f"{w}: {active} {TIMER} ({len(calendar)} OnCalendar= lines: {calendar[0]}, ...)")
 
 
+def _consul_leadership(flow: Flow) -> None:
+    """What each agent logged of Raft leadership over the tick phase (elections, lost
+    heartbeats): a tick started late because Consul stalled shows here, not in lockctl's
+    events. Logged, and counted in the report, for whoever reads a late tick."""
+    counts = []
+    for vm in flow.s.nodes:
+        log = flow.s.logs / f"consul-leadership-{vm}.log"
+        flow.shell.run(  # evidence only: never a reason for the flow to fail
+            flow.ssh(vm, CONSUL_LEADERSHIP),
+            f"consul leadership on {vm}",
+            log=log,
+            check=False,
+            timeout=60,
+            quiet=True,
+        )
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()
+        counts.append(f"{vm} {len(lines)}")
+    print(f"consul's lines on leadership in the last 6 min: {', '.join(counts)}")
+
+
 def run_ticks(flow: Flow) -> bool:
     """Wait for the ticks, stop the timers, let the last run end, then check each tick of the
     window ran exactly once: from the ledger, the job's own log and the runners' events."""
@@ -122,6 +146,7 @@ def run_ticks(flow: Flow) -> bool:
         print(
             f"{w}: CPU time of each run, warm-up first (systemd): {ticks.cpu_times(journal_text)}"
         )
+    _consul_leadership(flow)
     ledger_file = s.logs / "ledger.json"
     read = [s.bin("python"), str(s.repo / "vagrant" / "flow" / "ledger_read.py")]
     flow.shell.run(
