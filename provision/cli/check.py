@@ -91,7 +91,7 @@ def _judge(
         found = each.ask(datacenter, partial(_judge_one, job=job, max_intervals=max_intervals))
         if found is None:  # its datacenter failed: check cannot vouch for the job there
             assert datacenter is not None
-            found = (_unread(each.failures[datacenter]), "")
+            found = (_unread(each.failure_in(datacenter)), "")
         health, remark = found
         if datacenter is not None:
             health = dataclasses.replace(health, job=f"{job.name} in {datacenter}")

@@ -227,6 +227,7 @@ def abort(
     Obeyed by `lockctl schedule` only, not yet by `lockctl run` or an embedded call.
     """
     from provision.ledger.control import reason_problem
+    from provision.ledger.operator import NotRunning
     from provision.ledger.operator import abort as abort_job
 
     known, datacenters = _target(spec_file, job, datacenter)
@@ -234,8 +235,17 @@ def abort(
     if problem is not None:
         raise InputError(f"--reason {problem}")
 
+    several = len(datacenters) > 1
+    stopped: list[str] = []
+
     def aborted(consul: Consul) -> list[str]:
-        note = abort_job(consul, job, known.lock_key, reason)
+        try:
+            note = abort_job(consul, job, known.lock_key, reason)
+        except NotRunning as idle:
+            if not several:
+                raise
+            return [str(idle)]  # a datacenter where it does not run: nothing to stop there
+        stopped.append(job)
         return [
             f"job {job} aborted {note.said()}",
             f"the `lockctl schedule` replica running it stops it now, recorded `aborted` "
@@ -243,3 +253,5 @@ def abort(
         ]
 
     in_each(connection.connect(), datacenters, aborted)
+    if several and not stopped:  # run nowhere: as a single datacenter's, exit 1
+        raise NotRunning(f"job {job} is not running in any of its datacenters: nothing aborted")

@@ -72,41 +72,51 @@ def exit_code(done: int, failures: list[Failure]) -> int:
 @dataclass
 class Each:
     """Acts asked per datacenter, collecting which were done and which failed. A datacenter
-    that failed once is not asked again in this command (an unreachable one costs its timeout
-    once); in a spec that names no datacenters (None), errors are raised as they always were."""
+    where Consul failed once is not asked again in this command (an unreachable one costs its
+    timeout once); a refusal of the command's own (one job's trigger refused there) fails that
+    act only, the datacenter's other jobs are still asked. In a spec that names no datacenters
+    (None), errors are raised as they always were."""
 
     consul: Consul
     done: set[str] = field(default_factory=set)
-    failures: dict[str, Failure] = field(default_factory=dict)
+    failures: list[Failure] = field(default_factory=list)
+    lost: dict[str, Failure] = field(default_factory=dict)  # Consul failed there
 
     def ask(self, datacenter: str | None, act: Callable[[Consul], T]) -> T | None:
-        """`act`'s answer in `datacenter`; None when that datacenter failed (now or before)."""
+        """`act`'s answer in `datacenter`; None when that act failed, or Consul failed there
+        before."""
         if datacenter is None:
             return act(self.consul)
-        if datacenter in self.failures:
+        if datacenter in self.lost:
             return None
         try:
             answer = act(self.consul.in_datacenter(datacenter))
         except LockctlError as exc:
-            self.failures[datacenter] = failure(datacenter, exc)
+            self.failures.append(failed := failure(datacenter, exc))
+            if failed.consul:
+                self.lost[datacenter] = failed
             return None
         self.done.add(datacenter)
         return answer
 
+    def failure_in(self, datacenter: str) -> Failure:
+        """The last failure in `datacenter` (there is one: its act answered None)."""
+        return [lost for lost in self.failures if lost.datacenter == datacenter][-1]
+
     def end(self, failed: str = "could not be read") -> None:
-        """Each failed datacenter in one line on stderr, `lockctl: error: dc2: could not be
-        read: ...`, then DatacentersFailed if any did (its exit code from `exit_code`)."""
-        failures = list(self.failures.values())
-        if not failures:
+        """Each failure in one line on stderr, `lockctl: error: dc2: could not be read: ...`,
+        then DatacentersFailed if any (its exit code from `exit_code`)."""
+        if not self.failures:
             return
-        for lost in failures:
+        for lost in self.failures:
             typer.echo(f"lockctl: error: {lost.said(failed)}", err=True)
-        names = ", ".join(lost.datacenter for lost in failures)
-        whole = len(self.done - set(self.failures))  # done in every job asked there
-        asked = len(self.done | set(self.failures))
+        failed_in = dict.fromkeys(lost.datacenter for lost in self.failures)  # in order
+        names = ", ".join(failed_in)
+        whole = len(self.done - set(failed_in))  # done in every job asked there
+        asked = len(self.done | set(failed_in))
         raise DatacentersFailed(
             f"failed in {names} ({whole} of {asked} datacenters done)",
-            exit_code(len(self.done), failures),
+            exit_code(len(self.done), self.failures),
         )
 
 

@@ -17,7 +17,7 @@ import responses
 from typer.testing import CliRunner
 
 from provision.cli.app import app
-from provision.cli.datacenters import Each, Failure, exit_code, failure
+from provision.cli.datacenters import DatacentersFailed, Each, Failure, exit_code, failure
 from provision.consul.errors import (
     ConsulNotReached,
     ConsulServerError,
@@ -26,6 +26,7 @@ from provision.consul.errors import (
 )
 from provision.errors import EXIT_CONSUL_API, EXIT_PARTIAL, EXIT_UNAVAILABLE, LockctlError
 from provision.ledger.health import State, worst
+from provision.ledger.operator import TriggerRefused
 
 ADDRESS = "http://127.0.0.1:8500"
 WHERE = f"GET /v1/kv/x on {ADDRESS} (datacenter dc2)"
@@ -138,7 +139,32 @@ def test_a_datacenter_that_failed_is_not_asked_again() -> None:
     answers = [each.ask(dc, act) for dc in ("dc1", "dc2", "dc1", "dc2", "dc3")]
     assert answers == ["read in dc1", None, "read in dc1", None, "read in dc3"]
     assert asked == ["dc1", "dc2", "dc1", "dc3"]  # dc2 cost its timeout once
-    assert each.done == {"dc1", "dc3"} and list(each.failures) == ["dc2"]
+    assert each.done == {"dc1", "dc3"} and list(each.lost) == ["dc2"]
+    assert [lost.datacenter for lost in each.failures] == ["dc2"]
+
+
+def test_a_refusal_of_one_job_leaves_its_datacenters_other_jobs_asked() -> None:
+    """Not Consul failing: the command refused for one job there (its trigger refused). The
+    datacenter's other jobs are still asked; the end says which failed, exit 7."""
+    asked: list[tuple[str, str]] = []
+
+    def act(job: str) -> Any:
+        def on(consul: Any) -> str:
+            asked.append((consul.datacenter, job))
+            if (consul.datacenter, job) == ("dc2", "a"):
+                raise TriggerRefused("job a is paused: not triggered")
+            return f"{job} in {consul.datacenter}"
+
+        return on
+
+    each = Each(_Stub())  # type: ignore[arg-type]
+    answers = [each.ask(dc, act(job)) for dc in ("dc1", "dc2") for job in ("a", "b")]
+    assert answers == ["a in dc1", "b in dc1", None, "b in dc2"]
+    assert asked == [("dc1", "a"), ("dc1", "b"), ("dc2", "a"), ("dc2", "b")]
+    assert each.lost == {} and each.failure_in("dc2").detail == "job a is paused: not triggered"
+    with pytest.raises(DatacentersFailed) as failed:
+        each.end("failed")
+    assert failed.value.exit_code == EXIT_PARTIAL
 
 
 # --- the commands, through the real client; Consul's answers faked over HTTP ---
@@ -260,3 +286,30 @@ def test_only_a_datacenter_that_fails_is_its_failures_own_code(tmp_path: Path) -
         "lockctl: error: dc2: could not be read: Consul answered 500: No path to datacenter",
         "lockctl: error: failed in dc2 (0 of 1 datacenters done)",
     ]
+
+
+@responses.activate
+def test_abort_where_the_job_runs_nowhere_says_each_and_exits_1(tmp_path: Path) -> None:
+    """Not running in a datacenter is not a failure there (nothing to stop); running in none
+    of them is the single datacenter's refusal: exit 1, not 7."""
+    _fake_consul((404, ""))
+    result = _invoke(tmp_path, "abort", "report")
+    assert result.stdout.splitlines() == [
+        "dc1: job report is not running: nothing aborted",
+        "dc2: job report is not running: nothing aborted",
+    ]
+    assert result.stderr.splitlines() == [
+        "lockctl: error: job report is not running in any of its datacenters: nothing aborted"
+    ]
+    assert result.exit_code == 1
+
+
+@responses.activate
+def test_abort_with_a_datacenter_unread_is_partial(tmp_path: Path) -> None:
+    _fake_consul(NO_PATH)
+    result = _invoke(tmp_path, "abort", "report")
+    assert result.stdout.splitlines() == ["dc1: job report is not running: nothing aborted"]
+    assert "lockctl: error: dc2: failed: Consul answered 500: No path to datacenter" in (
+        result.stderr
+    )
+    assert result.exit_code == EXIT_PARTIAL  # dc2 could not be told: it may run there
