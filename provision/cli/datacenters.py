@@ -99,6 +99,12 @@ class Each:
         self.done.add(datacenter)
         return answer
 
+    def unread(self, job: str, datacenter: str) -> dict[str, str]:
+        """The `--json` entry of `job` in `datacenter` where its act answered None (it failed
+        there): `{"job", "datacenter", "error"}`, the error as stderr says it."""
+        said = self.failure_in(datacenter).said("could not be read")
+        return {"job": job, "datacenter": datacenter, "error": said.split(": ", 1)[1]}
+
     def failure_in(self, datacenter: str) -> Failure:
         """The last failure in `datacenter` (there is one: its act answered None)."""
         return [lost for lost in self.failures if lost.datacenter == datacenter][-1]

@@ -121,7 +121,7 @@ def _show_histories(
 ) -> None:
     from provision.ledger.history import Wanted, read_history
 
-    histories = []
+    histories, unread = [], []
     for j, datacenter in jobs:
         count = flags.limit or j.history_limit
         wanted = Wanted(count)
@@ -129,6 +129,8 @@ def _show_histories(
             wanted = Wanted(count, earliest.moment, back=earliest.back)
         found = each.ask(datacenter, partial(read_history, job=j, wanted=wanted))
         if found is None:
+            if datacenter is not None:
+                unread.append(each.unread(j.name, datacenter))
             continue
         shown = found if earliest is None else found.since(earliest.start(found.now))
         histories.append((shown.newest(count), datacenter))
@@ -137,6 +139,7 @@ def _show_histories(
     if flags.as_json:
         records = [_in(h.to_record(), datacenter) for h, datacenter in histories]
         if records or not each.failures:  # nothing read at all: no `[]`
+            records += unread  # after what was read: a reader of the list's first keeps it
             typer.echo(json.dumps(records, indent=2))
         return
     if flags.show_timeline:

@@ -40,14 +40,16 @@ def status(
 
     targets = lock_targets(load_spec(spec_file), datacenter)
     each = Each(connection.connect())
-    states = []
+    states, unread = [], []
     for job, there in targets:  # a datacenter that fails: its rows left out, said after
         state = each.ask(there, partial(lock_state, job=job, datacenter=there))
         if state is not None:
             states.append(state)
+        elif there is not None:  # in --json, an entry saying so, after the rows read
+            unread.append(each.unread(job.name, there))
     if states or not each.failures:  # nothing read at all: no empty table or `[]`
         if as_json:
-            typer.echo(json.dumps([state.to_record() for state in states], indent=2))
+            typer.echo(json.dumps([s.to_record() for s in states] + unread, indent=2))
         else:
             _print(states)
     each.end()

@@ -151,10 +151,11 @@ def test_a_datacenter_that_cannot_be_read_is_said_and_the_others_are_shown(
     try:
         status = lockctl("status", "--json")
         rows = json.loads(status.stdout)
-        assert [(r["datacenter"], r["last_tick"]["worker"]) for r in rows] == [
+        assert [(r["datacenter"], r["last_tick"]["worker"]) for r in rows[:2]] == [
             ("dc1", "worker-1"),
             ("dc2", "dc2-worker-1"),
         ]
+        assert rows[2:] == [{"job": job, "datacenter": LOST, "error": lost.split(": ", 3)[3]}]
         assert status.stderr.splitlines() == [
             lost,
             f"lockctl: error: failed in {LOST} (2 of 3 datacenters done)",

@@ -221,9 +221,15 @@ def test_status_shows_dc1_in_full_and_says_dc2_could_not_be_read(tmp_path: Path)
     _fake_consul(NO_PATH)
     result = _invoke(tmp_path, "status", "--json")
     rows = json.loads(result.stdout)
-    assert [(row["job"], row["datacenter"], row["held"]) for row in rows] == [
-        ("report", "dc1", False)
+    assert [(row["job"], row["datacenter"], row.get("held")) for row in rows] == [
+        ("report", "dc1", False),
+        ("report", "dc2", None),
     ]
+    assert rows[1] == {  # what could not be read says so in the document too
+        "job": "report",
+        "datacenter": "dc2",
+        "error": "could not be read: Consul answered 500: No path to datacenter",
+    }
     assert result.stderr.splitlines() == [
         "lockctl: error: dc2: could not be read: Consul answered 500: No path to datacenter",
         "lockctl: error: failed in dc2 (1 of 2 datacenters done)",
@@ -235,7 +241,14 @@ def test_status_shows_dc1_in_full_and_says_dc2_could_not_be_read(tmp_path: Path)
 def test_history_shows_dc1_and_says_dc2_was_not_reached(tmp_path: Path) -> None:
     _fake_consul(requests.exceptions.ConnectionError("connection reset"))
     result = _invoke(tmp_path, "history", "--json")
-    assert [entry["datacenter"] for entry in json.loads(result.stdout)] == ["dc1"]
+    entries = json.loads(result.stdout)
+    assert [(entry["datacenter"], "ticks" in entry) for entry in entries] == [
+        ("dc1", True),
+        ("dc2", False),
+    ]
+    assert entries[1]["error"] == (
+        "could not be read: Consul not reached: connection failed (ConnectionError)"
+    )
     lines = result.stderr.splitlines()
     assert lines[0] == "lockctl: error: dc2: could not be read: Consul not reached: " + (
         "connection failed (ConnectionError)"
