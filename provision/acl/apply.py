@@ -41,6 +41,7 @@ from provision.acl.plan import (
     policies_to_read,
     workers_with_tokens,
 )
+from provision.acl.replication import NotReplicated, TokenThere, await_replicated
 from provision.acl.serialize import DEFAULT_LOCK_WAIT, StopFlag, apply_lock, check_stop
 
 # check_secrets_dir and secret_path are re-exported: rotate and the CLI take them from here.
@@ -203,11 +204,11 @@ def apply_plan(
         *identity_writes,  # after the policies a role links, before the tokens
         *identity_deletes,  # before the policies a deleted role linked are deleted
         [
-            _token_call(consul, c, secret_to_file)
+            _token_call(consul, c, secret_to_file, stop)
             for c in plan.tokens
             if c.action in ("create", "update", "write-secret")
         ],
-        [_token_call(consul, c, secret_to_file) for c in plan.tokens if c.action == "delete"],
+        [_token_call(consul, c, secret_to_file, stop) for c in plan.tokens if c.action == "delete"],
         [_policy_call(consul, c) for c in plan.policies if c.action == "delete"],
     ]
     for calls in phases:
@@ -235,8 +236,21 @@ def _policy_call(consul: Consul, change: PolicyChange) -> Callable[[], None]:
 
 
 def _token_call(
-    consul: Consul, change: TokenChange, secret_to_file: Callable[[str, Secret | None], None]
+    consul: Consul,
+    change: TokenChange,
+    secret_to_file: Callable[[str, Secret | None], None],
+    stop: StopFlag | None,
 ) -> Callable[[], None]:
+    """One token's change; a worker's token file is written only once the worker's
+    datacenter knows the token (replication.py), and an update returns only then too."""
+
+    def known_there(secret: Secret | None) -> Secret | None:
+        if change.datacenter is not None and change.worker is not None:
+            wanted = real_secret(secret, f"{change.worker}'s token")
+            there = TokenThere(change.worker, change.datacenter, wanted, change.policies)
+            await_replicated(consul, there, stop)
+        return secret
+
     def call() -> None:
         if change.action == "delete":
             assert change.accessor_id is not None
@@ -245,13 +259,16 @@ def _token_call(
         assert change.worker is not None
         if change.action == "create":
             token = mint_token(consul, change.description, list(change.policies))
-            secret_to_file(change.worker, token.secret)
+            secret_to_file(change.worker, known_there(token.secret))
             return
         assert change.accessor_id is not None
         if change.action == "update":
             consul.acl.update_token(change.accessor_id, change.description, list(change.policies))
+            if change.datacenter is not None:
+                known_there(consul.acl.read_token(change.accessor_id).secret)
         else:
-            secret_to_file(change.worker, consul.acl.read_token(change.accessor_id).secret)
+            secret = consul.acl.read_token(change.accessor_id).secret
+            secret_to_file(change.worker, known_there(secret))
 
     return call
 
@@ -330,6 +347,6 @@ def _failed(exc: LockctlError, done: int, total: int) -> LockctlError:
         return ACLPermissionError(
             f"Consul refused an ACL write (403 permission denied): {ACL_WRITE_HINT}; {progress}"
         )
-    if isinstance(exc, ConsulError | LocalEnvironmentError | ACLPermissionError):
+    if isinstance(exc, ConsulError | LocalEnvironmentError | ACLPermissionError | NotReplicated):
         return ApplyFailed(f"{exc}; {progress}", exc.exit_code)
     return exc

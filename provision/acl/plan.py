@@ -50,6 +50,7 @@ class TokenChange:
     accessor_id: str | None = None  # update, delete, write-secret
     description: str = ""
     policies: tuple[str, ...] = ()
+    datacenter: str | None = None  # the worker's: its token is awaited there before use
 
 
 @dataclass(frozen=True)
@@ -214,7 +215,15 @@ def _plan_tokens(
         mine = [t for t in live.tokens if t.description == token.description]
         if not mine:
             changes.append(
-                TokenChange("create", token.worker, "new", None, token.description, token.policies)
+                TokenChange(
+                    "create",
+                    token.worker,
+                    "new",
+                    None,
+                    token.description,
+                    token.policies,
+                    token.datacenter,
+                )
             )
             continue
         held = token_files.get(token.worker)
@@ -244,6 +253,7 @@ def _plan_tokens(
                     keep.accessor_id,
                     token.description,
                     token.policies,
+                    token.datacenter,
                 )
             )
         why = _token_file_problem(held, keep)
@@ -257,6 +267,7 @@ def _plan_tokens(
                     keep.accessor_id,
                     token.description,
                     token.policies,
+                    token.datacenter,
                 )
             )
         if quiet and len(mine) == 1:

@@ -19,7 +19,7 @@ from provision.acl.expectations import expectation_for
 from provision.acl.identity import NO_IDENTITY, DesiredIdentity, desired_identity
 from provision.acl.lint import Finding, lint_rules
 from provision.errors import InputError
-from provision.spec.models import Spec
+from provision.spec.models import Spec, Worker
 from provision.spec.names import (
     DEFAULT_OWNER,
     lock_policy_name,
@@ -59,6 +59,7 @@ class TokenPlan:
     worker: str
     description: str
     policies: tuple[str, ...]
+    datacenter: str | None = None  # the worker's, where its token must be known before use
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ def render_policies(spec: Spec, templates_dir: Path) -> RenderResult:
         _refuse_unless_clean(spec, policy, templates_dir, nodes)
     locks = _lock_policies_by_worker(spec)
     tokens = tuple(
-        _token(worker.name, spec.owner, locks.get(worker.name, [])) for worker in spec.workers
+        _token(worker, spec.owner, locks.get(worker.name, [])) for worker in spec.workers
     )
     identity = desired_identity(spec, {t.worker: t.policies for t in tokens})
     ordered = tuple(sorted(policies, key=lambda p: p.name))
@@ -127,9 +128,10 @@ def _lock_policies_by_worker(spec: Spec) -> dict[str, list[str]]:
     return found
 
 
-def _token(worker: str, owner: str, lock_policies: list[str]) -> TokenPlan:
-    names = [*lock_policies, session_policy_name(worker)]
-    return TokenPlan(worker, token_description(worker, owner), tuple(sorted(names)))
+def _token(worker: Worker, owner: str, lock_policies: list[str]) -> TokenPlan:
+    names = tuple(sorted([*lock_policies, session_policy_name(worker.name)]))
+    description = token_description(worker.name, owner)
+    return TokenPlan(worker.name, description, names, worker.datacenter)
 
 
 def _refuse_unless_clean(

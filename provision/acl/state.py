@@ -47,6 +47,7 @@ class DesiredToken:
     worker: str
     description: str
     policies: tuple[str, ...]  # sorted
+    datacenter: str | None = None  # the worker's (a spec that names datacenters)
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,8 @@ def desired_from_render(result: RenderResult) -> Desired:
         for p in result.policies
     )
     tokens = tuple(
-        DesiredToken(t.worker, t.description, tuple(sorted(t.policies))) for t in result.tokens
+        DesiredToken(t.worker, t.description, tuple(sorted(t.policies)), t.datacenter)
+        for t in result.tokens
     )
     return Desired(policies, tokens, result.identity, result.owner)
 

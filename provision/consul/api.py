@@ -159,10 +159,12 @@ class ACLAPI(_Area):
             Call("DELETE", "/v1/acl/policy/" + quote_path(policy_id)), IDEMPOTENT
         )
 
-    def list_policies(self) -> list[Policy]:
-        """Every policy, without rules (one request whatever the count).
+    def list_policies(self, *, datacenter: str | None = None) -> list[Policy]:
+        """Every policy, without rules (one request whatever the count); `datacenter`: as
+        that datacenter's servers know them (a secondary's replica of the primary's).
         GET /v1/acl/policies"""
-        answer = self._transport.request(Call("GET", "/v1/acl/policies"), IDEMPOTENT)
+        call = Call("GET", "/v1/acl/policies", params=_in_datacenter(datacenter))
+        answer = self._transport.request(call, IDEMPOTENT)
         return [Policy.from_api(raw) for raw in answer.body or ()]
 
     def create_token(
@@ -185,11 +187,14 @@ class ACLAPI(_Area):
         path = "/v1/acl/token/" + quote_path(accessor_id)
         return Token.from_api(self._transport.request(Call("GET", path), IDEMPOTENT).body)
 
-    def read_self_token(self, *, token: TokenChoice = DEFAULT_TOKEN) -> Token:
-        """Read the token the call is made with.
+    def read_self_token(
+        self, *, token: TokenChoice = DEFAULT_TOKEN, datacenter: str | None = None
+    ) -> Token:
+        """Read the token the call is made with; `datacenter`: as that datacenter's servers
+        resolve it (a secondary answers 403 "ACL not found" until it is replicated there).
         GET /v1/acl/token/self"""
-        answer = self._transport.request(Call("GET", "/v1/acl/token/self", token=token), IDEMPOTENT)
-        return Token.from_api(answer.body)
+        call = Call("GET", "/v1/acl/token/self", params=_in_datacenter(datacenter), token=token)
+        return Token.from_api(self._transport.request(call, IDEMPOTENT).body)
 
     def update_token(self, accessor_id: str, description: str, policy_names: list[str]) -> Token:
         """Replace a token's description and policies (its secret stays).
@@ -418,3 +423,8 @@ def _consistency(mode: str) -> dict[str, str | int]:
 
 def _meta(answer: ConsulResponse) -> ReadMeta:
     return ReadMeta(answer.index, answer.known_leader, answer.last_contact_ms, answer.date)
+
+
+def _in_datacenter(datacenter: str | None) -> dict[str, str | int] | None:
+    """An ACL call's `?dc=` (ACLs are global: the transport adds it to no ACL path itself)."""
+    return None if datacenter is None else {"dc": datacenter}

@@ -161,3 +161,24 @@ def test_desired_from_render_marks_policies_and_tokens() -> None:
         "w2": ("lock-a", "lock-b", "session-w2"),
     }
     assert {t.description for t in desired.tokens} == {"lockctl worker w1", "lockctl worker w2"}
+
+
+def test_each_token_change_carries_its_workers_datacenter() -> None:
+    """Where a worker's token must be known before its file is written (apply awaits it
+    there): the worker's datacenter, from the spec to every change of its token; none in a
+    spec that names none."""
+    spec = parse_spec(
+        'worker "w1" {\n datacenter = "dc1"\n}\nworker "w2" {\n datacenter = "dc2"\n}\n'
+        'job "a" {\n prefix = "locks/a/"\n workers = ["w1", "w2"]\n scope = "datacenter"\n}\n',
+        "locks.hcl",
+    )
+    desired = desired_from_render(render_policies(spec, find_templates_dir()))
+    assert {t.worker: t.datacenter for t in desired.tokens} == {"w1": "dc1", "w2": "dc2"}
+    created = plan_changes(desired, LiveState((), ()))
+    assert {(c.worker, c.action, c.datacenter) for c in created.tokens} == {
+        ("w1", "create", "dc1"),
+        ("w2", "create", "dc2"),
+    }
+    plain = parse_spec('worker "w1" {}\njob "a" {\n prefix = "l/"\n workers = ["w1"]\n}\n', "x")
+    [token] = desired_from_render(render_policies(plain, find_templates_dir())).tokens
+    assert token.datacenter is None
