@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from provision.ledger.aborts import AbortNote
 from provision.ledger.control import ControlNote
 from provision.ledger.records import TickOutcome, TickRecord, tick_name
 from provision.ledger.store import Ledger
+from provision.schedule import parse_schedule
 from provision.system.control_keys import abort_key
 from tests.lockctl_process import LOCKCTL, eventually
 
@@ -35,6 +37,10 @@ WORKERS = ("worker-1",)
 WAIT = 30.0
 REASON = "stuck on a dead NFS mount"
 TREE = 3  # the script's sleeps: the main one, one that ignores SIGTERM, one in its own session
+# Each run starts right after a tick (`at_next_tick`): its window (the interval) outlasts a
+# slow start (Python on a loaded machine), whenever the test runs.
+EVERY = "@every 15s"
+SCHEDULE = parse_schedule(EVERY, "UTC")
 
 # $1: the marker. A tree of sleeps that ignore SIGTERM, one of them in a session of its own.
 JOB = """#!/bin/sh
@@ -66,7 +72,7 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
     script = tmp / "tree.sh"
     script.write_text(JOB)
     script.chmod(0o755)
-    attributes = {"prefix": f'"{kv}"', "schedule": '"@every 3s"', "kill_grace": '"1s"'}
+    attributes = {"prefix": f'"{kv}"', "schedule": f'"{EVERY}"', "kill_grace": '"1s"'}
     spec_path = tmp / "locks.hcl"
     spec_path.write_text(spec_text(live_cluster, WORKERS, {job: attributes}))
     with minted_workers(live_cluster, spec_path, WORKERS, tmp, uid, kv) as made:
@@ -107,6 +113,12 @@ def note(tick: datetime, session: str, reason: str) -> bytes:
     return AbortNote(asked, tick, session).encode()
 
 
+def at_next_tick() -> None:
+    """Sleep until just after the schedule's next tick (a start, not a synchronisation)."""
+    tick = SCHEDULE.next_ticks(datetime.now(timezone.utc), 1)[0]
+    time.sleep(max(0.0, tick.timestamp() + 0.05 - time.time()))
+
+
 def start_run(lab: Lab, marker: str, stderr: IO[str]) -> subprocess.Popen[str]:
     argv = [*LOCKCTL, "run", "--config", str(lab.config), "--job", lab.job]
     return subprocess.Popen(
@@ -121,6 +133,7 @@ def test_lockctl_run_obeys_an_abort_of_its_run_and_no_other(lab: Lab) -> None:
     past = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=1)
     management.kv.put(abort_key(lab.job), note(past, "a-past-session", "an old abort"))
     log = lab.tmp / "run.log"
+    at_next_tick()
     with log.open("w") as stderr:
         run = start_run(lab, marker, stderr)
     try:
