@@ -39,7 +39,7 @@ REASON = "stuck on a dead NFS mount"
 TREE = 3  # the script's sleeps: the main one, one that ignores SIGTERM, one in its own session
 # Each run starts right after a tick (`at_next_tick`): its window (the interval) outlasts a
 # slow start (Python on a loaded machine), whenever the test runs.
-EVERY = "@every 15s"
+EVERY = "@every 30s"
 SCHEDULE = parse_schedule(EVERY, "UTC")
 
 # $1: the marker. A tree of sleeps that ignore SIGTERM, one of them in a session of its own.
