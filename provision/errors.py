@@ -56,3 +56,5 @@ class Interrupted(LockctlError):
 EXIT_WAIT_TIMEOUT = 75  # --wait --timeout ran out before the lock was free (EX_TEMPFAIL)
 EXIT_LOCK_LOST = 76  # the lock was lost while the job ran; the job was stopped (fenced)
 EXIT_JOB_TIMEOUT = 124  # the job ran past its `timeout` and was stopped (as coreutils timeout)
+# `lockctl abort` stopped the run: an operator's stop, the status a SIGTERM to the runner gives
+EXIT_ABORTED = 128 + 15

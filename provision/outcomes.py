@@ -97,7 +97,8 @@ FINISHED = frozenset(
 )
 # A run an operator ended (`lockctl abort`): said, counted, never a failure that pages.
 OPERATOR_STOPS = frozenset({Outcome.ABORTED})
-# What a run ends in: `lockctl run`'s result and an embedded call's RunOutcome.
+# What a run ends in: `lockctl run`'s result and an embedded call's RunOutcome (`aborted`:
+# `lockctl run` only, an embedded call hears no abort).
 RUN_OUTCOMES = frozenset(
     {
         Outcome.RAN,
@@ -107,6 +108,7 @@ RUN_OUTCOMES = frozenset(
         Outcome.INTERRUPTED,
         Outcome.TIMED_OUT,
         Outcome.GAVE_UP,
+        Outcome.ABORTED,
     }
 )
 # A verdict the fencing decision settles while the job runs.
@@ -136,6 +138,7 @@ RUN_METRIC_OUTCOMES = (
     Outcome.TIMED_OUT.value,
     Outcome.ERROR.value,
     Outcome.BLACKOUT.value,
+    Outcome.ABORTED.value,
 )
 SCHEDULER_METRIC_OUTCOMES = (
     Outcome.RAN.value,

@@ -224,7 +224,7 @@ def abort(
     timed-out run is stopped (SIGTERM to the whole tree, SIGKILL after the grace), records it
     `aborted` with who and why, and releases the lock; the next tick runs as usual. Exit 1 when
     JOB is not running. Needs a token that may write lockctl/control/JOB/ (not a worker's).
-    Obeyed by `lockctl schedule` only, not yet by `lockctl run` or an embedded call.
+    Obeyed by `lockctl schedule` and `lockctl run`, not yet by an embedded call.
     """
     from provision.ledger.control import reason_problem
     from provision.ledger.operator import NotRunning
@@ -248,8 +248,8 @@ def abort(
         stopped.append(job)
         return [
             f"job {job} aborted {note.said()}",
-            f"the `lockctl schedule` replica running it stops it now, recorded `aborted` "
-            f"(lockctl history {job}); a `lockctl run` or an embedded call does not obey it yet",
+            f"the `lockctl schedule` or `lockctl run` running it stops it now, recorded "
+            f"`aborted` (lockctl history {job}); an embedded call does not obey it yet",
         ]
 
     in_each(connection.connect(), datacenters, aborted)

@@ -26,6 +26,8 @@ EVENTS = (
     "skipped",
     "waiting",
     "timed-out",  # the job ran past its timeout
+    "aborted",  # `lockctl abort` stopped the run
+    "abort-ignored",  # an abort note naming this tick under another session
     "gave-up",  # --wait ran out of waiting for the lock
     "interrupted",
     "missed",

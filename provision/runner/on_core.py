@@ -9,9 +9,12 @@ core's one tick (tick/once.py). A plain lock (no schedule) runs in runner/plain.
                        claim refused for the lock is taken again once the lock's key changes
                        (watch_lock), until the tick's window closes or --timeout; then the
                        sessions destroyed, the clock closed
+    the abort watch    from the first body's start to the turn's end, a blocking read of the
+                       job's abort key (abort_watch.py): `lockctl abort` of this run stops it on
+                       the clock (core.abort), recorded `aborted`, exit 143
     the events         the core's notes as today's event lines (acquired, fenced, timed-out,
-                       retrying, released / lost, catch-up, housekeeping); the tick's verdict as
-                       today's skipped / missed / interrupted lines and exit codes
+                       aborted, retrying, released / lost, catch-up, housekeeping); the tick's
+                       verdict as today's skipped / missed / interrupted lines and exit codes
 """
 
 from __future__ import annotations
@@ -34,12 +37,14 @@ from provision.consul import (
     PermissionDenied,
     RetryPolicy,
 )
-from provision.errors import EXIT_JOB_TIMEOUT, EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT
+from provision.errors import EXIT_ABORTED, EXIT_JOB_TIMEOUT, EXIT_LOCK_LOST, EXIT_WAIT_TIMEOUT
+from provision.ledger.aborts import AbortNote
 from provision.ledger.catchup import ALL, LATEST
 from provision.ledger.records import TickRecord, taken_fields, tick_name
 from provision.ledger.store import Claim, ClaimTerms
 from provision.ledger.ticks import MISSED_GRACE, skew_to_say
 from provision.outcomes import Outcome
+from provision.runner.abort_watch import AbortWatch
 from provision.runner.child import Child, check_program
 from provision.runner.containment import first_telling
 from provision.runner.core_body import RunnerBody, Unfenced, run_env
@@ -269,6 +274,16 @@ class Said:
             "catch-up", tick=tick_name(note.tick), lag_ms=ms(lag), recorded_missed=missed
         )
 
+    def _aborted(self, note: Note) -> None:
+        """`lockctl abort` named this run: who asked, when, why (the note's words)."""
+        self.event("aborted", note.tick, asked=note.detail)
+
+    def _abort_heard(self, note: Note) -> None:
+        """An abort note that names no run here: said when it names a tick this process ran
+        (another session's run of it); a past run's note, left in the key, goes unsaid."""
+        if note.tick is not None and note.tick in self.sessions:
+            self.event("abort-ignored", note.tick, reason=note.detail)
+
     def _fenced(self, note: Note) -> None:
         reason = note.detail or "no confirmation of the lock in time"
         self.event("fenced", note.tick, reason=reason, since_confirmed_ms=_ms(note.seconds))
@@ -323,6 +338,8 @@ class Said:
 
     _handlers: ClassVar[dict[str, Callable[[Said, Note], None]]] = {
         "catch-up": _catch_up,
+        "aborted": _aborted,
+        "abort": _abort_heard,
         "fenced": _fenced,
         "timed-out": _timed_out,
         "retrying": _retrying,
@@ -368,6 +385,7 @@ class _Core:
     store: RunStore
     said: Said
     thread: threading.Thread
+    aborts: AbortWatch
 
 
 def _core(consul: Consul, agent_clock: AgentClock, ask: TickAsk, events: EventLog) -> _Core:
@@ -386,7 +404,13 @@ def _core(consul: Consul, agent_clock: AgentClock, ask: TickAsk, events: EventLo
         held = next((run for run in core.runs if run.tick == tick), None)
         index = None if held is None else held.claimed.record.modify_index
         made = bodies[tick] = RunBody(prepare, ask.job.lock_key, clock, said, index)
+        aborts.start()  # a claim won: from now on a note may name this run
         return made
+
+    def abort(note: AbortNote) -> None:  # from the watch's thread: to the core's
+        clock.call_at(clock.monotonic(), functools.partial(core.abort, ask.job.name, note))
+
+    aborts = AbortWatch(consul, ask.job.name, abort)
 
     store = RunStore(consul.with_retry(CORE_RETRY), tails)
     identity = Identity(ask.worker, socket.gethostname(), os.getpid(), ask.node)
@@ -394,7 +418,7 @@ def _core(consul: Consul, agent_clock: AgentClock, ask: TickAsk, events: EventLo
     core = TickCore(aside_store(store, clock), clock, identity, [core_job(ask)], body, one.hear)
     one.attach(core)
     thread = threading.Thread(target=clock.run, name="lockctl-core", daemon=True)
-    return _Core(core, one, clock, store, said, thread)
+    return _Core(core, one, clock, store, said, thread, aborts)
 
 
 def run_tick_on_core(
@@ -408,6 +432,7 @@ def run_tick_on_core(
     try:
         found, waited_out = _take(made, ask, events, stop)
     finally:
+        made.aborts.stop()  # the turn is over: a note heard now names no run of it
         shut_clock(made.clock, made.one.quiet, made.one.stop, made.thread)
     if waited_out:
         events.emit("gave-up", waited_ms=ms(ask.options.timeout or 0.0))
@@ -497,6 +522,7 @@ _RAN = {
     Outcome.TIMED_OUT: Outcome.TIMED_OUT,
     Outcome.LOST: Outcome.LOST,
     Outcome.INTERRUPTED: Outcome.INTERRUPTED,
+    Outcome.ABORTED: Outcome.ABORTED,
 }
 
 
@@ -532,14 +558,17 @@ def _result(
 
 def ran_result(record: TickRecord, signum: int | None = None) -> RunResult:
     """The result of a tick run here, from its record as completed (pure): the job's own exit
-    status, 76 lost (fenced), 124 past its timeout, 128 + the stop's signal when stopped before
-    the job started (`signum`: the stop's)."""
+    status, 76 lost (fenced), 124 past its timeout, 143 aborted (`lockctl abort`: an operator's
+    stop, as a SIGTERM to the runner), 128 + the stop's signal when stopped before the job
+    started (`signum`: the stop's)."""
     outcome = _RAN.get(record.outcome, Outcome.LOST)
     status = record.exit_status
     if outcome is Outcome.LOST:
         code = EXIT_LOCK_LOST
     elif outcome is Outcome.TIMED_OUT:
         code = EXIT_JOB_TIMEOUT
+    elif outcome is Outcome.ABORTED:
+        code = EXIT_ABORTED
     elif outcome is Outcome.INTERRUPTED and status is None:  # stopped before its job started
         code = 128 + (signum or signal.SIGTERM)
     else:

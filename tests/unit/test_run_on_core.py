@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from provision.errors import EXIT_JOB_TIMEOUT, EXIT_LOCK_LOST
+from provision.errors import EXIT_ABORTED, EXIT_JOB_TIMEOUT, EXIT_LOCK_LOST
 from provision.ledger.records import TickOutcome, TickRecord
 from provision.outcomes import Outcome
 from provision.runner.events import EventLog
@@ -43,6 +43,8 @@ def _record(outcome: TickOutcome, status: int | None, **more: Any) -> TickRecord
         (TickOutcome.LOST, 0, Outcome.LOST, EXIT_LOCK_LOST),
         (TickOutcome.INTERRUPTED, 143, Outcome.INTERRUPTED, 143),  # the job's own, as today
         (TickOutcome.INTERRUPTED, None, Outcome.INTERRUPTED, 128 + signal.SIGINT),
+        (TickOutcome.ABORTED, 137, Outcome.ABORTED, EXIT_ABORTED),  # `lockctl abort`: 143
+        (TickOutcome.ABORTED, None, Outcome.ABORTED, EXIT_ABORTED),  # cut in a retry's delay
     ],
 )
 def test_a_ticks_record_is_todays_exit_status(
@@ -184,3 +186,15 @@ def test_a_housekeeping_says_the_ticks_it_recorded_blackout_apart_from_the_misse
     (said,) = heard.lines()
     assert (said["missed_recorded"], said["blackout_recorded"]) == (1, 1)
     assert said["missed_ticks"] == ["2026-01-01T00:00:00Z"]
+
+
+def test_an_abort_of_this_run_is_said_with_who_and_why_a_past_runs_note_goes_unsaid() -> None:
+    heard = Heard()
+    heard.said.sessions[TICK] = "s-1"  # this process claimed TICK (its `acquired`)
+    asked = "by ops at 2026-01-01T00:00:12.000Z: stuck (tick 2026-01-01T00:00:10Z)"
+    heard.said(Note("aborted", JOB.name, TICK, asked))
+    heard.said(Note("abort", JOB.name, TICK, "names no run of this replica"))  # another session
+    heard.said(Note("abort", JOB.name, TICK - timedelta(hours=1), "names no run of this replica"))
+    aborted, ignored = heard.lines()
+    assert (aborted["event"], aborted["session"], aborted["asked"]) == ("aborted", "s-1", asked)
+    assert (ignored["event"], ignored["tick"]) == ("abort-ignored", "2026-01-01T00:00:10Z")
