@@ -34,6 +34,7 @@ WORKERS = ("worker-1", "worker-2")
 WAIT = 60.0
 CANCELLED = 3  # runs cancelled before the test looks
 INTERVAL = timedelta(seconds=3)
+RUNS = (TickOutcome.CANCELLED, TickOutcome.RUNNING)  # every run of the job: none ends itself
 
 # $1: the folder, $2: the marker. Each run: a marker of its own (the marker, 0, how many runs
 # came before it: its processes are found by it from outside the run's PID namespace), a child
@@ -116,21 +117,40 @@ def test_cancel_ends_each_run_at_the_next_tick_and_runs_that_tick_once(lab: Lab)
 
         done = eventually(lambda: len(cancelled()) >= CANCELLED, WAIT)
         assert done, (records(lab), schedulers[0].lines[-20:], schedulers[1].lines[-20:])
-        by_tick = {r.tick: r for r in records(lab)}
-        ran = runs(lab)
+
+        def whole() -> list[TickRecord]:
+            """A look at the ledger in which each cancelled tick's next one is claimed (the
+            holder claims it once the cancelled record is completed)."""
+            found = records(lab)
+            ticks = {r.tick for r in found}
+            stopped = [r for r in found if r.outcome is TickOutcome.CANCELLED]
+            return found if all(r.tick + INTERVAL in ticks for r in stopped) else []
+
+        seen = eventually(whole, WAIT)
+        assert seen, records(lab)
+        by_tick = {r.tick: r for r in seen}
+        stopped = [r for r in seen if r.outcome is TickOutcome.CANCELLED]
+        claimed = {tick_name(r.tick) for r in seen if r.outcome in RUNS}
+
+        def written() -> list[Ran]:
+            found = runs(lab)
+            return found if claimed <= {r.tick for r in found} else []
+
+        ran = eventually(written, WAIT)
+        assert ran, (claimed, runs(lab))
         assert [t for t, n in Counter(r.tick for r in ran).items() if n > 1] == []  # none twice
         started = {r.tick: r for r in ran}
-        for record in cancelled():
+        for record in stopped:
             # the next tick ran (its record is a run's), and its run started once this run's
             # record was completed, after its tree ended: never beside it
             following = by_tick.get(record.tick + INTERVAL)
             assert following is not None, (record, sorted(by_tick))
-            assert following.outcome in (TickOutcome.CANCELLED, TickOutcome.RUNNING), following
+            assert following.outcome in RUNS, following
             assert record.finished_at is not None and record.worker in WORKERS
             later = started[tick_name(following.tick)]
             assert later.began > record.finished_at, (record, later)
             mine = started[tick_name(record.tick)]  # its whole tree is gone
-            assert pids_with(mine.marker) == [], (mine, ran)
+            assert eventually(lambda m=mine.marker: pids_with(m) == [], WAIT), (mine, ran)
         # not a vacuous look: a run going on is found by its marker, its sleep and its child
         assert eventually(lambda: len(pids_with(runs(lab)[-1].marker)) == 2, WAIT), runs(lab)
         said = [e for s in schedulers for e in s.events("cancelled")]
