@@ -50,6 +50,11 @@ hangs. The oracle checks, after every step:
                        heard by every replica up, and by each that boots later) is still
                        alive once its replica has been up ABORT_SLACK since the abort
     abort-stray        a run recorded `aborted` that no abort named
+    cancel-unheeded    a run of an overlap = "cancel" job (one job in five: the `@every 15s`
+                       one) still alive once its replica has been up kill_grace + CANCEL_SLACK
+                       since that replica's turn at a later tick of the job
+    cancel-overlap     a run recorded `cancelled` whose body is alive, kill_grace + a second
+                       after its cancel, beside another running body of its job
     trigger-unrun      an operator's trigger (`lockctl trigger`: one now and then, heard by
                        every replica up, and by each one that boots while it is pending) is
                        taken by a claim within RUN_SLACK + SLACK of the fleet's up-time; it
@@ -78,6 +83,8 @@ plants) replays it exactly. `--plant NAME` replaces a named function of the core
     abort-deaf    an abort stops no run (stops always no)
     abort-any     an abort stops whichever run of its job a replica holds (stops always yes:
                   a note heard again, or kept, stops a later run)
+    cancel-deaf   overlap = "cancel" is never carried out (overlap_action always waits): a run
+                  that outlasts its interval goes on past the next tick's turn
     no-stop-wait  a stop destroys the sessions while a claim is out (its won tick never
                   completed: `running` for good)
 
@@ -128,6 +135,7 @@ from provision.tick.clock import Answer, Answered, Timer, VirtualClock, answer_o
 from provision.tick.core import CoreJob, Identity, TickCore
 from provision.tick.edge import BodyEnd, Cancellable, Note, Run, SkipReason, StopHow
 from provision.tick.memory import MemoryTickStore
+from provision.tick.overlap import OverlapAction
 from provision.tick.store import (
     PLAIN,
     ClaimAnswer,
@@ -138,7 +146,7 @@ from provision.tick.store import (
     JobKeys,
     TurnRead,
 )
-from provision.timings import CatchupReach, JobTimings
+from provision.timings import OVERLAP_CANCEL, CatchupReach, JobTimings
 
 START = datetime(2026, 3, 28, 23, 0, tzinfo=timezone.utc)  # a DST change ahead (Berlin)
 DEFAULT_TICKS = 20_000
@@ -154,6 +162,11 @@ ABORT_EVERY = 300.0  # mean seconds between two operators' aborts (a stream of i
 ABORT_SLACK = 15.0  # seconds of its replica up by which an aborted run's body is gone: the
 # note heard (2 s at most), SIGTERM, and SIGKILL kill_grace (5 s) later
 ABORT_AGE = 10.0  # an operator aborts a run that has gone on this long at least
+# seconds of its replica up, beyond kill_grace, by which a run of an overlap = "cancel" job is
+# gone after the replica's turn at a later tick: a run told to end already (fenced at
+# kill_after, 14 s, from its last confirmation; timed out) ends by its own bound, within it
+CANCEL_SLACK = 15.0
+CANCELLING = 3  # the SHAPES index of the overlap = "cancel" job: `@every 15s`
 T = TypeVar("T")
 
 CLIENT_TIMEOUT = 10.0  # seconds a call other than a renewal waits for its answer
@@ -241,6 +254,10 @@ def _stops_any(abort: AbortNote, tick: datetime, session: str) -> bool:
     return True
 
 
+def _never_cancel(policy: str, busy: bool, stoppable: bool) -> OverlapAction:
+    return OverlapAction.WAIT if busy else OverlapAction.TAKE
+
+
 PLANTS: dict[str, tuple[str, Callable[..., object]]] = {
     "no-fence": ("apply_fence", _no_fence),
     "check-flag": ("vouched", _flag_only),
@@ -254,6 +271,7 @@ PLANTS: dict[str, tuple[str, Callable[..., object]]] = {
     "backfill-none": ("may_backfill", _backfill_nothing),
     "abort-deaf": ("stops", _stops_nothing),
     "abort-any": ("stops", _stops_any),
+    "cancel-deaf": ("overlap_action", _never_cancel),
 }
 _CORE_MODULES: tuple[ModuleType, ...] = (core, held, pool)
 
@@ -901,6 +919,12 @@ class Replica:
             self.world.trace.add(now, self.name, "aborted-run", note.job, note.tick)
             if (note.job, record.tick) not in self.world.aborted:
                 self.world.oracle.fail("abort-stray", f"{note.job} {tick_name(record.tick)}")
+        if note.kind == "due" and note.tick is not None:
+            self.world.oracle.turn(self, note.job, note.tick)
+        if note.kind == "cancelled" and note.tick is not None:
+            self.world.oracle.cancelled[(note.job, note.tick)] = now
+        if note.kind == "completed" and record is not None and record.outcome is Outcome.CANCELLED:
+            self.world.trace.add(now, self.name, "cancelled-run", note.job, note.tick)
         if note.skip is SkipReason.AT_CAPACITY:  # counted apart: passed on to the next replica
             self.world.trace.add(now, self.name, "at-capacity", note.job, note.tick)
         if note.kind in LEFT_TO_CONSUL and note.tick is not None:
@@ -974,6 +998,8 @@ class Oracle:
         self.updated = 0.0
         self.suspects: dict[int, float] = {}  # id(body) -> when first seen past its bound
         self.crowded: set[str] = set()  # jobs with two bodies alive or more
+        self.unheeded: dict[int, _Abort] = {}  # id(body) -> a later tick's turn came (cancel)
+        self.cancelled: dict[tuple[str, datetime], float] = {}  # a run told to end, when
         self.ticks = 0
         bounds = fence_bounds(TIMINGS, held.renew_timeout(TIMINGS))
         self.fence_after, self.kill_after = bounds.fence_after, bounds.kill_after
@@ -1059,6 +1085,43 @@ class Oracle:
                 f"{body.job} {tick_name(body.tick)} on {body.replica.name}: check() passed "
                 f"{late:.2f}s after its last confirmation (bound {self.fence_after:g}s)",
             )
+
+    def turn(self, replica: Replica, job: str, tick: datetime) -> None:
+        """A replica's turn at a tick of an overlap = "cancel" job: a run of it that replica
+        holds, of an earlier tick, is to be gone kill_grace + CANCEL_SLACK of its up-time on."""
+        if self.world.job_named[job].overlap != OVERLAP_CANCEL:
+            return
+        self.settle()
+        up = self.up.get(replica.name, 0.0)
+        for body in self.alive[job]:
+            if body.replica is replica and body.tick < tick and id(body) not in self.unheeded:
+                self.unheeded[id(body)] = _Abort(body, up)
+
+    def cancels(self) -> None:
+        """cancel-unheeded (see `turn`) and cancel-overlap: a body recorded cancelled runs
+        beside another of its job past kill_grace (+ a second) since it was told to end."""
+        now = self.world.clock.monotonic()
+        for key, due in list(self.unheeded.items()):
+            body = due.body
+            grace = self.world.job_named[body.job].timings.kill_grace
+            if body not in self.alive[body.job]:
+                del self.unheeded[key]
+            elif self.up.get(body.replica.name, 0.0) - due.up_at > grace + CANCEL_SLACK:
+                self.fail(
+                    "cancel-unheeded",
+                    f"{body.job} {tick_name(body.tick)} on {body.replica.name}: a later "
+                    "tick's turn came and it still runs",
+                )
+                del self.unheeded[key]
+        for (job, tick), told in list(self.cancelled.items()):
+            grace = self.world.job_named[job].timings.kill_grace
+            running = [b for b in self.alive[job] if not b.frozen]
+            stopped = [b for b in running if b.tick == tick]
+            if not stopped and not any(b.tick == tick for b in self.alive[job]):
+                del self.cancelled[(job, tick)]
+            elif stopped and len(running) > 1 and now - told > grace + 1.0:
+                self.fail("cancel-overlap", f"{job} {tick_name(tick)} runs beside the next run")
+                del self.cancelled[(job, tick)]
 
     def overlaps(self) -> None:
         now = self.world.clock.monotonic()
@@ -1199,6 +1262,7 @@ class Oracle:
         self.triggers()
         self.backfills()
         self.aborts()
+        self.cancels()
 
     def triggers(self) -> None:
         """A pending trigger is taken (the job's taken-trigger key names it) within
@@ -1593,6 +1657,8 @@ def make_jobs(count: int, workers: tuple[str, ...], seed: int = 1) -> list[CoreJ
         job = CoreJob(keys, schedule, timings, workers, HISTORY, catchup, windows)
         if n % len(SHAPES) == 0:  # @every 10s: catchup = "all"
             job = dataclasses.replace(job, catchup=True, catchup_all=CATCHUP_ALL)
+        if n % len(SHAPES) == CANCELLING:  # a run that outlasts its interval is cancelled
+            job = dataclasses.replace(job, overlap=OVERLAP_CANCEL)
         jobs.append(job)
     return jobs
 
@@ -1685,6 +1751,7 @@ def report_lines(report: Report, config: SimConfig) -> list[str]:
         f"fenced {counts.get('fenced', 0)}, timed out {counts.get('timed-out', 0)}, "
         f"triggers run {counts.get('trigger-run', 0)} of {counts.get('asked', 0)}, "
         f"runs aborted {counts.get('aborted-run', 0)} of {counts.get('abort-asked', 0)}, "
+        f"runs cancelled {counts.get('cancelled-run', 0)}, "
         f"backfill ticks run {counts.get('backfill-run', 0)} "
         f"({counts.get('backfill-asked', 0)} backfills), "
         f"caught up {counts.get('caught-up', 0)}, "

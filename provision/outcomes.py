@@ -26,6 +26,10 @@ class Outcome(str, enum.Enum):
                      and why); the job was stopped as a timed-out one is, the lock released, and
                      it is not retried: an operator's stop, not a failure (it never pages; new
                      in this release: the release before reads it `unreadable`)
+        cancelled    the job's next tick came while it still ran, and its overlap = "cancel" ended
+                     it (stopped as an aborted run is, the lock released, then the next tick run
+                     by the same replica): the job's own policy, not a failure (it never pages;
+                     new in this release: the release before reads it `unreadable`)
         missed       nobody claimed the tick within its start deadline (too late for it)
         paused       the job was paused (lockctl pause) when the tick came: not run
         blackout     the tick fell in one of the job's blackout windows (its record names the
@@ -51,6 +55,7 @@ class Outcome(str, enum.Enum):
     INTERRUPTED = "interrupted"
     TIMED_OUT = "timed-out"
     ABORTED = "aborted"
+    CANCELLED = "cancelled"
     MISSED = "missed"
     PAUSED = "paused"
     BLACKOUT = "blackout"
@@ -68,7 +73,8 @@ class Outcome(str, enum.Enum):
 
 
 # What a tick's record on Consul may hold (every release since the ledger's first writes and
-# reads these, `blackout` since this one); any other word in a record is read as `unreadable`.
+# reads these, `blackout` and `cancelled` since this one); any other word in a record is read
+# as `unreadable`.
 LEDGER_OUTCOMES = frozenset(
     {
         Outcome.BLACKOUT,
@@ -79,6 +85,7 @@ LEDGER_OUTCOMES = frozenset(
         Outcome.INTERRUPTED,
         Outcome.TIMED_OUT,
         Outcome.ABORTED,
+        Outcome.CANCELLED,
         Outcome.MISSED,
         Outcome.PAUSED,
         Outcome.UNREADABLE,
@@ -93,10 +100,13 @@ FINISHED = frozenset(
         Outcome.INTERRUPTED,
         Outcome.TIMED_OUT,
         Outcome.ABORTED,
+        Outcome.CANCELLED,
     }
 )
 # A run an operator ended (`lockctl abort`): said, counted, never a failure that pages.
 OPERATOR_STOPS = frozenset({Outcome.ABORTED})
+# A run the job's own policy ended (overlap = "cancel": its next tick came): the same.
+POLICY_STOPS = frozenset({Outcome.CANCELLED})
 # What a run ends in: `lockctl run`'s result and an embedded call's RunOutcome (`aborted`:
 # `lockctl run` only, an embedded call hears no abort).
 RUN_OUTCOMES = frozenset(
@@ -151,6 +161,7 @@ SCHEDULER_METRIC_OUTCOMES = (
     Outcome.CONSUL_UNAVAILABLE.value,
     Outcome.BLACKOUT.value,
     Outcome.ABORTED.value,
+    Outcome.CANCELLED.value,
 )
 # The words the release before this one used for lockctl_ticks_total and the `--wait` event:
 # `timed-out` was a `--wait` that ran out, `job-timed-out` a job past its timeout. A metrics

@@ -41,6 +41,7 @@ from provision.spec.hcl_parse import parse_hcl
 from provision.spec.models import Spec
 from provision.system.files import UnreadableFile, read_regular_file
 from provision.system.http_call import Target, judge_target
+from provision.timings import OVERLAP_CANCEL
 
 Severity = Literal["error", "warning"]
 MAX_RULES_BYTES = 1024 * 1024
@@ -103,6 +104,31 @@ def catchup_findings(spec: Spec, now: datetime) -> list[Finding]:
             )
             fix = 'raise start_deadline above the interval, or set catchup = "skip"'
             found.append(_finding("warning", job.line, "catchup", message, fix))
+    return found
+
+
+def overlap_findings(spec: Spec, now: datetime) -> list[Finding]:
+    """A job with overlap = "cancel" whose kill_grace is over its schedule's shortest interval:
+    a run that ignores SIGTERM is killed only after the grace, so the tick that cancelled it
+    starts that late, past the next tick's turn, which finds it still running."""
+    found = []
+    for job in spec.jobs:
+        if job.overlap != OVERLAP_CANCEL or job.schedule is None:
+            continue
+        grace = job.timings.kill_grace
+        schedule = parse_schedule(job.schedule, job.timezone)
+        interval = min(
+            (b - a).total_seconds()
+            for a, b in itertools.pairwise(schedule.next_ticks(now, _INTERVALS + 1))
+        )
+        if grace > interval:
+            message = (
+                f'job "{job.name}": overlap = "cancel" with kill_grace {format_duration(grace)} '
+                f"over the schedule's interval {format_duration(interval)}: a run that ignores "
+                "SIGTERM is still running at the next tick"
+            )
+            fix = 'lower kill_grace below the interval, or set overlap = "skip"'
+            found.append(_finding("warning", job.line, "overlap", message, fix))
     return found
 
 

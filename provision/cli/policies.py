@@ -97,9 +97,11 @@ def lint(
         for finding in found:
             typer.echo(finding.describe(str(path)))
     if loaded:  # the spec's own settings that have no effect, or reach further than meant
-        from provision.acl.lint import catchup_findings, target_findings
+        from provision.acl.lint import catchup_findings, overlap_findings, target_findings
 
-        found = catchup_findings(loaded, datetime.now(timezone.utc)) + target_findings(loaded)
+        now = datetime.now(timezone.utc)
+        found = catchup_findings(loaded, now) + overlap_findings(loaded, now)
+        found += target_findings(loaded)
         findings += found
         for finding in found:
             typer.echo(finding.describe(loaded.path))

@@ -108,7 +108,8 @@ def _last_tick(state: LockState) -> Text:
         shown = cell("-" if state.next_tick is None else "none yet")
     else:
         style = "" if last.outcome in ("succeeded", "running") else "bold red"
-        operators = ("paused", "aborted")  # an operator's hold or stop: said, not a failure
+        # an operator's hold or stop, or the job's own overlap policy's: said, not a failure
+        operators = ("paused", "aborted", "cancelled")
         style = "yellow" if last.outcome in operators else style
         shown = cell(f"{last.tick} ")
         shown.append_text(cell(last.outcome, style=style))

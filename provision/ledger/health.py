@@ -31,7 +31,7 @@ from typing import Any
 from provision.ledger.history import ABANDONED, Enough, JobHistory, TickRow
 from provision.ledger.records import RecordProblem, TickRecord, tick_name
 from provision.ledger.ticks import MISSED_GRACE
-from provision.outcomes import OPERATOR_STOPS, Outcome
+from provision.outcomes import OPERATOR_STOPS, POLICY_STOPS, Outcome
 from provision.schedule import Schedule
 
 DEFAULT_MAX_INTERVALS = 2
@@ -199,9 +199,10 @@ def _too_large_problem(problems: tuple[RecordProblem, ...]) -> str | None:
 # a tick nobody was to run: a pause or a blackout window held it (not a miss)
 _HELD = frozenset({Outcome.PAUSED, Outcome.BLACKOUT})
 _HELD_WORDS = frozenset(outcome.value for outcome in _HELD)
-# ...and a run an operator stopped (`lockctl abort`): neither a success nor a failure, so the
-# window of ticks judged reaches back past it, as past a paused tick; it never warns or pages
-_NOT_JUDGED = _HELD_WORDS | frozenset(outcome.value for outcome in OPERATOR_STOPS)
+# ...and a run an operator stopped (`lockctl abort`) or its overlap = "cancel" did: neither a
+# success nor a failure, so the window of ticks judged reaches back past it, as past a paused
+# tick; it never warns or pages
+_NOT_JUDGED = _HELD_WORDS | frozenset(o.value for o in OPERATOR_STOPS | POLICY_STOPS)
 
 
 def read_enough(schedule: Schedule, start_deadline: float, max_intervals: int) -> Enough:

@@ -27,6 +27,7 @@ RAN = {
     Outcome.LOST.value: "L",
     Outcome.INTERRUPTED.value: "I",
     Outcome.ABORTED.value: "X",
+    Outcome.CANCELLED.value: "C",
     Outcome.RUNNING.value: ">",
     ABANDONED: "A",
 }
@@ -41,6 +42,7 @@ LEGEND = (
     ("L", "lost (fenced)"),
     ("I", "interrupted"),
     ("X", "aborted (lockctl abort)"),
+    ("C", "cancelled (the next tick came: overlap = cancel)"),
     (">", "running"),
     ("A", "abandoned"),
     (".", "skipped: another worker ran it"),

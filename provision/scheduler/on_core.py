@@ -144,6 +144,7 @@ def core_job(job: JobConfig) -> CoreJob:
         catchup=job.catchup in (LATEST, ALL),
         blackouts=job.blackouts,
         catchup_all=job.catchup_reach if job.catchup == ALL else None,
+        overlap=job.overlap,
     )
 
 

@@ -174,6 +174,7 @@ _RECORD_OUTCOMES = {
     Outcome.INTERRUPTED: Outcome.INTERRUPTED.value,
     Outcome.TIMED_OUT: Outcome.TIMED_OUT.value,
     Outcome.ABORTED: Outcome.ABORTED.value,  # an operator's stop: no run failure counted
+    Outcome.CANCELLED: Outcome.CANCELLED.value,  # the job's overlap policy's stop: nor here
     Outcome.MISSED: Outcome.MISSED.value,
     Outcome.PAUSED: Outcome.SKIPPED.value,
     Outcome.BLACKOUT: Outcome.BLACKOUT.value,
@@ -432,6 +433,12 @@ def _aborted(note: Note, run: RunContext) -> list[Event]:
     return [("aborted", fields)]
 
 
+def _cancelled(note: Note, run: RunContext) -> list[Event]:
+    """overlap = "cancel": the job's next tick stops this run (the note says which tick)."""
+    fields = {"tick": _tick(note), "session": _session(note, run), "reason": _text(note.detail)}
+    return [("cancelled", fields)]
+
+
 def _abort_heard(note: Note, run: RunContext) -> list[Event]:
     """An abort note heard that names no run of this replica: said, nothing stopped."""
     return [("abort-ignored", {"tick": _tick(note), "reason": _text(note.detail)})]
@@ -525,6 +532,7 @@ _EVENT_MAKERS: dict[str, Callable[[Note, RunContext], list[Event]]] = {
     "timed-out": _held("timed-out"),
     "aborted": _aborted,
     "abort": _abort_heard,
+    "cancelled": _cancelled,
     "retrying": _retrying,
     "retry-started": _retry_started,
     "complete-retry": _complete_retry,

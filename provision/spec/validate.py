@@ -58,16 +58,23 @@ from provision.spec.values import (
     read_catchup_reach,
     read_command,
     read_job_workers,
+    read_overlap,
     read_prefix,
     read_schedule,
     read_string,
     read_timezone,
     refuse_idle_reach,
+    refuse_unscheduled_overlap,
 )
 from provision.system.files import UnreadableFile, read_regular_file
 from provision.system.http_call import RETRY_ON_TIMEOUT_REFUSED
 from provision.system.notify_rules import Notifications
-from provision.timings import DEFAULT_CATCHUP, DEFAULT_CATCHUP_REACH, CatchupReach
+from provision.timings import (
+    DEFAULT_CATCHUP,
+    DEFAULT_CATCHUP_REACH,
+    DEFAULT_OVERLAP,
+    CatchupReach,
+)
 
 MAX_SPEC_BYTES = 16 * 1024 * 1024  # a 10,000-job spec is about 3 MB
 DEFAULTS_KEYS = (*DURATION_KEYS, *COUNT_KEYS, *CHOICE_KEYS, *CATCHUP_REACH_KEYS, PING_KEY)
@@ -141,13 +148,16 @@ def _build(body: Body, problems: Problems) -> Spec:
     _check_duplicates(blocks["job"], "job", problems)
     catchup = _default_catchup(blocks["defaults"], problems)
     reach = _default_catchup_reach(blocks["defaults"], problems)
+    overlap = _default_overlap(blocks["defaults"], problems)
     defaults, counts = _defaults(blocks["defaults"], problems)
     notifications = _default_notifications(blocks["defaults"], problems)
     blackouts = _default_blackouts(blocks["defaults"], problems)
     methods = read_auth_methods(blocks["auth_method"], problems)
     workers = _workers(blocks["worker"], methods, _method_names(blocks), problems)
     declared = {worker.name for worker in workers}
-    inherited = _Inherited(defaults, counts, (catchup, reach), notifications, blackouts)
+    inherited = _Inherited(
+        defaults, counts, (catchup, reach), notifications, blackouts, overlap=overlap
+    )
     jobs = [_job(block, inherited, declared, problems) for block in blocks["job"]]
     named_jobs = [job for job in jobs if job is not None]
     check_job_prefixes(blocks["job"], problems)
@@ -159,6 +169,7 @@ def _build(body: Body, problems: Problems) -> Spec:
             final_defaults(defaults, counts),
             catchup=catchup,
             catchup_reach=reach,
+            overlap=overlap,
             notifications=notifications,
             blackouts=blackouts,
         ),
@@ -315,6 +326,16 @@ def _default_catchup(blocks: list[Block], problems: Problems) -> str:
     return chosen or DEFAULT_CATCHUP
 
 
+def _default_overlap(blocks: list[Block], problems: Problems) -> str:
+    """The overlap every scheduled job inherits; an invalid one is reported, and the built-in
+    one stands in: the spec is refused anyway."""
+    found = [a for block in blocks[:1] for a in block.body.attributes if a.name == "overlap"]
+    chosen = read_overlap(
+        found[0] if found else None, "defaults.overlap", DEFAULT_OVERLAP, problems
+    )
+    return chosen or DEFAULT_OVERLAP
+
+
 def _default_catchup_reach(blocks: list[Block], problems: Problems) -> CatchupReach:
     """The catchup_limit and catchup_window every job inherits; an invalid one is reported,
     and the built-in one stands in: the spec is refused anyway."""
@@ -410,6 +431,7 @@ class _Inherited:
     catchup: tuple[str, CatchupReach]  # catchup, and its catchup_window and catchup_limit
     notifications: Notifications
     blackouts: tuple[Blackout, ...] = ()
+    overlap: str = DEFAULT_OVERLAP  # what a tick does to the job's run still going on
 
 
 def _job(block: Block, inherited: _Inherited, declared: set[str], problems: Problems) -> Job | None:
@@ -442,12 +464,16 @@ def _job(block: Block, inherited: _Inherited, declared: set[str], problems: Prob
     catchup = read_catchup(attributes.get("catchup"), f"{where}.catchup", default_catchup, problems)
     reach = read_catchup_reach(attributes, where, default_reach, problems)
     refuse_idle_reach(attributes, catchup, where, problems)
+    overlap = read_overlap(
+        attributes.get("overlap"), f"{where}.overlap", inherited.overlap, problems
+    )
+    refuse_unscheduled_overlap(attributes, where, problems)
     scope = read_scope(attributes.get(SCOPE_KEY), f"{where}.{SCOPE_KEY}", problems)
     blackouts = read_blackouts(block, where, inherited.blackouts, problems)
     refuse_home(attributes.get(HOME_KEY), f"{where}.{HOME_KEY}", problems)
     if name is None or prefix is None or workers is None or timings is None or counts is None:
         return None
-    if catchup is None or reach is None:
+    if catchup is None or reach is None or overlap is None:
         return None
     return Job(
         name=name,
@@ -462,6 +488,7 @@ def _job(block: Block, inherited: _Inherited, declared: set[str], problems: Prob
         history_limit=counts["history_limit"],
         catchup=catchup,
         catchup_reach=reach,
+        overlap=overlap,
         allow_remote_target=allow_remote,
         http_url_line=None if http is None else http.url_line,
         notifications=notifications,

@@ -21,6 +21,7 @@ from provision.timings import (
     catchup_problem,
     catchup_window_problem,
     count_problem,
+    overlap_problem,
 )
 
 PREFIX_PATTERN = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*/$")
@@ -28,7 +29,7 @@ MAX_PREFIX = 256
 MAX_SCHEDULE = 256
 MAX_COMMAND_ARGS = 256
 MAX_ARGUMENT = 4096
-CHOICE_KEYS = ("catchup",)  # keys whose value is one word of a few (provision.timings)
+CHOICE_KEYS = ("catchup", "overlap")  # keys whose value is one word of a few (provision.timings)
 CATCHUP_REACH_KEYS = ("catchup_limit", "catchup_window")  # how far catchup = "all" goes
 
 
@@ -100,6 +101,32 @@ def read_catchup(
     return read_checked_string(
         attribute, where, problems, lambda text: _quoted(text, catchup_problem(text))
     )
+
+
+def read_overlap(
+    attribute: Attribute | None, where: str, default: str, problems: Problems
+) -> str | None:
+    """The block's overlap, `default` when it sets none; None after recording why not."""
+    if attribute is None:
+        return default
+    return read_checked_string(
+        attribute, where, problems, lambda text: _quoted(text, overlap_problem(text))
+    )
+
+
+def refuse_unscheduled_overlap(
+    attributes: dict[str, Attribute], where: str, problems: Problems
+) -> None:
+    """A job's own overlap says what its next tick does to a run still going on: a job with no
+    schedule (a plain lock, `lockctl run`) has no next tick, so it is refused at its line
+    rather than ignored (defaults may set it for the scheduled jobs)."""
+    overlap = attributes.get("overlap")
+    if overlap is not None and "schedule" not in attributes:
+        problems.add(
+            overlap.line,
+            f"{where}.overlap",
+            "has no effect: the job has no schedule, so no next tick comes while it runs",
+        )
 
 
 def read_catchup_reach(

@@ -33,7 +33,9 @@ flight) claims nothing: the session is this replica's for all its locks, and a c
 would re-acquire the lock its own run holds. A tick whose turn comes while the job runs here
 waits for that run's end, and is taken then if its window is still open (a run that outlasts
 its interval delays the next tick, as a cron job's late start would); one that passes whole
-meanwhile is skipped (overlap).
+meanwhile is skipped (overlap). With the job's overlap = "cancel" the run is stopped at that
+turn first (tick/overlap.py: as an abort stops it, recorded `cancelled`), so the tick waits
+only for the stop.
 """
 
 from __future__ import annotations
@@ -81,6 +83,7 @@ from provision.tick.calendar import Calendar
 from provision.tick.capacity import capacity_refusal
 from provision.tick.edge import BodyFactory, Cancellable, Listener, Note, SkipReason, TimerClock
 from provision.tick.held import Claimed, Completions, HeldRun
+from provision.tick.overlap import OverlapAction, overlap_action
 from provision.tick.pool import SessionPool, confirmation_time
 from provision.tick.store import (
     PLAIN,
@@ -95,7 +98,7 @@ from provision.tick.store import (
     TurnRead,
     lock_delayed,
 )
-from provision.timings import CatchupReach, JobTimings
+from provision.timings import DEFAULT_OVERLAP, CatchupReach, JobTimings
 
 MAX_MISSED_PER_HOUSEKEEPING = 60  # one transaction's worth (ledger/store.py CHUNK)
 # Housekeepings under way at once (each a read, some a write, waiting aside); the others wait
@@ -125,6 +128,7 @@ class CoreJob:
     catchup: bool = False  # catchup = "latest" or "all": ticks nobody ran are run late, once
     blackouts: tuple[Blackout, ...] = ()  # the windows its ticks are not run in (blackouts.py)
     catchup_all: CatchupReach | None = None  # "all": every one in this reach (None: "latest")
+    overlap: str = DEFAULT_OVERLAP  # a turn while it runs here: "skip" waits, "cancel" stops it
 
     @property
     def name(self) -> str:
@@ -569,10 +573,15 @@ class TickCore:
         """This replica's turn at the tick: read, then claim unless it is taken or not due. The
         read waits for the other turns due at this instant, if any (a timer of now, after
         theirs)."""
-        if state.busy is not None:  # taken once the run ends, while its window is still open
+        held = state.held
+        stoppable = held is not None and held.stoppable
+        action = overlap_action(state.job.overlap, state.busy is not None, stoppable)
+        if action is not OverlapAction.TAKE:  # taken once the run ends, while its window is open
             self._overlapped(state, state.waiting)
             state.waiting = plan
             self._arm_fate(state, plan)
+            if action is OverlapAction.CANCEL and held is not None:
+                held.cancel(plan.tick)  # its end frees the job here: the tick is claimed then
             return
         self._reading.append((state, plan))
         if self._read_timer is not None:

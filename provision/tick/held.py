@@ -37,9 +37,9 @@ from provision.fencing import (
     fence_bounds,
     past_fence,
 )
-from provision.ledger.attempts import CUT_BY_ABORT
+from provision.ledger.attempts import CUT_BY_ABORT, CUT_BY_NEXT_TICK
 from provision.ledger.control import ControlNote
-from provision.ledger.records import TickRecord
+from provision.ledger.records import TickRecord, tick_name
 from provision.ledger.store import Completion
 from provision.outcomes import Outcome
 from provision.tick.edge import Body, Cancellable, Listener, Note, Run, StopHow, TimerClock
@@ -188,6 +188,7 @@ class HeldRun:
         self.retried = False  # a retry was planned: the record keeps every attempt's status
         self.attempt = 0  # the attempt started last (1 for the first)
         self.aborted: ControlNote | None = None  # an operator's `lockctl abort` ended it
+        self.cancelled: datetime | None = None  # the tick that ended it (overlap = "cancel")
 
     @property
     def tick(self) -> datetime:
@@ -267,7 +268,7 @@ class HeldRun:
         record and the release; the lock is still ours), recorded `aborted` with who and why,
         and never retried. A run whose verdict is settled already (it ended, was fenced, timed
         out, was told to stop) ends as it would have."""
-        if self.finished or self.aborted is not None:
+        if self.finished or self.aborted is not None or self.cancelled is not None:
             return
         if self.retry is not None:  # no body runs: the retry waited for is cut
             self.aborted, self.retry, self.cut = note, None, CUT_BY_ABORT
@@ -275,6 +276,31 @@ class HeldRun:
             self._finish(self.last)
         elif self.body is not None and self.verdict is None:
             self.aborted, self.timeout_at = note, self.clock.monotonic()
+            self._step()
+
+    @property
+    def stoppable(self) -> bool:
+        """Whether a body or a retry of it goes on that nothing has told to end yet."""
+        stopped = self.aborted is not None or self.cancelled is not None
+        stopped = stopped or self.stop_signal is not None
+        going = self.retry is not None or (self.body is not None and self.verdict is None)
+        return going and not (self.finished or stopped or self.lost is not None)
+
+    def cancel(self, by: datetime) -> None:
+        """The job's next tick came while this run goes on, and its overlap is "cancel": the
+        run is stopped as an aborted one is (SIGTERM to the whole tree, SIGKILL after the
+        grace, then the record and the release), recorded `cancelled`, never retried. A retry
+        waited for (no body runs) is cut by the next tick instead: the record says how the
+        last attempt ended. Nothing stoppable: nothing done."""
+        if not self.stoppable:
+            return
+        self.cancelled = by
+        if self.retry is not None:
+            self.retry, self.cut = None, CUT_BY_NEXT_TICK
+            assert self.last is not None
+            self._finish(self.last)
+        else:
+            self.timeout_at = self.clock.monotonic()
             self._step()
 
     # -- the decision, carried out ---------------------------------------------------------
@@ -301,7 +327,8 @@ class HeldRun:
         if decision.verdict is not self.verdict and decision.verdict in _TOLD:
             self._tell(decision.verdict, now)
         self.verdict = decision.verdict
-        if decision.action is Action.RELEASE and self.aborted is None and self._retried(decision):
+        stopped = self.aborted is not None or self.cancelled is not None  # never retried
+        if decision.action is Action.RELEASE and not stopped and self._retried(decision):
             return
         if decision.action in (Action.RELEASE, Action.REPORT_LOST):
             self._finish(decision)
@@ -420,6 +447,10 @@ class HeldRun:
         if note is not None and (outcome is Outcome.TIMED_OUT or self.cut == CUT_BY_ABORT):
             outcome = Outcome.ABORTED
             said = {"by": note.by, "reason": note.reason, "asked_at": note.at}
+        elif (
+            self.cancelled is not None and outcome is Outcome.TIMED_OUT
+        ):  # told to end by the next tick
+            outcome = Outcome.CANCELLED
         done = self.record.completed(
             outcome,
             finished_at=self.clock.wall(),
@@ -501,6 +532,9 @@ class HeldRun:
         loss, else no confirmation in time) and how long since the lock was last confirmed."""
         if verdict is Outcome.TIMED_OUT and self.aborted is not None:
             self._note("aborted", self.aborted.said())  # stopped as a timed-out run is: no fence
+            return
+        if verdict is Outcome.TIMED_OUT and self.cancelled is not None:
+            self._note("cancelled", f"tick {tick_name(self.cancelled)} came (overlap = cancel)")
             return
         if verdict is not Outcome.LOST:
             self._note(_TOLD[verdict])

@@ -32,6 +32,7 @@ from provision.timings import (
     COUNT_DEFAULTS,
     DEFAULT_CATCHUP,
     DEFAULT_CATCHUP_REACH,
+    DEFAULT_OVERLAP,
     DEFAULTS,
     FLAG_DEFAULTS,
     CatchupReach,
@@ -43,6 +44,7 @@ from provision.timings import (
     count_problem,
     fencing_problem,
     jitter_problem,
+    overlap_problem,
     renew_problem,
 )
 
@@ -69,6 +71,9 @@ class JobConfig:
     catchup_reach: CatchupReach = DEFAULT_CATCHUP_REACH  # "all": how far back, how many
     notifications: Notifications = NO_NOTIFICATIONS  # the URL files only (system/notify_rules.py)
     blackouts: tuple[Blackout, ...] = ()  # its ticks are not run in these (provision/blackouts.py)
+    overlap: str = (
+        DEFAULT_OVERLAP  # "cancel": a tick stops the run still going on (tick/overlap.py)
+    )
 
 
 def job_record(job: Job) -> dict[str, Any]:
@@ -85,6 +90,8 @@ def job_record(job: Job) -> dict[str, Any]:
         # only when set: a lockctl from before it refuses the field; without it, "skip"
         **({"catchup": job.catchup} if job.catchup != DEFAULT_CATCHUP else {}),
         **catchup_reach_record(job.catchup, job.catchup_reach),
+        # only when set, as catchup: a lockctl from before it refuses the field
+        **({"overlap": job.overlap} if job.overlap != DEFAULT_OVERLAP else {}),
         **notify_record(job.notifications),
         **blackout_record(job.blackouts),
     }
@@ -191,6 +198,7 @@ JOB_FIELDS = {
     "catchup",
     "catchup_window",
     "catchup_limit",
+    "overlap",
     "notify",
     "ping_url_file",
     "blackout",
@@ -231,6 +239,9 @@ def read_job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> Jo
     if catchup_problem(catchup):
         problems.append(f"{where}catchup: {catchup_problem(catchup)}")
     reach = _catchup_reach(raw, where, problems)
+    overlap = raw.get("overlap", DEFAULT_OVERLAP)
+    if overlap_problem(overlap):
+        problems.append(f"{where}overlap: {overlap_problem(overlap)}")
     notifications = _notifications(raw, where, problems)
     blackouts = _blackouts(raw, where, problems)
     late = None if len(problems) > before else jitter_problem(jitter, deadline)
@@ -264,6 +275,7 @@ def read_job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> Jo
         reach,
         notifications,
         blackouts,
+        overlap,
     )
 
 

@@ -148,6 +148,45 @@ job "skips" {
 """
 
 
+OVERLAP_SPEC = """worker "worker-1" { address = "http://127.0.0.21:8500" }
+job "late" {
+  prefix     = "locks/late/"
+  workers    = ["worker-1"]
+  schedule   = "@every 3s"
+  kill_grace = "5s"
+  overlap    = "cancel"
+}
+job "prompt" {
+  prefix     = "locks/prompt/"
+  workers    = ["worker-1"]
+  schedule   = "@every 10s"
+  kill_grace = "5s"
+  overlap    = "cancel"
+}
+job "skips" {
+  prefix     = "locks/skips/"
+  workers    = ["worker-1"]
+  schedule   = "@every 3s"
+  kill_grace = "5s"
+}
+"""
+
+
+def test_lint_warns_of_a_cancel_whose_kill_grace_is_over_the_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    Path("locks.hcl").write_text(OVERLAP_SPEC)
+    Path("s.hcl").write_text('session "worker-1" {\n  policy = "write"\n}\n')
+    result = runner.invoke(_app(), ["lint", "--spec", "locks.hcl", "s.hcl"])
+    assert result.exit_code == 1
+    assert result.stdout == (
+        'locks.hcl:2: warning: overlap: job "late": overlap = "cancel" with kill_grace 5s over '
+        "the schedule's interval 3s: a run that ignores SIGTERM is still running at the next "
+        'tick (fix: lower kill_grace below the interval, or set overlap = "skip")\n'
+    )
+
+
 def test_lint_warns_of_a_catchup_that_can_never_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -34,8 +34,9 @@ HOURLY = parse_schedule("@hourly")
 NOW = datetime(2026, 12, 1, 10, 30, tzinfo=timezone.utc)  # the 10:00 tick's window closed
 JOB = LedgerJob("nightly", "locks/nightly/.lock", HOURLY, 300.0, 200)
 S, F, L, X, M, R, U = "succeeded", "failed", "lost", "interrupted", "missed", "running", "unread"
-T, P, A = "timed-out", "paused", "aborted"
+T, P, A, C = "timed-out", "paused", "aborted", "cancelled"
 OUTCOMES = {
+    C: TickOutcome.CANCELLED,
     A: TickOutcome.ABORTED,
     P: TickOutcome.PAUSED,
     T: TickOutcome.TIMED_OUT,
@@ -105,6 +106,9 @@ CASES = [
     ("a failure, then aborted", [(8, S), (9, F), (10, A)], State.WARNING, ["9:00:00Z failed"]),
     ("aborted, then a success", [(9, A), (10, S)], State.OK, []),
     ("aborted, and a tick missed", [(8, S), (9, M), (10, A)], State.CRITICAL, ["missed"]),
+    ("the last run was cancelled (overlap)", [(8, S), (9, S), (10, C)], State.OK, []),
+    ("a failure, then cancelled", [(8, S), (9, F), (10, C)], State.WARNING, ["9:00:00Z failed"]),
+    ("cancelled, and a tick missed", [(8, S), (9, M), (10, C)], State.CRITICAL, ["missed"]),
 ]
 
 

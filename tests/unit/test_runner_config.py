@@ -166,6 +166,27 @@ def test_the_spec_catchup_all_reaches_the_worker_config_with_its_reach(tmp_path:
     assert loaded.job("b").catchup_reach == CatchupReach()  # the defaults: 1h, 10
 
 
+def test_the_spec_overlap_reaches_the_worker_config_only_when_not_skip(tmp_path: Path) -> None:
+    text = (
+        'worker "worker-1" { address = "http://127.0.0.21:8500" }\n'
+        'defaults {\n  overlap = "cancel"\n}\n'
+        'job "a" {\n  prefix = "locks/a/"\n  workers = ["worker-1"]\n  schedule = "@every 5s"\n}\n'
+        'job "b" {\n  prefix = "locks/b/"\n  workers = ["worker-1"]\n  schedule = "@every 5s"\n'
+        '  overlap = "skip"\n}\n'
+    )
+    record = config_record(parse_spec(text, "t.hcl"), "worker-1", Path("/t"))
+    assert record["jobs"]["a"]["overlap"] == "cancel"
+    assert "overlap" not in record["jobs"]["b"]  # an older lockctl refuses fields it does not know
+    loaded = load_worker_config(_write(tmp_path, record))
+    assert (loaded.job("a").overlap, loaded.job("b").overlap) == ("cancel", "skip")
+
+
+@pytest.mark.parametrize("word", ["allow", "buffer_one", "Cancel", 1])
+def test_a_config_overlap_the_spec_would_refuse_is_refused(tmp_path: Path, word: object) -> None:
+    problems = _problems(tmp_path, _with(jobs__report__overlap=word))
+    assert any(p.startswith("jobs.report.overlap: ") for p in problems), problems
+
+
 @pytest.mark.parametrize(
     ("window", "limit", "expected"),
     [

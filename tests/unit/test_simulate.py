@@ -32,6 +32,8 @@ CAUGHT_BY = {
     # an abort that stops nothing, or a note that stops a run it does not name
     "abort-deaf": {"abort-unstopped"},
     "abort-any": {"abort-stray"},
+    # overlap = "cancel" never carried out: a run that outlasts its interval goes on
+    "cancel-deaf": {"cancel-unheeded"},
 }
 
 
@@ -68,6 +70,7 @@ def test_a_plant_is_put_back_after_its_run() -> None:
         core.holding_window,
         core.may_backfill,
         core.stops,
+        core.overlap_action,
     )
     simulate.simulate(SimConfig(ticks=50, plants=tuple(sorted(PLANTS))))
     assert (
@@ -78,6 +81,7 @@ def test_a_plant_is_put_back_after_its_run() -> None:
         core.holding_window,
         core.may_backfill,
         core.stops,
+        core.overlap_action,
     ) == originals
     assert pool.confirmation_time(1.0, 2.0) == 1.0
 

@@ -62,6 +62,7 @@ def _describe(spec: Spec) -> dict[str, Any]:
                 if job.catchup == "all"
                 else {}
             ),
+            **({"overlap": job.overlap} if job.overlap != "skip" else {}),
             **(_notifications(job) if job.notifications else {}),
             **({"scope": job.scope} if job.scope else {}),
             "line": job.line,

@@ -50,6 +50,7 @@ class Body:
         self.run: Run | None = None
         self.told: list[tuple[float, StopHow]] = []
         self.started_at = 0.0
+        self.ended_at: float | None = None  # when its end came (a kill's: at once)
         self._ended: Callable[[], None] = lambda: None
 
     @property
@@ -70,7 +71,7 @@ class Body:
 
     def _finish(self, status: int, later: bool = False) -> None:
         if self.end is None:
-            self.end = BodyEnd(status)
+            self.end, self.ended_at = BodyEnd(status), self.clock.monotonic()
             if later:
                 self.clock.call_later(0.0, self._ended)
             else:
