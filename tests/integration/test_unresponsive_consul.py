@@ -163,4 +163,4 @@ def test_a_call_with_retries_ends_within_its_timeout(silent: SilentServer, timeo
         started = time.monotonic()
         with pytest.raises(ConsulUnavailable, match="no answer within the client timeout"):
             call()
-        assert time.monotonic() - started < timeout + 0.5
+        assert time.monotonic() - started < timeout + 2.0  # the deadline's 15 s: far above

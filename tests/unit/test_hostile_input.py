@@ -14,7 +14,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,8 +41,14 @@ _BOUNDED = (
 )
 
 
+# A bound for a command that would never end (a FIFO read that blocks, /dev/zero read whole):
+# any bound catches a hang, and a generous one holds on a machine loaded to a crawl (a Python
+# start there has taken over 15 s). Not a speed target: those are benchmarks' (bench/).
+HANG = 120.0
+
+
 def lockctl(
-    *args: str, cwd: Path, timeout: float = 30.0, env: dict[str, str] | None = None
+    *args: str, cwd: Path, timeout: float = HANG, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """`lockctl ARGS` as a process of its own, with its memory and its time bounded."""
     return subprocess.run(
@@ -95,10 +100,8 @@ def test_deeply_nested_lists_in_a_spec_are_one_problem_at_file_and_line(
 ) -> None:
     spec = checkout / "deep.hcl"
     spec.write_text(_nested_workers(depth))
-    started = time.monotonic()
     done = lockctl("render", "--spec", str(spec), "--out", "out", cwd=checkout)
     assert_one_line(done, 2, f"{spec}:6:", f"nested more than {MAX_NESTING} deep")
-    assert time.monotonic() - started < 20
     assert not (checkout / "out").exists()
 
 
@@ -152,10 +155,8 @@ def test_render_refuses_a_spec_that_is_not_a_regular_file(
     checkout: Path, fifo: Path, source: str, kind: str
 ) -> None:
     path = {"fifo": str(fifo), "folder": str(checkout)}.get(source, source)
-    started = time.monotonic()
-    done = lockctl("render", "--spec", path, "--out", "out", cwd=checkout, timeout=20)
+    done = lockctl("render", "--spec", path, "--out", "out", cwd=checkout)
     assert_one_line(done, 2, f"spec {path}: cannot read: {kind}, not a regular file")
-    assert time.monotonic() - started < 15
     assert not (checkout / "out").exists()
 
 
@@ -167,7 +168,7 @@ def test_every_reader_refuses_a_fifo_and_dev_zero(checkout: Path, fifo: Path, co
             "worker-config": ["worker-config", "--spec", path, "--all", "--out", "out"],
             "run": ["run", "--job", "j", "--config", path, "--", "true"],
         }[command]
-        done = lockctl(*args, cwd=checkout, timeout=20)
+        done = lockctl(*args, cwd=checkout)
         assert_one_line(done, 2, path, "not a regular file")
     assert not (checkout / "out").exists()
 
@@ -178,7 +179,7 @@ def test_a_spec_larger_than_the_bound_is_refused_without_reading_all_of_it(check
     big = checkout / "big.hcl"
     with big.open("wb") as handle:
         handle.truncate(4 << 30)
-    done = lockctl("render", "--spec", str(big), "--out", "out", cwd=checkout, timeout=20)
+    done = lockctl("render", "--spec", str(big), "--out", "out", cwd=checkout)
     assert_one_line(done, 2, f"{big}:1: file: is over 16777216 bytes; a spec may be at most")
 
 
@@ -366,7 +367,6 @@ def test_run_refuses_a_huge_duration_at_the_flag_before_any_lock(
         "run", "--job", "nightly-ingest", "--config", str(config), *flags,
         "--", "touch", str(ran),
         cwd=tmp_path,
-        timeout=10,
     )  # fmt: skip
     assert_one_line(done, 2, needle)
     assert _connections(listener) == 0  # Consul was never asked: no session, no lock
@@ -380,7 +380,7 @@ def test_verify_refuses_an_inventory_that_is_not_a_regular_json_file(
     deep = checkout / "deep.json"
     deep.write_text("[" * 200_000 + "]" * 200_000)
     path = {"fifo": str(fifo), "deep": str(deep)}.get(source, source)
-    done = lockctl("verify", "--inventory", path, cwd=checkout, timeout=20)
+    done = lockctl("verify", "--inventory", path, cwd=checkout)
     assert_one_line(done, 2, f"{path}: not a readable JSON inventory")
 
 
