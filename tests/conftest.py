@@ -1,10 +1,11 @@
 """Shared fixtures: the real local Consul cluster, started once per test session.
 
 The cluster is started through the same code as `lockctl cluster up`, on its own loopback /24
-(LOCKCTL_TEST_SUBNET, default 127.0.2) and in a temporary state folder, so it never collides
-with a cluster a developer runs for the quick start. It is stopped at the end, also when tests
-fail. It is what `cluster up` makes by default: HTTPS only, client certificates required,
-gossip encrypted (LOCKCTL_TEST_TLS=0: plain HTTP, as before lockctl made TLS the default).
+(LOCKCTL_TEST_SUBNET, default 127.0.2, each xdist worker its own: tests/subnets.py) and in a
+temporary state folder, so it never collides with a cluster a developer runs for the quick start.
+It is stopped at the end, also when tests fail. It is what `cluster up` makes by default: HTTPS
+only, client certificates required, gossip encrypted (LOCKCTL_TEST_TLS=0: plain HTTP, as before
+lockctl made TLS the default).
 """
 
 from __future__ import annotations
@@ -23,12 +24,9 @@ from provision.cluster.layout import ClusterLayout
 from provision.cluster.local import ClusterShape, ClusterStatus, cluster_down, cluster_up
 from provision.consul import Consul
 from provision.system.secrets import Secret, read_secret_file
+from tests.subnets import FEDERATION_SUBNET, TEST_SUBNET
 
-TEST_SUBNET = os.environ.get("LOCKCTL_TEST_SUBNET", "127.0.2")
 TEST_TLS = os.environ.get("LOCKCTL_TEST_TLS", "1") != "0"
-# A two-datacenter federation, only for the tests that ask for it: dc1 on this /24, dc2 on the
-# next one (so this and the next /24 must be free)
-TEST_FEDERATION_SUBNET = os.environ.get("LOCKCTL_TEST_FEDERATION_SUBNET", "127.0.16")
 
 
 class LiveCluster:
@@ -100,7 +98,7 @@ def live_federation(federation_state_dir: Path) -> Iterator[LiveFederation]:
     """dc1 and dc2, one server and one worker agent each (the suite's size), started for the
     first test that asks and stopped at the end."""
     shape = ClusterShape(
-        subnet=TEST_FEDERATION_SUBNET, workers=1, tls=TEST_TLS, servers=1, datacenters=2
+        subnet=FEDERATION_SUBNET, workers=1, tls=TEST_TLS, servers=1, datacenters=2
     )
     result = federation_up(federation_state_dir, shape)
     try:
@@ -142,7 +140,10 @@ if _SECRETS_OUT:
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if _SECRETS_OUT:
-        Path(_SECRETS_OUT).write_text("".join(f"{s}\n" for s in sorted(_seen_secrets)))
+        # under pytest-xdist each worker process records its own: one file each, never a race
+        worker = os.environ.get("PYTEST_XDIST_WORKER")
+        out = Path(f"{_SECRETS_OUT}.{worker}" if worker else _SECRETS_OUT)
+        out.write_text("".join(f"{s}\n" for s in sorted(_seen_secrets)))
 
 
 # Fixtures that stand for the real local cluster: a test using one, directly or through another

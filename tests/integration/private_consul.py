@@ -24,8 +24,8 @@ from provision.consul.errors import ConsulError
 from provision.system.processes import spawn, stop
 from provision.system.secrets import Secret, read_secret_file
 from provision.system.templates import find_templates_dir, make_environment
-from tests.conftest import TEST_SUBNET
 from tests.integration.named_reads import serf_health
+from tests.subnets import TEST_SUBNET
 
 READY_SECONDS = 60  # bounded waits: a loaded machine may be slow, never stuck
 

@@ -28,10 +28,11 @@ from provision.consul.transport import IDEMPOTENT, Call
 from provision.system.processes import read_pid
 from provision.system.secrets import Secret
 from tests.conftest import LiveCluster
+from tests.subnets import LIFECYCLE_SUBNET as SUBNET
 
 pytestmark = pytest.mark.cluster
 
-SUBNET = os.environ.get("LOCKCTL_TEST_LIFECYCLE_SUBNET", "127.0.4")
+
 PODS = ("pod-0", "pod-1")
 EVERY = 3  # the job's schedule: @every EVERY s
 TTL, LOCK_DELAY = 10.0, 4.0

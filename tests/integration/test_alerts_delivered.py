@@ -10,7 +10,6 @@ counted (lockctl_missed_ticks_recorded_total, for LockctlTickMissed) once one is
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import threading
@@ -32,6 +31,7 @@ from provision.ledger.records import TickOutcome
 from provision.ledger.store import Ledger
 from provision.schedule import parse_schedule
 from tests.lockctl_process import eventually
+from tests.subnets import TEST_SUBNET as SUBNET
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
@@ -40,7 +40,7 @@ pytestmark = pytest.mark.cluster
 
 RULES = Path(__file__).resolve().parents[2] / "alerts" / "lockctl.rules.yml"
 WORKERS = ("worker-1", "worker-2", "worker-3")
-SUBNET = os.environ.get("LOCKCTL_TEST_SUBNET", "127.0.2")  # as tests/conftest.py's cluster
+
 PROMETHEUS_HOST, ALERTMANAGER_HOST = f"{SUBNET}.90", f"{SUBNET}.91"
 DELIVERY_WAIT = 180.0  # seconds: scrapes and evaluations every second, group_wait 1 s
 READY_WAIT = 60.0

@@ -43,10 +43,11 @@ from provision.spec.names import (
 )
 from provision.system.processes import read_pid, spawn
 from provision.system.secrets import read_secret_file
-from tests.conftest import TEST_SUBNET, LiveCluster
+from tests.conftest import LiveCluster
 from tests.integration.named_reads import policy_named, serf_health, worker_tokens
 from tests.integration.private_consul import PrivateConsul, private_consul
 from tests.integration.spec_objects import SpecObjects
+from tests.subnets import TEST_SUBNET
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,10 +19,10 @@ from provision.consul import Consul
 from provision.consul.errors import PermissionDenied
 from provision.errors import EXIT_ENVIRONMENT, EXIT_FAILED
 from provision.system.processes import is_running, read_pid
-from tests.conftest import TEST_SUBNET, LiveCluster
+from tests.conftest import LiveCluster
 from tests.integration.named_reads import policy_named, tokens_with_policy
+from tests.subnets import LIFECYCLE_SUBNET, TEST_SUBNET
 
-LIFECYCLE_SUBNET = os.environ.get("LOCKCTL_TEST_LIFECYCLE_SUBNET", "127.0.4")
 runner = CliRunner()
 
 

@@ -33,8 +33,8 @@ from provision.consul.quick import quick_get
 from provision.errors import EXIT_ENVIRONMENT
 from provision.system.processes import read_pid
 from provision.system.secrets import Secret, read_secret_file
+from tests.subnets import LIFECYCLE_SUBNET
 
-LIFECYCLE_SUBNET = os.environ.get("LOCKCTL_TEST_LIFECYCLE_SUBNET", "127.0.4")
 runner = CliRunner()
 PEM_BODY = re.compile(r"-----BEGIN [A-Z ]+-----\n(.*?)\n-----END", re.S)
 

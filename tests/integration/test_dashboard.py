@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import socket
 import struct
 import threading
@@ -32,6 +31,7 @@ from workers_lab import minted_workers, operator_command, spec_text
 
 from provision.schedule import parse_schedule
 from tests.lockctl_process import eventually
+from tests.subnets import TEST_SUBNET as SUBNET
 
 if TYPE_CHECKING:
     from conftest import LiveCluster
@@ -40,7 +40,7 @@ pytestmark = pytest.mark.cluster
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "dashboards" / "lockctl.json"
 WORKERS = ("worker-1", "worker-2", "worker-3")
-SUBNET = os.environ.get("LOCKCTL_TEST_SUBNET", "127.0.2")  # as tests/conftest.py's cluster
+
 PROMETHEUS_HOST = f"{SUBNET}.92"  # test_alerts_delivered's are .90 and .91
 WINDOW = "20s"  # $__rate_interval: Grafana's is at least four scrape intervals (1 s here)
 READY_WAIT = 60.0

@@ -33,8 +33,8 @@ from workers_lab import minted_workers, operator_command, spec_text
 
 from provision.ledger.records import TickOutcome, TickRecord, parse_tick_name, tick_name
 from provision.ledger.store import Ledger
-from tests.conftest import TEST_SUBNET
 from tests.lockctl_process import eventually, run_lockctl
+from tests.subnets import TEST_SUBNET
 
 if TYPE_CHECKING:
     from conftest import LiveCluster

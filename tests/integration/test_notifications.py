@@ -33,8 +33,8 @@ from workers_lab import minted_workers
 
 from provision.embed import Locker, Run, RunOutcome
 from provision.ledger.records import tick_name
-from tests.conftest import TEST_SUBNET
 from tests.lockctl_process import LOCKCTL, eventually
+from tests.subnets import TEST_SUBNET
 
 if TYPE_CHECKING:
     from conftest import LiveCluster

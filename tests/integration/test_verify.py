@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import uuid
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -35,16 +34,17 @@ from provision.system.templates import CHECKOUT_TEMPLATES, find_templates_dir
 from provision.verify import run_verification, select_checks
 from provision.verify.checks import CHECKS
 from provision.verify.context import VerifyContext, load_workers
-from provision.verify.evidence import CheckFailed, Evidence
+from provision.verify.control_checks import alive_session
+from provision.verify.evidence import CheckFailed, Evidence, verify_session
 from provision.verify.tick_checks import scratch_tick, tick_once
 from tests.conftest import LiveCluster
 from tests.integration.made_sessions import note_sessions, still_there
 from tests.integration.named_reads import policy_named
 from tests.integration.private_consul import PrivateConsul, private_consul
 from tests.integration.spec_objects import SpecObjects
+from tests.subnets import ALLOW_SUBNET
 
 ANONYMOUS_TOKEN = "00000000-0000-0000-0000-000000000002"
-ALLOW_SUBNET = os.environ.get("LOCKCTL_TEST_ALLOW_SUBNET", "127.0.10")
 runner = CliRunner()
 
 
@@ -371,6 +371,29 @@ def test_a_worker_token_cannot_break_another_workers_session(
     finally:
         management.acl.delete_token(broad.accessor_id)
         management.acl.delete_policy(policy.id)
+
+
+def test_the_break_probe_renews_its_victim_and_makes_another_if_it_expired(
+    applied: Applied,
+) -> None:
+    """A destroy of an expired session answers 200 whoever asks: on a slow cluster a denied
+    token would look like one that broke another's lock. So each victim is renewed just before
+    its probe, and one that is gone is replaced by a new session of the same worker's."""
+    ctx = applied.context()
+    evidence = Evidence()
+    client = ctx.client("worker-2")
+    try:
+        gone = verify_session(ctx, client, "break")
+        applied.management.session.destroy(gone)  # as its TTL running out would
+        fresh = alive_session(ctx, "worker-2", gone, evidence)
+        assert fresh != gone and client.session.info(fresh, consistency="consistent") is not None
+        assert evidence.lines == [
+            "worker-2: its session had expired before the probe; made another"
+        ]
+        assert alive_session(ctx, "worker-2", fresh, evidence) == fresh  # alive: renewed, kept
+        assert len(evidence.lines) == 1
+    finally:
+        assert ctx.cleanup.run() == 0
 
 
 def test_the_operators_token_may_break_and_one_without_the_session_rules_may_not(

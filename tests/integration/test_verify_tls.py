@@ -11,7 +11,6 @@ one after the other: each is class-scoped.
 from __future__ import annotations
 
 import json
-import os
 import re
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -30,8 +29,8 @@ from provision.system.processes import stop_pidfile
 from provision.system.secrets import read_secret_file
 from provision.system.templates import CHECKOUT_TEMPLATES
 from tests.conftest import LiveCluster
+from tests.subnets import LIFECYCLE_SUBNET
 
-LIFECYCLE_SUBNET = os.environ.get("LOCKCTL_TEST_LIFECYCLE_SUBNET", "127.0.4")
 TRANSPORT = ["--only", "tls-http", "--only", "gossip-encrypted"]
 PEM_BODY = re.compile(r"-----BEGIN [A-Z ]+-----\n(.*?)\n-----END", re.S)
 runner = CliRunner()
