@@ -24,7 +24,7 @@ check: $(STAMP) consul test-packages
 	LOCKCTL_SKIP_VMS=1 scripts/check
 
 unit: $(STAMP) test-packages
-	$(BIN)/pytest -q tests/unit -m "not cluster"
+	$(BIN)/pytest -q -n 2 tests/unit -m "not cluster"
 
 # dist/ holds this build only: a wheel left from an older version would be copied by mistake
 dist: $(STAMP)
