@@ -11,14 +11,14 @@ import json
 import uuid
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from provision.acl.replication import NotReplicated, TokenThere, await_replicated, missing_there
-from provision.consul import Consul
-from provision.spec.names import parse_managed
 from provision.system.secrets import read_secret_file, write_secret_file
-from tests.conftest import LiveFederation
+from tests.conftest import LiveCluster, LiveFederation
+from tests.integration.spec_objects import SpecObjects
 from tests.lockctl_process import run_lockctl
 
 WORKERS = {"worker-1": "dc1", "dc2-worker-1": "dc2"}
@@ -35,16 +35,16 @@ def _spec(federation: LiveFederation, owner: str, job: str, prefix: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _made_by(client: Consul, owner: str) -> tuple[list[str], list[str]]:
-    """The accessors of the tokens and the IDs of the policies whose marker names `owner`."""
-    tokens = [t.accessor_id for t in client.acl.list_tokens() if _owned(t.description, owner)]
-    policies = [p.id for p in client.acl.list_policies() if _owned(p.description, owner)]
-    return tokens, policies
-
-
-def _owned(description: str, owner: str) -> bool:
-    managed = parse_managed(description)
-    return managed is not None and managed.owner == owner
+def _apply(
+    cluster: LiveCluster, spec_path: Path, secrets: Path, management: Path
+) -> dict[str, Any]:
+    """`lockctl apply --json` of the spec, through dc1's worker agent; its JSON answer."""
+    connection = ["--address", cluster.address("worker-1"), "--token-file", str(management)]
+    spec = ["--spec", str(spec_path), "--secrets-dir", str(secrets), "--json"]
+    applied = run_lockctl("apply", *spec, *connection, *cluster.tls_flags())
+    assert applied.returncode == 0, applied.stderr
+    answer: dict[str, Any] = json.loads(applied.stdout)
+    return answer
 
 
 def test_apply_writes_a_dc2_workers_token_file_once_dc2_knows_the_token(
@@ -58,19 +58,10 @@ def test_apply_writes_a_dc2_workers_token_file_once_dc2_knows_the_token(
     management = tmp_path / "management.token"
     write_secret_file(management, dc1.management_token)
     secrets = tmp_path / "secrets"
-    connection = ["--address", dc1.address("worker-1"), "--token-file", str(management)]
+    made = SpecObjects(dc1.management, uid)
+    made.note(spec_path)
     try:
-        applied = run_lockctl(
-            "apply",
-            "--spec",
-            str(spec_path),
-            "--secrets-dir",
-            str(secrets),
-            "--json",
-            *connection,
-            *dc1.tls_flags(),
-        )
-        assert applied.returncode == 0, applied.stderr
+        _apply(dc1, spec_path, secrets, management)
         secret = read_secret_file(secrets / "dc2-worker-1.token")
         # at once: dc2 resolves the token and its session policy lets it work on its own node
         worker = dc2.client("dc2-worker-1", secret)
@@ -81,25 +72,10 @@ def test_apply_writes_a_dc2_workers_token_file_once_dc2_knows_the_token(
         finally:
             worker.session.destroy(session)
             dc2.management("dc2-worker-1").kv.delete(f"{prefix}.lock")
-        again = run_lockctl(
-            "apply",
-            "--spec",
-            str(spec_path),
-            "--secrets-dir",
-            str(secrets),
-            "--json",
-            *connection,
-            *dc1.tls_flags(),
-        )
-        assert again.returncode == 0, again.stderr
-        assert json.loads(again.stdout)["applied"] == 0, again.stdout  # idempotent
+        again = _apply(dc1, spec_path, secrets, management)
+        assert again["applied"] == 0, again  # idempotent
     finally:
-        client = dc1.management()
-        tokens, policies = _made_by(client, owner)
-        for accessor in tokens:
-            client.acl.delete_token(accessor)
-        for policy in policies:
-            client.acl.delete_policy(policy)
+        made.delete()  # by name, what the spec made: never a list of the whole federation
 
 
 def test_a_token_its_datacenter_never_gets_is_awaited_then_refused(
