@@ -8,10 +8,15 @@ child in the background and one it waits for) that logs the tick it ran ($LOCKCT
 `lockctl schedule` replicas run both; all are stopped for a few ticks and restarted at once:
 the latest job's newest gap tick runs once (one `acquired` across the three, one log line), its
 older gap ticks are recorded missed, and the skip job's gap ticks are all missed. `lockctl run`
-does the same with two runs started at once after a gap; a catch-up claims over a `missed`
-record at the index it read, never at an older one; and a scheduler whose Consul was out of
-reach for a few ticks catches up after it answers again. A `catchup = "all"` job runs every
+does the same with two runs started at once after a gap; and a scheduler whose Consul was out
+of reach for a few ticks catches up after it answers again. A `catchup = "all"` job runs every
 tick of the outage, oldest first, once each across the three replicas.
+
+The decisions around them are tested in virtual time, where a loaded machine cannot move a run
+past its tick: a catch-up claims over a `missed` record at the index it read, never at an older
+one (tests/contract/test_tick_store.py, on Consul and on the in-memory store alike, and
+tests/unit/test_tick_core_offschedule.py), and a tick a pause held is not caught up though the
+job was resumed before anyone came back (tests/unit/test_tick_once.py).
 """
 
 from __future__ import annotations
@@ -33,9 +38,8 @@ from scheduler_lab import SchedulerProcess, free_port
 from workers_lab import minted_workers, spec_text
 
 from provision.ledger.records import TickOutcome, TickRecord, tick_name
-from provision.ledger.store import ClaimTerms, Ledger
+from provision.ledger.store import Ledger
 from provision.schedule import parse_schedule
-from provision.system.secrets import Secret
 from tests.lockctl_process import LOCKCTL, eventually, run_lockctl
 
 if TYPE_CHECKING:
@@ -47,7 +51,7 @@ SCHEDULE = parse_schedule(f"@every {EVERY}s")
 DEADLINE = "20s"
 WAIT = 60.0
 GAP = 4  # ticks with no replica running
-JOBS = ("latest", "skip", "run", "over", "outage", "held", "all")
+JOBS = ("latest", "skip", "run", "outage", "all")
 
 
 def _command(log: Path) -> str:
@@ -300,7 +304,8 @@ def test_lockctl_run_catches_up_once_when_two_come_back_at_once(lab: Lab) -> Non
     _at(tick)
     first = _run(lab, "worker-1")
     assert first.returncode == 0, first.stderr
-    assert _events(first.stderr, "acquired")[0]["tick"] == tick_name(tick)
+    (ran,) = _events(first.stderr, "acquired")
+    tick = _tick(ran["tick"])  # the tick it ran: a loaded machine may start it one tick late
     assert not _events(first.stderr, "catch-up")  # the tick before it was nobody's: no ledger
     back_at = tick + timedelta(seconds=EVERY * GAP)
     _at(back_at)
@@ -309,86 +314,34 @@ def test_lockctl_run_catches_up_once_when_two_come_back_at_once(lab: Lab) -> Non
     for run in runs:
         print(f"\nlockctl run: exit {run.returncode}\n{run.stderr}")  # for docs/runner.md
         assert run.returncode == 0, run.stderr
-    previous = back_at - timedelta(seconds=EVERY)
+    # The tick they ran as usual is read from their events, not assumed: on a loaded machine
+    # both may start past the next tick, and then that one is due and the one before it is
+    # the newest nobody ran. Either way: one catch-up, of the tick just before the due one.
+    # Both runs may look for it (a `catch-up` event each); the claim lets one run it.
+    (caught_name,) = {e["tick"] for run in runs for e in _events(run.stderr, "catch-up")}
     acquired = [e["tick"] for run in runs for e in _events(run.stderr, "acquired")]
-    assert sorted(acquired) == [tick_name(previous), tick_name(back_at)], acquired
+    assert len(acquired) == len(set(acquired)) == 2 and caught_name in acquired, acquired
+    (due_name,) = [name for name in acquired if name != caught_name]
+    due, previous = _tick(due_name), _tick(caught_name)
+    assert due >= back_at and previous == due - timedelta(seconds=EVERY), acquired
     records = _records(lab, "run")
     assert records[previous].catchup is True
     assert records[previous].outcome is TickOutcome.SUCCEEDED
-    assert records[back_at].outcome is TickOutcome.SUCCEEDED and not records[back_at].catchup
+    assert records[due].outcome is TickOutcome.SUCCEEDED and not records[due].catchup
     logged = [line.split()[0] for line in _logged(lab, "run")]
-    assert logged.count(tick_name(previous)) == 1 and logged.count(tick_name(back_at)) == 1
-    older = [tick + timedelta(seconds=EVERY * n) for n in range(1, GAP - 1)]
+    assert logged.count(caught_name) == 1 and logged.count(due_name) == 1
+    # the ticks between the first run's and the caught one: nobody's, recorded missed
+    steps = range(1, int((previous - tick).total_seconds()) // EVERY)
+    older = [tick + timedelta(seconds=EVERY * n) for n in steps]
+    assert len(older) >= GAP - 2
     assert eventually(lambda: all(t in _records(lab, "run") for t in older), WAIT)
     records = _records(lab, "run")
     assert all(records[t].outcome is TickOutcome.MISSED for t in older), records
 
 
-def test_no_catchup_of_a_tick_a_pause_held_though_it_was_resumed_meanwhile(lab: Lab) -> None:
-    """Paused while nobody ran the job, resumed before anyone came back: the tick before the
-    return was not due (an operator held the job), so it is not caught up, and it is recorded
-    paused with the pause's note, as are the other ticks the pause held."""
-    tick = SCHEDULE.next_ticks(_now(), 1)[0]
-    _at(tick)
-    assert _run(lab, "worker-1", "held").returncode == 0
-    _at(tick, 1.0)
-    assert _lockctl(lab, "pause", lab.jobs["held"], "--reason", "held").returncode == 0
-    back_at = tick + timedelta(seconds=EVERY * GAP)
-    _at(back_at, -2.0)  # resumed 2 s before the replica comes back
-    assert _lockctl(lab, "resume", lab.jobs["held"]).returncode == 0
-    _at(back_at)
-    run = _run(lab, "worker-2", "held")
-    assert run.returncode == 0, run.stderr
-    assert not _events(run.stderr, "catch-up"), run.stderr
-    assert [e["tick"] for e in _events(run.stderr, "acquired")] == [tick_name(back_at)]
-    logged = [line.split()[0] for line in _logged(lab, "held")]
-    assert logged == [tick_name(tick), tick_name(back_at)], logged
-    # the run's housekeeping records the held ticks whose window had closed; the newest one's
-    # closes 2 s after the run (MISSED_GRACE): history shows it paused, not recorded yet
-    held = [tick + timedelta(seconds=EVERY * n) for n in range(1, GAP - 1)]
-    assert eventually(lambda: all(t in _records(lab, "held") for t in held), WAIT)
-    records = _records(lab, "held")
-    assert {records[t].outcome for t in held} == {TickOutcome.PAUSED}, records
-    assert {records[t].reason for t in held} == {"held"}
-    previous = tick_name(back_at - timedelta(seconds=EVERY))
-    assert eventually(lambda: _shown(lab, lab.jobs["held"]).get(previous) == "paused", WAIT)
-
-
-def test_a_catchup_claims_over_a_missed_record_at_its_index_only(lab: Lab) -> None:
-    """The tick was recorded missed (a housekeeping, `lockctl check`): the catch-up claims over
-    that record, at the ModifyIndex it read; a claim at an older index (the record changed
-    since: another replica's catch-up won) is refused by the transaction."""
-    tick = SCHEDULE.next_ticks(_now(), 1)[0]
-    _at(tick)
-    assert _run(lab, "worker-1", "over").returncode == 0
-    missed = tick + timedelta(seconds=EVERY)
-    ledger = Ledger(lab.cluster.management(), lab.keys["over"])
-    _at(missed + timedelta(seconds=EVERY))  # its window closed: nobody ran it
-    assert ledger.record_missed([TickRecord(missed, TickOutcome.MISSED, worker="worker-3")]) == 1
-    before = ledger.read(missed)[0]
-    assert before is not None and before.outcome is TickOutcome.MISSED
-    run = _run(lab, "worker-2", "over")
-    print(f"\nlockctl run: exit {run.returncode}\n{run.stderr}")  # for docs/runner.md
-    assert run.returncode == 0, run.stderr
-    (catchup,) = _events(run.stderr, "catch-up")
-    assert catchup["tick"] == tick_name(missed) and catchup["recorded_missed"] is True
-    after = ledger.read(missed)[0]
-    assert after is not None and after.catchup is True
-    assert (after.outcome, after.worker) == (TickOutcome.SUCCEEDED, "worker-2")
-    assert [line.split()[0] for line in _logged(lab, "over")].count(tick_name(missed)) == 1
-
-    secret = (lab.tmp / "secrets" / "worker-3.token").read_text().strip()  # never printed
-    worker_3 = lab.cluster.client("worker-3", Secret(secret))
-    session = worker_3.session.create(name="catch-up test", ttl=30, lock_delay=0)
-    try:
-        again = TickRecord(missed, TickOutcome.RUNNING, worker="worker-3", catchup=True)
-        holder = json.dumps({"worker": "worker-3", "tick": tick_name(missed)}).encode()
-        terms = ClaimTerms(over=before.modify_index)
-        claim = Ledger(worker_3, lab.keys["over"]).claim(again, holder, session, terms)
-        assert not claim.won and claim.tick_taken
-    finally:
-        worker_3.session.destroy(session)
-    assert ledger.read(missed)[0] == after  # untouched
+def _tick(name: str) -> datetime:
+    """A tick's datetime from its name in an event ("2026-12-07T18:53:10Z")."""
+    return datetime.fromisoformat(name.replace("Z", "+00:00"))
 
 
 def test_a_scheduler_catches_up_after_consul_was_unreachable(lab: Lab) -> None:

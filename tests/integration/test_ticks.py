@@ -50,6 +50,12 @@ class Lab:
     cluster: LiveCluster
 
 
+# The waiters of the --wait test wait for the lock within their tick's window, until the start
+# deadline: the long run before them (4 s) must end inside it. With the default deadline (the
+# interval, 3 s) that left 2 s, which a loaded machine's slow starts used up; 10 s leaves 7.
+WAITS_DEADLINE = "10s"
+
+
 def _spec_text(cluster: LiveCluster, uid: str) -> str:
     jobs = {
         f"{short}-{uid}": {
@@ -58,6 +64,7 @@ def _spec_text(cluster: LiveCluster, uid: str) -> str:
         }
         for short in JOBS
     }
+    jobs[f"waits-{uid}"]["start_deadline"] = f'"{WAITS_DEADLINE}"'
     return spec_text(cluster, WORKERS, jobs)
 
 
