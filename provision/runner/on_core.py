@@ -274,6 +274,13 @@ class Said:
             "catch-up", tick=tick_name(note.tick), lag_ms=ms(lag), recorded_missed=missed
         )
 
+    def _skipped(self, note: Note) -> None:
+        """A claim of another tick than the run's own (a catch-up) refused: said, with why (the
+        lock held by another replica's run, or the tick taken since the look). The run's own
+        tick's skip is said from its verdict."""
+        if note.tick is not None and note.tick != self.tick:
+            self.events.emit("skipped", tick=tick_name(note.tick), reason=note.detail)
+
     def _aborted(self, note: Note) -> None:
         """`lockctl abort` named this run: who asked, when, why (the note's words)."""
         self.event("aborted", note.tick, asked=note.detail)
@@ -338,6 +345,7 @@ class Said:
 
     _handlers: ClassVar[dict[str, Callable[[Said, Note], None]]] = {
         "catch-up": _catch_up,
+        "skipped": _skipped,
         "aborted": _aborted,
         "abort": _abort_heard,
         "fenced": _fenced,

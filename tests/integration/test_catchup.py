@@ -323,6 +323,11 @@ def test_lockctl_run_catches_up_once_when_two_come_back_at_once(lab: Lab) -> Non
     assert len(acquired) == len(set(acquired)) == 2 and caught_name in acquired, acquired
     (due_name,) = [name for name in acquired if name != caught_name]
     due, previous = _tick(due_name), _tick(caught_name)
+    for run in runs:  # a run that looked for the catch-up and did not run it says why
+        if _events(run.stderr, "catch-up"):
+            ticks = [e["tick"] for e in _events(run.stderr, "acquired")]
+            skips = [e["tick"] for e in _events(run.stderr, "skipped")]
+            assert caught_name in ticks or caught_name in skips, run.stderr
     assert due >= back_at and previous == due - timedelta(seconds=EVERY), acquired
     records = _records(lab, "run")
     assert records[previous].catchup is True

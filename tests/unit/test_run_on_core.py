@@ -104,6 +104,24 @@ def test_a_catch_up_says_whether_it_goes_over_a_missed_record() -> None:
     assert fresh["recorded_missed"] is False
 
 
+def test_a_catch_up_another_replica_ran_is_said_skipped_and_the_own_tick_only_once() -> None:
+    """Two runs back after a gap both look for the same catch-up; the one whose claim is
+    refused says so (the run's own tick's skip is said once, from its verdict, not here)."""
+    heard = Heard()
+    earlier = TICK - timedelta(seconds=10)
+    heard.said(Note("catch-up", JOB.name, earlier))
+    why = "tick 2026-01-01T00:00:00Z already taken by w2 (running)"
+    heard.said(Note("skipped", JOB.name, earlier, why))
+    heard.said(Note("skipped", JOB.name, TICK, "taken by w2"))
+    look, refused = heard.lines()
+    assert look["event"] == "catch-up"
+    assert (refused["event"], refused["tick"], refused["reason"]) == (
+        "skipped",
+        "2026-01-01T00:00:00Z",
+        why,
+    )
+
+
 def test_a_housekeeping_says_the_ticks_it_recorded_missed_and_paused() -> None:
     heard = Heard()
     earlier = [TICK - timedelta(seconds=10 * n) for n in (1, 2, 3)]
