@@ -11,17 +11,15 @@ import os
 import subprocess
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 from procscan import pids_with
 from scheduler_lab import SchedulerProcess
-from workers_lab import minted_workers, operator_command, spec_text
+from workers_lab import JobLab, one_job
 
 from provision.ledger.records import TickOutcome, TickRecord, tick_name
-from provision.ledger.store import Ledger
 from provision.system.control_keys import abort_key
 from tests.lockctl_process import eventually
 
@@ -44,58 +42,35 @@ exec sleep "$2"
 """
 
 
-@dataclass
-class Lab:
-    cluster: LiveCluster
-    spec_path: Path
-    job: str
-    lock_key: str
-    configs: dict[str, Path]
-    tmp: Path
-    marker: str
-    secrets: list[str] = field(default_factory=list, repr=False)  # never printed
+# The argv of the first run's sleeps: no other process has it (this process's PID in it)
+MARKER = f"600.{os.getpid()}{uuid.uuid4().int % 1000}"
 
 
 @pytest.fixture(scope="module")
-def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobLab]:
     tmp = tmp_path_factory.mktemp("abort")
-    uid = uuid.uuid4().hex[:8]
-    job, kv = f"aborted-{uid}", f"test/abort-{uid}/"
     script = tmp / "tree.sh"
     script.write_text(JOB)
     script.chmod(0o755)
-    marker = f"600.{os.getpid()}{int(uid, 16) % 1000}"  # no other process has this argv
     attributes = {
-        "prefix": f'"{kv}"',
         "schedule": '"@every 3s"',
         "kill_grace": '"1s"',
-        "command": json.dumps([str(script), str(tmp), marker]),
+        "command": json.dumps([str(script), str(tmp), MARKER]),
     }
-    spec_path = tmp / "locks.hcl"
-    spec_path.write_text(spec_text(live_cluster, WORKERS, {job: attributes}))
-    with minted_workers(live_cluster, spec_path, WORKERS, tmp, uid, kv) as made:
-        lab = Lab(live_cluster, spec_path, job, f"{kv}.lock", made.configs, tmp, marker)
-        lab.secrets = made.secrets
-        try:
-            yield lab
-        finally:
-            live_cluster.management().kv.delete(f"lockctl/control/{job}/", recurse=True)
+    with one_job(live_cluster, tmp, "aborted", WORKERS, attributes) as lab:
+        yield lab
 
 
-def lockctl(lab: Lab, *args: str, token: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return operator_command(lab.cluster, lab.spec_path, lab.secrets, *args, token=token)
+def lockctl(lab: JobLab, *args: str, token: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return lab.operator(*args, token=token)
 
 
-def records(lab: Lab) -> list[TickRecord]:
-    return Ledger(lab.cluster.management(), lab.lock_key).records()
-
-
-def with_outcome(lab: Lab, outcome: TickOutcome) -> list[TickRecord]:
-    return [r for r in records(lab) if r.outcome is outcome]
+def with_outcome(lab: JobLab, outcome: TickOutcome) -> list[TickRecord]:
+    return [r for r in lab.records() if r.outcome is outcome]
 
 
 def test_an_abort_ends_the_whole_tree_records_who_and_why_and_the_next_tick_runs(
-    lab: Lab,
+    lab: JobLab,
 ) -> None:
     before = lockctl(lab, "abort", lab.job)
     assert before.returncode == 1, before.stderr
@@ -103,7 +78,7 @@ def test_an_abort_ends_the_whole_tree_records_who_and_why_and_the_next_tick_runs
 
     schedulers = [SchedulerProcess(lab.configs[worker]) for worker in WORKERS]
     try:
-        tree = eventually(lambda: len(pids_with(lab.marker)) == 3, WAIT)
+        tree = eventually(lambda: len(pids_with(MARKER)) == 3, WAIT)
         assert tree, "\n".join(schedulers[0].lines + schedulers[1].lines)
         [running] = with_outcome(lab, TickOutcome.RUNNING)
 
@@ -117,20 +92,20 @@ def test_an_abort_ends_the_whole_tree_records_who_and_why_and_the_next_tick_runs
         assert aborted.stdout.startswith(f"job {lab.job} aborted by ")
         assert f": {REASON} (tick " in aborted.stdout
 
-        assert eventually(lambda: pids_with(lab.marker) == [], WAIT), pids_with(lab.marker)
+        assert eventually(lambda: pids_with(MARKER) == [], WAIT), pids_with(MARKER)
         done = eventually(lambda: with_outcome(lab, TickOutcome.ABORTED), WAIT)
-        assert done, records(lab)
+        assert done, lab.records()
         [record] = done
         assert record.tick == running.tick and record.worker == running.worker
         assert record.by and record.reason == REASON and record.asked_at is not None
 
         runs = lab.tmp / "runs"
-        assert eventually(runs.exists, WAIT), records(lab)  # the next tick ran as usual
+        assert eventually(runs.exists, WAIT), lab.records()  # the next tick ran as usual
         later = eventually(
             lambda: [r for r in with_outcome(lab, TickOutcome.SUCCEEDED) if r.tick > record.tick],
             WAIT,
         )
-        assert later, records(lab)
+        assert later, lab.records()
         said = [e for s in schedulers for e in s.events("aborted")]
         assert len(said) == 1 and REASON in said[0]["asked"], said
 

@@ -12,20 +12,18 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 import pytest
 from procscan import pids_with
-from workers_lab import minted_workers, operator_command, spec_text
+from workers_lab import JobLab, one_job
 
 from provision.errors import EXIT_ABORTED
 from provision.ledger.aborts import AbortNote
 from provision.ledger.control import ControlNote
-from provision.ledger.records import TickOutcome, TickRecord, tick_name
-from provision.ledger.store import Ledger
+from provision.ledger.records import TickOutcome, tick_name
 from provision.schedule import parse_schedule
 from provision.system.control_keys import abort_key
 from tests.lockctl_process import LOCKCTL, eventually
@@ -51,42 +49,15 @@ exec sleep "$1"
 """
 
 
-@dataclass
-class Lab:
-    cluster: LiveCluster
-    spec_path: Path
-    job: str
-    lock_key: str
-    config: Path
-    script: Path
-    tmp: Path
-    uid: str
-    secrets: list[str] = field(default_factory=list, repr=False)  # never printed
-
-
 @pytest.fixture(scope="module")
-def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobLab]:
     tmp = tmp_path_factory.mktemp("run-abort")
-    uid = uuid.uuid4().hex[:8]
-    job, kv = f"run-aborted-{uid}", f"test/run-abort-{uid}/"
     script = tmp / "tree.sh"
     script.write_text(JOB)
     script.chmod(0o755)
-    attributes = {"prefix": f'"{kv}"', "schedule": f'"{EVERY}"', "kill_grace": '"1s"'}
-    spec_path = tmp / "locks.hcl"
-    spec_path.write_text(spec_text(live_cluster, WORKERS, {job: attributes}))
-    with minted_workers(live_cluster, spec_path, WORKERS, tmp, uid, kv) as made:
-        config = made.configs["worker-1"]
-        lab = Lab(live_cluster, spec_path, job, f"{kv}.lock", config, script, tmp, uid)
-        lab.secrets = made.secrets
-        try:
-            yield lab
-        finally:
-            live_cluster.management().kv.delete(f"lockctl/control/{job}/", recurse=True)
-
-
-def records(lab: Lab) -> list[TickRecord]:
-    return Ledger(lab.cluster.management(), lab.lock_key).records()
+    attributes = {"schedule": f'"{EVERY}"', "kill_grace": '"1s"'}
+    with one_job(live_cluster, tmp, "run-aborted", WORKERS, attributes) as lab:
+        yield lab
 
 
 def sleepers(marker: str) -> list[int]:
@@ -119,14 +90,15 @@ def at_next_tick() -> None:
     time.sleep(max(0.0, tick.timestamp() + 0.05 - time.time()))
 
 
-def start_run(lab: Lab, marker: str, stderr: IO[str]) -> subprocess.Popen[str]:
-    argv = [*LOCKCTL, "run", "--config", str(lab.config), "--job", lab.job]
+def start_run(lab: JobLab, marker: str, stderr: IO[str]) -> subprocess.Popen[str]:
+    argv = [*LOCKCTL, "run", "--config", str(lab.configs["worker-1"]), "--job", lab.job]
+    script = str(lab.tmp / "tree.sh")
     return subprocess.Popen(
-        [*argv, "--", str(lab.script), marker], stdout=subprocess.DEVNULL, stderr=stderr, text=True
+        [*argv, "--", script, marker], stdout=subprocess.DEVNULL, stderr=stderr, text=True
     )
 
 
-def test_lockctl_run_obeys_an_abort_of_its_run_and_no_other(lab: Lab) -> None:
+def test_lockctl_run_obeys_an_abort_of_its_run_and_no_other(lab: JobLab) -> None:
     management = lab.cluster.management()
     marker = f"600.{os.getpid()}{int(lab.uid, 16) % 1000}"  # no other process has this argv
     # a past run's note, left in the key: heard at the watch's first read, it stops nothing
@@ -141,8 +113,8 @@ def test_lockctl_run_obeys_an_abort_of_its_run_and_no_other(lab: Lab) -> None:
         assert tree, log.read_text()
         [acquired] = eventually(lambda: events(log, "acquired"))
         tick, session = acquired["tick"], acquired["session"]
-        running = [r for r in records(lab) if r.outcome is TickOutcome.RUNNING]
-        assert [tick_name(r.tick) for r in running] == [tick], records(lab)
+        running = [r for r in lab.records() if r.outcome is TickOutcome.RUNNING]
+        assert [tick_name(r.tick) for r in running] == [tick], lab.records()
 
         # this tick under another session: heard (said), and the tree goes on
         management.kv.put(abort_key(lab.job), note(running[0].tick, "another-session", "wrong"))
@@ -150,9 +122,7 @@ def test_lockctl_run_obeys_an_abort_of_its_run_and_no_other(lab: Lab) -> None:
         assert [e["tick"] for e in ignored] == [tick], log.read_text()
         assert sorted(sleepers(marker)) == tree and run.poll() is None, log.read_text()
 
-        aborted = operator_command(
-            lab.cluster, lab.spec_path, lab.secrets, "abort", lab.job, "--reason", REASON
-        )
+        aborted = lab.operator("abort", lab.job, "--reason", REASON)
         assert aborted.returncode == 0, aborted.stderr
         print(f"\n$ lockctl abort {lab.job} --reason '{REASON}'\n{aborted.stdout}")  # for docs
         assert f"(tick {tick})" in aborted.stdout
@@ -174,7 +144,7 @@ def test_lockctl_run_obeys_an_abort_of_its_run_and_no_other(lab: Lab) -> None:
     assert said["tick"] == tick and said["session"] == session and REASON in said["asked"]
     [released] = events(log, "released")
     assert released["released"] is True and released["child_status"] == 137  # SIGKILL'd
-    [record] = [r for r in records(lab) if tick_name(r.tick) == tick]
+    [record] = [r for r in lab.records() if tick_name(r.tick) == tick]
     assert record.outcome is TickOutcome.ABORTED and record.session == session
     assert record.by and record.reason == REASON and record.asked_at is not None
     assert record.exit_status == 137

@@ -8,6 +8,7 @@ import contextlib
 import json
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import TYPE_CHECKING
 
 from provision.acl.render import render_policies
 from provision.consul import Consul, ConsulError, PermissionDenied
+from provision.ledger.records import TickRecord
+from provision.ledger.store import Ledger
 from provision.spec import load_spec
 from provision.system.secrets import Secret, write_secret_file
 from provision.system.templates import find_templates_dir
@@ -109,6 +112,47 @@ def minted_workers(
                 management.acl.delete_policy(policy_id)
         with contextlib.suppress(ConsulError):
             management.kv.delete(kv, recurse=True)
+
+
+@dataclass
+class JobLab:
+    """One job of a test's own on real workers (`one_job`): its spec, lock key and configs."""
+
+    cluster: LiveCluster
+    spec_path: Path
+    job: str
+    lock_key: str
+    configs: dict[str, Path]
+    tmp: Path
+    uid: str
+    secrets: list[str] = field(default_factory=list, repr=False)  # never printed
+
+    def records(self) -> list[TickRecord]:
+        """The job's ledger, oldest tick first."""
+        return Ledger(self.cluster.management(), self.lock_key).records()
+
+    def operator(self, *args: str, token: Path | None = None) -> subprocess.CompletedProcess[str]:
+        """An operator's `lockctl` command on the lab's spec (`operator_command`)."""
+        return operator_command(self.cluster, self.spec_path, self.secrets, *args, token=token)
+
+
+@contextlib.contextmanager
+def one_job(
+    cluster: LiveCluster, tmp: Path, stem: str, workers: Sequence[str], attributes: dict[str, str]
+) -> Iterator[JobLab]:
+    """A job `<stem>-<uid>` under `test/<stem>-<uid>/` with these HCL attributes, on `workers`
+    with minted tokens; at the end its control keys go with the rest (`minted_workers`)."""
+    uid = uuid.uuid4().hex[:8]
+    job, kv = f"{stem}-{uid}", f"test/{stem}-{uid}/"
+    spec_path = tmp / "locks.hcl"
+    spec_path.write_text(spec_text(cluster, workers, {job: {"prefix": f'"{kv}"', **attributes}}))
+    with minted_workers(cluster, spec_path, workers, tmp, uid, kv) as made:
+        lab = JobLab(cluster, spec_path, job, f"{kv}.lock", made.configs, tmp, uid, made.secrets)
+        try:
+            yield lab
+        finally:
+            with contextlib.suppress(ConsulError):
+                cluster.management().kv.delete(f"lockctl/control/{job}/", recurse=True)
 
 
 def eventually_usable(consul: Consul) -> None:
