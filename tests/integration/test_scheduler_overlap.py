@@ -13,18 +13,16 @@ import subprocess
 import uuid
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
 from procscan import pids_with
 from scheduler_lab import SchedulerProcess
-from workers_lab import minted_workers, operator_command, spec_text
+from workers_lab import JobLab, one_job
 
 from provision.ledger.records import TickOutcome, TickRecord, tick_name
-from provision.ledger.store import Ledger
 from tests.lockctl_process import eventually
 
 if TYPE_CHECKING:
@@ -48,47 +46,27 @@ exec sleep "$m"
 """
 
 
-@dataclass
-class Lab:
-    cluster: LiveCluster
-    spec_path: Path
-    job: str
-    lock_key: str
-    configs: dict[str, Path]
-    tmp: Path
-    marker: str
-    secrets: list[str] = field(default_factory=list, repr=False)  # never printed
+# Each run's marker starts with this: no other process has it (this process's PID in it)
+MARKER = f"600.{os.getpid()}{uuid.uuid4().int % 1000}"
 
 
 @pytest.fixture
-def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobLab]:
     tmp = tmp_path_factory.mktemp("overlap")
-    uid = uuid.uuid4().hex[:8]
-    job, kv = f"cancels-{uid}", f"test/overlap-{uid}/"
     script = tmp / "tree.sh"
     script.write_text(JOB)
     script.chmod(0o755)
-    marker = f"600.{os.getpid()}{int(uid, 16) % 1000}"  # no other process has this argv
     attributes = {
-        "prefix": f'"{kv}"',
         "schedule": '"@every 3s"',
         "overlap": '"cancel"',
-        "command": json.dumps([str(script), str(tmp), marker]),
+        "command": json.dumps([str(script), str(tmp), MARKER]),
     }
-    spec_path = tmp / "locks.hcl"
-    spec_path.write_text(spec_text(live_cluster, WORKERS, {job: attributes}))
-    with minted_workers(live_cluster, spec_path, WORKERS, tmp, uid, kv) as made:
-        lab = Lab(live_cluster, spec_path, job, f"{kv}.lock", made.configs, tmp, marker)
-        lab.secrets = made.secrets
+    with one_job(live_cluster, tmp, "cancels", WORKERS, attributes) as lab:
         yield lab
 
 
-def lockctl(lab: Lab, *args: str) -> subprocess.CompletedProcess[str]:
-    return operator_command(lab.cluster, lab.spec_path, lab.secrets, *args)
-
-
-def records(lab: Lab) -> list[TickRecord]:
-    return Ledger(lab.cluster.management(), lab.lock_key).records()
+def lockctl(lab: JobLab, *args: str) -> subprocess.CompletedProcess[str]:
+    return lab.operator(*args)
 
 
 @dataclass(frozen=True)
@@ -98,7 +76,7 @@ class Ran:
     began: datetime
 
 
-def runs(lab: Lab) -> list[Ran]:
+def runs(lab: JobLab) -> list[Ran]:
     """Each run's tick, marker and start, as the runs wrote them."""
     path = lab.tmp / "runs"
     lines = path.read_text().splitlines() if path.exists() else []
@@ -108,26 +86,26 @@ def runs(lab: Lab) -> list[Ran]:
     ]
 
 
-def test_cancel_ends_each_run_at_the_next_tick_and_runs_that_tick_once(lab: Lab) -> None:
+def test_cancel_ends_each_run_at_the_next_tick_and_runs_that_tick_once(lab: JobLab) -> None:
     schedulers = [SchedulerProcess(lab.configs[worker]) for worker in WORKERS]
     try:
 
         def cancelled() -> list[TickRecord]:
-            return [r for r in records(lab) if r.outcome is TickOutcome.CANCELLED]
+            return [r for r in lab.records() if r.outcome is TickOutcome.CANCELLED]
 
         done = eventually(lambda: len(cancelled()) >= CANCELLED, WAIT)
-        assert done, (records(lab), schedulers[0].lines[-20:], schedulers[1].lines[-20:])
+        assert done, (lab.records(), schedulers[0].lines[-20:], schedulers[1].lines[-20:])
 
         def whole() -> list[TickRecord]:
             """A look at the ledger in which each cancelled tick's next one is claimed (the
             holder claims it once the cancelled record is completed)."""
-            found = records(lab)
+            found = lab.records()
             ticks = {r.tick for r in found}
             stopped = [r for r in found if r.outcome is TickOutcome.CANCELLED]
             return found if all(r.tick + INTERVAL in ticks for r in stopped) else []
 
         seen = eventually(whole, WAIT)
-        assert seen, records(lab)
+        assert seen, lab.records()
         by_tick = {r.tick: r for r in seen}
         stopped = [r for r in seen if r.outcome is TickOutcome.CANCELLED]
         claimed = {tick_name(r.tick) for r in seen if r.outcome in RUNS}
