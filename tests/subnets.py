@@ -21,7 +21,7 @@ def _worker_index() -> int:
     return int(name.removeprefix("gw"))
 
 
-def _subnet(variable: str, default: str) -> str:
+def worker_subnet(variable: str, default: str) -> str:
     """The /24 of `variable` (or `default`), moved to this worker's own range."""
     base = os.environ.get(variable, default)
     first, second, third = base.split(".")
@@ -35,10 +35,10 @@ def _subnet(variable: str, default: str) -> str:
 
 
 # The session's cluster: 3 servers and 3 client agents (tests/conftest.py's live_cluster)
-TEST_SUBNET = _subnet("LOCKCTL_TEST_SUBNET", "127.0.2")
+TEST_SUBNET = worker_subnet("LOCKCTL_TEST_SUBNET", "127.0.2")
 # Clusters a test starts and stops itself (cluster lifecycle, TLS, agentless), one at a time
-LIFECYCLE_SUBNET = _subnet("LOCKCTL_TEST_LIFECYCLE_SUBNET", "127.0.4")
+LIFECYCLE_SUBNET = worker_subnet("LOCKCTL_TEST_LIFECYCLE_SUBNET", "127.0.4")
 # verify's test of a cluster whose ACL default policy is allow
-ALLOW_SUBNET = _subnet("LOCKCTL_TEST_ALLOW_SUBNET", "127.0.10")
+ALLOW_SUBNET = worker_subnet("LOCKCTL_TEST_ALLOW_SUBNET", "127.0.10")
 # The two-datacenter federation: dc1 on this /24, dc2 on the next one (both must be free)
-FEDERATION_SUBNET = _subnet("LOCKCTL_TEST_FEDERATION_SUBNET", "127.0.16")
+FEDERATION_SUBNET = worker_subnet("LOCKCTL_TEST_FEDERATION_SUBNET", "127.0.16")
