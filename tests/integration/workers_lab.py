@@ -19,6 +19,7 @@ from provision.consul import Consul, ConsulError, PermissionDenied
 from provision.ledger.records import TickRecord
 from provision.ledger.store import Ledger
 from provision.spec import load_spec
+from provision.system.control_keys import control_prefix
 from provision.system.secrets import Secret, write_secret_file
 from provision.system.templates import find_templates_dir
 from provision.workers.files import Placement, write_worker_files
@@ -152,7 +153,7 @@ def one_job(
             yield lab
         finally:
             with contextlib.suppress(ConsulError):
-                cluster.management().kv.delete(f"lockctl/control/{job}/", recurse=True)
+                cluster.management().kv.delete(control_prefix(job), recurse=True)
 
 
 def eventually_usable(consul: Consul) -> None:
