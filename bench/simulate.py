@@ -1666,7 +1666,8 @@ def make_jobs(count: int, workers: tuple[str, ...], seed: int = 1) -> list[CoreJ
 def _window(draw: random.Random, zone: str) -> tuple[Blackout, ...]:
     """An hourly window of a random minute and length (1 to 15 minutes) in the job's zone."""
     minute, length = draw.randrange(60), draw.choice((60.0, 150.0, 300.0, 600.0, 900.0))
-    return (Blackout(f"w{minute}", parse_schedule(f"{minute} * * * *", zone), length),)
+    schedule = Calendar.of(parse_schedule(f"{minute} * * * *", zone))  # as the core keeps it
+    return (Blackout(f"w{minute}", schedule, length),)
 
 
 def simulate(config: SimConfig) -> Report:

@@ -149,7 +149,8 @@ class TickRecord:
             fields[name] = value
         fields["outcome"] = self.outcome.value
         tails = {name: fields.pop(name) for name in OUTPUT_STREAMS if name in fields}
-        fields.update(fit_output(len(json.dumps(fields, separators=(",", ":"))), tails))
+        if tails:  # measured only when there is output to fit in (most records have none)
+            fields.update(fit_output(len(json.dumps(fields, separators=(",", ":"))), tails))
         return json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode()
 
     def completed(self, outcome: Outcome, *, finished_at: datetime, **fields: Any) -> TickRecord:

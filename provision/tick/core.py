@@ -1334,8 +1334,10 @@ class TickCore:
 
 
 def _calendared(job: CoreJob) -> CoreJob:
-    """The job with its schedule's ticks cached (tick/calendar.py): asked for at every turn."""
-    return replace(job, schedule=Calendar.of(job.schedule))
+    """The job with its schedule's ticks cached (tick/calendar.py): asked for at every turn,
+    and its blackout windows' alike (each turn asks which window holds its tick)."""
+    windows = tuple(replace(w, schedule=Calendar.of(w.schedule)) for w in job.blackouts)
+    return replace(job, schedule=Calendar.of(job.schedule), blackouts=windows)
 
 
 def _skip_reason(claim: Claim) -> SkipReason:

@@ -35,6 +35,7 @@ unavailability, answer byte caps of readers, Consul's wait jitter.
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import threading
 import uuid
@@ -302,7 +303,7 @@ class MemoryTickStore:
             date = self._date()
         if entry is None:
             return None, date
-        return decode(tick, entry.value, entry.modify_index), date
+        return _decoded(tick, entry.value, entry.modify_index), date
 
     def read_turns(self, turns: Sequence[tuple[JobKeys, datetime]]) -> list[TurnRead]:
         # one request on Consul; here each read as read_tick answers it (the same instant)
@@ -316,9 +317,8 @@ class MemoryTickStore:
             else:
                 keys = self._keys_under(job.ticks)
             found = [(key, self._read(key, stale)) for key in keys]
-        return records_under(
-            job.ticks, ((key, e.value, e.modify_index) for key, e in found if e is not None)
-        )
+        entries = ((key, e.value, e.modify_index) for key, e in found if e is not None)
+        return records_under(job.ticks, entries, _decoded)
 
     def read_tick_names(self, job: JobKeys) -> tuple[set[datetime], datetime | None]:
         # Ledger.tick_names: GET ?keys&separator=/, a folder under the prefix is one name
@@ -413,9 +413,8 @@ class MemoryTickStore:
             raise ValueError(f"a transaction has 1..{MAX_OPERATIONS} operations")
         for op in ops:
             checked_key(op.key)
-        size = len(json.dumps([op.to_api() for op in ops]).encode())  # as the client sends it
-        if size > REQUEST_MAX_BYTES:
-            raise ValueTooLarge(f"transaction of {size} bytes, over Consul's {REQUEST_MAX_BYTES}")
+        if _size_bound(ops) > REQUEST_MAX_BYTES:  # else it cannot be over: not worth encoding
+            _refuse_oversized(ops)
         with self._guard:
             self._expire()
             now, date = self._clock.monotonic(), self._date()
@@ -580,3 +579,26 @@ def _claimed(store: MemoryTickStore, call: ClaimCall) -> ClaimAnswer:
         return store.claim(call.job, call.record, call.session, call.holder, call.terms)
     except ConsulError as exc:
         return exc
+
+
+@functools.lru_cache(maxsize=4096)
+def _decoded(tick: datetime, value: bytes | None, modify_index: int) -> TickRecord:
+    """`decode`, cached: a record is read again at every replica's turn, fate look and catch-up
+    until it is written again (a new value or index is a new key here), and is frozen."""
+    return decode(tick, value, modify_index)
+
+
+def _refuse_oversized(ops: Sequence[KVOp]) -> None:
+    """ValueTooLarge (Consul's 413) for a body over REQUEST_MAX_BYTES, as the client sends it."""
+    size = len(json.dumps([op.to_api() for op in ops]).encode())
+    if size > REQUEST_MAX_BYTES:
+        raise ValueTooLarge(f"transaction of {size} bytes, over Consul's {REQUEST_MAX_BYTES}")
+
+
+def _size_bound(ops: Sequence[KVOp]) -> int:
+    """At least the bytes of the transaction's JSON body: every text at its longest escape
+    (12 bytes a character: an escaped surrogate pair), the value in base64, and 100 bytes of
+    names, quotes and index an operation."""
+    texts = sum(len(op.verb) + len(op.key) + len(op.session or "") for op in ops)
+    values = sum((len(op.value) + 2) // 3 * 4 for op in ops if op.value is not None)
+    return 12 * texts + values + 100 * len(ops) + 2

@@ -28,7 +28,7 @@ store also raises what the client raises (ConsulUnavailable, ...) when Consul is
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -187,16 +187,22 @@ def lock_delayed(claim: Claim) -> bool:
     return claim.lock_refusal is not None and "lock delay" in claim.lock_refusal
 
 
+# records.decode's signature: (the tick its key names, the value, its ModifyIndex)
+Decoder = Callable[[datetime, bytes | None, int], TickRecord]
+
+
 def records_under(
-    prefix: str, entries: Iterable[tuple[str, bytes | None, int]]
+    prefix: str, entries: Iterable[tuple[str, bytes | None, int]], decoder: Decoder = decode
 ) -> list[TickRecord]:
     """The records among (key, value, ModifyIndex) read under a ledger's `prefix`, oldest
-    first; keys that name no tick are not records and are left out (as Ledger.records)."""
+    first; keys that name no tick are not records and are left out (as Ledger.records).
+    `decoder`: records.decode, or a cache of it (the in-memory store reads the same values
+    again and again)."""
     found = []
     for key, value, modify_index in entries:
         tick = parse_tick_name(key[len(prefix) :]) if key.startswith(prefix) else None
         if tick is not None:
-            found.append(decode(tick, value, modify_index))
+            found.append(decoder(tick, value, modify_index))
     return sorted(found, key=lambda record: record.tick)
 
 
