@@ -5,16 +5,18 @@ both stores). Each says which of Consul's measured facts (CONSUL_FACTS) it stand
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import datetime, timedelta
 
 import pytest
 from tick_harness import TICK0, tick
 
+from provision.consul import KVOp
 from provision.ledger.records import TickOutcome, TickRecord
 from provision.sessions import SessionTerms
 from provision.tick.clock import SystemClock, VirtualClock
-from provision.tick.memory import MemoryTickStore
+from provision.tick.memory import MemoryTickStore, _size_bound
 from provision.tick.store import JobKeys, SessionGone, ValueTooLarge, lock_delayed
 
 pytestmark = pytest.mark.contract
@@ -193,3 +195,20 @@ def test_claimed_records_are_dated_on_the_clock() -> None:
     claim = store.claim(JOB, record, session, b"h")
     assert claim.date == TICK0 + timedelta(seconds=42)
     assert store.read_tick(JOB, tick(0))[1] == TICK0 + timedelta(seconds=42)
+
+
+@pytest.mark.parametrize(
+    "ops",
+    [
+        [KVOp("set", "k", b"")],
+        [KVOp("lock", "a/" + "é" * 40, b"\xff" * 1000, session="s" * 36)],
+        [KVOp("cas", "x" * 512, b"\x00" * 7, index=2**63)] * 64,
+        [KVOp("check-index", "k", index=0), KVOp("delete", "k"), KVOp("get-tree", "p/")],
+        [KVOp("set", "k", "\U0001f600".encode() * 100, session="\U0001f600" * 10)],
+    ],
+)
+def test_the_size_bound_is_never_under_the_body_consul_is_sent(ops: list[KVOp]) -> None:
+    """The model encodes a transaction to check Consul's 413 only when a cheap bound says it
+    may be over: a bound under the real body would let an oversized one through."""
+    body = len(json.dumps([op.to_api() for op in ops]).encode())
+    assert body <= _size_bound(ops)
