@@ -248,8 +248,8 @@ def abort(
         stopped.append(job)
         return [
             f"job {job} aborted {note.said()}",
-            f"the `lockctl schedule` or `lockctl run` running it stops it now, recorded "
-            f"`aborted` (lockctl history {job}); an embedded call does not obey it yet",
+            f"the process running it (`lockctl schedule`, `lockctl run` or an app's "
+            f"provision.embed) stops it now, recorded `aborted` (lockctl history {job})",
         ]
 
     in_each(connection.connect(), datacenters, aborted)

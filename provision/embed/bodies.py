@@ -86,6 +86,12 @@ class ThreadBody:
         self._done.wait()
         return self._status or 0
 
+    def tell(self, reason: str) -> None:
+        """Why the run is about to be stopped (an operator's abort): the first reason it is
+        given is the one `run.check()` raises with."""
+        if self.run is not None:
+            self.run._fence(reason, lost=False)
+
     def signal_tree(self, signum: int) -> bool:
         """A thread cannot be signalled: the run is told to stop, and the body must look."""
         if self.run is not None:

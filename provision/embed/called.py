@@ -36,10 +36,12 @@ from provision.consul import AgentClock, Consul
 from provision.embed.bodies import ThreadBody
 from provision.embed.run import RunEvents, RunOutcome
 from provision.embed.served import EMBED_EVENTS, AppBody
+from provision.ledger.aborts import AbortNote
 from provision.ledger.records import tick_name
 from provision.notify.notifier import JobNotify, Notifier
 from provision.notify.sender import DRAIN, Delivery, Lanes, result_event
 from provision.outcomes import Outcome
+from provision.runner.abort_watch import AbortWatch
 from provision.runner.events import EventLog
 from provision.runner.on_core import CORE_RETRY, Said, TickAsk, ran_result, skip_fields
 from provision.runner.results import RunOptions, SkipReason
@@ -76,6 +78,7 @@ class CallTurn:
         self.quiet = threading.Event()
         self.bodies: list[AppBody] = []  # each attempt's (a retry makes another)
         self.session: str | None = None  # the session its claim won the lock under
+        self.aborts: AbortWatch | None = None  # `lockctl abort`, heard from its body's start
 
     @property
     def name(self) -> str:
@@ -258,6 +261,8 @@ class CallCore:
         self.clock.call_at(self.clock.monotonic(), functools.partial(self.calls.take, turn))
         while not turn.quiet.wait(WAIT_POLL) and not self.calls.settled.is_set():
             pass
+        if turn.aborts is not None:
+            turn.aborts.stop()  # the turn is over: a note heard now names no run of it
         return turn.verdict()
 
     def stop(self) -> None:
@@ -283,7 +288,21 @@ class CallCore:
     def _body_of(self, turn: CallTurn, held: Callable[[], HeldRun]) -> Body:
         body = CallBody(turn.make(turn.events), turn, self.clock, held)
         turn.bodies.append(body)
+        if turn.aborts is None:  # its claim won: from now on an abort note may name its run
+            turn.aborts = AbortWatch(self.setting.consul, turn.name, self._abort_of(turn.name))
+            turn.aborts.start()
         return body
+
+    def _abort_of(self, name: str) -> Callable[[AbortNote], None]:
+        """What hands an abort note of job `name` to the core (from the watch's thread); the
+        core stops the run only if the note names it (its tick and its session)."""
+        core = self.calls.core
+        assert core is not None
+
+        def hand(note: AbortNote) -> None:
+            self.clock.call_at(self.clock.monotonic(), functools.partial(core.abort, name, note))
+
+        return hand
 
     def _pool_note(self, note: Note) -> None:
         """The session pool's news: the Locker's own events (`lockctl-embed`)."""

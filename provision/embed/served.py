@@ -8,6 +8,9 @@ confirmation as it comes: `HeldRun.follow`), so `run.check()` judges the bound i
 warden outside the app ends an isolated body on time. A loss Consul says, and a timeout, reach
 the body as `lockctl run`'s events do (embed/run.py RunEvents: `run.lost`, `on_lost="exit"`).
 The core's notes become the scheduler's events (scheduler/report.py) in the Locker's stream.
+The operators' control keys are heard as `lockctl schedule` hears them, on one blocking query
+(scheduler/triggers.py TriggerWatch): `lockctl trigger`, `backfill` and `abort` of the app's
+jobs reach the core on its clock thread.
 
 A set `stop` event retires the jobs (no new turn; the runs under way end as they will); the
 Locker's close() stops the core (the runs under way are told to stop). Either way serve()
@@ -25,7 +28,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TextIO
+from typing import Any, TextIO
 
 from provision.consul import AgentClock, Consul
 from provision.embed.bodies import ThreadBody
@@ -43,6 +46,7 @@ from provision.scheduler.on_core import (
     record_reader,
 )
 from provision.scheduler.report import CoreReport, unexpected
+from provision.scheduler.triggers import TriggerWatch
 from provision.tick.consul_store import Tails
 from provision.tick.core import Identity
 from provision.tick.edge import Body, BodyEnd, Note, Run, StopHow, TimerClock
@@ -91,6 +95,9 @@ class AppBody:
 
     def stop(self, how: StopHow) -> None:
         if self._end is None:
+            aborted = self.held().aborted
+            if aborted is not None:  # the body is told who asked and why, not a bare SIGTERM
+                self.body.tell(f"aborted {aborted.said()}")
             self.body.signal_tree(signal.SIGKILL if how is StopHow.KILL else signal.SIGTERM)
 
     def _reap(self, ended: Callable[[], None]) -> None:
@@ -191,6 +198,8 @@ def serve_on_core(app: AppJobs, stop: threading.Event) -> None:
     clock.call_at(clock.monotonic(), replica.core.start)
     thread = threading.Thread(target=clock.run, name="lockctl-serve", daemon=True)
     thread.start()
+    watch_stop = threading.Event()
+    control_watch(app, replica, report, watch_stop).start()
     try:
         while not stop.wait(STOP_POLL) and not app.closing():
             pass
@@ -199,9 +208,36 @@ def serve_on_core(app: AppJobs, stop: threading.Event) -> None:
         while not done.wait(STOP_POLL) and thread.is_alive():
             pass
     finally:
+        watch_stop.set()  # its read out ends by itself (a daemon): nothing is handed on after
         clock.close()
         thread.join()
         lanes.close()
+
+
+def control_watch(
+    app: AppJobs, replica: AppReplica, report: CoreReport, stop: threading.Event
+) -> TriggerWatch:
+    """The operators' triggers, backfills and aborts of the app's jobs, each handed to the
+    core on its clock's thread (from the watch's own thread)."""
+    core, clock = replica.core, replica.shared.clock
+    names = [job.config.name for job in app.jobs]
+
+    def on_clock(act: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
+        def hand(name: str, note: Any) -> None:
+            clock.call_at(clock.monotonic(), functools.partial(act, name, note))
+
+        return hand
+
+    watch = TriggerWatch(
+        lambda: app.consul,
+        lambda: names,
+        on_clock(core.trigger),
+        report.events,
+        stop,
+        abort=on_clock(core.abort),
+    )
+    watch.backfill = on_clock(core.backfill)
+    return watch
 
 
 def _end(replica: AppReplica, app: AppJobs, done: threading.Event) -> None:

@@ -126,7 +126,7 @@ def test_lockctl_run_obeys_an_abort_of_its_run_and_no_other(lab: JobLab) -> None
         assert aborted.returncode == 0, aborted.stderr
         print(f"\n$ lockctl abort {lab.job} --reason '{REASON}'\n{aborted.stdout}")  # for docs
         assert f"(tick {tick})" in aborted.stdout
-        assert "an embedded call does not obey it yet" in aborted.stdout
+        assert "stops it now, recorded `aborted`" in aborted.stdout
 
         assert run.wait(WAIT) == EXIT_ABORTED, log.read_text()
     finally:

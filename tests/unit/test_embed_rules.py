@@ -120,6 +120,24 @@ def test_a_thread_body_is_told_not_killed() -> None:
     assert thread.output_tails() == (None, "RunStopped: stopped (SIGTERM)")
 
 
+def test_a_thread_body_told_why_keeps_that_reason_over_the_signal_s() -> None:
+    """An operator's abort: the body's run.check() raises with who asked and why, not with
+    the SIGTERM that follows (the first reason given is kept)."""
+    thread = ThreadBody(lambda run: run.stopping.wait(10) and run.check(), _events(), next_tick)
+    thread.start(LOCK_ENV, FRESH)
+    thread.tell("aborted by ops at 2026-12-07T03:00:00Z: stuck")
+    thread.signal_tree(signal.SIGTERM)  # only tells it: the reason stays the first one
+    assert thread.wait() == 1
+    assert thread.output_tails() == (
+        None,
+        "RunStopped: aborted by ops at 2026-12-07T03:00:00Z: stuck",
+    )
+
+
+def _events() -> RunEvents:
+    return RunEvents("a", "w", io.StringIO(), "flag")
+
+
 def test_a_process_body_dies_with_its_namespace(tmp_path: Path) -> None:
     pid_file = tmp_path / "sleep.pid"
     # the host's PID of the child: in the body's PID namespace, Popen's pid is another number

@@ -1,0 +1,160 @@
+"""`lockctl abort JOB` of an embedded run on the real cluster: a decorated call hears the note on
+a blocking read of the job's abort key while its body runs, and serve() on the control keys'
+query `lockctl schedule` uses. The body is told as a lost lock tells it (`run.check()` raises),
+the tick is recorded `aborted` with who and why, and the call returns `aborted`. A note that
+names another run (this tick under another session) stops nothing."""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+import pytest
+from workers_lab import JobLab, one_job
+
+from provision.embed import Locker, Outcome, Run, RunOutcome
+from provision.ledger.aborts import AbortNote
+from provision.ledger.control import ControlNote
+from provision.ledger.records import TickOutcome, TickRecord
+from provision.schedule import parse_schedule
+from provision.system.control_keys import abort_key
+from tests.lockctl_process import eventually
+
+if TYPE_CHECKING:
+    from conftest import LiveCluster
+
+pytestmark = pytest.mark.cluster
+
+WORKERS = ("worker-1",)
+WAIT = 30.0
+REASON = "a runaway export"
+# A call plans the tick of its moment: made right after a tick (`at_next_tick`), its window (the
+# interval) outlasts a slow start on a loaded machine, whenever the test runs.
+INTERVAL = 10.0
+EVERY = f"@every {INTERVAL:.0f}s"
+SCHEDULE = parse_schedule(EVERY, "UTC")
+
+
+@pytest.fixture(scope="module")
+def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[JobLab]:
+    tmp = tmp_path_factory.mktemp("embed-abort")
+    with one_job(live_cluster, tmp, "embed-aborted", WORKERS, {"schedule": f'"{EVERY}"'}) as lab:
+        yield lab
+
+
+class LoopingBody:
+    """A body that runs until its run is stopped (`run.check()` raises), WAIT at most; the
+    first run only: a later tick's run ends at once."""
+
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.stopped_by: list[str] = []  # what run.check() raised with
+
+    def __call__(self, run: Run) -> None:
+        if self.started.is_set():
+            return
+        self.started.set()
+        give_up = time.monotonic() + WAIT
+        while time.monotonic() < give_up:
+            try:
+                run.check()
+            except Exception as exc:  # RunStopped: the abort
+                self.stopped_by.append(f"{type(exc).__name__}: {exc}")
+                raise
+            time.sleep(0.05)
+
+
+def at_next_tick() -> None:
+    """Sleep until just after the schedule's next tick (a start, not a synchronisation)."""
+    tick = SCHEDULE.next_ticks(datetime.now(timezone.utc), 1)[0]
+    time.sleep(max(0.0, tick.timestamp() + 0.05 - time.time()))
+
+
+def running(lab: JobLab) -> list[TickRecord]:
+    return [r for r in lab.records() if r.outcome is TickOutcome.RUNNING]
+
+
+def abort_as_operator(lab: JobLab) -> str:
+    done = lab.operator("abort", lab.job, "--reason", REASON)
+    assert done.returncode == 0, done.stderr
+    print(f"\n$ lockctl abort {lab.job} --reason '{REASON}'\n{done.stdout}")  # for docs
+    return done.stdout
+
+
+def said_by(lab: JobLab, record: TickRecord) -> str:
+    """Who aborted the run, when and why, as its record says it (ControlNote.said)."""
+    [ended] = [r for r in lab.records() if r.tick == record.tick]
+    assert ended.by and ended.asked_at and ended.reason
+    return ControlNote(ended.by, ended.asked_at, ended.reason).said()
+
+
+def assert_aborted(lab: JobLab, record: TickRecord) -> None:
+    [ended] = [r for r in lab.records() if r.tick == record.tick]
+    assert ended.outcome is TickOutcome.ABORTED, ended
+    assert ended.reason == REASON and ended.by, ended
+    assert ended.session == record.session and ended.lock_index is not None, ended
+
+
+def test_a_decorated_call_obeys_an_abort_of_its_run_and_no_other(lab: JobLab) -> None:
+    body, events = LoopingBody(), io.StringIO()
+    outcome: list[RunOutcome] = []
+    with Locker.from_config(lab.configs["worker-1"], events=events) as locker:
+        call = locker.singleton(lab.job)(body)
+        at_next_tick()
+        thread = threading.Thread(target=lambda: outcome.append(call()))
+        thread.start()
+        try:
+            assert body.started.wait(WAIT), events.getvalue()
+            [record] = eventually(lambda: running(lab))
+            # this tick under another session: heard, and the body goes on
+            asked = ControlNote("a test", datetime.now(timezone.utc), "wrong", uuid.uuid4().hex)
+            note = AbortNote(asked, record.tick, "another-session").encode()
+            lab.cluster.management().kv.put(abort_key(lab.job), note)
+            eventually(lambda: "abort-ignored" in events.getvalue())
+            assert thread.is_alive() and not body.stopped_by, events.getvalue()
+
+            said = abort_as_operator(lab)
+            assert "stops it now, recorded `aborted`" in said
+            thread.join(WAIT)
+            assert not thread.is_alive(), events.getvalue()
+        finally:
+            thread.join(WAIT)
+    [ran] = outcome
+    print(f"\n{ran}\n{events.getvalue()}")  # for docs
+    assert ran.outcome is Outcome.ABORTED and ran.tick == record.tick, (ran, events.getvalue())
+    assert body.stopped_by == [f"RunStopped: aborted {said_by(lab, record)}"], body.stopped_by
+    assert ran.error == body.stopped_by[0]
+    assert_aborted(lab, record)
+    assert "Traceback" not in events.getvalue()
+
+
+def test_serve_obeys_an_abort_and_runs_the_next_tick(lab: JobLab) -> None:
+    body, events = LoopingBody(), io.StringIO()
+    with Locker.from_config(lab.configs["worker-1"], events=events) as locker:
+        locker.singleton(lab.job)(body)
+        stop = threading.Event()
+        server = threading.Thread(target=locker.serve, args=(stop,))
+        server.start()
+        try:
+            assert body.started.wait(WAIT + INTERVAL), events.getvalue()
+            [record] = eventually(lambda: running(lab))
+            abort_as_operator(lab)
+            eventually(lambda: [r for r in lab.records() if r.tick == record.tick and r.finished])
+            assert_aborted(lab, record)
+            # the next tick runs (its body ends at once): the abort named the one run only
+            later = eventually(
+                lambda: [r for r in lab.records() if r.tick > record.tick and r.finished],
+                timeout=WAIT + INTERVAL,
+            )
+            assert later[0].outcome is TickOutcome.SUCCEEDED, later
+        finally:
+            stop.set()
+            server.join(WAIT)
+        assert not server.is_alive()
+    assert body.stopped_by == [f"RunStopped: aborted {said_by(lab, record)}"], body.stopped_by
+    assert "Traceback" not in events.getvalue()
