@@ -1,6 +1,6 @@
 """`lockctl abort JOB` of an embedded run on the real cluster: a decorated call hears the note on
 a blocking read of the job's abort key while its body runs, and serve() on the control keys'
-query `lockctl schedule` uses. The body is told as a lost lock tells it (`run.check()` raises),
+query `lockctl schedule` uses (which brings it `lockctl trigger` too). The body is told as a lost lock tells it (`run.check()` raises),
 the tick is recorded `aborted` with who and why, and the call returns `aborted`. A note that
 names another run (this tick under another session) stops nothing."""
 
@@ -133,7 +133,7 @@ def test_a_decorated_call_obeys_an_abort_of_its_run_and_no_other(lab: JobLab) ->
     assert "Traceback" not in events.getvalue()
 
 
-def test_serve_obeys_an_abort_and_runs_the_next_tick(lab: JobLab) -> None:
+def test_serve_obeys_an_abort_runs_the_next_tick_and_a_trigger(lab: JobLab) -> None:
     body, events = LoopingBody(), io.StringIO()
     with Locker.from_config(lab.configs["worker-1"], events=events) as locker:
         locker.singleton(lab.job)(body)
@@ -152,6 +152,12 @@ def test_serve_obeys_an_abort_and_runs_the_next_tick(lab: JobLab) -> None:
                 timeout=WAIT + INTERVAL,
             )
             assert later[0].outcome is TickOutcome.SUCCEEDED, later
+            # the same query brings it an operator's trigger: run once, recorded as one
+            triggered = lab.operator("trigger", lab.job, "--reason", "rerun the export")
+            assert triggered.returncode == 0, triggered.stderr
+            manual = eventually(lambda: [r for r in lab.records() if r.trigger and r.finished])
+            assert [r.outcome for r in manual] == [TickOutcome.SUCCEEDED], lab.records()
+            assert manual[0].reason == "rerun the export", manual
         finally:
             stop.set()
             server.join(WAIT)
