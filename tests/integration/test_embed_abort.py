@@ -1,8 +1,9 @@
 """`lockctl abort JOB` of an embedded run on the real cluster: a decorated call hears the note on
 a blocking read of the job's abort key while its body runs, and serve() on the control keys'
-query `lockctl schedule` uses (which brings it `lockctl trigger` too). The body is told as a lost lock tells it (`run.check()` raises),
-the tick is recorded `aborted` with who and why, and the call returns `aborted`. A note that
-names another run (this tick under another session) stops nothing."""
+query `lockctl schedule` uses (which brings it `lockctl trigger` too). The body is told as a
+lost lock tells it (`run.check()` raises), the tick is recorded `aborted` with who and why, and
+the call returns `aborted`. A note that names another run (this tick under another session)
+stops nothing."""
 
 from __future__ import annotations
 
