@@ -23,6 +23,7 @@ from workers_lab import minted_workers, operator_command, spec_text
 from provision.ledger.records import TickOutcome, TickRecord, tick_key, tick_name, timestamp
 from provision.ledger.store import Ledger
 from provision.schedule import parse_schedule
+from provision.system.control_keys import control_prefix
 from tests.lockctl_process import eventually
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
     spec_path.write_text(spec_text(live_cluster, WORKERS, {job: attributes}))
     with minted_workers(live_cluster, spec_path, WORKERS, tmp, uid, kv) as made:
         yield Lab(live_cluster, spec_path, job, f"{kv}.lock", made.configs, log, made.secrets)
-        live_cluster.management().kv.delete(f"lockctl/control/{job}/", recurse=True)
+        live_cluster.management().kv.delete(control_prefix(job), recurse=True)
 
 
 def lockctl(lab: Lab, *args: str) -> subprocess.CompletedProcess[str]:

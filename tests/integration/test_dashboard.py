@@ -30,6 +30,7 @@ from test_alerts_delivered import Daemon, _address, _binary, _targets_up
 from workers_lab import minted_workers, operator_command, spec_text
 
 from provision.schedule import parse_schedule
+from provision.system.control_keys import control_prefix
 from tests.lockctl_process import eventually
 from tests.subnets import TEST_SUBNET as SUBNET
 
@@ -240,7 +241,7 @@ def lab(live_cluster: LiveCluster, tmp_path: Path) -> Iterator[Lab]:
             for relay in relays:
                 relay.close()
             for name in jobs.values():
-                live_cluster.management().kv.delete(f"lockctl/control/{name}/", recurse=True)
+                live_cluster.management().kv.delete(control_prefix(name), recurse=True)
 
 
 class Panels:

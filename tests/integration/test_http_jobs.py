@@ -33,6 +33,7 @@ from workers_lab import minted_workers, operator_command, spec_text
 
 from provision.ledger.records import TickOutcome, TickRecord, parse_tick_name, tick_name
 from provision.ledger.store import Ledger
+from provision.system.control_keys import control_prefix
 from tests.lockctl_process import eventually, run_lockctl
 from tests.subnets import TEST_SUBNET
 
@@ -125,7 +126,7 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
                 made.secrets,
             )
     finally:
-        live_cluster.management().kv.delete(f"lockctl/control/trig-{uid}/", recurse=True)
+        live_cluster.management().kv.delete(control_prefix(f"trig-{uid}"), recurse=True)
         for app in apps.values():
             app.stop()
 

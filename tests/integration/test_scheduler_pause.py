@@ -24,7 +24,7 @@ from provision.consul import Consul, PermissionDenied
 from provision.ledger.control import ControlNote, decode_note, decode_pauses
 from provision.ledger.records import TickOutcome, TickRecord, timestamp
 from provision.ledger.store import Ledger
-from provision.system.control_keys import paused_key, pauses_key, trigger_key
+from provision.system.control_keys import control_prefix, paused_key, pauses_key, trigger_key
 from provision.system.secrets import read_secret_file
 from tests.lockctl_process import eventually
 
@@ -74,7 +74,7 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
         try:
             yield lab
         finally:
-            live_cluster.management().kv.delete(f"lockctl/control/{job}/", recurse=True)
+            live_cluster.management().kv.delete(control_prefix(job), recurse=True)
 
 
 def lockctl(lab: Lab, *args: str, token: Path | None = None) -> subprocess.CompletedProcess[str]:

@@ -25,6 +25,7 @@ from workers_lab import minted_workers, operator_command, spec_text
 
 from provision.ledger.records import TickOutcome, TickRecord
 from provision.ledger.store import Ledger
+from provision.system.control_keys import control_prefix
 from tests.lockctl_process import eventually
 
 if TYPE_CHECKING:
@@ -69,7 +70,7 @@ def lab(live_cluster: LiveCluster, tmp_path_factory: pytest.TempPathFactory) -> 
         try:
             yield lab
         finally:
-            live_cluster.management().kv.delete(f"lockctl/control/{job}/", recurse=True)
+            live_cluster.management().kv.delete(control_prefix(job), recurse=True)
 
 
 def twelve_hours_away() -> str:

@@ -47,7 +47,7 @@ from provision.ledger.holder import RECORD_FIELDS
 from provision.ledger.records import TickOutcome, TickRecord, tick_name, ticks_prefix
 from provision.ledger.store import Ledger
 from provision.schedule import parse_schedule
-from provision.system.control_keys import paused_key, pauses_key, trigger_key
+from provision.system.control_keys import control_prefix, paused_key, pauses_key, trigger_key
 from tests.lockctl_process import eventually
 
 if TYPE_CHECKING:
@@ -132,7 +132,7 @@ def lab(
             yield lab
         finally:
             for job in jobs.values():
-                live_cluster.management().kv.delete(f"lockctl/control/{job}/", recurse=True)
+                live_cluster.management().kv.delete(control_prefix(job), recurse=True)
 
 
 def test_both_releases_write_the_same_worker_config(lab: Lab) -> None:
