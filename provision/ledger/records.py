@@ -84,6 +84,7 @@ def believable(moment: datetime) -> bool:
     return EARLIEST <= moment < LATEST
 
 
+@functools.lru_cache(maxsize=4096)  # a ledger's names are read again at every look at it
 def parse_tick_name(name: str) -> datetime | None:
     """The tick a ledger key's last segment names, or None if it names none."""
     if not _TICK_NAME.fullmatch(name):

@@ -37,6 +37,7 @@ from __future__ import annotations
 import bisect
 import functools
 import json
+import math
 import threading
 import uuid
 from collections.abc import Iterable, Sequence
@@ -164,6 +165,9 @@ class MemoryTickStore:
         self._kv: dict[str, KVEntry] = {}
         self._keys: list[str] = []  # self._kv's keys, sorted: prefix reads
         self._sessions: dict[str, _Session] = {}
+        # no session runs out before this: a renewal only moves an end later and a destroy
+        # takes one away, so it stays a safe lower bound until _expire looks again
+        self._first_end = math.inf
         self._delays: dict[str, float] = {}  # key -> monotonic end of its lock-delay
         self._history: dict[str, list[tuple[float, KVEntry | None]]] = {}  # for stale reads
         self._watchers: dict[str, list[threading.Event]] = {}
@@ -209,6 +213,7 @@ class MemoryTickStore:
             delay = min(max(terms.lock_delay, 0.0), MAX_LOCK_DELAY)
             ends_at = self._clock.monotonic() + terms.ttl * self._invalidate_after
             self._sessions[session_id] = _Session(session_id, terms.ttl, delay, self._made, ends_at)
+            self._first_end = min(self._first_end, ends_at)
             return session_id
 
     def renew_session(self, session_id: str, *, timeout: float | None = None) -> None:
@@ -461,7 +466,9 @@ class MemoryTickStore:
         if op.verb == "delete":
             work.delete(key)
             return []
-        return [replace(self._write_op(work, op, entry), value=None)]
+        new = self._write_op(work, op, entry)  # answered without its value, as Consul does
+        indexes = (new.lock_index, new.create_index, new.modify_index)
+        return [KVEntry(key, None, new.flags, new.session, *indexes)]
 
     def _write_op(self, work: _Work, op: KVOp, entry: KVEntry | None) -> KVEntry:
         key, session = op.key, None if entry is None else entry.session
@@ -508,12 +515,15 @@ class MemoryTickStore:
         """Invalidate the sessions whose TTL ran out by now, in the order they ran out, each at
         its own moment (its LockDelay counts from then, and stale reads see it then)."""
         now = self._clock.monotonic()
+        if now < self._first_end:  # no session can have run out yet
+            return
         due = sorted(
             (s for s in self._sessions.values() if s.ends_at <= now),
             key=lambda s: (s.ends_at, s.born),
         )
         for session in due:
             self._end(session, session.ends_at)
+        self._first_end = min((s.ends_at for s in self._sessions.values()), default=math.inf)
 
     def _end(self, session: _Session, at: float) -> None:
         """Destroy or invalidate `session` at `at` (one Raft index): every key it holds is

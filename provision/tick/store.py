@@ -28,6 +28,7 @@ store also raises what the client raises (ConsulUnavailable, ...) when Consul is
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -136,7 +137,7 @@ class JobKeys:
     name: str
     lock_key: str
 
-    @property
+    @functools.cached_property  # asked at every read, claim and completion
     def ticks(self) -> str:
         return ticks_prefix(self.lock_key)
 
