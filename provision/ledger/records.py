@@ -152,7 +152,7 @@ class TickRecord:
         tails = {name: fields.pop(name) for name in OUTPUT_STREAMS if name in fields}
         if tails:  # measured only when there is output to fit in (most records have none)
             fields.update(fit_output(len(json.dumps(fields, separators=(",", ":"))), tails))
-        return json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode()
+        return _COMPACT.encode(fields).encode()
 
     def completed(self, outcome: Outcome, *, finished_at: datetime, **fields: Any) -> TickRecord:
         return replace(self, outcome=outcome, finished_at=finished_at, **fields)
@@ -162,6 +162,8 @@ class TickRecord:
         return self.outcome in FINISHED
 
 
+# one encoder for every record (json.dumps with these options makes a new one at each call)
+_COMPACT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
 _RECORDED: dict[str, Outcome] = {outcome.value: outcome for outcome in LEDGER_OUTCOMES}
 _RECORD_FIELDS = tuple(field.name for field in dataclass_fields(TickRecord))
 
