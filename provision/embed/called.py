@@ -37,17 +37,18 @@ from provision.embed.bodies import ThreadBody
 from provision.embed.run import RunEvents, RunOutcome
 from provision.embed.served import EMBED_EVENTS, AppBody
 from provision.ledger.aborts import AbortNote
+from provision.ledger.control import ControlNote
 from provision.ledger.records import tick_name
 from provision.notify.notifier import JobNotify, Notifier
 from provision.notify.sender import DRAIN, Delivery, Lanes, result_event
 from provision.outcomes import Outcome
-from provision.runner.abort_watch import AbortWatch
 from provision.runner.events import EventLog
 from provision.runner.on_core import CORE_RETRY, Said, TickAsk, ran_result, skip_fields
 from provision.runner.results import RunOptions, SkipReason
 from provision.runner.tick_verdicts import paused_refusal
 from provision.scheduler.on_core import BodySaid, GuardedClock, core_job, record_reader
 from provision.scheduler.report import note_events, unexpected
+from provision.scheduler.triggers import TriggerWatch
 from provision.tick.aside import aside_store
 from provision.tick.clock import Clock
 from provision.tick.consul_store import ConsulTickStore, TailedStore, Tails, note_with_tails
@@ -78,7 +79,6 @@ class CallTurn:
         self.quiet = threading.Event()
         self.bodies: list[AppBody] = []  # each attempt's (a retry makes another)
         self.session: str | None = None  # the session its claim won the lock under
-        self.aborts: AbortWatch | None = None  # `lockctl abort`, heard from its body's start
 
     @property
     def name(self) -> str:
@@ -251,6 +251,8 @@ class CallCore:
         core = TickCore(store, self.clock, identity, jobs, self.calls.body, self.calls.hear)
         self.calls.attach(core)
         self.live: list[str] = []  # the sessions made and not gone
+        self.control: TriggerWatch | None = None  # `lockctl abort`, heard from a first run on
+        self._watch_stop = threading.Event()
         self.thread = threading.Thread(target=self.clock.run, name="lockctl-embed", daemon=True)
         self.lanes.start()
         self.thread.start()
@@ -261,8 +263,6 @@ class CallCore:
         self.clock.call_at(self.clock.monotonic(), functools.partial(self.calls.take, turn))
         while not turn.quiet.wait(WAIT_POLL) and not self.calls.settled.is_set():
             pass
-        if turn.aborts is not None:
-            turn.aborts.stop()  # the turn is over: a note heard now names no run of it
         return turn.verdict()
 
     def stop(self) -> None:
@@ -281,6 +281,7 @@ class CallCore:
     def close(self, timeout: float) -> None:
         """Wait (up to `timeout`) for the stop to settle, then end the clock thread."""
         self.calls.settled.wait(timeout)
+        self._watch_stop.set()  # its read out ends by itself (a daemon): nothing handed on after
         self.clock.close()
         self.thread.join(timeout)
         self.lanes.close(DRAIN)  # what the last runs decided gets DRAIN seconds to be sent
@@ -288,21 +289,26 @@ class CallCore:
     def _body_of(self, turn: CallTurn, held: Callable[[], HeldRun]) -> Body:
         body = CallBody(turn.make(turn.events), turn, self.clock, held)
         turn.bodies.append(body)
-        if turn.aborts is None:  # its claim won: from now on an abort note may name its run
-            turn.aborts = AbortWatch(self.setting.consul, turn.name, self._abort_of(turn.name))
-            turn.aborts.start()
+        if self.control is None:  # a first run: from now on an abort note may name a run
+            self.control = self._control_watch()
+            self.control.start()
         return body
 
-    def _abort_of(self, name: str) -> Callable[[AbortNote], None]:
-        """What hands an abort note of job `name` to the core (from the watch's thread); the
-        core stops the run only if the note names it (its tick and its session)."""
-        core = self.calls.core
+    def _control_watch(self) -> TriggerWatch:
+        """One blocking query of the control keys for every call of the Locker (as `lockctl
+        schedule`'s): each abort note heard goes to the core on its clock's thread, which stops
+        a run only if the note names it (its tick and its session). Triggers and backfills
+        are for schedulers (`lockctl schedule`, `serve()`): a call runs its own tick only."""
+        core, names = self.calls.core, [job.name for job in self.setting.jobs]
         assert core is not None
 
-        def hand(note: AbortNote) -> None:
+        def hand(name: str, note: AbortNote) -> None:
             self.clock.call_at(self.clock.monotonic(), functools.partial(core.abort, name, note))
 
-        return hand
+        consul = self.setting.consul
+        return TriggerWatch(
+            lambda: consul, lambda: names, _not_for_calls, self.events, self._watch_stop, abort=hand
+        )
 
     def _pool_note(self, note: Note) -> None:
         """The session pool's news: the Locker's own events (`lockctl-embed`)."""
@@ -323,6 +329,10 @@ class CallCore:
             EventLog(delivery.job, self.setting.worker, self.setting.stream).emit(
                 said[0], **said[1]
             )
+
+
+def _not_for_calls(name: str, note: ControlNote) -> None:
+    """A trigger heard by the calls' watch: left to the schedulers, which run it."""
 
 
 def call_turn(

@@ -1,9 +1,9 @@
 """`lockctl abort JOB` of an embedded run on the real cluster: a decorated call hears the note on
 a blocking read of the job's abort key while its body runs, and serve() on the control keys'
-query `lockctl schedule` uses (which brings it `lockctl trigger` too). The body is told as a
-lost lock tells it (`run.check()` raises), the tick is recorded `aborted` with who and why, and
-the call returns `aborted`. A note that names another run (this tick under another session)
-stops nothing."""
+query `lockctl schedule` uses (which brings it `lockctl trigger` and `backfill` too). The body
+is told as a lost lock tells it (`run.check()` raises), the tick is recorded `aborted` with who
+and why, and the call returns `aborted`. A note that names another run (this tick under another
+session) stops nothing."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 import pytest
@@ -21,7 +21,7 @@ from workers_lab import JobLab, one_job
 from provision.embed import Locker, Outcome, Run, RunOutcome
 from provision.ledger.aborts import AbortNote
 from provision.ledger.control import ControlNote
-from provision.ledger.records import TickOutcome, TickRecord
+from provision.ledger.records import TickOutcome, TickRecord, tick_key, timestamp
 from provision.schedule import parse_schedule
 from provision.system.control_keys import abort_key
 from tests.lockctl_process import eventually
@@ -78,6 +78,19 @@ def at_next_tick() -> None:
 
 def later_records(lab: JobLab, record: TickRecord) -> list[TickRecord]:
     return [r for r in lab.records() if r.tick > record.tick and not r.trigger]
+
+
+def backfilled_range(lab: JobLab) -> list[datetime]:
+    """Two ticks ten minutes ago (long closed, never run), after a record written before them:
+    a backfill runs no tick older than the ledger's oldest record."""
+    past = SCHEDULE.next_ticks(datetime.now(timezone.utc) - timedelta(minutes=10), 2)
+    oldest = TickRecord(past[0] - timedelta(seconds=INTERVAL), TickOutcome.MISSED, worker="before")
+    lab.cluster.management().kv.put(tick_key(lab.lock_key, oldest.tick), oldest.encode())
+    return past
+
+
+def finished_at(lab: JobLab, ticks: list[datetime]) -> list[TickRecord]:
+    return [r for r in lab.records() if r.tick in ticks and r.finished]
 
 
 def running(lab: JobLab) -> list[TickRecord]:
@@ -138,7 +151,7 @@ def test_a_decorated_call_obeys_an_abort_of_its_run_and_no_other(lab: JobLab) ->
     assert "Traceback" not in events.getvalue()
 
 
-def test_serve_obeys_an_abort_runs_the_next_tick_and_a_trigger(lab: JobLab) -> None:
+def test_serve_obeys_an_abort_runs_the_next_tick_a_trigger_and_a_backfill(lab: JobLab) -> None:
     body, events = LoopingBody(), io.StringIO()
     with Locker.from_config(lab.configs["worker-1"], events=events) as locker:
         locker.singleton(lab.job)(body)
@@ -170,6 +183,15 @@ def test_serve_obeys_an_abort_runs_the_next_tick_and_a_trigger(lab: JobLab) -> N
             manual = eventually(lambda: [r for r in lab.records() if r.trigger and r.finished])
             assert [r.outcome for r in manual] == [TickOutcome.SUCCEEDED], lab.records()
             assert manual[0].reason == "rerun the export", manual
+            # and an operator's backfill of two past ticks nobody ran: each run once here
+            past = backfilled_range(lab)
+            span = ["--from", timestamp(past[0]), "--to", timestamp(past[-1])]
+            asked = lab.operator("backfill", lab.job, *span, "--reason", "the outage")
+            assert asked.returncode == 0, asked.stderr
+            filled = eventually(lambda: len(finished_at(lab, past)) == len(past))
+            assert filled, lab.records()
+            assert {r.outcome for r in finished_at(lab, past)} == {TickOutcome.SUCCEEDED}
+            assert all(r.backfill for r in finished_at(lab, past)), finished_at(lab, past)
         finally:
             stop.set()
             server.join(WAIT)
