@@ -35,8 +35,7 @@ from typing import TextIO
 from provision.consul import AgentClock, Consul
 from provision.embed.bodies import ThreadBody
 from provision.embed.run import RunEvents, RunOutcome
-from provision.embed.served import EMBED_EVENTS, AppBody
-from provision.ledger.aborts import AbortNote
+from provision.embed.served import EMBED_EVENTS, AppBody, on_clock
 from provision.ledger.control import ControlNote
 from provision.ledger.records import tick_name
 from provision.notify.notifier import JobNotify, Notifier
@@ -301,13 +300,14 @@ class CallCore:
         are for schedulers (`lockctl schedule`, `serve()`): a call runs its own tick only."""
         core, names = self.calls.core, [job.name for job in self.setting.jobs]
         assert core is not None
-
-        def hand(name: str, note: AbortNote) -> None:
-            self.clock.call_at(self.clock.monotonic(), functools.partial(core.abort, name, note))
-
-        consul = self.setting.consul
+        consul, abort = self.setting.consul, on_clock(self.clock, core.abort)
         return TriggerWatch(
-            lambda: consul, lambda: names, _not_for_calls, self.events, self._watch_stop, abort=hand
+            lambda: consul,
+            lambda: names,
+            _not_for_calls,
+            self.events,
+            self._watch_stop,
+            abort=abort,
         )
 
     def _pool_note(self, note: Note) -> None:

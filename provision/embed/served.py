@@ -221,23 +221,25 @@ def control_watch(
     core on its clock's thread (from the watch's own thread)."""
     core, clock = replica.core, replica.shared.clock
     names = [job.config.name for job in app.jobs]
-
-    def on_clock(act: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
-        def hand(name: str, note: Any) -> None:
-            clock.call_at(clock.monotonic(), functools.partial(act, name, note))
-
-        return hand
-
     watch = TriggerWatch(
         lambda: app.consul,
         lambda: names,
-        on_clock(core.trigger),
+        on_clock(clock, core.trigger),
         report.events,
         stop,
-        abort=on_clock(core.abort),
+        abort=on_clock(clock, core.abort),
     )
-    watch.backfill = on_clock(core.backfill)
+    watch.backfill = on_clock(clock, core.backfill)
     return watch
+
+
+def on_clock(clock: TimerClock, act: Callable[[str, Any], None]) -> Callable[[str, Any], None]:
+    """`act(job, note)` as a watch's thread hands it on: run on the core's clock thread."""
+
+    def hand(name: str, note: Any) -> None:
+        clock.call_at(clock.monotonic(), functools.partial(act, name, note))
+
+    return hand
 
 
 def _end(replica: AppReplica, app: AppJobs, done: threading.Event) -> None:
