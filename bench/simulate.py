@@ -55,6 +55,10 @@ hangs. The oracle checks, after every step:
                        since that replica's turn at a later tick of the job
     cancel-overlap     a run recorded `cancelled` whose body is alive, kill_grace + a second
                        after its cancel, beside another running body of its job
+    buffered-lost      a tick recorded `buffered` (overlap = "buffer_one": one job in five, the
+                       `* * * * *` one) is still so once the fleet has been up its start
+                       deadline + SLACK since (run over that record, or recorded missed over
+                       it, by then; run at most once: tick-twice)
     trigger-unrun      an operator's trigger (`lockctl trigger`: one now and then, heard by
                        every replica up, and by each one that boots while it is pending) is
                        taken by a claim within RUN_SLACK + SLACK of the fleet's up-time; it
@@ -85,6 +89,8 @@ plants) replays it exactly. `--plant NAME` replaces a named function of the core
                   a note heard again, or kept, stops a later run)
     cancel-deaf   overlap = "cancel" is never carried out (overlap_action always waits): a run
                   that outlasts its interval goes on past the next tick's turn
+    buffer-dropped a tick kept `buffered` is dropped as if settled when it is looked at
+                  (still_buffered always no): it stays `buffered` for good
     no-stop-wait  a stop destroys the sessions while a claim is out (its won tick never
                   completed: `running` for good)
 
@@ -135,7 +141,7 @@ from provision.tick.clock import Answer, Answered, Timer, VirtualClock, answer_o
 from provision.tick.core import CoreJob, Identity, TickCore
 from provision.tick.edge import BodyEnd, Cancellable, Note, Run, SkipReason, StopHow
 from provision.tick.memory import MemoryTickStore
-from provision.tick.overlap import OverlapAction
+from provision.tick.overlap import Busy, OverlapAction
 from provision.tick.store import (
     PLAIN,
     ClaimAnswer,
@@ -146,7 +152,7 @@ from provision.tick.store import (
     JobKeys,
     TurnRead,
 )
-from provision.timings import OVERLAP_CANCEL, CatchupReach, JobTimings
+from provision.timings import OVERLAP_BUFFER_ONE, OVERLAP_CANCEL, CatchupReach, JobTimings
 
 START = datetime(2026, 3, 28, 23, 0, tzinfo=timezone.utc)  # a DST change ahead (Berlin)
 DEFAULT_TICKS = 20_000
@@ -167,6 +173,7 @@ ABORT_AGE = 10.0  # an operator aborts a run that has gone on this long at least
 # kill_after, 14 s, from its last confirmation; timed out) ends by its own bound, within it
 CANCEL_SLACK = 15.0
 CANCELLING = 3  # the SHAPES index of the overlap = "cancel" job: `@every 15s`
+BUFFERING = 2  # the SHAPES index of the overlap = "buffer_one" job: `* * * * *`
 T = TypeVar("T")
 
 CLIENT_TIMEOUT = 10.0  # seconds a call other than a renewal waits for its answer
@@ -254,8 +261,18 @@ def _stops_any(abort: AbortNote, tick: datetime, session: str) -> bool:
     return True
 
 
-def _never_cancel(policy: str, busy: bool, stoppable: bool) -> OverlapAction:
-    return OverlapAction.WAIT if busy else OverlapAction.TAKE
+def _never_cancel(policy: str, busy: Busy) -> OverlapAction:
+    return OverlapAction.WAIT if busy.claim_or_run else OverlapAction.TAKE
+
+
+def _buffered_never(record: TickRecord | None) -> bool:
+    return False
+
+
+def _taken(record: TickRecord | None) -> bool:
+    """Whether a turn's read found its tick taken: a `buffered` one is not (it is claimed over
+    that record by whoever finds the lock free: never a loser's write)."""
+    return record is not None and record.outcome is not Outcome.BUFFERED
 
 
 PLANTS: dict[str, tuple[str, Callable[..., object]]] = {
@@ -272,6 +289,7 @@ PLANTS: dict[str, tuple[str, Callable[..., object]]] = {
     "abort-deaf": ("stops", _stops_nothing),
     "abort-any": ("stops", _stops_any),
     "cancel-deaf": ("overlap_action", _never_cancel),
+    "buffer-dropped": ("still_buffered", _buffered_never),
 }
 _CORE_MODULES: tuple[ModuleType, ...] = (core, held, pool)
 
@@ -646,7 +664,7 @@ class ReplicaStore:
         # may run while a claim decided on an earlier answer is in flight: not this invariant's.
         if not stale:
             return record, date
-        if record is not None:
+        if _taken(record):
             self.taken[job.name] = tick
         elif self.taken.get(job.name) == tick:
             del self.taken[job.name]
@@ -659,7 +677,7 @@ class ReplicaStore:
         read = [self.base.read_tick(job, tick, stale=True) for job, tick in turns]
         self._answer(delay)
         for (job, tick), (record, _) in zip(turns, read, strict=True):
-            if record is not None:
+            if _taken(record):
                 self.taken[job.name] = tick
             elif self.taken.get(job.name) == tick:
                 del self.taken[job.name]
@@ -945,7 +963,7 @@ def stalled_from(replica: Replica) -> float:
 class _Fate:
     """What the ledger says of a tick, as the oracle saw it written."""
 
-    state: str  # running | done | abandoned
+    state: str  # running | done | abandoned | buffered
     replica: str = ""
     incarnation: int = 0
     up_at: float = 0.0  # the replica's up-time when it claimed
@@ -1179,6 +1197,10 @@ class Oracle:
         now = self.world.wall()
         for record in written:
             closes = record.tick + timedelta(seconds=self.window(job, record.tick))
+            if record.outcome is Outcome.BUFFERED:  # at a turn while the job ran: not a miss
+                self.settle()
+                self._mark(job, record.tick, _Fate("buffered", up_at=self.up_fleet))
+                continue
             if record.outcome is Outcome.BLACKOUT:  # recorded at the turn: not a miss
                 held_by = holding_window(self._windows(job), record.tick)
                 if held_by is None or held_by.name != record.window:
@@ -1311,7 +1333,7 @@ class Oracle:
     def _accounted(self, pending: _Pending) -> bool:
         key = (pending.job, pending.tick)
         fate = self.fates.get(key)
-        if fate is not None and fate.state != "running":
+        if fate is not None and fate.state not in ("running", "buffered"):
             del self.fates[key]
             self.claims.pop(key, None)
             self.open.discard(key)
@@ -1319,6 +1341,14 @@ class Oracle:
         if fate is None:
             late = self.up_fleet - pending.up_at > SLACK
             what = "no record"
+        elif fate.state == "buffered":
+            deadline = self.world.job_named[pending.job].timings.start_deadline
+            if self.up_fleet - fate.up_at > deadline + SLACK:
+                self.fail("buffered-lost", f"{pending.job} {tick_name(pending.tick)}: buffered")
+                self.fates.pop(key, None)
+                self.open.discard(key)
+                return True
+            return False
         else:
             late = self.up.get(fate.replica, 0.0) - fate.up_at > RUN_SLACK
             what = f"still running on {fate.replica}"
@@ -1659,6 +1689,8 @@ def make_jobs(count: int, workers: tuple[str, ...], seed: int = 1) -> list[CoreJ
             job = dataclasses.replace(job, catchup=True, catchup_all=CATCHUP_ALL)
         if n % len(SHAPES) == CANCELLING:  # a run that outlasts its interval is cancelled
             job = dataclasses.replace(job, overlap=OVERLAP_CANCEL)
+        if n % len(SHAPES) == BUFFERING:  # a tick while it runs is buffered
+            job = dataclasses.replace(job, overlap=OVERLAP_BUFFER_ONE)
         jobs.append(job)
     return jobs
 
@@ -1753,6 +1785,7 @@ def report_lines(report: Report, config: SimConfig) -> list[str]:
         f"triggers run {counts.get('trigger-run', 0)} of {counts.get('asked', 0)}, "
         f"runs aborted {counts.get('aborted-run', 0)} of {counts.get('abort-asked', 0)}, "
         f"runs cancelled {counts.get('cancelled-run', 0)}, "
+        f"ticks buffered {counts.get('buffered', 0)}, "
         f"backfill ticks run {counts.get('backfill-run', 0)} "
         f"({counts.get('backfill-asked', 0)} backfills), "
         f"caught up {counts.get('caught-up', 0)}, "

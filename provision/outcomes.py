@@ -30,6 +30,11 @@ class Outcome(str, enum.Enum):
                      it (stopped as an aborted run is, the lock released, then the next tick run
                      by the same replica): the job's own policy, not a failure (it never pages;
                      new in this release: the release before reads it `unreadable`)
+        buffered     the tick came while the job's previous run still ran, and its overlap =
+                     "buffer_one" kept it: the first replica whose claim finds the lock free
+                     (the holder, as its run ends) runs it over this record, within its
+                     start deadline, else it is recorded missed (new in this release: the
+                     release before reads it `unreadable`, a tick taken, and never runs it)
         missed       nobody claimed the tick within its start deadline (too late for it)
         paused       the job was paused (lockctl pause) when the tick came: not run
         blackout     the tick fell in one of the job's blackout windows (its record names the
@@ -56,6 +61,7 @@ class Outcome(str, enum.Enum):
     TIMED_OUT = "timed-out"
     ABORTED = "aborted"
     CANCELLED = "cancelled"
+    BUFFERED = "buffered"
     MISSED = "missed"
     PAUSED = "paused"
     BLACKOUT = "blackout"
@@ -73,8 +79,8 @@ class Outcome(str, enum.Enum):
 
 
 # What a tick's record on Consul may hold (every release since the ledger's first writes and
-# reads these, `blackout` and `cancelled` since this one); any other word in a record is read
-# as `unreadable`.
+# reads these, `blackout`, `cancelled` and `buffered` since this one); any other word in a
+# record is read as `unreadable`.
 LEDGER_OUTCOMES = frozenset(
     {
         Outcome.BLACKOUT,
@@ -86,6 +92,7 @@ LEDGER_OUTCOMES = frozenset(
         Outcome.TIMED_OUT,
         Outcome.ABORTED,
         Outcome.CANCELLED,
+        Outcome.BUFFERED,
         Outcome.MISSED,
         Outcome.PAUSED,
         Outcome.UNREADABLE,
@@ -162,6 +169,7 @@ SCHEDULER_METRIC_OUTCOMES = (
     Outcome.BLACKOUT.value,
     Outcome.ABORTED.value,
     Outcome.CANCELLED.value,
+    Outcome.BUFFERED.value,
 )
 # The words the release before this one used for lockctl_ticks_total and the `--wait` event:
 # `timed-out` was a `--wait` that ran out, `job-timed-out` a job past its timeout. A metrics

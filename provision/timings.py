@@ -73,12 +73,14 @@ CATCHUP_LIMIT_BOUNDS = (1, 1000)
 
 # What a scheduled job's tick does when it comes while the job's previous run still runs
 # (tick/overlap.py): "skip" lets the running one go on (the tick runs late if its window allows,
-# else it is skipped); "cancel" stops the running one (recorded `cancelled`) and runs the tick.
-# "allow" is never offered: two runs of one job at once is what the lock exists to prevent.
+# else it is skipped); "buffer_one" records the tick `buffered` and runs it as soon as the run
+# ends, within its start_deadline (one at most: a later one meanwhile is skipped); "cancel"
+# stops the running one (recorded `cancelled`) and runs the tick. "allow" is never offered: two
+# runs of one job at once is what the lock exists to prevent.
 OVERLAP_SKIP = "skip"
+OVERLAP_BUFFER_ONE = "buffer_one"
 OVERLAP_CANCEL = "cancel"
-OVERLAP_MODES = (OVERLAP_SKIP, OVERLAP_CANCEL)
-OVERLAP_LATER = ("buffer_one",)  # designed, not built yet: refused with a word of why
+OVERLAP_MODES = (OVERLAP_SKIP, OVERLAP_BUFFER_ONE, OVERLAP_CANCEL)
 DEFAULT_OVERLAP = OVERLAP_SKIP
 CATCHUP_WINDOW_BOUNDS = (1.0, 7 * 86400.0)  # a second (ticks are whole seconds) to a week
 
@@ -116,14 +118,10 @@ def overlap_problem(value: object) -> str | None:
     """Why `value` cannot be a job's overlap, or None."""
     if value in OVERLAP_MODES:
         return None
+    said = 'must be "skip", "buffer_one" or "cancel"'
     if value == "allow":
-        return (
-            "is never offered (two runs of one job at once is what the lock prevents): "
-            'must be "skip" or "cancel"'
-        )
-    if value in OVERLAP_LATER:
-        return 'is not supported yet: must be "skip" or "cancel"'
-    return 'must be "skip" or "cancel"'
+        return f"is never offered (two runs of one job at once is what the lock prevents): {said}"
+    return said
 
 
 def catchup_limit_problem(value: object) -> str | None:

@@ -201,6 +201,8 @@ class TickRow:
         if r is None:  # missed, and nobody recorded it yet
             return "missed (not recorded yet)" if self.missed else self.outcome
         said = attempts_text(self.outcome, r.attempts, r.retries_cut, r.catchup)
+        if self.outcome == Outcome.BUFFERED.value:
+            return f"{said} (runs when the run before it ends)"
         if r.window is not None:
             return f"{said} (window {r.window})"
         if r.by is not None:

@@ -293,6 +293,8 @@ def taken_fields(record: TickRecord) -> dict[str, object]:
         reason = f"tick {when} already recorded blackout (in window {record.window})"
     elif record.outcome is Outcome.RUNNING:
         reason = f"tick {when} already taken by {who} (running)"
+    elif record.outcome is Outcome.BUFFERED:
+        reason = f"tick {when} buffered by {who}: runs when the run before it ends"
     elif record.outcome is Outcome.UNREADABLE:
         reason = f"tick {when} already has a record (unreadable): not claimed again"
     else:

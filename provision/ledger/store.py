@@ -402,11 +402,13 @@ class Ledger:
         return len(self.record_unrun(records))
 
     def record_unrun(self, records: Iterable[TickRecord]) -> list[TickRecord]:
-        """Write the records of ticks nobody claimed, `missed` or `paused` (only where no record
-        exists yet: cas at index 0), so a tick is recorded once, whoever notices. Those written."""
+        """Write the records of ticks nobody claimed, `missed`, `paused` or `buffered` (only
+        where no record exists yet: cas at index 0; or, for a record with a ModifyIndex, over
+        the record read at that index: a `buffered` one become `missed`), so a tick is recorded
+        once, whoever notices. Those written."""
         pending = list(records)[:CHUNK]
         while pending:
-            ops = [KVOp("cas", self.key(r.tick), r.encode(), index=0) for r in pending]
+            ops = [KVOp("cas", self.key(r.tick), r.encode(), index=r.modify_index) for r in pending]
             answer = self.consul.txn.kv(ops)
             if answer.applied:
                 return pending

@@ -34,6 +34,7 @@ RAN = {
 OTHERS = "."  # another worker ran it: this one skipped it
 MISSED = " "  # nobody ran it
 PAUSED = "-"  # an operator paused the job (lockctl pause): nobody was to run it
+BUFFERED = "+"  # it came while the run before it ran (overlap = buffer_one): runs when it ends
 UNKNOWN = "?"  # a record that is not one (unreadable), or one dated in the future (suspect)
 LEGEND = (
     ("#", "succeeded"),
@@ -48,6 +49,7 @@ LEGEND = (
     (".", "skipped: another worker ran it"),
     ("' '", "missed: nobody ran it"),
     ("-", "paused"),
+    ("+", "buffered: runs when the run before it ends"),
     ("?", "unreadable or suspect"),
 )
 NAME_WIDTH = 24  # characters of a worker's name shown
@@ -98,6 +100,8 @@ def _cell(row: TickRow, worker: str | None) -> str:
         return MISSED
     if row.outcome == Outcome.PAUSED.value:
         return PAUSED
+    if row.outcome == Outcome.BUFFERED.value:
+        return BUFFERED
     if row.outcome not in RAN:
         return UNKNOWN
     return RAN[row.outcome] if _name(row) == worker else OTHERS

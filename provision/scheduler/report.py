@@ -198,6 +198,8 @@ def tick_outcome(note: Note) -> str | None:
         return "skipped"
     if kind == "blackout":  # its own word: a window held the tick, on every replica's turn
         return Outcome.BLACKOUT.value
+    if kind == "buffered":  # overlap = "buffer_one" kept it: its run, later, counts again
+        return Outcome.BUFFERED.value
     if kind == "too-late":
         return "missed"
     if kind == "unanswered" or (kind == "unavailable" and note.tick is not None):
@@ -439,6 +441,11 @@ def _cancelled(note: Note, run: RunContext) -> list[Event]:
     return [("cancelled", fields)]
 
 
+def _buffered(note: Note, run: RunContext) -> list[Event]:
+    """overlap = "buffer_one": the tick came while the job ran here, recorded `buffered`."""
+    return [("buffered", {"tick": _tick(note), "reason": _text(note.detail)})]
+
+
 def _abort_heard(note: Note, run: RunContext) -> list[Event]:
     """An abort note heard that names no run of this replica: said, nothing stopped."""
     return [("abort-ignored", {"tick": _tick(note), "reason": _text(note.detail)})]
@@ -533,6 +540,7 @@ _EVENT_MAKERS: dict[str, Callable[[Note, RunContext], list[Event]]] = {
     "aborted": _aborted,
     "abort": _abort_heard,
     "cancelled": _cancelled,
+    "buffered": _buffered,
     "retrying": _retrying,
     "retry-started": _retry_started,
     "complete-retry": _complete_retry,

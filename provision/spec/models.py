@@ -41,7 +41,7 @@ class Defaults:
     timeout: Duration | None = None  # None: a run may go on as long as it likes
     catchup: str = DEFAULT_CATCHUP  # "skip", "latest" or "all" (ledger/catchup.py)
     catchup_reach: CatchupReach = DEFAULT_CATCHUP_REACH  # catchup_window, catchup_limit
-    overlap: str = DEFAULT_OVERLAP  # "skip" or "cancel" (tick/overlap.py)
+    overlap: str = DEFAULT_OVERLAP  # "skip", "buffer_one" or "cancel" (tick/overlap.py)
     retries: int = 0  # attempts after a failed first one (tick/retries.py)
     retry_delay: Duration = DEFAULT_RETRY_DELAY
     retry_on_timeout: bool = False
@@ -113,7 +113,7 @@ class Job:
     http: HttpCall | None = None  # an HTTP job's call, instead of `command` (spec/http_block.py)
     catchup: str = DEFAULT_CATCHUP  # after a time nobody ran it: "skip", the "latest", or "all"
     catchup_reach: CatchupReach = DEFAULT_CATCHUP_REACH  # how far back "all" goes
-    overlap: str = DEFAULT_OVERLAP  # a tick that comes while it runs: "skip" or "cancel"
+    overlap: str = DEFAULT_OVERLAP  # a tick that comes while it runs (tick/overlap.py)
     # an HTTP job may call a link-local or metadata target, and lint says nothing of a remote one
     allow_remote_target: bool = False
     http_url_line: int | None = None  # where `http.url` is: lint's findings of the target

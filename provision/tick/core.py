@@ -35,7 +35,11 @@ waits for that run's end, and is taken then if its window is still open (a run t
 its interval delays the next tick, as a cron job's late start would); one that passes whole
 meanwhile is skipped (overlap). With the job's overlap = "cancel" the run is stopped at that
 turn first (tick/overlap.py: as an abort stops it, recorded `cancelled`), so the tick waits
-only for the stop.
+only for the stop. With overlap = "buffer_one" the tick is recorded `buffered` at that turn
+(one write) and claimed over that record when the run ends, within its start deadline (the
+next tick cuts it not; a tick meanwhile is skipped); another replica whose turn (or fate look)
+reads it `buffered` claims it so too, from a timer, once the lock is free: the holder may be
+gone. Past its deadline it is recorded `missed` over it, once.
 """
 
 from __future__ import annotations
@@ -83,7 +87,7 @@ from provision.tick.calendar import Calendar
 from provision.tick.capacity import capacity_refusal
 from provision.tick.edge import BodyFactory, Cancellable, Listener, Note, SkipReason, TimerClock
 from provision.tick.held import Claimed, Completions, HeldRun
-from provision.tick.overlap import OverlapAction, overlap_action
+from provision.tick.overlap import Busy, OverlapAction, overlap_action
 from provision.tick.pool import SessionPool, confirmation_time
 from provision.tick.store import (
     PLAIN,
@@ -154,6 +158,7 @@ class OffSchedule:
     terms: ClaimTerms
     note: ControlNote | None = None
     backfill: BackfillNote | None = None  # an operator's backfill, whose tick this is
+    buffered: bool = False  # a tick recorded `buffered` (overlap = "buffer_one")
 
 
 @dataclass(frozen=True)
@@ -265,6 +270,21 @@ def catchup_plan(job: CoreJob, tick: datetime, missed: TickRecord | None, worker
     return replace(plan, window=window, off=OffSchedule(terms))
 
 
+def buffered_plan(job: CoreJob, tick: datetime, record: TickRecord | None, worker: str) -> TickPlan:
+    """The plan of a tick kept `buffered` (overlap = "buffer_one", pure): claimable within the
+    job's start deadline (the next tick cuts it not: buffering is what lets it pass that one),
+    over its `buffered` record as read (None: not read yet)."""
+    terms = ClaimTerms(over=0 if record is None else record.modify_index)
+    plan = plan_tick(job, tick, worker)
+    return replace(plan, window=job.timings.start_deadline, off=OffSchedule(terms, buffered=True))
+
+
+def still_buffered(record: TickRecord | None) -> bool:
+    """Whether a tick kept `buffered` is still to be run (or recorded missed) by whoever comes
+    first: its record says `buffered` yet (None: pruned, or never written)."""
+    return record is not None and record.outcome is Outcome.BUFFERED
+
+
 @dataclass(frozen=True)
 class _Sent:
     """A claim's transaction: its answer, the record it wrote, under which session, when it
@@ -323,6 +343,19 @@ class _Job:
     backfill_backoff: float = TRIGGER_POLL
     housekeeping: int = 0  # housekeepings under way (their reads wait aside): not quiet yet
     abort: AbortNote | None = None  # the newest `lockctl abort` heard (the run it names)
+    buffered: list[TickPlan] = field(default_factory=list)  # ticks read or written `buffered`
+    buffer_timer: Cancellable | None = None  # a buffered tick not claimed: looked at again then
+    buffer_backoff: float = TRIGGER_POLL
+
+    @property
+    def timers(self) -> tuple[Cancellable | None, ...]:
+        return (
+            self.turn,
+            self.trigger_timer,
+            self.idle_timer,
+            self.backfill_timer,
+            self.buffer_timer,
+        )
 
 
 class TickCore:
@@ -399,7 +432,7 @@ class TickCore:
         destroyed once the last run is done and no claim is out (at once when there is none)."""
         self.stopping = True
         for state in self._jobs + self._retiring:
-            for timer in (state.turn, state.trigger_timer, state.idle_timer, state.backfill_timer):
+            for timer in state.timers:
                 if timer is not None:
                     timer.cancel()
             if state.held is not None:
@@ -506,7 +539,7 @@ class TickCore:
     def _quiet(self, state: _Job) -> None:
         """Tell `on_quiet` when the job is free here and nothing waits for it."""
         catching_up = state.catchup_due or bool(state.catchups) or bool(state.backfills)
-        waits = state.waiting or state.triggers or catching_up or state.idle_timer
+        waits = state.buffered or state.waiting or state.triggers or catching_up or state.idle_timer
         busy = state.busy is not None or state.held is not None or state.housekeeping > 0
         if self.on_quiet is not None and not busy and not waits:
             self.on_quiet(state.job.name)
@@ -532,7 +565,7 @@ class TickCore:
 
     def _retire(self, state: _Job) -> None:
         state.retired = True
-        for timer in (state.turn, state.trigger_timer, state.idle_timer, state.backfill_timer):
+        for timer in state.timers:
             if timer is not None:
                 timer.cancel()
         if state.held is not None:
@@ -575,7 +608,16 @@ class TickCore:
         theirs)."""
         held = state.held
         stoppable = held is not None and held.stoppable
-        action = overlap_action(state.job.overlap, state.busy is not None, stoppable)
+        busy = Busy(state.busy is not None, stoppable, bool(state.buffered))
+        action = overlap_action(state.job.overlap, busy)
+        if action is OverlapAction.BUFFER:
+            self._buffer(state, plan)
+            return
+        if action is OverlapAction.SKIP:  # one tick is buffered already: at most one
+            detail = f"tick {tick_name(state.buffered[0].tick)} is buffered already"
+            self._note("skipped", plan.job, plan.tick, detail, skip=SkipReason.OVERLAP)
+            self._arm_fate(state, plan)
+            return
         if action is not OverlapAction.TAKE:  # taken once the run ends, while its window is open
             self._overlapped(state, state.waiting)
             state.waiting = plan
@@ -642,6 +684,8 @@ class TickCore:
             return None
         if not claimable(record):
             self._note("skipped", plan.job, plan.tick, "taken", skip=SkipReason.TAKEN)
+            if record is not None and plan.off is None:
+                self._buffered_seen(state, plan, record)
             self._idle(state)
             return None
         # Consul's clock now: its Date, plus all the time since the read was sent (a slow
@@ -858,6 +902,8 @@ class TickCore:
         if plan.off is None:
             return record
         note, backfill = plan.off.note, plan.off.backfill
+        if plan.off.buffered:
+            return record
         if backfill is not None:
             said = (backfill.by, backfill.reason, backfill.at, backfill.id)
             return replace(record, by=said[0], reason=said[1], asked_at=said[2], backfill=said[3])
@@ -946,8 +992,9 @@ class TickCore:
         a turn, goes next (from a timer of its own: never inside the step that freed it)."""
         self._quiet(state)
         backfilling = bool(state.backfills) and state.backfill_timer is None
+        buffered = bool(state.buffered) and state.buffer_timer is None
         off = state.triggers or state.catchup_due or state.catchups or backfilling
-        wanted = state.waiting or off
+        wanted = buffered or state.waiting or off
         if not wanted or state.idle_timer is not None or not self._live(state):
             return
         state.idle_timer = self.clock.call_at(self.clock.monotonic(), lambda: self._next(state))
@@ -956,7 +1003,9 @@ class TickCore:
         state.idle_timer = None
         if state.busy is not None or not self._live(state):
             return  # looked at again when the job is free
-        if state.waiting is not None:  # the scheduled tick first: its window is the shortest
+        if state.buffered and state.buffer_timer is None:  # older than any tick waiting
+            self._buffered_next(state)
+        elif state.waiting is not None:  # the scheduled tick first: its window is the shortest
             plan, state.waiting = state.waiting, None
             self._take(state, plan)
         elif state.triggers:
@@ -1137,6 +1186,104 @@ class TickCore:
         state.backfill_timer = None
         self._idle(state)
 
+    # -- overlap = "buffer_one": a tick kept until the run before it ends ----------------------
+    def _buffer(self, state: _Job, plan: TickPlan) -> None:
+        """The tick came while the job runs here: recorded `buffered` (one write, where it has
+        no record), and claimed over that record once the job is free here (`_buffered_next`).
+        A blackout window's tick is recorded so instead; Consul not answering, the tick waits
+        as under "skip" (its fate look records it)."""
+        window = holding_window(plan.job.blackouts, plan.tick)
+        if window is not None:
+            self._blackout(state, plan, window, None)
+            return
+        kept = TickRecord(
+            plan.tick,
+            Outcome.BUFFERED,
+            worker=self.worker,
+            host=self.identity.host,
+            pid=self.identity.pid,
+            claimed_at=self.clock.wall(),
+        )
+        try:
+            written = self.store.record_unrun(plan.job.keys, [kept])
+        except ConsulError as exc:
+            self._failed(exc, plan.job, plan.tick)
+            self._overlapped(state, state.waiting)
+            state.waiting = plan
+            self._arm_fate(state, plan)
+            return
+        if not written:  # recorded meanwhile (its fate, a claim elsewhere): not to keep
+            self._note("skipped", plan.job, plan.tick, "taken", skip=SkipReason.TAKEN)
+            return
+        state.buffered.append(buffered_plan(plan.job, plan.tick, None, self.worker))
+        detail = f"tick {tick_name(state.busy)} runs here" if state.busy is not None else ""
+        self._note("buffered", plan.job, plan.tick, detail, record=written[0])
+
+    def _buffered_seen(self, state: _Job, plan: TickPlan, record: TickRecord) -> None:
+        """A turn or a fate look read the tick `buffered` (by this replica or another): kept,
+        and claimed over that record from a timer once the lock is free, whoever held it (its
+        holder may be gone). Not by a core whose process ends after its one tick."""
+        if record.outcome is not Outcome.BUFFERED or not self.fates:
+            return
+        if any(kept.tick == plan.tick for kept in state.buffered):
+            return  # kept already (here, its own)
+        self._buffered_later(state, buffered_plan(plan.job, plan.tick, None, self.worker))
+
+    def _buffered_next(self, state: _Job) -> None:
+        """The oldest tick kept `buffered`: its record read (run or recorded since?), then
+        claimed over it as read while within its start deadline, else recorded `missed` over
+        it (once, whoever writes first)."""
+        plan = state.buffered.pop(0)
+        job, tick = plan.job, plan.tick
+        sent = self.clock.monotonic()
+        try:
+            record, date = self.store.read_tick(job.keys, tick)
+        except ConsulError as exc:
+            self._failed(exc, job, tick)
+            self._buffered_later(state, plan)
+            return
+        if record is None or not still_buffered(record):
+            state.buffer_backoff = TRIGGER_POLL  # settled: the next one starts afresh
+            self._idle(state)  # run, or recorded, since
+            return
+        now = self.clock.wall() if date is None else date
+        lag = (now - tick).total_seconds()
+        if lag > plan.window:
+            self._expire_buffered(state, plan, replace(record, worker=self.worker), now)
+            return
+        terms = ClaimTerms(over=record.modify_index)
+        over = replace(plan, off=OffSchedule(terms, buffered=True))
+        self._claim(state, over, _Judged(TickChoice(tick, plan.window, lag, 0.0), sent))
+
+    def _expire_buffered(
+        self, state: _Job, plan: TickPlan, record: TickRecord, now: datetime
+    ) -> None:
+        """A buffered tick past its start deadline: recorded `missed` over its record as read."""
+        missed = record.completed(Outcome.MISSED, finished_at=now)
+        try:
+            written = self.store.record_unrun(plan.job.keys, [missed])
+        except ConsulError as exc:
+            self._failed(exc, plan.job, plan.tick)
+            self._buffered_later(state, plan)
+            return
+        state.buffer_backoff = TRIGGER_POLL
+        self._missed(plan.job, written)
+        self._idle(state)
+
+    def _buffered_later(self, state: _Job, plan: TickPlan) -> None:
+        """A buffered tick not claimed (the lock held, Consul not answering): first in line
+        again, looked at after TRIGGER_POLL, doubling up to TRIGGER_POLL_MAX."""
+        state.buffered.insert(0, plan)
+        if state.buffer_timer is not None or not self._live(state):
+            return
+        due = self.clock.monotonic() + state.buffer_backoff
+        state.buffer_backoff = min(state.buffer_backoff * 2, TRIGGER_POLL_MAX)
+        state.buffer_timer = self.clock.call_at(due, lambda: self._buffered_due(state))
+
+    def _buffered_due(self, state: _Job) -> None:
+        state.buffer_timer = None
+        self._idle(state)
+
     def _holds(self, job: CoreJob) -> Callable[[datetime], bool]:
         """`_held` for many ticks: the control keys read once, and only if a tick needs them."""
         pauses: list[Any] = []
@@ -1164,6 +1311,8 @@ class TickCore:
         once: a claim refused for good, too late, would be tried again at the same instant)."""
         if plan.off is None:
             self._arm_fate(state, plan)
+        elif plan.off.buffered:
+            self._buffered_later(state, plan)
         elif plan.off.backfill is not None:
             self._backfill_later(state, plan.off.backfill, plan.tick)
         elif plan.off.note is not None:
@@ -1191,6 +1340,7 @@ class TickCore:
             # a stop that came while it was read does not skip the record: nobody else may write
             # it before a replica starts again (one write, and only for a tick nobody ran)
             if record is not None:
+                self._buffered_seen(state, plan, record)
                 return
             settled = plan.closes + timedelta(seconds=MISSED_GRACE)
             if date is not None and date < settled:  # not closed on Consul's clock yet

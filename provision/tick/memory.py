@@ -334,10 +334,11 @@ class MemoryTickStore:
         return {tick for tick in map(parse_tick_name, names) if tick is not None}, date
 
     def record_unrun(self, job: JobKeys, records: Sequence[TickRecord]) -> list[TickRecord]:
-        # Ledger.record_unrun's loop: cas at index 0, the refused ones dropped and tried again
+        # Ledger.record_unrun's loop: cas at each record's index (0: none), the refused ones
+        # dropped and tried again
         pending = list(records)[:CHUNK]
         while pending:
-            ops = [KVOp("cas", job.tick(r.tick), r.encode(), index=0) for r in pending]
+            ops = [KVOp("cas", job.tick(r.tick), r.encode(), index=r.modify_index) for r in pending]
             answer = self._txn(ops)
             if answer.applied:
                 return pending

@@ -312,8 +312,9 @@ class TickStore(Protocol):
         ...
 
     def record_unrun(self, job: JobKeys, records: Sequence[TickRecord]) -> list[TickRecord]:
-        """Write records of ticks nobody ran (missed, paused) where no record exists yet; those
-        written (at most one transaction's worth)."""
+        """Write records of ticks nobody ran (missed, paused, blackout, buffered) where no record
+        exists yet, or, for a record with a ModifyIndex, over the record as read at it (a
+        `buffered` tick become `missed`); those written (at most one transaction's worth)."""
         ...
 
     def prune(self, job: JobKeys, ticks: Iterable[datetime]) -> int:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
 
@@ -315,6 +316,34 @@ def test_record_unrun_writes_only_where_no_record_exists(h: Harness) -> None:
         (tick(2), TickOutcome.PAUSED),
     ]
     assert (ledger[2].by, ledger[2].reason) == ("ops", "disk swap")
+
+
+def test_a_buffered_tick_is_claimed_over_its_record_as_read_or_recorded_missed_over_it(
+    h: Harness,
+) -> None:
+    """overlap = "buffer_one": the record `buffered` written where none exists; a claim over it
+    at its index wins once (a plain claim, or one over a stale index, is refused: tick taken);
+    `missed` written over it at its index replaces it, once."""
+    session = h.session()
+    buffered = [TickRecord(tick(n), TickOutcome.BUFFERED, worker="w1") for n in (0, 1)]
+    assert len(h.store.record_unrun(h.job, buffered)) == 2
+    first, _ = h.store.read_tick(h.job, tick(0))
+    assert first is not None and first.outcome is TickOutcome.BUFFERED
+    assert h.claim(tick(0), session).tick_taken  # a plain claim: the tick has a record
+    stale = h.claim(tick(0), session, ClaimTerms(over=first.modify_index + 1))
+    assert stale.tick_taken and not stale.won
+    won = h.claim(tick(0), session, ClaimTerms(over=first.modify_index))
+    assert won.won
+    h.store.complete(h.job, h.finished(tick(0), won), session, release=True)
+    again = h.claim(tick(0), h.session(), ClaimTerms(over=first.modify_index))
+    assert again.tick_taken and not again.won  # over it once: the claim replaced it
+    second, _ = h.store.read_tick(h.job, tick(1))
+    assert second is not None
+    missed = replace(second, outcome=TickOutcome.MISSED)
+    assert h.store.record_unrun(h.job, [missed]) == [missed]
+    assert h.store.record_unrun(h.job, [missed]) == []  # its index moved on: written once
+    ledger = {r.tick: r.outcome for r in h.store.read_ticks(h.job)}
+    assert ledger == {tick(0): TickOutcome.SUCCEEDED, tick(1): TickOutcome.MISSED}
 
 
 def test_record_unrun_writes_one_transaction_at_most(h: Harness) -> None:

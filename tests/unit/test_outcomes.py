@@ -42,7 +42,7 @@ PREVIOUS_RECORD_WORDS = {
 }
 # New in this release: the release before reads them `unreadable` (a tick taken: never run again
 # by it), and docs/operations.md "Outcome words" says so.
-NEW_RECORD_WORDS = {"blackout", "aborted", "cancelled"}
+NEW_RECORD_WORDS = {"blackout", "aborted", "cancelled", "buffered"}
 RECORD_WORDS = PREVIOUS_RECORD_WORDS | NEW_RECORD_WORDS
 
 

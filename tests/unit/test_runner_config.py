@@ -173,15 +173,19 @@ def test_the_spec_overlap_reaches_the_worker_config_only_when_not_skip(tmp_path:
         'job "a" {\n  prefix = "locks/a/"\n  workers = ["worker-1"]\n  schedule = "@every 5s"\n}\n'
         'job "b" {\n  prefix = "locks/b/"\n  workers = ["worker-1"]\n  schedule = "@every 5s"\n'
         '  overlap = "skip"\n}\n'
+        'job "c" {\n  prefix = "locks/c/"\n  workers = ["worker-1"]\n  schedule = "@every 5s"\n'
+        '  overlap = "buffer_one"\n}\n'
     )
     record = config_record(parse_spec(text, "t.hcl"), "worker-1", Path("/t"))
     assert record["jobs"]["a"]["overlap"] == "cancel"
+    assert record["jobs"]["c"]["overlap"] == "buffer_one"
     assert "overlap" not in record["jobs"]["b"]  # an older lockctl refuses fields it does not know
     loaded = load_worker_config(_write(tmp_path, record))
-    assert (loaded.job("a").overlap, loaded.job("b").overlap) == ("cancel", "skip")
+    overlaps = (loaded.job("a").overlap, loaded.job("b").overlap, loaded.job("c").overlap)
+    assert overlaps == ("cancel", "skip", "buffer_one")
 
 
-@pytest.mark.parametrize("word", ["allow", "buffer_one", "Cancel", 1])
+@pytest.mark.parametrize("word", ["allow", "buffer_all", "Cancel", 1])
 def test_a_config_overlap_the_spec_would_refuse_is_refused(tmp_path: Path, word: object) -> None:
     problems = _problems(tmp_path, _with(jobs__report__overlap=word))
     assert any(p.startswith("jobs.report.overlap: ") for p in problems), problems

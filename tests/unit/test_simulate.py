@@ -34,6 +34,8 @@ CAUGHT_BY = {
     "abort-any": {"abort-stray"},
     # overlap = "cancel" never carried out: a run that outlasts its interval goes on
     "cancel-deaf": {"cancel-unheeded"},
+    # a tick kept `buffered` dropped as if settled: left buffered for good
+    "buffer-dropped": {"buffered-lost"},
 }
 
 
@@ -71,6 +73,7 @@ def test_a_plant_is_put_back_after_its_run() -> None:
         core.may_backfill,
         core.stops,
         core.overlap_action,
+        core.still_buffered,
     )
     simulate.simulate(SimConfig(ticks=50, plants=tuple(sorted(PLANTS))))
     assert (
@@ -82,6 +85,7 @@ def test_a_plant_is_put_back_after_its_run() -> None:
         core.may_backfill,
         core.stops,
         core.overlap_action,
+        core.still_buffered,
     ) == originals
     assert pool.confirmation_time(1.0, 2.0) == 1.0
 

@@ -19,3 +19,9 @@ job "plain" {
   prefix  = "locks/plain/"
   workers = ["worker-1"]
 }
+job "buffers" {
+  prefix   = "locks/buffers/"
+  workers  = ["worker-1"]
+  schedule = "@every 10s"
+  overlap  = "buffer_one"
+}

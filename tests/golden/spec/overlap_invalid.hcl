@@ -8,7 +8,7 @@ job "a" {
   prefix   = "locks/a/"
   workers  = ["worker-1"]
   schedule = "@every 10s"
-  overlap  = "buffer_one"
+  overlap  = "buffer_all"
 }
 job "b" {
   prefix   = "locks/b/"
