@@ -109,7 +109,7 @@ def _last_tick(state: LockState) -> Text:
     else:
         style = "" if last.outcome in ("succeeded", "running") else "bold red"
         # an operator's hold or stop, or the job's own overlap policy's: said, not a failure
-        operators = ("paused", "aborted", "cancelled")
+        operators = ("paused", "aborted", "cancelled", "buffered")
         style = "yellow" if last.outcome in operators else style
         shown = cell(f"{last.tick} ")
         shown.append_text(cell(last.outcome, style=style))

@@ -133,6 +133,7 @@ def assess(
     recent = closed_ticks(history.schedule, now, start_deadline, max_intervals, held)
     oldest_recent = recent[-1]
     critical = [_missed(row) for row in rows if row.missed and row.tick >= oldest_recent]
+    critical += [_stuck(row) for row in rows if _buffered_past(row, now, start_deadline)]
     if success is not None and success < oldest_recent:
         critical.append(f"no success in the last {max_intervals} ticks")
     elif success is None and rows[-1].tick <= oldest_recent:
@@ -155,6 +156,18 @@ def worst(states: list[State]) -> State:
 
 def _missed(row: TickRow) -> str:
     return f"missed {tick_name(row.tick)}" + ("" if row.recorded else " (not recorded yet)")
+
+
+def _buffered_past(row: TickRow, now: datetime, start_deadline: float) -> bool:
+    """A tick still `buffered` (overlap = "buffer_one") past its start deadline and the grace
+    a missed tick gets: whoever looked first would have run it or recorded it missed, so
+    nobody is left to (every replica down since, or a release that reads it `unreadable`)."""
+    late = row.tick + timedelta(seconds=start_deadline + MISSED_GRACE)
+    return row.outcome == Outcome.BUFFERED.value and late < now
+
+
+def _stuck(row: TickRow) -> str:
+    return f"missed {tick_name(row.tick)} (buffered, never run)"
 
 
 def _last_finished_problem(rows: tuple[TickRow, ...]) -> str | None:

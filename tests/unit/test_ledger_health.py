@@ -34,8 +34,9 @@ HOURLY = parse_schedule("@hourly")
 NOW = datetime(2026, 12, 1, 10, 30, tzinfo=timezone.utc)  # the 10:00 tick's window closed
 JOB = LedgerJob("nightly", "locks/nightly/.lock", HOURLY, 300.0, 200)
 S, F, L, X, M, R, U = "succeeded", "failed", "lost", "interrupted", "missed", "running", "unread"
-T, P, A, C = "timed-out", "paused", "aborted", "cancelled"
+T, P, A, C, B = "timed-out", "paused", "aborted", "cancelled", "buffered"
 OUTCOMES = {
+    B: TickOutcome.BUFFERED,
     C: TickOutcome.CANCELLED,
     A: TickOutcome.ABORTED,
     P: TickOutcome.PAUSED,
@@ -109,7 +110,18 @@ CASES = [
     ("the last run was cancelled (overlap)", [(8, S), (9, S), (10, C)], State.OK, []),
     ("a failure, then cancelled", [(8, S), (9, F), (10, C)], State.WARNING, ["9:00:00Z failed"]),
     ("cancelled, and a tick missed", [(8, S), (9, M), (10, C)], State.CRITICAL, ["missed"]),
+    # overlap = "buffer_one": a tick still `buffered` past its start deadline was never run
+    ("left buffered past its deadline", [(9, S), (10, B)], State.CRITICAL, ["buffered, never"]),
 ]
+
+
+def test_a_tick_buffered_within_its_start_deadline_is_no_problem() -> None:
+    rows = [record(9, S), record(10, R), TickRecord(at(10, 1), TickOutcome.BUFFERED)]
+    now = at(10, 3)
+    health = assess(history(rows, now=now), JOB.start_deadline)
+    assert health.state is State.OK, health.line()
+    later = assess(history(rows, now=at(10, 7)), JOB.start_deadline)  # 10:01 + 300 s + grace
+    assert "missed 2026-12-01T10:01:00Z (buffered, never run)" in later.line()
 
 
 @pytest.mark.parametrize(("name", "rows", "state", "reasons"), CASES, ids=[c[0] for c in CASES])
