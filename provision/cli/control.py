@@ -134,10 +134,12 @@ def break_lock(
     ] = False,
     yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
     spec_file: options.SpecFile = options.DEFAULT_SPEC,
+    key: options.Key = None,
 ) -> None:
     """Destroy the session holding JOB's lock, when its replica is gone.
 
-    Shows the holder (session, node and its serfHealth, its record and tick), then asks. Refused
+    With --key, a keyed job's lock for that key. Shows the holder (session, node and its
+    serfHealth, its record and tick), then asks. Refused
     (exit 1) without --force while the holder's node is healthy or the session is not lockctl's;
     exit 0 when the lock is free. Needs a token with session write on the holder's node (an
     operator's, not a worker's). The lock may be taken again after the session's LockDelay.
@@ -158,8 +160,9 @@ def break_lock(
     spec = load_spec(spec_file)
     _job_in(spec, spec_file, job)
     keys = {known.name: known.lock_key for known in spec.jobs}
+    lock_key = options.keyed_lock(keys.pop(job), key)
     consul = connection.connect()
-    view = read_holder(consul, job, keys.pop(job), keys)
+    view = read_holder(consul, job, lock_key, keys)
     refusal = break_refusal(view, force)
     if refusal is not None and refusal.nothing_held:
         typer.echo(refusal.reason)
@@ -217,14 +220,16 @@ def abort(
     reason: Reason = None,
     spec_file: options.SpecFile = options.DEFAULT_SPEC,
     datacenter: options.Datacenter = None,
+    key: options.Key = None,
 ) -> None:
     """Stop JOB's run now: its replica ends its process tree, recorded aborted.
 
-    The run holding JOB's lock is named (its tick and session); its replica stops it as a
-    timed-out run is stopped (SIGTERM to the whole tree, SIGKILL after the grace), records it
-    `aborted` with who and why, and releases the lock; the next tick runs as usual. Exit 1 when
-    JOB is not running. Needs a token that may write lockctl/control/JOB/ (not a worker's).
-    Obeyed by `lockctl schedule` and `lockctl run`, not yet by an embedded call.
+    The run holding JOB's lock (with --key, that key's) is named (its tick and session); its
+    replica stops it as a timed-out run is stopped (SIGTERM to the whole tree, SIGKILL after
+    the grace), records it `aborted` with who and why, and releases the lock; the next tick
+    runs as usual. Exit 1 when JOB is not running. Needs a token that may write
+    lockctl/control/JOB/ (not a worker's). Obeyed by `lockctl schedule`, `lockctl run` and
+    an app's provision.embed.
     """
     from provision.ledger.control import reason_problem
     from provision.ledger.operator import NotRunning
@@ -234,13 +239,14 @@ def abort(
     problem = reason_problem(reason)
     if problem is not None:
         raise InputError(f"--reason {problem}")
+    lock_key = options.keyed_lock(known.lock_key, key)
 
     several = len(datacenters) > 1
     stopped: list[str] = []
 
     def aborted(consul: Consul) -> list[str]:
         try:
-            note = abort_job(consul, job, known.lock_key, reason)
+            note = abort_job(consul, job, lock_key, reason)
         except NotRunning as idle:
             if not several:
                 raise

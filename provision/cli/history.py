@@ -78,6 +78,7 @@ class HistoryFlags:
     tick: TickOption = None
     show_timeline: TimelineOption = False
     datacenter: options.Datacenter = None
+    key: options.Key = None
 
 
 @options.flags_command(HistoryFlags)
@@ -90,7 +91,10 @@ def history(connection: options.Connection, flags: HistoryFlags) -> None:
     """
     earliest = _since(flags.since)  # refused before the spec or Consul is read
     wanted_tick = _tick(flags.tick, flags.job, flags.show_timeline)
+    _check_key(flags.key, flags.job)
     jobs = scheduled_jobs(flags.spec_file, flags.job, flags.datacenter)
+    if flags.key is not None:
+        jobs = [(job.keyed(flags.key), datacenter) for job, datacenter in jobs]
     each = Each(connection.connect())
     if wanted_tick is not None:
         _show_tick(each, jobs, wanted_tick, flags.as_json)
@@ -110,7 +114,7 @@ def _show_tick(
             typer.echo(json.dumps(records[0] if len(rows) == 1 else records, indent=2))
         return
     for j, datacenter, row in found:
-        _print_tick(_job_title(j.name, datacenter), row)
+        _print_tick(_job_title(j.title, datacenter), row)
 
 
 def _show_histories(
@@ -217,6 +221,15 @@ def scheduled_jobs(
     ]
 
 
+def _check_key(key: str | None, job: str | None) -> None:
+    """--key: held to the key rule (refused, never escaped), and only with --job."""
+    if key is None:
+        return
+    options.keyed_lock("", key)  # refused here, before the spec or Consul is read
+    if job is None:
+        raise InputError("--key needs --job: a key is one job's")
+
+
 def _since(text: str | None) -> Earliest | None:
     from provision.ledger.since import read_since
 
@@ -288,7 +301,7 @@ def _print_timelines(histories: list[tuple[JobHistory, str | None]]) -> None:
         span = f"{shown.count} ticks"
         if shown.first is not None and shown.last is not None:
             span += f" {tick_name(shown.first)} .. {tick_name(shown.last)}"
-        title = _job_title(found.job, datacenter)
+        title = _job_title(found.title, datacenter)
         out.print(cell(f"{title}: {found.schedule.text} ({found.schedule.zone}), {span}", 300))
         width = max(len(strip.worker) for strip in shown.strips)
         for strip in shown.strips:
@@ -311,7 +324,8 @@ def _print(found: JobHistory, paused: str = "", datacenter: str | None = None) -
 
     from provision.ledger.records import tick_name
 
-    title = f"{_job_title(found.job, datacenter)}: {found.schedule.text} ({found.schedule.zone}), "
+    where = _job_title(found.title, datacenter)
+    title = f"{where}: {found.schedule.text} ({found.schedule.zone}), "
     title += f"next tick {tick_name(found.next_tick)}{paused}"
     table = Table(title=cell(title, 300), title_justify="left")
     headers = ("tick (UTC)", "worker (as recorded)", "LockIndex", "outcome", "exit")

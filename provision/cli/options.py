@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Concatenate, ParamSpec, TypeVa
 
 import typer
 
+from provision.errors import InputError
+
 if TYPE_CHECKING:  # imported when a command runs: `render` and `lint` need no HTTP stack
     from _typeshed import DataclassInstance
 
@@ -39,6 +41,30 @@ Datacenter = Annotated[
         show_default=False,
     ),
 ]
+Key = Annotated[
+    str | None,
+    typer.Option(
+        "--key",
+        help="A keyed job's key: its own lock and ledger (lockctl run --key).",
+        show_default=False,
+    ),
+]
+
+
+def keyed_lock(lock_key: str, key: str | None) -> str:
+    """The lock of `key` of the job whose lock is `lock_key` (the job's own without a key); a
+    key that breaks the rule is refused at the flag, never escaped (exit 2)."""
+    if key is None:
+        return lock_key
+    from provision.keyed import key_problem, keyed_lock_key
+    from provision.system.text import printable
+
+    problem = key_problem(key)
+    if problem is not None:
+        raise InputError(f"--key '{printable(key, 140)}': {problem}")
+    return keyed_lock_key(lock_key, key)
+
+
 SecretsDir = Annotated[
     Path,
     typer.Option(

@@ -47,6 +47,7 @@ class RunArgs:
     min_hold: str | None = None
     allow_unsafe: bool = False
     metrics_textfile: str | None = None
+    key: str | None = None  # a keyed run's key: its own lock and ledger (provision/keyed.py)
 
 
 def serve_run(argv: Sequence[str], verbose: bool | None = None) -> int:
@@ -80,6 +81,7 @@ def parse_run(argv: Sequence[str]) -> RunArgs:
         min_hold=namespace.min_hold,
         allow_unsafe=namespace.allow_unsafe,
         metrics_textfile=namespace.metrics_textfile,
+        key=namespace.key,
     )
 
 
@@ -102,6 +104,12 @@ def run_parser() -> CommandParser:
     config_from_env = os.environ.get("LOCKCTL_CONFIG") or None
     add = parser.add_argument
     add("--job", "-j", metavar="JOB", help="The job (its name in the spec).")
+    add(
+        "--key",
+        metavar="KEY",
+        help="Run the job for KEY (a tenant, a target): its own lock and ledger under the "
+        "job's prefix, keys/KEY/; runs for other keys go on beside it.",
+    )
     add(
         "--config", "-c", default=config_from_env, metavar="FILE", help="The worker's lockctl.json."
     )
@@ -155,10 +163,12 @@ def run_command(args: RunArgs, verbose: bool | None = None) -> int:
 
     worker_config = load_worker_config(args.config, allow_unsafe=args.allow_unsafe)
     job_config = worker_config.job(args.job)
+    if args.key is not None:
+        job_config = job_config.keyed(args.key)
     _check_command(args, job_config)
     if job_config.schedule is not None:  # every replica, a skipped one too, says a bad file
         check_url_files(job_config.notifications, f"{args.config}: jobs.{args.job}")
-    events = EventLog(args.job, worker_config.worker, sys.stderr)
+    events = EventLog(args.job, worker_config.worker, sys.stderr, key=args.key)
     # Everything up to here is cheap (no HTTP stack loaded): a tick another worker took is
     # settled with one plain read, before the runner and the Consul client are loaded.
     began = time.monotonic()
@@ -193,6 +203,13 @@ def _check_command(args: RunArgs, job: JobConfig) -> None:
 def _check_flags(args: RunArgs) -> _Checked:
     if args.timeout is not None and not args.wait:
         raise InputError("--timeout only applies with --wait")
+    if args.key is not None:
+        from provision.keyed import key_problem
+        from provision.system.text import printable
+
+        problem = key_problem(args.key)
+        if problem is not None:
+            raise InputError(f"--key '{printable(args.key, 140)}': {problem}")
     metrics = None
     if args.metrics_textfile is not None:
         from provision.runner.metrics import metrics_path_problem
@@ -229,7 +246,7 @@ def _run(
 
     settings = resolve_settings(**worker_config.connection())
     options = RunOptions(args.wait, checked.timeout, checked.min_hold)
-    events = EventLog(args.job, worker_config.worker, sys.stderr)
+    events = EventLog(args.job, worker_config.worker, sys.stderr, key=args.key)
     agent_clock = AgentClock()  # every decision about the tick is judged on Consul's clock
     consul = Consul(settings, agent_clock=agent_clock)
     become_subreaper()  # the job's orphans come back to us, so none of them outlives the lock
@@ -300,11 +317,10 @@ def _taken_once_logged_in(
 
 def _write_metrics(path: Path, events: EventLog, result: RunResult | None, elapsed: float) -> None:
     """Write the metrics file; what goes wrong is a warning event, never the run's exit status."""
-    from provision.runner.metrics import write_run_metrics
+    from provision.runner.metrics import Owner, write_run_metrics
 
-    warnings = write_run_metrics(
-        path, events.job, events.worker, result, time.time(), elapsed=elapsed
-    )
+    owner = Owner(events.job, events.worker, events.key)
+    warnings = write_run_metrics(path, owner, result, time.time(), elapsed=elapsed)
     for warning in warnings:
         events.emit("metrics-warning", path=str(path), warning=warning)
 

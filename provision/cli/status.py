@@ -69,7 +69,8 @@ def _print(states: list[LockState]) -> None:
     paused = ("paused",) if any(s.paused for s in states) else ()  # only while a job is
     pending = ("trigger pending",) if any(s.trigger_pending for s in states) else ()
     backfill = ("backfill pending",) if any(s.backfill_pending for s in states) else ()
-    control = (*paused, *pending, *backfill)
+    keyed = ("keys seen",) if any(s.keys_seen_count for s in states) else ()
+    control = (*paused, *pending, *backfill, *keyed)
     for header in (*headers, "record (as written by the holder)", "LockIndex", *ticks, *control):
         table.add_column(header, overflow="fold")  # a narrow table wraps; it never cuts an ID
     for s in states:
@@ -77,6 +78,7 @@ def _print(states: list[LockState]) -> None:
         ledger += [cell(s.paused or "-", RECORD_LIMIT, style="yellow")] if paused else []
         ledger += [cell(s.trigger_pending or "-", RECORD_LIMIT)] if pending else []
         ledger += [cell(s.backfill_pending or "-", RECORD_LIMIT)] if backfill else []
+        ledger += [cell(_keys(s), RECORD_LIMIT)] if keyed else []
         table.add_row(
             cell(s.job),
             *([cell(s.datacenter or "-")] if where else []),
@@ -88,6 +90,15 @@ def _print(states: list[LockState]) -> None:
             *ledger,
         )
     console().print(table)
+
+
+def _keys(state: LockState) -> str:
+    """`tenant-41, tenant-42`; `a, b, ... and 12 more (14)` past the few shown."""
+    if not state.keys_seen_count:
+        return "-"
+    shown = ", ".join(state.keys_seen)
+    more = state.keys_seen_count - len(state.keys_seen)
+    return shown if not more else f"{shown} and {more} more ({state.keys_seen_count})"
 
 
 def _holder(state: LockState) -> Text:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from provision.blackouts import Blackout, holding_window
 from provision.consul import Consul
+from provision.keyed import keyed_lock_key
 from provision.ledger.attempts import attempts_text
 from provision.ledger.control import NO_PAUSES, Pauses
 from provision.ledger.operator import readable_pauses
@@ -66,6 +67,16 @@ class LedgerJob:
     start_deadline: float
     history_limit: int
     blackouts: tuple[Blackout, ...] = ()  # its ticks in these are `blackout`, not missed
+    key: str | None = None  # a keyed job's key whose ledger this is (provision/keyed.py)
+
+    @property
+    def title(self) -> str:
+        """The job, and the key whose ledger this is: `report, key tenant-42`."""
+        return self.name if self.key is None else f"{self.name}, key {self.key}"
+
+    def keyed(self, key: str) -> LedgerJob:
+        """The ledger of the job's runs for `key` (a key that passed keyed.key_problem)."""
+        return replace(self, lock_key=keyed_lock_key(self.lock_key, key), key=key)
 
 
 def ledger_job(job: Job) -> LedgerJob | None:
@@ -260,6 +271,12 @@ class JobHistory:
     problems: tuple[RecordProblem, ...] = ()  # records read but not decoded, one line each
     pauses: Pauses = NO_PAUSES  # read only when a tick nobody ran has no record yet
     blackouts: tuple[Blackout, ...] = ()  # the job's windows: its ticks in them are not missed
+    key: str | None = None  # a keyed job's key whose ledger this is
+
+    @property
+    def title(self) -> str:
+        """The job, and the key whose ledger this is: `report, key tenant-42`."""
+        return self.job if self.key is None else f"{self.job}, key {self.key}"
 
     @property
     def unrecorded_missed(self) -> list[datetime]:  # nobody ran them: missed, or paused
@@ -293,6 +310,7 @@ class JobHistory:
     def to_record(self) -> dict[str, Any]:
         return {
             "job": self.job,
+            **({} if self.key is None else {"key": self.key}),
             "lock_key": self.lock_key,
             "schedule": self.schedule.text,
             "timezone": self.schedule.zone,
@@ -331,6 +349,7 @@ def build_history(
         snapshot.problems,
         pauses,
         job.blackouts,
+        job.key,
     )
 
 

@@ -44,9 +44,12 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"), default=str)
 class EventLog:
     """Writes events for one job on one worker; safe to call from several threads."""
 
-    def __init__(self, job: str, worker: str, stream: TextIO | None = None) -> None:
+    def __init__(
+        self, job: str, worker: str, stream: TextIO | None = None, key: str | None = None
+    ) -> None:
         self.job = job
         self.worker = worker
+        self.key = key  # a keyed run's: in every event, after the job
         self._stream = stream
         self._lock = threading.Lock()
         self.broken: str | None = None  # why the stream failed, once it has
@@ -57,6 +60,7 @@ class EventLog:
             "time": datetime.now(timezone.utc).isoformat(timespec="milliseconds"),
             "event": event,
             "job": self.job,
+            **({} if self.key is None else {"key": self.key}),
             "worker": self.worker,
             **{key: value for key, value in fields.items() if value is not None},
         }

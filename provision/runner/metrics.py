@@ -85,10 +85,25 @@ def metrics_path_problem(path: Path) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Owner:
+    """Whose runs a metrics file counts: the job and worker, and a keyed run's key (its own
+    file, with a `key` label the unkeyed runs' files do not have; node_exporter fills it in
+    empty for them)."""
+
+    job: str
+    worker: str
+    key: str | None = None
+
+    @property
+    def labels(self) -> dict[str, str]:
+        found = {"job": self.job, "worker": self.worker}
+        return found if self.key is None else {**found, "key": self.key}
+
+
 def write_run_metrics(
     path: Path,
-    job: str,
-    worker: str,
+    owner: Owner,
     result: RunResult | None,
     now: float,
     *,
@@ -101,10 +116,10 @@ def write_run_metrics(
     `now`: the wall clock (Unix time) at the run's end. The duration is the result's own when it
     has one (`duration`), else `elapsed`, the whole run's.
     """
-    previous, warnings = read_metrics(path, job, worker)
+    previous, warnings = read_metrics(path, owner)
     metrics = updated_metrics(previous, result, now, elapsed)
     try:
-        write_atomically(path, render_metrics(metrics, job, worker), mode=PUBLIC_MODE)
+        write_atomically(path, render_metrics(metrics, owner), mode=PUBLIC_MODE)
     except OSError as exc:
         warnings.append(f"metrics not written: {exc.strerror or exc}")
     return warnings
@@ -132,41 +147,43 @@ def updated_metrics(
     )
 
 
-def render_metrics(metrics: JobMetrics, job: str, worker: str) -> str:
-    """The exposition text (prometheus_client's own), samples labelled job and worker."""
+def render_metrics(metrics: JobMetrics, owner: Owner) -> str:
+    """The exposition text (prometheus_client's own), samples labelled job and worker (and
+    key, for a keyed run's)."""
     from prometheus_client import CollectorRegistry, generate_latest
 
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Collector(metrics, job, worker))
+    registry.register(_Collector(metrics, owner))
     return generate_latest(registry).decode("utf-8")
 
 
 class _Collector:
     """Hands prometheus_client the metric families of one JobMetrics."""
 
-    def __init__(self, metrics: JobMetrics, job: str, worker: str) -> None:
-        self.metrics, self.labels = metrics, [job, worker]
+    def __init__(self, metrics: JobMetrics, owner: Owner) -> None:
+        self.metrics = metrics
+        self.names, self.labels = list(owner.labels), list(owner.labels.values())
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         for name, (attribute, help_text) in GAUGES.items():
-            gauge = GaugeMetricFamily(name, help_text, labels=LABELS)
+            gauge = GaugeMetricFamily(name, help_text, labels=self.names)
             value = getattr(self.metrics, attribute)
             if value is not None:
                 gauge.add_metric(self.labels, value)
             yield gauge
-        ticks = CounterMetricFamily(TICKS, TICKS_HELP, labels=(*LABELS, "outcome"))
+        ticks = CounterMetricFamily(TICKS, TICKS_HELP, labels=(*self.names, "outcome"))
         for outcome in sorted(self.metrics.ticks):
             ticks.add_metric([*self.labels, outcome], self.metrics.ticks[outcome])
         yield ticks
-        retries = CounterMetricFamily(RETRIES, RETRIES_HELP, labels=LABELS)
+        retries = CounterMetricFamily(RETRIES, RETRIES_HELP, labels=self.names)
         if self.metrics.retries:  # sparse as the outcomes: from the first retry here on
             retries.add_metric(self.labels, self.metrics.retries)
         yield retries
 
 
-def read_metrics(path: Path, job: str, worker: str) -> tuple[JobMetrics, list[str]]:
+def read_metrics(path: Path, owner: Owner) -> tuple[JobMetrics, list[str]]:
     """The metrics the last run left at `path`, and a warning when that file was not usable
     (it is then replaced: starting the counters again is what Prometheus handles as a reset)."""
     if not os.path.lexists(path):
@@ -175,7 +192,7 @@ def read_metrics(path: Path, job: str, worker: str) -> tuple[JobMetrics, list[st
         data = read_regular_file(path, MAX_FILE_BYTES)
         if len(data) > MAX_FILE_BYTES:
             raise UnreadableFile(f"larger than {MAX_FILE_BYTES} bytes")
-        return _parse(data.decode("utf-8"), job, worker), []
+        return _parse(data.decode("utf-8"), owner), []
     except (UnreadableFile, UnicodeDecodeError, _NotOurs) as exc:
         why = printable(str(exc), 200)  # the file's text: shown, never raw
         return JobMetrics(), [f"previous file not usable ({why}); replaced"]
@@ -194,7 +211,7 @@ class _NotOurs(Exception):
     """The previous file holds something this job's runs did not write."""
 
 
-def _parse(text: str, job: str, worker: str) -> JobMetrics:
+def _parse(text: str, owner: Owner) -> JobMetrics:
     from prometheus_client.parser import text_string_to_metric_families
 
     gauges: dict[str, float] = {}
@@ -211,8 +228,9 @@ def _parse(text: str, job: str, worker: str) -> JobMetrics:
     ]
     for sample in samples:
         identity = {k: v for k, v in sample.labels.items() if k != "outcome"}
-        if identity != {"job": job, "worker": worker}:
-            raise _NotOurs(f"{sample.name} is not labelled job={job!r}, worker={worker!r}")
+        if identity != owner.labels:
+            said = ", ".join(f"{name}={value!r}" for name, value in owner.labels.items())
+            raise _NotOurs(f"{sample.name} is not labelled {said}")
         if not math.isfinite(sample.value) or sample.value < 0:
             raise _NotOurs(f"{sample.name} is {sample.value}")
         if sample.name in GAUGES and "outcome" not in sample.labels:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from provision.consul import Consul, ConsulError
+from provision.keyed import keys_folder, keys_in
 from provision.ledger.backfilling import readable_pending_backfill
 from provision.ledger.history import Wanted, ledger_job, read_history
 from provision.ledger.holder import CLAIM_LIMIT, claimed_worker, holder_record
@@ -20,6 +21,9 @@ from provision.ledger.records import tick_name
 from provision.spec import Job, Spec
 from provision.spec.datacenters import check_datacenter_flag, chosen_datacenters, job_datacenters
 from provision.system.text import printable
+
+KEYS_SHOWN = 10  # a keyed job's keys named by status; the rest counted
+KEYS_READ_BYTES = 4 * 1024 * 1024  # the listing of its keys' folders, at most
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,8 @@ class LockState:
     trigger_pending: str | None = None  # `by alice at ...: why`: a trigger no replica took yet
     backfill_pending: str | None = None  # `2 of 3 ticks left, asked by alice ...`: a backfill's
     datacenter: str | None = None  # the datacenter read, in a spec that names datacenters
+    keys_seen: tuple[str, ...] = ()  # a keyed job's keys that have a lock or a ledger, a few
+    keys_seen_count: int = 0  # all of them
 
     @property
     def forged(self) -> bool:
@@ -57,10 +63,13 @@ class LockState:
 
     def to_record(self) -> dict[str, Any]:
         """One lock's entry in `lockctl status --json`: every field, under its own name
-        (`datacenter` only in a spec that names datacenters)."""
+        (`datacenter` only in a spec that names datacenters, `keys_seen` only for a job run with
+        keys)."""
         record = asdict(self)
         if self.datacenter is None:
             del record["datacenter"]
+        if not self.keys_seen_count:  # a job never run with a key: the record as it was
+            del record["keys_seen"], record["keys_seen_count"]
         return record
 
 
@@ -80,7 +89,19 @@ def lock_state(consul: Consul, job: Job, datacenter: str | None) -> LockState:
     """One consistent read of the job's lock key, plus the holding session's node and, for a
     job with a schedule, one read of its ledger; `consul` asks `datacenter`."""
     state = replace(_state(consul, job.name, job.lock_key), datacenter=datacenter)
-    return _with_control(consul, _with_ticks(consul, job, state))
+    return _with_keys(consul, _with_control(consul, _with_ticks(consul, job, state)))
+
+
+def _with_keys(consul: Consul, state: LockState) -> LockState:
+    """The keys runs of the job were keyed with (`lockctl run --key`): the folders under its
+    `keys/`, one read of their names (a token that may not list them: none said)."""
+    folder = keys_folder(state.key)
+    try:
+        names, _ = consul.kv.key_names(folder, separator="/", max_bytes=KEYS_READ_BYTES)
+    except ConsulError:
+        return state
+    found = keys_in(names, folder)
+    return replace(state, keys_seen=tuple(found[:KEYS_SHOWN]), keys_seen_count=len(found))
 
 
 def _with_control(consul: Consul, state: LockState) -> LockState:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from provision.durations import DurationSyntaxError, format_duration, parse_duration
+from provision.keyed import keyed_lock_key
 from provision.system.http_call import (
     RETRY_ON_TIMEOUT_REFUSED,
     HttpCall,
@@ -74,6 +75,13 @@ class JobConfig:
     overlap: str = (
         DEFAULT_OVERLAP  # "cancel": a tick stops the run still going on (tick/overlap.py)
     )
+    key: str | None = None  # a keyed run's key: its lock and ledger under <prefix>keys/<key>/
+
+    def keyed(self, key: str) -> JobConfig:
+        """The job as a run for `key` sees it (a key that passed spec/names.py key_problem):
+        its own lock and ledger under the job's prefix, its name, control keys and timings
+        the job's."""
+        return replace(self, lock_key=keyed_lock_key(self.lock_key, key), key=key)
 
 
 def job_record(job: Job) -> dict[str, Any]:

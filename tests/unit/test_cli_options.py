@@ -296,8 +296,17 @@ def test_lock_state_record_is_every_field() -> None:
     claims = {"worker": "worker-1", "acquired_at": "t"}
     state = LockState("j", "locks/j/.lock", True, "s-1", "worker-1", claims, True, 3, 9)
     # `datacenter` only in a spec that names datacenters: the record is as it was without
-    assert state.to_record() == {k: v for k, v in asdict(state).items() if k != "datacenter"}
-    assert replace(state, datacenter="dc2").to_record() == asdict(replace(state, datacenter="dc2"))
+    left_out = ("datacenter", "keys_seen", "keys_seen_count")  # only when they say something
+    assert state.to_record() == {k: v for k, v in asdict(state).items() if k not in left_out}
+    keyed = replace(state, keys_seen=("tenant-1",), keys_seen_count=1)
+    assert (
+        keyed.to_record()["keys_seen"] == ("tenant-1",)
+        and keyed.to_record()["keys_seen_count"] == 1
+    )
+    in_dc2 = replace(state, datacenter="dc2")
+    assert in_dc2.to_record() == {
+        k: v for k, v in asdict(in_dc2).items() if k not in ("keys_seen", "keys_seen_count")
+    }
     assert list(state.to_record()) == [
         "job",
         "key",

@@ -136,7 +136,15 @@ def test_run_and_schedule_flags_and_values(bash_script: Path, tmp_path: Path) ->
         ],
         cwd=tmp_path,
     )
-    run_flags = {"--config", "--job", "--wait", "--timeout", "--min-hold", "--allow-unsafe"}
+    run_flags = {
+        "--config",
+        "--job",
+        "--wait",
+        "--timeout",
+        "--min-hold",
+        "--allow-unsafe",
+        "--key",
+    }
     assert run_flags | {"--metrics-textfile", "--help"} == set(replies[0])
     assert replies[1] == ["--config"]
     assert replies[2] == ["lockctl.json"] == replies[3]

@@ -58,6 +58,8 @@ def _args(command: list[str], job: str = "j", config: str = "w.json", **flags: o
          _args(["true"], metrics_textfile="/var/t/j.prom")),
         (["--job", "j", "--", "true"], _args(["true"], config="env.json")),
         (["--job", "j", "-c", "w.json", "--", "true"], _args(["true"])),  # the flag wins
+        (["-j", "j", "-c", "w.json", "--key", "tenant-42", "--", "true"],
+         _args(["true"], key="tenant-42")),
     ],
 )  # fmt: skip
 def test_each_argv_is_read_into_the_run_it_asks_for(
@@ -141,10 +143,13 @@ def worker_config(tmp_path: Path) -> Path:
         (["--job", "j", "--bogus"], "lockctl: error: run: unrecognized arguments: --bogus"),
         (["--wait=1"], "lockctl: error: run: argument --wait: ignored explicit argument '1'"),
         ([], "lockctl: error: run: the following arguments are required: --job/-j"),
+        (["--job", "j", "--key", "../j"], "lockctl: error: --key '../j': must be 1-128"),
+        (["--job", "j", "--key", "a/b"], "lockctl: error: --key 'a/b': must be 1-128"),
+        (["--job", "j", "--key", "t\x1b[2J"], "lockctl: error: --key 't\\x1b[2J': must be"),
     ],
     ids=["timeout-without-wait", "bad-min-hold", "no-such-job", "metrics-folder",
          "metrics-no-parent", "metrics-not-prom", "unknown-flag", "switch-with-value",
-         "no-job"],
+         "no-job", "key-dots", "key-slash", "key-escape"],
 )  # fmt: skip
 def test_bad_input_is_one_line_and_exit_2_from_both_entries(
     worker_config: Path, extra: list[str], message: str

@@ -20,6 +20,7 @@ from provision.runner.events import EventLog
 from provision.runner.metrics import (
     MAX_FILE_BYTES,
     JobMetrics,
+    Owner,
     metrics_path_problem,
     read_metrics,
     render_metrics,
@@ -29,6 +30,7 @@ from provision.runner.results import RunResult
 from provision.tick.skips import SkipReason
 
 JOB, WORKER = "nightly-ingest", "worker-2"
+OWNER = Owner(JOB, WORKER)
 T0 = 1_796_000_000.0
 
 
@@ -55,7 +57,7 @@ def prom(tmp_path: Path) -> Path:
 
 
 def write(prom: Path, result: RunResult | None, now: float, elapsed: float = 0.5) -> list[str]:
-    return write_run_metrics(prom, JOB, WORKER, result, now, elapsed=elapsed)
+    return write_run_metrics(prom, OWNER, result, now, elapsed=elapsed)
 
 
 def test_a_first_run_that_skips_counts_the_skip_and_claims_no_run(prom: Path) -> None:
@@ -133,8 +135,26 @@ def test_the_file_is_prometheus_text_with_help_and_type_and_no_created_series(pr
 
 def test_what_is_written_reads_back_the_same(prom: Path) -> None:
     metrics = JobMetrics(T0, T0 + 1, 0.125, 2.0, {"ran": 5.0, "skipped": 12.0, "error": 1.0})
-    prom.write_text(render_metrics(metrics, JOB, WORKER))
-    assert read_metrics(prom, JOB, WORKER) == (metrics, [])
+    prom.write_text(render_metrics(metrics, OWNER))
+    assert read_metrics(prom, OWNER) == (metrics, [])
+
+
+def test_a_keyed_runs_file_is_labelled_with_its_key_and_not_another_keys() -> None:
+    metrics = JobMetrics(T0, T0 + 1, 0.125, 0.0, {"ran": 2.0})
+    keyed = Owner(JOB, WORKER, "tenant-42")
+    text = render_metrics(metrics, keyed)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            assert sample.labels["key"] == "tenant-42", sample
+    assert "key=" not in render_metrics(metrics, OWNER)  # an unkeyed run's: as before
+
+
+def test_another_keys_file_is_not_ours(prom: Path) -> None:
+    metrics = JobMetrics(T0, T0 + 1, 0.125, 0.0, {"ran": 2.0})
+    prom.write_text(render_metrics(metrics, Owner(JOB, WORKER, "tenant-41")))
+    found, warnings = read_metrics(prom, Owner(JOB, WORKER, "tenant-42"))
+    assert found == JobMetrics() and len(warnings) == 1 and "key='tenant-42'" in warnings[0]
+    assert read_metrics(prom, OWNER)[0] == JobMetrics()  # nor an unkeyed run's
 
 
 GARBAGE = {
@@ -179,13 +199,13 @@ def test_no_previous_text_makes_the_reader_raise(
 ) -> None:
     path = tmp_path_factory.mktemp("fuzz") / "j.prom"
     path.write_text(text)
-    metrics, warnings = read_metrics(path, JOB, WORKER)
+    metrics, warnings = read_metrics(path, OWNER)
     assert isinstance(metrics, JobMetrics) and len(warnings) <= 1
 
 
 def test_a_folder_that_cannot_be_written_is_a_warning_not_an_error() -> None:
     path = Path("/proc/lockctl-metrics-test.prom")  # even root cannot make files in /proc
-    warnings = write_run_metrics(path, JOB, WORKER, ran(0), T0)
+    warnings = write_run_metrics(path, OWNER, ran(0), T0)
     assert len(warnings) == 1 and warnings[0].startswith("metrics not written: ")
 
 
@@ -279,4 +299,4 @@ def test_a_tick_a_blackout_window_held_is_counted_blackout_not_skipped(prom: Pat
         "lockctl_ticks_total{blackout}": 1.0,
         "lockctl_ticks_total{skipped}": 1.0,
     }
-    assert read_metrics(prom, JOB, WORKER)[0].ticks == {"blackout": 1.0, "skipped": 1.0}
+    assert read_metrics(prom, OWNER)[0].ticks == {"blackout": 1.0, "skipped": 1.0}
