@@ -49,8 +49,8 @@ def call_of(call: HttpCall, secrets: tuple[str, ...] = ()) -> Callable[[], HttpJ
 
 def run_env(lock_key: str, run: Run) -> dict[str, str]:
     """What the job is told of its claimed tick and its lock (the names `lockctl run` uses; an
-    HTTP job's call sends them as headers)."""
-    return {
+    HTTP job's call sends them as headers); a keyed run's key too."""
+    told = {
         "LOCKCTL_TICK": tick_name(run.tick),
         "LOCK_KEY": lock_key,
         "LOCK_SESSION": run.session,
@@ -58,8 +58,9 @@ def run_env(lock_key: str, run: Run) -> dict[str, str]:
         "LOCKCTL_JOB": run.job,
         "LOCKCTL_WORKER": run.worker,
         "LOCKCTL_ATTEMPT": str(run.attempt),
-        "LOCKCTL_IDEMPOTENCY_KEY": idempotency_key(run.job, run.tick, None, 0),
+        "LOCKCTL_IDEMPOTENCY_KEY": idempotency_key(run.job, run.tick, None, 0, run.key),
     }
+    return told if run.key is None else {**told, "LOCKCTL_KEY": run.key}
 
 
 # the runner's bodies that need no fence of their own (the core's HeldRun fences them)
@@ -114,17 +115,24 @@ _KEY_PART = re.compile(r"[A-Za-z0-9._-]{1,64}")
 
 
 def idempotency_key(
-    job: str, tick: datetime | None, trigger: str | None, acquired_index: int
+    job: str,
+    tick: datetime | None,
+    trigger: str | None,
+    acquired_index: int,
+    key: str | None = None,
 ) -> str:
     """The key of one run of `job`, the same for each of its attempts and different for any
     other run: `lockctl:<job>:<tick>` for a scheduled tick (the tick is claimed once, so it is
     run once), `lockctl:<job>:<instant>:trigger:<id>` for an operator's trigger, and
     `lockctl:<job>:lock:<index>` for a run without a tick (`acquired_index`: the lock's
-    ModifyIndex when acquired, which Consul never hands out twice). At most 170 characters."""
+    ModifyIndex when acquired, which Consul never hands out twice). A keyed run's tick names its
+    key too, `lockctl:<job>:key:<key>:<tick>`: each key claims the tick once. At most 240
+    characters."""
     if tick is None:
         return f"lockctl:{_key_part(job)}:lock:{acquired_index}"
-    key = f"lockctl:{_key_part(job)}:{tick_name(tick)}"
-    return key if trigger is None else f"{key}:trigger:{_key_part(trigger)}"
+    keyed = "" if key is None else f"key:{_key_part(key)}:"
+    said = f"lockctl:{_key_part(job)}:{keyed}{tick_name(tick)}"
+    return said if trigger is None else f"{said}:trigger:{_key_part(trigger)}"
 
 
 def _key_part(text: str) -> str:

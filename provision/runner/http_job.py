@@ -48,6 +48,7 @@ HEADERS = {
     "LOCKCTL_JOB": "X-Lockctl-Job",
     "LOCKCTL_WORKER": "X-Lockctl-Worker",
     "LOCKCTL_ATTEMPT": "X-Lockctl-Attempt",
+    "LOCKCTL_KEY": "X-Lockctl-Key",  # a keyed run's
 }
 # The run's key (the same for every attempt of it), in the IETF draft's header
 # (draft-ietf-httpapi-idempotency-key-header): a Structured Field string, so in quotes.

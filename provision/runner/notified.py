@@ -34,7 +34,7 @@ def run_notify(job: JobConfig) -> JobNotify | None:
     if not job.notifications or job.schedule is None:
         return None
     schedule = parse_schedule(job.schedule, job.timezone)
-    return load_job(JobKeys(job.name, job.lock_key), schedule, job.notifications)
+    return load_job(JobKeys(job.name, job.lock_key, job.key), schedule, job.notifications)
 
 
 def tell(made: JobNotify, consul: Consul, result: RunResult, events: EventLog) -> None:

@@ -113,7 +113,7 @@ def core_job(ask: TickAsk) -> CoreJob:
         timings = replace(timings, min_hold=ask.options.min_hold)
     workers = tuple(job.workers)
     catchup = job.catchup in (LATEST, ALL)
-    keys = JobKeys(job.name, job.lock_key)
+    keys = JobKeys(job.name, job.lock_key, job.key)
     history = job.history_limit
     core = CoreJob(keys, schedule, timings, workers, history, catchup, job.blackouts)
     return replace(core, catchup_all=job.catchup_reach if job.catchup == ALL else None)
@@ -482,7 +482,7 @@ def _watch(made: _Core, ask: TickAsk, remaining: float) -> None:
     """Block on the lock's key until it changes, at most WATCH_POLL (a stop is seen within
     it); a free key that refused the claim is in lock-delay: look again within an eighth of
     it."""
-    keys = JobKeys(ask.job.name, ask.job.lock_key)
+    keys = JobKeys(ask.job.name, ask.job.lock_key, ask.job.key)
     try:
         holder, index = made.store.watch_lock(keys, 0, 0.0)
         wait = min(WATCH_POLL, max(remaining, 0.001))
@@ -601,7 +601,7 @@ def skip_fields(
     record (taken since the turn's read), or the lock's holder (held, in lock-delay)."""
     if skip is SkipReason.TAKEN:
         try:
-            record, _ = store.read_tick(JobKeys(job.name, job.lock_key), tick)
+            record, _ = store.read_tick(JobKeys(job.name, job.lock_key, job.key), tick)
         except ConsulError:
             record = None
         if record is not None:

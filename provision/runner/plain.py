@@ -79,14 +79,14 @@ def plain_job(ask: PlainAsk) -> PlainJob:
     timings = ask.job.timings
     if ask.options.min_hold is not None:
         timings = replace(timings, min_hold=ask.options.min_hold)
-    return PlainJob(JobKeys(ask.job.name, ask.job.lock_key), timings)
+    return PlainJob(JobKeys(ask.job.name, ask.job.lock_key, ask.job.key), timings)
 
 
 def plain_env(lock_key: str, run: Run, modify_index: int) -> dict[str, str]:
     """What the job is told of its lock: key, session, indexes, job, worker, which attempt
     this is (1 for the first), and the run's key, the same for every attempt of it (an HTTP
     job sends it as the Idempotency-Key). No tick: a plain lock runs none."""
-    return {
+    told = {
         "LOCK_KEY": lock_key,
         "LOCK_SESSION": run.session,
         "LOCK_INDEX": str(run.lock_index),
@@ -96,6 +96,7 @@ def plain_env(lock_key: str, run: Run, modify_index: int) -> dict[str, str]:
         "LOCKCTL_ATTEMPT": str(run.attempt),
         "LOCKCTL_IDEMPOTENCY_KEY": idempotency_key(run.job, None, None, modify_index),
     }
+    return told if run.key is None else {**told, "LOCKCTL_KEY": run.key}
 
 
 class PlainBody(RunnerBody):

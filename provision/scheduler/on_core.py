@@ -136,7 +136,7 @@ def core_job(job: JobConfig) -> CoreJob:
     if job.schedule is None:
         raise ValueError(f"job {job.name}: no schedule (the core runs scheduled jobs only)")
     return CoreJob(
-        JobKeys(job.name, job.lock_key),
+        JobKeys(job.name, job.lock_key, job.key),
         parse_schedule(job.schedule, job.timezone),
         job.timings,
         tuple(job.workers),
@@ -189,7 +189,7 @@ class ServiceBody(RunnerBody):
     def start(self, run: Run, ended: Callable[[], None]) -> None:
         environment = run_env(self.lock_key, run)
         if self.trigger is not None:
-            key = idempotency_key(run.job, run.tick, self.trigger, 0)
+            key = idempotency_key(run.job, run.tick, self.trigger, 0, run.key)
             environment["LOCKCTL_IDEMPOTENCY_KEY"] = key
         body: Unfenced | None = None
         try:
@@ -771,7 +771,8 @@ def ready_notifications(jobs: Sequence[JobConfig], where: str) -> list[JobNotify
             continue
         try:
             schedule = parse_schedule(job.schedule, job.timezone)
-            ready.append(load_job(JobKeys(job.name, job.lock_key), schedule, job.notifications))
+            keys = JobKeys(job.name, job.lock_key, job.key)
+            ready.append(load_job(keys, schedule, job.notifications))
         except InputError as exc:
             raise InputError(f"{where}: jobs.{job.name}: {exc}") from None
     return ready

@@ -80,6 +80,7 @@ class Run:
     session: str
     safe_now: Callable[[], bool] = field(repr=False, compare=False)
     attempt: int = 1  # a retry of the tick's failed run, under the same lock: 2, 3, ...
+    key: str | None = None  # a keyed job's key (provision/keyed.py): its own lock and ledger
 
     def safe(self) -> bool:
         """Whether the lock is still vouched for now (False: stop, another may run)."""

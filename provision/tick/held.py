@@ -216,7 +216,8 @@ class HeldRun:
         record, keys = self.record, self.claimed.keys
         assert record.lock_index is not None  # a won claim's record carries its token
         worker, session = record.worker or "", self.claimed.session
-        run = Run(keys.name, worker, record.tick, record.lock_index, session, self._safe, attempt)
+        token, safe = record.lock_index, self._safe
+        run = Run(keys.name, worker, record.tick, token, session, safe, attempt, keys.key)
         body.start(run, self._step)
         self._step()
 

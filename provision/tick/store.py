@@ -136,6 +136,7 @@ class JobKeys:
 
     name: str
     lock_key: str
+    key: str | None = None  # a keyed job's key whose lock this is (provision/keyed.py)
 
     @functools.cached_property  # asked at every read, claim and completion
     def ticks(self) -> str:

@@ -47,8 +47,9 @@ def events(path: Path, name: str) -> list[dict[str, Any]]:
 
 def start_run(lab: JobLab, key: str, stderr: IO[str]) -> subprocess.Popen[str]:
     argv = [*LOCKCTL, "run", "--config", str(lab.configs["worker-1"]), "--job", lab.job]
+    told = 'echo "$LOCKCTL_KEY $LOCKCTL_IDEMPOTENCY_KEY" >> "$0"; exec sleep "$1"'
     return subprocess.Popen(
-        [*argv, "--key", key, "--", "sleep", RUN_FOR],
+        [*argv, "--key", key, "--", "sh", "-c", told, str(lab.tmp / "told"), RUN_FOR],
         stdout=subprocess.DEVNULL,
         stderr=stderr,
         text=True,
@@ -93,6 +94,8 @@ def test_each_key_has_its_own_lock_and_ledger(lab: JobLab) -> None:
     # at once: each key's run acquired before the other's released
     [released_one], [released_two] = events(logs["t1"], "released"), events(logs["t2"], "released")
     assert other["time"] < released_one["time"] and first["time"] < released_two["time"]
+    told = sorted((lab.tmp / "told").read_text().splitlines())  # what each run was told
+    assert told == [f"tenant-{n} lockctl:{lab.job}:key:tenant-{n}:{tick}" for n in (1, 2)]
     [skipped] = events(logs["t1-again"], "skipped")
     assert skipped["key"] == "tenant-1" and skipped["tick"] == tick, skipped
     for key in ("tenant-1", "tenant-2"):
@@ -111,7 +114,7 @@ def test_each_key_has_its_own_lock_and_ledger(lab: JobLab) -> None:
     [document] = json.loads(as_json.stdout)
     assert document["key"] == "tenant-2"
     assert document["lock_key"] == keyed_lock_key(lab.lock_key, "tenant-2")
-    print(f"\n$ lockctl run ... --key tenant-1 -- sleep {RUN_FOR}\n{logs['t1'].read_text()}")
+    print(f"\n$ lockctl run ... --key tenant-1 -- ...\n{logs['t1'].read_text()}")
     print(f"\n$ lockctl run ... --key tenant-1 (again)\n{logs['t1-again'].read_text()}")
     table = lab.operator("status")
     print(f"\n$ lockctl status\n{table.stdout}")  # for docs

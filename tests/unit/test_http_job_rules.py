@@ -432,6 +432,17 @@ def test_the_idempotency_key_names_the_run(
     assert made == idempotency_key(job, at, trigger, index)  # deterministic
 
 
+def test_a_keyed_runs_idempotency_key_names_its_key() -> None:
+    tick = parse_tick_name("2026-12-04T22:00:00Z")
+    one = idempotency_key("report", tick, None, 0, "tenant-1")
+    two = idempotency_key("report", tick, None, 0, "tenant-2")
+    assert one == "lockctl:report:key:tenant-1:2026-12-04T22:00:00Z"
+    assert len({one, two, idempotency_key("report", tick, None, 0)}) == 3  # each key's own
+    longest = idempotency_key("j" * 64, tick, "t" * 64, 0, "k" * 128)  # a long key: hashed
+    assert re.fullmatch(f"lockctl:j{{64}}:key:{HASH}:2026-12-04T22:00:00Z:trigger:t{{64}}", longest)
+    assert len(longest) <= 240
+
+
 def test_keys_differ_between_runs_and_are_bounded() -> None:
     tick = parse_tick_name("2026-12-04T22:00:00Z")
     later = parse_tick_name("2026-12-04T22:00:05Z")
