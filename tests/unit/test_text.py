@@ -203,6 +203,14 @@ def test_status_shows_a_hostile_record_escaped_literal_and_flagged(
     else:
         responses.get(paused_url, status=404)
         responses.get(trigger_url, status=404)
+    # a keyed job's keys: a folder whose name is no key is never listed (in the table, the
+    # column would wrap the rest: none there)
+    hostile_keys = ["locks/j/keys/t\x1b[2J/", "locks/j/keys/ok-1/", "locks/j/keys/[red]x[/]/"]
+    keys_url = f"{address}/v1/kv/locks/j/keys/"
+    if as_json:
+        responses.get(keys_url, json=hostile_keys)
+    else:
+        responses.get(keys_url, status=404)
     args = ["status", "--spec", str(spec), "--address", address, *(["--json"] if as_json else [])]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
@@ -213,6 +221,7 @@ def test_status_shows_a_hostile_record_escaped_literal_and_flagged(
         assert state["node"] == "worker-2" and state["claim_matches_node"] is False
         assert state["paused"].startswith("by ops\\x1b[2J: [red]x[/]\\r\\u202e")
         assert state["trigger_pending"] == state["paused"]  # a note without an id: pending
+        assert (state["keys_seen"], state["keys_seen_count"]) == (["ok-1"], 1)
         assert (
             state["claims"]["worker"] == "worker-1\\x1b]0;pwned\\x07[bold red]RED[/]\\r\\u202eevil"
         )
