@@ -3,11 +3,15 @@ a blocking read of the job's abort key while its body runs, and serve() on the c
 query `lockctl schedule` uses (which brings it `lockctl trigger` and `backfill` too). The body
 is told as a lost lock tells it (`run.check()` raises), the tick is recorded `aborted` with who
 and why, and the call returns `aborted`. A note that names another run (this tick under another
-session) stops nothing."""
+session) stops nothing. A body with isolation="process" is ended with its whole tree: a child
+that ignores SIGTERM and one in a session of its own are gone from /proc before the call
+returns."""
 
 from __future__ import annotations
 
 import io
+import os
+import subprocess
 import threading
 import time
 import uuid
@@ -16,6 +20,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING
 
 import pytest
+from procscan import pids_with
 from workers_lab import JobLab, one_job
 
 from provision.embed import Locker, Outcome, Run, RunOutcome
@@ -197,4 +202,45 @@ def test_serve_obeys_an_abort_runs_the_next_tick_a_trigger_and_a_backfill(lab: J
             server.join(WAIT)
         assert not server.is_alive()
     assert body.stopped_by == [f"RunStopped: aborted {said_by(lab, record)}"], body.stopped_by
+    assert "Traceback" not in events.getvalue()
+
+
+# Each process of the tree holds this marker in its argv (`sleep <marker>`): no other does.
+TREE_MARKER = f"700.{os.getpid()}{uuid.uuid4().int % 1000}"
+
+
+def tree_body(run: Run) -> None:
+    """A process body that starts a child ignoring SIGTERM and one in a session of its own
+    (setsid: out of its process group), then waits as long as they do."""
+    subprocess.Popen(["sh", "-c", 'trap "" TERM; exec sleep "$0"', TREE_MARKER])
+    subprocess.Popen(["setsid", "sleep", TREE_MARKER])
+    time.sleep(float(TREE_MARKER))
+
+
+def test_an_aborted_process_body_is_ended_with_its_whole_tree(lab: JobLab) -> None:
+    events = io.StringIO()
+    outcome: list[RunOutcome] = []
+    with Locker.from_config(lab.configs["worker-1"], events=events) as locker:
+        call = locker.singleton(lab.job, isolation="process")(tree_body)
+        at_next_tick()
+        thread = threading.Thread(target=lambda: outcome.append(call()))
+        thread.start()
+        try:
+            tree = eventually(
+                lambda: pids_with(TREE_MARKER) if len(pids_with(TREE_MARKER)) == 2 else []
+            )
+            assert tree, events.getvalue()
+            [record] = eventually(lambda: running(lab))
+            abort_as_operator(lab)
+            thread.join(WAIT)
+            assert not thread.is_alive(), events.getvalue()
+            # gone before the call returned: SIGTERM to the body's namespace, SIGKILL after
+            # kill_grace for the child that ignores it, the setsid one with them
+            assert pids_with(TREE_MARKER) == [], events.getvalue()
+            assert all(not os.path.exists(f"/proc/{pid}") for pid in tree), tree
+        finally:
+            thread.join(WAIT)
+    [ran] = outcome
+    assert ran.outcome is Outcome.ABORTED and ran.tick == record.tick, (ran, events.getvalue())
+    assert_aborted(lab, record)
     assert "Traceback" not in events.getvalue()
