@@ -317,6 +317,36 @@ def _refusal(claim: Claim) -> str:
 
 
 @dataclass(eq=False)
+class _Backoff:
+    """Something not claimed yet (the lock held elsewhere, Consul not answering), looked at
+    again after TRIGGER_POLL, doubling up to TRIGGER_POLL_MAX (never at once: the same refusal);
+    one timer at a time."""
+
+    timer: Cancellable | None = None
+    delay: float = TRIGGER_POLL
+
+    @property
+    def waiting(self) -> bool:
+        return self.timer is not None
+
+    def arm(self, clock: TimerClock, then: Callable[[], None]) -> None:
+        if self.timer is not None:
+            return
+        due = clock.monotonic() + self.delay
+        self.delay = min(self.delay * 2, TRIGGER_POLL_MAX)
+
+        def fire() -> None:
+            self.timer = None
+            then()
+
+        self.timer = clock.call_at(due, fire)
+
+    def reset(self) -> None:
+        """Settled: the next one starts afresh."""
+        self.delay = TRIGGER_POLL
+
+
+@dataclass(eq=False)
 class _Job:
     """What the core knows of one job between its ticks."""
 
@@ -334,27 +364,24 @@ class _Job:
     catchup_due: bool = False  # ...once the job is free here (one look per turn at most)
     catchups: list[datetime] = field(default_factory=list)  # "all": ticks to catch up, in order
     triggers: list[ControlNote] = field(default_factory=list)  # heard, not claimed or taken
-    trigger_timer: Cancellable | None = None
-    trigger_backoff: float = TRIGGER_POLL
+    trigger_retry: _Backoff = field(default_factory=_Backoff)
     idle_timer: Cancellable | None = None
     backfills: list[tuple[BackfillNote, datetime]] = field(default_factory=list)  # in order
     backfills_heard: set[str] = field(default_factory=set)  # the ids of backfills heard
-    backfill_timer: Cancellable | None = None  # a tick not claimed: looked at again then
-    backfill_backoff: float = TRIGGER_POLL
+    backfill_retry: _Backoff = field(default_factory=_Backoff)  # a tick not claimed
     housekeeping: int = 0  # housekeepings under way (their reads wait aside): not quiet yet
     abort: AbortNote | None = None  # the newest `lockctl abort` heard (the run it names)
     buffered: list[TickPlan] = field(default_factory=list)  # ticks read or written `buffered`
-    buffer_timer: Cancellable | None = None  # a buffered tick not claimed: looked at again then
-    buffer_backoff: float = TRIGGER_POLL
+    buffer_retry: _Backoff = field(default_factory=_Backoff)  # a buffered tick not claimed
 
     @property
     def timers(self) -> tuple[Cancellable | None, ...]:
         return (
             self.turn,
-            self.trigger_timer,
+            self.trigger_retry.timer,
             self.idle_timer,
-            self.backfill_timer,
-            self.buffer_timer,
+            self.backfill_retry.timer,
+            self.buffer_retry.timer,
         )
 
 
@@ -991,8 +1018,8 @@ class TickCore:
         """The job may be free here: a trigger heard meanwhile, or a catch-up to look for after
         a turn, goes next (from a timer of its own: never inside the step that freed it)."""
         self._quiet(state)
-        backfilling = bool(state.backfills) and state.backfill_timer is None
-        buffered = bool(state.buffered) and state.buffer_timer is None
+        backfilling = bool(state.backfills) and not state.backfill_retry.waiting
+        buffered = bool(state.buffered) and not state.buffer_retry.waiting
         off = state.triggers or state.catchup_due or state.catchups or backfilling
         wanted = buffered or state.waiting or off
         if not wanted or state.idle_timer is not None or not self._live(state):
@@ -1003,15 +1030,15 @@ class TickCore:
         state.idle_timer = None
         if state.busy is not None or not self._live(state):
             return  # looked at again when the job is free
-        if state.buffered and state.buffer_timer is None:  # older than any tick waiting
+        if state.buffered and not state.buffer_retry.waiting:  # older than any tick waiting
             self._buffered_next(state)
         elif state.waiting is not None:  # the scheduled tick first: its window is the shortest
             plan, state.waiting = state.waiting, None
             self._take(state, plan)
         elif state.triggers:
-            if state.trigger_timer is None:
+            if not state.trigger_retry.waiting:
                 self._try_trigger(state)
-        elif state.backfills and state.backfill_timer is None:
+        elif state.backfills and not state.backfill_retry.waiting:
             self._backfill_next(state)
         elif state.catchups:
             self._catch_up_next(state)
@@ -1027,7 +1054,6 @@ class TickCore:
 
     def _try_trigger(self, state: _Job) -> None:
         """The oldest trigger heard: read whether one took it, then claim (trigger_plan)."""
-        state.trigger_timer = None
         if not state.triggers or state.busy is not None or not self._live(state):
             return
         note = state.triggers[0]
@@ -1054,15 +1080,12 @@ class TickCore:
 
     def _retry_trigger(self, state: _Job) -> None:
         """A trigger not claimed (the lock held elsewhere, Consul not answering): again later."""
-        if state.trigger_timer is not None or not self._live(state):
-            return
-        due = self.clock.monotonic() + state.trigger_backoff
-        state.trigger_backoff = min(state.trigger_backoff * 2, TRIGGER_POLL_MAX)
-        state.trigger_timer = self.clock.call_at(due, lambda: self._try_trigger(state))
+        if self._live(state):
+            state.trigger_retry.arm(self.clock, lambda: self._try_trigger(state))
 
     def _forget_trigger(self, state: _Job, note: ControlNote) -> None:
         state.triggers = [heard for heard in state.triggers if heard.id != note.id]
-        state.trigger_backoff = TRIGGER_POLL
+        state.trigger_retry.reset()
 
     def _look_for_catchup(self, state: _Job) -> None:
         """catchup = "latest" (ledger/catchup.py): the newest tick nobody ran, claimed over its
@@ -1163,7 +1186,7 @@ class TickCore:
             self._note("skipped", job, tick, "backfill expired", skip=SkipReason.OTHER)
             self._idle(state)
         elif not may_backfill(record):
-            state.backfill_backoff = TRIGGER_POLL  # settled: the next one starts afresh
+            state.backfill_retry.reset()  # settled: the next one starts afresh
             self._idle(state)  # run already (here, elsewhere, or before the backfill)
         else:
             plan = backfill_plan(job, tick, record, note, self.worker)
@@ -1176,15 +1199,8 @@ class TickCore:
         in line again, looked at after TRIGGER_POLL, doubling up to TRIGGER_POLL_MAX (never at
         once: the same refusal); the scheduled ticks and triggers meanwhile go on as usual."""
         state.backfills.insert(0, (note, tick))
-        if state.backfill_timer is not None or not self._live(state):
-            return
-        due = self.clock.monotonic() + state.backfill_backoff
-        state.backfill_backoff = min(state.backfill_backoff * 2, TRIGGER_POLL_MAX)
-        state.backfill_timer = self.clock.call_at(due, lambda: self._backfill_due(state))
-
-    def _backfill_due(self, state: _Job) -> None:
-        state.backfill_timer = None
-        self._idle(state)
+        if self._live(state):
+            state.backfill_retry.arm(self.clock, lambda: self._idle(state))
 
     # -- overlap = "buffer_one": a tick kept until the run before it ends ----------------------
     def _buffer(self, state: _Job, plan: TickPlan) -> None:
@@ -1243,7 +1259,7 @@ class TickCore:
             self._buffered_later(state, plan)
             return
         if record is None or not still_buffered(record):
-            state.buffer_backoff = TRIGGER_POLL  # settled: the next one starts afresh
+            state.buffer_retry.reset()  # settled: the next one starts afresh
             self._idle(state)  # run, or recorded, since
             return
         now = self.clock.wall() if date is None else date
@@ -1266,7 +1282,7 @@ class TickCore:
             self._failed(exc, plan.job, plan.tick)
             self._buffered_later(state, plan)
             return
-        state.buffer_backoff = TRIGGER_POLL
+        state.buffer_retry.reset()
         self._missed(plan.job, written)
         self._idle(state)
 
@@ -1274,15 +1290,8 @@ class TickCore:
         """A buffered tick not claimed (the lock held, Consul not answering): first in line
         again, looked at after TRIGGER_POLL, doubling up to TRIGGER_POLL_MAX."""
         state.buffered.insert(0, plan)
-        if state.buffer_timer is not None or not self._live(state):
-            return
-        due = self.clock.monotonic() + state.buffer_backoff
-        state.buffer_backoff = min(state.buffer_backoff * 2, TRIGGER_POLL_MAX)
-        state.buffer_timer = self.clock.call_at(due, lambda: self._buffered_due(state))
-
-    def _buffered_due(self, state: _Job) -> None:
-        state.buffer_timer = None
-        self._idle(state)
+        if self._live(state):
+            state.buffer_retry.arm(self.clock, lambda: self._idle(state))
 
     def _holds(self, job: CoreJob) -> Callable[[datetime], bool]:
         """`_held` for many ticks: the control keys read once, and only if a tick needs them."""
