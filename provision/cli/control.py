@@ -246,7 +246,7 @@ def abort(
 
     def aborted(consul: Consul) -> list[str]:
         try:
-            note = abort_job(consul, job, lock_key, reason)
+            note = abort_job(consul, job, lock_key, reason, key=key)
         except NotRunning as idle:
             if not several:
                 raise

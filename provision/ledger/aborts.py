@@ -16,6 +16,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
+from provision.keyed import key_problem
 from provision.ledger.control import ControlNote, note_fields, note_of
 from provision.ledger.holder import CLAIM_LIMIT
 from provision.ledger.records import parse_tick_name, tick_name
@@ -31,10 +32,13 @@ class AbortNote:
     note: ControlNote
     tick: datetime
     session: str
+    key: str | None = None  # a keyed job's key whose run it names (provision/keyed.py)
 
     def encode(self) -> bytes:
         fields = self.note.fields()
         fields.update(tick=tick_name(self.tick), session=self.session)
+        if self.key is not None:
+            fields.update(key=self.key)
         return json.dumps(fields, separators=(",", ":"), ensure_ascii=False).encode()
 
     def said(self) -> str:
@@ -51,7 +55,10 @@ def decode_abort(value: bytes | None) -> AbortNote | None:
     tick = parse_tick_name(tick_text) if isinstance(tick_text, str) else None
     if note.id is None or note.at is None or tick is None or not isinstance(session, str):
         return None
-    return AbortNote(note, tick, printable(session, CLAIM_LIMIT))
+    key = raw.get("key")
+    if key is not None and key_problem(key) is not None:
+        return None  # names no key lockctl would run: stops nothing
+    return AbortNote(note, tick, printable(session, CLAIM_LIMIT), key)
 
 
 def stops(abort: AbortNote, tick: datetime, session: str) -> bool:

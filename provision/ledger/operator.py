@@ -251,13 +251,19 @@ class NotRunning(LockctlError):
 
 
 def abort(
-    consul: Consul, job: str, lock_key: str, reason: str | None, now: datetime | None = None
+    consul: Consul,
+    job: str,
+    lock_key: str,
+    reason: str | None,
+    now: datetime | None = None,
+    key: str | None = None,
 ) -> AbortNote:
     """Ask the replica running `job` to stop its run now: the run is the one holding the job's
     lock (its tick from the holder's record, its session from Consul), named in the job's
     `abort` key with who asks, when, why and an id, written in one transaction that checks the
     lock is still held by that session (a run that ended meanwhile is not running: refused).
-    The note written; NotRunning when nothing runs, or the holder is not a scheduled run."""
+    The note written; NotRunning when nothing runs, or the holder is not a scheduled run. With
+    `key`, `lock_key` is that key's lock, and the note names the key too."""
     entry, _ = consul.kv.get(lock_key, consistency="consistent", max_bytes=NOTE_MAX_BYTES * 2)
     if entry is None or entry.session is None:
         raise NotRunning(f"job {job} is not running: nothing aborted")
@@ -271,7 +277,7 @@ def abort(
     note = ControlNote(
         operator_name(consul), now or datetime.now(timezone.utc), reason, uuid.uuid4().hex[:16]
     )
-    written = AbortNote(note, tick, entry.session)
+    written = AbortNote(note, tick, entry.session, key)
     ops = [
         KVOp("check-session", lock_key, session=entry.session),
         # the same run still: a later tick claimed under the same (pooled) session meanwhile

@@ -422,8 +422,9 @@ def _core(consul: Consul, agent_clock: AgentClock, ask: TickAsk, events: EventLo
 
     store = RunStore(consul.with_retry(CORE_RETRY), tails)
     identity = Identity(ask.worker, socket.gethostname(), os.getpid(), ask.node)
-    one = OneTick(ask.job.name, said)
-    core = TickCore(aside_store(store, clock), clock, identity, [core_job(ask)], body, one.hear)
+    job = core_job(ask)
+    one = OneTick(job.unit, said)  # a keyed run's: the job's key of it
+    core = TickCore(aside_store(store, clock), clock, identity, [job], body, one.hear)
     one.attach(core)
     thread = threading.Thread(target=clock.run, name="lockctl-core", daemon=True)
     return _Core(core, one, clock, store, said, thread, aborts)

@@ -138,6 +138,12 @@ class CoreJob:
     def name(self) -> str:
         return self.keys.name
 
+    @property
+    def unit(self) -> str:
+        """The job, or one key of it: what the core tells apart (a job's keys share its name,
+        its control keys and its operators' notes)."""
+        return self.keys.unit
+
 
 @dataclass(frozen=True)
 class Identity:
@@ -487,10 +493,10 @@ class TickCore:
         """A reload: a job no longer in `jobs` gets no more turns (its run going on ends as it
         would have); a changed job's next turn is planned anew (a run going on keeps the terms
         it was claimed with); a new job is planned as at the start."""
-        wanted = {job.name: _calendared(job) for job in jobs}
+        wanted = {job.unit: _calendared(job) for job in jobs}
         current = []
         for state in self._jobs:
-            job = wanted.pop(state.job.name, None)
+            job = wanted.pop(state.job.unit, None)
             if job is None:
                 self._retire(state)
                 continue
@@ -510,39 +516,43 @@ class TickCore:
         """An operator's trigger of job `name` (lockctl trigger): run it once now, claimed at
         the trigger's own instant (trigger_plan); right after the job's run when one goes on
         here, and tried again while a run of it elsewhere holds the lock. Every replica hears
-        of it and tries; the claim (which records the trigger taken) lets one run it, once."""
-        state = next((s for s in self._jobs if s.job.name == name), None)
-        if state is None or note.id is None or note.at is None or not self._live(state):
+        of it and tries; the claim (which records the trigger taken) lets one run it, once: for
+        a keyed job, once per key (each key's claim records it taken in the key's own key)."""
+        if note.id is None or note.at is None:
             return
-        if any(heard.id == note.id for heard in state.triggers):
-            return  # heard again (the watch answers again): one attempt at a time
-        state.triggers.append(note)
-        self._note("trigger", state.job, manual_tick(note.at), note.id)
-        self._idle(state)
+        for state in self._units(name):
+            if not self._live(state) or any(heard.id == note.id for heard in state.triggers):
+                continue  # heard again (the watch answers again): one attempt at a time
+            state.triggers.append(note)
+            self._note("trigger", state.job, manual_tick(note.at), note.id)
+            self._idle(state)
 
     def backfill(self, name: str, note: BackfillNote) -> None:
         """An operator's backfill of job `name` (lockctl backfill): each of its ticks claimed at
         its own instant, oldest first, once the job is free here (after the scheduled tick
         and the triggers waiting). Every replica hears of it and tries; each tick's claim
-        (over its record as read) lets one run it, once."""
-        state = next((s for s in self._jobs if s.job.name == name), None)
-        if state is None or note.id is None or note.at is None or not self._live(state):
+        (over its record as read) lets one run it, once; for a keyed job, once per key."""
+        if note.id is None or note.at is None:
             return
-        if note.id in state.backfills_heard:
-            return  # heard again (the watch answers again): its ticks are queued or done
         if (self.clock.wall() - note.at).total_seconds() > BACKFILL_WINDOW:
             return  # an old one, heard at a start: over
-        state.backfills_heard.add(note.id)
-        state.backfills.extend((note, tick) for tick in note.ticks)
-        self._note("backfill", state.job, note.ticks[0], f"{len(note.ticks)} ticks ({note.id})")
-        self._idle(state)
+        for state in self._units(name):
+            if not self._live(state) or note.id in state.backfills_heard:
+                continue  # heard again (the watch answers again): its ticks are queued or done
+            state.backfills_heard.add(note.id)
+            state.backfills.extend((note, tick) for tick in note.ticks)
+            detail = f"{len(note.ticks)} ticks ({note.id})"
+            self._note("backfill", state.job, note.ticks[0], detail)
+            self._idle(state)
 
     def abort(self, name: str, abort: AbortNote) -> None:
         """An operator's `lockctl abort` of job `name`: the run it names (its tick and session,
         read from the lock when it was asked: `stops`) is stopped, if this replica runs it now
         or starts it later (a claim answered after the note was heard); any other run of the
-        job, here or later, goes on: a note heard late stops nothing."""
-        state = next((s for s in self._jobs + self._retiring if s.job.name == name), None)
+        job, here or later, goes on: a note heard late stops nothing. A keyed job's note names
+        its key too (the keys' runs share this replica's session, and may share a tick)."""
+        unit = name if abort.key is None else f"{name}/{abort.key}"
+        state = next((s for s in self._jobs + self._retiring if s.job.unit == unit), None)
         if state is None:
             return
         held = state.held
@@ -559,9 +569,13 @@ class TickCore:
         judged, claimed, run and completed as at any turn, housekept after a run won here, and
         with `catchup` a catch-up looked for after it; no later turn is planned. `on_quiet`
         hears when all that is over."""
-        state = next(s for s in self._jobs if s.job.name == name)
+        state = next(s for s in self._jobs if s.job.unit == name)
         state.last, state.catchup_due, state.housekeep = tick, catchup, True
         self._take(state, self.plan(state.job, tick))
+
+    def _units(self, name: str) -> list[_Job]:
+        """Job `name` as this core runs it: the job, or each of its keys."""
+        return [state for state in self._jobs if state.job.name == name]
 
     def _quiet(self, state: _Job) -> None:
         """Tell `on_quiet` when the job is free here and nothing waits for it."""
@@ -569,7 +583,7 @@ class TickCore:
         waits = state.buffered or state.waiting or state.triggers or catching_up or state.idle_timer
         busy = state.busy is not None or state.held is not None or state.housekeeping > 0
         if self.on_quiet is not None and not busy and not waits:
-            self.on_quiet(state.job.name)
+            self.on_quiet(state.job.unit)
 
     def _begin(self, state: _Job) -> None:
         self._arm_turn(state, self._first_plan(state))
@@ -974,7 +988,7 @@ class TickCore:
     def _run(self, state: _Job, plan: TickPlan, claimed: Claimed) -> None:
         retry_body = None
         if claimed.timings.retries:
-            retry_body = functools.partial(self.bodies, plan.job.name, plan.tick)
+            retry_body = functools.partial(self.bodies, plan.job.unit, plan.tick)
         held = HeldRun(self.store, self.clock, claimed, self._run_done, self.listener, retry_body)
         held.together = self._completions  # after a stop, completed with the other runs
         state.held = held
@@ -986,7 +1000,7 @@ class TickCore:
             held.lose("the session is gone")
         if self.stopping or self.stop_asked():  # ended interrupted, its job never started
             held.interrupt(signal.SIGTERM)
-        held.start(self.bodies(plan.job.name, plan.tick))
+        held.start(self.bodies(plan.job.unit, plan.tick))
         if state.abort is not None and stops(state.abort, plan.tick, claimed.session):
             held.abort(state.abort.note)  # heard before this claim's answer was acted on
             state.abort = None

@@ -79,7 +79,7 @@ class OneTick:
     core has nothing more to do for the job. Build the core with `listener=one.hear`."""
 
     def __init__(self, name: str, then: Listener | None = None) -> None:
-        self.name, self.then = name, then
+        self.name, self.then = name, then  # the job's unit: its name, or name/key
         self.core: TickCore | None = None
         self.notes: list[Note] = []
         self.quiet = threading.Event()
@@ -91,7 +91,7 @@ class OneTick:
 
     def plan(self, tick: datetime) -> TickPlan:
         assert self.core is not None
-        job = next(job for job in self.core.jobs if job.name == self.name)
+        job = next(job for job in self.core.jobs if job.unit == self.name)
         return self.core.plan(job, tick)
 
     def hear(self, note: Note) -> None:

@@ -138,6 +138,12 @@ class JobKeys:
     lock_key: str
     key: str | None = None  # a keyed job's key whose lock this is (provision/keyed.py)
 
+    @property
+    def unit(self) -> str:
+        """What a replica runs on its own: the job (`report`), or one key of it
+        (`report/tenant-42`; a job's name has no `/`)."""
+        return self.name if self.key is None else f"{self.name}/{self.key}"
+
     @functools.cached_property  # asked at every read, claim and completion
     def ticks(self) -> str:
         return ticks_prefix(self.lock_key)

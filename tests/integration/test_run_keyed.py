@@ -134,3 +134,31 @@ def test_a_key_that_breaks_the_rule_is_refused_before_any_lock(lab: JobLab, key:
     assert "--key '" in refused.stderr and "must be 1-128 characters" in refused.stderr
     history = lab.operator("history", "--job", lab.job, f"--key={key}")
     assert history.returncode == 2 and "--key '" in history.stderr, history.stderr
+
+
+def test_an_abort_of_a_key_stops_that_keys_run(lab: JobLab) -> None:
+    log = lab.tmp / "aborted.log"
+    argv = [*LOCKCTL, "run", "--config", str(lab.configs["worker-1"]), "--job", lab.job]
+    at_next_tick()
+    with log.open("w") as stderr:
+        run = subprocess.Popen(
+            [*argv, "--key", "tenant-3", "--", "sleep", "60"],
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            text=True,
+        )
+    try:
+        [acquired] = eventually(lambda: events(log, "acquired"), WAIT)
+        unkeyed = lab.operator("abort", lab.job)  # the job's own lock: nothing runs under it
+        assert unkeyed.returncode == 1, unkeyed.stderr
+        aborted = lab.operator("abort", lab.job, "--key", "tenant-3", "--reason", "stuck")
+        assert aborted.returncode == 0, aborted.stderr
+        assert run.wait(WAIT) == 143, log.read_text()
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait(WAIT)
+    [record] = [r for r in key_records(lab, "tenant-3") if tick_name(r.tick) == acquired["tick"]]
+    assert record.outcome is TickOutcome.ABORTED and record.reason == "stuck"
+    [said] = events(log, "aborted")
+    assert said["key"] == "tenant-3"
