@@ -14,6 +14,7 @@ parser here.
 from __future__ import annotations
 
 import re
+from collections import Counter
 
 KEY_PATTERN = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$")
 KEY_RULE = (
@@ -22,6 +23,7 @@ KEY_RULE = (
 )
 KEYS_DIR = "keys/"
 LOCK_SUFFIX = ".lock"
+MAX_KEYS = 1000  # a job's keys a spec lists (`lockctl schedule` runs each as a job of its own)
 
 
 def key_problem(key: object) -> str | None:
@@ -57,3 +59,27 @@ def keys_in(names: list[str], folder: str) -> list[str]:
         if key_problem(key) is None:
             found.add(key)
     return sorted(found)
+
+
+def keys_problem(value: object) -> str | None:
+    """Why `value` cannot be the keys a spec lists for a job (1..MAX_KEYS keys, each taken by
+    key_problem, none twice), or None."""
+    if not isinstance(value, (list, tuple)) or not all(isinstance(k, str) for k in value):
+        return 'must be a list of quoted keys, like ["tenant-1", "tenant-2"]'
+    if not value or len(value) > MAX_KEYS:
+        return f"must list 1 to {MAX_KEYS} keys"
+    bad = next((k for k in value if key_problem(k) is not None), None)
+    if bad is not None:
+        shown = bad if len(bad) <= 40 and bad.isprintable() else "one"
+        return f"{shown!r} {key_problem(bad)}"
+    twice = sorted(k for k, count in Counter(value).items() if count > 1)
+    if twice:
+        return f"lists {', '.join(twice[:5])} more than once"
+    return None
+
+
+def split_unit(unit: str) -> tuple[str, str | None]:
+    """A unit's job and key: `report/tenant-1` -> ("report", "tenant-1"); `report` ->
+    ("report", None) (a job's name has no `/`)."""
+    name, _, key = unit.partition("/")
+    return name, key or None

@@ -87,7 +87,7 @@ class Notifier:
         self._lock = threading.Lock()
 
     def update(self, jobs: Iterable[JobNotify]) -> None:
-        fresh = {job.keys.name: job for job in jobs}
+        fresh = {job.keys.unit: job for job in jobs}  # a keyed job's keys: each its own
         with self._lock:
             self._jobs = fresh
 
@@ -108,7 +108,7 @@ def deliveries(
     """What a decided tick sends: the ping (success, or /fail: every run), then each notify
     block told of the outcome, unless it repeats the previous tick's; a recovery's, to those
     told of `recovered`. Both are made on the sender's thread once a record is read."""
-    name, tick, made = job.keys.name, record.tick, []
+    name, tick, made = job.keys.unit, record.tick, []
     if job.ping is not None and (word == SUCCEEDED or word in PING_FAILS):
         url = job.ping if word == SUCCEEDED else fail_url(job.ping)
         made.append(Delivery(name, tick, PING, word, url, "GET"))

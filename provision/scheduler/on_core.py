@@ -218,7 +218,7 @@ class ContinuedCore(TickCore):
 
     def _first_plan(self, state: Any) -> TickPlan:
         plan = super()._first_plan(state)
-        last = self.taken.get(plan.job.name)
+        last = self.taken.get(plan.job.unit)
         if last is not None and plan.tick <= last:
             return self.plan(plan.job, plan.job.schedule.next_ticks(last, 1)[0])
         return plan
@@ -254,7 +254,7 @@ class ServiceStore(TailedStore):
     ) -> tuple[TickRecord | None, datetime | None]:
         if stale:  # the turn's read (core.py _take), the last step before its claim
             try:
-                self.precheck(job.name)
+                self.precheck(job.unit)
             except LockctlError as exc:
                 raise BodyCannotStart(str(exc)) from None
         return super().read_tick(job, tick, stale=stale)
@@ -265,7 +265,7 @@ class ServiceStore(TailedStore):
         refused: dict[int, TurnRead] = {}
         for n, (job, _) in enumerate(turns):
             try:
-                self.precheck(job.name)
+                self.precheck(job.unit)
             except LockctlError as exc:
                 refused[n] = BodyCannotStart(str(exc))
         fine = [turn for n, turn in enumerate(turns) if n not in refused]
@@ -300,7 +300,7 @@ class Replica:
         self.consul, self.shared = consul, shared
         self.turns: dict[str, datetime] = {}  # each job's last turn here (a successor's taken)
         self._claims: dict[tuple[str, datetime | None], Note] = {}  # claims said at the start
-        self.configs = {job.name: job for job in jobs}
+        self.configs = {job.unit: job for job in jobs}
         self.environment = job_environment(os.environ)
         self.hidden = credential_files(consul.settings)
         report = shared.report
@@ -324,13 +324,13 @@ class Replica:
 
     def update(self, jobs: Sequence[JobConfig]) -> None:
         """A reload (on the clock thread): the core's update (core.py `update`)."""
-        self.configs.update({job.name: job for job in jobs})
+        self.configs.update({job.unit: job for job in jobs})
         self.core.update([core_job(job) for job in jobs])
 
     # -- the bodies -----------------------------------------------------------------------
     def _held(self, name: str, tick: datetime | None) -> HeldRun | None:
         runs = self.core.runs
-        return next((r for r in runs if r.claimed.keys.name == name and r.tick == tick), None)
+        return next((r for r in runs if r.claimed.keys.unit == name and r.tick == tick), None)
 
     def _body(self, name: str, tick: datetime) -> Body:
         job, held = self.configs[name], self._held(name, tick)
@@ -662,9 +662,9 @@ class CoreScheduler:
             return
         assert self.current is not None
         moved = connection_key(settings) != self._connection or fresh.login != self.config.login
-        running = {job.name: job for job in scheduled_jobs(self.config)}
+        running = {job.unit: job for job in scheduled_jobs(self.config)}
         jobs = scheduled_jobs(fresh)
-        plan = plan_reload(running, {job.name: job for job in jobs}, connection_changed=moved)
+        plan = plan_reload(running, {job.unit: job for job in jobs}, connection_changed=moved)
         consul = None
         if moved:  # new runs use it; runs under way finish on theirs
             try:
@@ -740,13 +740,13 @@ class CoreScheduler:
         for job in jobs:
             schedule = parse_schedule(job.schedule or "", job.timezone)
             self.report.schedule_known(
-                job.name, job.schedule or "", job.timezone, timeout=job.timings.timeout
+                job.unit, job.schedule or "", job.timezone, timeout=job.timings.timeout
             )
-            self.report.next_tick(job.name, schedule.next_ticks(now, 1)[0].timestamp())
+            self.report.next_tick(job.unit, schedule.next_ticks(now, 1)[0].timestamp())
             told = job.notifications
             names = [t.name for t in told.targets] + ([PING] if told.ping_url_file else [])
-            self.report.notify_known(job.name, names)
-        self._names = tuple(job.name for job in jobs)
+            self.report.notify_known(job.unit, names)
+        self._names = tuple(job.unit for job in jobs)
 
 
 def notify_jobs(config: WorkerConfig) -> list[JobNotify]:

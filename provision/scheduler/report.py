@@ -45,6 +45,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.metrics_core import Metric
 
+from provision.keyed import split_unit
 from provision.ledger.records import TickRecord, taken_fields, tick_name
 from provision.notify.sender import RESULTS as NOTIFY_RESULTS
 from provision.notify.sender import Delivery, result_event
@@ -806,7 +807,9 @@ class CoreReport:
     def _job(self, name: str) -> _Job:
         job = self._jobs.get(name)
         if job is None:
-            job = self._jobs[name] = _Job(EventLog(name, self.worker, self.stream))
+            job_name, key = split_unit(name)  # a keyed job's key: its events say both
+            events = EventLog(job_name, self.worker, self.stream, key=key)
+            job = self._jobs[name] = _Job(events)
             self.metrics.add_job(name)
         return job
 

@@ -38,8 +38,12 @@ CLOCK_PROBE_TIMEOUT = 2.0  # seconds for the first answer at start, for the agen
 
 
 def scheduled_jobs(config: WorkerConfig) -> list[JobConfig]:
-    """The jobs this scheduler runs: those with a schedule and a command (or an http call)."""
-    return [job for job in config.jobs if job.schedule is not None and (job.command or job.http)]
+    """What this scheduler runs: the jobs with a schedule and a command (or an http call), a
+    keyed job as each of its keys (JobConfig.units: told apart by `unit`)."""
+    runnable = [
+        job for job in config.jobs if job.schedule is not None and (job.command or job.http)
+    ]
+    return [unit for job in runnable for unit in job.units()]
 
 
 def checked_connection(config: WorkerConfig) -> ConsulSettings:

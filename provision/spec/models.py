@@ -123,6 +123,8 @@ class Job:
     scope: str | None = None
     # the windows its ticks are not run in: those of `defaults`, then its own
     blackouts: tuple[Blackout, ...] = ()
+    # a keyed job's keys `lockctl schedule` runs, each once per tick (provision/keyed.py)
+    keys: tuple[str, ...] = ()
 
     @property
     def lock_key(self) -> str:

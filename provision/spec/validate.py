@@ -58,6 +58,7 @@ from provision.spec.values import (
     read_catchup_reach,
     read_command,
     read_job_workers,
+    read_keys,
     read_overlap,
     read_prefix,
     read_schedule,
@@ -85,6 +86,7 @@ JOB_KEYS = (
     "schedule",
     "timezone",
     "command",
+    "keys",
     *DEFAULTS_KEYS,
     "allow_remote_target",
     *JOB_DATACENTER_KEYS,
@@ -468,6 +470,7 @@ def _job(block: Block, inherited: _Inherited, declared: set[str], problems: Prob
         attributes.get("overlap"), f"{where}.overlap", inherited.overlap, problems
     )
     refuse_unscheduled_overlap(attributes, where, problems)
+    keys = read_keys(attributes.get("keys"), f"{where}.keys", schedule is not None, problems)
     scope = read_scope(attributes.get(SCOPE_KEY), f"{where}.{SCOPE_KEY}", problems)
     blackouts = read_blackouts(block, where, inherited.blackouts, problems)
     refuse_home(attributes.get(HOME_KEY), f"{where}.{HOME_KEY}", problems)
@@ -494,6 +497,7 @@ def _job(block: Block, inherited: _Inherited, declared: set[str], problems: Prob
         notifications=notifications,
         scope=scope,
         blackouts=blackouts,
+        keys=keys,
     )
 
 

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit
 
 from provision.durations import DurationSyntaxError, parse_duration
+from provision.keyed import keys_problem
 from provision.schedule import ScheduleError, check_zone, parse_schedule
 from provision.spec.hcl import Attribute, Unsupported, Value
 from provision.spec.models import DEFAULT_ADDRESS
@@ -112,6 +113,24 @@ def read_overlap(
     return read_checked_string(
         attribute, where, problems, lambda text: _quoted(text, overlap_problem(text))
     )
+
+
+def read_keys(
+    attribute: Attribute | None, where: str, has_schedule: bool, problems: Problems
+) -> tuple[str, ...]:
+    """A job's keys (provision/keyed.py): `lockctl schedule` runs the job once per tick for
+    each, under its own lock and ledger; () when it lists none. Refused on a job without a
+    schedule (a run names its key with `lockctl run --key`)."""
+    if attribute is None:
+        return ()
+    problem = keys_problem(attribute.value)
+    if problem is None and not has_schedule:
+        problem = "has no effect: the job has no schedule (a run names its key: lockctl run --key)"
+    if problem is not None:
+        problems.add(attribute.line, where, problem)
+        return ()
+    value = attribute.value
+    return tuple(key for key in value if isinstance(key, str)) if isinstance(value, tuple) else ()
 
 
 def refuse_unscheduled_overlap(

@@ -1503,7 +1503,7 @@ class TickCore:
     ) -> None:
         """Tell the listener; `more`: the note's record and skip reason (edge.py Note)."""
         if self.listener is not None:
-            self.listener(Note(kind, job.name, tick, detail, **more))
+            self.listener(Note(kind, job.unit, tick, detail, **more))
 
 
 def _calendared(job: CoreJob) -> CoreJob:

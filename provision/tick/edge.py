@@ -122,7 +122,7 @@ class Note:
     `count`: how many (the records a housekeeping pruned)."""
 
     kind: str
-    job: str
+    job: str  # the job's name; a keyed job's key of it, `job/key` (JobKeys.unit)
     tick: datetime | None = None
     detail: str = ""
     record: TickRecord | None = None

@@ -552,5 +552,5 @@ class HeldRun:
         seconds: float | None = None,
     ) -> None:
         if self._listener is not None:
-            name, tick = self.claimed.keys.name, self.record.tick
+            name, tick = self.claimed.keys.unit, self.record.tick  # a key's: job/key
             self._listener(Note(kind, name, tick, detail, record, seconds=seconds))

@@ -261,7 +261,7 @@ class PlainLock:
     ) -> None:
         if self.listener is not None:
             tick = None if record is None else record.tick  # a run's notes name it alike
-            self.listener(Note(kind, self.job.name, tick, detail, record, skip))
+            self.listener(Note(kind, self.job.keys.unit, tick, detail, record, skip))
 
 
 def await_turn(

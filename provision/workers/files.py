@@ -221,19 +221,25 @@ def _render_worker(
             continue
         scheduled.append(job)
         argv = [placement.lockctl, "run", "--config", str(config_path), "--job", job.name]
-        unit = {
-            **context,
-            "job": job,
-            "exec_start": " ".join(systemd_quote(a) for a in [*argv, "--", *job.command]),
-            "stop_timeout": int(job.timings.kill_grace) + 10,
-            "on_calendar": timer_calendar(job.schedule, job.timezone),
-        }
-        files[f"systemd/lockctl-{job.name}.service"] = render_template(
-            env, "worker/lockctl-job.service.j2", unit
-        )
-        files[f"systemd/lockctl-{job.name}.timer"] = render_template(
-            env, "worker/lockctl-job.timer.j2", unit
-        )
+        # a keyed job's ticks are its keys': a timer of its own for each (`lockctl-JOB@KEY`:
+        # no `@` in a name or a key, so no two jobs' units share a name)
+        named: list[tuple[str | None, str]] = [(k, f"{job.name}@{k}") for k in job.keys]
+        for key, name in named or [(None, job.name)]:
+            keyed = argv if key is None else [*argv, "--key", key]
+            unit = {
+                **context,
+                "job": job,
+                "key": key,
+                "exec_start": " ".join(systemd_quote(a) for a in [*keyed, "--", *job.command]),
+                "stop_timeout": int(job.timings.kill_grace) + 10,
+                "on_calendar": timer_calendar(job.schedule, job.timezone),
+            }
+            files[f"systemd/lockctl-{name}.service"] = render_template(
+                env, "worker/lockctl-job.service.j2", unit
+            )
+            files[f"systemd/lockctl-{name}.timer"] = render_template(
+                env, "worker/lockctl-job.timer.j2", unit
+            )
     if scheduled:
         files[f"systemd/{SCHEDULER_UNIT}"] = _scheduler_unit(env, context, scheduled, placement)
     return files, tuple(skipped)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from provision.durations import DurationSyntaxError, format_duration, parse_duration
-from provision.keyed import keyed_lock_key
+from provision.keyed import keyed_lock_key, keys_problem
 from provision.system.http_call import (
     RETRY_ON_TIMEOUT_REFUSED,
     HttpCall,
@@ -76,12 +76,23 @@ class JobConfig:
         DEFAULT_OVERLAP  # "cancel": a tick stops the run still going on (tick/overlap.py)
     )
     key: str | None = None  # a keyed run's key: its lock and ledger under <prefix>keys/<key>/
+    keys: tuple[str, ...] = ()  # the keys `lockctl schedule` runs it for (the spec's `keys`)
+
+    @property
+    def unit(self) -> str:
+        """The job, or one key of it (`report/tenant-1`): what a scheduler runs on its own."""
+        return self.name if self.key is None else f"{self.name}/{self.key}"
+
+    def units(self) -> list[JobConfig]:
+        """What `lockctl schedule` runs of the job: the job, or each of its keys (never the
+        job itself then: a keyed job's ticks are its keys')."""
+        return [self.keyed(key) for key in self.keys] if self.keys else [self]
 
     def keyed(self, key: str) -> JobConfig:
         """The job as a run for `key` sees it (a key that passed spec/names.py key_problem):
         its own lock and ledger under the job's prefix, its name, control keys and timings
         the job's."""
-        return replace(self, lock_key=keyed_lock_key(self.lock_key, key), key=key)
+        return replace(self, lock_key=keyed_lock_key(self.lock_key, key), key=key, keys=())
 
 
 def job_record(job: Job) -> dict[str, Any]:
@@ -102,6 +113,7 @@ def job_record(job: Job) -> dict[str, Any]:
         **({"overlap": job.overlap} if job.overlap != DEFAULT_OVERLAP else {}),
         **notify_record(job.notifications),
         **blackout_record(job.blackouts),
+        **({"keys": list(job.keys)} if job.keys else {}),  # as overlap: only when set
     }
 
 
@@ -210,6 +222,7 @@ JOB_FIELDS = {
     "notify",
     "ping_url_file",
     "blackout",
+    "keys",
 }
 
 
@@ -252,6 +265,9 @@ def read_job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> Jo
         problems.append(f"{where}overlap: {overlap_problem(overlap)}")
     notifications = _notifications(raw, where, problems)
     blackouts = _blackouts(raw, where, problems)
+    keys = raw.get("keys", [])
+    if "keys" in raw and keys_problem(keys):
+        problems.append(f"{where}keys: {keys_problem(keys)}")
     late = None if len(problems) > before else jitter_problem(jitter, deadline)
     if late:
         problems.append(f"{where}jitter: {late}")
@@ -284,6 +300,7 @@ def read_job(name: str, raw: Any, allow_unsafe: bool, problems: list[str]) -> Jo
         notifications,
         blackouts,
         overlap,
+        keys=tuple(keys),
     )
 
 

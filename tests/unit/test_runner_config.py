@@ -592,3 +592,22 @@ def test_a_bad_jitter_or_workers_is_refused_naming_the_field(
 ) -> None:
     problems = _problems(tmp_path, _with(**{f"jobs__report__{field}": value}))
     assert len(problems) == 1 and problems[0].startswith(problem), problems
+
+
+def test_a_keyed_jobs_keys_reach_the_worker_config_and_are_checked_again(tmp_path: Path) -> None:
+    text = (
+        'worker "worker-1" { address = "http://127.0.0.21:8500" }\n'
+        'job "a" {\n  prefix = "locks/a/"\n  workers = ["worker-1"]\n  schedule = "@every 5s"\n'
+        '  keys = ["t-1", "t-2"]\n}\n'
+        'job "b" {\n  prefix = "locks/b/"\n  workers = ["worker-1"]\n  schedule = "@every 5s"\n}\n'
+    )
+    record = config_record(parse_spec(text, "t.hcl"), "worker-1", Path("/t"))
+    assert record["jobs"]["a"]["keys"] == ["t-1", "t-2"]
+    assert "keys" not in record["jobs"]["b"]  # an older lockctl refuses fields it does not know
+    loaded = load_worker_config(_write(tmp_path, record))
+    units = [(u.unit, u.lock_key) for u in loaded.job("a").units()]
+    assert units == [("a/t-1", "locks/a/keys/t-1/.lock"), ("a/t-2", "locks/a/keys/t-2/.lock")]
+    assert [u.unit for u in loaded.job("b").units()] == ["b"]
+    record["jobs"]["a"]["keys"] = ["t-1", "../b"]
+    problems = _problems(tmp_path, record)
+    assert any(p.startswith("jobs.a.keys: '../b' must be") for p in problems), problems

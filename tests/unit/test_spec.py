@@ -65,6 +65,7 @@ def _describe(spec: Spec) -> dict[str, Any]:
             **({"overlap": job.overlap} if job.overlap != "skip" else {}),
             **(_notifications(job) if job.notifications else {}),
             **({"scope": job.scope} if job.scope else {}),
+            **({"keys": list(job.keys)} if job.keys else {}),
             "line": job.line,
         }
         for job in spec.jobs

@@ -139,6 +139,36 @@ def test_jobs_without_schedule_or_command_get_no_unit(tmp_path: Path) -> None:
     assert "# both\n" in scheduler  # its jobs: only the one with a schedule and a command
 
 
+KEYED = """
+worker "w1" {
+  address = "http://127.0.0.21:8500"
+}
+job "report" {
+  prefix   = "locks/report/"
+  workers  = ["w1"]
+  schedule = "@hourly"
+  keys     = ["tenant-1", "tenant-2"]
+  command  = ["/usr/local/bin/report"]
+}
+"""
+
+
+def test_a_keyed_job_gets_a_timer_for_each_key_and_none_for_itself(tmp_path: Path) -> None:
+    spec = parse_spec(KEYED, str(tmp_path / "locks.hcl"))
+    write_worker_files(spec, ["w1"], tmp_path, TEMPLATES, PLACEMENT)
+    folder = tmp_path / "w1" / "systemd"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "lockctl-report@tenant-1.service",
+        "lockctl-report@tenant-1.timer",
+        "lockctl-report@tenant-2.service",
+        "lockctl-report@tenant-2.timer",
+        "lockctl-scheduler.service",
+    ]
+    service = (folder / "lockctl-report@tenant-2.service").read_text()
+    assert '"--job" "report" "--key" "tenant-2" "--" "/usr/local/bin/report"\n' in service
+    assert "Description=lockctl: report, key tenant-2 (on one worker at a time)" in service
+
+
 def test_no_scheduler_unit_without_a_scheduled_job(tmp_path: Path) -> None:
     text = PARTIAL.replace('  command  = ["/bin/true"]\n', "", 1)  # "both" loses its command
     spec = parse_spec(text, str(tmp_path / "locks.hcl"))
