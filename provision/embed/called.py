@@ -81,7 +81,8 @@ class CallTurn:
 
     @property
     def name(self) -> str:
-        return self.config.name
+        """The job's unit: its name, or `job/key` for a keyed call."""
+        return self.config.unit
 
     def hear(self, note: Note) -> None:
         self.notes.append(note)
@@ -168,6 +169,8 @@ class Calls:
         if self.core.stopping:
             turn.quiet.set()  # unsettled: the call says it was interrupted
             return
+        if turn.config.key is not None:  # a keyed call's key: known from its first call
+            self.core.adopt(core_job(turn.config))
         self.core.take(turn.name, turn.tick)
 
     def stop(self, look_again: Callable[[], object], ended: Callable[[], None]) -> None:
@@ -219,7 +222,7 @@ class Calls:
     def held(self, name: str, tick: datetime) -> HeldRun:
         assert self.core is not None
         runs = self.core.runs
-        held = next((r for r in runs if r.claimed.keys.name == name and r.tick == tick), None)
+        held = next((r for r in runs if r.claimed.keys.unit == name and r.tick == tick), None)
         assert held is not None, "the core starts a body only for a run it holds"
         return held
 

@@ -31,6 +31,7 @@ from provision.embed.run import (
 )
 from provision.embed.served import AppJob, AppJobs, serve_on_core
 from provision.errors import InputError
+from provision.keyed import key_problem
 from provision.ledger.health import JobHealth, assess
 from provision.ledger.history import JobHistory, LedgerJob, Wanted, read_history
 from provision.ledger.records import tick_name
@@ -42,11 +43,15 @@ from provision.runner.results import RunResult, SkipReason
 from provision.runner.stop import StopRequest
 from provision.runner.tick_lock import TickSkip, current_tick, job_schedule, plan_tick
 from provision.scheduler.on_core import ready_notifications
+from provision.system.text import printable
 from provision.workers.config import JobConfig, WorkerConfig, load_worker_config
 
 Events = TextIO | logging.Logger | None
 RUNNING_HERE = "a call of this job is still running in this process"
 CLOSE_TIMEOUT = 30.0  # seconds close() waits for the runs in flight by default
+
+# A keyed call's key: the key, or a function of the call's arguments that returns it
+KeyOf = str | Callable[..., str]
 
 
 class Locker:
@@ -118,20 +123,35 @@ class Locker:
         locker.notify = notify
         return locker
 
-    def job(self, name: str) -> JobConfig:
+    def job(self, name: str, key: str | None = None) -> JobConfig:
+        """A scheduled job of the worker's config, or one key of it (ValueError for a key
+        that breaks the rule: refused, never escaped)."""
         job = self.jobs.get(name)
         if job is None or job.schedule is None:
             known = ", ".join(sorted(n for n, j in self.jobs.items() if j.schedule)) or "none"
             raise InputError(f"no scheduled job {name!r} for {self.worker} (jobs: {known})")
-        return job
+        if key is None:
+            return job
+        problem = key_problem(key)
+        if problem is not None:
+            shown = printable(key, 140) if isinstance(key, str) else type(key).__name__
+            raise ValueError(f"job {name}: key '{shown}' {problem}")
+        return job.keyed(key)
 
     # -- the decorator, the block, the call ------------------------------------------------
     def singleton(
-        self, job: str, *, isolation: Isolation | None = None, on_lost: OnLost | None = None
+        self,
+        job: str,
+        *,
+        isolation: Isolation | None = None,
+        on_lost: OnLost | None = None,
+        key: KeyOf | None = None,
     ) -> Callable[[Callable[..., object]], Callable[..., RunOutcome]]:
         """`@locker.singleton("job")` on `def f(run, ...)`: each call of `f(...)` claims the
         job's current tick and runs the body here only if this replica won it; it returns a
-        RunOutcome either way (ran, or skipped and why)."""
+        RunOutcome either way (ran, or skipped and why). `key`: a keyed job's key, a string, or
+        a function of the call's arguments that returns it (`key=lambda tenant: tenant`): each
+        key claims the tick under its own lock and ledger (docs/embedding.md)."""
         self.job(job)  # an unknown job fails at the decoration, not at the first tick
 
         def decorate(function: Callable[..., object]) -> Callable[..., RunOutcome]:
@@ -140,7 +160,8 @@ class Locker:
                 def body(run: Run) -> object:
                     return function(run, *args, **kwargs)
 
-                return self.call(job, body, isolation=isolation, on_lost=on_lost)
+                chosen = key(*args, **kwargs) if callable(key) else key
+                return self.call(job, body, isolation=isolation, on_lost=on_lost, key=chosen)
 
             self.registered[job] = call
             self.served[job] = Served(
@@ -157,9 +178,11 @@ class Locker:
         *,
         isolation: Isolation | None = None,
         on_lost: OnLost | None = None,
+        key: str | None = None,
     ) -> RunOutcome:
-        """Claim the tick of this moment and run `body(run)` if the claim is ours."""
-        config = self.job(job)
+        """Claim the tick of this moment and run `body(run)` if the claim is ours (with `key`,
+        that key's tick, under its own lock and ledger)."""
+        config = self.job(job, key)
         make = body_maker(config, body, isolation or self.isolation)
         return self._claim(config, make, on_lost or self.on_lost)
 
@@ -171,11 +194,14 @@ class Locker:
         return await asyncio.get_running_loop().run_in_executor(None, call)
 
     @contextlib.contextmanager
-    def tick(self, job: str, *, on_lost: OnLost | None = None) -> Iterator[Claim]:
+    def tick(
+        self, job: str, *, on_lost: OnLost | None = None, key: str | None = None
+    ) -> Iterator[Claim]:
         """`with locker.tick("job") as claim:` for code that owns its loop: `claim.run` is the
         Run when this replica won the tick (the block is the body), else None and
-        `claim.outcome` says why; after the block, `claim.outcome` is the run's."""
-        config = self.job(job)
+        `claim.outcome` says why; after the block, `claim.outcome` is the run's. `key`: a keyed
+        job's key, as for singleton."""
+        config = self.job(job, key)
         holder: list[BlockBody] = []
         begun = threading.Event()
         claim = Claim()
@@ -222,12 +248,12 @@ class Locker:
         on_lost: OnLost,
     ) -> RunOutcome:
         """The call's turn at the tick of this moment on the calls' core (embed/called.py)."""
-        events = RunEvents(config.name, self.worker, self._stream, on_lost)  # type: ignore[arg-type]
+        events = RunEvents(config.name, self.worker, self._stream, on_lost, config.key)  # type: ignore[arg-type]
         schedule = job_schedule(config)
         assert schedule is not None  # self.job() said so
         if not self._enter():
             return RunOutcome(Outcome.INTERRUPTED)
-        if not self._begin(config.name):
+        if not self._begin(config.unit):
             self._leave()
             events.emit("skipped", reason=RUNNING_HERE)
             return RunOutcome(Outcome.SKIPPED, skip=SkipReason.OVERLAP)
@@ -257,7 +283,7 @@ class Locker:
             events.emit("consul-unavailable", error=str(exc))
             return RunOutcome(Outcome.SKIPPED, skip=SkipReason.OTHER, error=str(exc))
         finally:
-            self._end(config.name)
+            self._end(config.unit)
             self._leave()
 
     def _call_core(self) -> CallCore | None:
@@ -319,8 +345,9 @@ class Locker:
     def _app_jobs(self) -> AppJobs:
         jobs = []
         for name, served in self.served.items():
-            make = body_maker(self.job(name), served.function, served.isolation)
-            jobs.append(AppJob(self.job(name), make, served.on_lost))
+            for unit in self.job(name).units():  # a keyed job's spec keys: each its own
+                make = body_maker(unit, served.function, served.isolation)
+                jobs.append(AppJob(unit, make, served.on_lost))
         return AppJobs(
             self.consul,
             self.wall,

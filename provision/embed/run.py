@@ -90,7 +90,8 @@ class Run:
     LockIndex of the lock at the claim); hand it to the resource the body writes to, which
     refuses a token lower than the highest it has seen. `deadline`: the body should be done by
     then (the job's timeout, else the next tick; None: neither). `lost`: set the moment the
-    lock is no longer safely ours. `stopping`: set when the run must stop for any reason."""
+    lock is no longer safely ours. `stopping`: set when the run must stop for any reason.
+    `key`: a keyed call's key (None for the job's own tick)."""
 
     def __init__(
         self, job: str, worker: str, tick: datetime, lock_index: int, session: str
@@ -102,19 +103,22 @@ class Run:
         self.lost: threading.Event = JudgedEvent(self)
         self.stopping: threading.Event = JudgedEvent(self)
         self.reason: str | None = None
+        self.key: str | None = None
 
     @classmethod
     def from_lock_env(cls, env: Mapping[str, str]) -> Run:
         """The run the supervisor started (runner/core_body.py run_env says what it is told)."""
         tick = parse_tick_name(env["LOCKCTL_TICK"])
         assert tick is not None, "the supervisor names the tick it claimed"
-        return cls(
+        run = cls(
             env["LOCKCTL_JOB"],
             env["LOCKCTL_WORKER"],
             tick,
             int(env["LOCK_INDEX"]),
             env["LOCK_SESSION"],
         )
+        run.key = env.get("LOCKCTL_KEY")
+        return run
 
     def check(self) -> None:
         """Raise LockLost (or RunStopped) when the run must not go on; else return at once.
@@ -199,8 +203,15 @@ class LoggerStream:
 class RunEvents(EventLog):
     """The job's events, as `lockctl run` writes them; `fenced` and `timed-out` reach the run."""
 
-    def __init__(self, job: str, worker: str, stream: TextIO | None, on_lost: OnLost) -> None:
-        super().__init__(job, worker, stream)
+    def __init__(
+        self,
+        job: str,
+        worker: str,
+        stream: TextIO | None,
+        on_lost: OnLost,
+        key: str | None = None,
+    ) -> None:
+        super().__init__(job, worker, stream, key)
         self.on_lost = on_lost
         self.run: Run | None = None  # set when the body starts
 

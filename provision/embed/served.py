@@ -147,9 +147,11 @@ class AppReplica(Replica):
     """A Replica whose jobs' bodies are the app's decorated functions."""
 
     def __init__(self, app: AppJobs, shared: Shared) -> None:
-        self.app_jobs = {job.config.name: job for job in app.jobs}
+        self.app_jobs = {job.config.unit: job for job in app.jobs}
         self.told = {
-            job.config.name: RunEvents(job.config.name, app.worker, None, job.on_lost)
+            job.config.unit: RunEvents(
+                job.config.name, app.worker, None, job.on_lost, job.config.key
+            )
             for job in app.jobs
         }
         super().__init__(app.consul, [job.config for job in app.jobs], shared)
@@ -220,7 +222,7 @@ def control_watch(
     """The operators' triggers, backfills and aborts of the app's jobs, each handed to the
     core on its clock's thread (from the watch's own thread)."""
     core, clock = replica.core, replica.shared.clock
-    names = [job.config.name for job in app.jobs]
+    names = list(dict.fromkeys(job.config.name for job in app.jobs))  # a keyed job's once
     watch = TriggerWatch(
         lambda: app.consul,
         lambda: names,

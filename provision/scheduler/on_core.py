@@ -746,7 +746,7 @@ class CoreScheduler:
             told = job.notifications
             names = [t.name for t in told.targets] + ([PING] if told.ping_url_file else [])
             self.report.notify_known(job.unit, names)
-        self._names = tuple(job.unit for job in jobs)
+        self._names = tuple(dict.fromkeys(job.name for job in jobs))  # a keyed job's once
 
 
 def notify_jobs(config: WorkerConfig) -> list[JobNotify]:

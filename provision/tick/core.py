@@ -573,6 +573,12 @@ class TickCore:
         state.last, state.catchup_due, state.housekeep = tick, catchup, True
         self._take(state, self.plan(state.job, tick))
 
+    def adopt(self, job: CoreJob) -> None:
+        """A job (a keyed job's key) this core takes turns of with `take` only, known from now
+        on: nothing planned for it (a call's key, chosen at run time: embed/called.py)."""
+        if all(state.job.unit != job.unit for state in self._jobs):
+            self._jobs.append(_Job(_calendared(job)))
+
     def _units(self, name: str) -> list[_Job]:
         """Job `name` as this core runs it: the job, or each of its keys."""
         return [state for state in self._jobs if state.job.name == name]

@@ -6,6 +6,7 @@ refused at the flag (exit 2), before any lock."""
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import time
@@ -162,3 +163,25 @@ def test_an_abort_of_a_key_stops_that_keys_run(lab: JobLab) -> None:
     assert record.outcome is TickOutcome.ABORTED and record.reason == "stuck"
     [said] = events(log, "aborted")
     assert said["key"] == "tenant-3"
+
+
+def test_an_embedded_call_runs_each_key_under_its_own_lock(lab: JobLab) -> None:
+    from provision.embed import Locker, Outcome, Run
+
+    seen: list[tuple[str | None, int]] = []
+
+    with Locker.from_config(lab.configs["worker-1"], events=io.StringIO()) as locker:
+
+        @locker.singleton(lab.job, key=lambda tenant: tenant)
+        def report(run: Run, tenant: str) -> None:
+            seen.append((run.key, run.lock_index))
+
+        at_next_tick()
+        outcomes = [report("tenant-5"), report("tenant-6"), report("tenant-5")]
+        with pytest.raises(ValueError, match=r"key '\.\./x' must be 1-128"):
+            locker.call(lab.job, lambda run: None, key="../x")
+    assert [o.outcome for o in outcomes] == [Outcome.RAN, Outcome.RAN, Outcome.SKIPPED]
+    assert sorted(key for key, _ in seen) == ["tenant-5", "tenant-6"]
+    for key in ("tenant-5", "tenant-6"):
+        [record] = [r for r in key_records(lab, key) if r.tick == outcomes[0].tick]
+        assert record.outcome is TickOutcome.SUCCEEDED

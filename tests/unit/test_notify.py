@@ -658,7 +658,7 @@ def _calls_fleet(
 
 
 def _call_at(calls: Calls, tick: datetime) -> CallTurn:
-    config = SimpleNamespace(name=KEYS.name, lock_key=KEYS.lock_key)
+    config = SimpleNamespace(name=KEYS.name, unit=KEYS.name, lock_key=KEYS.lock_key, key=None)
     turn = CallTurn(config, tick, None, None, lambda note: None)  # type: ignore[arg-type]
     calls.take(turn)
     return turn
